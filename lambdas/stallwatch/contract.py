@@ -1,0 +1,44 @@
+"""The agent's metric names as the control plane reads them.
+
+Mirrors ``trainer_agent/contract.py`` (the control plane never imports the agent);
+``tests/test_contract.py`` fails if the two drift apart.
+"""
+
+from __future__ import annotations
+
+NAMESPACE = "Stallwatch"
+DIM_JOB = "JobName"
+DIM_HOST = "Host"
+
+JOB_METRICS: dict[str, str] = {
+    "Steps": "Count",
+    "Step": "None",
+    "LastStepAge": "Seconds",
+    "StepTime": "Seconds",
+    "TokensPerSecond": "Count/Second",
+    "SamplesPerSecond": "Count/Second",
+    "TFLOPsPerGPU": "None",
+    "MFU": "Percent",
+    "DataWaitFraction": "Percent",
+    "Loss": "None",
+    "NonFiniteLoss": "Count",
+    "PhaseBudgetRemaining": "Seconds",
+    "ETA": "Seconds",
+}
+
+HOST_METRICS: dict[str, str] = {
+    "Heartbeat": "Count",
+    "GPUPowerWatts": "None",
+    "GPUUtilization": "Percent",
+    "GPUMemoryUtilization": "Percent",
+    "StepTime": "Seconds",
+}
+
+# Published by the control plane itself (sweeper), per host, from log-stream freshness.
+LOG_IDLE_SECONDS = "LogIdleSeconds"
+
+# Where the platforms publish host metrics.
+SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
+SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+CWAGENT_NAMESPACE = "CWAgent"
+EC2_NAMESPACE = "AWS/EC2"

@@ -1,0 +1,132 @@
+"""The one policy model: modes, thresholds and per-job tag overrides.
+
+It renders the alarms (``alarms.py``), configures the Lambdas (``STALLWATCH_POLICY``
+environment variable, JSON) and is validated at synth time by the stacks.
+
+    policy = Policy(mode="notify")
+    effective = policy.for_job({"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "45"})
+    effective.policy.thresholds.stall_minutes  # 45.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+TAG_PREFIX = "stallwatch:"
+MODE_TAG = "stallwatch:mode"
+# The tag the stop permissions are conditioned on when `stop_requires_tag` holds: value must be "enforce".
+STOP_OPT_IN_TAG = MODE_TAG
+STOP_OPT_IN_VALUE = "enforce"
+EC2_MONITOR_TAG = "stallwatch:monitor"
+
+
+class Mode(StrEnum):
+    """What Stallwatch may do about a job."""
+
+    OFF = "off"  # nothing, not even an audit record
+    OBSERVE = "observe"  # decide and audit only
+    NOTIFY = "notify"  # decide, audit and alert on Slack
+    ENFORCE = "enforce"  # alert, warn, then stop after `stop_grace_minutes`
+
+
+class Thresholds(BaseModel):
+    """When a signal counts as abnormal. Every field can be overridden per job by a tag
+    ``stallwatch:<field-with-dashes>`` (``stallwatch:stall-minutes=45``)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    stall_minutes: float = Field(20.0, gt=0, description="No completed step for this long is a stall.")
+    step_interval_factor: float = Field(
+        5.0, ge=1, description="Adaptive floor: a stall needs at least this many recent step intervals without a step."
+    )
+    log_silence_minutes: float = Field(25.0, gt=0, description="All hosts' logs silent this long (jobs without the agent).")
+    log_interval_factor: float = Field(
+        10.0, ge=1, description="Adaptive floor: log silence needs at least this many recent logging intervals."
+    )
+    idle_gpu_percent: float = Field(5.0, ge=0, le=100, description="GPU utilization per device below this is idle.")
+    busy_gpu_percent: float = Field(90.0, ge=0, le=100, description="GPU utilization per device above this is busy.")
+    idle_minutes: float = Field(20.0, gt=0, description="All GPUs idle this long is a stall.")
+    power_drop_ratio: float = Field(
+        0.6, gt=0, lt=1, description="Power below this fraction of its running baseline is a drop (hang at 100% util)."
+    )
+    startup_grace_minutes: float = Field(
+        60.0, gt=0, description="Starting/Downloading may take this long before it is suspicious."
+    )
+    phase_overrun_minutes: float = Field(
+        10.0, ge=0, description="A declared phase may overrun its budget by this much before it is a stall."
+    )
+    data_wait_percent: float = Field(50.0, gt=0, le=100, description="DataWaitFraction above this is starvation.")
+    stop_grace_minutes: float = Field(5.0, ge=0, description="Enforce: the stall must persist this long after the warning.")
+    stop_on_nonfinite_loss: bool = Field(False, description="Enforce: stop a job whose loss stays NaN/inf.")
+    alarm_period_seconds: int = Field(
+        60, description="Alarm period; 10 or 30 use high-resolution metrics (the demo compresses time this way)."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Thresholds:
+        if self.alarm_period_seconds not in (10, 30) and self.alarm_period_seconds % 60:
+            raise ValueError(f"alarm_period_seconds must be 10, 30 or a multiple of 60, got {self.alarm_period_seconds}")
+        if self.idle_gpu_percent >= self.busy_gpu_percent:
+            raise ValueError("idle_gpu_percent must be below busy_gpu_percent")
+        return self
+
+
+class Policy(BaseModel):
+    """The global policy; `for_job` applies a job's tags on top of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Mode = Field(Mode.NOTIFY, description="Default mode for jobs without a `stallwatch:mode` tag.")
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    stop_requires_tag: bool = Field(
+        True,
+        description="Stop only resources tagged `stallwatch:mode=enforce` (also enforced by IAM). False allows all.",
+    )
+    monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
+    monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
+
+    def for_job(self, tags: dict[str, str]) -> EffectivePolicy:
+        """The policy for one job after its tags; bad tag values are reported and ignored."""
+        errors: list[str] = []
+        mode = self.mode
+        raw_mode = tags.get(MODE_TAG)
+        if raw_mode is not None:
+            try:
+                mode = Mode(raw_mode.strip().lower())
+            except ValueError:
+                errors.append(f"{MODE_TAG}={raw_mode!r}: expected one of {[m.value for m in Mode]}")
+        thresholds = self.thresholds.model_copy()
+        for key, value in tags.items():
+            if not key.startswith(TAG_PREFIX) or key == MODE_TAG:
+                continue
+            name = key.removeprefix(TAG_PREFIX).replace("-", "_")
+            if name not in Thresholds.model_fields:
+                continue
+            try:
+                setattr(thresholds, name, value)
+            except ValidationError as exc:
+                errors.append(f"{key}={value!r}: {exc.errors()[0]['msg']}")
+        tagged_for_stop = tags.get(STOP_OPT_IN_TAG, "").strip().lower() == STOP_OPT_IN_VALUE
+        policy = self.model_copy(update={"mode": mode, "thresholds": thresholds})
+        may_stop = mode is Mode.ENFORCE and (tagged_for_stop or not self.stop_requires_tag)
+        return EffectivePolicy(policy=policy, may_stop=may_stop, tag_errors=errors)
+
+
+@dataclass(frozen=True)
+class EffectivePolicy:
+    """A job's policy after tags, and whether it may be stopped at all."""
+
+    policy: Policy
+    may_stop: bool
+    tag_errors: list[str] = field(default_factory=list)
+
+    @property
+    def mode(self) -> Mode:
+        return self.policy.mode
+
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.policy.thresholds

@@ -1,0 +1,24 @@
+"""The agent's metric names are a contract with the control plane: both sides must agree."""
+
+from stallwatch import contract as control_plane
+from trainer_agent import contract as agent
+
+
+def test_namespace_and_dimensions_agree():
+    assert (agent.NAMESPACE, agent.DIM_JOB, agent.DIM_HOST) == (
+        control_plane.NAMESPACE,
+        control_plane.DIM_JOB,
+        control_plane.DIM_HOST,
+    )
+
+
+def test_job_metrics_agree_in_names_and_units():
+    assert agent.JOB_METRICS == control_plane.JOB_METRICS
+
+
+def test_host_metrics_agree_in_names_and_units():
+    assert agent.HOST_METRICS == control_plane.HOST_METRICS
+
+
+def test_control_plane_metric_is_not_an_agent_metric():
+    assert control_plane.LOG_IDLE_SECONDS not in agent.JOB_METRICS | agent.HOST_METRICS
