@@ -35,3 +35,15 @@ HOST_METRICS: dict[str, str] = {
     "GPUMemoryUtilization": "Percent",
     "StepTime": "Seconds",
 }
+
+# The scopes a window is emitted for: job metrics from global rank 0, host metrics from one process per host.
+SCOPE_JOB = "job"
+SCOPE_HOST = "host"
+
+# CloudWatch's high-resolution storage (1 s) is used when the agent emits more often than once a minute.
+HIGH_RESOLUTION_S = 1
+STANDARD_RESOLUTION_S = 60
+
+# Where the job name and host come from, in order of preference (after an explicit argument).
+JOB_NAME_ENV = ("TRAINING_JOB_NAME", "STALLWATCH_JOB_NAME")
+HOST_ENV = "SM_CURRENT_HOST"

@@ -52,6 +52,8 @@ class Decision:
     evidence: dict[str, Any] = field(default_factory=dict)
     # In observe/notify mode: what enforce would have done (backtests read this).
     would: Action = Action.NONE
+    # Whether enforce stops for this diagnosis (stalls; non-finite loss when the policy says so).
+    stoppable: bool = False
 
     @property
     def stalled(self) -> bool:

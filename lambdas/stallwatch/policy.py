@@ -38,17 +38,26 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    stall_minutes: float = Field(20.0, gt=0, description="No completed step for this long is a stall.")
+    stall_minutes: float = Field(15.0, gt=0, description="No completed step for this long is a stall.")
     step_interval_factor: float = Field(
         5.0, ge=1, description="Adaptive floor: a stall needs at least this many recent step intervals without a step."
     )
-    log_silence_minutes: float = Field(25.0, gt=0, description="All hosts' logs silent this long (jobs without the agent).")
+    log_silence_minutes: float = Field(
+        20.0, gt=0, description="All hosts' logs silent this long (jobs without the agent)."
+    )
     log_interval_factor: float = Field(
         10.0, ge=1, description="Adaptive floor: log silence needs at least this many recent logging intervals."
     )
     idle_gpu_percent: float = Field(5.0, ge=0, le=100, description="GPU utilization per device below this is idle.")
     busy_gpu_percent: float = Field(90.0, ge=0, le=100, description="GPU utilization per device above this is busy.")
-    idle_minutes: float = Field(20.0, gt=0, description="All GPUs idle this long is a stall.")
+    idle_minutes: float = Field(
+        15.0, gt=0, description="All GPUs idle (or, without the agent, pinned busy) this long, logs silent: a stall."
+    )
+    crash_confirm_minutes: float = Field(
+        5.0,
+        gt=0,
+        description="A fatal error line followed by no step for this long is a crashed rank (with the agent).",
+    )
     power_drop_ratio: float = Field(
         0.6, gt=0, lt=1, description="Power below this fraction of its running baseline is a drop (hang at 100% util)."
     )
@@ -59,7 +68,9 @@ class Thresholds(BaseModel):
         10.0, ge=0, description="A declared phase may overrun its budget by this much before it is a stall."
     )
     data_wait_percent: float = Field(50.0, gt=0, le=100, description="DataWaitFraction above this is starvation.")
-    stop_grace_minutes: float = Field(5.0, ge=0, description="Enforce: the stall must persist this long after the warning.")
+    stop_grace_minutes: float = Field(
+        5.0, ge=0, description="Enforce: the stall must persist this long after the warning."
+    )
     stop_on_nonfinite_loss: bool = Field(False, description="Enforce: stop a job whose loss stays NaN/inf.")
     alarm_period_seconds: int = Field(
         60, description="Alarm period; 10 or 30 use high-resolution metrics (the demo compresses time this way)."
@@ -68,9 +79,14 @@ class Thresholds(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Thresholds:
         if self.alarm_period_seconds not in (10, 30) and self.alarm_period_seconds % 60:
-            raise ValueError(f"alarm_period_seconds must be 10, 30 or a multiple of 60, got {self.alarm_period_seconds}")
+            raise ValueError(
+                f"alarm_period_seconds must be 10, 30 or a multiple of 60, got {self.alarm_period_seconds}"
+            )
         if self.idle_gpu_percent >= self.busy_gpu_percent:
-            raise ValueError("idle_gpu_percent must be below busy_gpu_percent")
+            raise ValueError(
+                f"idle_gpu_percent ({self.idle_gpu_percent:g}) must be below "
+                f"busy_gpu_percent ({self.busy_gpu_percent:g})"
+            )
         return self
 
 
@@ -98,15 +114,17 @@ class Policy(BaseModel):
                 mode = Mode(raw_mode.strip().lower())
             except ValueError:
                 errors.append(f"{MODE_TAG}={raw_mode!r}: expected one of {[m.value for m in Mode]}")
-        thresholds = self.thresholds.model_copy()
-        for key, value in tags.items():
+        thresholds = self.thresholds
+        # Sorted, so the outcome does not depend on tag order; each override is validated with those before it,
+        # and a rejected one leaves the thresholds as they were (setattr would keep a value its validator rejects).
+        for key, value in sorted(tags.items()):
             if not key.startswith(TAG_PREFIX) or key == MODE_TAG:
                 continue
             name = key.removeprefix(TAG_PREFIX).replace("-", "_")
             if name not in Thresholds.model_fields:
                 continue
             try:
-                setattr(thresholds, name, value)
+                thresholds = Thresholds.model_validate(thresholds.model_dump() | {name: value})
             except ValidationError as exc:
                 errors.append(f"{key}={value!r}: {exc.errors()[0]['msg']}")
         tagged_for_stop = tags.get(STOP_OPT_IN_TAG, "").strip().lower() == STOP_OPT_IN_VALUE

@@ -1,0 +1,138 @@
+"""What one on_alarm decision costs: AWS API calls and wall time, on moto, for a hung 8-host job.
+
+    .venv/bin/python bench/decision_cost.py
+
+Seeds an 8-host ml.p4d.24xlarge job hung for 40 minutes (agent metrics, SageMaker host metrics, logs), then runs
+on_alarm twice through the real handler: the first alarm (decision: warn) and, after the grace period, a second
+alarm transition (decision: stop). API calls are counted with botocore ``before-call`` hooks (one per API call,
+retries excluded) on every client the runtime uses. Budget: <= 10 calls and < 1 s per decision.
+
+It runs twice: on stock moto, whose GetMetricData scans every datapoint for every query and period (seconds for
+77 series), and with `tests/lambdas/moto_metric_index` (moto's own answer, computed per metric): the budget is
+checked on the second, which is closer to what the control plane itself costs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "lambdas")]
+
+import os  # noqa: E402
+
+for name, value in {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "POWERTOOLS_TRACE_DISABLED": "1",
+    "POWERTOOLS_METRICS_DISABLED": "1",
+    "POWERTOOLS_LOG_LEVEL": "WARNING",
+}.items():
+    os.environ[name] = value
+os.environ.pop("AWS_ENDPOINT_URL", None)
+
+import boto3  # noqa: E402
+import moto  # noqa: E402
+
+from handlers import on_alarm  # noqa: E402
+from localrun import moto_sagemaker  # noqa: E402
+from stallwatch import alarms, watchdog  # noqa: E402
+from tests.lambdas import moto_metric_index  # noqa: E402
+from tests.lambdas.conftest import Clock, LambdaContext  # noqa: E402
+from tests.lambdas.world import ALARM_ACTION_ARN, MINUTE, TABLE, SlackReceiver, World, alarm_event  # noqa: E402
+
+JOB = "llama-70b-pretrain"
+HOSTS = 8
+CALL_BUDGET = 10
+SECONDS_BUDGET = 1.0
+SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager")
+
+
+def _setup(slack: SlackReceiver) -> watchdog.Runtime:
+    dynamodb = boto3.client("dynamodb")
+    keys = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
+    attributes = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
+    dynamodb.create_table(
+        TableName=TABLE, KeySchema=keys, AttributeDefinitions=attributes, BillingMode="PAY_PER_REQUEST"
+    )
+    secret = boto3.client("secretsmanager").create_secret(
+        Name="slack", SecretString=json.dumps({"webhook_url": slack.url})
+    )
+    os.environ.update(TABLE_NAME=TABLE, SLACK_SECRET_ARN=secret["ARN"], ALARM_ACTION_ARN=ALARM_ACTION_ARN)
+    rt = watchdog.Runtime.from_env()
+    rt.clock = Clock(time.time())
+    watchdog.runtime = lambda: rt  # the handler's runtime is this one
+    return rt
+
+
+def _seed(world: World) -> None:
+    world.create_job(JOB, hosts=HOSTS, tags={"stallwatch:mode": "enforce"})
+    world.steps_until(JOB, last_step_min=40)
+    for i in range(1, HOSTS + 1):
+        host = f"algo-{i}"
+        world.host_gpu(JOB, host, world.every_minute(110, 100.0))
+        world.agent_host(JOB, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
+        world.progress_logs(JOB, host, until_min=40)
+
+
+def _measure(rt: watchdog.Runtime, event: dict[str, Any]) -> dict[str, Any]:
+    calls: Counter[str] = Counter()
+
+    def count(model: Any, **kwargs: Any) -> None:
+        calls[f"{model.service_model.service_name}:{model.name}"] += 1
+
+    clients = [getattr(rt.clients, service) for service in SERVICES]
+    for client in clients:
+        client.meta.events.register("before-call", count)
+    start = time.perf_counter()
+    result = on_alarm.handler(event, LambdaContext())
+    seconds = time.perf_counter() - start
+    for client in clients:
+        client.meta.events.unregister("before-call", count)
+    return {
+        "action": result["action"],
+        "calls": sum(calls.values()),
+        "seconds": round(seconds, 3),
+        "by_api": dict(calls),
+    }
+
+
+def run() -> dict[str, Any]:
+    """Seed the hung job, then measure the warn decision and, after the grace period, the stop decision."""
+    with moto.mock_aws(), SlackReceiver() as slack:
+        rt = _setup(slack)
+        _seed(World(rt.clients, now=rt.clock()))
+        name = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.PROGRESS)
+        warn = _measure(rt, alarm_event(name, "2026-11-30T10:00:00.000+0000"))
+        rt.clock.advance(6 * MINUTE)
+        host_alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.GPU_MEMORY, "algo-3")
+        stop = _measure(rt, alarm_event(host_alarm, "2026-11-30T10:06:00.000+0000"))
+    return {"warn (cold: reads the Slack secret)": warn, "stop": stop}
+
+
+def main() -> int:
+    moto_sagemaker.install()
+    stock = run()
+    moto_metric_index.install()
+    indexed = run()
+    print(
+        json.dumps(
+            {"job": f"{HOSTS} x ml.p4d.24xlarge, hung 40 min", "stock moto": stock, "indexed": indexed}, indent=2
+        )
+    )
+    within = all(r["calls"] <= CALL_BUDGET and r["seconds"] < SECONDS_BUDGET for r in indexed.values())
+    print(
+        f"budget (<= {CALL_BUDGET} calls, < {SECONDS_BUDGET} s per decision, moto GetMetricData indexed): "
+        f"{'met' if within else 'EXCEEDED'}"
+    )
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,542 @@
+"""Write the labeled replay corpus: seeded, so every run writes the same bytes.
+
+    python corpus/generate.py                      # corpus/traces/*.jsonl
+    python corpus/generate.py --out /tmp/traces    # elsewhere (the corpus test compares the two)
+    python corpus/generate.py --benchmark /tmp/long.jsonl   # the 6-hour, 8-host replay benchmark trace
+
+Each trace is simulated minute by minute from a script of segments (download, train, hang, checkpoint, ...)
+with realistic values: p4d (A100, ~380 W busy, ~100 W hung) and p5 (H100, ~640 W busy, ~150 W hung) hosts,
+SageMaker host metrics summed over devices, the CloudWatch agent's per-instance GPU metrics on EC2, the
+trainer_agent's metrics from rank 0 and per host, and per-host log lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
+
+from stallwatch import alarms, contract
+from stallwatch.pricing import instance_spec
+from stallwatch.signals import Platform
+from stallwatch.trace import (
+    EndEvent,
+    Event,
+    Expectation,
+    LogEvent,
+    LogRecord,
+    MetricDatum,
+    MetricEvent,
+    StatusEvent,
+    TraceHeader,
+    TraceJob,
+    write_trace,
+)
+from stallwatch.trace_source import TRACE_EPOCH
+
+TRACES_DIR = Path(__file__).resolve().parent / "traces"
+MINUTE = 60.0
+AGENT_OFFSET_S = 7.0  # the agent's windows close 7 s into each minute
+STREAM_EPOCH = int(TRACE_EPOCH)
+A100_MEMORY_MIB = 40_960
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """Power draw of one device by activity (W)."""
+
+    busy_w: float
+    hung_w: float
+    idle_w: float
+
+
+A100 = Gpu(busy_w=380.0, hung_w=100.0, idle_w=58.0)
+H100 = Gpu(busy_w=640.0, hung_w=150.0, idle_w=75.0)
+
+# Host activity -> (GPU %, GPU memory %, CPU %) per device, before noise; power picked from the Gpu.
+DOWNLOAD, BUSY, HUNG, CHECKPOINT, STARVED, DEAD, IDLE = (
+    "download",
+    "busy",
+    "hung",
+    "checkpoint",
+    "starved",
+    "dead",
+    "idle",
+)
+ACTIVITY = {
+    DOWNLOAD: (0.0, 0.0, 4.0),
+    BUSY: (97.0, 78.0, 14.0),
+    HUNG: (100.0, 78.0, 3.0),
+    CHECKPOINT: (2.0, 78.0, 22.0),
+    STARVED: (28.0, 76.0, 96.0),
+    DEAD: (0.0, 0.0, 0.4),
+    IDLE: (0.0, 78.0, 1.1),
+}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """From `start_s` on, the job does `activity`; `step_s` is the step time while it trains (None: no steps)."""
+
+    start_s: float
+    activity: str
+    step_s: float | None = None
+    logs: bool = True  # hosts keep writing log lines
+    phase_budget_s: float | None = None  # a declared phase (checkpoint) with this budget
+    nonfinite: bool = False
+    data_wait: float = 4.0  # percent of the window spent waiting for input
+    secondary: str | None = None  # the SageMaker secondary status this segment starts
+
+
+@dataclass
+class Scenario:
+    name: str
+    summary: str
+    platform: Platform
+    instance_type: str
+    hosts: int
+    agent: bool
+    segments: list[Segment]
+    duration_s: float
+    seed: int
+    expect: Expectation | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    gpu: Gpu = A100
+    crash: tuple[float, int, list[str]] | None = None  # (t, host index, the rank's last words)
+
+
+class Simulation:
+    """Turns a scenario into trace events."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self.sc = sc
+        self.rng = random.Random(sc.seed)
+        spec = instance_spec(sc.instance_type)
+        self.gpus, self.vcpus = spec.devices, spec.vcpus
+        if sc.platform is Platform.EC2:
+            self.hosts = [f"i-0{self.rng.randrange(16**16):016x}" for _ in range(sc.hosts)]
+        else:
+            self.hosts = [f"algo-{i}" for i in range(1, sc.hosts + 1)]
+        self.events: list[Event] = []
+        self.step = 0
+        self.last_step_t = 0.0
+        self.next_step_t: float | None = None
+        self.loss = 2.9 + self.rng.random() * 0.3
+        # The job as Stallwatch names it: the training job, or on EC2 the instance.
+        self.job = sc.name if sc.platform is Platform.SAGEMAKER else self.hosts[0]
+
+    def segment_at(self, t: float) -> Segment:
+        return [s for s in self.sc.segments if s.start_s <= t][-1]
+
+    def noise(self, value: float, spread: float) -> float:
+        return max(0.0, value + self.rng.uniform(-spread, spread))
+
+    def metric(self, t: float, namespace: str, name: str, dims: dict[str, str], value: float) -> None:
+        datum = MetricDatum(namespace=namespace, name=name, dimensions=dims, value=round(value, 2))
+        self.events.append(MetricEvent(t=round(t, 3), metric=datum))
+
+    def log(self, t: float, host: int, message: str) -> None:
+        name = self.hosts[host]
+        stream = f"{self.job}/{name}-{STREAM_EPOCH}" if self.sc.platform is Platform.SAGEMAKER else f"{name}/train.log"
+        self.events.append(LogEvent(t=round(t, 3), log=LogRecord(stream=stream, message=message)))
+
+    def crashed(self, t: float, host: int) -> bool:
+        return self.sc.crash is not None and host == self.sc.crash[1] and t >= self.sc.crash[0]
+
+    def host_minute(self, t: float, host: int, activity: str) -> None:
+        if self.crashed(t, host):
+            activity = DEAD
+        gpu, mem, cpu = ACTIVITY[activity]
+        gpu, mem, cpu = self.noise(gpu, 3.0) if gpu else 0.0, self.noise(mem, 2.0) if mem else 0.0, self.noise(cpu, 1.0)
+        gpu, mem = min(gpu, 100.0), min(mem, 100.0)
+        name = self.hosts[host]
+        if self.sc.platform is Platform.SAGEMAKER:
+            dims = {"Host": f"{self.job}/{name}"}
+            ns = contract.SAGEMAKER_NAMESPACE
+            self.metric(t, ns, "GPUUtilization", dims, gpu * self.gpus)
+            self.metric(t, ns, "GPUMemoryUtilization", dims, mem * self.gpus)
+            self.metric(t, ns, "CPUUtilization", dims, cpu * self.vcpus)
+        else:
+            dims = {alarms.CWAGENT_DIM_INSTANCE: name}
+            self.metric(t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, gpu)
+            self.metric(
+                t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, mem / 100 * A100_MEMORY_MIB
+            )
+            self.metric(t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, A100_MEMORY_MIB)
+            self.metric(t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
+        if self.sc.agent and activity not in (DOWNLOAD, DEAD):
+            power = {BUSY: self.sc.gpu.busy_w, STARVED: self.sc.gpu.busy_w * 0.45, HUNG: self.sc.gpu.hung_w}
+            watts = power.get(activity, self.sc.gpu.idle_w * 1.5)
+            host_dims = {contract.DIM_JOB: self.job, contract.DIM_HOST: name}
+            ta = t + AGENT_OFFSET_S
+            self.metric(ta, contract.NAMESPACE, "Heartbeat", host_dims, 1.0)
+            self.metric(ta, contract.NAMESPACE, "GPUPowerWatts", host_dims, self.noise(watts, watts * 0.04))
+
+    def steps_in(self, start: float, end: float, seg: Segment) -> list[float]:
+        """Step completion times in [start, end) while `seg` trains."""
+        if seg.step_s is None:
+            self.next_step_t = None
+            return []
+        if self.next_step_t is None:
+            self.next_step_t = start + seg.step_s
+        done = []
+        while self.next_step_t < end:
+            done.append(self.next_step_t)
+            self.next_step_t += seg.step_s * self.rng.uniform(0.97, 1.03)
+        return done
+
+    def agent_window(self, t: float, seg: Segment, steps: list[float]) -> None:
+        """Rank 0's job metrics for the window ending at `t`."""
+        dims = {contract.DIM_JOB: self.job}
+        ns = contract.NAMESPACE
+        self.metric(t, ns, "Steps", dims, len(steps))
+        self.metric(t, ns, "Step", dims, self.step)
+        self.metric(t, ns, "LastStepAge", dims, t - self.last_step_t)
+        if steps and seg.step_s:
+            self.metric(t, ns, "StepTime", dims, self.noise(seg.step_s, seg.step_s * 0.02))
+            if not seg.nonfinite:  # CloudWatch takes no NaN: the agent reports it as NonFiniteLoss only
+                self.metric(t, ns, "Loss", dims, self.loss)
+        self.metric(t, ns, "NonFiniteLoss", dims, len(steps) if seg.nonfinite else 0)
+        self.metric(t, ns, "DataWaitFraction", dims, self.noise(seg.data_wait, 2.0) if steps else 0.0)
+        remaining = 0.0
+        if seg.phase_budget_s is not None:
+            remaining = max(0.0, seg.phase_budget_s - (t - seg.start_s))
+        self.metric(t, ns, "PhaseBudgetRemaining", dims, remaining)
+
+    def host_logs(self, t: float, seg: Segment, steps: list[float]) -> None:
+        for host in range(len(self.hosts)):
+            if self.crashed(t, host) or not seg.logs:
+                continue
+            at = t + 20 + host * 0.37
+            rank = host * self.gpus
+            if seg.activity == DOWNLOAD:
+                if int(t / MINUTE) % 5 == 0:
+                    self.log(at, host, f"Downloading s3://training-data/shards/part-{int(t / 300):05d}.tar")
+            elif steps:
+                tokens = int(self.rng.uniform(0.95, 1.05) * 2.6e6 * len(self.hosts))
+                self.log(at, host, f"[rank {rank}] step {self.step} loss {self.loss:.4f} tokens/s {tokens}")
+            elif seg.activity == CHECKPOINT:
+                self.log(at, host, f"[rank {rank}] writing checkpoint shard {host} of step {self.step}")
+            elif seg.step_s is not None:
+                self.log(at, host, f"[rank {rank}] accumulating micro-batches for step {self.step + 1}")
+            else:
+                self.log(at, host, f"[rank {rank}] data prefetcher: 8/8 batches ready")
+
+    def run(self) -> list[Event]:
+        sc = self.sc
+        announced: set[float] = set()
+        t = 0.0
+        while t < sc.duration_s:
+            seg = self.segment_at(t)
+            if seg.secondary and seg.start_s not in announced and sc.platform is Platform.SAGEMAKER:
+                announced.add(seg.start_s)
+                self.events.append(StatusEvent(t=t, status="InProgress", secondary=seg.secondary))
+            for host in range(len(self.hosts)):
+                self.host_minute(t, host, seg.activity)
+            steps = self.steps_in(t, t + MINUTE, seg)
+            if steps:
+                self.step += len(steps)
+                self.last_step_t = steps[-1]
+                self.loss = max(1.2, self.loss - 0.0004 * len(steps) + self.rng.uniform(-0.01, 0.01))
+            if sc.agent and seg.activity != DOWNLOAD:
+                self.agent_window(t + MINUTE + AGENT_OFFSET_S, seg, steps)
+            self.host_logs(t, seg, steps)
+            if sc.crash and sc.crash[0] <= t + MINUTE and sc.crash[0] > t:
+                for i, line in enumerate(sc.crash[2]):
+                    self.log(sc.crash[0] + i * 0.01, sc.crash[1], line)
+            t += MINUTE
+        events = [e for e in self.events if e.t < sc.duration_s]
+        return [*events, EndEvent(t=sc.duration_s, end=True)]
+
+    def header(self) -> TraceHeader:
+        sc = self.sc
+        job = TraceJob(
+            name=self.job,
+            platform=sc.platform,
+            instance_type=sc.instance_type,
+            instance_count=sc.hosts,
+            gpus_per_host=self.gpus,
+            vcpus_per_host=self.vcpus,
+            tags=sc.tags,
+            instance_ids=self.hosts if sc.platform is Platform.EC2 else [],
+        )
+        return TraceHeader(stallwatch_trace=1, job=job, expect=sc.expect, scenario=sc.summary)
+
+
+def _stop_within(onset_s: float, minutes: float = 30.0, diagnosis: str | None = None) -> Expectation:
+    """The label for a stall: stopped after its onset and within `minutes` of it."""
+    return Expectation(action="stop", window_s=(onset_s, onset_s + minutes * 60), diagnosis=diagnosis)
+
+
+def _no_stop(diagnosis: str | None = None) -> Expectation:
+    return Expectation(action="none", diagnosis=diagnosis)
+
+
+def _start(download_s: float, step_s: float = 1.9) -> list[Segment]:
+    return [
+        Segment(0.0, DOWNLOAD, logs=True, secondary="Downloading"),
+        Segment(download_s, BUSY, step_s=step_s, secondary="Training"),
+    ]
+
+
+NCCL_CRASH = [
+    "[rank 32] RuntimeError: CUDA error: an illegal memory access was encountered",
+    "Traceback (most recent call last):",
+    '  File "/opt/ml/code/train.py", line 412, in <module>',
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED",
+]
+
+
+def scenarios() -> list[Scenario]:
+    """Every case the engine must tell apart, on both platforms, 1 and 8 hosts, with and without the agent."""
+    sm, ec2 = Platform.SAGEMAKER, Platform.EC2
+    hang_onset = 3_930.0
+    return [
+        Scenario(
+            name="sm-hang-8host-agent",
+            summary="NCCL hang at 100% GPU utilization on 8 p4d hosts: power drops, steps stop, logs keep flowing.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=8,
+            agent=True,
+            segments=[*_start(420.0), Segment(hang_onset, HUNG)],
+            duration_s=hang_onset + 2_400,
+            seed=101,
+            expect=_stop_within(hang_onset, diagnosis="hang"),
+        ),
+        Scenario(
+            name="sm-crashed-rank-8host",
+            summary="One rank of 8 p4d hosts dies on an illegal memory access; the other 7 spin at 100%; no agent.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=8,
+            agent=False,
+            segments=[*_start(360.0), Segment(4_110.0, HUNG, logs=False)],
+            duration_s=4_110.0 + 2_400,
+            seed=102,
+            crash=(4_110.0, 4, NCCL_CRASH),
+            expect=_stop_within(4_110.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="sm-idle-silent-1host",
+            summary="Single p4d host without the agent: GPUs go idle and the logs fall silent (a deadlocked script).",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=False,
+            segments=[*_start(300.0), Segment(3_000.0, IDLE, logs=False)],
+            duration_s=3_000.0 + 3_600,
+            seed=103,
+            expect=_stop_within(3_000.0, diagnosis="idle"),
+        ),
+        Scenario(
+            name="ec2-idle-silent-noagent",
+            summary="EC2 p4d instance (CloudWatch agent metrics only): GPUs idle, process gone quiet.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=1,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=1.9), Segment(2_700.0, IDLE, logs=False)],
+            duration_s=2_700.0 + 3_600,
+            seed=104,
+            expect=_stop_within(2_700.0, diagnosis="idle"),
+        ),
+        Scenario(
+            name="sm-long-download-1host",
+            summary="A 48-minute data download before training (within the 60-minute startup grace), then training.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=_start(2_880.0),
+            duration_s=2_880.0 + 3_600,
+            seed=105,
+            expect=_no_stop(diagnosis="starting"),
+        ),
+        Scenario(
+            name="sm-checkpoint-within-budget-2host",
+            summary="2 p5 hosts write a 24-minute checkpoint inside its declared 30-minute budget, then train on.",
+            platform=sm,
+            instance_type="ml.p5.48xlarge",
+            hosts=2,
+            agent=True,
+            segments=[
+                *_start(300.0, step_s=2.4),
+                Segment(3_300.0, CHECKPOINT, phase_budget_s=1_800.0),
+                Segment(3_300.0 + 1_440.0, BUSY, step_s=2.4),
+            ],
+            duration_s=7_200.0,
+            seed=106,
+            gpu=H100,
+            expect=_no_stop(diagnosis="phase"),
+        ),
+        Scenario(
+            name="sm-checkpoint-overrun-2host",
+            summary="2 p5 hosts: a checkpoint with a 10-minute budget hangs on storage and never finishes.",
+            platform=sm,
+            instance_type="ml.p5.48xlarge",
+            hosts=2,
+            agent=True,
+            segments=[*_start(300.0, step_s=2.4), Segment(3_300.0, CHECKPOINT, phase_budget_s=600.0)],
+            duration_s=3_300.0 + 4_200,
+            seed=107,
+            gpu=H100,
+            expect=_stop_within(3_300.0 + 600.0, diagnosis="phase_overrun"),
+        ),
+        Scenario(
+            name="sm-slow-25min-steps-1host",
+            summary="A job whose every step takes 25 minutes (huge gradient accumulation): slow, never stalled.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=_start(300.0, step_s=1_500.0),
+            duration_s=4 * 3_600.0,
+            seed=108,
+            expect=_no_stop(),
+        ),
+        Scenario(
+            name="ec2-dataloader-starvation-agent",
+            summary="EC2 p4d: the input pipeline cannot keep up; GPUs ~28% busy, 80% of the time waiting for data.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[Segment(0.0, BUSY, step_s=1.9), Segment(1_800.0, STARVED, step_s=6.5, data_wait=80.0)],
+            duration_s=5_400.0,
+            seed=109,
+            expect=_no_stop(diagnosis="data_starvation"),
+        ),
+        Scenario(
+            name="sm-nonfinite-loss-alert",
+            summary="The loss turns NaN and stays NaN; the default policy alerts and never stops.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1.9, nonfinite=True)],
+            duration_s=5_400.0,
+            seed=110,
+            expect=_no_stop(diagnosis="nonfinite_loss"),
+        ),
+        Scenario(
+            name="sm-nonfinite-loss-stop",
+            summary="The loss turns NaN; the job is tagged stallwatch:stop-on-nonfinite-loss=true, so it is stopped.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1.9, nonfinite=True)],
+            duration_s=5_400.0,
+            seed=111,
+            tags={"stallwatch:stop-on-nonfinite-loss": "true"},
+            expect=_stop_within(2_400.0, diagnosis="nonfinite_loss"),
+        ),
+        Scenario(
+            name="sm-healthy-8host-agent",
+            summary="8 p5 hosts training steadily for an hour.",
+            platform=sm,
+            instance_type="ml.p5.48xlarge",
+            hosts=8,
+            agent=True,
+            segments=_start(480.0, step_s=3.1),
+            duration_s=3_600.0,
+            seed=112,
+            gpu=H100,
+            expect=_no_stop(),
+        ),
+        Scenario(
+            name="ec2-healthy-noagent",
+            summary="EC2 p4d training steadily for 2 hours, no agent: busy GPUs and a log line a minute.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=1,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=1.9)],
+            duration_s=7_200.0,
+            seed=113,
+            expect=_no_stop(),
+        ),
+        Scenario(
+            name="ec2-hang-agent",
+            summary="EC2 p4d with the agent: a collective hangs at 100% utilization, power drops, a thread logs on.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[Segment(0.0, BUSY, step_s=1.9), Segment(2_430.0, HUNG)],
+            duration_s=2_430.0 + 3_600,
+            seed=114,
+            expect=_stop_within(2_430.0, diagnosis="hang"),
+        ),
+        Scenario(
+            name="sm-hang-observe-1host",
+            summary="A hang on a job tagged stallwatch:mode=observe: Stallwatch records what it would do, never stops.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[*_start(300.0), Segment(2_790.0, HUNG)],
+            duration_s=2_790.0 + 3_000,
+            seed=115,
+            tags={"stallwatch:mode": "observe"},
+            expect=_no_stop(diagnosis="hang"),
+        ),
+    ]
+
+
+def benchmark_scenario(hours: float = 6.0, hosts: int = 8) -> Scenario:
+    """The replay-speed benchmark: a healthy `hours`-long, `hosts`-host job with the agent (replayed to its end)."""
+    return Scenario(
+        name=f"bench-{hosts}host-{hours:g}h",
+        summary=f"{hours:g}-hour, {hosts}-host p4d job with the agent, healthy throughout.",
+        platform=Platform.SAGEMAKER,
+        instance_type="ml.p4d.24xlarge",
+        hosts=hosts,
+        agent=True,
+        segments=_start(600.0),
+        duration_s=hours * 3_600,
+        seed=200,
+        expect=_no_stop(),
+    )
+
+
+def write_scenario(sc: Scenario, path: Path) -> None:
+    sim = Simulation(sc)
+    events = sim.run()
+    write_trace(sim.header(), events, path)
+
+
+def generate(out: Path, select: Callable[[Scenario], bool] = lambda _: True) -> list[Path]:
+    """Write every corpus trace into `out`; return their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for sc in scenarios():
+        if select(sc):
+            path = out / f"{sc.name}.jsonl"
+            write_scenario(sc, path)
+            paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=TRACES_DIR, help="directory for the corpus traces")
+    parser.add_argument("--benchmark", type=Path, help="write only the 6-hour, 8-host benchmark trace to this file")
+    args = parser.parse_args(argv)
+    if args.benchmark:
+        write_scenario(benchmark_scenario(), args.benchmark)
+        print(args.benchmark)
+        return 0
+    for path in generate(args.out):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

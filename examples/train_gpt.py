@@ -1,0 +1,182 @@
+"""Train a small GPT on CPU with the Stallwatch agent, optionally injecting the faults Stallwatch detects.
+
+    python examples/train_gpt.py --steps 60 --interval 5
+    python examples/train_gpt.py --steps 0 --fault hang --fault-after 20      # stops stepping, keeps logging
+    python examples/train_gpt.py --fault crash --fault-after 10               # NCCL/CUDA error, exit 1
+
+Faults: hang (a collective that never returns, with NCCL-like watchdog lines on stderr), crash (a
+fatal NCCL/CUDA error and traceback, non-zero exit), checkpoint (a declared phase, then training
+resumes), idle (no steps and no output; the process stays alive). SIGTERM flushes the agent's last
+window and exits 0, as SageMaker's StopTrainingJob expects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+import time
+from typing import IO
+
+import torch
+from gpt import GPT, CharBatches, GPTConfig, local_text
+
+from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, Sink, TrainerAgent
+from trainer_agent.flops import matmul_param_count, transformer_flops_per_token
+from trainer_agent.sinks import module_available
+
+FAULTS = ("none", "hang", "crash", "checkpoint", "idle")
+HANG_LOG_EVERY_S = 5.0
+CRASH_LOG = (
+    "[rank0]:[E ProcessGroupNCCL.cpp:1577] [PG 0 Rank 0] Process group watchdog thread terminated with exception: "
+    "CUDA error: an illegal memory access was encountered\n"
+    "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
+CRASH_ERROR = (
+    "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error "
+    "(run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+    "ncclUnhandledCudaError: Call to CUDA function failed.\n"
+    "Last error:\nCuda failure 'an illegal memory access was encountered'"
+)
+
+
+class QuietableStream:
+    """stdout that can be silenced (the idle fault stops all output while the agent keeps publishing)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream, self.silenced = stream, False
+
+    def write(self, text: str) -> int:
+        return len(text) if self.silenced else self.stream.write(text)
+
+    def flush(self) -> None:
+        if not self.silenced:
+            self.stream.flush()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200, help="steps to train; 0 runs until stopped")
+    parser.add_argument("--interval", type=float, default=60.0, help="the agent's emission window, seconds")
+    parser.add_argument("--fault", choices=FAULTS, default="none")
+    parser.add_argument("--fault-after", type=int, default=20, help="steps before the fault")
+    parser.add_argument("--checkpoint-budget", type=float, default=60.0, help="declared checkpoint budget, s")
+    parser.add_argument("--checkpoint-seconds", type=float, default=10.0, help="how long the checkpoint takes, s")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--log-every", type=int, default=1, help="progress line every N steps")
+    parser.add_argument("--jsonl", help="also write the agent's windows to this JSONL file")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 0 or args.fault_after < 0 or args.log_every < 1:
+        parser.error("--steps and --fault-after must be >= 0, --log-every >= 1")
+    return args
+
+
+def build_sinks(stdout: QuietableStream, jsonl: str | None, interval_s: float) -> list[Sink]:
+    """The agent's "auto" sinks, with the stdout line on a stream the idle fault can silence."""
+    sinks: list[Sink] = [EmfStdoutSink(stream=stdout)]  # type: ignore[arg-type]
+    if module_available("boto3"):
+        sinks.append(CloudWatchSink(interval_s=interval_s, require_credentials=True))
+    if jsonl:
+        sinks.append(JsonlSink(jsonl))
+    return sinks
+
+
+def hang_forever() -> None:
+    """Block like a collective that never completes, while a watchdog keeps logging (NCCL's does)."""
+
+    def watchdog() -> None:
+        waited_ms = 0
+        while True:
+            time.sleep(HANG_LOG_EVERY_S)
+            waited_ms += int(HANG_LOG_EVERY_S * 1000)
+            print(
+                f"[rank0]:[W ProcessGroupNCCL.cpp:1250] Watchdog: still waiting for collective ALLREDUCE "
+                f"(SeqNum=1042, OpType=ALLREDUCE, NumelIn=1, NumelOut=1) after {waited_ms} ms",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    threading.Thread(target=watchdog, name="nccl-watchdog", daemon=True).start()
+    while True:
+        time.sleep(1.0)
+
+
+def crash() -> None:
+    sys.stderr.write(CRASH_LOG)
+    sys.stderr.flush()
+    raise RuntimeError(CRASH_ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_cleanly)  # installed first: the agent flushes, then chains to it
+    torch.manual_seed(args.seed)
+    config = GPTConfig()
+    model = GPT(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batches = CharBatches(local_text(), args.batch_size, config.seq_len, seed=args.seed)
+    flops_per_token = transformer_flops_per_token(
+        n_params=matmul_param_count(model),
+        n_layers=config.n_layers,
+        n_heads=config.n_heads,
+        head_dim=config.head_dim,
+        seq_len=config.seq_len,
+    )
+    stdout = QuietableStream(sys.stdout)
+    agent = TrainerAgent(
+        flops_per_token=flops_per_token,
+        peak_tflops=None,  # CPU: MFU is absent (and the log says why), TFLOPs/GPU is reported
+        total_steps=args.steps or None,
+        interval_s=args.interval,
+        sinks=build_sinks(stdout, args.jsonl, args.interval),
+    )
+    tokens = args.batch_size * config.seq_len
+    step = 0
+    try:
+        while args.steps == 0 or step < args.steps:
+            if args.fault != "none" and step == args.fault_after:
+                inject(args, agent, stdout)
+            started = time.perf_counter()
+            x, y = batches.next()
+            with agent.step(tokens=tokens, samples=args.batch_size):
+                _, loss = model(x, y)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            agent.record(loss=loss)
+            step += 1
+            if step % args.log_every == 0:
+                elapsed_ms = (time.perf_counter() - started) * 1000
+                print(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step", file=stdout, flush=True)
+    finally:
+        agent.close()
+    return 0
+
+
+def inject(args: argparse.Namespace, agent: TrainerAgent, stdout: QuietableStream) -> None:
+    """Run the requested fault at step --fault-after."""
+    print(f"fault {args.fault} at step {args.fault_after}", file=stdout, flush=True)
+    if args.fault == "hang":
+        with agent.step():
+            hang_forever()
+    elif args.fault == "crash":
+        with agent.step():
+            crash()
+    elif args.fault == "checkpoint":
+        with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
+            time.sleep(args.checkpoint_seconds)
+        print("checkpoint saved", file=stdout, flush=True)
+    elif args.fault == "idle":
+        stdout.silenced = True
+        while True:
+            time.sleep(1.0)
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The Slack interactivity endpoint (a Lambda Function URL): verify the signature, then apply the button press.
+
+The Function URL has no IAM auth (Slack cannot sign SigV4); the Slack signature is the authentication.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import ValidationError
+
+from stallwatch import interactions
+from stallwatch.observability import logger, metrics, tracer
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    try:
+        request = parse(event=event, model=LambdaFunctionUrlModel)
+        raw = request.body or ""
+        body = base64.b64decode(raw, validate=True).decode() if request.isBase64Encoded else raw
+    except (ValidationError, binascii.Error, UnicodeDecodeError) as exc:
+        logger.warning("not a Function URL request", extra={"error": str(exc)})
+        reply = interactions.Reply(
+            400, {"status": "rejected", "error": f"not a Function URL request: {type(exc).__name__}"}
+        )
+    else:
+        reply = interactions.endpoint().handle(body, request.headers)
+    return {"statusCode": reply.status, "headers": {"Content-Type": "application/json"}, "body": json.dumps(reply.body)}

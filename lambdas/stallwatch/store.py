@@ -1,0 +1,221 @@
+"""DynamoDB memory of the control plane: job state, incidents, the audit trail and event idempotency.
+
+One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
+
+    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident
+    pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
+    pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
+    pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
+
+A decision is committed in one transaction (state at the version it was read + audit record + event claim),
+so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stallwatch.decision import JobState
+
+STATE_SK = "state"
+EVENT_SK = "event"
+SECONDS_PER_DAY = 86_400
+BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
+
+
+class ConcurrentDecisionError(RuntimeError):
+    """The job's state changed since it was read, or the event was already handled: nothing was written."""
+
+
+def job_key(platform: str, job: str) -> str:
+    return f"job#{platform}#{job}"
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A job's state as read, with what the store needs to write it back safely."""
+
+    state: JobState = field(default_factory=JobState)
+    version: int = 0
+    incident: str | None = None  # sort key of the open incident
+
+
+def _state_to_json(state: JobState) -> str:
+    return json.dumps(asdict(state))
+
+
+def _state_from_json(raw: str) -> JobState:
+    data = json.loads(raw)
+    data["alerted"] = tuple(data.get("alerted", ()))
+    return JobState(**data)
+
+
+class Store:
+    """The table, through the low-level DynamoDB client (no float/Decimal conversions: state is JSON)."""
+
+    def __init__(self, dynamodb: Any, table: str, ttl_days: int) -> None:
+        self.dynamodb = dynamodb
+        self.table = table
+        self.ttl_seconds = ttl_days * SECONDS_PER_DAY
+
+    def _expires(self, now: float) -> dict[str, str]:
+        return {"N": str(int(now + self.ttl_seconds))}
+
+    def load(self, key: str) -> StoredState:
+        item = self.dynamodb.get_item(
+            TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": STATE_SK}}, ConsistentRead=True
+        ).get("Item")
+        return _stored(item) if item else StoredState()
+
+    def load_many(self, keys: list[str]) -> dict[str, StoredState]:
+        """States of many jobs, 100 keys per BatchGetItem call; jobs never seen get an empty state."""
+        found: dict[str, StoredState] = {key: StoredState() for key in keys}
+        for offset in range(0, len(keys), BATCH_GET_LIMIT):
+            request = {
+                self.table: {
+                    "Keys": [{"pk": {"S": k}, "sk": {"S": STATE_SK}} for k in keys[offset : offset + BATCH_GET_LIMIT]],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                response = self.dynamodb.batch_get_item(RequestItems=request)
+                for item in response["Responses"].get(self.table, []):
+                    found[item["pk"]["S"]] = _stored(item)
+                request = response.get("UnprocessedKeys") or {}
+        return found
+
+    def commit(
+        self,
+        key: str,
+        read: StoredState,
+        written: StoredState,
+        audit: dict[str, Any],
+        now: float,
+        event_key: str | None = None,
+        close_incident: str | None = None,
+    ) -> str:
+        """Write the new state (if still at the version read), its audit record, the event claim, and the opened
+        or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost."""
+        audit_sk = f"audit#{now:017.3f}#{event_key or 'sweep'}"
+        expires = self._expires(now)
+        state_item = {
+            "pk": {"S": key},
+            "sk": {"S": STATE_SK},
+            "state": {"S": _state_to_json(written.state)},
+            "version": {"N": str(read.version + 1)},
+            "updated_at": {"N": f"{now:.3f}"},
+            "expires_at": expires,
+        }
+        if written.incident:
+            state_item["incident"] = {"S": written.incident}
+        condition = "attribute_not_exists(pk)" if read.version == 0 else "version = :v"
+        put_state: dict[str, Any] = {"TableName": self.table, "Item": state_item, "ConditionExpression": condition}
+        if read.version:
+            put_state["ExpressionAttributeValues"] = {":v": {"N": str(read.version)}}
+        items: list[dict[str, Any]] = [
+            {"Put": put_state},
+            {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+        ]
+        if event_key:
+            event_item = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}, "expires_at": expires}
+            condition = "attribute_not_exists(pk)"
+            items.append({"Put": {"TableName": self.table, "Item": event_item, "ConditionExpression": condition}})
+        if written.incident and written.incident != read.incident:
+            incident = _incident_item(key, written.incident, audit, now, expires)
+            items.append({"Put": {"TableName": self.table, "Item": incident}})
+        if close_incident:
+            items.append({"Update": self._close(key, close_incident, audit.get("diagnosis", "healthy"), now)})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=items)
+        except self.dynamodb.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            raise ConcurrentDecisionError(f"decision on {key} not committed: {reasons}") from exc
+        return audit_sk
+
+    def record_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> None:
+        """Add what acting did (stop result, Slack result) to the decision's audit record."""
+        self.dynamodb.update_item(
+            TableName=self.table,
+            Key={"pk": {"S": key}, "sk": {"S": audit_sk}},
+            UpdateExpression="SET outcome = :o",
+            ExpressionAttributeValues={":o": {"S": json.dumps(outcome, default=str)}},
+        )
+
+    def release_stop(self, key: str, state: JobState) -> None:
+        """Forget a stop that failed, so the sweeper tries again."""
+        self.dynamodb.update_item(
+            TableName=self.table,
+            Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            UpdateExpression="SET #s = :s ADD version :one",
+            ExpressionAttributeNames={"#s": "state"},
+            ExpressionAttributeValues={":s": {"S": _state_to_json(state.with_(stopped_at=None))}, ":one": {"N": "1"}},
+        )
+
+    def close_job(self, key: str, reason: str, now: float) -> bool:
+        """The job ended: close its open incident and clear its state. True if an incident was closed."""
+        item = self.dynamodb.get_item(TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": STATE_SK}}).get("Item")
+        if not item:
+            return False
+        stored = _stored(item)
+        items: list[dict[str, Any]] = [
+            {"Delete": {"TableName": self.table, "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}}}}
+        ]
+        if stored.incident:
+            items.append({"Update": self._close(key, stored.incident, reason, now)})
+        self.dynamodb.transact_write_items(TransactItems=items)
+        return stored.incident is not None
+
+    def _close(self, key: str, incident: str, reason: str, now: float) -> dict[str, Any]:
+        return {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": incident}},
+            "UpdateExpression": "SET #st = :closed, closed_at = :t, close_reason = :r",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {":closed": {"S": "closed"}, ":t": {"N": f"{now:.3f}"}, ":r": {"S": reason}},
+        }
+
+    def records(self, key: str, kind: str) -> list[dict[str, Any]]:
+        """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""
+        response = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :kind)",
+            ExpressionAttributeValues={":pk": {"S": key}, ":kind": {"S": f"{kind}#"}},
+        )
+        return [_plain(item) for item in response["Items"]]
+
+
+def _stored(item: dict[str, Any]) -> StoredState:
+    return StoredState(
+        state=_state_from_json(item["state"]["S"]),
+        version=int(item["version"]["N"]),
+        incident=item.get("incident", {}).get("S"),
+    )
+
+
+def _audit_item(key: str, sk: str, audit: dict[str, Any], expires: dict[str, str]) -> dict[str, Any]:
+    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": json.dumps(audit, default=str)}, "expires_at": expires}
+
+
+def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires: dict[str, str]) -> dict[str, Any]:
+    return {
+        "expires_at": expires,
+        "pk": {"S": key},
+        "sk": {"S": sk},
+        "status": {"S": "open"},
+        "opened_at": {"N": f"{now:.3f}"},
+        "diagnosis": {"S": str(audit.get("diagnosis", ""))},
+        "reasons": {"S": json.dumps(audit.get("reasons", []))},
+    }
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as a dict; JSON string attributes (`record`, `outcome`, `state`) decoded."""
+    out: dict[str, Any] = {}
+    for name, value in item.items():
+        ((kind, raw),) = value.items()
+        out[name] = float(raw) if kind == "N" else raw
+        if name in ("record", "outcome", "state", "reasons"):
+            out[name] = json.loads(raw)
+    return out

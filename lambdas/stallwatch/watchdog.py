@@ -1,0 +1,370 @@
+"""What the Lambdas do, behind thin handlers: provision alarms, decide on alarms, sweep.
+
+    rt = runtime()                                   # from the environment, created once per container
+    on_job_state(parse_event(raw, JobStateEvent), rt)
+    handle_alarm(parse_event(raw, AlarmEvent), rt)
+    sweep(rt)
+
+One decision walks: signals (`AwsSignalSource`) -> `engine.decide` -> commit (state at the version read + audit
++ event claim, one DynamoDB transaction) -> stop -> Slack -> outcome in the audit record. Only the winner of the
+commit acts, so a duplicated event or two alarms of one job racing never stop twice or post twice; the stop goes
+before Slack, and a Slack failure is recorded, never raised.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stallwatch import actions, alarms, contract, engine
+from stallwatch.aws_source import AwsClients, AwsSignalSource, JobNotFoundError
+from stallwatch.config import StallwatchConfig
+from stallwatch.decision import Action, Decision
+from stallwatch.events import AlarmActionEvent, AlarmStateChange, InstanceStateChange, TrainingJobStateChange
+from stallwatch.observability import logger, metrics
+from stallwatch.policy import EC2_MONITOR_TAG, Mode
+from stallwatch.signals import JobSignals, Platform
+from stallwatch.slack import AlertMessage, Evidence, SlackNotifier
+from stallwatch.store import ConcurrentDecisionError, Store, StoredState, job_key
+
+POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
+ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
+ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
+PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
+MONITOR_TAG_VALUE = "true"
+
+
+class LambdaEnvironment(BaseModel):
+    """The functions' environment variables."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    table_name: str = Field(alias="TABLE_NAME", min_length=3)
+    slack_secret_arn: str | None = Field(None, alias="SLACK_SECRET_ARN")
+    alarm_action_arn: str = Field("", alias="ALARM_ACTION_ARN")
+
+
+class ConfigurationError(RuntimeError):
+    """A required environment variable is missing or invalid."""
+
+
+@dataclass
+class Runtime:
+    """Everything the logic needs from the outside world; built from the environment in Lambda."""
+
+    config: StallwatchConfig
+    clients: AwsClients
+    store: Store
+    notifier: SlackNotifier
+    alarm_action_arn: str
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def from_env(cls) -> Runtime:
+        try:
+            env = LambdaEnvironment.model_validate(dict(os.environ))
+            config = StallwatchConfig.from_env()
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid Lambda environment: {exc}") from exc
+        clients = AwsClients()
+        return cls(
+            config=config,
+            clients=clients,
+            store=Store(clients.dynamodb, env.table_name, config.incident_ttl_days),
+            notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
+            alarm_action_arn=env.alarm_action_arn,
+        )
+
+    def source(self, platform: Platform) -> AwsSignalSource:
+        return AwsSignalSource(self.clients, platform)
+
+
+@functools.cache
+def runtime() -> Runtime:
+    """The container's runtime, created on first use (no AWS call at import time)."""
+    return Runtime.from_env()
+
+
+@dataclass
+class Outcome:
+    """What one decision did, returned by the handlers and written to the audit record."""
+
+    job: str
+    status: str  # decided, duplicate, ignored, off, not_found
+    diagnosis: str | None = None
+    action: str | None = None
+    stopped: bool | None = None
+    posted: bool | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != {}}
+
+
+# ---- on_alarm ---------------------------------------------------------------------------------------------------
+
+
+def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dict[str, Any]:
+    """An alarm fired: look at its job and act on what the engine decides."""
+    alarm = event.alarm
+    if alarm.state.value != "ALARM":
+        return Outcome(job="", status="ignored", details={"reason": f"alarm state {alarm.state.value}"}).as_dict()
+    try:
+        ref = alarms.parse_alarm_name(alarm.alarm_name, rt.config.alarm_prefix)
+    except ValueError as exc:
+        logger.warning("ignoring an alarm Stallwatch did not create", extra={"error": str(exc)})
+        return Outcome(job="", status="ignored", details={"reason": str(exc)}).as_dict()
+    source = rt.source(ref.platform)
+    now = rt.clock()
+    try:
+        signals = source.job_signals(ref.job, now)
+    except JobNotFoundError as exc:
+        return Outcome(job=ref.job, status="not_found", details={"reason": str(exc)}).as_dict()
+    outcome = decide_and_act(signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key)
+    return outcome.as_dict()
+
+
+def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: str | None = None) -> Outcome:
+    """Decide on one job and, if this invocation wins the commit, stop and/or alert."""
+    facts = signals.facts
+    effective = rt.config.policy.for_job(facts.tags)
+    if effective.mode is Mode.OFF:
+        return Outcome(job=facts.name, status="off")
+    key = job_key(facts.platform, facts.name)
+    read = rt.store.load(key)
+    decision = engine.decide(signals, effective, read.state, signals.now)
+    written, close = _next_stored(read, decision)
+    audit = {
+        "at": decision.at,
+        "job": facts.name,
+        "platform": facts.platform.value,
+        "trigger": trigger,
+        "event": event_key,
+        "mode": decision.mode.value,
+        "diagnosis": decision.diagnosis.value,
+        "action": decision.action.value,
+        "would": decision.would.value,
+        "reasons": list(decision.reasons),
+        "evidence": decision.evidence,
+        "may_stop": effective.may_stop,
+        "tag_errors": effective.tag_errors,
+    }
+    try:
+        audit_sk = rt.store.commit(key, read, written, audit, signals.now, event_key=event_key, close_incident=close)
+    except ConcurrentDecisionError as exc:
+        logger.info("decision not committed: duplicate event or concurrent decision", extra={"error": str(exc)})
+        metrics.add_metric(name="DuplicateDecisions", unit=MetricUnit.Count, value=1)
+        return Outcome(job=facts.name, status="duplicate", details={"reason": str(exc)})
+    metrics.add_metric(name="Decisions", unit=MetricUnit.Count, value=1)
+    outcome = Outcome(
+        job=facts.name, status="decided", diagnosis=decision.diagnosis.value, action=decision.action.value
+    )
+    _act(signals, rt, decision, read, written, key, audit_sk, outcome)
+    logger.info("decision", extra={"audit": audit, "outcome": outcome.as_dict()})
+    return outcome
+
+
+def _next_stored(read: StoredState, decision: Decision) -> tuple[StoredState, str | None]:
+    """The state to write, and the incident to close (if the job is no longer a problem)."""
+    state = engine.next_state(read.state, decision)
+    if decision.diagnosis in engine.NOT_PROBLEMS:
+        return StoredState(state, read.version, None), read.incident
+    incident = read.incident or f"incident#{decision.at:017.3f}"
+    return StoredState(state, read.version, incident), None
+
+
+def _act(
+    signals: JobSignals,
+    rt: Runtime,
+    decision: Decision,
+    read: StoredState,
+    written: StoredState,
+    key: str,
+    audit_sk: str,
+    outcome: Outcome,
+) -> None:
+    """Stop first, then Slack; record both results. Never raises for an action failure.
+
+    The engine repeats no action (`JobState.alerted`, `warned_at`, `stopped_at`), so each one happens once."""
+    if decision.action not in POSTED_ACTIONS:
+        return
+    stop_result = actions.stop(rt.clients, signals.facts) if decision.action is Action.STOP else None
+    result: dict[str, Any] = {}
+    if stop_result is not None:
+        outcome.stopped = stop_result.ok
+        result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
+        metrics.add_metric(name="JobsStopped" if stop_result.ok else "StopFailures", unit=MetricUnit.Count, value=1)
+        if not stop_result.ok:
+            logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, **result["stop"]})
+            rt.store.release_stop(key, written.state)
+    evidence = Evidence.of(decision, signals, written.state.stall_since or read.state.stall_since)
+    message = AlertMessage(decision, signals.facts, evidence, stop_result).render()
+    post = rt.notifier.post(message)
+    outcome.posted = post.ok
+    result["slack"] = {"ok": post.ok, "detail": post.detail}
+    if not post.ok:
+        logger.error("Slack post failed", extra={"job": signals.facts.name, "detail": post.detail})
+        metrics.add_metric(name="SlackFailures", unit=MetricUnit.Count, value=1)
+    outcome.details.update(result)
+    rt.store.record_outcome(key, audit_sk, result)
+
+
+# ---- on_job_state -----------------------------------------------------------------------------------------------
+
+
+def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
+    """A job started or ended: create or delete its alarms; an ended job's incident is closed."""
+    if isinstance(event, TrainingJobStateChange):
+        if not rt.config.policy.monitor_sagemaker:
+            return {"status": "ignored", "reason": "monitor_sagemaker is false"}
+        detail = event.detail
+        name, platform = detail.training_job_name, Platform.SAGEMAKER
+        if detail.training_job_status == "InProgress":
+            return provision_alarms(rt, platform, name)
+        if detail.training_job_status in ENDED_SAGEMAKER:
+            return retire_job(rt, platform, name, detail.training_job_status)
+        return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
+    if not rt.config.policy.monitor_ec2:
+        return {"status": "ignored", "reason": "monitor_ec2 is false"}
+    instance, state = event.detail.instance_id, event.detail.state
+    if state == "running":
+        return provision_alarms(rt, Platform.EC2, instance)
+    if state in ENDED_EC2:
+        return retire_job(rt, Platform.EC2, instance, state)
+    return {"status": "ignored", "job": instance, "reason": f"state {state}"}
+
+
+def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2."""
+    try:
+        facts = rt.source(platform).facts(name)
+    except JobNotFoundError as exc:
+        return {"status": "not_found", "job": name, "reason": str(exc)}
+    if platform is Platform.EC2 and facts.tags.get(EC2_MONITOR_TAG, "").lower() != MONITOR_TAG_VALUE:
+        return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
+    effective = rt.config.policy.for_job(facts.tags)
+    if effective.tag_errors:
+        logger.warning("ignored bad stallwatch tags", extra={"job": name, "errors": effective.tag_errors})
+    definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
+    if not definitions:
+        deleted = _delete_alarms(rt, platform, name)
+        return {"status": "off", "job": name, "alarms_deleted": deleted}
+    for definition in definitions:
+        rt.clients.cloudwatch.put_metric_alarm(**definition)
+    metrics.add_metric(name="AlarmsPut", unit=MetricUnit.Count, value=len(definitions))
+    return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
+
+
+def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
+    """The job ended: delete its alarms and close its open incident."""
+    deleted = _delete_alarms(rt, platform, name)
+    closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
+    return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
+
+
+def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
+    paginator = rt.clients.cloudwatch.get_paginator("describe_alarms")
+    pages = paginator.paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
+    return [a["AlarmName"] for page in pages for a in page["MetricAlarms"]]
+
+
+def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
+    for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
+        rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
+    return len(names)
+
+
+# ---- sweeper ----------------------------------------------------------------------------------------------------
+
+
+def sweep(rt: Runtime) -> dict[str, Any]:
+    """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops."""
+    now = rt.clock()
+    running = _running_jobs(rt)
+    existing = _alarm_names(rt, rt.config.alarm_prefix)
+    with_alarms = {(r.platform, r.job) for r in _parse_names(existing, rt.config.alarm_prefix)}
+    provisioned = [provision_alarms(rt, p, name) for p, name in running if (p, name) not in with_alarms]
+    published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
+    states = rt.store.load_many([job_key(p, name) for p, name in running])
+    due = [(p, name) for p, name in running if _needs_decision(states[job_key(p, name)], now)]
+    outcomes = []
+    for platform in Platform:
+        names = [name for p, name in due if p is platform]
+        if names:
+            batch = rt.source(platform).many_job_signals(names, now)
+            outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    summary = {
+        "running": len(running),
+        "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
+        "log_idle_published": published,
+        "redecided": outcomes,
+    }
+    logger.info("sweep", extra=summary)
+    return summary
+
+
+def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
+    jobs: list[tuple[Platform, str]] = []
+    if rt.config.policy.monitor_sagemaker:
+        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+        jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
+    if rt.config.policy.monitor_ec2:
+        filters = [
+            {"Name": f"tag:{EC2_MONITOR_TAG}", "Values": [MONITOR_TAG_VALUE]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+        pages = rt.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        jobs += [
+            (Platform.EC2, i["InstanceId"]) for page in pages for r in page["Reservations"] for i in r["Instances"]
+        ]
+    return jobs
+
+
+def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
+    refs = []
+    for name in names:
+        try:
+            refs.append(alarms.parse_alarm_name(name, prefix))
+        except ValueError:
+            continue  # an alarm that shares the prefix but is not one of ours
+    return refs
+
+
+def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
+    """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
+    source = rt.source(Platform.SAGEMAKER)
+    data = []
+    for job in jobs:
+        for host, last_t in source.log_freshness(job).items():
+            dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
+            data.append(
+                {
+                    "MetricName": contract.LOG_IDLE_SECONDS,
+                    "Dimensions": dims,
+                    "Value": max(now - last_t, 0.0),
+                    "Unit": "Seconds",
+                    "Timestamp": datetime.fromtimestamp(now, UTC),
+                }
+            )
+    for offset in range(0, len(data), PUT_METRIC_DATA_LIMIT):
+        rt.clients.cloudwatch.put_metric_data(
+            Namespace=contract.NAMESPACE, MetricData=data[offset : offset + PUT_METRIC_DATA_LIMIT]
+        )
+    return len(data)
+
+
+def _needs_decision(stored: StoredState, now: float) -> bool:
+    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
+    state = stored.state
+    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
+    return stored.incident is not None or state.warned_at is not None or snooze_expired

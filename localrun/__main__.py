@@ -1,0 +1,61 @@
+"""``python -m localrun``: the whole product on this machine, on moto, in under three minutes.
+
+    python -m localrun                      # the default: an NCCL-style hang, stopped
+    python -m localrun --scenario checkpoint
+    python -m localrun --scenario crash --json > result.json
+
+Exit code 0 only if the scenario's expected outcome happened; 130 after Ctrl-C (everything is cleaned up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from types import FrameType
+
+from rich.console import Console
+
+from localrun.run import LocalRun
+from localrun.scenarios import DEFAULT_SCENARIO, RUN_DEADLINE_S, SCENARIOS
+from localrun.summary import summary_table
+
+EXIT_INTERRUPTED = 130
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m localrun", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default=DEFAULT_SCENARIO,
+        help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()),
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the view on stderr)")
+    parser.add_argument("--deadline", type=float, default=RUN_DEADLINE_S, help="fail the run after this many seconds")
+    return parser.parse_args(argv)
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM unwinds like Ctrl-C, so every cleanup runs."""
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    console = Console(file=sys.stderr if args.json else sys.stdout, highlight=False)
+    try:
+        result = LocalRun(SCENARIOS[args.scenario], console, deadline_s=args.deadline).run()
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/]: everything started was stopped")
+        return EXIT_INTERRUPTED
+    console.print(summary_table(result))
+    if args.json:
+        print(json.dumps(result.as_json(), indent=2))
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Simulated SageMaker host metrics: what SageMaker publishes for a training host, driven by what the host does.
+
+SageMaker publishes to namespace ``/aws/sagemaker/TrainingJobs`` with dimension ``Host=<job>/algo-N``;
+GPU metrics are summed over the host's devices (0-100 x GPUs) and CPU over its vCPUs (0-100 x vCPUs).
+
+    simulator = HostMetricsSimulator(cloudwatch, "my-job", "algo-1", activity=lambda: HostActivity.TRAINING)
+    simulator.publish()   # one sample of every metric
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from localrun.scenarios import GPUS_PER_HOST, VCPUS_PER_HOST, HostActivity
+from stallwatch.contract import SAGEMAKER_NAMESPACE
+
+
+@dataclass(frozen=True)
+class HostLoad:
+    """Per-device GPU and per-vCPU CPU load (percent), memory and disk (percent of the host)."""
+
+    gpu: tuple[float, float]  # (mean, jitter)
+    gpu_memory: float
+    cpu: tuple[float, float]
+    memory: float
+    disk: float
+
+
+LOADS: dict[HostActivity, HostLoad] = {
+    HostActivity.TRAINING: HostLoad(gpu=(95.0, 3.0), gpu_memory=78.0, cpu=(14.0, 3.0), memory=41.0, disk=22.0),
+    HostActivity.HUNG: HostLoad(gpu=(100.0, 0.0), gpu_memory=78.0, cpu=(8.4, 0.2), memory=41.0, disk=22.0),
+    HostActivity.IDLE: HostLoad(gpu=(0.5, 0.5), gpu_memory=78.0, cpu=(0.8, 0.3), memory=41.0, disk=22.0),
+    HostActivity.CHECKPOINT: HostLoad(gpu=(2.0, 1.5), gpu_memory=78.0, cpu=(6.0, 2.0), memory=52.0, disk=31.0),
+    HostActivity.EXITED: HostLoad(gpu=(0.0, 0.0), gpu_memory=0.0, cpu=(0.3, 0.1), memory=6.0, disk=22.0),
+}
+
+
+class HostMetricsSimulator:
+    """Publishes one host's SageMaker metrics (high resolution) for the activity `activity()` returns."""
+
+    def __init__(
+        self, cloudwatch: Any, job: str, host: str, activity: Callable[[], HostActivity], seed: int = 0
+    ) -> None:
+        self._cloudwatch = cloudwatch
+        self._dimensions = [{"Name": "Host", "Value": f"{job}/{host}"}]
+        self._activity = activity
+        self._random = random.Random(seed)
+        self.last_gpu_per_device: float | None = None
+
+    def sample(self, activity: HostActivity) -> dict[str, float]:
+        """One value per metric, summed over devices the way SageMaker reports them."""
+        load = LOADS[activity]
+        gpus = [self._jitter(*load.gpu) for _ in range(GPUS_PER_HOST)]
+        cpus = [self._jitter(*load.cpu) for _ in range(VCPUS_PER_HOST)]
+        return {
+            "GPUUtilization": sum(gpus),
+            "GPUMemoryUtilization": load.gpu_memory * GPUS_PER_HOST,
+            "CPUUtilization": sum(cpus),
+            "MemoryUtilization": load.memory,
+            "DiskUtilization": load.disk,
+        }
+
+    def _jitter(self, mean: float, spread: float) -> float:
+        return min(100.0, max(0.0, self._random.gauss(mean, spread))) if spread else mean
+
+    def publish(self) -> None:
+        """Put one sample of every host metric."""
+        values = self.sample(self._activity())
+        self.last_gpu_per_device = values["GPUUtilization"] / GPUS_PER_HOST
+        self._cloudwatch.put_metric_data(
+            Namespace=SAGEMAKER_NAMESPACE,
+            MetricData=[
+                {
+                    "MetricName": name,
+                    "Dimensions": self._dimensions,
+                    "Value": round(value, 2),
+                    "Unit": "Percent",
+                    "StorageResolution": 1,
+                }
+                for name, value in values.items()
+            ],
+        )

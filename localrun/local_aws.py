@@ -1,0 +1,92 @@
+"""Local AWS: a moto server on 127.0.0.1 with the project's SageMaker extension.
+
+Everything that talks to AWS in the run (this process's handlers and the training subprocess) is
+pointed at it through the standard environment (``AWS_ENDPOINT_URL``, fake credentials, no profile).
+
+    with LocalAws() as aws:
+        aws.client("cloudwatch").list_metrics()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from types import TracebackType
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+
+from localrun import moto_sagemaker
+
+REGION = moto_sagemaker.DEFAULT_REGION
+ACCOUNT_ID = moto_sagemaker.DEFAULT_ACCOUNT
+BIND_ADDRESS = "127.0.0.1"
+_CLIENT_CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
+
+
+class LocalAws:
+    """A moto server on a free local port; `env` is what a process needs to use it and nothing else."""
+
+    def __init__(self) -> None:
+        self._server: ThreadedMotoServer | None = None
+        self.endpoint_url = ""
+        self.port = 0
+        self._saved_env: dict[str, str | None] = {}
+        self._client_lock = threading.Lock()  # boto3's default session is not thread-safe
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment variables that send boto3 to this server with fake credentials, never to a real account."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+
+    def start(self) -> LocalAws:
+        """Start the server (port chosen by the OS) and point this process's environment at it."""
+        moto_sagemaker.install()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
+        self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
+        self._server.start()
+        _, self.port = self._server.get_host_and_port()
+        self.endpoint_url = f"http://{BIND_ADDRESS}:{self.port}"
+        for key, value in self.env.items():
+            self._saved_env[key] = os.environ.get(key)
+            os.environ[key] = value
+        self._saved_env["AWS_PROFILE"] = os.environ.pop("AWS_PROFILE", None)
+        return self
+
+    def stop(self) -> None:
+        """Stop the server (its socket is closed) and restore the environment."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+
+    def client(self, service: str) -> Any:
+        """A boto3 client bound to this server."""
+        with self._client_lock:
+            return boto3.client(service, endpoint_url=self.endpoint_url, region_name=REGION, config=_CLIENT_CONFIG)
+
+    def __enter__(self) -> LocalAws:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,137 @@
+"""A small moto extension: SageMaker training jobs that run and can be stopped.
+
+moto 5.2.5 creates every training job as ``Completed`` and has no StopTrainingJob. After
+`install()`, new jobs start ``InProgress`` (secondary status ``Starting``), `set_training_job_status`
+moves a job along, and StopTrainingJob moves it to ``Stopping``; the next DescribeTrainingJob after that
+reports ``Stopped``, as SageMaker does once the instances are released. The patch is on moto's backend
+and response classes, so it works in-process (``mock_aws``) and in a ``ThreadedMotoServer`` alike.
+
+    from localrun import moto_sagemaker
+    moto_sagemaker.install()
+    moto_sagemaker.set_training_job_status("my-job", "InProgress", "Training")
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import moto
+from moto.core.common_types import TYPE_RESPONSE
+from moto.sagemaker.exceptions import ValidationError
+from moto.sagemaker.models import FakeTrainingJob, SageMakerModelBackend, sagemaker_backends
+from moto.sagemaker.responses import SageMakerResponse
+
+MOTO_VERSION = "5.2.5"
+if moto.__version__ != MOTO_VERSION:
+    raise ImportError(
+        f"localrun.moto_sagemaker patches moto internals and is pinned to moto=={MOTO_VERSION}; "
+        f"found moto=={moto.__version__}. Install the pinned version (requirements-dev.txt) or update the patch."
+    )
+
+DEFAULT_ACCOUNT = "123456789012"
+DEFAULT_REGION = "us-east-1"
+RUNNING = "InProgress"
+STOPPING = "Stopping"
+STOPPED = "Stopped"
+STATUS_MESSAGES = {
+    "Starting": "Preparing the instances for training",
+    "Downloading": "Downloading input data",
+    "Training": "Training image download completed. Training in progress.",
+    STOPPING: "Stopping the training job",
+    STOPPED: "Training job stopped",
+}
+
+_original_init = FakeTrainingJob.__init__
+_original_describe = SageMakerModelBackend.describe_training_job
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _init_in_progress(self: FakeTrainingJob, *args: Any, **kwargs: Any) -> None:
+    _original_init(self, *args, **kwargs)
+    self.training_job_status = RUNNING
+    self.secondary_status = "Starting"
+    self.secondary_status_transitions[-1].pop("EndTime", None)
+    self.training_end_time = None
+    self.final_metric_data_list = None
+    self.model_artifacts = None
+    self.stop_requested = False
+
+
+def _set_status(job: FakeTrainingJob, status: str, secondary_status: str, at: datetime | None = None) -> None:
+    now = at or _now()
+    if job.secondary_status_transitions:
+        job.secondary_status_transitions[-1]["EndTime"] = now
+    job.secondary_status_transitions.append(
+        {"Status": secondary_status, "StartTime": now, "StatusMessage": STATUS_MESSAGES.get(secondary_status, "")}
+    )
+    job.training_job_status = status
+    job.secondary_status = secondary_status
+    job.last_modified_time = now
+    if secondary_status == "Training":
+        job.training_start_time = min(job.training_start_time, now)
+        job.creation_time = min(job.creation_time, now)
+    if status not in (RUNNING, STOPPING):
+        job.training_end_time = now
+
+
+def _stop_training_job(self: SageMakerModelBackend, training_job_name: str) -> None:
+    job = self.training_jobs.get(training_job_name)
+    if job is None:
+        arn = FakeTrainingJob.arn_formatter(training_job_name, self.account_id, self.region_name)
+        raise ValidationError(message=f"Requested resource not found: Could not find training job '{arn}'.")
+    if job.training_job_status != RUNNING:
+        raise ValidationError(
+            message=f"The request was rejected because the training job is in status {job.training_job_status}."
+        )
+    _set_status(job, STOPPING, STOPPING)
+    job.stop_requested = True
+
+
+def _describe_training_job(self: SageMakerModelBackend, training_job_name: str) -> dict[str, Any]:
+    response = _original_describe(self, training_job_name)
+    job = self.training_jobs[training_job_name]
+    if job.training_job_status == STOPPING and getattr(job, "stop_requested", False):
+        # Reported once as Stopping; SageMaker then releases the instances.
+        job.stop_requested = False
+        return response
+    if job.training_job_status == STOPPING:
+        _set_status(job, STOPPED, STOPPED)
+        return _original_describe(self, training_job_name)
+    return response
+
+
+def _stop_training_job_response(self: SageMakerResponse) -> TYPE_RESPONSE:
+    self.sagemaker_backend.stop_training_job(self._get_param("TrainingJobName"))
+    return 200, {}, "{}"
+
+
+def install() -> None:
+    """Patch moto (idempotent): InProgress training jobs, StopTrainingJob, Stopping -> Stopped."""
+    FakeTrainingJob.__init__ = _init_in_progress  # type: ignore[method-assign]
+    SageMakerModelBackend.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
+    SageMakerModelBackend.describe_training_job = _describe_training_job  # type: ignore[method-assign]
+    SageMakerResponse.stop_training_job = _stop_training_job_response  # type: ignore[attr-defined]
+
+
+def set_training_job_status(
+    name: str,
+    status: str = RUNNING,
+    secondary_status: str = "Training",
+    at: float | None = None,
+    account_id: str = DEFAULT_ACCOUNT,
+    region: str = DEFAULT_REGION,
+) -> None:
+    """Move a job to `status` / `secondary_status` (at epoch `at`, default now), recording the transition.
+
+    A move to ``Training`` in the past also moves the job's creation and training start back to it."""
+    backend = sagemaker_backends[account_id][region]
+    job = backend.training_jobs.get(name)
+    if job is None:
+        raise KeyError(f"no training job {name!r} in moto account {account_id} region {region}")
+    _set_status(
+        job, status, secondary_status, None if at is None else datetime.fromtimestamp(at, UTC).replace(tzinfo=None)
+    )

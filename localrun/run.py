@@ -1,0 +1,311 @@
+"""The local end-to-end run: moto, a real training job, the real handlers, a real stop.
+
+    result = LocalRun(SCENARIOS["hang"], console).run()
+    result.passed  # the expected outcome happened
+
+Order of events: moto and the Slack receiver start; the stack's runtime resources are created; the
+training job is created in moto and goes InProgress (on_job_state puts its alarms); one training process
+per host starts; the local alarm evaluator, the sweeper schedule and the SageMaker simulation run until the
+job ends. Everything started is stopped in reverse order, on success, failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from rich.console import Console
+
+from localrun import aws_events, sagemaker_job
+from localrun.alarm_loop import AlarmLoop
+from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
+from localrun.host_run import HostRun
+from localrun.lambda_runtime import Invocation, LambdaRuntime
+from localrun.local_aws import LocalAws
+from localrun.periodic import Periodic
+from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, RuntimeResources, create_resources
+from localrun.scenarios import (
+    CONTROL_TICK_S,
+    MAX_RUNTIME_S,
+    RUN_DEADLINE_S,
+    SIGTERM_GRACE_S,
+    SWEEPER_INTERVAL_S,
+    Scenario,
+)
+from localrun.slack_receiver import SlackMessage, SlackReceiver
+from localrun.summary import RunResult, Savings
+from localrun.timeline import Kind, Timeline
+from localrun.view import RunView
+from stallwatch.alarms import job_alarm_prefix
+from stallwatch.signals import Platform
+from stallwatch.store import Store, job_key
+
+POLL_S = 0.25
+RUNNING, STOPPING, STOPPED, COMPLETED, FAILED = "InProgress", "Stopping", "Stopped", "Completed", "Failed"
+
+
+@contextlib.contextmanager
+def _function_environment(env: dict[str, str]) -> Iterator[None]:
+    """The functions' environment variables for the duration of the run."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class LocalRun:
+    """One scenario, end to end; `run` returns its result and leaves nothing running."""
+
+    def __init__(self, scenario: Scenario, console: Console, deadline_s: float = RUN_DEADLINE_S) -> None:
+        self.scenario = scenario
+        self.console = console
+        self.deadline_s = deadline_s
+        self.timeline = Timeline()
+        self._errors: list[str] = []
+        self._decisions: list[dict[str, Any]] = []
+        self._hosts: list[HostRun] = []
+        self._job: TrainingJobRecord | None = None
+        self._runtime: LambdaRuntime | None = None
+        self._alarm_prefix = ""
+        self._view: RunView | None = None
+        self._store: Store | None = None
+        self._ended: str | None = None
+
+    # ---- the run --------------------------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        started = time.time()
+        with contextlib.ExitStack() as stack:
+            aws = stack.enter_context(LocalAws())
+            slack = stack.enter_context(SlackReceiver(on_message=self._on_slack))
+            self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}; Slack receiver on {slack.webhook_url}")
+            resources = create_resources(aws.client("dynamodb"), aws.client("secretsmanager"), slack.webhook_url)
+            stack.enter_context(_function_environment(resources.function_env()))
+            self._alarm_prefix = resources.config.alarm_prefix
+            self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
+            self._runtime = self._lambda_runtime(aws)
+            self.timeline.event(
+                Kind.SETUP, f"table {resources.table_name}, Slack secret, functions on-job-state/on-alarm/sweeper"
+            )
+            title = f"Stallwatch local run · {self.scenario.name}: {self.scenario.summary}"
+            self._view = stack.enter_context(RunView(self.console, self.timeline, title, self._alarm_prefix))
+            job = self._job = sagemaker_job.create_training_job(aws.client("sagemaker"), self.scenario, time.time())
+            self.timeline.event(Kind.JOB, f"CreateTrainingJob {job.name} ({job.instance_count} x {job.instance_type})")
+            self._start_hosts(aws, job, stack)
+            sagemaker_job.set_status(job, RUNNING, "Training")
+            self._job_state_changed(RUNNING, "Training")
+            loop = AlarmLoop(aws.client("cloudwatch"), self._job_prefix(resources), self._on_alarm_transition)
+            ticker = Periodic("alarm-evaluator", CONTROL_TICK_S, lambda: self._tick(loop), self._on_error)
+            sweeper = Periodic("sweeper", SWEEPER_INTERVAL_S, self._sweep, self._on_error)
+            stack.callback(ticker.stop)
+            stack.callback(sweeper.stop)
+            ticker.start()
+            sweeper.start()
+            self._supervise(started)
+            ticker.stop()
+            sweeper.stop()
+            final_status = aws.client("sagemaker").describe_training_job(TrainingJobName=job.name)["TrainingJobStatus"]
+            ports = (aws.port, slack.port)
+        return self._result(started, final_status, len(slack.messages), ports)
+
+    def _job_prefix(self, resources: RuntimeResources) -> str:
+        assert self._job is not None
+        return job_alarm_prefix(resources.config.alarm_prefix, Platform.SAGEMAKER, self._job.name)
+
+    def _lambda_runtime(self, aws: LocalAws) -> LambdaRuntime:
+        # Imported here: the functions read their environment (set just before) when first invoked.
+        from handlers import on_alarm, on_job_state, sweeper
+        from stallwatch import watchdog
+
+        watchdog.runtime.cache_clear()  # a cold start: this run's endpoint, table and secret
+        handlers = {ON_ALARM: on_alarm.handler, ON_JOB_STATE: on_job_state.handler, SWEEPER: sweeper.handler}
+        return LambdaRuntime(aws.client("logs"), handlers)
+
+    def _start_hosts(self, aws: LocalAws, job: TrainingJobRecord, stack: contextlib.ExitStack) -> None:
+        clients = {"logs": aws.client("logs"), "cloudwatch": aws.client("cloudwatch")}
+        for rank, host in enumerate(self.scenario.hosts):
+            run = HostRun(
+                job=job.name,
+                host=host,
+                rank=rank,
+                world_size=len(self.scenario.hosts),
+                fault=self.scenario.host_faults[rank],
+                train_args=self.scenario.train_args(rank),
+                aws_env=aws.env,
+                clients=clients,
+                stream=sagemaker_job.log_stream_name(job, host),
+                timeline=self.timeline,
+                on_error=self._on_error,
+            )
+            stack.callback(run.stop)
+            self._hosts.append(run.start())
+
+    def _supervise(self, started: float) -> None:
+        """Play SageMaker until the job has ended (or the deadline passed)."""
+        assert self._job is not None
+        while self._ended is None:
+            if time.time() - started > self.deadline_s:
+                self._errors.append(f"deadline: the run took longer than {self.deadline_s:.0f} s")
+                self.timeline.event(Kind.ERROR, self._errors[-1])
+                return
+            codes = [host.check_exit() for host in self._hosts]
+            status, secondary = sagemaker_job.platform_status(self._job)
+            if self.timeline.set_job_status(status, secondary):
+                self.timeline.event(Kind.JOB, f"job status {status} / {secondary}")
+            if status in (STOPPING, STOPPED):
+                self._stop_containers(status)
+            elif all(code is not None for code in codes):
+                failed = any(code != 0 for code in codes)
+                end = (FAILED, FAILED) if failed else (COMPLETED, COMPLETED)
+                sagemaker_job.set_status(self._job, *end)
+                self.timeline.set_job_status(*end)
+                self.timeline.event(Kind.JOB, f"every training process exited: job {end[0]}")
+                self._job_state_changed(*end, failure_reason="AlgorithmError: non-zero exit" if failed else None)
+                self._ended = end[0]
+            time.sleep(POLL_S)
+
+    def _stop_containers(self, status: str) -> None:
+        """What SageMaker does on StopTrainingJob: SIGTERM, wait, SIGKILL what is left, then Stopped."""
+        assert self._job is not None
+        self.timeline.mark_stop_requested(time.time())
+        self.timeline.event(Kind.JOB, f"StopTrainingJob seen ({status}): SIGTERM to the training processes")
+        for host in self._hosts:
+            host.process.sigterm()
+        deadline = time.time() + SIGTERM_GRACE_S
+        for host in self._hosts:
+            host.process.wait(max(0.0, deadline - time.time()))
+            if host.check_exit() is None:
+                self.timeline.event(Kind.JOB, f"{host.host}: still running after {SIGTERM_GRACE_S:.0f} s: SIGKILL")
+                host.process.kill_group(grace_s=0)
+                host.check_exit()
+        if sagemaker_job.platform_status(self._job)[0] == STOPPING:
+            sagemaker_job.set_status(self._job, STOPPED, STOPPED)
+        self.timeline.set_job_status(STOPPED, STOPPED)
+        self.timeline.event(Kind.JOB, "training job Stopped")
+        self._job_state_changed(STOPPED, STOPPED)
+        self._ended = STOPPED
+
+    # ---- the functions --------------------------------------------------------------------------------------
+
+    def _invoke(self, function: str, event: dict[str, Any]) -> Invocation:
+        assert self._runtime is not None
+        invocation = self._runtime.invoke(function, event)
+        if invocation.error is not None:
+            self._errors.append(f"{function}: {type(invocation.error).__name__}: {invocation.error}")
+            self.timeline.event(Kind.ERROR, self._errors[-1])
+        return invocation
+
+    def _job_state_changed(self, status: str, secondary: str, failure_reason: str | None = None) -> None:
+        assert self._job is not None
+        event = aws_events.training_job_state_change(self._job, status, secondary, time.time(), failure_reason)
+        result = self._invoke(ON_JOB_STATE, event).result or {}
+        described = ", ".join(f"{k} {v}" for k, v in result.items() if k in ("alarms", "alarms_deleted"))
+        self.timeline.event(Kind.JOB, f"on_job_state({status}): {result.get('status', '?')}, {described}".rstrip(", "))
+
+    def _tick(self, loop: AlarmLoop) -> None:
+        loop.tick(time.time())
+
+    def _on_alarm_transition(self, alarm: dict[str, Any], state: AlarmStateRecord, previous: AlarmStateRecord) -> None:
+        name = alarm["AlarmName"]
+        self.timeline.set_alarm(name, state.value)
+        short = name.removeprefix(self._alarm_prefix)
+        self.timeline.event(Kind.ALARM, f"{short}: {previous.value} → {state.value} ({state.reason})")
+        if state.value != "ALARM" or not alarm.get("ActionsEnabled", True):
+            return
+        outcome = self._invoke(ON_ALARM, aws_events.alarm_action(alarm, state, previous)).result
+        if outcome:
+            self._decided("on_alarm", outcome)
+
+    def _sweep(self) -> None:
+        result = self._invoke(SWEEPER, aws_events.scheduled(time.time())).result or {}
+        for outcome in result.get("redecided", []):
+            self._decided("sweeper", outcome)
+
+    def _decided(self, function: str, outcome: dict[str, Any]) -> None:
+        if outcome.get("status") != "decided":
+            return
+        reasons = self._audited_reasons()
+        outcome = {**outcome, "reasons": reasons}
+        self._decisions.append(outcome)
+        self.timeline.add_decision(outcome)
+        done = [
+            text
+            for text, flag in (("stopped the job", outcome.get("stopped")), ("posted to Slack", outcome.get("posted")))
+            if flag
+        ]
+        self.timeline.event(
+            Kind.DECISION,
+            f"{function}: {outcome.get('diagnosis')} → {outcome.get('action')}"
+            + (f" ({', '.join(done)})" if done else "")
+            + "".join(f"\n    · {reason}" for reason in reasons),
+        )
+
+    def _audited_reasons(self) -> list[str]:
+        """The reasons of the job's newest decision, from the control plane's audit trail in DynamoDB."""
+        assert self._store is not None and self._job is not None
+        records = self._store.records(job_key(Platform.SAGEMAKER, self._job.name), "audit")
+        return list(records[-1].get("record", {}).get("reasons", [])) if records else []
+
+    def _on_slack(self, message: SlackMessage) -> None:
+        self.timeline.event(Kind.SLACK, f"message received: {message.text[:100]}")
+        if self._view is not None:
+            self._view.on_slack(message)
+
+    def _on_error(self, where: str, exc: BaseException) -> None:
+        self._errors.append(f"{where}: {type(exc).__name__}: {exc}")
+        self.timeline.event(Kind.ERROR, self._errors[-1])
+
+    # ---- the verdict ----------------------------------------------------------------------------------------
+
+    def _result(self, started: float, final_status: str, slack_messages: int, ports: tuple[int, int]) -> RunResult:
+        assert self._job is not None
+        snapshot = self.timeline.snapshot()
+        stopped = snapshot.stop_requested_at is not None
+        latency = (
+            snapshot.stop_requested_at - snapshot.fault_onset if stopped and snapshot.fault_onset is not None else None
+        )
+        if self.scenario.expect_stop:
+            expected = "the job is stopped by Stallwatch"
+            passed = final_status == STOPPED and stopped and slack_messages > 0
+        else:
+            expected = "the job is not stopped and completes"
+            passed = final_status == COMPLETED and not stopped
+        passed = passed and not any(e.startswith("deadline") for e in self._errors)
+        savings = None
+        if stopped and snapshot.fault_onset is not None and snapshot.stop_requested_at is not None:
+            savings = Savings.estimate(
+                self._job.instance_type,
+                self._job.instance_count,
+                MAX_RUNTIME_S,
+                job_age_at_stop_s=snapshot.stop_requested_at - self._job.created_at,
+                stall_s=snapshot.stop_requested_at - snapshot.fault_onset,
+            )
+        return RunResult(
+            scenario=self.scenario.name,
+            job_name=self._job.name,
+            expected=expected,
+            passed=passed,
+            verdict=("PASS: " if passed else "FAIL: ") + f"job {final_status}",
+            job_status=final_status,
+            fault_onset=snapshot.fault_onset,
+            stop_requested_at=snapshot.stop_requested_at,
+            detection_latency_s=latency,
+            training_exit_codes={h.host: h.exit_code for h in self._hosts},
+            training_pids={h.host: h.process.pid for h in self._hosts},
+            slack_messages=slack_messages,
+            decisions=self._decisions,
+            moto_port=ports[0],
+            slack_port=ports[1],
+            duration_s=time.time() - started,
+            savings=savings,
+            errors=self._errors,
+        )

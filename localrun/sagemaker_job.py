@@ -1,0 +1,62 @@
+"""The SageMaker side of the run: the training-job record in moto and what SageMaker does with it.
+
+SageMaker's own behaviour is played here: the job's status follows the container, a StopTrainingJob
+(Stopping) sends SIGTERM to the training process, and every status change is delivered to on_job_state
+as an EventBridge event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moto.sagemaker.models import sagemaker_backends
+
+from localrun import moto_sagemaker
+from localrun.aws_events import TrainingJobRecord
+from localrun.local_aws import ACCOUNT_ID, REGION
+from localrun.scenarios import INSTANCE_TYPE, MAX_RUNTIME_S, Scenario
+
+ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/stallwatch-demo-training"
+IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311"
+OUTPUT_PATH = "s3://stallwatch-demo/output"
+
+
+def create_training_job(sagemaker: Any, scenario: Scenario, now: float) -> TrainingJobRecord:
+    """CreateTrainingJob with the scenario's tags; moto (with the extension) reports it InProgress/Starting."""
+    name = f"stallwatch-demo-{scenario.name}-{int(now)}"
+    response = sagemaker.create_training_job(
+        TrainingJobName=name,
+        AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
+        RoleArn=ROLE_ARN,
+        OutputDataConfig={"S3OutputPath": OUTPUT_PATH},
+        ResourceConfig={"InstanceType": INSTANCE_TYPE, "InstanceCount": len(scenario.hosts), "VolumeSizeInGB": 100},
+        StoppingCondition={"MaxRuntimeInSeconds": MAX_RUNTIME_S},
+        Tags=[{"Key": k, "Value": v} for k, v in scenario.tags.items()],
+    )
+    return TrainingJobRecord(
+        name=name,
+        arn=response["TrainingJobArn"],
+        instance_type=INSTANCE_TYPE,
+        instance_count=len(scenario.hosts),
+        tags=dict(scenario.tags),
+        created_at=now,
+        role_arn=ROLE_ARN,
+        image=IMAGE,
+        max_runtime_s=MAX_RUNTIME_S,
+    )
+
+
+def log_stream_name(job: TrainingJobRecord, host: str) -> str:
+    """SageMaker's stream name for a host's container: ``<job>/algo-1-<epoch>``."""
+    return f"{job.name}/{host}-{int(job.created_at)}"
+
+
+def platform_status(job: TrainingJobRecord) -> tuple[str, str]:
+    """The job's (status, secondary status) as SageMaker itself knows it (read without an API call,
+    since the extension advances Stopping -> Stopped on DescribeTrainingJob)."""
+    record = sagemaker_backends[ACCOUNT_ID][REGION].training_jobs[job.name]
+    return record.training_job_status, record.secondary_status
+
+
+def set_status(job: TrainingJobRecord, status: str, secondary_status: str) -> None:
+    moto_sagemaker.set_training_job_status(job.name, status, secondary_status, account_id=ACCOUNT_ID, region=REGION)

@@ -1,0 +1,136 @@
+"""The demo's scenarios and its compressed clock: what goes wrong, when, and what must happen.
+
+Time is compressed only through the job's policy tags and high-resolution alarm periods; the
+engine runs unchanged. Every other timing constant of the local run lives here too.
+
+    scenario = SCENARIOS["hang"]
+    scenario.train_args(0)  # ["--steps", "0", "--interval", "2.0", "--fault", "hang", "--fault-after", "600", ...]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from stallwatch.policy import MODE_TAG, STOP_OPT_IN_VALUE
+from stallwatch.pricing import instance_spec
+
+# The job's policy overrides (tags), so a stall is decided in seconds instead of minutes.
+COMPRESSED_TAGS: dict[str, str] = {
+    MODE_TAG: STOP_OPT_IN_VALUE,
+    "stallwatch:alarm-period-seconds": "10",
+    "stallwatch:stall-minutes": "0.5",
+    "stallwatch:stop-grace-minutes": "0.25",
+    "stallwatch:idle-minutes": "0.5",
+    "stallwatch:log-silence-minutes": "0.5",
+    "stallwatch:phase-overrun-minutes": "0.25",
+    "stallwatch:startup-grace-minutes": "1",
+}
+
+AGENT_INTERVAL_S = 2.0  # the agent's emission window (high-resolution PutMetricData)
+HOST_METRICS_INTERVAL_S = 2.0  # how often the simulated SageMaker host metrics are published
+LOG_FLUSH_INTERVAL_S = 1.0  # how often stdout is shipped to CloudWatch Logs
+CONTROL_TICK_S = 2.0  # how often the local alarm evaluator looks at the metrics
+SWEEPER_INTERVAL_S = 10.0  # the sweeper's compressed schedule (the stack runs it every few minutes)
+SIGTERM_GRACE_S = 15.0  # SageMaker waits 120 s after SIGTERM before SIGKILL; the demo waits less
+TRAINING_THREADS = 1  # torch threads per training process, so the control plane keeps a core on two-core machines
+RUN_DEADLINE_S = 160.0  # the whole run, from job creation; past it the run fails (the issue's budget is 3 min)
+
+# The simulated platform: p4d hosts, and what a stalled run would otherwise have burned.
+INSTANCE_TYPE = "ml.p4d.24xlarge"
+GPUS_PER_HOST = instance_spec(INSTANCE_TYPE).devices
+VCPUS_PER_HOST = instance_spec(INSTANCE_TYPE).vcpus
+MAX_RUNTIME_S = 24 * 3600  # SageMaker's default StoppingCondition; a stalled job holds its GPUs until then
+HEALTHY_STEPS = 250  # steps before the fault (~20-70 ms each on two CPU cores)
+LOG_EVERY_STEPS = 20  # the training's progress line
+
+
+class HostActivity(StrEnum):
+    """What a simulated host is doing, which decides the host metrics SageMaker would publish."""
+
+    TRAINING = "training"  # GPUs 90-99 % per device
+    HUNG = "hung"  # NCCL hang: GPUs pinned at 100 %, one spinning core per rank
+    IDLE = "idle"  # nothing to compute: GPUs ~0 %, memory still allocated
+    CHECKPOINT = "checkpoint"  # writing a checkpoint: GPUs ~0 %, CPU and disk busy
+    EXITED = "exited"  # the training process is gone: GPUs idle, their memory released
+
+
+# How a host looks while its process is in each fault (examples/train_gpt.py --fault).
+FAULT_ACTIVITY: dict[str, HostActivity] = {
+    "hang": HostActivity.HUNG,
+    "idle": HostActivity.IDLE,
+    "checkpoint": HostActivity.CHECKPOINT,
+    "crash": HostActivity.EXITED,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One demo run: the fault each host's training injects, and the outcome that makes the run pass."""
+
+    name: str
+    summary: str
+    host_faults: tuple[str, ...]  # examples/train_gpt.py --fault, one training process per host (algo-1, ...)
+    expect_stop: bool
+    steps: int = 0  # 0: train until stopped
+    extra_args: tuple[str, ...] = ()
+    tags: dict[str, str] = field(default_factory=lambda: dict(COMPRESSED_TAGS))
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f"algo-{i}" for i in range(1, len(self.host_faults) + 1)]
+
+    @property
+    def fault(self) -> str:
+        """The fault that starts the incident (on algo-1)."""
+        return self.host_faults[0]
+
+    def train_args(self, host_index: int) -> list[str]:
+        """The training script's arguments on host `host_index` (0-based)."""
+        return [
+            "--steps",
+            str(self.steps),
+            "--interval",
+            str(AGENT_INTERVAL_S),
+            "--fault",
+            self.host_faults[host_index],
+            "--fault-after",
+            str(HEALTHY_STEPS),
+            "--log-every",
+            str(LOG_EVERY_STEPS),
+            *self.extra_args,
+        ]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            name="hang",
+            summary="an NCCL-style hang: no step completes while the GPUs stay pinned at 100 %",
+            host_faults=("hang",),
+            expect_stop=True,
+        ),
+        Scenario(
+            name="crash",
+            summary="algo-1 dies of a CUDA error; algo-2 spins in the collective it will never complete",
+            host_faults=("crash", "hang"),
+            expect_stop=True,
+        ),
+        Scenario(
+            name="idle",
+            summary="the GPUs go idle: no step, no log line, while the instances stay up",
+            host_faults=("idle",),
+            expect_stop=True,
+        ),
+        Scenario(
+            name="checkpoint",
+            summary="a 45 s checkpoint, longer than the stall threshold but within its declared 60 s budget: no stop",
+            host_faults=("checkpoint",),
+            expect_stop=False,
+            steps=2 * HEALTHY_STEPS,
+            extra_args=("--checkpoint-seconds", "45", "--checkpoint-budget", "60"),
+        ),
+    )
+}
+DEFAULT_SCENARIO = "hang"

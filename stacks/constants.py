@@ -1,0 +1,39 @@
+"""Every default the stacks build with, in one place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Duration
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+
+STACK_NAME = "Stallwatch"
+SERVICE_NAME = "stallwatch"
+CONFIG_CONTEXT_KEY = "stallwatch"
+CONFIG_FILE_CONTEXT_KEY = "stallwatch:config-file"
+# False synthesizes without installing lambdas/requirements.txt (offline: tests, reviews); never deploy such an asset.
+BUNDLE_DEPENDENCIES_CONTEXT_KEY = "stallwatch:bundle-dependencies"
+
+LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
+LAMBDA_PACKAGES = ("stallwatch", "handlers")
+LAMBDA_REQUIREMENTS = "requirements.txt"
+
+LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_12
+LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
+LAMBDA_MEMORY_MB = 512
+LAMBDA_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
+ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
+ON_ALARM_TIMEOUT = Duration.minutes(2)
+SWEEPER_TIMEOUT = Duration.minutes(5)
+
+ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
+ON_ALARM_HANDLER = "handlers.on_alarm.handler"
+SWEEPER_HANDLER = "handlers.sweeper.handler"
+
+# The principal CloudWatch uses to invoke a Lambda alarm action.
+ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
+
+DLQ_RETENTION = Duration.days(14)
+HEALTH_ALARM_PERIOD = Duration.minutes(5)
+DASHBOARD_PERIOD = Duration.minutes(1)

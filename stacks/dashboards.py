@@ -1,0 +1,205 @@
+"""Two CloudWatch dashboards: the fleet (every job, and the control plane's health), and one job chosen by a
+dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, GPU utilization and power.
+
+Metric names come from `stallwatch.contract`, the mirror of the agent's contract.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.constants import DASHBOARD_PERIOD
+from stallwatch.contract import DIM_HOST, DIM_JOB, LOG_IDLE_SECONDS, NAMESPACE, SAGEMAKER_NAMESPACE
+
+# Replaced across the job dashboard by the job picked in the `JobName` variable (a pattern variable, so it
+# reaches into SEARCH expressions too). Underscores never occur in SageMaker job names.
+JOB_PLACEHOLDER = "SELECT_A_JOB"
+WIDGET_WIDTH = 12
+WIDGET_HEIGHT = 6
+_FLEET_PERIOD = Duration.minutes(5)
+
+
+def _search(namespace: str, dimensions: list[str], metric: str, statistic: str, period: Duration, *, term: str) -> str:
+    """A CloudWatch SEARCH expression: one line per matching metric (host, job)."""
+    schema = ",".join([f'"{namespace}"', *dimensions])
+    query = f'{{{schema}}} MetricName="{metric}" {term}'.strip()
+    return f"SEARCH('{query}', '{statistic}', {int(period.to_seconds())})"
+
+
+class Dashboards(Construct):
+    """The fleet dashboard and the per-job dashboard, exposed as `fleet` and `job`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        functions: list[lambda_.Function],
+        dead_letter_queue: sqs.IQueue,
+        health_alarms: list[cloudwatch.IAlarm],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.fleet = self._build_fleet(functions, dead_letter_queue, health_alarms)
+        self.job = self._build_job()
+
+    def _build_fleet(
+        self, functions: list[lambda_.Function], queue: sqs.IQueue, health_alarms: list[cloudwatch.IAlarm]
+    ) -> cloudwatch.Dashboard:
+        dashboard = cloudwatch.Dashboard(
+            self, "Fleet", dashboard_name=f"Stallwatch-Fleet-{Aws.REGION}", default_interval=Duration.hours(6)
+        )
+        dashboard.add_widgets(
+            cloudwatch.TextWidget(
+                markdown=f"# Stallwatch fleet\nEvery job reporting to `{NAMESPACE}`, and the control plane.",
+                width=24,
+                height=2,
+            ),
+            self._search_graph(
+                "Seconds since the last step, per job", "LastStepAge", [DIM_JOB], "Maximum", _FLEET_PERIOD
+            ),
+            self._search_graph("Tokens/s per job", "TokensPerSecond", [DIM_JOB], "Average", _FLEET_PERIOD),
+            self._search_graph("MFU per job (%)", "MFU", [DIM_JOB], "Average", _FLEET_PERIOD),
+            self._search_graph(
+                "GPU utilization per host (agent)", "GPUUtilization", [DIM_JOB, DIM_HOST], "Average", _FLEET_PERIOD
+            ),
+            self._search_graph(
+                "GPU utilization per host (SageMaker)",
+                "GPUUtilization",
+                [DIM_HOST],
+                "Average",
+                _FLEET_PERIOD,
+                namespace=SAGEMAKER_NAMESPACE,
+            ),
+            self._search_graph(
+                "Seconds since the last log line, per host",
+                LOG_IDLE_SECONDS,
+                [DIM_JOB, DIM_HOST],
+                "Maximum",
+                _FLEET_PERIOD,
+            ),
+            cloudwatch.AlarmStatusWidget(title="Control-plane health", alarms=health_alarms, width=24, height=4),
+            self._graph("Invocations", [function.metric_invocations(period=_FLEET_PERIOD) for function in functions]),
+            self._graph(
+                "Errors and throttles",
+                [
+                    metric
+                    for function in functions
+                    for metric in (
+                        function.metric_errors(period=_FLEET_PERIOD),
+                        function.metric_throttles(period=_FLEET_PERIOD),
+                    )
+                ],
+            ),
+            self._graph("Duration (p99)", [function.metric_duration(statistic="p99") for function in functions]),
+            self._graph("Dead letters", [queue.metric_approximate_number_of_messages_visible(period=_FLEET_PERIOD)]),
+        )
+        return dashboard
+
+    def _build_job(self) -> cloudwatch.Dashboard:
+        dashboard = cloudwatch.Dashboard(
+            self,
+            "Job",
+            dashboard_name=f"Stallwatch-Job-{Aws.REGION}",
+            default_interval=Duration.hours(3),
+            variables=[
+                cloudwatch.DashboardVariable(
+                    id=DIM_JOB,
+                    label="Job",
+                    type=cloudwatch.VariableType.PATTERN,
+                    input_type=cloudwatch.VariableInputType.SELECT,
+                    value=JOB_PLACEHOLDER,
+                    values=cloudwatch.Values.from_search_components(
+                        namespace=NAMESPACE, dimensions=[DIM_JOB], metric_name="Step", populate_from=DIM_JOB
+                    ),
+                    default_value=cloudwatch.DefaultValue.FIRST,
+                )
+            ],
+        )
+        dashboard.add_widgets(
+            self._job_graph("Step", [("Step", "Maximum")]),
+            self._job_graph("Seconds since the last step", [("LastStepAge", "Maximum"), ("StepTime", "Average")]),
+            self._job_graph("Throughput", [("TokensPerSecond", "Average"), ("SamplesPerSecond", "Average")]),
+            self._job_graph("TFLOPs per GPU and MFU (%)", [("TFLOPsPerGPU", "Average"), ("MFU", "Average")]),
+            self._job_graph("Loss", [("Loss", "Average"), ("NonFiniteLoss", "Sum")]),
+            self._job_graph("Phases: budget left, ETA (s)", [("PhaseBudgetRemaining", "Minimum"), ("ETA", "Minimum")]),
+            self._job_graph("Data wait (%)", [("DataWaitFraction", "Average")]),
+            self._search_graph(
+                "GPU utilization per host (%)",
+                "GPUUtilization",
+                [DIM_JOB, DIM_HOST],
+                "Average",
+                DASHBOARD_PERIOD,
+                term=f'{DIM_JOB}="{JOB_PLACEHOLDER}"',
+            ),
+            self._search_graph(
+                "GPU power per host (W)",
+                "GPUPowerWatts",
+                [DIM_JOB, DIM_HOST],
+                "Average",
+                DASHBOARD_PERIOD,
+                term=f'{DIM_JOB}="{JOB_PLACEHOLDER}"',
+            ),
+            self._search_graph(
+                "GPU utilization per host, SageMaker (%)",
+                "GPUUtilization",
+                [DIM_HOST],
+                "Average",
+                DASHBOARD_PERIOD,
+                namespace=SAGEMAKER_NAMESPACE,
+                term=f'"{JOB_PLACEHOLDER}"',
+            ),
+            self._search_graph(
+                "Heartbeats per host",
+                "Heartbeat",
+                [DIM_JOB, DIM_HOST],
+                "Sum",
+                DASHBOARD_PERIOD,
+                term=f'{DIM_JOB}="{JOB_PLACEHOLDER}"',
+            ),
+            self._search_graph(
+                "Seconds since the last log line, per host",
+                LOG_IDLE_SECONDS,
+                [DIM_JOB, DIM_HOST],
+                "Maximum",
+                DASHBOARD_PERIOD,
+                term=f'{DIM_JOB}="{JOB_PLACEHOLDER}"',
+            ),
+        )
+        return dashboard
+
+    @staticmethod
+    def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:
+        return cloudwatch.GraphWidget(title=title, left=metrics, width=WIDGET_WIDTH, height=WIDGET_HEIGHT)
+
+    def _job_graph(self, title: str, metrics: list[tuple[str, str]]) -> cloudwatch.GraphWidget:
+        return self._graph(
+            title,
+            [
+                cloudwatch.Metric(
+                    namespace=NAMESPACE,
+                    metric_name=name,
+                    dimensions_map={DIM_JOB: JOB_PLACEHOLDER},
+                    statistic=statistic,
+                    period=DASHBOARD_PERIOD,
+                )
+                for name, statistic in metrics
+            ],
+        )
+
+    def _search_graph(
+        self,
+        title: str,
+        metric: str,
+        dimensions: list[str],
+        statistic: str,
+        period: Duration,
+        *,
+        namespace: str = NAMESPACE,
+        term: str = "",
+    ) -> cloudwatch.GraphWidget:
+        expression = _search(namespace, dimensions, metric, statistic, period, term=term)
+        return self._graph(title, [cloudwatch.MathExpression(expression=expression, label="", period=period)])

@@ -1,0 +1,61 @@
+"""Alarms on the control plane itself: function errors and throttles, and anything in the dead-letter queue."""
+
+from __future__ import annotations
+
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from stacks.constants import HEALTH_ALARM_PERIOD
+
+
+class ControlPlaneHealth(Construct):
+    """One alarm per function for errors and for throttles, one on DLQ depth; all notify `topic`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        functions: list[lambda_.Function],
+        dead_letter_queue: sqs.IQueue,
+        topic: sns.ITopic,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.action = actions.SnsAction(topic)
+        self.alarms: list[cloudwatch.Alarm] = []
+        for function in functions:
+            self._build_function_alarms(function)
+        self._build_dead_letter_alarm(dead_letter_queue)
+
+    def _build_function_alarms(self, function: lambda_.Function) -> None:
+        name = function.node.id
+        self._alarm(f"{name}Errors", function.metric_errors(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} failed")
+        self._alarm(
+            f"{name}Throttles", function.metric_throttles(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} throttled"
+        )
+
+    def _build_dead_letter_alarm(self, queue: sqs.IQueue) -> None:
+        self._alarm(
+            "DeadLetters",
+            queue.metric_approximate_number_of_messages_visible(period=HEALTH_ALARM_PERIOD),
+            "Stallwatch events or invocations were dropped into the dead-letter queue",
+        )
+
+    def _alarm(self, construct_id: str, metric: cloudwatch.IMetric, description: str) -> None:
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            metric=metric,
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description=description,
+        )
+        alarm.add_alarm_action(self.action)
+        alarm.add_ok_action(self.action)
+        self.alarms.append(alarm)

@@ -1,0 +1,74 @@
+"""Where people hear from Stallwatch: the Slack secret the Lambdas read, and the SNS topic for control-plane health."""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk import Duration, SecretValue
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from stallwatch.config import SlackConfig
+
+# Secrets Manager appends "-" and six characters to a secret's name; an ARN without them is partial.
+_COMPLETE_SECRET_ARN = re.compile(r"-[A-Za-z0-9]{6}$")
+_EMPTY_SLACK_SECRET = "{}"
+_KEY_PENDING_WINDOW = Duration.days(30)
+
+
+class Notifications(Construct):
+    """The Slack secret (created empty, or imported by ARN) and an encrypted SNS topic with e-mail subscriptions."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, slack: SlackConfig, emails: list[str]) -> None:
+        super().__init__(scope, construct_id)
+        self.slack_secret = self._build_slack_secret(slack)
+        self.topic_key = self._build_topic_key()
+        self.topic = self._build_topic(emails)
+
+    def _build_slack_secret(self, slack: SlackConfig) -> secretsmanager.ISecret:
+        if slack.secret_arn is None:
+            return secretsmanager.Secret(
+                self,
+                "SlackSecret",
+                description='Stallwatch Slack credentials: {"webhook_url": ...} or '
+                '{"bot_token": ..., "channel": ..., "signing_secret": ...}',
+                # A placeholder, not a credential: the operator puts the real JSON (docs/deploy.md).
+                secret_string_value=SecretValue.unsafe_plain_text(_EMPTY_SLACK_SECRET),
+            )
+        if _COMPLETE_SECRET_ARN.search(slack.secret_arn):
+            return secretsmanager.Secret.from_secret_complete_arn(self, "SlackSecret", slack.secret_arn)
+        return secretsmanager.Secret.from_secret_partial_arn(self, "SlackSecret", slack.secret_arn)
+
+    def _build_topic_key(self) -> kms.Key:
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description="Encrypts the Stallwatch control-plane health topic",
+            enable_key_rotation=True,
+            pending_window=_KEY_PENDING_WINDOW,
+        )
+        # CloudWatch alarms publish to the encrypted topic only if the key lets them.
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy, "*" is this key
+            )
+        )
+        return key
+
+    def _build_topic(self, emails: list[str]) -> sns.Topic:
+        topic = sns.Topic(
+            self,
+            "HealthTopic",
+            display_name="Stallwatch control-plane health",
+            master_key=self.topic_key,
+            enforce_ssl=True,
+        )
+        for email in emails:
+            topic.add_subscription(subscriptions.EmailSubscription(email))
+        return topic

@@ -1,0 +1,151 @@
+"""Least-privilege IAM statements for the three functions, one builder per need.
+
+No statement has a `*` action. Stops are conditioned on the opt-in tag (`stallwatch:mode=enforce`) unless
+`policy.stop_requires_tag` is False; alarm writes are scoped to the alarm-name prefix. The few APIs without
+resource-level permissions get resource `*` with a condition where IAM offers one.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import ArnFormat, Aws, Stack
+from aws_cdk import aws_iam as iam
+
+from stallwatch.config import StallwatchConfig
+from stallwatch.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
+from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+
+STOP_TRAINING_JOB = "sagemaker:StopTrainingJob"
+STOP_INSTANCES = "ec2:StopInstances"
+# IgnoreCase: the engine reads the tag value case-insensitively too.
+STOP_OPT_IN_CONDITION = {"StringEqualsIgnoreCase": {f"aws:ResourceTag/{STOP_OPT_IN_TAG}": STOP_OPT_IN_VALUE}}
+
+
+class WatchdogPermissions:
+    """The statements each function needs in `stack`, given the deployment's config."""
+
+    def __init__(self, stack: Stack, config: StallwatchConfig) -> None:
+        self.stack = stack
+        self.config = config
+        self.policy = config.policy
+
+    def on_job_state(self) -> list[iam.PolicyStatement]:
+        """Start and end of a job: read it, create or delete its alarms."""
+        return [*self._read_jobs(), *self._manage_alarms()]
+
+    def on_alarm(self) -> list[iam.PolicyStatement]:
+        """An alarm fired: gather signals, decide, maybe stop."""
+        return [*self._read_jobs(), self._describe_alarms(), self._read_metrics(), *self._read_logs(), *self._stop()]
+
+    def sweeper(self) -> list[iam.PolicyStatement]:
+        """The periodic pass: find jobs, reconcile their alarms, publish log idleness, decide like `on_alarm`."""
+        statements = [
+            *self._read_jobs(),
+            *self._manage_alarms(),
+            self._read_metrics(),
+            *self._read_logs(),
+            *self._stop(),
+        ]
+        if self.policy.monitor_sagemaker:
+            statements.append(self._in_this_region("ListTrainingJobs", ["sagemaker:ListTrainingJobs"]))
+        statements.append(self._publish_metrics())
+        return statements
+
+    def _read_jobs(self) -> list[iam.PolicyStatement]:
+        statements = []
+        if self.policy.monitor_sagemaker:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ReadTrainingJobs",
+                    actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"],
+                    resources=[self._training_jobs_arn()],
+                )
+            )
+        if self.policy.monitor_ec2:
+            # DescribeInstances has no resource-level permissions.
+            statements.append(self._in_this_region("DescribeInstances", ["ec2:DescribeInstances"]))
+        return statements
+
+    def _manage_alarms(self) -> list[iam.PolicyStatement]:
+        return [
+            iam.PolicyStatement(
+                sid="ManageStallwatchAlarms",
+                actions=["cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms", "cloudwatch:TagResource"],
+                resources=[self.alarm_arn(f"{self.config.alarm_prefix}*")],
+            ),
+            self._describe_alarms(),
+        ]
+
+    def _describe_alarms(self) -> iam.PolicyStatement:
+        # Read-only; DescribeAlarms by name prefix is authorized against every alarm of the account and region.
+        return iam.PolicyStatement(
+            sid="DescribeAlarms", actions=["cloudwatch:DescribeAlarms"], resources=[self.alarm_arn("*")]
+        )
+
+    def _read_metrics(self) -> iam.PolicyStatement:
+        # GetMetricData has no resource-level permissions.
+        return self._in_this_region("ReadMetrics", ["cloudwatch:GetMetricData"])
+
+    def _read_logs(self) -> list[iam.PolicyStatement]:
+        if not self.policy.monitor_sagemaker:
+            return []
+        log_group = self.stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        return [
+            iam.PolicyStatement(
+                sid="ReadTrainingJobLogs",
+                actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
+                resources=[log_group],
+            )
+        ]
+
+    def _stop(self) -> list[iam.PolicyStatement]:
+        conditions = STOP_OPT_IN_CONDITION if self.policy.stop_requires_tag else None
+        statements = []
+        if self.policy.monitor_sagemaker:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="StopTrainingJobs",
+                    actions=[STOP_TRAINING_JOB],
+                    resources=[self._training_jobs_arn()],
+                    conditions=conditions,
+                )
+            )
+        if self.policy.monitor_ec2:
+            instances = self.stack.format_arn(service="ec2", resource="instance", resource_name="*")
+            statements.append(
+                iam.PolicyStatement(
+                    sid="StopInstances", actions=[STOP_INSTANCES], resources=[instances], conditions=conditions
+                )
+            )
+        return statements
+
+    def _publish_metrics(self) -> iam.PolicyStatement:
+        # PutMetricData has no resource-level permissions; the namespace condition keeps it to Stallwatch's.
+        return iam.PolicyStatement(
+            sid="PublishStallwatchMetrics",
+            actions=["cloudwatch:PutMetricData"],
+            resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": NAMESPACE}},
+        )
+
+    def _in_this_region(self, sid: str, actions: list[str]) -> iam.PolicyStatement:
+        """For read APIs without resource-level permissions: any resource, in this region only."""
+        return iam.PolicyStatement(
+            sid=sid,
+            actions=actions,
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": Aws.REGION}},
+        )
+
+    def _training_jobs_arn(self) -> str:
+        return self.stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
+
+    def alarm_arn(self, name: str) -> str:
+        """The ARN of the alarm(s) `name` (may end in `*`) in this stack's account and region."""
+        return self.stack.format_arn(
+            service="cloudwatch", resource="alarm", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )

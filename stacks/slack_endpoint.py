@@ -1,0 +1,128 @@
+"""The Slack interactivity endpoint: the function that answers the alert buttons, behind a Lambda Function URL.
+
+The URL's auth type is NONE because Slack cannot sign requests with SigV4. Every request is authenticated by its
+Slack signature instead (the signing secret, a 5-minute window, replays refused: ``stallwatch.interactions``),
+and only the allow-listed Slack users and groups may act. Paste ``url.url`` into the Slack app's
+Interactivity "Request URL".
+
+    endpoint = SlackEndpoint(self, "SlackEndpoint", code=code, config=config, table=table,
+                             slack_secret=secret, job_statements=permissions.interactions())
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk.aws_dynamodb import ITableV2
+from constructs import Construct
+
+from stacks.constants import (
+    LAMBDA_ARCHITECTURE,
+    LAMBDA_LOG_RETENTION,
+    LAMBDA_MEMORY_MB,
+    LAMBDA_RUNTIME,
+    SERVICE_NAME,
+)
+from stallwatch.config import CONFIG_ENV, StallwatchConfig
+
+INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
+# Slack waits 3 s for the answer; a stop and a message update fit, and a slow one is still applied and audited.
+INTERACTIONS_TIMEOUT = Duration.seconds(15)
+# The items the function may touch: a job's state and audit records, and its own request claims (store.py).
+TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
+TABLE_LEADING_KEYS = ["job#*", "event#slack#*"]
+DESCRIPTION = "Stallwatch: Slack buttons (snooze, stop now, not stalled), verified by the Slack signature"
+
+
+class SlackEndpoint(Construct):
+    """The interactions function (own least-privilege role) and its Function URL (auth NONE, Slack-signed)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        code: lambda_.Code,
+        config: StallwatchConfig,
+        table: ITableV2,
+        slack_secret: secretsmanager.ISecret,
+        job_statements: Sequence[iam.PolicyStatement],
+    ) -> None:
+        """`job_statements` let the function read a job and stop it, with the same tag conditions as the watchdog."""
+        super().__init__(scope, construct_id)
+        self.role = self._build_role(table, slack_secret, job_statements)
+        self.function = self._build_function(code, config, table, slack_secret)
+        self.url = self.function.add_function_url(
+            auth_type=lambda_.FunctionUrlAuthType.NONE, invoke_mode=lambda_.InvokeMode.BUFFERED
+        )
+        self._acknowledge_nag_findings()
+
+    def _build_role(
+        self, table: ITableV2, slack_secret: secretsmanager.ISecret, job_statements: Sequence[iam.PolicyStatement]
+    ) -> iam.Role:
+        role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=DESCRIPTION)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                sid="JobStateAndRequestClaims",
+                actions=TABLE_ACTIONS,
+                resources=[table.table_arn],
+                conditions={"ForAllValues:StringLike": {"dynamodb:LeadingKeys": TABLE_LEADING_KEYS}},
+            )
+        )
+        for statement in job_statements:
+            role.add_to_policy(statement)
+        slack_secret.grant_read(role)
+        return role
+
+    def _build_function(
+        self, code: lambda_.Code, config: StallwatchConfig, table: ITableV2, slack_secret: secretsmanager.ISecret
+    ) -> lambda_.Function:
+        log_group = logs.LogGroup(self, "Logs", retention=LAMBDA_LOG_RETENTION)
+        log_group.grant_write(self.role)
+        return lambda_.Function(
+            self,
+            "Function",
+            description=DESCRIPTION,
+            code=code,
+            handler=INTERACTIONS_HANDLER,
+            runtime=LAMBDA_RUNTIME,
+            architecture=LAMBDA_ARCHITECTURE,
+            memory_size=LAMBDA_MEMORY_MB,
+            timeout=INTERACTIONS_TIMEOUT,
+            role=self.role,
+            log_group=log_group,
+            logging_format=lambda_.LoggingFormat.JSON,
+            tracing=lambda_.Tracing.ACTIVE,
+            environment={
+                CONFIG_ENV: config.model_dump_json(),
+                "TABLE_NAME": table.table_name,
+                "SLACK_SECRET_ARN": slack_secret.secret_arn,
+                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            },
+        )
+
+    def _acknowledge_nag_findings(self) -> None:
+        """The wildcards this function's role keeps, and why."""
+        reasons = {
+            "*": "X-Ray tracing and ec2:DescribeInstances support no resource-level permissions",
+            "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:training-job/*": "the job a button "
+            "names is created after deploy; the function reads it and stops it only under the watchdog's tag condition",
+            "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*": "the instance a button names is "
+            "launched after deploy; it is stopped only under the watchdog's tag condition",
+        }
+        Validations.of(self).acknowledge(
+            *(
+                Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]", reason=reason)
+                for resource, reason in reasons.items()
+            ),
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-L1",
+                reason=f"pinned to {LAMBDA_RUNTIME.name} like the watchdog: the bundled wheels are built for it "
+                "(stacks/constants.py); upgrade the runtime and the bundle together",
+            ),
+        )

@@ -1,0 +1,109 @@
+"""The Stallwatch stack: wires the capabilities, tags them, and acknowledges cdk-nag findings with reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Validations
+from constructs import Construct
+
+from stacks.constants import LAMBDA_RUNTIME, SERVICE_NAME
+from stacks.dashboards import Dashboards
+from stacks.health import ControlPlaneHealth
+from stacks.notifications import Notifications
+from stacks.state_store import StateStore
+from stacks.watchdog import Watchdog
+from stallwatch.config import StallwatchConfig
+from stallwatch.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
+from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+
+
+class StallwatchStack(Stack):
+    """Detects stalled GPU training jobs (SageMaker, tagged EC2) and stops those that opted in."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StallwatchConfig,
+        bundle_dependencies: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, description="Stallwatch: stops stalled GPU training jobs", **kwargs)
+        self.config = config
+        self.state = StateStore(self, "State")
+        self.notifications = Notifications(self, "Notifications", slack=config.slack, emails=config.notification_emails)
+        self.watchdog = Watchdog(
+            self,
+            "Watchdog",
+            config=config,
+            table=self.state.table,
+            slack_secret=self.notifications.slack_secret,
+            bundle_dependencies=bundle_dependencies,
+        )
+        self.health = ControlPlaneHealth(
+            self,
+            "Health",
+            functions=self.watchdog.functions,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
+            topic=self.notifications.topic,
+        )
+        self.dashboards = Dashboards(
+            self,
+            "Dashboards",
+            functions=self.watchdog.functions,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
+            health_alarms=self.health.alarms,
+        )
+        Tags.of(self).add("Service", SERVICE_NAME)
+        self._build_outputs()
+        self._acknowledge_nag_findings()
+
+    def _build_outputs(self) -> None:
+        CfnOutput(self, "SlackSecretArn", value=self.notifications.slack_secret.secret_arn)
+        CfnOutput(self, "HealthTopicArn", value=self.notifications.topic.topic_arn)
+        CfnOutput(self, "TableName", value=self.state.table.table_name)
+        CfnOutput(self, "FleetDashboard", value=self.dashboards.fleet.dashboard_name)
+        CfnOutput(self, "JobDashboard", value=self.dashboards.job.dashboard_name)
+
+    def _acknowledge_nag_findings(self) -> None:
+        """Each wildcard left after scoping, and why it stays."""
+        arn = "arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:{resource}"
+        stop_scope = (
+            f"only resources tagged {STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} can be stopped (aws:ResourceTag condition)"
+            if self.config.policy.stop_requires_tag
+            else "policy.stop_requires_tag is false: the operator allowed stopping any job or instance"
+        )
+        iam_findings = {
+            "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, "
+            "cloudwatch:PutMetricData and X-Ray tracing support no resource-level permissions; each is conditioned "
+            f"on aws:RequestedRegion or cloudwatch:namespace={NAMESPACE} where IAM offers a condition",
+            arn.format(service="sagemaker", resource="training-job/*"): "jobs are created after deploy by anyone; "
+            f"Stallwatch reads every training job of this account and region, and {stop_scope}",
+            arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}",
+            arn.format(service="cloudwatch", resource=f"alarm:{self.config.alarm_prefix}*"): "per-job alarms are "
+            "created at run time; writes are limited to this deployment's alarm-name prefix",
+            arn.format(service="cloudwatch", resource="alarm:*"): "read-only cloudwatch:DescribeAlarms: a name-prefix "
+            "query is authorized against every alarm of the account and region",
+            arn.format(service="logs", resource=f"log-group:{SAGEMAKER_LOG_GROUP}:*"): "read-only: SageMaker writes "
+            "one log stream per host and job into this group; the streams are named at run time",
+        }
+        Validations.of(self.watchdog).acknowledge(
+            *(
+                Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]", reason=reason)
+                for resource, reason in iam_findings.items()
+            ),
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-L1",
+                reason=f"pinned to {LAMBDA_RUNTIME.name}: the bundled wheels (pydantic-core) are built for it "
+                "(stacks/constants.py); upgrade the runtime and the bundle together",
+            ),
+        )
+        Validations.of(self.notifications).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-SMG4",
+                reason="Slack webhook URLs and bot tokens are issued by Slack and cannot be rotated by a Lambda; "
+                "rotate them in Slack, then put the new value",
+            )
+        )

@@ -1,0 +1,35 @@
+"""The incident and job-state table the Lambdas share."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+PARTITION_KEY = "pk"
+SORT_KEY = "sk"
+TTL_ATTRIBUTE = "expires_at"
+
+
+class StateStore(Construct):
+    """DynamoDB (pk/sk, TTL `expires_at`), on demand, encrypted, with point-in-time recovery; kept on teardown."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.table = self._build_table()
+
+    def _build_table(self) -> dynamodb.TableV2:
+        return dynamodb.TableV2(
+            self,
+            "Table",
+            partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
+            sort_key=dynamodb.Attribute(name=SORT_KEY, type=dynamodb.AttributeType.STRING),
+            time_to_live_attribute=TTL_ATTRIBUTE,
+            billing=dynamodb.Billing.on_demand(),
+            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            deletion_protection=True,
+            removal_policy=RemovalPolicy.RETAIN,  # the audit trail of every stop outlives the stack
+        )

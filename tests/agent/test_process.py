@@ -1,0 +1,213 @@
+"""The agent in real processes: SIGTERM flush, crash, hang, checkpoint and idle faults, and forked workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from trainer_agent import TrainerAgent
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_GPT = ROOT / "examples" / "train_gpt.py"
+WAIT_S = 90.0
+
+
+class Training:
+    """examples/train_gpt.py as a subprocess, its stdout read on a thread so waits are bounded."""
+
+    def __init__(self, tmp_path: Path, *args: str) -> None:
+        self.jsonl = tmp_path / "windows.jsonl"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_ACCESS") and not k.startswith("AWS_SECRET")}
+        env |= {"PYTHONPATH": str(ROOT), "STALLWATCH_JOB_NAME": "demo-job", "SM_CURRENT_HOST": "algo-1"}
+        env.pop("AWS_SESSION_TOKEN", None)
+        env.pop("AWS_SECURITY_TOKEN", None)
+        command = [sys.executable, str(TRAIN_GPT), "--jsonl", str(self.jsonl), *args]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.stdout: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line)
+
+    def wait_for_line(self, prefix: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            self.stdout.append(line)
+            if line.startswith(prefix):
+                return
+        raise AssertionError(f"no line starting {prefix!r} within {WAIT_S} s; got {self.stdout[-5:]}")
+
+    def windows(self, scope: str = "job") -> list[dict]:
+        if not self.jsonl.exists():
+            return []
+        records = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+        return [record for record in records if record["scope"] == scope]
+
+    def wait_for_windows(self, condition) -> list[dict]:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            if condition(windows := self.windows()):
+                return windows
+            time.sleep(0.2)
+        raise AssertionError(f"windows never matched: {self.windows()[-3:]}")
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM, as SageMaker's StopTrainingJob sends; returns the exit code and stderr."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.finish()
+
+    def finish(self) -> tuple[int, str]:
+        code = self.process.wait(WAIT_S)
+        return code, self.process.stderr.read()
+
+
+@pytest.mark.slow
+def test_sigterm_flushes_the_last_window_and_exits_zero(tmp_path):
+    # Given training that runs until stopped, with a window far longer than the run
+    training = Training(tmp_path, "--steps", "0", "--interval", "3600")
+    training.wait_for_line("step 3 ")
+
+    # When SageMaker stops the job
+    code, stderr = training.stop()
+
+    # Then the process exits 0 after writing the final window, with the steps it made
+    assert code == 0, stderr
+    (window,) = training.windows()
+    assert window["Step"] >= 3
+    assert window["job"] == "demo-job"
+    assert training.windows("host")[0]["host"] == "algo-1"
+
+
+@pytest.mark.slow
+def test_a_crash_prints_the_nccl_error_and_traceback_exits_non_zero_and_flushes(tmp_path):
+    training = Training(tmp_path, "--steps", "0", "--interval", "3600", "--fault", "crash", "--fault-after", "2")
+    code, stderr = training.finish()
+    assert code != 0
+    assert "Traceback (most recent call last)" in stderr
+    assert "NCCL error" in stderr
+    assert "an illegal memory access was encountered" in stderr
+    assert training.windows()[-1]["Step"] == 2
+
+
+@pytest.mark.slow
+def test_a_hang_keeps_emitting_zero_step_windows_while_the_watchdog_logs(tmp_path):
+    # Given training that hangs inside step 3
+    training = Training(tmp_path, "--steps", "0", "--interval", "1", "--fault", "hang", "--fault-after", "2")
+
+    # When windows pass
+    windows = training.wait_for_windows(lambda ws: any(w["Steps"] == 0 and w["LastStepAge"] > 6 for w in ws))
+    code, stderr = training.stop()
+
+    # Then the job shows no progress, time spent inside the step (not waiting for data), and NCCL-like log lines
+    stuck = windows[-1]
+    assert (stuck["Steps"], stuck["Step"]) == (0, 2)
+    assert stuck["DataWaitFraction"] < 50
+    assert code == 0
+    assert "Watchdog: still waiting for collective ALLREDUCE" in stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_phase_reports_its_budget_then_training_resumes(tmp_path):
+    training = Training(
+        tmp_path,
+        *("--steps", "6", "--interval", "1", "--fault", "checkpoint", "--fault-after", "3"),
+        *("--checkpoint-budget", "30", "--checkpoint-seconds", "2.5"),
+    )
+    code, stderr = training.finish()
+    assert code == 0, stderr
+    windows = training.windows()
+    in_phase = [w for w in windows if w["phase"] == "checkpoint"]
+    assert in_phase
+    assert all(0 < w["PhaseBudgetRemaining"] <= 30 for w in in_phase)
+    assert windows[-1]["Step"] == 6
+
+
+@pytest.mark.slow
+def test_idle_stops_all_output_but_the_agent_keeps_publishing(tmp_path):
+    training = Training(tmp_path, "--steps", "0", "--interval", "1", "--fault", "idle", "--fault-after", "2")
+    training.wait_for_line("fault idle")
+    training.wait_for_windows(lambda ws: sum(1 for w in ws if w["Steps"] == 0 and w["Step"] == 2) >= 2)
+    code, stderr = training.stop()
+    assert code == 0, stderr
+    assert training.lines.empty()
+    assert training.windows()[-1]["DataWaitFraction"] > 50
+
+
+class PidSink:
+    """Appends the emitting process's pid to a file per window (it survives fork, unlike an in-memory list)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def emit(self, window) -> None:
+        with self.path.open("a") as file:
+            file.write(f"{os.getpid()} {window.scope} {window.metrics.get('Steps')}\n")
+
+    def close(self, timeout_s: float) -> None:
+        pass
+
+    def pids(self) -> set[int]:
+        return {int(line.split()[0]) for line in self.path.read_text().splitlines()}
+
+
+def test_a_forked_child_is_silent_and_the_parent_keeps_reporting(tmp_path):
+    sink = PidSink(tmp_path / "pids")
+    agent = TrainerAgent(interval_s=3600.0, sinks=[sink], handle_sigterm=False)
+    pid = os.fork()
+    if pid == 0:  # the child uses the inherited agent as a worker might, then exits without flushing anything
+        with agent.step():
+            agent.record(loss=1.0)
+        agent.flush()
+        agent.close()
+        os._exit(0 if not agent.active else 3)
+    _, status = os.waitpid(pid, 0)
+    with agent.step():
+        pass
+    agent.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sink.pids() == {os.getpid()}
+
+
+class Batches(Dataset):
+    """A dataset whose workers touch the agent (as a careless user's code might)."""
+
+    def __init__(self, agent: TrainerAgent) -> None:
+        self.agent = agent
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        self.agent.record(loss=float(index))
+        self.agent.flush()
+        return torch.full((4,), float(index))
+
+
+def test_dataloader_fork_workers_do_not_disturb_the_agent(tmp_path):
+    sink = PidSink(tmp_path / "pids")
+    agent = TrainerAgent(interval_s=3600.0, sinks=[sink], handle_sigterm=False)
+    loader = DataLoader(Batches(agent), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    for batch in loader:
+        with agent.step(samples=len(batch)):
+            batch.sum()
+    agent.close()
+    assert sink.pids() == {os.getpid()}
+    steps = [line.split()[2] for line in (tmp_path / "pids").read_text().splitlines() if " job " in line]
+    assert steps == ["4.0"]

@@ -1,0 +1,69 @@
+"""One synthesized Stallwatch app per test session (jsii start-up and synth cost seconds)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_cdk import App, CfnResource
+from aws_cdk.assertions import Template
+from constructs import Construct
+
+from stacks.application import add_stacks
+from stacks.constants import BUNDLE_DEPENDENCIES_CONTEXT_KEY
+from stacks.stallwatch_stack import StallwatchStack
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def cdk_json_context() -> dict[str, Any]:
+    """The context `cdk synth` passes: cdk.json's, offline (no dependency install)."""
+    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    return {**context, BUNDLE_DEPENDENCIES_CONTEXT_KEY: False}
+
+
+def build_app(outdir: Path, **context: Any) -> tuple[App, list[StallwatchStack]]:
+    """An app as `app.py` builds it, with `context` over cdk.json's."""
+    app = App(outdir=str(outdir), context={**cdk_json_context(), **context})
+    return app, add_stacks(app)
+
+
+@pytest.fixture(scope="session")
+def default_app(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, StallwatchStack]:
+    """The default app, synthesized once; synth raises on any unacknowledged cdk-nag finding."""
+    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"))
+    app.synth()
+    return app, stack
+
+
+@pytest.fixture(scope="session")
+def stack(default_app: tuple[App, StallwatchStack]) -> StallwatchStack:
+    return default_app[1]
+
+
+@pytest.fixture(scope="session")
+def template(stack: StallwatchStack) -> Template:
+    return Template.from_stack(stack)
+
+
+def iam_statements(template: Template) -> list[dict[str, Any]]:
+    """Every statement of every identity policy in the template."""
+    policies = template.find_resources("AWS::IAM::Policy")
+    return [
+        statement for policy in policies.values() for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def as_list(value: str | list[str]) -> list[str]:
+    return value if isinstance(value, list) else [value]
+
+
+def logical_id(construct: Construct) -> str:
+    """The logical id of an L2 construct's CloudFormation resource."""
+    resource = construct.node.default_child
+    assert isinstance(resource, CfnResource)
+    return resource.stack.get_logical_id(resource)

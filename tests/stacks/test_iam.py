@@ -1,0 +1,80 @@
+"""Least privilege: no `*` action, stops only on opted-in resources, alarm writes only on the prefix."""
+
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Any
+
+from aws_cdk.assertions import Template
+
+from stacks.permissions import STOP_INSTANCES, STOP_TRAINING_JOB
+from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+
+from .conftest import as_list, build_app, iam_statements
+
+STOP_ACTIONS = (STOP_TRAINING_JOB, STOP_INSTANCES)
+
+
+def _grants(statement: dict[str, Any], action: str) -> bool:
+    """Whether an Allow statement covers `action`, wildcards included (IAM actions are case-insensitive)."""
+    return statement["Effect"] == "Allow" and any(
+        fnmatch.fnmatch(action.lower(), pattern.lower()) for pattern in as_list(statement["Action"])
+    )
+
+
+def _requires_opt_in_tag(statement: dict[str, Any]) -> bool:
+    condition = statement.get("Condition", {})
+    key = f"aws:ResourceTag/{STOP_OPT_IN_TAG}"
+    return any(
+        condition.get(operator, {}).get(key) == STOP_OPT_IN_VALUE
+        for operator in ("StringEquals", "StringEqualsIgnoreCase")
+    )
+
+
+def test_no_statement_has_a_wildcard_action(template: Template) -> None:
+    for statement in iam_statements(template):
+        for action in as_list(statement["Action"]):
+            assert "*" not in action, statement
+
+
+def test_every_stop_grant_requires_the_opt_in_tag(template: Template) -> None:
+    for action in STOP_ACTIONS:
+        grants = [s for s in iam_statements(template) if _grants(s, action)]
+        assert grants, f"nobody may {action}"
+        for statement in grants:
+            assert _requires_opt_in_tag(statement), statement
+
+
+def test_alarm_writes_are_scoped_to_the_prefix(template: Template) -> None:
+    writes = [
+        s
+        for s in iam_statements(template)
+        if _grants(s, "cloudwatch:PutMetricAlarm") or _grants(s, "cloudwatch:DeleteAlarms")
+    ]
+    assert writes
+    for statement in writes:
+        [resource] = as_list(statement["Resource"])
+        assert resource["Fn::Join"][1][-1] == ":alarm:stallwatch-*", statement
+
+
+def test_put_metric_data_is_limited_to_the_stallwatch_namespace(template: Template) -> None:
+    [statement] = [s for s in iam_statements(template) if _grants(s, "cloudwatch:PutMetricData")]
+    assert statement["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Stallwatch"}}
+
+
+def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_platforms_are_granted(
+    tmp_path: Path,
+) -> None:
+    # Given a policy that allows stopping any job and watches SageMaker only
+    config = {"policy": {"stop_requires_tag": False, "monitor_ec2": False}, "alarm_prefix": "sw-"}
+    # When the app is synthesized
+    _, [stack] = build_app(tmp_path, stallwatch=config)
+    statements = iam_statements(Template.from_stack(stack))
+    # Then StopTrainingJob has no tag condition, and nothing touches EC2
+    stops = [s for s in statements if _grants(s, STOP_TRAINING_JOB)]
+    assert stops
+    assert all("Condition" not in s for s in stops)
+    assert not [s for s in statements if any(a.startswith("ec2:") for a in as_list(s["Action"]))]
+    alarm_writes = [s for s in statements if _grants(s, "cloudwatch:PutMetricAlarm")]
+    assert all(s["Resource"]["Fn::Join"][1][-1] == ":alarm:sw-*" for s in alarm_writes)

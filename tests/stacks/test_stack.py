@@ -1,0 +1,178 @@
+"""The default stack's resources, read from the synthesized template."""
+
+from __future__ import annotations
+
+import json
+
+from aws_cdk.assertions import Match, Template
+
+from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
+from stacks.dashboards import JOB_PLACEHOLDER
+from stacks.stallwatch_stack import StallwatchStack
+from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.contract import JOB_METRICS
+
+from .conftest import logical_id
+
+
+def test_the_table_has_the_runtime_keys_ttl_pitr_and_encryption(template: Template) -> None:
+    template.has_resource(
+        "AWS::DynamoDB::GlobalTable",
+        {
+            "Properties": {
+                "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+                "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
+                "SSESpecification": {"SSEEnabled": True},
+                "Replicas": [
+                    Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})
+                ],
+            },
+            "DeletionPolicy": "Retain",
+        },
+    )
+
+
+def test_three_arm64_python_functions_share_one_asset_and_the_environment(
+    template: Template, stack: StallwatchStack
+) -> None:
+    functions = template.find_resources("AWS::Lambda::Function")
+    assert {f["Properties"]["Handler"] for f in functions.values()} == {
+        "handlers.on_job_state.handler",
+        "handlers.on_alarm.handler",
+        "handlers.sweeper.handler",
+    }
+    assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
+    on_alarm = logical_id(stack.watchdog.on_alarm)
+    for name, function in functions.items():
+        properties = function["Properties"]
+        assert properties["Runtime"] == "python3.12"
+        assert properties["Architectures"] == ["arm64"]
+        assert properties["MemorySize"] == LAMBDA_MEMORY_MB
+        assert properties["TracingConfig"] == {"Mode": "Active"}
+        assert "DeadLetterConfig" in properties
+        env = properties["Environment"]["Variables"]
+        assert StallwatchConfig.model_validate_json(env[CONFIG_ENV]) == stack.config
+        assert env["POWERTOOLS_SERVICE_NAME"] == "stallwatch"
+        assert set(env) >= {"TABLE_NAME", "SLACK_SECRET_ARN"}
+        if name != on_alarm:
+            assert env["ALARM_ACTION_ARN"] == {"Fn::GetAtt": [on_alarm, "Arn"]}
+
+
+def test_state_changes_and_the_schedule_invoke_the_functions(template: Template, stack: StallwatchStack) -> None:
+    on_job_state = {"Fn::GetAtt": [logical_id(stack.watchdog.on_job_state), "Arn"]}
+    for source, detail_type in [
+        ("aws.sagemaker", "SageMaker Training Job State Change"),
+        ("aws.ec2", "EC2 Instance State-change Notification"),
+    ]:
+        template.has_resource_properties(
+            "AWS::Events::Rule",
+            {
+                "EventPattern": {"source": [source], "detail-type": [detail_type]},
+                "Targets": [Match.object_like({"Arn": on_job_state, "DeadLetterConfig": Match.any_value()})],
+            },
+        )
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "ScheduleExpression": f"rate({stack.config.sweeper_minutes} minutes)",
+            "Targets": [Match.object_like({"Arn": {"Fn::GetAtt": [logical_id(stack.watchdog.sweeper), "Arn"]}})],
+        },
+    )
+
+
+def test_only_this_deployments_alarms_may_invoke_on_alarm(template: Template, stack: StallwatchStack) -> None:
+    template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {
+            "Principal": ALARM_ACTION_PRINCIPAL,
+            "FunctionName": {"Fn::GetAtt": [logical_id(stack.watchdog.on_alarm), "Arn"]},
+            "SourceAccount": {"Ref": "AWS::AccountId"},
+            "SourceArn": {
+                "Fn::Join": [
+                    "",
+                    Match.array_with([Match.string_like_regexp(f":alarm:{stack.config.alarm_prefix}\\*$")]),
+                ]
+            },
+        },
+    )
+
+
+def test_the_dead_letter_queue_is_encrypted_ssl_only_and_alarmed(template: Template, stack: StallwatchStack) -> None:
+    queue = logical_id(stack.watchdog.dead_letter_queue)
+    template.has_resource_properties("AWS::SQS::Queue", {"SqsManagedSseEnabled": True})
+    template.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                )
+            }
+        },
+    )
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "ApproximateNumberOfMessagesVisible",
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}],
+            "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
+        },
+    )
+
+
+def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
+    template: Template, stack: StallwatchStack
+) -> None:
+    topic = {"Ref": logical_id(stack.notifications.topic)}
+    for function in stack.watchdog.functions:
+        for metric in ("Errors", "Throttles"):
+            template.has_resource_properties(
+                "AWS::CloudWatch::Alarm",
+                {
+                    "MetricName": metric,
+                    "Namespace": "AWS/Lambda",
+                    "Dimensions": [{"Name": "FunctionName", "Value": {"Ref": logical_id(function)}}],
+                    "AlarmActions": [topic],
+                },
+            )
+    template.has_resource_properties(
+        "AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [logical_id(stack.notifications.topic_key), "Arn"]}}
+    )
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+
+
+def test_an_empty_slack_secret_is_created_without_an_arn_in_config(template: Template) -> None:
+    template.has_resource_properties("AWS::SecretsManager::Secret", {"SecretString": "{}"})
+
+
+def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
+    template: Template, stack: StallwatchStack
+) -> None:
+    body = json.loads(_dashboard_body(template, logical_id(stack.dashboards.job)))
+    [variable] = body["variables"]
+    assert (variable["id"], variable["type"], variable["pattern"]) == ("JobName", "pattern", JOB_PLACEHOLDER)
+    assert variable["search"] == '{Stallwatch,JobName} MetricName="Step"'
+    shown = json.dumps(body["widgets"])
+    for metric in (*(m for m in JOB_METRICS if m != "Steps"), "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
+        assert metric in shown, metric
+    assert JOB_PLACEHOLDER in shown
+
+
+def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Template, stack: StallwatchStack) -> None:
+    shown = json.dumps(json.loads(_dashboard_body(template, logical_id(stack.dashboards.fleet)))["widgets"])
+    for metric in (
+        "LastStepAge",
+        "TokensPerSecond",
+        "MFU",
+        "GPUUtilization",
+        "LogIdleSeconds",
+        "Invocations",
+        "Errors",
+    ):
+        assert metric in shown, metric
+
+
+def _dashboard_body(template: Template, dashboard: str) -> str:
+    """The dashboard JSON with its CloudFormation tokens (region, function names) replaced by placeholders."""
+    parts = template.to_json()["Resources"][dashboard]["Properties"]["DashboardBody"]["Fn::Join"][1]
+    return "".join(part if isinstance(part, str) else "TOKEN" for part in parts)

@@ -1,0 +1,418 @@
+"""TrainerAgent: progress, throughput, TFLOPs/MFU and phases measured inside the training loop.
+
+    agent = TrainerAgent(flops_per_token=6 * n_params, total_steps=10_000, interval_s=60)
+    for batch in loader:
+        with agent.step(tokens=batch.numel(), samples=len(batch)):
+            loss = train_step(batch)
+        agent.record(loss=loss)              # a tensor is never read in the loop
+    with agent.phase("checkpoint", budget_s=900):
+        save_checkpoint()
+    agent.close()
+
+step() and record() never synchronize host and device, and no method raises into the loop: a
+failure is logged once and training goes on. A background thread emits one window every interval_s,
+with Steps=0 when the loop is stuck, and SIGTERM / interpreter exit flush the last window.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
+from trainer_agent.gpu_sampler import GpuSampler
+from trainer_agent.identity import Identity
+from trainer_agent.log import logger, warn_once
+from trainer_agent.peaks import peak_tflops as table_peak_tflops
+from trainer_agent.peaks import precision_key
+from trainer_agent.pending import CompletedStep, CudaStepEvents, LossBuffer, read
+from trainer_agent.sinks import AUTO, Sink, build_sinks
+from trainer_agent.window import Progress, Scale, Window, WindowTotals, host_metrics, job_metrics
+
+DEFAULT_INTERVAL_S = 60.0
+MIN_INTERVAL_S = 1.0
+GPU_SAMPLE_S = 5.0
+"""NVML is sampled this often (or once per window if shorter) and averaged over the window."""
+CLOSE_TIMEOUT_S = 10.0
+"""close() and SIGTERM wait at most this long for the sinks (SageMaker allows 120 s after SIGTERM)."""
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+_agents: weakref.WeakSet[TrainerAgent] = weakref.WeakSet()
+
+
+def _never_raises(method: _Method) -> _Method:
+    """Log a failure once per method and return None: the agent never breaks the training loop."""
+
+    @functools.wraps(method)
+    def guarded(self: TrainerAgent, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as error:
+            warn_once(f"agent:{method.__name__}", "trainer_agent: %s failed, carrying on: %r", method.__name__, error)
+            return None
+
+    return guarded  # type: ignore[return-value]
+
+
+class TrainerAgent:
+    """Measures the loop on every rank that reports (global rank 0: job metrics; local rank 0: host metrics)."""
+
+    def __init__(
+        self,
+        job_name: str | None = None,
+        flops_per_step: float | None = None,
+        flops_per_token: float | None = None,
+        peak_tflops: float | None = None,
+        total_steps: int | None = None,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        sinks: str | list[Sink] = AUTO,
+        *,
+        precision: object = "bf16",
+        data_parallel_size: int | None = None,
+        device: str | None = None,
+        handle_sigterm: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        """
+        Args:
+            job_name: the JobName dimension; default TRAINING_JOB_NAME, else STALLWATCH_JOB_NAME, else the hostname.
+            flops_per_step: model FLOPs of one optimizer step on this rank (forward + backward).
+            flops_per_token: ...or per token for the whole model (see trainer_agent.flops); needs step(tokens=).
+            peak_tflops: peak TFLOP/s of one device; default from trainer_agent.peaks for `precision`.
+            total_steps: enables ETA.
+            interval_s: the emission window in seconds (< 60 publishes high-resolution metrics).
+            sinks: "auto" (CloudWatch when boto3 and credentials exist, plus the EMF stdout line) or a list.
+            precision: the precision MFU is relative to ("bf16", "fp16", "tf32", "fp32", "fp8").
+            data_parallel_size: ranks consuming distinct data (default: world size); step(tokens=) is per rank.
+            device: "cuda" or "cpu"; default "cuda" when torch is imported and CUDA is available.
+            handle_sigterm: flush the last window on SIGTERM, then run the previous handler.
+            clock: monotonic seconds for step and window timing (a fake one in tests).
+        """
+        if not interval_s >= MIN_INTERVAL_S:
+            raise ValueError(f"interval_s must be >= {MIN_INTERVAL_S}, not {interval_s}")
+        if total_steps is not None and total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, not {total_steps}")
+        self.identity = Identity.detect(job_name)
+        self.interval_s = float(interval_s)
+        self.total_steps = total_steps
+        self.device = device or _default_device()
+        if self.device not in ("cuda", "cpu"):
+            raise ValueError(f"device must be 'cuda' or 'cpu', not {self.device!r}")
+        precision_key(precision)
+        self.scale = Scale(
+            world_size=self.identity.world_size,
+            data_parallel_size=data_parallel_size,
+            flops_per_step=flops_per_step,
+            flops_per_token=flops_per_token,
+            peak_tflops=peak_tflops or self._peak_from_table(precision, flops_per_step or flops_per_token),
+        )
+        self.active = self.identity.reports_job or self.identity.reports_host
+        """False on ranks that report nothing: every method is then a no-op."""
+        self.sinks = build_sinks(sinks, self.interval_s) if self.active else build_sinks([], self.interval_s)
+
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._closed = False
+        self._started_at = self._clock()
+        self._window_start = self._started_at
+        self._totals = WindowTotals()
+        self._step = 0
+        self._last_step_at: float | None = None
+        self._step_started_at: float | None = None
+        self._busy_depth = 0
+        self._busy_since = 0.0
+        self._phases: list[tuple[str, float, float]] = []
+        self._seconds_per_step: float | None = None
+        self._losses = LossBuffer()
+        self._events = CudaStepEvents(sys.modules["torch"]) if self.device == "cuda" else None
+        self._gpus = GpuSampler() if self.identity.reports_host else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous_sigterm: Any = None
+        if self.active:
+            _agents.add(self)
+            atexit.register(self.close)
+            if handle_sigterm:
+                self._install_sigterm()
+            self._thread = threading.Thread(target=self._run, name="stallwatch-agent", daemon=True)
+            self._thread.start()
+
+    # -- the loop's API ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def step(self, tokens: int | None = None, samples: int | None = None, step: int | None = None) -> Iterator[None]:
+        """Time one optimizer step. `tokens`/`samples` are this rank's; `step` sets the global step number."""
+        self.start_step()
+        try:
+            yield
+        except BaseException:
+            self.abort_step()
+            raise
+        self.end_step(tokens=tokens, samples=samples, step=step)
+
+    @_never_raises
+    def start_step(self) -> None:
+        """Mark the start of a step (for callbacks that cannot use the step() context manager)."""
+        if not self.active or self._closed:
+            return
+        now = self._clock()
+        with self._lock:
+            if self._step_started_at is None:
+                self._enter_busy(now)
+            self._step_started_at = now
+            if self._events is not None:
+                self._events.start()
+
+    @_never_raises
+    def end_step(self, tokens: int | None = None, samples: int | None = None, step: int | None = None) -> None:
+        """Mark the end of the step started by start_step()."""
+        if not self.active or self._closed:
+            return
+        now = self._clock()
+        with self._lock:
+            started = self._step_started_at
+            if started is None:
+                return
+            self._step_started_at = None
+            self._leave_busy(now)
+            number = step if step is not None else self._step + 1 + self._pending_count()
+            totals = self._totals
+            totals.counts_tokens |= tokens is not None
+            totals.counts_samples |= samples is not None
+            if self._events is not None:
+                self._events.end(number, now, tokens or 0, samples or 0)
+            else:
+                self._complete(CompletedStep(number, now, now - started, tokens or 0, samples or 0))
+
+    @_never_raises
+    def abort_step(self) -> None:
+        """Forget the open step (its body raised)."""
+        if not self.active:
+            return
+        with self._lock:
+            if self._step_started_at is not None:
+                self._step_started_at = None
+                self._leave_busy(self._clock())
+                if self._events is not None:
+                    self._events.abort()
+
+    @_never_raises
+    def record(self, loss: Any = None) -> None:
+        """Record a loss: a float or a tensor (detached, read when the window rolls; never synchronizes)."""
+        if not self.active or self._closed or loss is None:
+            return
+        with self._lock:
+            self._losses.add(loss)
+
+    @contextmanager
+    def phase(self, name: str, budget_s: float) -> Iterator[None]:
+        """Declare a phase (checkpoint, eval, ...): PhaseBudgetRemaining stays > 0 while it runs within budget_s."""
+        opened = self.start_phase(name, budget_s)
+        try:
+            yield
+        finally:
+            if opened:
+                self.end_phase()
+
+    @_never_raises
+    def flush(self) -> None:
+        """Emit the current window now (it restarts the window; the background thread keeps its schedule)."""
+        if self.active and not self._closed:
+            self._emit()
+
+    @_never_raises
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Emit the last (partial) window and close the sinks; later calls do nothing."""
+        if not self.active or self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        deadline = time.monotonic() + timeout_s
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        self._emit()
+        self.sinks.close(max(deadline - time.monotonic(), 0.0))
+        atexit.unregister(self.close)
+        self._restore_sigterm()
+
+    # -- windows -------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        next_emit = time.monotonic() + self.interval_s
+        sample_every = min(GPU_SAMPLE_S, self.interval_s)
+        while not self._stop.wait(max(min(next_emit - time.monotonic(), sample_every), 0.0)):
+            try:
+                if self._gpus is not None:
+                    self._gpus.sample()
+                now = time.monotonic()
+                if now >= next_emit:
+                    next_emit = max(next_emit + self.interval_s, now)  # a late window does not cause a burst
+                    self._emit()
+            except Exception as error:  # keep the heartbeat alive whatever a window does
+                warn_once("agent:thread", "trainer_agent: emitting a window failed: %r", error)
+
+    def _emit(self) -> None:
+        """Roll the window and hand it to the sinks (on the background thread, or from close())."""
+        totals, progress, phase, pending_losses = self._roll()
+        totals.losses += read(pending_losses)
+        ident, t = self.identity, time.time()
+        windows = []
+        if ident.reports_job:
+            metrics = job_metrics(totals, progress, self.scale)
+            windows.append(Window(SCOPE_JOB, t, ident.job, ident.host, ident.rank, self.interval_s, metrics, phase))
+        if ident.reports_host:
+            metrics = host_metrics(totals, self._gpus.take() if self._gpus is not None else None)
+            windows.append(Window(SCOPE_HOST, t, ident.job, ident.host, ident.rank, self.interval_s, metrics, phase))
+        for window in windows:
+            self.sinks.emit(window)
+
+    def _roll(self) -> tuple[WindowTotals, Progress, str | None, list[Any]]:
+        with self._lock:
+            now = self._clock()
+            if self._events is not None:
+                for completed in self._events.completed():
+                    self._complete(completed)
+            if self._busy_depth:
+                self._totals.busy_s += now - self._busy_since
+                self._busy_since = now
+            totals, self._totals = self._totals, WindowTotals()
+            self._totals.counts_tokens, self._totals.counts_samples = totals.counts_tokens, totals.counts_samples
+            totals.wall_s = now - self._window_start
+            self._window_start = now
+            floats, tensors = self._losses.take()
+            totals.losses = floats
+            if totals.steps:
+                self._seconds_per_step = totals.wall_s / totals.steps
+            progress = Progress(
+                step=self._step,
+                last_step_age_s=now - (self._last_step_at or self._started_at),
+                phase_budget_remaining_s=min((start + budget - now for _, start, budget in self._phases), default=0.0),
+                eta_s=self._eta(),
+            )
+            phase = self._phases[-1][0] if self._phases else None
+        return totals, progress, phase, tensors
+
+    def _complete(self, completed: CompletedStep) -> None:
+        totals = self._totals
+        totals.steps += 1
+        totals.tokens += completed.tokens
+        totals.samples += completed.samples
+        if completed.duration_s is not None:
+            totals.step_seconds += completed.duration_s
+            totals.timed_steps += 1
+        self._step = completed.step
+        self._last_step_at = completed.ended_at
+
+    def _eta(self) -> float | None:
+        if self.total_steps is None or self._seconds_per_step is None:
+            return None
+        return max(self.total_steps - self._step, 0) * self._seconds_per_step
+
+    def _pending_count(self) -> int:
+        return self._events.pending if self._events is not None else 0
+
+    # -- phases and busy time ------------------------------------------------------------------------------
+
+    @_never_raises
+    def start_phase(self, name: str, budget_s: float) -> bool:
+        """Open a phase (for callbacks that cannot use the phase() context manager); False if ignored."""
+        if not self.active or self._closed:
+            return False
+        if not budget_s > 0:
+            warn_once(f"phase-budget:{name}", "phase %r: budget_s must be > 0, not %r; phase ignored", name, budget_s)
+            return False
+        now = self._clock()
+        with self._lock:
+            self._enter_busy(now)
+            self._phases.append((name, now, float(budget_s)))
+        return True
+
+    @_never_raises
+    def end_phase(self) -> None:
+        """Close the innermost open phase."""
+        with self._lock:
+            if self._phases:
+                self._phases.pop()
+                self._leave_busy(self._clock())
+
+    def _enter_busy(self, now: float) -> None:
+        if self._busy_depth == 0:
+            self._busy_since = now
+        self._busy_depth += 1
+
+    def _leave_busy(self, now: float) -> None:
+        self._busy_depth -= 1
+        if self._busy_depth == 0:
+            self._totals.busy_s += now - self._busy_since
+
+    # -- peak FLOPs, signals, fork -------------------------------------------------------------------------
+
+    def _peak_from_table(self, precision: object, flops: float | None) -> float | None:
+        if flops is None:
+            return None
+        name = _device_name(self.device)
+        peak = table_peak_tflops(name, precision)
+        if peak is None:
+            logger.warning(
+                "no peak FLOPs known for device %r at %s; MFU is not reported (pass peak_tflops= to set it)",
+                name,
+                precision,
+            )
+        return peak
+
+    def _install_sigterm(self) -> None:
+        try:
+            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        except ValueError:  # not the main thread: the caller must close() itself
+            logger.info("not in the main thread; SIGTERM will not flush the last window")
+
+    def _restore_sigterm(self) -> None:
+        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        previous = self._previous_sigterm
+        if os.getpid() == self._pid:
+            self.close()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child (a DataLoader worker) is not the reporting process: it stays silent."""
+        self.active = False
+        self._lock = threading.RLock()
+
+
+def _forked_child() -> None:
+    for agent in list(_agents):
+        agent._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_forked_child)
+
+
+def _default_device() -> str:
+    torch = sys.modules.get("torch")
+    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        torch = sys.modules["torch"]
+        return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    return device

@@ -1,0 +1,116 @@
+"""Who this process is: job name, host, global/local rank and world size, found without collectives.
+
+ident = Identity.detect()          # SageMaker, torchrun, plain python all work
+ident.reports_job, ident.reports_host
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV
+
+# On Nitro instances the DMI board asset tag holds the instance id: a file read, no network.
+DMI_DIR = Path("/sys/devices/virtual/dmi/id")
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
+IMDS_URL = "http://169.254.169.254/latest"
+IMDS_TIMEOUT_S = 0.3
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The process's place in the job."""
+
+    job: str
+    """Job name: the JobName dimension."""
+    host: str
+    """Host name: the Host dimension (SM_CURRENT_HOST, else EC2 instance id, else hostname)."""
+    rank: int
+    """Global rank."""
+    world_size: int
+    """Number of processes in the job."""
+    local_rank: int
+    """Rank on this host."""
+
+    def __post_init__(self) -> None:
+        if not self.job:
+            raise ValueError("job name is empty")
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not within world_size {self.world_size}")
+        if self.local_rank < 0:
+            raise ValueError(f"local_rank {self.local_rank} is negative")
+
+    @property
+    def reports_job(self) -> bool:
+        """Global rank 0 emits the job's metrics."""
+        return self.rank == 0
+
+    @property
+    def reports_host(self) -> bool:
+        """Local rank 0 emits its host's metrics."""
+        return self.local_rank == 0
+
+    @classmethod
+    def detect(cls, job_name: str | None = None) -> Identity:
+        """Read the identity from torch.distributed (when initialised), else RANK/WORLD_SIZE/LOCAL_RANK."""
+        rank, world_size, local_rank = _ranks()
+        return cls(job=job_name or _job_name(), host=_host(), rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def _job_name() -> str:
+    for name in JOB_NAME_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    return socket.gethostname()
+
+
+def _ranks() -> tuple[int, int, int]:
+    # Only consult torch.distributed if the script imported torch: it cannot be initialised otherwise.
+    torch = sys.modules.get("torch")
+    env_local = os.environ.get("LOCAL_RANK")
+    if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        return rank, world_size, int(env_local) if env_local is not None else rank
+    rank = int(os.environ.get("RANK", "0"))
+    return rank, int(os.environ.get("WORLD_SIZE", "1")), int(env_local) if env_local is not None else rank
+
+
+def _host() -> str:
+    return os.environ.get(HOST_ENV) or ec2_instance_id() or socket.gethostname()
+
+
+def ec2_instance_id(dmi_dir: Path = DMI_DIR) -> str | None:
+    """The EC2 instance id, or None off EC2. Never waits more than ~2 x IMDS_TIMEOUT_S, and only on EC2 hardware."""
+    asset_tag = _read(dmi_dir / "board_asset_tag")
+    if INSTANCE_ID.match(asset_tag):
+        return asset_tag
+    on_ec2 = "amazon" in _read(dmi_dir / "sys_vendor").lower()
+    if not on_ec2 or os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
+        return None
+    try:
+        token_request = urllib.request.Request(
+            f"{IMDS_URL}/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+        )
+        with urllib.request.urlopen(token_request, timeout=IMDS_TIMEOUT_S) as response:
+            token = response.read().decode()
+        id_request = urllib.request.Request(
+            f"{IMDS_URL}/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": token}
+        )
+        with urllib.request.urlopen(id_request, timeout=IMDS_TIMEOUT_S) as response:
+            instance_id = response.read().decode().strip()
+    except OSError:
+        return None
+    return instance_id if INSTANCE_ID.match(instance_id) else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""

@@ -1,0 +1,1 @@
+"""Thin adapters from training frameworks to TrainerAgent; each imports its framework only when imported itself."""

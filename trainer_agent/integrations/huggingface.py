@@ -1,0 +1,54 @@
+"""A Hugging Face `TrainerCallback` that drives a TrainerAgent.
+
+    agent = TrainerAgent(flops_per_token=flops_per_token)
+    trainer = Trainer(model, args, train_dataset=dataset, callbacks=[StallwatchCallback(agent)])
+
+Steps are the Trainer's optimizer steps; samples are the per-device batch times gradient accumulation;
+tokens come from `state.num_input_tokens_seen` (TrainingArguments(include_num_input_tokens_seen=True))
+or `tokens_per_step`. Logged losses are recorded (the Trainer has already read them). The agent is
+closed when training ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer_agent.agent import TrainerAgent
+
+try:
+    from transformers import TrainerCallback
+except ImportError as error:  # pragma: no cover - the message is the point
+    raise ImportError("trainer_agent.integrations.huggingface needs transformers: pip install transformers") from error
+
+
+class StallwatchCallback(TrainerCallback):
+    """Times each optimizer step and records logged losses."""
+
+    def __init__(self, agent: TrainerAgent, tokens_per_step: int | None = None, close_on_end: bool = True) -> None:
+        self.agent = agent
+        self.tokens_per_step = tokens_per_step
+        self.close_on_end = close_on_end
+        self._tokens_seen = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.agent.total_steps is None and state.max_steps > 0:
+            self.agent.total_steps = state.max_steps
+        self._tokens_seen = state.num_input_tokens_seen or 0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.agent.start_step()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        seen = state.num_input_tokens_seen or 0
+        tokens = seen - self._tokens_seen if seen > self._tokens_seen else self.tokens_per_step
+        self._tokens_seen = seen
+        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        self.agent.end_step(tokens=tokens, samples=samples, step=state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.agent.record(loss=logs["loss"])
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.close_on_end:
+            self.agent.close()
