@@ -401,6 +401,18 @@ def scenarios() -> list[Scenario]:
             expect=_no_stop(),
         ),
         Scenario(
+            name="sm-slowdown-25min-1host",
+            summary="Steps slow from 2 s to 25 minutes each (throttled storage), GPUs busy at full power: never stop.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=True,
+            segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1_500.0)],
+            duration_s=2_400.0 + 5_400,
+            seed=116,
+            expect=_no_stop(),
+        ),
+        Scenario(
             name="ec2-dataloader-starvation-agent",
             summary="EC2 p4d: the input pipeline cannot keep up; GPUs ~28% busy, 80% of the time waiting for data.",
             platform=ec2,

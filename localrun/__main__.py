@@ -22,6 +22,7 @@ from localrun.scenarios import DEFAULT_SCENARIO, RUN_DEADLINE_S, SCENARIOS
 from localrun.summary import summary_table
 
 EXIT_INTERRUPTED = 130
+LOG_WIDTH = 140
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,7 +46,9 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    console = Console(file=sys.stderr if args.json else sys.stdout, highlight=False)
+    stream = sys.stderr if args.json else sys.stdout
+    # Off a terminal (CI, a pipe) rich assumes 80 columns; the timeline reads better wider.
+    console = Console(file=stream, highlight=False, width=None if stream.isatty() else LOG_WIDTH)
     try:
         result = LocalRun(SCENARIOS[args.scenario], console, deadline_s=args.deadline).run()
     except KeyboardInterrupt:

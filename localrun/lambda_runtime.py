@@ -1,7 +1,7 @@
 """A local Lambda runtime: invokes the real handler functions one at a time, as the Lambda service would.
 
-Each invocation gets a Lambda context; whatever the function writes to stdout (Powertools' JSON logs and EMF
-metrics) is captured and shipped to the function's log group in moto's CloudWatch Logs, as Lambda does,
+Each invocation gets a Lambda context; whatever the function writes to stdout or stderr (Powertools' JSON logs,
+EMF metrics, warnings) is captured and shipped to the function's log group in moto's CloudWatch Logs, as Lambda does,
 instead of scrolling through the terminal view.
 
     runtime = LambdaRuntime(logs, {"on_alarm": on_alarm.handler})
@@ -63,8 +63,8 @@ class Invocation:
 
 
 @contextlib.contextmanager
-def _captured_stdout() -> Iterator[io.StringIO]:
-    """Route stdout, and logging handlers that write to it, into a buffer for the invocation's duration."""
+def _captured_output() -> Iterator[io.StringIO]:
+    """Route stdout and stderr, and logging handlers that write to them, into a buffer for the invocation."""
     buffer = io.StringIO()
     original = sys.stdout
     retargeted = [
@@ -72,11 +72,12 @@ def _captured_stdout() -> Iterator[io.StringIO]:
         for logger in [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
         if isinstance(logger, logging.Logger)
         for handler in logger.handlers
-        if isinstance(handler, logging.StreamHandler) and handler.stream in (original, sys.__stdout__)
+        if isinstance(handler, logging.StreamHandler)
+        and handler.stream in (original, sys.__stdout__, sys.stderr, sys.__stderr__)
     ]
     previous = [handler.setStream(buffer) for handler in retargeted]
     try:
-        with contextlib.redirect_stdout(buffer):
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             yield buffer
     finally:
         for handler, stream in zip(retargeted, previous, strict=True):
@@ -108,7 +109,7 @@ class LambdaRuntime:
         )
         result: Any = None
         error: BaseException | None = None
-        with self._lock, _captured_stdout() as buffer:
+        with self._lock, _captured_output() as buffer:
             start = time.time()
             try:
                 result = handler(event, context)

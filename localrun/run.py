@@ -26,7 +26,7 @@ from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
 from localrun.local_aws import LocalAws
 from localrun.periodic import Periodic
-from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, RuntimeResources, create_resources
+from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.scenarios import (
     CONTROL_TICK_S,
     MAX_RUNTIME_S,
@@ -90,20 +90,20 @@ class LocalRun:
             self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}; Slack receiver on {slack.webhook_url}")
             resources = create_resources(aws.client("dynamodb"), aws.client("secretsmanager"), slack.webhook_url)
             stack.enter_context(_function_environment(resources.function_env()))
-            self._alarm_prefix = resources.config.alarm_prefix
             self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
             self._runtime = self._lambda_runtime(aws)
             self.timeline.event(
                 Kind.SETUP, f"table {resources.table_name}, Slack secret, functions on-job-state/on-alarm/sweeper"
             )
+            job = self._job = sagemaker_job.create_training_job(aws.client("sagemaker"), self.scenario, time.time())
+            self._alarm_prefix = job_alarm_prefix(resources.config.alarm_prefix, Platform.SAGEMAKER, job.name)
             title = f"Stallwatch local run · {self.scenario.name}: {self.scenario.summary}"
             self._view = stack.enter_context(RunView(self.console, self.timeline, title, self._alarm_prefix))
-            job = self._job = sagemaker_job.create_training_job(aws.client("sagemaker"), self.scenario, time.time())
             self.timeline.event(Kind.JOB, f"CreateTrainingJob {job.name} ({job.instance_count} x {job.instance_type})")
             self._start_hosts(aws, job, stack)
             sagemaker_job.set_status(job, RUNNING, "Training")
             self._job_state_changed(RUNNING, "Training")
-            loop = AlarmLoop(aws.client("cloudwatch"), self._job_prefix(resources), self._on_alarm_transition)
+            loop = AlarmLoop(aws.client("cloudwatch"), self._alarm_prefix, self._on_alarm_transition)
             ticker = Periodic("alarm-evaluator", CONTROL_TICK_S, lambda: self._tick(loop), self._on_error)
             sweeper = Periodic("sweeper", SWEEPER_INTERVAL_S, self._sweep, self._on_error)
             stack.callback(ticker.stop)
@@ -116,10 +116,6 @@ class LocalRun:
             final_status = aws.client("sagemaker").describe_training_job(TrainingJobName=job.name)["TrainingJobStatus"]
             ports = (aws.port, slack.port)
         return self._result(started, final_status, len(slack.messages), ports)
-
-    def _job_prefix(self, resources: RuntimeResources) -> str:
-        assert self._job is not None
-        return job_alarm_prefix(resources.config.alarm_prefix, Platform.SAGEMAKER, self._job.name)
 
     def _lambda_runtime(self, aws: LocalAws) -> LambdaRuntime:
         # Imported here: the functions read their environment (set just before) when first invoked.
@@ -251,7 +247,8 @@ class LocalRun:
 
     def _audited_reasons(self) -> list[str]:
         """The reasons of the job's newest decision, from the control plane's audit trail in DynamoDB."""
-        assert self._store is not None and self._job is not None
+        assert self._store is not None
+        assert self._job is not None
         records = self._store.records(job_key(Platform.SAGEMAKER, self._job.name), "audit")
         return list(records[-1].get("record", {}).get("reasons", [])) if records else []
 

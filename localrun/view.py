@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console, Group
+from rich.emoji import Emoji
 from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
@@ -36,6 +37,8 @@ KIND_STYLES: dict[Kind, str] = {
 ALARM_STYLES = {"OK": "green", "ALARM": "bold red", "INSUFFICIENT_DATA": "dim"}
 _MRKDWN_BOLD = re.compile(r"\*([^*\n]+)\*")
 _MRKDWN_LINK = re.compile(r"<([^|>]+)\|([^>]+)>")
+# Slack emoji names that rich spells differently.
+SLACK_EMOJI_ALIASES = {":octagonal_sign:": ":stop_sign:"}
 
 
 def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
@@ -50,7 +53,7 @@ def status_table(snapshot: Snapshot, alarm_prefix: str) -> Table:
     table.add_column()
     table.add_row("elapsed", f"{time.time() - snapshot.started_at:5.1f} s")
     table.add_row("step", _fmt(p.step, "d"))
-    table.add_row("TFLOPs/GPU", _fmt(p.tflops_per_gpu, ".3f"))
+    table.add_row("TFLOPs/GPU", _fmt(p.tflops_per_gpu, ".3g"))
     table.add_row("MFU", _fmt(p.mfu, ".1f", " %"))
     table.add_row("loss", _fmt(p.loss, ".3f"))
     table.add_row("last step age", _fmt(p.last_step_age, ".1f", " s"))
@@ -64,39 +67,57 @@ def status_table(snapshot: Snapshot, alarm_prefix: str) -> Table:
 
 
 def status_line(snapshot: Snapshot, alarm_prefix: str) -> str:
-    """The status panel as one line, for logs."""
+    """The status panel as one line, for logs: alarms not OK by name, the rest counted."""
     p = snapshot.progress
-    alarms = ", ".join(
-        f"{name.removeprefix(alarm_prefix).split('.', 2)[-1]}={state}"
-        for name, state in sorted(snapshot.alarms.items())
-    )
+    alarms_by_name = sorted(snapshot.alarms.items())
+    not_ok = [f"{name.removeprefix(alarm_prefix)} {state}" for name, state in alarms_by_name if state != "OK"]
+    ok = len(snapshot.alarms) - len(not_ok)
+    alarms = ", ".join([*not_ok, f"{ok} OK"] if ok else not_ok)
     return (
-        f"step {_fmt(p.step, 'd')} · {_fmt(p.tflops_per_gpu, '.3f')} TFLOPs/GPU · "
+        f"step {_fmt(p.step, 'd')} · {_fmt(p.tflops_per_gpu, '.3g')} TFLOPs/GPU · "
         f"GPU {_fmt(snapshot.gpu_util_per_device, '.0f', '%')} · job {snapshot.job_status}/{snapshot.secondary_status}"
-        + (f" · alarms {alarms}" if alarms else "")
+        + (f" · alarms: {alarms}" if alarms else "")
     )
 
 
-def _mrkdwn(text: str) -> Text:
-    """Slack mrkdwn to rich text (bold and links; the rest verbatim)."""
-    text = _MRKDWN_LINK.sub(r"\2 (\1)", text)
-    out = Text()
-    last = 0
-    for match in _MRKDWN_BOLD.finditer(text):
-        out.append(text[last : match.start()])
-        out.append(match.group(1), style="bold")
-        last = match.end()
-    out.append(text[last:])
-    return out
+def _emoji(text: str) -> str:
+    for slack, rich in SLACK_EMOJI_ALIASES.items():
+        text = text.replace(slack, rich)
+    return Emoji.replace(text)
+
+
+def _mrkdwn(text: str) -> list[Text]:
+    """Slack mrkdwn to rich lines: emoji codes, bold and links; code blocks dim, one row per line."""
+    text = _emoji(_MRKDWN_LINK.sub(r"\2 (\1)", text))
+    lines: list[Text] = []
+    for i, chunk in enumerate(text.split("```")):
+        if i % 2:  # inside a code block: log lines, cut to the panel's width
+            lines += [Text(line, style="dim", no_wrap=True, overflow="ellipsis") for line in chunk.splitlines()]
+            continue
+        for line in chunk.strip("\n").splitlines():
+            out, last = Text(), 0
+            for match in _MRKDWN_BOLD.finditer(line):
+                out.append(line[last : match.start()])
+                out.append(match.group(1), style="bold")
+                last = match.end()
+            out.append(line[last:])
+            lines.append(out)
+    return lines
+
+
+def _field(text: str) -> list[Text]:
+    """A section field ("*Label*\nvalue") on one line: "Label: value"."""
+    label, _, value = text.partition("\n")
+    return _mrkdwn(f"{label}: {value}" if value and "```" not in value else text)
 
 
 def _block_text(block: dict[str, Any]) -> list[Text]:
     kind = block.get("type")
     if kind == "header":
-        return [Text(block.get("text", {}).get("text", ""), style="bold")]
+        return [Text(_emoji(block.get("text", {}).get("text", "")), style="bold")]
     if kind == "section":
-        lines = [_mrkdwn(block["text"]["text"])] if block.get("text") else []
-        return lines + [_mrkdwn(field.get("text", "")) for field in block.get("fields", [])]
+        lines = _mrkdwn(block["text"]["text"]) if block.get("text") else []
+        return lines + [line for field in block.get("fields", []) for line in _field(field.get("text", ""))]
     if kind == "context":
         return [Text(" · ".join(e.get("text", "") for e in block.get("elements", [])), style="dim")]
     if kind == "rich_text":
@@ -120,7 +141,7 @@ def _rich_text_plain(block: dict[str, Any]) -> str:
 def slack_panel(message: SlackMessage) -> Panel:
     """A Slack message (Block Kit, or its text fallback) as a terminal panel."""
     blocks = message.payload.get("blocks") or []
-    lines = [line for block in blocks for line in _block_text(block)] or [_mrkdwn(message.text)]
+    lines = [line for block in blocks for line in _block_text(block)] or _mrkdwn(message.text)
     return Panel(Group(*lines), title="Slack (local receiver)", title_align="left", border_style="green")
 
 
@@ -138,6 +159,8 @@ class RunView:
         self._print_lock = threading.Lock()
 
     def __enter__(self) -> RunView:
+        for event in self._timeline.snapshot().events:  # what happened before the view opened
+            self.on_event(event)
         self._timeline.subscribe(self.on_event)
         if self.console.is_terminal:
             self._live = Live(

@@ -26,14 +26,18 @@ LAMBDA_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
 ON_ALARM_TIMEOUT = Duration.minutes(2)
 SWEEPER_TIMEOUT = Duration.minutes(5)
+SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
 ON_ALARM_HANDLER = "handlers.on_alarm.handler"
 SWEEPER_HANDLER = "handlers.sweeper.handler"
+SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.
 ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
 
 DLQ_RETENTION = Duration.days(14)
+# EventBridge retries a failed delivery this often before it goes to the DLQ.
+EVENT_RETRY_ATTEMPTS = 2
 HEALTH_ALARM_PERIOD = Duration.minutes(5)
 DASHBOARD_PERIOD = Duration.minutes(1)

@@ -50,6 +50,10 @@ class WatchdogPermissions:
         statements.append(self._publish_metrics())
         return statements
 
+    def slack_interactions(self) -> list[iam.PolicyStatement]:
+        """A button pressed in Slack: read the job, maybe stop it ("Stop now")."""
+        return [*self._read_jobs(), *self._stop()]
+
     def _read_jobs(self) -> list[iam.PolicyStatement]:
         statements = []
         if self.policy.monitor_sagemaker:

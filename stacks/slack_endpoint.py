@@ -6,14 +6,14 @@ and only the allow-listed Slack users and groups may act. Paste ``url.url`` into
 Interactivity "Request URL".
 
     endpoint = SlackEndpoint(self, "SlackEndpoint", code=code, config=config, table=table,
-                             slack_secret=secret, job_statements=permissions.interactions())
+                             slack_secret=secret, job_statements=permissions.slack_interactions())
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import Acknowledgment, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -27,12 +27,11 @@ from stacks.constants import (
     LAMBDA_MEMORY_MB,
     LAMBDA_RUNTIME,
     SERVICE_NAME,
+    SLACK_INTERACTIONS_HANDLER,
+    SLACK_INTERACTIONS_TIMEOUT,
 )
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
 
-INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
-# Slack waits 3 s for the answer; a stop and a message update fit, and a slow one is still applied and audited.
-INTERACTIONS_TIMEOUT = Duration.seconds(15)
 # The items the function may touch: a job's state and audit records, and its own request claims (store.py).
 TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
 TABLE_LEADING_KEYS = ["job#*", "event#slack#*"]
@@ -89,11 +88,11 @@ class SlackEndpoint(Construct):
             "Function",
             description=DESCRIPTION,
             code=code,
-            handler=INTERACTIONS_HANDLER,
+            handler=SLACK_INTERACTIONS_HANDLER,
             runtime=LAMBDA_RUNTIME,
             architecture=LAMBDA_ARCHITECTURE,
             memory_size=LAMBDA_MEMORY_MB,
-            timeout=INTERACTIONS_TIMEOUT,
+            timeout=SLACK_INTERACTIONS_TIMEOUT,
             role=self.role,
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,

@@ -62,6 +62,7 @@ class StallwatchStack(Stack):
 
     def _build_outputs(self) -> None:
         CfnOutput(self, "SlackSecretArn", value=self.notifications.slack_secret.secret_arn)
+        CfnOutput(self, "SlackInteractivityUrl", value=self.watchdog.slack_interactions_url.url)
         CfnOutput(self, "HealthTopicArn", value=self.notifications.topic.topic_arn)
         CfnOutput(self, "TableName", value=self.state.table.table_name)
         CfnOutput(self, "FleetDashboard", value=self.dashboards.fleet.dashboard_name)

@@ -18,15 +18,16 @@ class StateStore(Construct):
         super().__init__(scope, construct_id)
         self.table = self._build_table()
 
-    def _build_table(self) -> dynamodb.TableV2:
-        return dynamodb.TableV2(
+    def _build_table(self) -> dynamodb.Table:
+        # A classic AWS::DynamoDB::Table: the `stallwatch` operator CLI finds the table by that resource type.
+        return dynamodb.Table(
             self,
             "Table",
             partition_key=dynamodb.Attribute(name=PARTITION_KEY, type=dynamodb.AttributeType.STRING),
             sort_key=dynamodb.Attribute(name=SORT_KEY, type=dynamodb.AttributeType.STRING),
             time_to_live_attribute=TTL_ATTRIBUTE,
-            billing=dynamodb.Billing.on_demand(),
-            encryption=dynamodb.TableEncryptionV2.aws_managed_key(),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
             point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True
             ),

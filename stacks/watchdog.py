@@ -2,7 +2,8 @@
 
 - `on_job_state`: SageMaker and EC2 state changes (EventBridge) -> create or delete a job's alarms;
 - `on_alarm`: the alarms' Lambda action (principal lambda.alarms.cloudwatch.amazonaws.com) -> decide, act;
-- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide.
+- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide;
+- `slack_interactions`: the Slack buttons (a Function URL; Slack's request signature is the authentication).
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_sqs as sqs
-from aws_cdk.aws_dynamodb import ITableV2
+from aws_cdk.aws_dynamodb import ITable
 from constructs import Construct
 
 from stacks.bundling import lambda_code
 from stacks.constants import (
     ALARM_ACTION_PRINCIPAL,
     DLQ_RETENTION,
+    EVENT_RETRY_ATTEMPTS,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOG_RETENTION,
     LAMBDA_MEMORY_MB,
@@ -33,6 +35,8 @@ from stacks.constants import (
     ON_JOB_STATE_HANDLER,
     ON_JOB_STATE_TIMEOUT,
     SERVICE_NAME,
+    SLACK_INTERACTIONS_HANDLER,
+    SLACK_INTERACTIONS_TIMEOUT,
     SWEEPER_HANDLER,
     SWEEPER_TIMEOUT,
 )
@@ -48,6 +52,8 @@ class FunctionSpec:
     handler: str
     timeout: Duration
     description: str
+    # Invoked asynchronously (EventBridge, alarm actions): failures land in the dead-letter queue.
+    asynchronous: bool = True
 
 
 ON_JOB_STATE = FunctionSpec(
@@ -55,6 +61,13 @@ ON_JOB_STATE = FunctionSpec(
 )
 ON_ALARM = FunctionSpec("OnAlarm", ON_ALARM_HANDLER, ON_ALARM_TIMEOUT, "Stallwatch: decides and acts on a job's alarm")
 SWEEPER = FunctionSpec("Sweeper", SWEEPER_HANDLER, SWEEPER_TIMEOUT, "Stallwatch: periodic reconcile and decide")
+SLACK_INTERACTIONS = FunctionSpec(
+    "SlackInteractions",
+    SLACK_INTERACTIONS_HANDLER,
+    SLACK_INTERACTIONS_TIMEOUT,
+    "Stallwatch: applies the Slack buttons (snooze, stop now, not stalled)",
+    asynchronous=False,
+)
 
 
 class Watchdog(Construct):
@@ -66,7 +79,7 @@ class Watchdog(Construct):
         construct_id: str,
         *,
         config: StallwatchConfig,
-        table: ITableV2,
+        table: ITable,
         slack_secret: secretsmanager.ISecret,
         bundle_dependencies: bool,
     ) -> None:
@@ -84,9 +97,11 @@ class Watchdog(Construct):
         self.sweeper = self._build_function(
             SWEEPER, self.permissions.sweeper(), ALARM_ACTION_ARN=self.on_alarm.function_arn
         )
-        self.functions = [self.on_job_state, self.on_alarm, self.sweeper]
+        self.slack_interactions = self._build_function(SLACK_INTERACTIONS, self.permissions.slack_interactions())
+        self.functions = [self.on_job_state, self.on_alarm, self.sweeper, self.slack_interactions]
         self._build_alarm_action_permission()
         self.rules = self._build_rules()
+        self.slack_interactions_url = self._build_slack_interactions_url()
 
     def _build_dead_letter_queue(self) -> sqs.Queue:
         return sqs.Queue(
@@ -125,7 +140,7 @@ class Watchdog(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
-            dead_letter_queue=self.dead_letter_queue,
+            dead_letter_queue=self.dead_letter_queue if spec.asynchronous else None,
             environment={
                 CONFIG_ENV: self.config.model_dump_json(),
                 "TABLE_NAME": self.table.table_name,
@@ -148,6 +163,10 @@ class Watchdog(Construct):
             source_account=stack.account,
             source_arn=self.permissions.alarm_arn(f"{self.config.alarm_prefix}*"),
         )
+
+    def _build_slack_interactions_url(self) -> lambda_.FunctionUrl:
+        # Slack cannot sign SigV4: the handler verifies Slack's signing secret on every request instead.
+        return self.slack_interactions.add_function_url(auth_type=lambda_.FunctionUrlAuthType.NONE)
 
     def _build_rules(self) -> list[events.Rule]:
         rules = []
@@ -198,5 +217,9 @@ class Watchdog(Construct):
             description=description,
             event_pattern=event_pattern,
             schedule=schedule,
-            targets=[targets.LambdaFunction(function, dead_letter_queue=self.dead_letter_queue, retry_attempts=2)],
+            targets=[
+                targets.LambdaFunction(
+                    function, dead_letter_queue=self.dead_letter_queue, retry_attempts=EVENT_RETRY_ATTEMPTS
+                )
+            ],
         )

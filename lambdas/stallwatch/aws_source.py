@@ -26,10 +26,10 @@ from stallwatch.pricing import instance_spec
 from stallwatch.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 6}, connect_timeout=5, read_timeout=20)
-LOOKBACK_SECONDS = 2 * 3600  # history the engine sees: baselines before the stall and the stall itself
+LOOKBACK_SECONDS = 3 * 3600  # history the engine sees: baselines before the stall and the stall itself
 METRIC_PERIOD_SECONDS = 60
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
-LOG_TAIL_SECONDS = 300  # log lines read before the quietest host's last event
+LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
 LOG_TAIL_PAGES = 2
 LOG_LINES_PER_HOST = 20
 ERROR_LINES_PER_HOST = 10

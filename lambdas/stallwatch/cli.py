@@ -3,6 +3,7 @@
     stallwatch replay corpus/traces/*.jsonl            # a timeline of alerts, warnings and stops per trace
     stallwatch replay my-job.jsonl --json --policy config.json
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
+    stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
 a new subcommand is one more entry in `COMMANDS`.
@@ -19,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from stallwatch import ops
 from stallwatch.alarms import parse_alarm_name
 from stallwatch.config import StallwatchConfig
 from stallwatch.decision import Action
@@ -135,7 +137,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
 
 
 # Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,7 +41,8 @@ STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
 RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alarm's, or the agent's window if longer)
 INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
 LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
-SLOW_RATIO = 2.0  # recent step interval over the earlier one above this is slow
+SLOW_RATIO = 2.0  # current step interval over the earlier one above this is slow
+SLOW_SAMPLES = 3  # the current interval: the median of this many latest samples (one slow checkpoint step is not slow)
 CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step intervals without a step
 ERROR_TAIL_S = 120.0  # without the agent, a fatal line within this of a host's last line is its last word
 EVIDENCE_ERROR_LINES = 3  # error lines kept per host
@@ -288,7 +289,7 @@ def _with_agent(
         no_step = f"no completed step for {_min(now - since)} (last step {_fmt(progress.step)})"
     threshold = f"threshold {_min(progress.stall_s)}"
     if progress.interval_s is not None:
-        threshold += f" from a {progress.interval_s:.3g} s step interval"
+        threshold += f" from a {_dur(progress.interval_s)} step interval"
     errors = _errors_since(signals.hosts, since)
     if errors:
         first_error_t = min(line.t for lines in errors.values() for line in lines)
@@ -303,8 +304,15 @@ def _with_agent(
             h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent for h in hosts.values()
         )
         logs_active = evidence["logs"]["silence_s"] < evidence["logs"]["threshold_s"]
+        power = _power_summary(hosts)
         power_dropped = any(h["power_dropped"] for h in hosts.values())
-        if progress.last_step_t is None and not (all_idle or power_dropped or not logs_active):
+        if power and not (all_idle or power_dropped):
+            # GPUs still draw their working power: compute runs (a step far longer than before), not a hang.
+            return _Finding(
+                Diagnosis.SLOW,
+                (f"{no_step}, {threshold}", f"but GPU power holds: {power}", "not stopping while the GPUs compute"),
+            )
+        if progress.last_step_t is None and not (all_idle or not logs_active):
             # Never a step, yet the GPUs work and the logs flow: more likely agent.step() is not called.
             return _Finding(
                 Diagnosis.STARTING,
@@ -314,7 +322,6 @@ def _with_agent(
         reasons = [f"{no_step}, {threshold}", _utilization_summary(hosts)]
         if errors:
             reasons.append(_error_summary(errors))
-        power = _power_summary(hosts)
         if power:
             reasons.append(power)
         if logs_active:
@@ -342,19 +349,17 @@ def _progressing(
         evidence["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
-    samples = _interval_samples(agent)
-    recent = [v for t, v in samples if t >= recent_since]
-    earlier = [v for t, v in samples if t < recent_since][-INTERVAL_SAMPLES:]
-    if recent and earlier:
-        recent_interval, earlier_interval = statistics.median(recent), statistics.median(earlier)
-        evidence["step_interval_recent_s"] = round(recent_interval, 3)
-        evidence["step_interval_earlier_s"] = round(earlier_interval, 3)
-        if recent_interval > SLOW_RATIO * earlier_interval:
+    values = [v for _, v in _interval_samples(agent)]
+    if len(values) > SLOW_SAMPLES:
+        current = statistics.median(values[-SLOW_SAMPLES:])
+        earlier = statistics.median(values[-SLOW_SAMPLES - INTERVAL_SAMPLES : -SLOW_SAMPLES])
+        evidence["step_interval_current_s"] = round(current, 3)
+        evidence["step_interval_earlier_s"] = round(earlier, 3)
+        if current > SLOW_RATIO * earlier:
             return _Finding(
                 Diagnosis.SLOW,
                 (
-                    f"steps take {recent_interval:.3g} s, {recent_interval / earlier_interval:.1f}x "
-                    f"the earlier {earlier_interval:.3g} s",
+                    f"steps take {_dur(current)}, {current / earlier:.1f}x the earlier {_dur(earlier)}",
                     "still progressing: never stopped for this",
                 ),
             )
@@ -381,14 +386,18 @@ def _without_agent(
             (*notes, f"GPUs not active yet, {_min(now - training_since)} in (grace {_min(limits.startup_s)})"),
         )
     log_reason = f"logs silent for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
-    crashed = {
-        h.host: lines
-        for h in hosts
-        if (lines := _last_words(h)) and h.log_last_t is not None and now - h.log_last_t >= logs.threshold_s
-    }
+    crashed: dict[str, list[LogLine]] = {}
+    silences: list[str] = []
+    for h in hosts:
+        lines = _last_words(h)
+        if not lines or h.log_last_t is None:
+            continue
+        needed = _crash_silence_s(h, thresholds, limits, logs.threshold_s)
+        if now - h.log_last_t >= needed:
+            crashed[h.host] = lines
+            silences.append(f"{h.host} silent for {_min(now - h.log_last_t)} after it (threshold {_min(needed)})")
     if crashed:
-        silent = ", ".join(f"{name} silent for {_min(now - signals.hosts[name].log_last_t)}" for name in crashed)
-        return _error_finding(crashed, (*notes, f"{silent} after it (threshold {_min(logs.threshold_s)})"))
+        return _error_finding(crashed, (*notes, *silences))
     if logs.silence_s < logs.threshold_s:
         return _Finding(Diagnosis.HEALTHY, (*notes, f"logs active: {log_reason}"))
     complete = len(hosts) >= max(signals.facts.instance_count, 1)
@@ -423,7 +432,8 @@ def _agent_window(agent: dict[str, Series]) -> float | None:
 
 def _progress(agent: dict[str, Series], thresholds: Thresholds, limits: _Limits, now: float) -> _Progress:
     samples = [v for _, v in _interval_samples(agent)][-INTERVAL_SAMPLES:]
-    interval = statistics.median(samples) if samples else None
+    # The latest sample too: after steps slow down, the new pace counts at once (it only ever raises the threshold).
+    interval = max(statistics.median(samples), samples[-1]) if samples else None
     stall = max(limits.stall_floor_s, thresholds.step_interval_factor * (interval or 0.0) * limits.factor)
     newest = max(agent[name].points[-1][0] for name in PROGRESS_METRICS if len(agent.get(name, Series())))
     return _Progress(
@@ -526,6 +536,16 @@ def _log_silence(
     )
 
 
+def _crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: _Limits, job_threshold_s: float) -> float:
+    """How long a host whose last words were fatal must stay silent: k x its own cadence (at least
+    `crash_confirm_minutes`); without a cadence of its own (a quiet rank, a tail full of traceback), the job's."""
+    cadence = _cadence(host.log_tail)
+    if cadence is None:
+        return job_threshold_s
+    interval, longest = cadence
+    return max(limits.crash_s, max(thresholds.log_interval_factor * interval, longest) * limits.factor)
+
+
 def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:
     """(median, longest) gap between one host's recent bursts of lines. The job's cadence is its chattiest host's:
     the job is silent only when every host is, and quiet ranks' old startup lines say nothing about it."""
@@ -600,6 +620,11 @@ def _first_hosts(parts: list[str]) -> str:
 
 def _hosts(hosts: list[HostSignals]) -> str:
     return "1 host" if len(hosts) == 1 else f"{len(hosts)} hosts"
+
+
+def _dur(seconds: float) -> str:
+    """Seconds for step-sized durations, minutes beyond two."""
+    return f"{seconds:.3g} s" if seconds < 120 else _min(seconds)
 
 
 def _min(seconds: float) -> str:

@@ -43,7 +43,7 @@ class Thresholds(BaseModel):
         5.0, ge=1, description="Adaptive floor: a stall needs at least this many recent step intervals without a step."
     )
     log_silence_minutes: float = Field(
-        20.0, gt=0, description="All hosts' logs silent this long (jobs without the agent)."
+        15.0, gt=0, description="All hosts' logs silent this long (jobs without the agent)."
     )
     log_interval_factor: float = Field(
         10.0, ge=1, description="Adaptive floor: log silence needs at least this many recent logging intervals."
@@ -56,7 +56,7 @@ class Thresholds(BaseModel):
     crash_confirm_minutes: float = Field(
         5.0,
         gt=0,
-        description="A fatal error line followed by no step for this long is a crashed rank (with the agent).",
+        description="A fatal error line, then no step (without the agent: silence) this long: a crashed rank.",
     )
     power_drop_ratio: float = Field(
         0.6, gt=0, lt=1, description="Power below this fraction of its running baseline is a drop (hang at 100% util)."

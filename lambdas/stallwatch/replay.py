@@ -1,13 +1,13 @@
 """Backtest: what Stallwatch would have done to a job, replayed from its trace on a simulated clock.
 
-    result = replay(load_trace("corpus/traces/sm-hang-8host.jsonl"))
-    result.first_stop_s, result.verdict  # 2940.0, Verdict.PASS
+    result = replay(load_trace("corpus/traces/sm-hang-8host-agent.jsonl"))
+    result.first_stop_s, result.verdict  # 5200.0, Verdict.PASS
 
 The replay walks the road the Lambdas walk, with the trace in place of AWS: the alarms `render_alarms`
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
 alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness; the engine decides on
-every alarm transition to ALARM and, at sweeper ticks, while the job has an alarm in ALARM or an open
-incident; `next_state` is kept between decisions; a STOP stops the replay's job.
+every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (open incident, pending warning,
+expired snooze); `next_state` is kept between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -96,12 +96,6 @@ class ReplayResult:
         }
 
 
-def _needs_decision(incident_open: bool, state: JobState, now: float) -> bool:
-    """The sweeper's rule (watchdog): an open incident, a warning waiting to become a stop, or an expired snooze."""
-    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    return incident_open or state.warned_at is not None or snooze_expired
-
-
 def _first(decisions: list[ReplayDecision], actions: frozenset[Action]) -> float | None:
     return next((d.t for d in decisions if d.decision.action in actions), None)
 
@@ -126,87 +120,108 @@ def _judge(trace: Trace, diagnoses: list[str], first_stop: float | None) -> tupl
     return Verdict.PASS, f"{expect.action}" + (f" in {list(expect.window_s)}" if expect.window_s else "")
 
 
-def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig | None = None) -> ReplayResult:
-    """Replay `trace` under `policy` (default: enforce) with the sweeper cadence of `config`."""
-    config = config or StallwatchConfig()
-    source = TraceSource(trace)
-    effective = (policy or REPLAY_POLICY).for_job(trace.job.tags)
-    start = source.epoch(0)
-    end = source.epoch(trace.duration_s)
-    evaluator = AlarmEvaluator(render_alarms(source.facts(start), effective, config.alarm_prefix, []))
-    tick = min(effective.thresholds.alarm_period_seconds, CLOUDWATCH_EVALUATION_SECONDS)
-    sweep_every = config.sweeper_minutes * 60
-    events = trace.events
-    next_event = 0
-    state = JobState()
-    incident_open = False
-    decisions: list[ReplayDecision] = []
-    diagnoses: list[str] = []
-    decision_count = transitions_count = 0
+class _Run:
+    """One replay in progress: the simulated control plane's clock, alarms and memory of the job."""
 
-    def decide(now: float, trigger: str) -> Decision:
-        nonlocal state, decision_count
-        nonlocal incident_open
-        decision = engine.decide(source.job_signals(source.job_name, now), effective, state, now)
-        state = engine.next_state(state, decision)
-        incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
-        decision_count += 1
-        if decision.diagnosis.value not in diagnoses:
-            diagnoses.append(decision.diagnosis.value)
-        if decision.action is not Action.NONE or decision.would is not Action.NONE:
-            decisions.append(ReplayDecision(now - start, trigger, decision))
-        return decision
+    def __init__(self, trace: Trace, policy: Policy, config: StallwatchConfig) -> None:
+        self.trace = trace
+        self.source = TraceSource(trace)
+        self.effective = policy.for_job(trace.job.tags)
+        self.start = self.source.epoch(0)
+        self.evaluator = AlarmEvaluator(
+            render_alarms(self.source.facts(self.start), self.effective, config.alarm_prefix, [])
+        )
+        self.sweep_every = config.sweeper_minutes * 60
+        self.next_event = 0
+        self.state = JobState()
+        self.incident_open = False
+        self.decisions: list[ReplayDecision] = []
+        self.diagnoses: list[str] = []
+        self.decision_count = 0
+        self.transitions = 0
 
-    now = math.ceil(start / tick) * tick
-    stopped = finished = False
-    while now <= end and not (stopped or finished):
-        while next_event < len(events) and source.epoch(events[next_event].t) <= now:
-            event = events[next_event]
-            next_event += 1
+    def feed(self, now: float) -> bool:
+        """Hand the evaluator every datapoint up to `now`; False once the job has ended."""
+        events = self.trace.events
+        while self.next_event < len(events) and self.source.epoch(events[self.next_event].t) <= now:
+            event = events[self.next_event]
+            self.next_event += 1
             if isinstance(event, MetricEvent):
                 m = event.metric
-                evaluator.add_datapoint(metric_key(m.namespace, m.name, m.dimensions), source.epoch(event.t), m.value)
+                key = metric_key(m.namespace, m.name, m.dimensions)
+                self.evaluator.add_datapoint(key, self.source.epoch(event.t), m.value)
             elif isinstance(event, StatusEvent) and event.status in TERMINAL_STATUSES:
-                finished = True
-        if finished:
-            break
-        sweeping = now % sweep_every == 0
-        if sweeping:
-            for host in source.hosts:
-                last = source.log_last_t(host, now)
-                idle = now - (last if last is not None else start)
-                key = metric_key(
-                    contract.NAMESPACE,
-                    contract.LOG_IDLE_SECONDS,
-                    {contract.DIM_JOB: source.job_name, contract.DIM_HOST: host},
-                )
-                evaluator.add_datapoint(key, now, idle)
-        transitions = evaluator.evaluate(now)
-        transitions_count += len(transitions)
-        decided = False
-        for transition in transitions:
-            if transition.new is AlarmState.ALARM and not stopped:
-                decided = True
-                stopped = decide(now, transition.alarm_name).action is Action.STOP
-        if sweeping and not decided and not stopped and _needs_decision(incident_open, state, now):
-            stopped = decide(now, SWEEPER).action is Action.STOP
-        now += tick
+                return False
+        return True
 
-    first_stop = _first(decisions, frozenset({Action.STOP}))
-    verdict, reason = _judge(trace, diagnoses, first_stop)
+    def publish_log_idle(self, now: float) -> None:
+        """The sweeper's `LogIdleSeconds`, for each host that has a log stream."""
+        for host in self.source.hosts:
+            last = self.source.log_last_t(host, now)
+            if last is not None:
+                dims = {contract.DIM_JOB: self.source.job_name, contract.DIM_HOST: host}
+                self.evaluator.add_datapoint(
+                    metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims), now, now - last
+                )
+
+    def decide(self, now: float, trigger: str) -> bool:
+        """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
+        decision = engine.decide(self.source.job_signals(self.source.job_name, now), self.effective, self.state, now)
+        self.state = engine.next_state(self.state, decision)
+        self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
+        self.decision_count += 1
+        if decision.diagnosis.value not in self.diagnoses:
+            self.diagnoses.append(decision.diagnosis.value)
+        if decision.action is not Action.NONE or decision.would is not Action.NONE:
+            self.decisions.append(ReplayDecision(now - self.start, trigger, decision))
+        return decision.action is Action.STOP
+
+    def sweeper_due(self, now: float) -> bool:
+        """The watchdog's rule: an open incident, a warning waiting to become a stop, or an expired snooze."""
+        snooze_expired = self.state.snoozed_until is not None and self.state.snoozed_until <= now
+        return self.incident_open or self.state.warned_at is not None or snooze_expired
+
+    def run(self) -> None:
+        """Tick until the trace ends, the job ends, or the job is stopped."""
+        tick = min(self.effective.thresholds.alarm_period_seconds, CLOUDWATCH_EVALUATION_SECONDS)
+        end = self.source.epoch(self.trace.duration_s)
+        now = math.ceil(self.start / tick) * tick
+        while now <= end and self.feed(now):
+            sweeping = now % self.sweep_every == 0
+            if sweeping:
+                self.publish_log_idle(now)
+            transitions = self.evaluator.evaluate(now)
+            self.transitions += len(transitions)
+            alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
+            for name in alarmed:  # one on_alarm invocation per alarm
+                if self.decide(now, name):
+                    return
+            # a decision made this very minute already holds what the sweeper would see
+            if sweeping and not alarmed and self.sweeper_due(now) and self.decide(now, SWEEPER):
+                return
+            now += tick
+
+
+def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig | None = None) -> ReplayResult:
+    """Replay `trace` under `policy` (default: enforce everything) with the sweeper cadence of `config`."""
+    run = _Run(trace, policy or REPLAY_POLICY, config or StallwatchConfig())
+    run.run()
+    first_stop = _first(run.decisions, frozenset({Action.STOP}))
+    verdict, reason = _judge(trace, run.diagnoses, first_stop)
+    expect = trace.header.expect
     return ReplayResult(
         trace=trace.source,
         job=trace.job.name,
-        mode=effective.mode,
-        decisions=tuple(decisions),
-        decision_count=decision_count,
-        diagnoses=tuple(diagnoses),
-        alarm_transitions=transitions_count,
-        first_alert_s=_first(decisions, NOTIFYING),
-        first_warn_s=_first(decisions, frozenset({Action.WARN})),
+        mode=run.effective.mode,
+        decisions=tuple(run.decisions),
+        decision_count=run.decision_count,
+        diagnoses=tuple(run.diagnoses),
+        alarm_transitions=run.transitions,
+        first_alert_s=_first(run.decisions, NOTIFYING),
+        first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
         first_stop_s=first_stop,
         verdict=verdict,
         verdict_reason=reason,
-        tag_errors=tuple(effective.tag_errors),
-        expect=None if trace.header.expect is None else trace.header.expect.model_dump(mode="json", exclude_none=True),
+        tag_errors=tuple(run.effective.tag_errors),
+        expect=None if expect is None else expect.model_dump(mode="json", exclude_none=True),
     )

@@ -4,8 +4,8 @@
     message = AlertMessage(decision, signals.facts, evidence, stop_result).render()   # {"text", "blocks"}
     SlackNotifier(clients.secretsmanager, secret_arn).post(message)                   # PostResult, never raises
 
-`AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_logs`, `_footer`),
-so an interactive section (buttons) is one more method.
+`AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_logs`, `_buttons`,
+`_footer`); warnings and alerts carry the operator buttons of ``interactions.action_buttons``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.actions import StopResult
 from stallwatch.decision import Action, Decision
+from stallwatch.interactions import action_buttons
 from stallwatch.pricing import Burn, estimate_burn
 from stallwatch.signals import JobFacts, JobSignals, LogLine
 
@@ -38,6 +39,9 @@ HEADERS = {
     Action.ALERT: ":rotating_light: Job needs attention",
     Action.AUDIT: ":mag: Job looks stalled (observe mode)",
 }
+
+
+BUTTON_ACTIONS = frozenset({Action.WARN, Action.ALERT})
 
 
 class SlackSecretError(ValueError):
@@ -104,9 +108,17 @@ class AlertMessage:
     facts: JobFacts
     evidence: Evidence
     stop_result: StopResult | None = None
+    incident: str | None = None  # the open incident, carried by the buttons
 
     def render(self) -> dict[str, Any]:
-        blocks = [*self._header(), *self._summary(), *self._evidence(), *self._logs(), *self._footer()]
+        blocks = [
+            *self._header(),
+            *self._summary(),
+            *self._evidence(),
+            *self._logs(),
+            *self._buttons(),
+            *self._footer(),
+        ]
         return {"text": self.text(), "blocks": blocks}
 
     def text(self) -> str:
@@ -173,6 +185,12 @@ class AlertMessage:
             )
             blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
         return blocks
+
+    def _buttons(self) -> list[dict[str, Any]]:
+        """Snooze / Stop now / Not stalled, on the messages an operator can still act on."""
+        if self.decision.action not in BUTTON_ACTIONS:
+            return []
+        return [action_buttons(self.facts, self.incident)]
 
     def _footer(self) -> list[dict[str, Any]]:
         d = self.decision

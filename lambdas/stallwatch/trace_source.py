@@ -92,12 +92,14 @@ class TraceSource:
         return self.base + t
 
     def host_of_stream(self, stream: str) -> str | None:
-        """The host a log stream belongs to: ``<job>/algo-N-<epoch>`` on SageMaker, one naming the instance on EC2."""
-        if self.trace.job.platform is Platform.SAGEMAKER:
-            match = SAGEMAKER_STREAM.match(stream)
-            ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
-            return match["host"] if ours else None
-        return next((host for host in self.hosts if host in stream), None)
+        """The host a SageMaker log stream ``<job>/algo-N-<epoch>`` belongs to; None for other streams.
+
+        Like `aws_source`, which reads only the SageMaker log group, the replay ignores EC2 log lines."""
+        if self.trace.job.platform is not Platform.SAGEMAKER:
+            return None
+        match = SAGEMAKER_STREAM.match(stream)
+        ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
+        return match["host"] if ours else None
 
     def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
         job = self.trace.job

@@ -207,7 +207,7 @@ def _act(
             logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, **result["stop"]})
             rt.store.release_stop(key, written.state)
     evidence = Evidence.of(decision, signals, written.state.stall_since or read.state.stall_since)
-    message = AlertMessage(decision, signals.facts, evidence, stop_result).render()
+    message = AlertMessage(decision, signals.facts, evidence, stop_result, written.incident).render()
     post = rt.notifier.post(message)
     outcome.posted = post.ok
     result["slack"] = {"ok": post.ok, "detail": post.detail}

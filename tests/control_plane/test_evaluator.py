@@ -232,3 +232,80 @@ def test_unsupported_metric_math_is_rejected() -> None:
     ]
     with pytest.raises(ValueError, match="unsupported function 'ANOMALY_DETECTION_BAND'"):
         AlarmEvaluator([alarm])
+
+
+def math_alarm(name: str, expression: str, operator: str, threshold: float) -> dict:
+    def stat(metric_id: str, metric_name: str) -> dict:
+        metric = {"Namespace": "CWAgent", "MetricName": metric_name}
+        return {"Id": metric_id, "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Average"}, "ReturnData": False}
+
+    return {
+        "AlarmName": name,
+        "Metrics": [
+            stat("m1", "used"),
+            stat("m2", "total"),
+            {"Id": "e1", "Expression": expression, "ReturnData": True},
+        ],
+        "EvaluationPeriods": 1,
+        "Threshold": threshold,
+        "ComparisonOperator": operator,
+        "TreatMissingData": "missing",
+    }
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("100 * m1 / m2", 50.0),
+        ("(m1 + m2) / 2 - 1", 149.0),
+        ("-m1 + m2", 100.0),
+        ("IF(m1 >= m2, 1, 0)", 0.0),
+    ],
+)
+def test_metric_math_evaluates_per_period(expression: str, expected: float) -> None:
+    # Given metrics at 100 and 200 in one period, and alarms at ">= expected" and "> expected" on an expression
+    evaluator = AlarmEvaluator(
+        [
+            math_alarm("ge", expression, "GreaterThanOrEqualToThreshold", expected),
+            math_alarm("gt", expression, "GreaterThanThreshold", expected),
+        ]
+    )
+    evaluator.add_datapoint(metric_key("CWAgent", "used", {}), T0 + 5, 100.0)
+    evaluator.add_datapoint(metric_key("CWAgent", "total", {}), T0 + 5, 200.0)
+
+    # When evaluated
+    evaluator.evaluate(T0 + 60)
+
+    # Then the expression's value is exactly `expected`
+    assert (evaluator.state("ge"), evaluator.state("gt")) == (AlarmState.ALARM, AlarmState.OK)
+
+
+def test_fill_stands_in_for_a_missing_metric() -> None:
+    # Given only m1 has data; m2 (the phase budget, say) has none
+    evaluator = AlarmEvaluator([math_alarm("a", "IF(FILL(m2, 0) > 0, 1, m1)", "GreaterThanOrEqualToThreshold", 100.0)])
+    evaluator.add_datapoint(metric_key("CWAgent", "used", {}), T0 + 5, 100.0)
+
+    # When evaluated: Then FILL makes m2 zero, so the expression is m1
+    evaluator.evaluate(T0 + 60)
+    assert evaluator.state("a") is AlarmState.ALARM
+
+
+def test_metric_math_division_by_zero_has_no_datapoint() -> None:
+    evaluator = AlarmEvaluator([math_alarm("a", "m1 / (m2 - m2)", "GreaterThanThreshold", 0.0)])
+    evaluator.add_datapoint(metric_key("CWAgent", "used", {}), T0 + 5, 100.0)
+    evaluator.add_datapoint(metric_key("CWAgent", "total", {}), T0 + 5, 200.0)
+    evaluator.evaluate(T0 + 60)
+    assert evaluator.state("a") is AlarmState.INSUFFICIENT_DATA
+
+
+def test_percentile_statistic_takes_the_nearest_rank() -> None:
+    # Given ten datapoints 0..9 in each of three minutes, and an alarm on p90 < 9
+    alarm = {**simple_alarm(stat="p90"), "Threshold": 9.0}
+    evaluator = AlarmEvaluator([alarm])
+    for minute in range(3):
+        for i in range(10):
+            evaluator.add_datapoint(STEPS, T0 + 60 * minute + i, float(i))
+
+    # When evaluated: Then p90 of 0..9 is 8, below 9, so it alarms
+    evaluator.evaluate(T0 + 180)
+    assert evaluator.state("a") is AlarmState.ALARM

@@ -202,3 +202,31 @@ def test_trace_source_shows_only_the_past() -> None:
 def test_trace_source_refuses_another_job() -> None:
     with pytest.raises(KeyError, match="not 'other'"):
         two_host_trace().job_signals("other", TRACE_EPOCH)
+
+
+def test_ec2_trace_source_reads_the_cloudwatch_agent_and_ignores_logs() -> None:
+    # Given an EC2 instance's trace with the CloudWatch agent's per-instance metrics and a log line
+    job = {**HEADER["job"], "name": "i-0abc", "platform": "ec2", "instance_count": 1, "instance_ids": ["i-0abc"]}
+    dims = {"InstanceId": "i-0abc"}
+
+    def cwagent(name: str, value: float) -> dict:
+        return {"t": 60, "metric": {"namespace": "CWAgent", "name": name, "dimensions": dims, "value": value}}
+
+    trace = read_trace(
+        lines(
+            {"stallwatch_trace": 1, "job": job},
+            cwagent("nvidia_smi_utilization_gpu", 97.0),
+            cwagent("nvidia_smi_memory_used", 30720.0),
+            cwagent("nvidia_smi_memory_total", 40960.0),
+            {"t": 61, "log": {"stream": "i-0abc/train.log", "message": "step 5"}},
+        )
+    )
+
+    # When looked at after that minute
+    signals = TraceSource(trace).job_signals("i-0abc", TRACE_EPOCH + 300)
+
+    # Then utilization is as published, memory is used/total, and the log is not read (as in AWS)
+    host = signals.hosts["i-0abc"]
+    assert host.gpu_util.values() == [97.0]
+    assert host.gpu_mem_util.values() == [75.0]
+    assert host.log_last_t is None

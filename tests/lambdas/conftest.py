@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import moto  # imported before any boto3 client is created
 import pytest
@@ -15,31 +14,10 @@ from localrun import moto_sagemaker
 from stallwatch import watchdog
 from stallwatch.config import CONFIG_ENV
 from tests.lambdas import moto_metric_index
-from tests.lambdas.world import ALARM_ACTION_ARN, TABLE, SlackReceiver, World
+from tests.lambdas.world import ALARM_ACTION_ARN, TABLE, Clock, LambdaContext, SlackReceiver, World
 
 moto_sagemaker.install()
 moto_metric_index.install()
-
-
-@dataclass
-class Clock:
-    """Epoch seconds that only move when a test says so."""
-
-    now: float
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@dataclass(frozen=True)
-class LambdaContext:
-    function_name: str = "stallwatch-test"
-    memory_limit_in_mb: int = 256
-    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:stallwatch-test"
-    aws_request_id: str = "5f4c0e2a-6d3b-4c8e-9a51-1f0b2f9d7e11"
 
 
 @pytest.fixture(autouse=True)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
+import pytest
+
 from handlers import on_alarm, on_job_state, sweeper
-from stallwatch import alarms, contract
+from stallwatch import actions, alarms, contract, watchdog
+from stallwatch.aws_source import AwsSignalSource
+from stallwatch.signals import Platform
 from stallwatch.store import job_key
 from tests.lambdas.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
 from tests.lambdas.world import MINUTE, alarm_event, instance_state_event, job_state_event, scheduled_event
 
 JOB = "whisper-large-ft"
+EXAMPLE_AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
 def _alarm_names(rt) -> list[str]:
@@ -56,10 +62,9 @@ def test_ended_job_loses_its_alarms_and_its_incident_is_closed(rt, world, slack,
 def test_ec2_instances_are_watched_only_when_tagged(rt, world, context) -> None:
     # Given two running GPU instances, one tagged for monitoring
     ec2 = rt.clients.ec2
-    image = ec2.describe_images()["Images"][0]["ImageId"]
     tagged, untagged = (
         ec2.run_instances(
-            ImageId=image,
+            ImageId=EXAMPLE_AMI,
             InstanceType="p4d.24xlarge",
             MinCount=1,
             MaxCount=1,
@@ -116,3 +121,26 @@ def test_alarm_back_to_ok_and_foreign_alarms_are_ignored(rt, world, slack, conte
     foreign = on_alarm.handler(alarm_event("billing-alarm"), context)
     assert (ok["status"], foreign["status"]) == ("ignored", "ignored")
     assert slack.posts == []
+
+
+def test_stop_results_for_ec2_and_for_a_job_that_is_gone(rt, world) -> None:
+    # Given a running GPU instance and a training job that does not exist
+    instance = rt.clients.ec2.run_instances(ImageId=EXAMPLE_AMI, InstanceType="g5.xlarge", MinCount=1, MaxCount=1)
+    instance_id = instance["Instances"][0]["InstanceId"]
+    ec2_facts = AwsSignalSource(rt.clients, Platform.EC2).facts(instance_id)
+    ghost = replace(ec2_facts, name="ghost-job", platform=Platform.SAGEMAKER, instance_ids=())
+
+    # When both are stopped, Then the instance stops and the missing job is a reported failure, not an exception
+    assert actions.stop(rt.clients, ec2_facts).ok
+    assert rt.clients.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
+        "Name"
+    ] in ("stopping", "stopped")
+    failed = actions.stop(rt.clients, ghost)
+    assert not failed.ok
+    assert "ghost-job" in failed.detail
+
+
+def test_missing_table_name_is_a_clear_configuration_error(monkeypatch) -> None:
+    monkeypatch.delenv("TABLE_NAME", raising=False)
+    with pytest.raises(watchdog.ConfigurationError, match="TABLE_NAME"):
+        watchdog.Runtime.from_env()

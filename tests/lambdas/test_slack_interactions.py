@@ -14,13 +14,13 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 from slack_sdk.signature import SignatureVerifier
 
-from handlers import slack_interactions
-from stallwatch import interactions
+from handlers import on_alarm, slack_interactions, sweeper
+from stallwatch import alarms, interactions
 from stallwatch.config import StallwatchConfig
 from stallwatch.interactions import ACTIONS_BLOCK_ID, ButtonValue, Interactions, OperatorAction, action_buttons
 from stallwatch.signals import JobFacts, Platform
 from stallwatch.store import job_key
-from tests.lambdas.world import World
+from tests.lambdas.world import MINUTE, World, alarm_event, scheduled_event
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
@@ -273,6 +273,51 @@ def test_stop_now_by_a_group_member_stops_the_job_and_updates_the_message_in_pla
     assert (update["channel"], update["ts"]) == (CHANNEL, MESSAGE_TS)
     assert "Stop requested by" in str(update["blocks"])
     assert all(block.get("block_id") != ACTIONS_BLOCK_ID for block in update["blocks"])
+
+
+def _seed_hang(world: World) -> None:
+    """The enforced job hung 40 minutes ago: no step, GPUs pinned at 100 % while power falls, logs quiet."""
+    world.steps_until(JOB, last_step_min=40)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(JOB, host, world.every_minute(110, 100.0))
+        world.agent_host(JOB, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
+        world.progress_logs(JOB, host, until_min=40)
+
+
+def _warn(rt, world: World, context) -> None:
+    _seed_hang(world)
+    alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.PROGRESS, None)
+    assert on_alarm.handler(alarm_event(alarm), context)["action"] == "warn"
+
+
+def test_a_snoozed_warning_is_not_followed_by_a_stop(rt, endpoint, slack_api, world, context) -> None:
+    # Given a hung job that was warned
+    _warn(rt, world, context)
+
+    # When an allowed user snoozes it for an hour, and the sweeper runs after the stop grace period
+    assert _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
+    rt.clock.advance(6 * MINUTE)
+    sweeper.handler(scheduled_event(), context)
+
+    # Then the job keeps running
+    assert world.status(JOB) == "InProgress"
+    assert "stop" not in [a["record"]["action"] for a in _audits(rt)]
+
+
+def test_not_stalled_makes_the_watchdog_warn_afresh_instead_of_stopping(
+    rt, endpoint, slack_api, world, context
+) -> None:
+    # Given a hung job that was warned
+    _warn(rt, world, context)
+
+    # When an allowed user says it is not stalled, and the sweeper runs after the stop grace period
+    assert _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[0] == 200
+    rt.clock.advance(6 * MINUTE)
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then the job is not stopped: at the doubled thresholds it gets a new warning first
+    assert world.status(JOB) == "InProgress"
+    assert [o["action"] for o in summary["redecided"]] == ["warn"]
 
 
 # ---- rejected requests: nothing changes -----------------------------------------------------------------------

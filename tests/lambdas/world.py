@@ -21,6 +21,27 @@ MINUTE = 60.0
 FUTURE_MIN = -15  # seeded series run this many minutes past the test's start
 
 
+@dataclass
+class Clock:
+    """Epoch seconds that only move when a test says so."""
+
+    now: float
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass(frozen=True)
+class LambdaContext:
+    function_name: str = "stallwatch-test"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:stallwatch-test"
+    aws_request_id: str = "5f4c0e2a-6d3b-4c8e-9a51-1f0b2f9d7e11"
+
+
 class SlackReceiver:
     """An incoming-webhook stand-in on 127.0.0.1: records every JSON body, answers `status`."""
 

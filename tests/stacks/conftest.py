@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from stacks.application import add_stacks
 from stacks.constants import BUNDLE_DEPENDENCIES_CONTEXT_KEY
 from stacks.stallwatch_stack import StallwatchStack
 
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

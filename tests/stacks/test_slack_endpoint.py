@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from aws_cdk import App, Stack, Validations
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.bundling import lambda_code
-from stacks.permissions import STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB
-from stacks.slack_endpoint import INTERACTIONS_HANDLER, TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
+from stacks.constants import SLACK_INTERACTIONS_HANDLER
+from stacks.permissions import STOP_INSTANCES, STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB, WatchdogPermissions
+from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
 
@@ -23,15 +22,6 @@ from .conftest import as_list, iam_statements, logical_id
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stallwatch/slack-AbCdEf"
 CONFIG = StallwatchConfig.model_validate({"slack": {"mode": "bot", "allowed_user_ids": ["U0ALLOWED"]}})
-
-
-def _job_statements(stack: Stack) -> list[iam.PolicyStatement]:
-    """What the stack passes: read a training job, and stop it only when it carries the opt-in tag."""
-    jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name="*")
-    return [
-        iam.PolicyStatement(actions=["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], resources=[jobs]),
-        iam.PolicyStatement(actions=[STOP_TRAINING_JOB], resources=[jobs], conditions=STOP_OPT_IN_CONDITION),
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +36,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, Stack, S
         config=CONFIG,
         table=StateStore(stack, "State").table,
         slack_secret=secretsmanager.Secret.from_secret_complete_arn(stack, "SlackSecret", SECRET_ARN),
-        job_statements=_job_statements(stack),
+        job_statements=WatchdogPermissions(stack, CONFIG).slack_interactions(),
     )
     app.synth()  # raises on any unacknowledged cdk-nag finding
     return app, stack, endpoint
@@ -55,10 +45,6 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, Stack, S
 @pytest.fixture(scope="module")
 def template(synthesized: tuple[App, Stack, SlackEndpoint]) -> Template:
     return Template.from_stack(synthesized[1])
-
-
-def _role_statements(template: Template) -> list[dict[str, Any]]:
-    return iam_statements(template)
 
 
 def test_the_function_url_is_public_and_points_at_the_interactions_function(synthesized, template) -> None:
@@ -76,9 +62,13 @@ def test_the_function_url_is_public_and_points_at_the_interactions_function(synt
         {"Action": "lambda:InvokeFunctionUrl", "Principal": "*", "FunctionUrlAuthType": "NONE"},
     )
     template.has_resource_properties(
+        "AWS::Lambda::Permission",
+        {"Action": "lambda:InvokeFunction", "Principal": "*", "InvokedViaFunctionUrl": True},
+    )
+    template.has_resource_properties(
         "AWS::Lambda::Function",
         {
-            "Handler": INTERACTIONS_HANDLER,
+            "Handler": SLACK_INTERACTIONS_HANDLER,
             "Architectures": ["arm64"],
             "TracingConfig": {"Mode": "Active"},
             "Environment": {
@@ -96,13 +86,13 @@ def test_the_function_url_is_public_and_points_at_the_interactions_function(synt
 
 def test_the_table_grant_is_item_level_and_limited_to_job_state_and_request_claims(template) -> None:
     # Then the function may read and write only job items and its own request claims, and never scan or delete
-    (table,) = [s for s in _role_statements(template) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
+    (table,) = [s for s in iam_statements(template) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
     assert sorted(as_list(table["Action"])) == sorted(TABLE_ACTIONS)
     assert table["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": TABLE_LEADING_KEYS}}
 
 
 def test_the_secret_is_read_only_and_stops_keep_the_tag_condition(template) -> None:
-    statements = _role_statements(template)
+    statements = iam_statements(template)
     actions = [a for s in statements for a in as_list(s["Action"])]
 
     # Then no action is a wildcard, the secret is only read, and a stop needs the opt-in tag
@@ -110,8 +100,9 @@ def test_the_secret_is_read_only_and_stops_keep_the_tag_condition(template) -> N
     (secret,) = [s for s in statements if "secretsmanager:GetSecretValue" in as_list(s["Action"])]
     assert secret["Resource"] == SECRET_ARN
     assert all(a.startswith("secretsmanager:") and ("Get" in a or "Describe" in a) for a in as_list(secret["Action"]))
-    (stop,) = [s for s in statements if STOP_TRAINING_JOB in as_list(s["Action"])]
-    assert stop["Condition"] == STOP_OPT_IN_CONDITION
+    stops = [s for s in statements if {STOP_TRAINING_JOB, STOP_INSTANCES} & set(as_list(s["Action"]))]
+    assert len(stops) == 2
+    assert all(stop["Condition"] == STOP_OPT_IN_CONDITION for stop in stops)
 
 
 def test_cdk_nag_is_clean_and_every_acknowledgement_has_a_reason(synthesized) -> None:

@@ -17,22 +17,22 @@ from .conftest import logical_id
 
 def test_the_table_has_the_runtime_keys_ttl_pitr_and_encryption(template: Template) -> None:
     template.has_resource(
-        "AWS::DynamoDB::GlobalTable",
+        "AWS::DynamoDB::Table",
         {
             "Properties": {
                 "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
                 "TimeToLiveSpecification": {"AttributeName": "expires_at", "Enabled": True},
                 "SSESpecification": {"SSEEnabled": True},
-                "Replicas": [
-                    Match.object_like({"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}})
-                ],
+                "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
+                "BillingMode": "PAY_PER_REQUEST",
+                "DeletionProtectionEnabled": True,
             },
             "DeletionPolicy": "Retain",
         },
     )
 
 
-def test_three_arm64_python_functions_share_one_asset_and_the_environment(
+def test_four_arm64_python_functions_share_one_asset_and_the_environment(
     template: Template, stack: StallwatchStack
 ) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
@@ -40,22 +40,32 @@ def test_three_arm64_python_functions_share_one_asset_and_the_environment(
         "handlers.on_job_state.handler",
         "handlers.on_alarm.handler",
         "handlers.sweeper.handler",
+        "handlers.slack_interactions.handler",
     }
     assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
     on_alarm = logical_id(stack.watchdog.on_alarm)
-    for name, function in functions.items():
+    for function in functions.values():
         properties = function["Properties"]
         assert properties["Runtime"] == "python3.12"
         assert properties["Architectures"] == ["arm64"]
         assert properties["MemorySize"] == LAMBDA_MEMORY_MB
         assert properties["TracingConfig"] == {"Mode": "Active"}
-        assert "DeadLetterConfig" in properties
+        assert ("DeadLetterConfig" in properties) == (properties["Handler"] != "handlers.slack_interactions.handler")
         env = properties["Environment"]["Variables"]
         assert StallwatchConfig.model_validate_json(env[CONFIG_ENV]) == stack.config
         assert env["POWERTOOLS_SERVICE_NAME"] == "stallwatch"
         assert set(env) >= {"TABLE_NAME", "SLACK_SECRET_ARN"}
-        if name != on_alarm:
-            assert env["ALARM_ACTION_ARN"] == {"Fn::GetAtt": [on_alarm, "Arn"]}
+    for function in (stack.watchdog.on_job_state, stack.watchdog.sweeper):
+        env = functions[logical_id(function)]["Properties"]["Environment"]["Variables"]
+        assert env["ALARM_ACTION_ARN"] == {"Fn::GetAtt": [on_alarm, "Arn"]}
+
+
+def test_slack_buttons_reach_the_interactions_function_through_a_function_url(
+    template: Template, stack: StallwatchStack
+) -> None:
+    target = {"Fn::GetAtt": [logical_id(stack.watchdog.slack_interactions), "Arn"]}
+    template.has_resource_properties("AWS::Lambda::Url", {"AuthType": "NONE", "TargetFunctionArn": target})
+    template.has_output("SlackInteractivityUrl", {})
 
 
 def test_state_changes_and_the_schedule_invoke_the_functions(template: Template, stack: StallwatchStack) -> None:

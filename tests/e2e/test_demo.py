@@ -1,0 +1,121 @@
+"""The demo as an integration test: `python -m localrun` end to end, as a user runs it, and what it leaves behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+RUN_TIMEOUT_S = 300
+INTERRUPT_WAIT_S = 60
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), str(REPO_ROOT / "lambdas"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _demo(*args: str) -> tuple[int, dict[str, Any], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "localrun", "--json", *args],
+        cwd=REPO_ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
+
+
+def _gone(pid: int) -> bool:
+    """No process with this pid, and no process left in its group."""
+    for probe in (os.kill, os.killpg):
+        try:
+            probe(pid, 0)
+        except ProcessLookupError:
+            continue
+        return False
+    return True
+
+
+def _port_closed(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _assert_nothing_left(result: dict[str, Any]) -> None:
+    assert all(_gone(pid) for pid in result["training_pids"].values()), result["training_pids"]
+    assert _port_closed(result["moto_port"])
+    assert _port_closed(result["slack_port"])
+
+
+@pytest.mark.slow
+def test_hang_is_stopped_with_a_slack_message_and_nothing_left_behind() -> None:
+    # When the default scenario runs (an NCCL-style hang with GPUs at 100 %)
+    code, result, log = _demo("--scenario", "hang")
+    # Then it passes: the job is Stopped in moto, Slack heard about it, the stop came from a decision
+    assert code == 0, log[-4000:]
+    assert result["job_status"] == "Stopped"
+    assert result["slack_messages"] >= 1
+    assert any(d["action"] == "stop" and d["diagnosis"] == "hang" for d in result["decisions"])
+    assert result["detection_latency_s"] > 0
+    assert result["savings"]["saved_gpu_hours"] > 0
+    # ...the training exited cleanly on SageMaker's SIGTERM, and no process or port remains
+    assert result["training_exit_codes"] == {"algo-1": 0}
+    _assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_checkpoint_within_its_budget_is_not_stopped_and_training_completes() -> None:
+    # When a checkpoint outlasts the stall threshold but stays within its declared budget
+    code, result, log = _demo("--scenario", "checkpoint")
+    # Then nothing is stopped and the training finishes on its own
+    assert code == 0, log[-4000:]
+    assert result["job_status"] == "Completed"
+    assert result["stop_requested_at"] is None
+    assert all(d["action"] != "stop" for d in result["decisions"])
+    assert result["training_exit_codes"] == {"algo-1": 0}
+    _assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_it_started() -> None:
+    # Given a running demo whose training process has started
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "localrun", "--scenario", "hang"],
+        cwd=REPO_ROOT,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert demo.stdout is not None
+    seen = ""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while "training started" not in seen and time.monotonic() < deadline:
+        line = demo.stdout.readline()
+        if not line:
+            break
+        seen += line
+    moto_port = re.search(r"moto server on http://127\.0\.0\.1:(\d+)", seen)
+    training = re.search(r"training started \(pid (\d+)\)", seen)
+    assert moto_port is not None, seen
+    assert training is not None, seen
+    # When the user presses Ctrl-C
+    demo.send_signal(signal.SIGINT)
+    rest, _ = demo.communicate(timeout=INTERRUPT_WAIT_S)
+    # Then it exits with 130 and leaves no process and no open port
+    assert demo.returncode == 130, seen + rest
+    assert _gone(int(training.group(1)))
+    assert _port_closed(int(moto_port.group(1)))

@@ -1,0 +1,43 @@
+"""`cdk synth` through the pinned CLI (package.json) works offline: the way operators and CI run it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+CDK_CLI = REPO_ROOT / "node_modules" / ".bin" / "cdk"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CDK_CLI.exists(), reason="node_modules missing: run `make setup` (npm install)")
+def test_cdk_synth_through_the_cli_works_offline(tmp_path: Path) -> None:
+    # Given the CLI from package.json, this venv's python first on PATH, and no dependency download
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
+    command = [str(CDK_CLI), "synth", "--quiet", "--no-notices", "-c", "stallwatch:bundle-dependencies=false"]
+    # When it synthesizes the app
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    # Then the stack's template is there, with its four functions
+    assert result.returncode == 0, result.stderr[-4000:]
+    template = json.loads((tmp_path / "Stallwatch.template.json").read_text())
+    functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert len(functions) == 4
