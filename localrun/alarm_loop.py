@@ -25,6 +25,7 @@ from stallwatch.evaluator import AlarmEvaluator, AlarmState, MetricKey, Transiti
 SETTLE_S = 5.0
 # GetMetricData reads this many periods beyond what the longest alarm evaluates.
 EXTRA_READ_PERIODS = 4
+THRESHOLD_CROSSED = "Threshold Crossed: "  # how CloudWatch's state reasons begin
 # The fields of DescribeAlarms' MetricAlarms that define an alarm (what PutMetricAlarm took).
 DEFINITION_FIELDS = (
     "AlarmName",
@@ -173,7 +174,7 @@ class AlarmLoop:
     def _record(self, transition: Transition, now: float) -> None:
         alarm = self._described[transition.alarm_name]
         previous = self.states[transition.alarm_name]
-        state = AlarmStateRecord(transition.new.value, f"Threshold Crossed: {transition.reason}", now)
+        state = AlarmStateRecord(transition.new.value, f"{THRESHOLD_CROSSED}{transition.reason}", now)
         self.states[transition.alarm_name] = state
         self._cloudwatch.set_alarm_state(
             AlarmName=transition.alarm_name,

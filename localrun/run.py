@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from localrun import aws_events, sagemaker_job
-from localrun.alarm_loop import AlarmLoop
+from localrun.alarm_loop import THRESHOLD_CROSSED, AlarmLoop
 from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
@@ -213,8 +213,10 @@ class LocalRun:
     def _on_alarm_transition(self, alarm: dict[str, Any], state: AlarmStateRecord, previous: AlarmStateRecord) -> None:
         name = alarm["AlarmName"]
         self.timeline.set_alarm(name, state.value)
-        short = name.removeprefix(self._alarm_prefix)
-        self.timeline.event(Kind.ALARM, f"{short}: {previous.value} → {state.value} ({state.reason})")
+        if (previous.value, state.value) != ("INSUFFICIENT_DATA", "OK"):  # a quiet start is only shown in the panel
+            reason = state.reason.removeprefix(THRESHOLD_CROSSED)
+            short = name.removeprefix(self._alarm_prefix)
+            self.timeline.event(Kind.ALARM, f"{short}: {previous.value} → {state.value} ({reason})")
         if state.value != "ALARM" or not alarm.get("ActionsEnabled", True):
             return
         outcome = self._invoke(ON_ALARM, aws_events.alarm_action(alarm, state, previous)).result

@@ -80,11 +80,6 @@ class Scenario:
     def hosts(self) -> list[str]:
         return [f"algo-{i}" for i in range(1, len(self.host_faults) + 1)]
 
-    @property
-    def fault(self) -> str:
-        """The fault that starts the incident (on algo-1)."""
-        return self.host_faults[0]
-
     def train_args(self, host_index: int) -> list[str]:
         """The training script's arguments on host `host_index` (0-based)."""
         return [
@@ -113,8 +108,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             name="crash",
-            summary="algo-1 dies of a CUDA error; algo-2 spins in the collective it will never complete",
-            host_faults=("crash", "hang"),
+            summary="algo-2 dies of a CUDA error; algo-1 spins in the collective it will never complete",
+            host_faults=("hang", "crash"),
             expect_stop=True,
         ),
         Scenario(

@@ -12,7 +12,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.constants import DASHBOARD_PERIOD
+from stacks.constants import CONTROL_PLANE_NAMESPACE, DASHBOARD_PERIOD
 from stallwatch.contract import DIM_HOST, DIM_JOB, LOG_IDLE_SECONDS, NAMESPACE, SAGEMAKER_NAMESPACE
 
 # Replaced across the job dashboard by the job picked in the `JobName` variable (a pattern variable, so it
@@ -23,10 +23,13 @@ WIDGET_HEIGHT = 6
 _FLEET_PERIOD = Duration.minutes(5)
 
 
-def _search(namespace: str, dimensions: list[str], metric: str, statistic: str, period: Duration, *, term: str) -> str:
-    """A CloudWatch SEARCH expression: one line per matching metric (host, job)."""
+def _search(
+    namespace: str, dimensions: list[str], metric: str | None, statistic: str, period: Duration, *, term: str
+) -> str:
+    """A CloudWatch SEARCH expression: one line per matching metric (host, job); every metric if `metric` is None."""
     schema = ",".join([f'"{namespace}"', *dimensions])
-    query = f'{{{schema}}} MetricName="{metric}" {term}'.strip()
+    name = f'MetricName="{metric}"' if metric else ""
+    query = " ".join(part for part in (f"{{{schema}}}", name, term) if part)
     return f"SEARCH('{query}', '{statistic}', {int(period.to_seconds())})"
 
 
@@ -82,6 +85,14 @@ class Dashboards(Construct):
                 _FLEET_PERIOD,
             ),
             cloudwatch.AlarmStatusWidget(title="Control-plane health", alarms=health_alarms, width=24, height=4),
+            self._search_graph(
+                "Control plane: decisions, stops, operator actions",
+                None,
+                ["service"],
+                "Sum",
+                _FLEET_PERIOD,
+                namespace=CONTROL_PLANE_NAMESPACE,
+            ),
             self._graph("Invocations", [function.metric_invocations(period=_FLEET_PERIOD) for function in functions]),
             self._graph(
                 "Errors and throttles",
@@ -193,7 +204,7 @@ class Dashboards(Construct):
     def _search_graph(
         self,
         title: str,
-        metric: str,
+        metric: str | None,
         dimensions: list[str],
         statistic: str,
         period: Duration,

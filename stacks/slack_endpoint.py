@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
-from aws_cdk.aws_dynamodb import ITableV2
+from aws_cdk.aws_dynamodb import ITable
 from constructs import Construct
 
 from stacks.constants import (
@@ -48,7 +48,7 @@ class SlackEndpoint(Construct):
         *,
         code: lambda_.Code,
         config: StallwatchConfig,
-        table: ITableV2,
+        table: ITable,
         slack_secret: secretsmanager.ISecret,
         job_statements: Sequence[iam.PolicyStatement],
     ) -> None:
@@ -62,7 +62,7 @@ class SlackEndpoint(Construct):
         self._acknowledge_nag_findings()
 
     def _build_role(
-        self, table: ITableV2, slack_secret: secretsmanager.ISecret, job_statements: Sequence[iam.PolicyStatement]
+        self, table: ITable, slack_secret: secretsmanager.ISecret, job_statements: Sequence[iam.PolicyStatement]
     ) -> iam.Role:
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"), description=DESCRIPTION)
         role.add_to_policy(
@@ -79,7 +79,7 @@ class SlackEndpoint(Construct):
         return role
 
     def _build_function(
-        self, code: lambda_.Code, config: StallwatchConfig, table: ITableV2, slack_secret: secretsmanager.ISecret
+        self, code: lambda_.Code, config: StallwatchConfig, table: ITable, slack_secret: secretsmanager.ISecret
     ) -> lambda_.Function:
         log_group = logs.LogGroup(self, "Logs", retention=LAMBDA_LOG_RETENTION)
         log_group.grant_write(self.role)

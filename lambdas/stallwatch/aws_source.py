@@ -170,9 +170,12 @@ class _JobRefs:
 class AwsSignalSource:
     """`SignalSource` over SageMaker or EC2, CloudWatch metrics and CloudWatch Logs."""
 
-    def __init__(self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER) -> None:
+    def __init__(
+        self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER, period_seconds: int = METRIC_PERIOD_SECONDS
+    ) -> None:
         self.clients = clients
         self.platform = platform
+        self.period_seconds = period_seconds  # the alarms' period: 10 or 30 s when the demo compresses time
 
     def job_signals(self, job_name: str, now: float) -> JobSignals:
         return self.many_job_signals([job_name], now)[job_name]
@@ -182,7 +185,8 @@ class AwsSignalSource:
         facts = {name: self.facts(name) for name in job_names}
         refs = {name: self._refs(f) for name, f in facts.items()}
         start = now - LOOKBACK_SECONDS
-        series = read_series(self.clients.cloudwatch, [r for job in refs.values() for r in job.all()], start, now)
+        wanted = [r for job in refs.values() for r in job.all()]
+        series = read_series(self.clients.cloudwatch, wanted, start, now, self.period_seconds)
         return {name: self._assemble(facts[name], refs[name], series, now) for name in facts}
 
     def facts(self, job_name: str) -> JobFacts:

@@ -405,8 +405,10 @@ def _without_agent(
     if complete and all(d is not None and d >= limits.idle_s for d in idle):
         reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(idle))}"
         return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason), stoppable=True)
+    # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
+    # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.)
     busy = [_trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
-    if complete and all(d is not None and d >= limits.idle_s for d in busy):
+    if logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy):
         reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(busy))}"
         return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
     return _Finding(

@@ -11,6 +11,7 @@ Stallwatch metrics) and its logs (FilterLogEvents on ``/aws/sagemaker/TrainingJo
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -19,6 +20,7 @@ from stallwatch import contract
 from stallwatch.alarms import host_names
 from stallwatch.aws_source import (
     AGENT_STATISTICS,
+    METRIC_PERIOD_SECONDS,
     SAGEMAKER_HOST_METRICS,
     AwsClients,
     MetricRef,
@@ -140,16 +142,17 @@ def export_trace(
         for transition in described.get("SecondaryStatusTransitions", [])
         if transition["Status"] not in FINAL_SECONDARY
     ]
-    # GetMetricData refuses an empty window (a job that ended as it started)
-    series = read_series(clients.cloudwatch, _metric_refs(job), start, end) if end > start else {}
-    for ref, points in series.items():
+    # Whole periods: the first one began before the job did, and GetMetricData refuses an empty window.
+    first = math.floor(start / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS
+    last = max(first + METRIC_PERIOD_SECONDS, math.ceil(end / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS)
+    for ref, points in read_series(clients.cloudwatch, _metric_refs(job), first, last).items():
         dims = dict(ref.dimensions)
         events += [
             MetricEvent(
-                t=t - start, metric=MetricDatum(namespace=ref.namespace, name=ref.name, dimensions=dims, value=v)
+                t=max(0.0, t - start),
+                metric=MetricDatum(namespace=ref.namespace, name=ref.name, dimensions=dims, value=v),
             )
             for t, v in points.points
-            if start <= t <= end
         ]
     events += _log_events(clients.logs, job_name, start, end)
     events = [e for e in events if e.t <= end - start]

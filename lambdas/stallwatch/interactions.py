@@ -24,7 +24,7 @@ from urllib.parse import parse_qs
 from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.webhook import WebhookClient
@@ -285,8 +285,8 @@ class Interactions:
             return cached[1]
         try:
             users = frozenset(self._web(token).usergroups_users_list(usergroup=group).get("users", []))
-        except SlackApiError as exc:
-            logger.error("usergroups.users.list failed", extra={"group": group, "error": exc.response.get("error")})
+        except (SlackClientError, OSError) as exc:  # deny rather than fail: the press can be retried
+            logger.error("usergroups.users.list failed", extra={"group": group, "error": _slack_error(exc)})
             return frozenset()
         self._groups[group] = (self.monotonic(), users)
         return users
@@ -349,8 +349,9 @@ class Interactions:
         if secret.get("bot_token") and not secret.get("webhook_url") and channel and ts:
             try:
                 self._web(secret["bot_token"]).chat_update(channel=channel, ts=ts, text=text, blocks=blocks)
-            except SlackApiError as exc:
-                return {"ok": False, "detail": f"chat.update: {exc.response.get('error')}"}
+            except (SlackClientError, OSError) as exc:  # applied and audited already; only the message is stale
+                logger.error("chat.update failed", extra={"error": _slack_error(exc)})
+                return {"ok": False, "detail": f"chat.update: {_slack_error(exc)}"}
             return {"ok": True, "detail": "chat.update"}
         return self._respond(payload.response_url, {"replace_original": True, "text": text, "blocks": blocks})
 
@@ -360,9 +361,9 @@ class Interactions:
             response = WebhookClient(response_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=_retries()).send_dict(
                 message
             )
-        except Exception as exc:  # the action is already applied and audited; only the message is lost
-            logger.error("response_url post failed", extra={"error": f"{type(exc).__name__}: {exc}"})
-            return {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+        except (SlackClientError, OSError) as exc:  # applied and audited already; only the message is lost
+            logger.error("response_url post failed", extra={"error": _slack_error(exc)})
+            return {"ok": False, "detail": f"response_url: {_slack_error(exc)}"}
         if response.status_code != 200:
             logger.error(
                 "response_url post failed", extra={"status": response.status_code, "body": response.body[:200]}
@@ -391,6 +392,13 @@ def change_state(
             if "Item" in store.dynamodb.get_item(TableName=store.table, Key=claim, ConsistentRead=True):
                 raise ReplayedRequestError(f"request {event_key} was already handled") from None
     raise ConcurrentDecisionError(f"{key}: the state kept changing; gave up after {COMMIT_ATTEMPTS} attempts")
+
+
+def _slack_error(exc: Exception) -> str:
+    """Slack's error code for an API error, else the exception."""
+    if isinstance(exc, SlackApiError):
+        return str(exc.response.get("error"))
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _retries() -> list[Any]:

@@ -209,9 +209,16 @@ class SlackNotifier:
 
     Failures are returned, never raised: an alert must never keep a stop from happening or being recorded."""
 
-    def __init__(self, secretsmanager: Any, secret_arn: str | None, clock: Any = time.monotonic) -> None:
+    def __init__(
+        self,
+        secretsmanager: Any,
+        secret_arn: str | None,
+        api_url: str = WebClient.BASE_URL,
+        clock: Any = time.monotonic,
+    ) -> None:
         self.secretsmanager = secretsmanager
         self.secret_arn = secret_arn
+        self.api_url = api_url  # Slack's Web API; GovSlack and tests use another
         self.clock = clock
         self._secret: tuple[float, dict[str, str]] | None = None
 
@@ -237,7 +244,9 @@ class SlackNotifier:
                 if response.status_code != 200:
                     return PostResult(ok=False, detail=f"webhook HTTP {response.status_code}: {response.body[:200]}")
                 return PostResult(ok=True, detail="webhook 200")
-            client = WebClient(token=secret["bot_token"], timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries)
+            client = WebClient(
+                token=secret["bot_token"], base_url=self.api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries
+            )
             reply = client.chat_postMessage(channel=secret["channel"], text=message["text"], blocks=message["blocks"])
             return PostResult(ok=True, detail=f"chat.postMessage ts={reply.get('ts')}")
         except SlackApiError as exc:

@@ -85,7 +85,7 @@ class Runtime:
         )
 
     def source(self, platform: Platform) -> AwsSignalSource:
-        return AwsSignalSource(self.clients, platform)
+        return AwsSignalSource(self.clients, platform, self.config.policy.thresholds.alarm_period_seconds)
 
 
 @functools.cache
@@ -96,7 +96,7 @@ def runtime() -> Runtime:
 
 @dataclass
 class Outcome:
-    """What one decision did, returned by the handlers and written to the audit record."""
+    """What one decision did: the handler's return value, and logged with the audit record."""
 
     job: str
     status: str  # decided, duplicate, ignored, off, not_found
@@ -168,7 +168,7 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
     outcome = Outcome(
         job=facts.name, status="decided", diagnosis=decision.diagnosis.value, action=decision.action.value
     )
-    _act(signals, rt, decision, read, written, key, audit_sk, outcome)
+    _act(signals, rt, decision, written, key, audit_sk, outcome)
     logger.info("decision", extra={"audit": audit, "outcome": outcome.as_dict()})
     return outcome
 
@@ -186,7 +186,6 @@ def _act(
     signals: JobSignals,
     rt: Runtime,
     decision: Decision,
-    read: StoredState,
     written: StoredState,
     key: str,
     audit_sk: str,
@@ -206,7 +205,7 @@ def _act(
         if not stop_result.ok:
             logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, **result["stop"]})
             rt.store.release_stop(key, written.state)
-    evidence = Evidence.of(decision, signals, written.state.stall_since or read.state.stall_since)
+    evidence = Evidence.of(decision, signals, written.state.stall_since)
     message = AlertMessage(decision, signals.facts, evidence, stop_result, written.incident).render()
     post = rt.notifier.post(message)
     outcome.posted = post.ok

@@ -259,6 +259,17 @@ def test_busy_gpus_with_silent_logs_without_agent_is_a_hang() -> None:
     assert "at or above 90%" in " ".join(decision.reasons)
 
 
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_busy_gpus_without_any_log_line_are_not_a_hang(platform: Platform) -> None:
+    # Given a job without the agent whose logs never reach CloudWatch (an EC2 host without log shipping)
+    builder = SignalsBuilder(hosts=2, platform=platform).gpu(0, 3 * HOUR, 100.0)
+    # When its GPUs have been busy for hours
+    decision = diagnose(builder, ONSET + HOUR)
+    # Then busy GPUs alone are training, not a hang
+    assert decision.diagnosis is Diagnosis.HEALTHY
+    assert decision.action is Action.NONE
+
+
 def test_log_silence_threshold_learns_the_logging_cadence() -> None:
     # Given a job without the agent that logs once every 5 minutes: 10 x 5 min = 50 min of silence is normal
     builder = SignalsBuilder(hosts=1).gpu(0, ONSET, 97).gpu(ONSET, 4 * HOUR, 0).logs(0, ONSET, 5 * MIN)

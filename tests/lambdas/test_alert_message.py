@@ -15,7 +15,7 @@ from stallwatch.policy import Mode
 from stallwatch.pricing import INSTANCE_SPECS, estimate_burn
 from stallwatch.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform
 from stallwatch.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError
-from tests.lambdas.world import alarm_event, job_state_event
+from tests.lambdas.world import SlackReceiver, alarm_event, job_state_event
 
 NOW = 1_800_000_000.0
 FACTS = JobFacts("llama-70b", Platform.SAGEMAKER, "InProgress", "Training", NOW - 7200, "ml.p5.48xlarge", 8, 8, 192)
@@ -162,3 +162,21 @@ def test_job_state_event_accepts_tag_maps_and_lists_and_rejects_bad_names() -> N
     event["detail"]["TrainingJobName"] = "bad name"
     with pytest.raises(InvalidEventError, match="TrainingJobName"):
         parse_event(event, JobStateEvent)
+
+
+def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackReceiver) -> None:
+    # Given bot credentials and Slack's Web API on 127.0.0.1
+    notifier = SlackNotifier(
+        _Secrets({"bot_token": "xoxb-1", "channel": "C0ALERTS"}), "arn:secret", api_url=f"{slack.base}/api/"
+    )
+    slack.reply = b'{"ok": true, "ts": "1764496800.000100"}'
+
+    # When a message is posted, Then it goes to the channel
+    posted = notifier.post({"text": "hung", "blocks": []})
+    assert (posted.ok, posted.detail) == (True, "chat.postMessage ts=1764496800.000100")
+    assert slack.posts[0]["channel"] == "C0ALERTS"
+
+    # When Slack refuses it, Then the error comes back without raising
+    slack.reply = b'{"ok": false, "error": "channel_not_found"}'
+    refused = notifier.post({"text": "hung", "blocks": []})
+    assert (refused.ok, refused.detail) == (False, "Slack API error: channel_not_found")

@@ -224,6 +224,21 @@ def test_snooze_1h_sets_the_snooze_audits_the_user_and_updates_the_message(rt, e
     assert f"<@{ALLOWED_USER}>" in str(update["blocks"])
 
 
+def test_slack_unreachable_after_a_press_still_applies_and_audits_it(rt, endpoint, slack_api, context) -> None:
+    # Given a press whose response_url cannot be reached (Slack down)
+    payload = _payload(slack_api, OperatorAction.SNOOZE_4H)
+    payload["response_url"] = "http://127.0.0.1:9/actions/T000/1234/abcd"
+
+    # When it reaches the endpoint
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then the snooze holds and the audit record says the message could not be updated
+    assert (status, body["slack"]["ok"]) == (200, False)
+    assert _state(rt).snoozed_until == pytest.approx(rt.clock() + 4 * 3600)
+    (audit,) = _audits(rt)
+    assert audit["outcome"]["slack"]["ok"] is False
+
+
 def test_snooze_4h_snoozes_for_four_hours(rt, endpoint, slack_api, context) -> None:
     # Given a warning; When an allowed user presses "Snooze 4 h"
     now = rt.clock()

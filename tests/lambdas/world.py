@@ -43,11 +43,12 @@ class LambdaContext:
 
 
 class SlackReceiver:
-    """An incoming-webhook stand-in on 127.0.0.1: records every JSON body, answers `status`."""
+    """Slack on 127.0.0.1 (an incoming webhook, or the Web API): records every JSON body, answers `status`."""
 
     def __init__(self) -> None:
         self.posts: list[dict[str, Any]] = []
         self.status = 200
+        self.reply = b"ok"  # a webhook's answer; the Web API answers JSON
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -56,7 +57,7 @@ class SlackReceiver:
                 receiver.posts.append(json.loads(body))
                 self.send_response(receiver.status)
                 self.end_headers()
-                self.wfile.write(b"ok" if receiver.status == 200 else b"internal_error")
+                self.wfile.write(receiver.reply if receiver.status == 200 else b"internal_error")
 
             def log_message(self, *args: Any) -> None:
                 """No access log on stderr."""
@@ -65,9 +66,14 @@ class SlackReceiver:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
-    def url(self) -> str:
+    def base(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/services/T000/B000/XXXX"
+        return f"http://{host}:{port}"
+
+    @property
+    def url(self) -> str:
+        """The incoming webhook's URL."""
+        return f"{self.base}/services/T000/B000/XXXX"
 
     def __enter__(self) -> SlackReceiver:
         self.thread.start()

@@ -6,11 +6,12 @@ import json
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
+from stacks.constants import ALARM_ACTION_PRINCIPAL, CONTROL_PLANE_NAMESPACE, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.contract import JOB_METRICS
+from stallwatch.observability import METRICS_NAMESPACE
 
 from .conftest import logical_id
 
@@ -170,16 +171,13 @@ def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
 
 def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Template, stack: StallwatchStack) -> None:
     shown = json.dumps(json.loads(_dashboard_body(template, logical_id(stack.dashboards.fleet)))["widgets"])
-    for metric in (
-        "LastStepAge",
-        "TokensPerSecond",
-        "MFU",
-        "GPUUtilization",
-        "LogIdleSeconds",
-        "Invocations",
-        "Errors",
-    ):
+    for metric in ("LastStepAge", "TokensPerSecond", "MFU", "GPUUtilization", "LogIdleSeconds", "Invocations"):
         assert metric in shown, metric
+    assert CONTROL_PLANE_NAMESPACE in shown
+
+
+def test_the_dashboards_read_the_namespace_the_lambdas_write() -> None:
+    assert CONTROL_PLANE_NAMESPACE == METRICS_NAMESPACE
 
 
 def _dashboard_body(template: Template, dashboard: str) -> str:
