@@ -385,7 +385,11 @@ def _without_agent(
             Diagnosis.STARTING,
             (*notes, f"GPUs not active yet, {_min(now - training_since)} in (grace {_min(limits.startup_s)})"),
         )
-    log_reason = f"logs silent for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
+    log_reason = (
+        f"logs silent for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
+        if logs.last_t is not None
+        else "no log line seen from any host"
+    )
     crashed: dict[str, list[LogLine]] = {}
     silences: list[str] = []
     for h in hosts:
