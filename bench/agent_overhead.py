@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--steps", type=int, default=30, help="steps per side per repetition")
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: steadier on a busy host)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
 
     torch.manual_seed(0)
     config = GPTConfig()
@@ -81,6 +83,9 @@ def main() -> None:
             bare.append(rates[id(None)])
             with_agent.append(rates[id(agent)])
             ratios.append(with_agent[-1] / bare[-1])
+            print(
+                f"rep {rep + 1:2d}: bare {bare[-1]:6.2f} steps/s, with agent {with_agent[-1]:6.2f}, ratio {ratios[-1]:.4f}"
+            )
         cost_us = agent_call_cost_us(agent)
         agent.close()
 

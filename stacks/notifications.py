@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from aws_cdk import Duration, SecretValue
+from aws_cdk import Duration, RemovalPolicy, SecretValue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -50,6 +50,7 @@ class Notifications(Construct):
             description="Encrypts the Stallwatch control-plane health topic",
             enable_key_rotation=True,
             pending_window=_KEY_PENDING_WINDOW,
+            removal_policy=RemovalPolicy.DESTROY,  # scheduled for deletion after the pending window, with the topic
         )
         # CloudWatch alarms publish to the encrypted topic only if the key lets them.
         key.add_to_resource_policy(

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stallwatch import ops
 from stallwatch.alarms import parse_alarm_name
@@ -73,11 +74,11 @@ def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None
         decision = d.decision
         table.add_row(
             _clock(d.t),
-            f"[{ACTION_STYLES.get(decision.action, '')}]{decision.action}[/]",
+            Text(str(decision.action), style=ACTION_STYLES.get(decision.action, "")),
             str(decision.would) if decision.would is not Action.NONE else "",
             str(decision.diagnosis),
             _trigger(d.trigger, prefix),
-            "; ".join(decision.reasons),
+            Text("; ".join(decision.reasons)),  # plain text: log lines may hold [brackets]
         )
     if result.decisions:
         console.print(table)

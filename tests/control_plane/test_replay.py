@@ -138,6 +138,18 @@ def test_cli_replay_json_has_the_documented_fields(capsys: pytest.CaptureFixture
     assert objects[0]["decisions"][-1]["action"] == "stop"
 
 
+def test_cli_timeline_shows_what_observe_mode_would_have_done(capsys: pytest.CaptureFixture[str]) -> None:
+    # When an observe-mode trace is replayed with the default (timeline) output
+    code = main(["replay", str(CORPUS / "sm-hang-observe-1host.jsonl")])
+
+    # Then the timeline renders the audited decisions with what enforce would have done, and passes
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "audit" in out
+    assert "stop" in out
+    assert "PASS" in out
+
+
 def test_cli_exits_non_zero_when_a_labeled_trace_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Given the hang trace labeled "no stop"
     trace = relabel(load_trace(HANG), action="none")
