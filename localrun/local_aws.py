@@ -9,9 +9,11 @@ pointed at it through the standard environment (``AWS_ENDPOINT_URL``, fake crede
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
@@ -27,6 +29,26 @@ BIND_ADDRESS = "127.0.0.1"
 _CLIENT_CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
 
 
+@contextlib.contextmanager
+def scoped_environ(values: dict[str, str | None]) -> Iterator[None]:
+    """Set (or, for None, remove) environment variables for the duration of the block, then restore them."""
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            _set_env(key, value)
+        yield
+    finally:
+        for key, value in saved.items():
+            _set_env(key, value)
+
+
+def _set_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+
+
 class LocalAws:
     """A moto server on a free local port; `env` is what a process needs to use it and nothing else."""
 
@@ -34,7 +56,7 @@ class LocalAws:
         self._server: ThreadedMotoServer | None = None
         self.endpoint_url = ""
         self.port = 0
-        self._saved_env: dict[str, str | None] = {}
+        self._environ: contextlib.ExitStack | None = None
         self._client_lock = threading.Lock()  # boto3's default session is not thread-safe
 
     @property
@@ -60,10 +82,8 @@ class LocalAws:
         self._server.start()
         _, self.port = self._server.get_host_and_port()
         self.endpoint_url = f"http://{BIND_ADDRESS}:{self.port}"
-        for key, value in self.env.items():
-            self._saved_env[key] = os.environ.get(key)
-            os.environ[key] = value
-        self._saved_env["AWS_PROFILE"] = os.environ.pop("AWS_PROFILE", None)
+        self._environ = contextlib.ExitStack()
+        self._environ.enter_context(scoped_environ({**self.env, "AWS_PROFILE": None}))
         return self
 
     def stop(self) -> None:
@@ -71,12 +91,9 @@ class LocalAws:
         if self._server is not None:
             self._server.stop()
             self._server = None
-        for key, value in self._saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        self._saved_env.clear()
+        if self._environ is not None:
+            self._environ.close()
+            self._environ = None
 
     def client(self, service: str) -> Any:
         """A boto3 client bound to this server."""

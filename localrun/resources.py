@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from localrun.lambda_runtime import function_arn
+from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.policy import Policy
+from stallwatch.policy import Policy, Thresholds
 
 TABLE_NAME = "stallwatch-incidents"
 PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE = "pk", "sk", "expires_at"  # stallwatch.store's schema
@@ -43,8 +44,9 @@ class RuntimeResources:
 
 
 def demo_config() -> StallwatchConfig:
-    """The deployment's config for the demo: defaults, notify mode globally (the job opts in to enforce by tag)."""
-    return StallwatchConfig(policy=Policy())
+    """The deployment's config for the demo: the defaults (notify mode; the job opts in to enforce by tag), with
+    high-resolution alarm periods, which the control plane also reads the metrics at."""
+    return StallwatchConfig(policy=Policy(thresholds=Thresholds(alarm_period_seconds=DEMO_ALARM_PERIOD_S)))
 
 
 def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> RuntimeResources:

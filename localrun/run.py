@@ -12,9 +12,7 @@ job ends. Everything started is stopped in reverse order, on success, failure or
 from __future__ import annotations
 
 import contextlib
-import os
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -24,7 +22,8 @@ from localrun.alarm_loop import THRESHOLD_CROSSED, AlarmLoop
 from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
-from localrun.local_aws import LocalAws
+from localrun.local_aws import LocalAws, scoped_environ
+from localrun.moto_sagemaker import RUNNING, STOPPED, STOPPING
 from localrun.periodic import Periodic
 from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.scenarios import (
@@ -44,22 +43,7 @@ from stallwatch.signals import Platform
 from stallwatch.store import Store, job_key
 
 POLL_S = 0.25
-RUNNING, STOPPING, STOPPED, COMPLETED, FAILED = "InProgress", "Stopping", "Stopped", "Completed", "Failed"
-
-
-@contextlib.contextmanager
-def _function_environment(env: dict[str, str]) -> Iterator[None]:
-    """The functions' environment variables for the duration of the run."""
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+COMPLETED, FAILED = "Completed", "Failed"
 
 
 class LocalRun:
@@ -79,6 +63,7 @@ class LocalRun:
         self._view: RunView | None = None
         self._store: Store | None = None
         self._ended: str | None = None
+        self._deadline_passed = False
 
     # ---- the run --------------------------------------------------------------------------------------------
 
@@ -89,7 +74,7 @@ class LocalRun:
             slack = stack.enter_context(SlackReceiver(on_message=self._on_slack))
             self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}; Slack receiver on {slack.webhook_url}")
             resources = create_resources(aws.client("dynamodb"), aws.client("secretsmanager"), slack.webhook_url)
-            stack.enter_context(_function_environment(resources.function_env()))
+            stack.enter_context(scoped_environ(dict(resources.function_env())))
             self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
             self._runtime = self._lambda_runtime(aws)
             self.timeline.event(
@@ -150,6 +135,7 @@ class LocalRun:
         assert self._job is not None
         while self._ended is None:
             if time.time() - started > self.deadline_s:
+                self._deadline_passed = True
                 self._errors.append(f"deadline: the run took longer than {self.deadline_s:.0f} s")
                 self.timeline.event(Kind.ERROR, self._errors[-1])
                 return
@@ -204,8 +190,8 @@ class LocalRun:
         assert self._job is not None
         event = aws_events.training_job_state_change(self._job, status, secondary, time.time(), failure_reason)
         result = self._invoke(ON_JOB_STATE, event).result or {}
-        described = ", ".join(f"{k} {v}" for k, v in result.items() if k in ("alarms", "alarms_deleted"))
-        self.timeline.event(Kind.JOB, f"on_job_state({status}): {result.get('status', '?')}, {described}".rstrip(", "))
+        counts = [f"{result[key]} {key.replace('_', ' ')}" for key in ("alarms", "alarms_deleted") if key in result]
+        self.timeline.event(Kind.JOB, f"on_job_state({status}): {', '.join([result.get('status', '?'), *counts])}")
 
     def _tick(self, loop: AlarmLoop) -> None:
         loop.tick(time.time())
@@ -273,12 +259,13 @@ class LocalRun:
             snapshot.stop_requested_at - snapshot.fault_onset if stopped and snapshot.fault_onset is not None else None
         )
         if self.scenario.expect_stop:
-            expected = "the job is stopped by Stallwatch"
-            passed = final_status == STOPPED and stopped and slack_messages > 0
+            expected = "the job is stopped by a Stallwatch decision, with a Slack message"
+            decided_stop = any(d.get("action") == "stop" and d.get("stopped") for d in self._decisions)
+            passed = final_status == STOPPED and decided_stop and slack_messages > 0
         else:
             expected = "the job is not stopped and completes"
             passed = final_status == COMPLETED and not stopped
-        passed = passed and not any(e.startswith("deadline") for e in self._errors)
+        passed = passed and not self._deadline_passed
         savings = None
         if stopped and snapshot.fault_onset is not None and snapshot.stop_requested_at is not None:
             savings = Savings.estimate(

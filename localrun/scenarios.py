@@ -15,10 +15,11 @@ from enum import StrEnum
 from stallwatch.policy import MODE_TAG, STOP_OPT_IN_VALUE
 from stallwatch.pricing import instance_spec
 
+DEMO_ALARM_PERIOD_S = 10  # high-resolution alarms; also the deployment's period, which the signals are read at
 # The job's policy overrides (tags), so a stall is decided in seconds instead of minutes.
 COMPRESSED_TAGS: dict[str, str] = {
     MODE_TAG: STOP_OPT_IN_VALUE,
-    "stallwatch:alarm-period-seconds": "10",
+    "stallwatch:alarm-period-seconds": str(DEMO_ALARM_PERIOD_S),
     "stallwatch:stall-minutes": "0.5",
     "stallwatch:stop-grace-minutes": "0.25",
     "stallwatch:idle-minutes": "0.5",

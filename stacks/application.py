@@ -40,8 +40,9 @@ def add_stacks(app: App) -> list[StallwatchStack]:
 
 def _bundle_dependencies(node: Node) -> bool:
     value = node.try_get_context(BUNDLE_DEPENDENCIES_CONTEXT_KEY)
-    if value is None or isinstance(value, bool):
-        return value is not False
-    if str(value).lower() in ("true", "false"):
-        return str(value).lower() == "true"
-    raise ConfigError(f"{BUNDLE_DEPENDENCIES_CONTEXT_KEY}: expected true or false, got {value!r}")
+    if value is None:
+        return True
+    text = str(value).lower()  # cdk.json gives a bool, `-c stallwatch:bundle-dependencies=false` a string
+    if text not in ("true", "false"):
+        raise ConfigError(f"{BUNDLE_DEPENDENCIES_CONTEXT_KEY}: expected true or false, got {value!r}")
+    return text == "true"

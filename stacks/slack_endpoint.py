@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Validations
+from aws_cdk import Acknowledgment, Stack, Token, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -107,12 +107,23 @@ class SlackEndpoint(Construct):
 
     def _acknowledge_nag_findings(self) -> None:
         """The wildcards this function's role keeps, and why."""
+        stack = Stack.of(self)
+        # cdk-nag names a finding by the ARN as synthesized: pseudo parameters, or the literals of a pinned env.
+        partition, region, account = (
+            f"<{pseudo}>" if Token.is_unresolved(value) else value
+            for pseudo, value in (
+                ("AWS::Partition", stack.partition),
+                ("AWS::Region", stack.region),
+                ("AWS::AccountId", stack.account),
+            )
+        )
+        arn = f"arn:{partition}:{{service}}:{region}:{account}:{{resource}}"
         reasons = {
             "*": "X-Ray tracing and ec2:DescribeInstances support no resource-level permissions",
-            "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:training-job/*": "the job a button "
-            "names is created after deploy; the function reads it and stops it only under the watchdog's tag condition",
-            "arn:<AWS::Partition>:ec2:<AWS::Region>:<AWS::AccountId>:instance/*": "the instance a button names is "
-            "launched after deploy; it is stopped only under the watchdog's tag condition",
+            arn.format(service="sagemaker", resource="training-job/*"): "the job a button names is created after "
+            "deploy; the function reads it, and stops it only under the watchdog's tag condition",
+            arn.format(service="ec2", resource="instance/*"): "the instance a button names is launched after "
+            "deploy; it is stopped only under the watchdog's tag condition",
         }
         Validations.of(self).acknowledge(
             *(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Validations
+from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Token, Validations
 from constructs import Construct
 
 from stacks.constants import LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards
 from stacks.health import ControlPlaneHealth
 from stacks.notifications import Notifications
+from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
 from stallwatch.config import StallwatchConfig
@@ -42,17 +43,27 @@ class StallwatchStack(Stack):
             slack_secret=self.notifications.slack_secret,
             bundle_dependencies=bundle_dependencies,
         )
+        self.slack_endpoint = SlackEndpoint(
+            self,
+            "SlackEndpoint",
+            code=self.watchdog.code,
+            config=config,
+            table=self.state.table,
+            slack_secret=self.notifications.slack_secret,
+            job_statements=self.watchdog.permissions.slack_interactions(),
+        )
+        functions = [*self.watchdog.functions, self.slack_endpoint.function]
         self.health = ControlPlaneHealth(
             self,
             "Health",
-            functions=self.watchdog.functions,
+            functions=functions,
             dead_letter_queue=self.watchdog.dead_letter_queue,
             topic=self.notifications.topic,
         )
         self.dashboards = Dashboards(
             self,
             "Dashboards",
-            functions=self.watchdog.functions,
+            functions=functions,
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
@@ -62,7 +73,7 @@ class StallwatchStack(Stack):
 
     def _build_outputs(self) -> None:
         CfnOutput(self, "SlackSecretArn", value=self.notifications.slack_secret.secret_arn)
-        CfnOutput(self, "SlackInteractivityUrl", value=self.watchdog.slack_interactions_url.url)
+        CfnOutput(self, "SlackInteractivityUrl", value=self.slack_endpoint.url.url)
         CfnOutput(self, "HealthTopicArn", value=self.notifications.topic.topic_arn)
         CfnOutput(self, "TableName", value=self.state.table.table_name)
         CfnOutput(self, "FleetDashboard", value=self.dashboards.fleet.dashboard_name)
@@ -70,7 +81,16 @@ class StallwatchStack(Stack):
 
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
-        arn = "arn:<AWS::Partition>:{service}:<AWS::Region>:<AWS::AccountId>:{resource}"
+        # cdk-nag names a finding by the ARN as synthesized: pseudo parameters, or the literal of a pinned env.
+        partition, region, account = (
+            f"<{pseudo}>" if Token.is_unresolved(value) else value
+            for pseudo, value in (
+                ("AWS::Partition", self.partition),
+                ("AWS::Region", self.region),
+                ("AWS::AccountId", self.account),
+            )
+        )
+        arn = f"arn:{partition}:{{service}}:{region}:{account}:{{resource}}"
         stop_scope = (
             f"only resources tagged {STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} can be stopped (aws:ResourceTag condition)"
             if self.config.policy.stop_requires_tag

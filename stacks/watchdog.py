@@ -2,8 +2,9 @@
 
 - `on_job_state`: SageMaker and EC2 state changes (EventBridge) -> create or delete a job's alarms;
 - `on_alarm`: the alarms' Lambda action (principal lambda.alarms.cloudwatch.amazonaws.com) -> decide, act;
-- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide;
-- `slack_interactions`: the Slack buttons (a Function URL; Slack's request signature is the authentication).
+- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide.
+
+The Slack buttons' function shares the asset (`code`) but is its own construct (`slack_endpoint.py`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from stacks.constants import (
     ON_JOB_STATE_HANDLER,
     ON_JOB_STATE_TIMEOUT,
     SERVICE_NAME,
-    SLACK_INTERACTIONS_HANDLER,
-    SLACK_INTERACTIONS_TIMEOUT,
     SWEEPER_HANDLER,
     SWEEPER_TIMEOUT,
 )
@@ -52,8 +51,6 @@ class FunctionSpec:
     handler: str
     timeout: Duration
     description: str
-    # Invoked asynchronously (EventBridge, alarm actions): failures land in the dead-letter queue.
-    asynchronous: bool = True
 
 
 ON_JOB_STATE = FunctionSpec(
@@ -61,17 +58,10 @@ ON_JOB_STATE = FunctionSpec(
 )
 ON_ALARM = FunctionSpec("OnAlarm", ON_ALARM_HANDLER, ON_ALARM_TIMEOUT, "Stallwatch: decides and acts on a job's alarm")
 SWEEPER = FunctionSpec("Sweeper", SWEEPER_HANDLER, SWEEPER_TIMEOUT, "Stallwatch: periodic reconcile and decide")
-SLACK_INTERACTIONS = FunctionSpec(
-    "SlackInteractions",
-    SLACK_INTERACTIONS_HANDLER,
-    SLACK_INTERACTIONS_TIMEOUT,
-    "Stallwatch: applies the Slack buttons (snooze, stop now, not stalled)",
-    asynchronous=False,
-)
 
 
 class Watchdog(Construct):
-    """The three functions (least-privilege roles, DLQ, X-Ray) and their triggers."""
+    """The three functions (least-privilege roles, DLQ, X-Ray) and their triggers; `code` is the shared asset."""
 
     def __init__(
         self,
@@ -97,11 +87,9 @@ class Watchdog(Construct):
         self.sweeper = self._build_function(
             SWEEPER, self.permissions.sweeper(), ALARM_ACTION_ARN=self.on_alarm.function_arn
         )
-        self.slack_interactions = self._build_function(SLACK_INTERACTIONS, self.permissions.slack_interactions())
-        self.functions = [self.on_job_state, self.on_alarm, self.sweeper, self.slack_interactions]
+        self.functions = [self.on_job_state, self.on_alarm, self.sweeper]
         self._build_alarm_action_permission()
         self.rules = self._build_rules()
-        self.slack_interactions_url = self._build_slack_interactions_url()
 
     def _build_dead_letter_queue(self) -> sqs.Queue:
         return sqs.Queue(
@@ -140,7 +128,7 @@ class Watchdog(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
-            dead_letter_queue=self.dead_letter_queue if spec.asynchronous else None,
+            dead_letter_queue=self.dead_letter_queue,  # all three are invoked asynchronously
             environment={
                 CONFIG_ENV: self.config.model_dump_json(),
                 "TABLE_NAME": self.table.table_name,
@@ -163,10 +151,6 @@ class Watchdog(Construct):
             source_account=stack.account,
             source_arn=self.permissions.alarm_arn(f"{self.config.alarm_prefix}*"),
         )
-
-    def _build_slack_interactions_url(self) -> lambda_.FunctionUrl:
-        # Slack cannot sign SigV4: the handler verifies Slack's signing secret on every request instead.
-        return self.slack_interactions.add_function_url(auth_type=lambda_.FunctionUrlAuthType.NONE)
 
     def _build_rules(self) -> list[events.Rule]:
         rules = []

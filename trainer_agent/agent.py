@@ -129,6 +129,7 @@ class TrainerAgent:
         self._step = 0
         self._last_step_at: float | None = None
         self._step_started_at: float | None = None
+        self._open_step_counted_s = 0.0
         self._busy_depth = 0
         self._busy_since = 0.0
         self._phases: list[tuple[str, float, float]] = []
@@ -167,11 +168,12 @@ class TrainerAgent:
             return
         now = self._clock()
         with self._lock:
-            if self._step_started_at is None:
-                self._enter_busy(now)
-            self._step_started_at = now
             if self._events is not None:
                 self._events.start()
+                self._open_step_counted_s = 0.0
+            elif self._step_started_at is None:
+                self._enter_busy(now)
+            self._step_started_at = now
 
     @_never_raises
     def end_step(self, tokens: int | None = None, samples: int | None = None, step: int | None = None) -> None:
@@ -184,14 +186,14 @@ class TrainerAgent:
             if started is None:
                 return
             self._step_started_at = None
-            self._leave_busy(now)
             number = step if step is not None else self._step + 1 + self._pending_count()
             totals = self._totals
             totals.counts_tokens |= tokens is not None
             totals.counts_samples |= samples is not None
             if self._events is not None:
-                self._events.end(number, now, tokens or 0, samples or 0)
+                self._events.end(number, now, tokens or 0, samples or 0, counted_s=self._open_step_counted_s)
             else:
+                self._leave_busy(now)
                 self._complete(CompletedStep(number, now, now - started, tokens or 0, samples or 0))
 
     @_never_raises
@@ -202,9 +204,10 @@ class TrainerAgent:
         with self._lock:
             if self._step_started_at is not None:
                 self._step_started_at = None
-                self._leave_busy(self._clock())
                 if self._events is not None:
                     self._events.abort()
+                else:
+                    self._leave_busy(self._clock())
 
     @_never_raises
     def record(self, loss: Any = None) -> None:
@@ -256,7 +259,9 @@ class TrainerAgent:
                     self._gpus.sample()
                 now = time.monotonic()
                 if now >= next_emit:
-                    next_emit = max(next_emit + self.interval_s, now)  # a late window does not cause a burst
+                    next_emit += self.interval_s
+                    if next_emit <= now:  # woke late (suspended host): restart the schedule rather than burst
+                        next_emit = now + self.interval_s
                     self._emit()
             except Exception as error:  # keep the heartbeat alive whatever a window does
                 warn_once("agent:thread", "trainer_agent: emitting a window failed: %r", error)
@@ -285,6 +290,11 @@ class TrainerAgent:
             if self._busy_depth:
                 self._totals.busy_s += now - self._busy_since
                 self._busy_since = now
+            if self._events is not None and self._step_started_at is not None:
+                # A device step still open (perhaps hung) is busy time; its device duration later counts the rest.
+                open_s = now - max(self._step_started_at, self._window_start)
+                self._totals.busy_s += open_s
+                self._open_step_counted_s += open_s
             totals, self._totals = self._totals, WindowTotals()
             self._totals.counts_tokens, self._totals.counts_samples = totals.counts_tokens, totals.counts_samples
             totals.wall_s = now - self._window_start
@@ -307,6 +317,7 @@ class TrainerAgent:
         totals.steps += 1
         totals.tokens += completed.tokens
         totals.samples += completed.samples
+        totals.busy_s += completed.busy_s
         if completed.duration_s is not None:
             totals.step_seconds += completed.duration_s
             totals.timed_steps += 1

@@ -21,6 +21,10 @@ DMI_DIR = Path("/sys/devices/virtual/dmi/id")
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 IMDS_URL = "http://169.254.169.254/latest"
 IMDS_TIMEOUT_S = 0.3
+# Launchers' variables, first match wins: torchrun/SageMaker, Open MPI, Slurm.
+RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 
 
 @dataclass(frozen=True)
@@ -73,12 +77,22 @@ def _job_name() -> str:
 def _ranks() -> tuple[int, int, int]:
     # Only consult torch.distributed if the script imported torch: it cannot be initialised otherwise.
     torch = sys.modules.get("torch")
-    env_local = os.environ.get("LOCAL_RANK")
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        return rank, world_size, int(env_local) if env_local is not None else rank
-    rank = int(os.environ.get("RANK", "0"))
-    return rank, int(os.environ.get("WORLD_SIZE", "1")), int(env_local) if env_local is not None else rank
+    else:
+        rank, world_size = _env_int(RANK_ENV, 0), _env_int(WORLD_SIZE_ENV, 1)
+    return rank, world_size, _env_int(LOCAL_RANK_ENV, rank)
+
+
+def _env_int(names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
+    return default
 
 
 def _host() -> str:

@@ -25,6 +25,8 @@ class CompletedStep:
     duration_s: float | None
     tokens: int
     samples: int
+    busy_s: float = 0.0
+    """Busy time this step adds to its window (on CUDA: device time not yet counted while it was open)."""
 
 
 class CudaStepEvents:
@@ -34,7 +36,7 @@ class CudaStepEvents:
         self._torch = torch
         self._free: list[Any] = []
         self._start: Any = None
-        self._pending: deque[tuple[Any, Any, int, float, int, int]] = deque()
+        self._pending: deque[tuple[Any, Any, int, float, int, int, float]] = deque()
 
     @property
     def pending(self) -> int:
@@ -46,13 +48,14 @@ class CudaStepEvents:
         self._start = self._event()
         self._start.record()
 
-    def end(self, step: int, ended_at: float, tokens: int, samples: int) -> None:
+    def end(self, step: int, ended_at: float, tokens: int, samples: int, counted_s: float = 0.0) -> None:
+        """End the step; `counted_s` of it was already counted as busy while it was open."""
         start, self._start = self._start, None
         if start is None:
             return
         end = self._event()
         end.record()
-        self._pending.append((start, end, step, ended_at, tokens, samples))
+        self._pending.append((start, end, step, ended_at, tokens, samples, counted_s))
 
     def abort(self) -> None:
         if self._start is not None:
@@ -62,8 +65,9 @@ class CudaStepEvents:
     def completed(self) -> list[CompletedStep]:
         done = []
         while self._pending and self._pending[0][1].query():
-            start, end, step, ended_at, tokens, samples = self._pending.popleft()
-            done.append(CompletedStep(step, ended_at, start.elapsed_time(end) / 1000.0, tokens, samples))
+            start, end, step, ended_at, tokens, samples, counted_s = self._pending.popleft()
+            duration = start.elapsed_time(end) / 1000.0
+            done.append(CompletedStep(step, ended_at, duration, tokens, samples, max(duration - counted_s, 0.0)))
             self._free += (start, end)
         return done
 

@@ -8,8 +8,16 @@ import pytest
 
 from trainer_agent import TrainerAgent, Window
 from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
+from trainer_agent.identity import LOCAL_RANK_ENV, RANK_ENV, WORLD_SIZE_ENV
 
-RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TRAINING_JOB_NAME", "STALLWATCH_JOB_NAME", "SM_CURRENT_HOST")
+PROCESS_ENV = (
+    *RANK_ENV,
+    *WORLD_SIZE_ENV,
+    *LOCAL_RANK_ENV,
+    "TRAINING_JOB_NAME",
+    "STALLWATCH_JOB_NAME",
+    "SM_CURRENT_HOST",
+)
 
 
 class MemorySink:
@@ -53,7 +61,7 @@ class FakeClock:
 @pytest.fixture(autouse=True)
 def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """No rank/job/host variables leak in from the machine running the tests."""
-    for name in RANK_ENV:
+    for name in PROCESS_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("STALLWATCH_JOB_NAME", "test-job")
     monkeypatch.setenv("SM_CURRENT_HOST", "algo-1")

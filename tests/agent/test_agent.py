@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import sys
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from tests.agent.conftest import MemorySink
-from trainer_agent import TrainerAgent
+from trainer_agent import JsonlSink, TrainerAgent
 
 
 def run_steps(agent, clock, n, inside_s=0.1, outside_s=0.05, tokens=None, samples=None):
@@ -218,6 +219,36 @@ def test_a_blocking_sink_neither_blocks_the_loop_nor_close(sink):
     blocking.release.set()
 
 
+def test_a_full_disk_is_logged_once_and_training_goes_on(make_agent, sink, clock, caplog):
+    # Given a JSONL sink on a device that is always full
+    agent = make_agent(sinks=[JsonlSink("/dev/full"), sink])
+
+    # When windows are emitted
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        for _ in range(2):
+            run_steps(agent, clock, 1)
+            agent.flush()
+
+    # Then the other sink received both windows and the failure was logged once
+    assert [window.metrics["Step"] for window in sink.job] == [1, 2]
+    assert len([r for r in caplog.records if "No space left on device" in r.getMessage()]) == 1
+
+
+def test_auto_sinks_without_boto3_print_the_stdout_line(monkeypatch, capsys):
+    # Given boto3 cannot be imported
+    monkeypatch.setitem(sys.modules, "boto3", None)
+
+    # When an agent with the default sinks runs a step and closes
+    agent = TrainerAgent(interval_s=3600.0, handle_sigterm=False)
+    with agent.step():
+        pass
+    agent.close()
+
+    # Then the windows were printed as EMF lines on stdout
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["Scope"], line.get("Steps")) for line in lines] == [("job", 1.0), ("host", None)]
+
+
 def test_agent_methods_never_raise_on_bad_input(make_agent, sink):
     agent = make_agent()
     agent.record(loss="not a number")
@@ -321,18 +352,18 @@ class FakeNvml:
         self.gpus = gpus
         self.handle_calls = 0
 
-    def nvmlInit(self) -> None:  # noqa: N802 - pynvml's names
+    def nvmlInit(self) -> None:
         pass
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self.handle_calls += 1
         return index
 
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         return self.gpus[handle][0]
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int):  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: int):
         return type("Rates", (), {"gpu": self.gpus[handle][1], "memory": self.gpus[handle][2]})()

@@ -66,12 +66,14 @@ def test_the_closed_form_is_within_5_percent_of_the_counted_flops(batch):
 def test_closed_form_arithmetic_and_causal_halving():
     # 6N + 12 L H Q T with N=1000, L=2, H=4, Q=8, T=16
     assert transformer_flops_per_token(n_params=1000, n_layers=2, n_heads=4, head_dim=8, seq_len=16) == 6000 + 12288
-    assert transformer_flops_per_token(
-        n_params=1000, n_layers=2, n_heads=4, head_dim=8, seq_len=16, causal=True
-    ) == 6000 + 6144
-    assert transformer_flops_per_token(
-        n_params=1000, n_layers=2, n_heads=4, head_dim=8, seq_len=16, training=False
-    ) == 2000 + 4096
+    assert (
+        transformer_flops_per_token(n_params=1000, n_layers=2, n_heads=4, head_dim=8, seq_len=16, causal=True)
+        == 6000 + 6144
+    )
+    assert (
+        transformer_flops_per_token(n_params=1000, n_layers=2, n_heads=4, head_dim=8, seq_len=16, training=False)
+        == 2000 + 4096
+    )
 
 
 def test_closed_form_rejects_a_bad_shape_naming_it():
@@ -116,6 +118,8 @@ def test_unknown_devices_and_missing_precisions_are_none_never_a_guess():
 
 
 def test_every_table_precision_is_a_known_key():
-    assert {precision for row in PEAK_TFLOPS.values() for precision in row} <= {precision_key(p) for p in ("bf16", "fp16", "tf32", "fp32", "fp8")}
+    assert {precision for row in PEAK_TFLOPS.values() for precision in row} <= {
+        precision_key(p) for p in ("bf16", "fp16", "tf32", "fp32", "fp8")
+    }
     with pytest.raises(ValueError, match="int3"):
         precision_key("int3")

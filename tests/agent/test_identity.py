@@ -34,6 +34,21 @@ def test_ranks_come_from_torchrun_variables(monkeypatch):
     assert not ident.reports_host
 
 
+def test_ranks_come_from_open_mpi_when_torchrun_is_absent(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "5")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "8")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0")
+    ident = Identity.detect()
+    assert (ident.rank, ident.world_size, ident.local_rank) == (5, 8, 0)
+    assert ident.reports_host
+
+
+def test_a_non_integer_rank_variable_is_named(monkeypatch):
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(ValueError, match="RANK='zero'"):
+        Identity.detect()
+
+
 def test_single_process_reports_job_and_host():
     ident = Identity.detect()
     assert (ident.rank, ident.world_size, ident.local_rank) == (0, 1, 0)

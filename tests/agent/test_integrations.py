@@ -48,6 +48,7 @@ def test_hugging_face_callback_events_drive_the_agent(agent, sink):
     assert sink.closed
 
 
+@pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_lightning_optimizer_steps_with_gradient_accumulation_reach_the_agent(agent, sink):
     import pytorch_lightning as pl
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 from trainer_agent.pending import CudaStepEvents
@@ -26,7 +27,8 @@ class FakeEvent:
         return self.at < FakeEvent.done_upto
 
     def elapsed_time(self, end: FakeEvent) -> float:
-        assert self.query() and end.query(), "elapsed_time on incomplete events would synchronize"
+        if not (self.query() and end.query()):
+            raise RuntimeError("elapsed_time on an incomplete event: real CUDA would fail or synchronize")
         return 10.0 * (end.at - self.at)  # ms
 
 
@@ -68,3 +70,37 @@ def test_an_aborted_step_leaves_nothing_pending():
     events.abort()
     events.end(1, ended_at=0.0, tokens=0, samples=0)
     assert events.pending == 0
+
+
+def test_on_cuda_the_agent_counts_a_step_in_the_window_the_device_finishes_it(monkeypatch, make_agent, sink, clock):
+    # Given an agent on a (fake) CUDA device, and two steps the host has ended
+    fake = fake_torch()
+    fake.distributed = SimpleNamespace(is_available=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    agent = make_agent(device="cuda")
+    for _ in range(2):
+        with agent.step(tokens=100):
+            clock.advance(0.001)  # the host only queues the work
+
+    # When the device has finished only the first step at the first window
+    FakeEvent.done_upto = 2
+    agent.flush()
+    # And the second at the next
+    FakeEvent.done_upto = len(FakeEvent.timeline)
+    agent.flush()
+
+    # Then each window counts the step the device finished, with device time as StepTime
+    assert [(w.metrics["Steps"], w.metrics["Step"]) for w in sink.job] == [(1, 1), (1, 2)]
+    assert sink.job[0].metrics["StepTime"] == 0.01
+
+
+def test_on_cuda_a_step_hung_on_the_device_is_busy_time_not_data_wait(monkeypatch, make_agent, sink, clock):
+    fake = fake_torch()
+    fake.distributed = SimpleNamespace(is_available=lambda: False)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    agent = make_agent(device="cuda")
+    agent.start_step()
+    clock.advance(30.0)
+    agent.flush()
+    metrics = sink.job[0].metrics
+    assert (metrics["Steps"], metrics["DataWaitFraction"]) == (0, 0)

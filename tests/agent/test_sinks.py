@@ -22,7 +22,9 @@ JOB_WINDOW = Window(
      "StepTime": 0.82, "ETA": 3.5e5},
     phase="eval",
 )  # fmt: skip
-HOST_WINDOW = Window(SCOPE_HOST, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0, {"Heartbeat": 1.0, "StepTime": 9.9})
+HOST_WINDOW = Window(
+    SCOPE_HOST, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0, {"Heartbeat": 1.0, "StepTime": 9.9}
+)
 
 
 def assert_valid_emf(document: dict) -> None:
@@ -55,7 +57,9 @@ def test_the_stdout_line_is_one_flushed_valid_emf_document(window):
     units = JOB_METRICS if window.scope == SCOPE_JOB else HOST_METRICS
     assert directive["Namespace"] == NAMESPACE
     assert directive["Dimensions"] == ([[DIM_JOB]] if window.scope == SCOPE_JOB else [[DIM_JOB, DIM_HOST]])
-    assert {metric["Name"]: metric["Unit"] for metric in directive["Metrics"]} == {name: units[name] for name in window.metrics}
+    assert {metric["Name"]: metric["Unit"] for metric in directive["Metrics"]} == {
+        name: units[name] for name in window.metrics
+    }
     assert document["_aws"]["Timestamp"] == 1_700_000_000_250
 
 
@@ -214,7 +218,10 @@ def test_cloudwatch_sink_publishes_the_contract_metrics(cloudwatch):
 def test_cloudwatch_datums_are_high_resolution_below_a_minute():
     datums = CloudWatchSink(interval_s=10.0).datums(HOST_WINDOW)
     assert {d["StorageResolution"] for d in datums} == {1}
-    assert datums[0]["Dimensions"] == [{"Name": DIM_JOB, "Value": "llama-pretrain"}, {"Name": DIM_HOST, "Value": "algo-1"}]
+    assert datums[0]["Dimensions"] == [
+        {"Name": DIM_JOB, "Value": "llama-pretrain"},
+        {"Name": DIM_HOST, "Value": "algo-1"},
+    ]
     assert {d["Unit"] for d in datums} == {"Count", "Seconds"}
 
 
@@ -229,7 +236,9 @@ class ThrottledClient:
 
         self.calls.append(kwargs)
         if len(self.calls) <= self.failures:
-            raise ClientError({"Error": {"Code": self.code}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "PutMetricData")
+            raise ClientError(
+                {"Error": {"Code": self.code}, "ResponseMetadata": {"HTTPStatusCode": 400}}, "PutMetricData"
+            )
 
 
 def test_cloudwatch_retries_throttling_with_backoff(monkeypatch):
@@ -253,23 +262,27 @@ def test_cloudwatch_does_not_retry_a_bad_request():
 
 class HangingClient:
     def __init__(self):
+        self.entered = threading.Event()
         self.release = threading.Event()
 
     def put_metric_data(self, **kwargs):
+        self.entered.set()
         self.release.wait()
 
 
 def test_cloudwatch_drops_rather_than_blocks_when_its_queue_is_full():
-    # Given CloudWatch hangs and the queue holds two windows
+    # Given CloudWatch hangs on the first call and the queue holds two windows
     client = HangingClient()
     sink = CloudWatchSink(client=client, queue_windows=2)
+    sink.emit(JOB_WINDOW)
+    assert client.entered.wait(5.0)
 
-    # When many windows are emitted
+    # When ten more windows are emitted
     for _ in range(10):
         sink.emit(JOB_WINDOW)
 
-    # Then emit returned every time, and the overflow was dropped
-    assert sink.dropped >= 7
+    # Then emit returned every time: two windows wait in the queue and eight were dropped
+    assert sink.dropped == 8
     client.release.set()
     sink.close(5.0)
 
@@ -303,3 +316,28 @@ def test_cloudwatch_batches_queued_windows_into_one_call():
 
     # Then the five queued windows went out in one PutMetricData call
     assert [len(call["MetricData"]) for call in client.calls] == [len(JOB_WINDOW.metrics), 5 * len(JOB_WINDOW.metrics)]
+
+
+def test_cloudwatch_without_credentials_drops_windows(monkeypatch, tmp_path):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    sink = CloudWatchSink(require_credentials=True)
+    sink.emit(JOB_WINDOW)
+    sink.close(5.0)
+    assert (sink.sent, sink.dropped) == (0, 1)
+
+
+def test_cloudwatch_unreachable_is_retried_then_dropped_within_the_close_timeout(monkeypatch):
+    # Given an endpoint where nothing listens (connection refused, no network needed)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setattr("trainer_agent.cloudwatch.BACKOFF_S", 0.001)
+    sink = CloudWatchSink(region="us-east-1")
+
+    # When a window is emitted and the sink closed
+    sink.emit(JOB_WINDOW)
+    sink.close(20.0)
+
+    # Then it was dropped after the retries, and nothing raised
+    assert (sink.sent, sink.dropped) == (0, 1)

@@ -74,7 +74,9 @@ def test_all_losses_non_finite_reports_the_count_and_no_loss():
 
 
 def test_job_and_host_metrics_use_only_contract_names():
-    totals = WindowTotals(wall_s=1.0, steps=2, step_seconds=1.0, timed_steps=2, losses=[1.0], counts_tokens=True, counts_samples=True)
+    totals = WindowTotals(
+        wall_s=1.0, steps=2, step_seconds=1.0, timed_steps=2, losses=[1.0], counts_tokens=True, counts_samples=True
+    )
     progress = Progress(2, 0.0, phase_budget_remaining_s=5.0, eta_s=10.0)
     job = job_metrics(totals, progress, Scale(flops_per_token=1.0, peak_tflops=1.0))
     host = host_metrics(totals, GpuReading(power_watts=300.0, utilization=90.0, memory_utilization=40.0))

@@ -10,8 +10,9 @@ from moto.core.botocore_stubber import MockRawResponse
 
 from handlers import on_alarm, on_job_state
 from stallwatch import alarms
+from stallwatch.decision import JobState
 from stallwatch.events import InvalidEventError
-from stallwatch.store import job_key
+from stallwatch.store import ConcurrentDecisionError, StoredState, job_key
 from tests.lambdas.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 from tests.lambdas.world import MINUTE, alarm_event, job_state_event, scheduled_event
 
@@ -158,3 +159,23 @@ def test_throttled_calls_are_retried(rt, world, slack, context) -> None:
     assert (result["action"], result["stopped"]) == ("stop", True)
     assert world.status(JOB) == "Stopping"
     assert rt.store.load(job_key("sagemaker", JOB)).state.stopped_at is not None
+
+
+def test_two_decisions_from_the_same_read_commit_once(rt) -> None:
+    # Given two invocations that read the same job state
+    store = rt.store
+    key = job_key("sagemaker", JOB)
+    read = store.load(key)
+    warned = StoredState(JobState(warned_at=rt.clock()), read.version, "incident#1")
+    audit = {"diagnosis": "hang", "action": "warn"}
+
+    # When both commit, Then the second loses, whatever event it carries
+    store.commit(key, read, warned, audit, rt.clock(), event_key="alarm-a@t1")
+    with pytest.raises(ConcurrentDecisionError, match=key):
+        store.commit(key, read, warned, audit, rt.clock(), event_key="alarm-b@t1")
+
+    # And a replayed event loses even against a fresh read
+    with pytest.raises(ConcurrentDecisionError):
+        store.commit(key, store.load(key), warned, audit, rt.clock(), event_key="alarm-a@t1")
+    assert store.load(key).version == 1
+    assert len(store.records(key, "audit")) == 1

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from aws_cdk import App, Stack, Validations
+from aws_cdk import App, Environment, Stack, Validations
 from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
@@ -24,11 +24,8 @@ SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stallwatch/sl
 CONFIG = StallwatchConfig.model_validate({"slack": {"mode": "bot", "allowed_user_ids": ["U0ALLOWED"]}})
 
 
-@pytest.fixture(scope="module")
-def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, Stack, SlackEndpoint]:
-    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out")))
-    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    stack = Stack(app, "SlackEndpointTest")
+def _endpoint_stack(app: App, name: str, env: Environment | None = None) -> tuple[Stack, SlackEndpoint]:
+    stack = Stack(app, name, env=env)
     endpoint = SlackEndpoint(
         stack,
         "SlackEndpoint",
@@ -38,6 +35,16 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, Stack, S
         slack_secret=secretsmanager.Secret.from_secret_complete_arn(stack, "SlackSecret", SECRET_ARN),
         job_statements=WatchdogPermissions(stack, CONFIG).slack_interactions(),
     )
+    return stack, endpoint
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, Stack, SlackEndpoint]:
+    """An environment-agnostic stack and one pinned to an account and region, synthesized with cdk-nag."""
+    app = App(outdir=str(tmp_path_factory.mktemp("cdk.out")))
+    Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    stack, endpoint = _endpoint_stack(app, "SlackEndpointTest")
+    _endpoint_stack(app, "SlackEndpointPinned", Environment(account="123456789012", region="eu-west-1"))
     app.synth()  # raises on any unacknowledged cdk-nag finding
     return app, stack, endpoint
 
@@ -106,7 +113,7 @@ def test_the_secret_is_read_only_and_stops_keep_the_tag_condition(template) -> N
 
 
 def test_cdk_nag_is_clean_and_every_acknowledgement_has_a_reason(synthesized) -> None:
-    # Given the validation report of the synth
+    # Given the validation report of the synth (an agnostic and a pinned stack)
     app, _, _ = synthesized
     report = json.loads((Path(app.outdir) / "validation-report.json").read_text())
     (aws_solutions,) = [p for p in report["pluginReports"] if p["pluginName"] == "AwsSolutions"]

@@ -51,6 +51,7 @@ def test_four_arm64_python_functions_share_one_asset_and_the_environment(
         assert properties["Architectures"] == ["arm64"]
         assert properties["MemorySize"] == LAMBDA_MEMORY_MB
         assert properties["TracingConfig"] == {"Mode": "Active"}
+        # Asynchronous invocations (EventBridge, alarm actions) keep their failures; the Function URL is synchronous.
         assert ("DeadLetterConfig" in properties) == (properties["Handler"] != "handlers.slack_interactions.handler")
         env = properties["Environment"]["Variables"]
         assert StallwatchConfig.model_validate_json(env[CONFIG_ENV]) == stack.config
@@ -64,7 +65,7 @@ def test_four_arm64_python_functions_share_one_asset_and_the_environment(
 def test_slack_buttons_reach_the_interactions_function_through_a_function_url(
     template: Template, stack: StallwatchStack
 ) -> None:
-    target = {"Fn::GetAtt": [logical_id(stack.watchdog.slack_interactions), "Arn"]}
+    target = {"Fn::GetAtt": [logical_id(stack.slack_endpoint.function), "Arn"]}
     template.has_resource_properties("AWS::Lambda::Url", {"AuthType": "NONE", "TargetFunctionArn": target})
     template.has_output("SlackInteractivityUrl", {})
 
