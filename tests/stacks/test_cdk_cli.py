@@ -16,9 +16,9 @@ CDK_CLI = REPO_ROOT / "node_modules" / ".bin" / "cdk"
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CDK_CLI.exists(), reason="node_modules missing: run `make setup` (npm install)")
 def test_cdk_synth_through_the_cli_works_offline(tmp_path: Path) -> None:
     # Given the CLI from package.json, this venv's python first on PATH, and no dependency download
+    assert CDK_CLI.exists(), "node_modules missing: run `make setup` (npm install)"
     env = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
