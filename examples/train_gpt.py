@@ -46,13 +46,30 @@ class QuietableStream:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream, self.silenced = stream, False
+        self._lock = threading.Lock()  # the agent's thread writes too
 
     def write(self, text: str) -> int:
-        return len(text) if self.silenced else self.stream.write(text)
+        with self._lock:
+            return len(text) if self.silenced else self.stream.write(text)
 
     def flush(self) -> None:
-        if not self.silenced:
+        with self._lock:
+            if not self.silenced:
+                self.stream.flush()
+
+    def line(self, line: str) -> None:
+        """Write one whole line (print() writes text and newline separately: the agent's line could fall between)."""
+        with self._lock:
+            if not self.silenced:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+
+    def last_line(self, line: str) -> None:
+        """Write a final line and go silent, with no other write in between."""
+        with self._lock:
+            self.stream.write(line + "\n")
             self.stream.flush()
+            self.silenced = True
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -73,11 +90,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_sinks(stdout: QuietableStream, jsonl: str | None, interval_s: float) -> list[Sink]:
+def build_sinks(stdout: QuietableStream, jsonl: str | None) -> list[Sink]:
     """The agent's "auto" sinks, with the stdout line on a stream the idle fault can silence."""
     sinks: list[Sink] = [EmfStdoutSink(stream=stdout)]  # type: ignore[arg-type]
     if module_available("boto3"):
-        sinks.append(CloudWatchSink(interval_s=interval_s, require_credentials=True))
+        sinks.append(CloudWatchSink(require_credentials=True))
     if jsonl:
         sinks.append(JsonlSink(jsonl))
     return sinks
@@ -130,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         peak_tflops=None,  # CPU: MFU is absent (and the log says why), TFLOPs/GPU is reported
         total_steps=args.steps or None,
         interval_s=args.interval,
-        sinks=build_sinks(stdout, args.jsonl, args.interval),
+        sinks=build_sinks(stdout, args.jsonl),
     )
     tokens = args.batch_size * config.seq_len
     step = 0
@@ -149,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             step += 1
             if step % args.log_every == 0:
                 elapsed_ms = (time.perf_counter() - started) * 1000
-                print(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step", file=stdout, flush=True)
+                stdout.line(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step")
     finally:
         agent.close()
     return 0
@@ -157,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def inject(args: argparse.Namespace, agent: TrainerAgent, stdout: QuietableStream) -> None:
     """Run the requested fault at step --fault-after."""
-    print(f"fault {args.fault} at step {args.fault_after}", file=stdout, flush=True)
+    announcement = f"fault {args.fault} at step {args.fault_after}"
+    if args.fault == "idle":
+        stdout.last_line(announcement)
+        while True:
+            time.sleep(1.0)
+    stdout.line(announcement)
     if args.fault == "hang":
         with agent.step():
             hang_forever()
@@ -167,11 +189,7 @@ def inject(args: argparse.Namespace, agent: TrainerAgent, stdout: QuietableStrea
     elif args.fault == "checkpoint":
         with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
             time.sleep(args.checkpoint_seconds)
-        print("checkpoint saved", file=stdout, flush=True)
-    elif args.fault == "idle":
-        stdout.silenced = True
-        while True:
-            time.sleep(1.0)
+        stdout.line("checkpoint saved")
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

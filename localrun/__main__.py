@@ -22,7 +22,7 @@ from localrun.scenarios import DEFAULT_SCENARIO, RUN_DEADLINE_S, SCENARIOS
 from localrun.summary import summary_table
 
 EXIT_INTERRUPTED = 130
-LOG_WIDTH = 140
+LOG_WIDTH = 120
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -49,7 +49,6 @@ def parse_progress(t: float, line: str) -> Progress | None:
     return Progress(
         t=t,
         step=None if step is None else int(step),
-        steps_in_window=number("Steps"),
         tflops_per_gpu=number("TFLOPsPerGPU"),
         mfu=number("MFU"),
         loss=number("Loss"),

@@ -1,7 +1,7 @@
 """The stack's runtime resources, created in moto: the incident table, the Slack secret, the functions' environment.
 
-The table follows the schema in ``stallwatch.store`` (``pk``/``sk``, TTL ``expires_at``); the environment is the
-one the stacks give the functions (see docs/design.md), with the config built by `StallwatchConfig`.
+The table follows the schema in ``stallwatch.store`` (``pk``/``sk``, TTL ``expires_at``); the functions'
+environment is named by ``stallwatch.watchdog.LambdaEnvironment``, with the config built by `StallwatchConfig`.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from typing import Any
 from localrun.lambda_runtime import function_arn
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.observability import SERVICE
 from stallwatch.policy import Policy, Thresholds
+from stallwatch.watchdog import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
 PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE = "pk", "sk", "expires_at"  # stallwatch.store's schema
 SECRET_NAME = "stallwatch/slack"
-SERVICE_NAME = "stallwatch"
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
@@ -33,14 +34,11 @@ class RuntimeResources:
     secret_arn: str
 
     def function_env(self) -> dict[str, str]:
-        """The Lambda functions' environment variables, as the stack sets them."""
-        return {
-            CONFIG_ENV: self.config.model_dump_json(),
-            "TABLE_NAME": self.table_name,
-            "SLACK_SECRET_ARN": self.secret_arn,
-            "ALARM_ACTION_ARN": function_arn(ON_ALARM),
-            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
-        }
+        """The Lambda functions' environment variables, named by the model the functions read them with."""
+        names = LambdaEnvironment(
+            table_name=self.table_name, slack_secret_arn=self.secret_arn, alarm_action_arn=function_arn(ON_ALARM)
+        ).model_dump(by_alias=True)
+        return {**names, CONFIG_ENV: self.config.model_dump_json(), "POWERTOOLS_SERVICE_NAME": SERVICE}
 
 
 def demo_config() -> StallwatchConfig:

@@ -72,7 +72,7 @@ class LocalRun:
         with contextlib.ExitStack() as stack:
             aws = stack.enter_context(LocalAws())
             slack = stack.enter_context(SlackReceiver(on_message=self._on_slack))
-            self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}; Slack receiver on {slack.webhook_url}")
+            self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}, Slack receiver on port {slack.port}")
             resources = create_resources(aws.client("dynamodb"), aws.client("secretsmanager"), slack.webhook_url)
             stack.enter_context(scoped_environ(dict(resources.function_env())))
             self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
@@ -220,7 +220,6 @@ class LocalRun:
         reasons = self._audited_reasons()
         outcome = {**outcome, "reasons": reasons}
         self._decisions.append(outcome)
-        self.timeline.add_decision(outcome)
         done = [
             text
             for text, flag in (("stopped the job", outcome.get("stopped")), ("posted to Slack", outcome.get("posted")))
@@ -241,7 +240,7 @@ class LocalRun:
         return list(records[-1].get("record", {}).get("reasons", [])) if records else []
 
     def _on_slack(self, message: SlackMessage) -> None:
-        self.timeline.event(Kind.SLACK, f"message received: {message.text[:100]}")
+        self.timeline.event(Kind.SLACK, f"webhook post received ({len(message.payload.get('blocks') or [])} blocks)")
         if self._view is not None:
             self._view.on_slack(message)
 

@@ -43,6 +43,7 @@ GPUS_PER_HOST = instance_spec(INSTANCE_TYPE).devices
 VCPUS_PER_HOST = instance_spec(INSTANCE_TYPE).vcpus
 MAX_RUNTIME_S = 24 * 3600  # SageMaker's default StoppingCondition; a stalled job holds its GPUs until then
 HEALTHY_STEPS = 250  # steps before the fault (~20-70 ms each on two CPU cores)
+STEPS_AFTER_CHECKPOINT = 100  # the checkpoint scenario trains on after its checkpoint, then completes
 LOG_EVERY_STEPS = 20  # the training's progress line
 
 
@@ -124,7 +125,7 @@ SCENARIOS: dict[str, Scenario] = {
             summary="a 45 s checkpoint, longer than the stall threshold but within its declared 60 s budget: no stop",
             host_faults=("checkpoint",),
             expect_stop=False,
-            steps=2 * HEALTHY_STEPS,
+            steps=HEALTHY_STEPS + STEPS_AFTER_CHECKPOINT,
             extra_args=("--checkpoint-seconds", "45", "--checkpoint-budget", "60"),
         ),
     )

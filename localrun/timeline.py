@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
 
 
 class Kind(StrEnum):
@@ -40,7 +39,6 @@ class Progress:
 
     t: float | None = None
     step: int | None = None
-    steps_in_window: float | None = None
     tflops_per_gpu: float | None = None
     mfu: float | None = None
     loss: float | None = None
@@ -60,9 +58,7 @@ class Snapshot:
     secondary_status: str
     fault_onset: float | None
     stop_requested_at: float | None
-    process_exit_code: int | None
     events: tuple[Event, ...]
-    decisions: tuple[dict[str, Any], ...]
 
 
 @dataclass
@@ -74,9 +70,7 @@ class _State:
     secondary_status: str = "-"
     fault_onset: float | None = None
     stop_requested_at: float | None = None
-    process_exit_code: int | None = None
     events: list[Event] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Timeline:
@@ -114,10 +108,6 @@ class Timeline:
             self._state.alarms[name] = state
             return previous
 
-    def drop_alarms(self) -> None:
-        with self._lock:
-            self._state.alarms.clear()
-
     def set_job_status(self, status: str, secondary_status: str) -> bool:
         """Record the job's status; True when it changed."""
         with self._lock:
@@ -138,14 +128,6 @@ class Timeline:
             if self._state.stop_requested_at is None:
                 self._state.stop_requested_at = t
 
-    def set_process_exit(self, code: int) -> None:
-        with self._lock:
-            self._state.process_exit_code = code
-
-    def add_decision(self, decision: dict[str, Any]) -> None:
-        with self._lock:
-            self._state.decisions.append(decision)
-
     def snapshot(self) -> Snapshot:
         with self._lock:
             s = self._state
@@ -158,7 +140,5 @@ class Timeline:
                 secondary_status=s.secondary_status,
                 fault_onset=s.fault_onset,
                 stop_requested_at=s.stop_requested_at,
-                process_exit_code=s.process_exit_code,
                 events=tuple(s.events),
-                decisions=tuple(s.decisions),
             )

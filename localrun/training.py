@@ -7,14 +7,24 @@ process.kill_group()       # cleanup: nothing of it survives
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 KILL_WAIT_S = 5.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL it if the demo itself dies without cleaning up (kill -9)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class TrainingProcess:
@@ -33,6 +43,8 @@ class TrainingProcess:
 
     def start(self) -> TrainingProcess:
         # A new session: Ctrl-C on the terminal reaches only the demo, which then stops the child in order.
+        # The death signal covers the one case no cleanup can: the demo killed with SIGKILL. Only an
+        # async-signal-safe prctl call runs in the child before exec, so the preexec hook is safe with threads.
         self._process = subprocess.Popen(
             self._argv,
             env=self._env,
@@ -42,6 +54,7 @@ class TrainingProcess:
             text=True,
             bufsize=1,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         self._reader = threading.Thread(target=self._read, name="training-stdout", daemon=True)
         self._reader.start()

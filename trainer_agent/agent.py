@@ -117,7 +117,7 @@ class TrainerAgent:
         )
         self.active = self.identity.reports_job or self.identity.reports_host
         """False on ranks that report nothing: every method is then a no-op."""
-        self.sinks = build_sinks(sinks, self.interval_s) if self.active else build_sinks([], self.interval_s)
+        self.sinks = build_sinks(sinks if self.active else [])
 
         self._clock = clock
         self._lock = threading.RLock()

@@ -1,6 +1,6 @@
 """CloudWatch PutMetricData from a background thread: batched, bounded queue, drops rather than blocks, retries.
 
-sink = CloudWatchSink(interval_s=10)   # boto3 is imported on the sink's thread; AWS_ENDPOINT_URL is honoured
+sink = CloudWatchSink()   # boto3 is imported on the sink's thread; AWS_ENDPOINT_URL is honoured
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ class CloudWatchSink:
     def __init__(
         self,
         *,
-        interval_s: float = 60.0,
         namespace: str = NAMESPACE,
         region: str | None = None,
         client: Any = None,
@@ -55,7 +54,6 @@ class CloudWatchSink:
         if queue_windows < 1:
             raise ValueError(f"queue_windows must be >= 1, not {queue_windows}")
         self.namespace = namespace
-        self.storage_resolution = storage_resolution(interval_s)
         self.dropped = 0
         """Windows dropped (queue full, CloudWatch failing, no boto3 or no credentials)."""
         self.sent = 0
@@ -87,6 +85,7 @@ class CloudWatchSink:
         if window.scope != SCOPE_JOB:
             dimensions.append({"Name": DIM_HOST, "Value": window.host})
         timestamp = datetime.fromtimestamp(window.t, UTC)
+        resolution = storage_resolution(window.interval_s)
         return [
             {
                 "MetricName": name,
@@ -94,7 +93,7 @@ class CloudWatchSink:
                 "Timestamp": timestamp,
                 "Value": value,
                 "Unit": units[name],
-                "StorageResolution": self.storage_resolution,
+                "StorageResolution": resolution,
             }
             for name, value in window.metrics.items()
         ]

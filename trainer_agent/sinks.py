@@ -111,7 +111,7 @@ class FanOutSink:
                 busy.release()
 
 
-def build_sinks(sinks: str | list[Sink], interval_s: float) -> FanOutSink:
+def build_sinks(sinks: str | list[Sink]) -> FanOutSink:
     """The agent's sinks: "auto" (CloudWatch when boto3 is installed, plus the EMF stdout line) or a list."""
     if isinstance(sinks, str):
         if sinks != AUTO:
@@ -119,7 +119,7 @@ def build_sinks(sinks: str | list[Sink], interval_s: float) -> FanOutSink:
         chosen: list[Sink] = [EmfStdoutSink()]
         if module_available("boto3"):
             # Credentials are checked on the sink's own thread: resolving them may take a while off AWS.
-            chosen.append(CloudWatchSink(interval_s=interval_s, require_credentials=True))
+            chosen.append(CloudWatchSink(require_credentials=True))
         return FanOutSink(chosen)
     return FanOutSink(list(sinks))
 

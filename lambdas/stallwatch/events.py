@@ -13,9 +13,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from stallwatch import observability
+from stallwatch.observability import logger, metrics
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
 EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
@@ -140,7 +144,10 @@ def parse_event(event: Any, model: Any) -> Any:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in exc.errors()
         )
-        raise InvalidEventError(f"malformed {_name(model)} event: {problems}") from exc
+        error = InvalidEventError(f"malformed {_name(model)} event: {problems}")
+        logger.error("malformed event; nothing was changed", extra={"error": str(error), "event": event})
+        metrics.add_metric(name=observability.MALFORMED_EVENTS, unit=MetricUnit.Count, value=1)
+        raise error from exc
 
 
 def _name(model: Any) -> str:

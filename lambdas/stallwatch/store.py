@@ -40,6 +40,7 @@ class StoredState:
     state: JobState = field(default_factory=JobState)
     version: int = 0
     incident: str | None = None  # sort key of the open incident
+    updated_at: float | None = None  # when the last decision was committed
 
 
 def _state_to_json(state: JobState) -> str:
@@ -178,12 +179,12 @@ class Store:
 
     def records(self, key: str, kind: str) -> list[dict[str, Any]]:
         """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""
-        response = self.dynamodb.query(
+        pages = self.dynamodb.get_paginator("query").paginate(
             TableName=self.table,
             KeyConditionExpression="pk = :pk AND begins_with(sk, :kind)",
             ExpressionAttributeValues={":pk": {"S": key}, ":kind": {"S": f"{kind}#"}},
         )
-        return [_plain(item) for item in response["Items"]]
+        return [_plain(item) for page in pages for item in page["Items"]]
 
 
 def _stored(item: dict[str, Any]) -> StoredState:
@@ -191,6 +192,7 @@ def _stored(item: dict[str, Any]) -> StoredState:
         state=_state_from_json(item["state"]["S"]),
         version=int(item["version"]["N"]),
         incident=item.get("incident", {}).get("S"),
+        updated_at=float(item["updated_at"]["N"]) if "updated_at" in item else None,
     )
 
 

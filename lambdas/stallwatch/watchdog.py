@@ -22,9 +22,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stallwatch import actions, alarms, contract, engine
+from stallwatch import actions, alarms, contract, engine, observability
 from stallwatch.aws_source import AwsClients, AwsSignalSource, JobNotFoundError
 from stallwatch.config import StallwatchConfig
 from stallwatch.decision import Action, Decision
@@ -162,9 +163,9 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
         audit_sk = rt.store.commit(key, read, written, audit, signals.now, event_key=event_key, close_incident=close)
     except ConcurrentDecisionError as exc:
         logger.info("decision not committed: duplicate event or concurrent decision", extra={"error": str(exc)})
-        metrics.add_metric(name="DuplicateDecisions", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=observability.DUPLICATE_DECISIONS, unit=MetricUnit.Count, value=1)
         return Outcome(job=facts.name, status="duplicate", details={"reason": str(exc)})
-    metrics.add_metric(name="Decisions", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=observability.DECISIONS, unit=MetricUnit.Count, value=1)
     outcome = Outcome(
         job=facts.name, status="decided", diagnosis=decision.diagnosis.value, action=decision.action.value
     )
@@ -201,7 +202,11 @@ def _act(
     if stop_result is not None:
         outcome.stopped = stop_result.ok
         result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
-        metrics.add_metric(name="JobsStopped" if stop_result.ok else "StopFailures", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(
+            name=observability.JOBS_STOPPED if stop_result.ok else observability.STOP_FAILURES,
+            unit=MetricUnit.Count,
+            value=1,
+        )
         if not stop_result.ok:
             logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, **result["stop"]})
             rt.store.release_stop(key, written.state)
@@ -212,7 +217,7 @@ def _act(
     result["slack"] = {"ok": post.ok, "detail": post.detail}
     if not post.ok:
         logger.error("Slack post failed", extra={"job": signals.facts.name, "detail": post.detail})
-        metrics.add_metric(name="SlackFailures", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=observability.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
     outcome.details.update(result)
     rt.store.record_outcome(key, audit_sk, result)
 
@@ -253,13 +258,15 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
     effective = rt.config.policy.for_job(facts.tags)
     if effective.tag_errors:
         logger.warning("ignored bad stallwatch tags", extra={"job": name, "errors": effective.tag_errors})
+    if not rt.alarm_action_arn:
+        raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
     if not definitions:
         deleted = _delete_alarms(rt, platform, name)
         return {"status": "off", "job": name, "alarms_deleted": deleted}
     for definition in definitions:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
-    metrics.add_metric(name="AlarmsPut", unit=MetricUnit.Count, value=len(definitions))
+    metrics.add_metric(name=observability.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
     return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
 
 
@@ -270,10 +277,14 @@ def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
 
-def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
+def _describe_alarms(rt: Runtime, prefix: str) -> list[dict[str, Any]]:
     paginator = rt.clients.cloudwatch.get_paginator("describe_alarms")
     pages = paginator.paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
-    return [a["AlarmName"] for page in pages for a in page["MetricAlarms"]]
+    return [a for page in pages for a in page["MetricAlarms"]]
+
+
+def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
+    return [a["AlarmName"] for a in _describe_alarms(rt, prefix)]
 
 
 def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
@@ -287,15 +298,24 @@ def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
 
 
 def sweep(rt: Runtime) -> dict[str, Any]:
-    """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops."""
+    """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops, and
+    alarms in ALARM that no decision followed (their on_alarm invocation failed)."""
     now = rt.clock()
     running = _running_jobs(rt)
-    existing = _alarm_names(rt, rt.config.alarm_prefix)
-    with_alarms = {(r.platform, r.job) for r in _parse_names(existing, rt.config.alarm_prefix)}
-    provisioned = [provision_alarms(rt, p, name) for p, name in running if (p, name) not in with_alarms]
+    existing = _describe_alarms(rt, rt.config.alarm_prefix)
+    alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
+    with_alarms = {
+        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
+    }
+    provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
     published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
-    due = [(p, name) for p, name in running if _needs_decision(states[job_key(p, name)], now)]
+    due = [
+        (p, name)
+        for p, name in running
+        if _needs_decision(states[job_key(p, name)], now)
+        or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
+    ]
     outcomes = []
     for platform in Platform:
         names = [name for p, name in due if p is platform]
@@ -305,11 +325,22 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
+        "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
         "log_idle_published": published,
         "redecided": outcomes,
     }
     logger.info("sweep", extra=summary)
     return summary
+
+
+def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """`provision_alarms` for one job of many: its API error is logged and counted, the sweep goes on."""
+    try:
+        return provision_alarms(rt, platform, name)
+    except ClientError as exc:
+        logger.error("could not provision alarms", extra={"job": name, "error": str(exc)})
+        metrics.add_metric(name=observability.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {"status": "error", "job": name, "reason": str(exc)}
 
 
 def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
@@ -360,6 +391,23 @@ def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
             Namespace=contract.NAMESPACE, MetricData=data[offset : offset + PUT_METRIC_DATA_LIMIT]
         )
     return len(data)
+
+
+def _alarmed_at(described: list[dict[str, Any]], prefix: str) -> dict[tuple[Platform, str], float]:
+    """Per job, when the newest of its alarms now in ALARM got there."""
+    latest: dict[tuple[Platform, str], float] = {}
+    for alarm in described:
+        if alarm["StateValue"] != "ALARM":
+            continue
+        for ref in _parse_names([alarm["AlarmName"]], prefix):
+            t = alarm["StateUpdatedTimestamp"].timestamp()
+            latest[ref.platform, ref.job] = max(latest.get((ref.platform, ref.job), t), t)
+    return latest
+
+
+def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
+    """An alarm went to ALARM after the job's last decision: its on_alarm invocation never decided."""
+    return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
 
 
 def _needs_decision(stored: StoredState, now: float) -> bool:

@@ -211,3 +211,27 @@ def test_dataloader_fork_workers_do_not_disturb_the_agent(tmp_path):
     assert sink.pids() == {os.getpid()}
     steps = [line.split()[2] for line in (tmp_path / "pids").read_text().splitlines() if " job " in line]
     assert steps == ["4.0"]
+
+
+def test_the_agent_needs_no_third_party_package():
+    # Given a Python where torch, boto3 and pynvml cannot be imported
+    script = """
+import sys
+for name in ("torch", "boto3", "botocore", "pynvml"):
+    sys.modules[name] = None
+from trainer_agent import TrainerAgent
+agent = TrainerAgent(interval_s=3600, flops_per_step=1e9, peak_tflops=10.0)
+with agent.step(tokens=10, samples=1):
+    pass
+agent.record(loss=2.5)
+agent.close()
+"""
+    # When an agent runs a step there with the default sinks
+    env = os.environ | {"PYTHONPATH": str(ROOT), "STALLWATCH_JOB_NAME": "bare-python"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=WAIT_S)
+
+    # Then it printed its windows on stdout and nothing failed
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout.splitlines()[0])
+    assert (job["JobName"], job["Steps"], job["Loss"]) == ("bare-python", 1.0, 2.5)
+    assert result.stderr == ""

@@ -145,19 +145,19 @@ def test_null_sink_accepts_windows():
 
 
 def test_auto_is_the_stdout_line_plus_cloudwatch_when_boto3_is_installed():
-    kinds = [type(sink) for sink in build_sinks("auto", 60.0).sinks]
+    kinds = [type(sink) for sink in build_sinks("auto").sinks]
     assert kinds == [EmfStdoutSink, CloudWatchSink]
 
 
 def test_auto_without_boto3_is_the_stdout_line_only(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)  # `import boto3` now raises ImportError
-    assert [type(sink) for sink in build_sinks("auto", 60.0).sinks] == [EmfStdoutSink]
+    assert [type(sink) for sink in build_sinks("auto").sinks] == [EmfStdoutSink]
 
 
 def test_cloudwatch_sink_without_boto3_drops_windows_and_never_raises(monkeypatch):
     # Given boto3 cannot be imported
     monkeypatch.setitem(sys.modules, "boto3", None)
-    sink = CloudWatchSink(interval_s=10.0)
+    sink = CloudWatchSink()
 
     # When windows are emitted and the sink closed
     sink.emit(JOB_WINDOW)
@@ -179,7 +179,7 @@ def cloudwatch():
 
 def test_cloudwatch_sink_publishes_the_contract_metrics(cloudwatch):
     # Given a window published through the sink's own thread
-    sink = CloudWatchSink(interval_s=10.0, region="us-east-1")
+    sink = CloudWatchSink(region="us-east-1")
     now = datetime.now(UTC).timestamp()
     job = Window(SCOPE_JOB, now, "llama-pretrain", "algo-1", 0, 10.0, {"Steps": 0.0, "LastStepAge": 95.0})
     host = Window(SCOPE_HOST, now, "llama-pretrain", "algo-1", 0, 10.0, {"Heartbeat": 1.0})
@@ -216,7 +216,7 @@ def test_cloudwatch_sink_publishes_the_contract_metrics(cloudwatch):
 
 
 def test_cloudwatch_datums_are_high_resolution_below_a_minute():
-    datums = CloudWatchSink(interval_s=10.0).datums(HOST_WINDOW)
+    datums = CloudWatchSink().datums(HOST_WINDOW)
     assert {d["StorageResolution"] for d in datums} == {1}
     assert datums[0]["Dimensions"] == [
         {"Name": DIM_JOB, "Value": "llama-pretrain"},

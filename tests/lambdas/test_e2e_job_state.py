@@ -6,6 +6,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from botocore.exceptions import ClientError
 
 from handlers import on_alarm, on_job_state, sweeper
 from stallwatch import actions, alarms, contract, watchdog
@@ -144,3 +145,29 @@ def test_missing_table_name_is_a_clear_configuration_error(monkeypatch) -> None:
     monkeypatch.delenv("TABLE_NAME", raising=False)
     with pytest.raises(watchdog.ConfigurationError, match="TABLE_NAME"):
         watchdog.Runtime.from_env()
+
+
+def test_one_jobs_alarm_failure_does_not_stop_the_sweep(rt, world, context) -> None:
+    # Given two running jobs without alarms, and CloudWatch refusing the first one's alarms
+    world.create_job("job-a", hosts=1)
+    world.create_job("job-b", hosts=1)
+
+    def refuse_job_a(params: dict, **kwargs: object) -> None:
+        if ".job-a." in params["AlarmName"]:
+            raise ClientError({"Error": {"Code": "LimitExceeded", "Message": "too many alarms"}}, "PutMetricAlarm")
+
+    rt.clients.cloudwatch.meta.events.register("before-parameter-build.cloudwatch.PutMetricAlarm", refuse_job_a)
+
+    # When the sweeper runs, Then job-b gets its alarms and job-a's failure is counted
+    summary = sweeper.handler(scheduled_event(), context)
+    assert (summary["alarms_provisioned"], summary["provisioning_errors"]) == (1, 1)
+    assert all(".job-b." in name for name in _alarm_names(rt))
+    assert len(_alarm_names(rt)) == 6
+
+
+def test_missing_alarm_action_is_a_clear_configuration_error(rt, world, context) -> None:
+    world.create_job(JOB)
+    rt.alarm_action_arn = ""
+    with pytest.raises(watchdog.ConfigurationError, match="ALARM_ACTION_ARN"):
+        on_job_state.handler(job_state_event(JOB, "InProgress"), context)
+    assert _alarm_names(rt) == []

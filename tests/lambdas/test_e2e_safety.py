@@ -92,7 +92,7 @@ def test_duplicated_alarm_events_stop_once_and_post_once(rt, world, slack, conte
     ],
 )
 def test_malformed_events_raise_a_clear_error_and_change_nothing(
-    rt, world, slack, context, handler, event, field
+    rt, world, slack, context, caplog, handler, event, field
 ) -> None:
     # Given a hung enforced job that would be acted on
     seed_nccl_hang(world, JOB, ENFORCE)
@@ -101,7 +101,8 @@ def test_malformed_events_raise_a_clear_error_and_change_nothing(
     with pytest.raises(InvalidEventError, match=field):
         handler(event, context)
 
-    # And nothing was stopped, posted, provisioned or recorded
+    # And it was logged, and nothing was stopped, posted, provisioned or recorded
+    assert any(r.levelname == "ERROR" and "malformed event" in r.getMessage() for r in caplog.records)
     assert world.status(JOB) == "InProgress"
     assert slack.posts == []
     assert rt.clients.cloudwatch.describe_alarms()["MetricAlarms"] == []

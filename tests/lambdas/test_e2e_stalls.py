@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from handlers import on_alarm, sweeper
-from stallwatch import alarms
+from handlers import on_alarm, on_job_state, sweeper
+from stallwatch import alarms, contract
 from stallwatch.store import job_key
-from tests.lambdas.world import MINUTE, World, alarm_event, scheduled_event
+from tests.lambdas.world import MINUTE, World, alarm_event, job_state_event, scheduled_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
 
@@ -118,3 +118,56 @@ def test_checkpoint_within_budget_is_not_a_stall(rt, world, slack, context) -> N
     assert world.status(job) == "InProgress"
     assert slack.posts == []
     assert [a["diagnosis"] for a in audits(rt, job)] == ["phase"]
+
+
+def test_hung_ec2_instance_is_warned_then_stopped(rt, world, slack, context) -> None:
+    # Given a tagged GPU instance whose agent (JobName = the instance id) stopped stepping 40 min ago, GPUs pinned
+    ec2 = rt.clients.ec2
+    tags = [{"Key": "stallwatch:monitor", "Value": "true"}, {"Key": "stallwatch:mode", "Value": "enforce"}]
+    instance = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="p4d.24xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )["Instances"][0]["InstanceId"]
+    world.steps_until(instance, last_step_min=40)
+    dims = {alarms.CWAGENT_DIM_INSTANCE: instance}
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, world.every_minute(110, 100.0))
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, world.every_minute(110, 30_000.0))
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, world.every_minute(110, 40_000.0))
+
+    # When its progress alarm fires, and the sweeper runs after the grace period
+    name = alarms.alarm_name(rt.config.alarm_prefix, "ec2", instance, alarms.PROGRESS)
+    warned = on_alarm.handler(alarm_event(name), context)
+    rt.clock.advance(6 * MINUTE)
+    (stopped,) = sweeper.handler(scheduled_event(), context)["redecided"]
+
+    # Then it was diagnosed from the agent and the CloudWatch agent's metrics, warned, then stopped
+    assert (warned["diagnosis"], warned["action"]) == ("hang", "warn")
+    assert "100% before -> 100% now" in str(slack.posts[0]["blocks"])
+    assert (stopped["action"], stopped["stopped"]) == ("stop", True)
+    state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("stopping", "stopped")
+
+
+def test_sweeper_decides_an_alarm_whose_on_alarm_never_ran(rt, world, slack, context) -> None:
+    # Given a hung job and a healthy one, each with an alarm in ALARM that no on_alarm invocation decided
+    seed_nccl_hang(world, "hung-job", ENFORCE)
+    world.create_job("fine-job", hosts=2, tags=ENFORCE)
+    world.steps_until("fine-job", last_step_min=-15)
+    for job in ("hung-job", "fine-job"):
+        on_job_state.handler(job_state_event(job, "InProgress"), context)
+        rt.clients.cloudwatch.set_alarm_state(AlarmName=_alarm(rt, job), StateValue="ALARM", StateReason="test")
+    rt.clock.advance(MINUTE)
+
+    # When the sweeper runs twice
+    first = {o["job"]: o for o in sweeper.handler(scheduled_event(), context)["redecided"]}
+    rt.clock.advance(MINUTE)
+    second = {o["job"]: o for o in sweeper.handler(scheduled_event(), context)["redecided"]}
+
+    # Then both were decided once: the hung job was warned; the healthy one is left alone afterwards
+    assert (first["hung-job"]["diagnosis"], first["hung-job"]["action"]) == ("hang", "warn")
+    assert first["fine-job"]["diagnosis"] == "healthy"
+    assert "fine-job" not in second
+    assert len(slack.posts) == 1
