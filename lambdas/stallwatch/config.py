@@ -53,7 +53,9 @@ class StallwatchConfig(BaseModel):
 
     policy: Policy = Field(default_factory=Policy)
     slack: SlackConfig = Field(default_factory=SlackConfig)
-    alarm_prefix: str = Field("stallwatch-", description="Every per-job alarm name starts with this; IAM is scoped to it.")
+    alarm_prefix: str = Field(
+        "stallwatch-", description="Every per-job alarm name starts with this; IAM is scoped to it."
+    )
     sweeper_minutes: int = Field(5, ge=1, le=60, description="How often the sweeper runs.")
     incident_ttl_days: int = Field(90, ge=1, le=3650, description="How long incident records are kept.")
     regions: list[str] = Field(default_factory=list, description="Regions to deploy to; empty: environment-agnostic.")
@@ -63,7 +65,9 @@ class StallwatchConfig(BaseModel):
     @classmethod
     def _prefix(cls, value: str) -> str:
         if not re.match(ALARM_PREFIX_PATTERN, value):
-            raise ValueError(f"must match {ALARM_PREFIX_PATTERN} (letters, digits, _ or -, ending in '-'), got {value!r}")
+            raise ValueError(
+                f"must match {ALARM_PREFIX_PATTERN} (letters, digits, _ or -, ending in '-'), got {value!r}"
+            )
         return value
 
     @field_validator("regions")

@@ -24,9 +24,10 @@ from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_metrics import HostMetricsSimulator
 from localrun.host_run import parse_progress
 from localrun.lambda_runtime import LambdaRuntime
-from localrun.local_aws import LocalAws
+from localrun.local_aws import LocalAws, scoped_environ
 from localrun.log_shipper import LogShipper
-from localrun.scenarios import COMPRESSED_TAGS, GPUS_PER_HOST, HostActivity
+from localrun.resources import create_resources
+from localrun.scenarios import COMPRESSED_TAGS, DEMO_ALARM_PERIOD_S, GPUS_PER_HOST, HostActivity
 from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.training import TrainingProcess
 from localrun.view import slack_panel
@@ -35,6 +36,7 @@ from stallwatch.alarms import render_alarms
 from stallwatch.events import AlarmEvent, JobStateEvent, parse_event
 from stallwatch.policy import Policy
 from stallwatch.signals import JobFacts, Platform
+from stallwatch.watchdog import Runtime
 
 JOB = "demo-job"
 PREFIX = "stallwatch-"
@@ -261,3 +263,22 @@ def test_slack_panel_renders_block_kit_one_line_per_field() -> None:
     assert "🛑 Stopped stalled job: j" in text
     assert "Diagnosis: hang" in text
     assert "line two" in text
+
+
+def test_runtime_resources_are_what_the_functions_read(aws: None) -> None:
+    # Given the stack's resources created in moto
+    resources = create_resources(
+        boto3.client("dynamodb", region_name="us-east-1"),
+        boto3.client("secretsmanager", region_name="us-east-1"),
+        "http://127.0.0.1:9/services/x",
+    )
+    # When the functions build their runtime from that environment
+    with scoped_environ(dict(resources.function_env())):
+        runtime = Runtime.from_env()
+    # Then they find the table, the secret with the webhook, and a high-resolution policy
+    assert runtime.store.table == resources.table_name
+    assert runtime.config.policy.thresholds.alarm_period_seconds == DEMO_ALARM_PERIOD_S
+    secret = boto3.client("secretsmanager", region_name="us-east-1").get_secret_value(SecretId=resources.secret_arn)
+    assert json.loads(secret["SecretString"]) == {"webhook_url": "http://127.0.0.1:9/services/x"}
+    ttl = boto3.client("dynamodb", region_name="us-east-1").describe_time_to_live(TableName=resources.table_name)
+    assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
