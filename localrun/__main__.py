@@ -25,17 +25,19 @@ EXIT_INTERRUPTED = 130
 LOG_WIDTH = 120
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m localrun", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m localrun", description="The whole product on this machine, on moto, in under three minutes."
+    )
     parser.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
         default=DEFAULT_SCENARIO,
-        help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()),
+        help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()).replace("%", "%%"),  # argparse formats
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the view on stderr)")
     parser.add_argument("--deadline", type=float, default=RUN_DEADLINE_S, help="fail the run after this many seconds")
-    return parser.parse_args(argv)
+    return parser
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -44,7 +46,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     stream = sys.stderr if args.json else sys.stdout
     # Off a terminal (CI, a pipe) rich assumes 80 columns; the timeline reads better wider.

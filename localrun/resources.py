@@ -13,7 +13,7 @@ from typing import Any
 from localrun.lambda_runtime import function_arn
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.observability import SERVICE
+from stallwatch.contract import SERVICE
 from stallwatch.policy import Policy, Thresholds
 from stallwatch.watchdog import LambdaEnvironment
 

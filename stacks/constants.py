@@ -41,6 +41,3 @@ DLQ_RETENTION = Duration.days(14)
 EVENT_RETRY_ATTEMPTS = 2
 HEALTH_ALARM_PERIOD = Duration.minutes(5)
 DASHBOARD_PERIOD = Duration.minutes(1)
-# The Lambdas' own metrics (Powertools EMF, dimension `service`); mirrors stallwatch.observability.METRICS_NAMESPACE,
-# which the stacks cannot import (it loads Powertools). tests/stacks/test_stack.py checks the two agree.
-CONTROL_PLANE_NAMESPACE = "Stallwatch/ControlPlane"

@@ -12,8 +12,15 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.constants import CONTROL_PLANE_NAMESPACE, DASHBOARD_PERIOD
-from stallwatch.contract import DIM_HOST, DIM_JOB, LOG_IDLE_SECONDS, NAMESPACE, SAGEMAKER_NAMESPACE
+from stacks.constants import DASHBOARD_PERIOD
+from stallwatch.contract import (
+    CONTROL_PLANE_NAMESPACE,
+    DIM_HOST,
+    DIM_JOB,
+    LOG_IDLE_SECONDS,
+    NAMESPACE,
+    SAGEMAKER_NAMESPACE,
+)
 
 # Replaced across the job dashboard by the job picked in the `JobName` variable (a pattern variable, so it
 # reaches into SEARCH expressions too). Underscores never occur in SageMaker job names.

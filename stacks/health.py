@@ -1,4 +1,5 @@
-"""Alarms on the control plane itself: function errors and throttles, and anything in the dead-letter queue."""
+"""Alarms on the control plane itself: function errors and throttles, failed stops and Slack posts, and anything
+in the dead-letter queue."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.constants import HEALTH_ALARM_PERIOD
+from stallwatch.contract import CONTROL_PLANE_NAMESPACE, SERVICE, SLACK_FAILURES, STOP_FAILURES
 
 
 class ControlPlaneHealth(Construct):
-    """One alarm per function for errors and for throttles, one on DLQ depth; all notify `topic`."""
+    """One alarm per function for errors and for throttles, one each on failed stops and failed Slack posts (the
+    watchdog's own metrics), one on DLQ depth; all notify `topic`."""
 
     def __init__(
         self,
@@ -29,6 +32,7 @@ class ControlPlaneHealth(Construct):
         self.alarms: list[cloudwatch.Alarm] = []
         for function in functions:
             self._build_function_alarms(function)
+        self._build_failure_alarms()
         self._build_dead_letter_alarm(dead_letter_queue)
 
     def _build_function_alarms(self, function: lambda_.Function) -> None:
@@ -37,6 +41,20 @@ class ControlPlaneHealth(Construct):
         self._alarm(
             f"{name}Throttles", function.metric_throttles(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} throttled"
         )
+
+    def _build_failure_alarms(self) -> None:
+        for name, description in (
+            (STOP_FAILURES, "Stallwatch could not stop a stalled job (the sweeper retries it)"),
+            (SLACK_FAILURES, "Stallwatch could not post to Slack (check the Slack secret and app)"),
+        ):
+            metric = cloudwatch.Metric(
+                namespace=CONTROL_PLANE_NAMESPACE,
+                metric_name=name,
+                dimensions_map={"service": SERVICE},
+                statistic=cloudwatch.Stats.SUM,
+                period=HEALTH_ALARM_PERIOD,
+            )
+            self._alarm(name, metric, description)
 
     def _build_dead_letter_alarm(self, queue: sqs.IQueue) -> None:
         self._alarm(

@@ -42,3 +42,15 @@ SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 CWAGENT_NAMESPACE = "CWAgent"
 EC2_NAMESPACE = "AWS/EC2"
+
+# The control plane's own health metrics (Powertools EMF, dimension `service`), for its alarms and dashboards.
+CONTROL_PLANE_NAMESPACE = "Stallwatch/ControlPlane"
+SERVICE = "stallwatch"
+DECISIONS = "Decisions"
+DUPLICATE_DECISIONS = "DuplicateDecisions"  # a duplicated event or a concurrent decision that lost the commit
+JOBS_STOPPED = "JobsStopped"
+STOP_FAILURES = "StopFailures"
+SLACK_FAILURES = "SlackFailures"
+MALFORMED_EVENTS = "MalformedEvents"
+ALARMS_PUT = "AlarmsPut"
+SWEEP_ERRORS = "SweepErrors"

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from stallwatch import observability
+from stallwatch import contract
 from stallwatch.observability import logger, metrics
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
@@ -146,7 +146,7 @@ def parse_event(event: Any, model: Any) -> Any:
         )
         error = InvalidEventError(f"malformed {_name(model)} event: {problems}")
         logger.error("malformed event; nothing was changed", extra={"error": str(error), "event": event})
-        metrics.add_metric(name=observability.MALFORMED_EVENTS, unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.MALFORMED_EVENTS, unit=MetricUnit.Count, value=1)
         raise error from exc
 
 

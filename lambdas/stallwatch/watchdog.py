@@ -25,7 +25,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stallwatch import actions, alarms, contract, engine, observability
+from stallwatch import actions, alarms, contract, engine
 from stallwatch.aws_source import AwsClients, AwsSignalSource, JobNotFoundError
 from stallwatch.config import StallwatchConfig
 from stallwatch.decision import Action, Decision
@@ -163,9 +163,9 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
         audit_sk = rt.store.commit(key, read, written, audit, signals.now, event_key=event_key, close_incident=close)
     except ConcurrentDecisionError as exc:
         logger.info("decision not committed: duplicate event or concurrent decision", extra={"error": str(exc)})
-        metrics.add_metric(name=observability.DUPLICATE_DECISIONS, unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.DUPLICATE_DECISIONS, unit=MetricUnit.Count, value=1)
         return Outcome(job=facts.name, status="duplicate", details={"reason": str(exc)})
-    metrics.add_metric(name=observability.DECISIONS, unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name=contract.DECISIONS, unit=MetricUnit.Count, value=1)
     outcome = Outcome(
         job=facts.name, status="decided", diagnosis=decision.diagnosis.value, action=decision.action.value
     )
@@ -203,7 +203,7 @@ def _act(
         outcome.stopped = stop_result.ok
         result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
         metrics.add_metric(
-            name=observability.JOBS_STOPPED if stop_result.ok else observability.STOP_FAILURES,
+            name=contract.JOBS_STOPPED if stop_result.ok else contract.STOP_FAILURES,
             unit=MetricUnit.Count,
             value=1,
         )
@@ -217,7 +217,7 @@ def _act(
     result["slack"] = {"ok": post.ok, "detail": post.detail}
     if not post.ok:
         logger.error("Slack post failed", extra={"job": signals.facts.name, "detail": post.detail})
-        metrics.add_metric(name=observability.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
     outcome.details.update(result)
     rt.store.record_outcome(key, audit_sk, result)
 
@@ -266,7 +266,7 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
         return {"status": "off", "job": name, "alarms_deleted": deleted}
     for definition in definitions:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
-    metrics.add_metric(name=observability.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
+    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
     return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
 
 
@@ -339,7 +339,7 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str,
         return provision_alarms(rt, platform, name)
     except ClientError as exc:
         logger.error("could not provision alarms", extra={"job": name, "error": str(exc)})
-        metrics.add_metric(name=observability.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
         return {"status": "error", "job": name, "reason": str(exc)}
 
 

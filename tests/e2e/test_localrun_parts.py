@@ -19,6 +19,7 @@ from rich.console import Console
 from slack_sdk.webhook import WebhookClient
 
 from localrun import aws_events
+from localrun.__main__ import build_parser
 from localrun.alarm_loop import AlarmLoop
 from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_metrics import HostMetricsSimulator
@@ -27,7 +28,7 @@ from localrun.lambda_runtime import LambdaRuntime
 from localrun.local_aws import LocalAws, scoped_environ
 from localrun.log_shipper import LogShipper
 from localrun.resources import create_resources
-from localrun.scenarios import COMPRESSED_TAGS, DEMO_ALARM_PERIOD_S, GPUS_PER_HOST, HostActivity
+from localrun.scenarios import COMPRESSED_TAGS, DEMO_ALARM_PERIOD_S, GPUS_PER_HOST, SCENARIOS, HostActivity
 from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.training import TrainingProcess
 from localrun.view import slack_panel
@@ -282,3 +283,9 @@ def test_runtime_resources_are_what_the_functions_read(aws: None) -> None:
     assert json.loads(secret["SecretString"]) == {"webhook_url": "http://127.0.0.1:9/services/x"}
     ttl = boto3.client("dynamodb", region_name="us-east-1").describe_time_to_live(TableName=resources.table_name)
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "expires_at"
+
+
+def test_the_command_line_offers_every_scenario() -> None:
+    help_text = build_parser().format_help()
+    assert all(name in help_text for name in SCENARIOS)
+    assert build_parser().parse_args([]).scenario == "hang"

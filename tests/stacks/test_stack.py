@@ -6,12 +6,11 @@ import json
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.constants import ALARM_ACTION_PRINCIPAL, CONTROL_PLANE_NAMESPACE, LAMBDA_MEMORY_MB
+from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.contract import JOB_METRICS
-from stallwatch.observability import METRICS_NAMESPACE
+from stallwatch.contract import CONTROL_PLANE_NAMESPACE, JOB_METRICS, SERVICE, SLACK_FAILURES, STOP_FAILURES
 
 from .conftest import logical_id
 
@@ -153,6 +152,20 @@ def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
+def test_failed_stops_and_slack_posts_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
+    for metric in (STOP_FAILURES, SLACK_FAILURES):
+        template.has_resource_properties(
+            "AWS::CloudWatch::Alarm",
+            {
+                "MetricName": metric,
+                "Namespace": CONTROL_PLANE_NAMESPACE,
+                "Dimensions": [{"Name": "service", "Value": SERVICE}],
+                "Statistic": "Sum",
+                "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
+            },
+        )
+
+
 def test_an_empty_slack_secret_is_created_without_an_arn_in_config(template: Template) -> None:
     template.has_resource_properties("AWS::SecretsManager::Secret", {"SecretString": "{}"})
 
@@ -175,10 +188,6 @@ def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Tem
     for metric in ("LastStepAge", "TokensPerSecond", "MFU", "GPUUtilization", "LogIdleSeconds", "Invocations"):
         assert metric in shown, metric
     assert CONTROL_PLANE_NAMESPACE in shown
-
-
-def test_the_dashboards_read_the_namespace_the_lambdas_write() -> None:
-    assert CONTROL_PLANE_NAMESPACE == METRICS_NAMESPACE
 
 
 def _dashboard_body(template: Template, dashboard: str) -> str:
