@@ -21,7 +21,7 @@ node_modules/.installed: package.json
 	touch $@
 
 demo: setup
-	$(PY) examples/train_gpt.py --steps 60 --interval 5
+	$(PY) -m localrun
 
 lint: setup
 	$(VENV)/bin/ruff check .

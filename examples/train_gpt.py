@@ -46,7 +46,8 @@ class QuietableStream:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream, self.silenced = stream, False
-        self._lock = threading.Lock()  # the agent's thread writes too
+        # Re-entrant: a SIGTERM handler may write the final window while this thread is inside a write.
+        self._lock = threading.RLock()
 
     def write(self, text: str) -> int:
         with self._lock:

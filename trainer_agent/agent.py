@@ -42,6 +42,8 @@ DEFAULT_INTERVAL_S = 60.0
 MIN_INTERVAL_S = 1.0
 GPU_SAMPLE_S = 5.0
 """NVML is sampled this often (or once per window if shorter) and averaged over the window."""
+THREAD_JOIN_S = 2.0
+"""close() waits this long for a window the background thread is emitting (it may be stuck in a sink)."""
 CLOSE_TIMEOUT_S = 10.0
 """close() and SIGTERM wait at most this long for the sinks (SageMaker allows 120 s after SIGTERM)."""
 
@@ -242,7 +244,7 @@ class TrainerAgent:
         deadline = time.monotonic() + timeout_s
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+            self._thread.join(min(timeout_s, THREAD_JOIN_S))
         self._emit()
         self.sinks.close(max(deadline - time.monotonic(), 0.0))
         atexit.unregister(self.close)

@@ -65,7 +65,7 @@ class CloudWatchSink:
         self._closing = threading.Event()
         self._deadline = float("inf")
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._start_lock = threading.RLock()
 
     def emit(self, window: Window) -> None:
         """Queue the window's datums; never waits."""

@@ -11,7 +11,7 @@ import threading
 logger = logging.getLogger("trainer_agent")
 
 _seen: set[str] = set()
-_seen_lock = threading.Lock()
+_seen_lock = threading.RLock()  # re-entrant: the SIGTERM handler may log while its thread holds it
 
 
 def warn_once(key: str, message: str, *args: object) -> None:
