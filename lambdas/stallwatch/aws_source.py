@@ -12,6 +12,7 @@ devices; EC2 hosts use the CloudWatch agent's nvidia_smi_* metrics aggregated by
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ import boto3
 from botocore.config import Config
 
 from stallwatch import alarms, contract, log_patterns
+from stallwatch.policy import Policy
 from stallwatch.pricing import instance_spec
 from stallwatch.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 
@@ -171,11 +173,11 @@ class AwsSignalSource:
     """`SignalSource` over SageMaker or EC2, CloudWatch metrics and CloudWatch Logs."""
 
     def __init__(
-        self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER, period_seconds: int = METRIC_PERIOD_SECONDS
+        self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER, policy: Policy | None = None
     ) -> None:
         self.clients = clients
         self.platform = platform
-        self.period_seconds = period_seconds  # the alarms' period: 10 or 30 s when the demo compresses time
+        self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
 
     def job_signals(self, job_name: str, now: float) -> JobSignals:
         return self.many_job_signals([job_name], now)[job_name]
@@ -185,8 +187,12 @@ class AwsSignalSource:
         facts = {name: self.facts(name) for name in job_names}
         refs = {name: self._refs(f) for name, f in facts.items()}
         start = now - LOOKBACK_SECONDS
-        wanted = [r for job in refs.values() for r in job.all()]
-        series = read_series(self.clients.cloudwatch, wanted, start, now, self.period_seconds)
+        by_period: dict[int, list[MetricRef]] = defaultdict(list)
+        for name, job_facts in facts.items():
+            by_period[self.policy.for_job(job_facts.tags).thresholds.alarm_period_seconds].extend(refs[name].all())
+        series: dict[MetricRef, Series] = {}
+        for period, wanted in by_period.items():
+            series |= read_series(self.clients.cloudwatch, wanted, start, now, period)
         return {name: self._assemble(facts[name], refs[name], series, now) for name in facts}
 
     def facts(self, job_name: str) -> JobFacts:

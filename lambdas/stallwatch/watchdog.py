@@ -86,7 +86,7 @@ class Runtime:
         )
 
     def source(self, platform: Platform) -> AwsSignalSource:
-        return AwsSignalSource(self.clients, platform, self.config.policy.thresholds.alarm_period_seconds)
+        return AwsSignalSource(self.clients, platform, self.config.policy)
 
 
 @functools.cache
