@@ -25,6 +25,7 @@ COMPRESSED_TAGS: dict[str, str] = {
     "stallwatch:idle-minutes": "0.5",
     "stallwatch:log-silence-minutes": "0.5",
     "stallwatch:phase-overrun-minutes": "0.25",
+    "stallwatch:crash-confirm-minutes": "0.25",
     "stallwatch:startup-grace-minutes": "1",
 }
 

@@ -176,6 +176,23 @@ def test_fatal_error_on_one_host_while_the_others_spin_is_a_crashed_rank(others_
     assert all(not h["errors"] for name, h in decision.evidence["hosts"].items() if name != crashed)
 
 
+def test_rank_zero_crash_takes_the_agent_with_it_and_is_still_a_crashed_rank() -> None:
+    # Given 2 hosts; rank 0 (algo-1, the agent's job metrics) dies of a CUDA error at ONSET and its metrics stop;
+    # algo-2 spins in its collective and a thread of it keeps logging
+    builder = SignalsBuilder(hosts=2).progress(0, ONSET).gpu(0, 2 * HOUR, 99).logs(0, 2 * HOUR, 30, hosts=["algo-2"])
+    builder.logs(0, ONSET, 30, hosts=["algo-1"])
+    builder.log(ONSET + 1, "Traceback (most recent call last):", "algo-1")
+    builder.log(ONSET + 1, "RuntimeError: CUDA error: an illegal memory access was encountered", "algo-1")
+    # When algo-1 has been silent after its error past the crash confirmation
+    decision = diagnose(builder, ONSET + 1 + 6 * MIN)
+    # Then a crashed rank on algo-1, although the other host's logs are active and the agent is gone
+    assert decision.diagnosis is Diagnosis.CRASHED_RANK
+    assert decision.action is Action.WARN
+    assert any("agent metrics stopped" in reason for reason in decision.reasons)
+    assert decision.evidence["hosts"]["algo-1"]["errors"]
+    assert not decision.evidence["hosts"]["algo-2"]["errors"]
+
+
 def test_traceback_followed_by_more_steps_is_not_a_crash() -> None:
     # Given a caught exception logged mid-run, after which steps continue
     builder = SignalsBuilder(hosts=2).progress(0, 2 * HOUR).gpu(0, 2 * HOUR, 97).logs(0, 2 * HOUR, 30)
