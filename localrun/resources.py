@@ -1,6 +1,6 @@
 """The stack's runtime resources, created in moto: the incident table, the Slack secret, the functions' environment.
 
-The table follows the schema in ``stallwatch.store`` (``pk``/``sk``, TTL ``expires_at``); the functions'
+The table follows the schema in ``stallwatch.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
 environment is named by ``stallwatch.watchdog.LambdaEnvironment``, with the config built by `StallwatchConfig`.
 """
 
@@ -12,13 +12,18 @@ from typing import Any
 
 from localrun.lambda_runtime import function_arn
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
-from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.config import (
+    CONFIG_ENV,
+    TABLE_PARTITION_KEY,
+    TABLE_SORT_KEY,
+    TABLE_TTL_ATTRIBUTE,
+    StallwatchConfig,
+)
 from stallwatch.contract import SERVICE
 from stallwatch.policy import Policy, Thresholds
 from stallwatch.watchdog import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
-PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE = "pk", "sk", "expires_at"  # stallwatch.store's schema
 SECRET_NAME = "stallwatch/slack"
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
@@ -52,14 +57,17 @@ def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> Ru
     dynamodb.create_table(
         TableName=TABLE_NAME,
         AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": TABLE_PARTITION_KEY, "AttributeType": "S"},
+            {"AttributeName": TABLE_SORT_KEY, "AttributeType": "S"},
         ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        KeySchema=[
+            {"AttributeName": TABLE_PARTITION_KEY, "KeyType": "HASH"},
+            {"AttributeName": TABLE_SORT_KEY, "KeyType": "RANGE"},
+        ],
         BillingMode="PAY_PER_REQUEST",
     )
     dynamodb.update_time_to_live(
-        TableName=TABLE_NAME, TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE}
+        TableName=TABLE_NAME, TimeToLiveSpecification={"Enabled": True, "AttributeName": TABLE_TTL_ATTRIBUTE}
     )
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
     return RuntimeResources(config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"])

@@ -17,6 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from stallwatch.policy import Policy
 
 CONFIG_ENV = "STALLWATCH_CONFIG"
+# The incident/job-state table's schema: the stacks create it, `stallwatch.store` reads and writes it.
+TABLE_PARTITION_KEY = "pk"
+TABLE_SORT_KEY = "sk"
+TABLE_TTL_ATTRIBUTE = "expires_at"
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 
 

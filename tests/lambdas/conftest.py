@@ -12,7 +12,7 @@ import pytest
 
 from localrun import moto_sagemaker
 from stallwatch import watchdog
-from stallwatch.config import CONFIG_ENV
+from stallwatch.config import CONFIG_ENV, TABLE_PARTITION_KEY, TABLE_SORT_KEY, TABLE_TTL_ATTRIBUTE
 from tests.lambdas import moto_metric_index
 from tests.lambdas.world import ALARM_ACTION_ARN, TABLE, Clock, LambdaContext, SlackReceiver, World
 
@@ -52,14 +52,17 @@ def rt(monkeypatch: pytest.MonkeyPatch, slack: SlackReceiver) -> Iterator[watchd
         dynamodb.create_table(
             TableName=TABLE,
             AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
+                {"AttributeName": TABLE_PARTITION_KEY, "AttributeType": "S"},
+                {"AttributeName": TABLE_SORT_KEY, "AttributeType": "S"},
             ],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            KeySchema=[
+                {"AttributeName": TABLE_PARTITION_KEY, "KeyType": "HASH"},
+                {"AttributeName": TABLE_SORT_KEY, "KeyType": "RANGE"},
+            ],
             BillingMode="PAY_PER_REQUEST",
         )
         dynamodb.update_time_to_live(
-            TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": "expires_at"}
+            TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": TABLE_TTL_ATTRIBUTE}
         )
         secret = boto3.client("secretsmanager").create_secret(
             Name="stallwatch/slack", SecretString=json.dumps({"webhook_url": slack.url})
