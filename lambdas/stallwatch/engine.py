@@ -385,11 +385,8 @@ def _without_agent(
             Diagnosis.STARTING,
             (*notes, f"GPUs not active yet, {_min(now - training_since)} in (grace {_min(limits.startup_s)})"),
         )
-    log_reason = (
-        f"logs silent for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
-        if logs.last_t is not None
-        else "no log line seen from any host"
-    )
+    silence = "logs silent" if logs.last_t is not None else "no log line from any host"
+    log_reason = f"{silence} for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
     crashed: dict[str, list[LogLine]] = {}
     silences: list[str] = []
     for h in hosts:
@@ -403,7 +400,7 @@ def _without_agent(
     if crashed:
         return _error_finding(crashed, (*notes, *silences))
     if logs.silence_s < logs.threshold_s:
-        return _Finding(Diagnosis.HEALTHY, (*notes, f"logs active: {log_reason}"))
+        return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
     complete = len(hosts) >= max(signals.facts.instance_count, 1)
     idle = [_trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
     if complete and all(d is not None and d >= limits.idle_s for d in idle):

@@ -30,6 +30,7 @@ from stallwatch.signals import JobFacts, JobSignals, LogLine
 
 LOG_LINES_SHOWN = 5  # per host
 MAX_HOSTS_SHOWN = 4  # hosts with log excerpts; errors first
+EMF_LINE_START = '{"_aws"'  # the agent's CloudWatch EMF stdout line
 MAX_SECTION_CHARS = 2900  # Slack's limit is 3000 per text object
 SLACK_TIMEOUT_SECONDS = 5
 SECRET_CACHE_SECONDS = 300
@@ -82,9 +83,14 @@ class Evidence:
             power_now=_mean(h.get("power_w_now") for h in hosts),
             stall_seconds=stall_seconds,
             burn=estimate_burn(facts.instance_type, facts.instance_count, stall_seconds),
-            logs={h: s.log_tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.log_tail},
+            logs={h: tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if (tail := _human_lines(s.log_tail))},
             errors={h: s.error_lines[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.error_lines},
         )
+
+
+def _human_lines(lines: tuple[LogLine, ...]) -> list[LogLine]:
+    """The log tail without the agent's EMF metric lines, which say nothing a reader of the alert needs."""
+    return [line for line in lines if not line.message.lstrip().startswith(EMF_LINE_START)]
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -167,9 +173,10 @@ class AlertMessage:
         fields = [
             f"*Last progress*\nstep {_fmt(e.last_step, '')} at {_when(e.last_step_t)}",
             f"*GPU utilization*\n{_fmt(e.util_before, '%')} before -> {_fmt(e.util_now, '%')} now",
-            f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now",
             f"*Burned while stalled*\n{e.stall_seconds / 60:.0f} min, {e.burn.device_hours:.1f} GPU-h, ~{dollars}",
         ]
+        if e.power_before is not None or e.power_now is not None:  # only the agent (NVML) reports power
+            fields.insert(2, f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now")
         return [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
 
     def _logs(self) -> list[dict[str, Any]]:

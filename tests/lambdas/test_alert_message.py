@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -84,6 +85,22 @@ def test_long_logs_stay_within_slack_limits() -> None:
     message = AlertMessage(decision, FACTS, Evidence.of(decision, signals, None)).render()
     sections = [b["text"]["text"] for b in message["blocks"] if b["type"] == "section" and "text" in b]
     assert all(len(text) <= 3000 for text in sections)
+
+
+def test_the_log_excerpt_leaves_out_the_agents_metric_lines_and_unknown_power() -> None:
+    # Given a host whose tail mixes the agent's EMF lines with a human log line, and no power readings
+    emf = '{"_aws": {"Timestamp": 1, "CloudWatchMetrics": []}, "Steps": 0}'
+    lines = (LogLine(NOW - 2, "s", emf), LogLine(NOW - 1, "s", "still waiting for collective"), LogLine(NOW, "s", emf))
+    signals = JobSignals(FACTS, NOW, {"algo-1": HostSignals("algo-1", log_tail=lines)})
+    decision = replace(_decision(Action.WARN), evidence={"hosts": {"algo-1": {"gpu_util_now": 100.0}}})
+
+    # When the warning is rendered
+    text = _text(AlertMessage(decision, FACTS, Evidence.of(decision, signals, None)).render())
+
+    # Then only the human line is quoted, and no empty power field is shown
+    assert "still waiting for collective" in text
+    assert "_aws" not in text
+    assert "GPU power" not in text
 
 
 class _Secrets:
