@@ -7,8 +7,9 @@ The loop alternates bare steps and steps with `agent.step()` / `agent.record(los
 within each pair alternating too), while the agent's background thread emits 1 s windows to a JSONL
 file. The result is the ratio of the median throughputs (median bare step time / median agent step
 time): medians over interleaved samples are robust to the bursts of load a shared machine has. The
-median of the per-pair ratios is shown too (noisier: each is a ratio of two single steps). The agent's
-own cost per step is also timed directly: step() + record() around an empty body.
+median of the per-pair ratios is shown too (noisier: each is a ratio of two single steps), and so are
+the medians of the loop thread's CPU time, which other processes preempting the loop do not inflate.
+The agent's own cost per step is also timed directly: step() + record() around an empty body.
 """
 
 from __future__ import annotations
@@ -42,19 +43,20 @@ class Loop:
         self.batches = CharBatches(local_text(), batch_size, self.config.seq_len)
         self.tokens = batch_size * self.config.seq_len
 
-    def bare(self) -> float:
-        started = time.perf_counter()
+    def bare(self) -> tuple[float, float]:
+        """Wall and main-thread CPU seconds of one step."""
+        started, cpu_started = time.perf_counter(), time.thread_time()
         x, y = self.batches.next()
         self._train(x, y)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.thread_time() - cpu_started
 
-    def with_agent(self, agent: TrainerAgent) -> float:
-        started = time.perf_counter()
+    def with_agent(self, agent: TrainerAgent) -> tuple[float, float]:
+        started, cpu_started = time.perf_counter(), time.thread_time()
         x, y = self.batches.next()
         with agent.step(tokens=self.tokens, samples=self.batches.batch_size):
             loss = self._train(x, y)
         agent.record(loss=loss)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.thread_time() - cpu_started
 
     def _train(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         _, loss = self.model(x, y)
@@ -91,19 +93,20 @@ def main() -> None:
         for _ in range(10):  # warm-up
             loop.bare()
             loop.with_agent(agent)
-        bare, with_agent, ratios = [], [], []
+        bare, with_agent = [], []
         for pair in range(args.pairs):
             if pair % 2:
-                agent_s, bare_s = loop.with_agent(agent), loop.bare()
+                with_agent.append(loop.with_agent(agent))
+                bare.append(loop.bare())
             else:
-                bare_s, agent_s = loop.bare(), loop.with_agent(agent)
-            bare.append(bare_s)
-            with_agent.append(agent_s)
-            ratios.append(bare_s / agent_s)
+                bare.append(loop.bare())
+                with_agent.append(loop.with_agent(agent))
         cost_us = agent_call_cost_us(agent)
         agent.close()
 
-    bare_ms, agent_ms = statistics.median(bare) * 1000, statistics.median(with_agent) * 1000
+    bare_ms, agent_ms = (statistics.median(wall for wall, _ in side) * 1000 for side in (bare, with_agent))
+    bare_cpu_ms, agent_cpu_ms = (statistics.median(cpu for _, cpu in side) * 1000 for side in (bare, with_agent))
+    ratios = [b[0] / a[0] for b, a in zip(bare, with_agent, strict=True)]
     quartiles = statistics.quantiles(ratios, n=4)
     params_m = sum(p.numel() for p in loop.model.parameters()) / 1e6
     ratio = bare_ms / agent_ms
@@ -111,6 +114,8 @@ def main() -> None:
     print(f"  {torch.get_num_threads()} thread(s); {args.pairs} interleaved pairs (order alternating)")
     print(f"median step: bare {bare_ms:.2f} ms, with agent {agent_ms:.2f} ms")
     print(f"median throughput ratio with/without agent: {ratio:.4f}")
+    print(f"median main-thread CPU per step: bare {bare_cpu_ms:.2f} ms, with agent {agent_cpu_ms:.2f} ms")
+    print(f"  ratio {bare_cpu_ms / agent_cpu_ms:.4f} (not disturbed by other processes preempting the loop)")
     print(f"per-pair ratios: median {statistics.median(ratios):.4f} (IQR {quartiles[0]:.4f}-{quartiles[2]:.4f})")
     print(f"agent step()+record(tensor) cost: {cost_us:.1f} us/step = {cost_us / 10 / bare_ms:.3f}% of a bare step")
     print(f"target >= {TARGET_RATIO}: {'met' if ratio >= TARGET_RATIO else 'MISSED'}")
