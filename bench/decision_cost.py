@@ -43,6 +43,7 @@ import moto  # noqa: E402
 
 from handlers import on_alarm  # noqa: E402
 from localrun import moto_sagemaker  # noqa: E402
+from localrun.resources import create_table  # noqa: E402
 from stallwatch import alarms, watchdog  # noqa: E402
 from tests.lambdas import moto_metric_index  # noqa: E402
 from tests.lambdas.world import (  # noqa: E402
@@ -66,12 +67,7 @@ SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanage
 
 
 def _setup(slack: SlackReceiver) -> watchdog.Runtime:
-    dynamodb = boto3.client("dynamodb")
-    keys = [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]
-    attributes = [{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}]
-    dynamodb.create_table(
-        TableName=TABLE, KeySchema=keys, AttributeDefinitions=attributes, BillingMode="PAY_PER_REQUEST"
-    )
+    create_table(boto3.client("dynamodb"), TABLE)
     secret = boto3.client("secretsmanager").create_secret(
         Name="slack", SecretString=json.dumps({"webhook_url": slack.url})
     )

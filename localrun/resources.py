@@ -52,10 +52,11 @@ def demo_config() -> StallwatchConfig:
     return StallwatchConfig(policy=Policy(thresholds=Thresholds(alarm_period_seconds=DEMO_ALARM_PERIOD_S)))
 
 
-def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> RuntimeResources:
-    """Create the table (with TTL) and the Slack webhook secret."""
+def create_table(dynamodb: Any, table_name: str) -> None:
+    """The incident/job-state table as the stack defines it: the key schema and TTL attribute from
+    ``stallwatch.config``, on demand."""
     dynamodb.create_table(
-        TableName=TABLE_NAME,
+        TableName=table_name,
         AttributeDefinitions=[
             {"AttributeName": TABLE_PARTITION_KEY, "AttributeType": "S"},
             {"AttributeName": TABLE_SORT_KEY, "AttributeType": "S"},
@@ -67,7 +68,12 @@ def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> Ru
         BillingMode="PAY_PER_REQUEST",
     )
     dynamodb.update_time_to_live(
-        TableName=TABLE_NAME, TimeToLiveSpecification={"Enabled": True, "AttributeName": TABLE_TTL_ATTRIBUTE}
+        TableName=table_name, TimeToLiveSpecification={"Enabled": True, "AttributeName": TABLE_TTL_ATTRIBUTE}
     )
+
+
+def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> RuntimeResources:
+    """Create the table (with TTL) and the Slack webhook secret."""
+    create_table(dynamodb, TABLE_NAME)
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
     return RuntimeResources(config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"])

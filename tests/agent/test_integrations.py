@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import math
 
 import pytest
 import torch
@@ -17,34 +17,58 @@ def agent(sink):
     agent.close()
 
 
-def test_hugging_face_callback_events_drive_the_agent(agent, sink):
-    from transformers import TrainerControl, TrainerState
-    from transformers.trainer_callback import CallbackHandler
+def test_hugging_face_trainer_trains_with_the_callback_attached(agent, sink, tmp_path, monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
     from trainer_agent.integrations.huggingface import StallwatchCallback
 
-    # Given the Trainer's own callback machinery, with 2 samples x 2 accumulation per device step
-    # (TrainingArguments' fields; the real class needs accelerate, which the dev requirements lack)
-    args = SimpleNamespace(per_device_train_batch_size=2, gradient_accumulation_steps=2)
-    state, control = TrainerState(max_steps=4), TrainerControl()
-    handler = CallbackHandler([StallwatchCallback(agent)], None, None, None, None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    torch.manual_seed(0)
 
-    # When it runs 4 steps as Trainer.train() does, 64 tokens each, logging each loss
-    handler.on_train_begin(args, state, control)
-    for step in range(1, 5):
-        handler.on_step_begin(args, state, control)
-        state.global_step, state.num_input_tokens_seen = step, 64 * step
-        handler.on_step_end(args, state, control)
-        handler.on_log(args, state, control, logs={"loss": float(step), "learning_rate": 1e-3})
-    handler.on_train_end(args, state, control)
+    class RandomTokens(torch.utils.data.Dataset):
+        """10 sequences of 16 random token ids, each its own label."""
 
-    # Then the agent counted the steps, samples and tokens and the losses, and closed with the last window
-    (window,) = sink.job
-    metrics = window.metrics
-    assert (metrics["Steps"], metrics["Step"]) == (4, 4)
-    assert metrics["TokensPerSecond"] == pytest.approx(metrics["SamplesPerSecond"] * 64 / 4)
-    assert metrics["Loss"] == pytest.approx(2.5)
-    assert agent.total_steps == 4
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(index))
+            return {"input_ids": ids, "labels": ids}
+
+    # Given a tiny GPT-2 built from a config, and 6 optimizer steps accumulating batches of 2 sequences in pairs:
+    # 5 batches an epoch, so each epoch's third step has 1 batch (10 batches, 20 sequences, 320 tokens in all)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_positions=32))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=6,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        include_num_input_tokens_seen=True,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=RandomTokens(), callbacks=[StallwatchCallback(agent)])
+
+    # When the Trainer trains
+    output = trainer.train()
+
+    # Then training finished, and the agent counted every optimizer step, the sequences and tokens each step
+    # really had (16 tokens a sequence, short steps included), averaged the logged losses, and closed
+    assert output.global_step == trainer.state.global_step == 6
+    windows = sink.job
+    assert sum(window.metrics["Steps"] for window in windows) == 6
+    metrics = windows[-1].metrics
+    assert metrics["Step"] == 6
+    assert metrics["SamplesPerSecond"] > 0
+    assert metrics["TokensPerSecond"] == pytest.approx(metrics["SamplesPerSecond"] * 16)
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 6
+    assert math.isfinite(metrics["Loss"])
+    assert metrics["Loss"] == pytest.approx(sum(losses) / len(losses))
+    assert agent.total_steps == 6
     assert sink.closed
 
 

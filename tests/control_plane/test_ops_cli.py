@@ -11,6 +11,7 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_sagemaker
+from localrun.resources import create_table
 from stallwatch import cli, ops
 from stallwatch.aws_source import AwsClients
 from stallwatch.config import CONFIG_ENV
@@ -44,15 +45,7 @@ def clients() -> Iterator[AwsClients]:
 
 
 def _create_table(clients: AwsClients, name: str = TABLE) -> None:
-    clients.dynamodb.create_table(
-        TableName=name,
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_table(clients.dynamodb, name)
 
 
 def _open_incident(store: Store, job: str, at: float, diagnosis: str, reason: str) -> None:

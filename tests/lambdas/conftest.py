@@ -11,8 +11,9 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_sagemaker
+from localrun.resources import create_table
 from stallwatch import watchdog
-from stallwatch.config import CONFIG_ENV, TABLE_PARTITION_KEY, TABLE_SORT_KEY, TABLE_TTL_ATTRIBUTE
+from stallwatch.config import CONFIG_ENV
 from tests.lambdas import moto_metric_index
 from tests.lambdas.world import ALARM_ACTION_ARN, TABLE, Clock, LambdaContext, SlackReceiver, World
 
@@ -48,22 +49,7 @@ def rt(monkeypatch: pytest.MonkeyPatch, slack: SlackReceiver) -> Iterator[watchd
     with moto.mock_aws():
         import boto3
 
-        dynamodb = boto3.client("dynamodb")
-        dynamodb.create_table(
-            TableName=TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": TABLE_PARTITION_KEY, "AttributeType": "S"},
-                {"AttributeName": TABLE_SORT_KEY, "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": TABLE_PARTITION_KEY, "KeyType": "HASH"},
-                {"AttributeName": TABLE_SORT_KEY, "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
-        dynamodb.update_time_to_live(
-            TableName=TABLE, TimeToLiveSpecification={"Enabled": True, "AttributeName": TABLE_TTL_ATTRIBUTE}
-        )
+        create_table(boto3.client("dynamodb"), TABLE)
         secret = boto3.client("secretsmanager").create_secret(
             Name="stallwatch/slack", SecretString=json.dumps({"webhook_url": slack.url})
         )

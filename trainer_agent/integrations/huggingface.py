@@ -3,7 +3,8 @@
     agent = TrainerAgent(flops_per_token=flops_per_token)
     trainer = Trainer(model, args, train_dataset=dataset, callbacks=[StallwatchCallback(agent)])
 
-Steps are the Trainer's optimizer steps; samples are the per-device batch times gradient accumulation;
+Steps are the Trainer's optimizer steps; samples are the per-device batch times the step's micro-batches
+(fewer than gradient_accumulation_steps at the end of an epoch that does not divide evenly);
 tokens come from `state.num_input_tokens_seen` (TrainingArguments(include_num_input_tokens_seen=True))
 or `tokens_per_step`. Logged losses are recorded (the Trainer has already read them). The agent is
 closed when training ends.
@@ -29,6 +30,7 @@ class StallwatchCallback(TrainerCallback):
         self.tokens_per_step = tokens_per_step
         self.close_on_end = close_on_end
         self._tokens_seen = 0
+        self._micro_batches = 0
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.agent.total_steps is None and state.max_steps > 0:
@@ -36,7 +38,12 @@ class StallwatchCallback(TrainerCallback):
         self._tokens_seen = state.num_input_tokens_seen or 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._micro_batches = 0
         self.agent.start_step()
+
+    def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # every micro-batch but the step's last, which ends in on_step_end
+        self._micro_batches += 1
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         seen = state.num_input_tokens_seen or 0
