@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from aws_cdk import Acknowledgment, Stack, Token, Validations
+from aws_cdk import Acknowledgment, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -30,6 +30,7 @@ from stacks.constants import (
     SLACK_INTERACTIONS_HANDLER,
     SLACK_INTERACTIONS_TIMEOUT,
 )
+from stacks.nag import arn_template
 from stallwatch.config import CONFIG_ENV, StallwatchConfig
 
 # The items the function may touch: a job's state and audit records, and its own request claims (store.py).
@@ -107,17 +108,7 @@ class SlackEndpoint(Construct):
 
     def _acknowledge_nag_findings(self) -> None:
         """The wildcards this function's role keeps, and why."""
-        stack = Stack.of(self)
-        # cdk-nag names a finding by the ARN as synthesized: pseudo parameters, or the literals of a pinned env.
-        partition, region, account = (
-            f"<{pseudo}>" if Token.is_unresolved(value) else value
-            for pseudo, value in (
-                ("AWS::Partition", stack.partition),
-                ("AWS::Region", stack.region),
-                ("AWS::AccountId", stack.account),
-            )
-        )
-        arn = f"arn:{partition}:{{service}}:{region}:{account}:{{resource}}"
+        arn = arn_template(Stack.of(self))
         reasons = {
             "*": "X-Ray tracing and ec2:DescribeInstances support no resource-level permissions",
             arn.format(service="sagemaker", resource="training-job/*"): "the job a button names is created after "

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Token, Validations
+from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
 from stacks.constants import LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards
 from stacks.health import ControlPlaneHealth
+from stacks.nag import arn_template
 from stacks.notifications import Notifications
 from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
@@ -81,16 +82,7 @@ class StallwatchStack(Stack):
 
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
-        # cdk-nag names a finding by the ARN as synthesized: pseudo parameters, or the literal of a pinned env.
-        partition, region, account = (
-            f"<{pseudo}>" if Token.is_unresolved(value) else value
-            for pseudo, value in (
-                ("AWS::Partition", self.partition),
-                ("AWS::Region", self.region),
-                ("AWS::AccountId", self.account),
-            )
-        )
-        arn = f"arn:{partition}:{{service}}:{region}:{account}:{{resource}}"
+        arn = arn_template(self)
         stop_scope = (
             f"only resources tagged {STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} can be stopped (aws:ResourceTag condition)"
             if self.config.policy.stop_requires_tag

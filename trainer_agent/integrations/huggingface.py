@@ -49,7 +49,7 @@ class StallwatchCallback(TrainerCallback):
         seen = state.num_input_tokens_seen or 0
         tokens = seen - self._tokens_seen if seen > self._tokens_seen else self.tokens_per_step
         self._tokens_seen = seen
-        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps
+        samples = args.per_device_train_batch_size * (self._micro_batches + 1)
         self.agent.end_step(tokens=tokens, samples=samples, step=state.global_step)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
