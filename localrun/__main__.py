@@ -13,6 +13,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from types import FrameType
 
 from rich.console import Console
@@ -40,19 +41,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM unwinds like Ctrl-C, so every cleanup runs."""
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupted = threading.Event()
+
+    def _interrupt(signum: int, frame: FrameType | None) -> None:
+        """Ctrl-C and SIGTERM unwind, so every cleanup runs; the flag ends the run even if a library swallows
+        the KeyboardInterrupt (it may arrive inside a handler's AWS call)."""
+        interrupted.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     stream = sys.stderr if args.json else sys.stdout
     # Off a terminal (CI, a pipe) rich assumes 80 columns; the timeline reads better wider.
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else LOG_WIDTH)
     try:
-        result = LocalRun(SCENARIOS[args.scenario], console, deadline_s=args.deadline).run()
+        result = LocalRun(SCENARIOS[args.scenario], console, deadline_s=args.deadline, interrupted=interrupted).run()
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: everything started was stopped")
         return EXIT_INTERRUPTED

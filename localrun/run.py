@@ -12,6 +12,7 @@ job ends. Everything started is stopped in reverse order, on success, failure or
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 
@@ -49,10 +50,18 @@ COMPLETED, FAILED = "Completed", "Failed"
 class LocalRun:
     """One scenario, end to end; `run` returns its result and leaves nothing running."""
 
-    def __init__(self, scenario: Scenario, console: Console, deadline_s: float = RUN_DEADLINE_S) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        console: Console,
+        deadline_s: float = RUN_DEADLINE_S,
+        interrupted: threading.Event | None = None,
+    ) -> None:
         self.scenario = scenario
         self.console = console
         self.deadline_s = deadline_s
+        # Set by the signal handler: a KeyboardInterrupt that library code swallowed still ends the run here.
+        self.interrupted = interrupted or threading.Event()
         self.timeline = Timeline()
         self._errors: list[str] = []
         self._decisions: list[dict[str, Any]] = []
@@ -134,6 +143,8 @@ class LocalRun:
         """Play SageMaker until the job has ended (or the deadline passed)."""
         assert self._job is not None
         while self._ended is None:
+            if self.interrupted.is_set():
+                raise KeyboardInterrupt
             if time.time() - started > self.deadline_s:
                 self._deadline_passed = True
                 self._errors.append(f"deadline: the run took longer than {self.deadline_s:.0f} s")
