@@ -3,6 +3,7 @@
     stallwatch replay corpus/traces/*.jsonl            # a timeline of alerts, warnings and stops per trace
     stallwatch replay my-job.jsonl --json --policy config.json
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
+    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an EC2 job is named by its instance id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
@@ -130,8 +131,12 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_export(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("export-trace", help="write a SageMaker training job's history as a trace")
-    parser.add_argument("job", metavar="JOB", help="the SageMaker training job name")
+    parser = subparsers.add_parser(
+        "export-trace", help="write a SageMaker training job's or an EC2 instance's history as a trace"
+    )
+    parser.add_argument(
+        "job", metavar="JOB", help="the SageMaker training job name, or an EC2 instance id (i-...) for an EC2 job"
+    )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="output file (default: JOB.jsonl)")
     parser.set_defaults(handler=run_export)
