@@ -6,23 +6,21 @@
 
 With the agent, progress decides (Steps, Step, LastStepAge) and utilization, power and logs corroborate.
 Without it, or once its metrics vanish, host GPU utilization and log silence decide, as TII did.
+What it measures in the signals (step interval, log silence, utilization runs, error lines) is in `measures`.
 """
 
 from __future__ import annotations
 
-import itertools
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stallwatch import log_patterns
+from stallwatch import log_patterns, measures
 from stallwatch.decision import Action, Decision, Diagnosis, JobState
 from stallwatch.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.signals import HostSignals, JobSignals, LogLine, Series
 
 RUNNING_STATUS = "InProgress"
-TRAINING_STATUS = "Training"
 UPLOADING_STATUS = "Uploading"
 # SageMaker secondary statuses before training begins: never a stall.
 STARTUP_STATUSES = frozenset(
@@ -37,52 +35,12 @@ STARTUP_STATUSES = frozenset(
         "Updating",
     }
 )
-STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
-RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alarm's, or the agent's window if longer)
-INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
-LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
 SLOW_RATIO = 2.0  # current step interval over the earlier one above this is slow
 SLOW_SAMPLES = 3  # the current interval: the median of this many latest samples (one slow checkpoint step is not slow)
 CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step intervals without a step
-ERROR_TAIL_S = 120.0  # without the agent, a fatal line within this of a host's last line is its last word
-EVIDENCE_ERROR_LINES = 3  # error lines kept per host
-EVIDENCE_MESSAGE_CHARS = 300
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
-PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
-
-
-@dataclass(frozen=True)
-class _Limits:
-    """The policy's time thresholds in seconds, `threshold_factor` applied."""
-
-    stall_floor_s: float
-    idle_s: float
-    log_floor_s: float
-    startup_s: float
-    overrun_s: float
-    crash_s: float
-    recent_s: float
-    stale_s: float
-    grace_s: float
-    factor: float
-
-    @classmethod
-    def of(cls, thresholds: Thresholds, factor: float, agent_window_s: float | None) -> _Limits:
-        period = max(float(thresholds.alarm_period_seconds), agent_window_s or 0.0)
-        return cls(
-            stall_floor_s=thresholds.stall_minutes * 60 * factor,
-            idle_s=thresholds.idle_minutes * 60 * factor,
-            log_floor_s=thresholds.log_silence_minutes * 60 * factor,
-            startup_s=thresholds.startup_grace_minutes * 60 * factor,
-            overrun_s=thresholds.phase_overrun_minutes * 60 * factor,
-            crash_s=thresholds.crash_confirm_minutes * 60 * factor,
-            recent_s=RECENT_PERIODS * period,
-            stale_s=STALE_PERIODS * period,
-            grace_s=thresholds.stop_grace_minutes * 60,
-            factor=factor,
-        )
 
 
 @dataclass(frozen=True)
@@ -97,28 +55,6 @@ class _Finding:
     @property
     def problem(self) -> bool:
         return self.overdue or self.diagnosis not in NOT_PROBLEMS
-
-
-@dataclass(frozen=True)
-class _Progress:
-    """What the agent says about steps."""
-
-    last_step_t: float | None  # None: no step seen yet
-    step: float | None  # the latest global step
-    interval_s: float | None  # recent seconds per step
-    stall_s: float  # the adaptive stall threshold
-    newest_t: float  # the newest agent datapoint
-    fresh: bool
-
-
-@dataclass(frozen=True)
-class _Logs:
-    """Log silence over all hosts, and the adaptive threshold it is held to."""
-
-    last_t: float | None
-    silence_s: float
-    interval_s: float | None
-    threshold_s: float
 
 
 def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: float) -> Decision:
@@ -137,7 +73,7 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
             reasons=(f"job is {facts.status}",),
             evidence=evidence,
         )
-    limits = _Limits.of(policy.thresholds, state.threshold_factor, _agent_window(signals.agent))
+    limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
     finding = _diagnose(signals, policy.thresholds, limits, now, evidence)
     action, would, notes = _act(finding, policy, state, now, limits)
     return Decision(
@@ -182,30 +118,30 @@ def next_state(state: JobState, decision: Decision) -> JobState:
 
 
 def _diagnose(
-    signals: JobSignals, thresholds: Thresholds, limits: _Limits, now: float, evidence: dict[str, Any]
+    signals: JobSignals, thresholds: Thresholds, limits: measures.Limits, now: float, evidence: dict[str, Any]
 ) -> _Finding:
     facts = signals.facts
-    training_since = _training_since(signals)
+    training_since = measures.training_since(signals)
     evidence["training_s"] = round(now - training_since, 1)
     if facts.secondary_status in STARTUP_STATUSES:
         return _startup(facts.secondary_status, now - facts.start_time, limits)
     if facts.secondary_status == UPLOADING_STATUS:
         return _Finding(Diagnosis.HEALTHY, ("uploading model artifacts after training",))
-    logs = _log_silence(signals, training_since, thresholds, limits, now)
+    logs = measures.log_silence(signals, training_since, thresholds, limits, now)
     evidence["logs"] = {
         "last_t": logs.last_t,
         "silence_s": round(logs.silence_s, 1),
-        "interval_s": _round(logs.interval_s),
+        "interval_s": measures.rounded(logs.interval_s),
         "threshold_s": round(logs.threshold_s, 1),
     }
-    has_progress = any(len(signals.agent.get(name, Series())) for name in PROGRESS_METRICS)
-    progress = _progress(signals.agent, thresholds, limits, now) if has_progress else None
+    has_progress = any(len(signals.agent.get(name, Series())) for name in measures.PROGRESS_METRICS)
+    progress = measures.progress(signals.agent, thresholds, limits, now) if has_progress else None
     if progress is not None and progress.fresh:
         since = progress.last_step_t if progress.last_step_t is not None else training_since
     else:
         since = logs.last_t if logs.last_t is not None else training_since
     evidence["hosts"] = {
-        name: _host_evidence(host, since, thresholds, limits, now) for name, host in signals.hosts.items()
+        name: measures.host_evidence(host, since, thresholds, limits, now) for name, host in signals.hosts.items()
     }
     if progress is None:
         return _without_agent(signals, training_since, logs, thresholds, limits, now, ())
@@ -213,7 +149,7 @@ def _diagnose(
         "last_step_t": progress.last_step_t,
         "step": progress.step,
         "step_age_s": None if progress.last_step_t is None else round(now - progress.last_step_t, 1),
-        "step_interval_s": _round(progress.interval_s),
+        "step_interval_s": measures.rounded(progress.interval_s),
         "stall_threshold_s": round(progress.stall_s, 1),
         "newest_t": progress.newest_t,
         "fresh": progress.fresh,
@@ -227,7 +163,7 @@ def _diagnose(
     return _without_agent(signals, training_since, logs, thresholds, limits, now, vanished)
 
 
-def _startup(secondary: str, elapsed_s: float, limits: _Limits) -> _Finding:
+def _startup(secondary: str, elapsed_s: float, limits: measures.Limits) -> _Finding:
     if elapsed_s <= limits.startup_s:
         return _Finding(Diagnosis.STARTING, (f"{secondary} for {_min(elapsed_s)} (grace {_min(limits.startup_s)})",))
     reason = f"still {secondary} after {_min(elapsed_s)}, beyond the {_min(limits.startup_s)} startup grace"
@@ -235,7 +171,7 @@ def _startup(secondary: str, elapsed_s: float, limits: _Limits) -> _Finding:
 
 
 def _phase(
-    agent: dict[str, Series], progress: _Progress, limits: _Limits, now: float, evidence: dict[str, Any]
+    agent: dict[str, Series], progress: measures.Progress, limits: measures.Limits, now: float, evidence: dict[str, Any]
 ) -> _Finding | None:
     """A declared phase (PhaseBudgetRemaining > 0) with no step since: within budget, or overrunning it."""
     active = [(t, v) for t, v in agent.get("PhaseBudgetRemaining", Series()).points if v > 0]
@@ -268,10 +204,10 @@ def _phase(
 
 def _with_agent(
     signals: JobSignals,
-    progress: _Progress,
+    progress: measures.Progress,
     training_since: float,
     thresholds: Thresholds,
-    limits: _Limits,
+    limits: measures.Limits,
     now: float,
     evidence: dict[str, Any],
 ) -> _Finding:
@@ -290,7 +226,7 @@ def _with_agent(
     threshold = f"threshold {_min(progress.stall_s)}"
     if progress.interval_s is not None:
         threshold += f" from a {_dur(progress.interval_s)} step interval"
-    errors = _errors_since(signals.hosts, since)
+    errors = measures.errors_since(signals.hosts, since)
     if errors:
         first_error_t = min(line.t for lines in errors.values() for line in lines)
         interval = progress.interval_s or 0.0
@@ -332,9 +268,9 @@ def _with_agent(
 
 def _progressing(
     agent: dict[str, Series],
-    progress: _Progress,
+    progress: measures.Progress,
     thresholds: Thresholds,
-    limits: _Limits,
+    limits: measures.Limits,
     now: float,
     evidence: dict[str, Any],
 ) -> _Finding:
@@ -349,10 +285,10 @@ def _progressing(
         evidence["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
-    values = [v for _, v in _interval_samples(agent)]
+    values = [v for _, v in measures.interval_samples(agent)]
     if len(values) > SLOW_SAMPLES:
         current = statistics.median(values[-SLOW_SAMPLES:])
-        earlier = statistics.median(values[-SLOW_SAMPLES - INTERVAL_SAMPLES : -SLOW_SAMPLES])
+        earlier = statistics.median(values[-SLOW_SAMPLES - measures.INTERVAL_SAMPLES : -SLOW_SAMPLES])
         evidence["step_interval_current_s"] = round(current, 3)
         evidence["step_interval_earlier_s"] = round(earlier, 3)
         if current > SLOW_RATIO * earlier:
@@ -370,15 +306,15 @@ def _progressing(
 def _without_agent(
     signals: JobSignals,
     training_since: float,
-    logs: _Logs,
+    logs: measures.Logs,
     thresholds: Thresholds,
-    limits: _Limits,
+    limits: measures.Limits,
     now: float,
     notes: tuple[str, ...],
 ) -> _Finding:
     """Host GPU utilization and log silence decide; every host must show the same picture."""
     hosts = list(signals.hosts.values())
-    utils = [_gpu_util(h) for h in hosts]
+    utils = [measures.gpu_util(h) for h in hosts]
     never_active = all(all(v < thresholds.idle_gpu_percent for v in u.values()) for u in utils)
     if never_active and now - training_since <= limits.startup_s:
         return _Finding(
@@ -390,10 +326,10 @@ def _without_agent(
     crashed: dict[str, list[LogLine]] = {}
     silences: list[str] = []
     for h in hosts:
-        lines = _last_words(h)
+        lines = measures.last_words(h)
         if not lines or h.log_last_t is None:
             continue
-        needed = _crash_silence_s(h, thresholds, limits, logs.threshold_s)
+        needed = measures.crash_silence_s(h, thresholds, limits, logs.threshold_s)
         if now - h.log_last_t >= needed:
             crashed[h.host] = lines
             silences.append(f"{h.host} silent for {_min(now - h.log_last_t)} after it (threshold {_min(needed)})")
@@ -402,13 +338,13 @@ def _without_agent(
     if logs.silence_s < logs.threshold_s:
         return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
     complete = len(hosts) >= max(signals.facts.instance_count, 1)
-    idle = [_trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
+    idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
     if complete and all(d is not None and d >= limits.idle_s for d in idle):
         reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(idle))}"
         return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason), stoppable=True)
     # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
     # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.)
-    busy = [_trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
+    busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
     if logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy):
         reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(busy))}"
         return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
@@ -417,178 +353,9 @@ def _without_agent(
     )
 
 
-# --- signals -----------------------------------------------------------------------------------------------------
-
-
-def _training_since(signals: JobSignals) -> float:
-    """When training began: the latest transition to Training, else the job's start."""
-    starts = [t for t, status in signals.facts.status_history if status == TRAINING_STATUS]
-    return max(starts) if starts else signals.facts.start_time
-
-
-def _agent_window(agent: dict[str, Series]) -> float | None:
-    """The agent's emission window: the median spacing of its progress datapoints."""
-    times = max((agent[name].points for name in PROGRESS_METRICS if name in agent), key=len, default=())
-    gaps = [b[0] - a[0] for a, b in itertools.pairwise(times)][-INTERVAL_SAMPLES:]
-    return statistics.median(gaps) if gaps else None
-
-
-def _progress(agent: dict[str, Series], thresholds: Thresholds, limits: _Limits, now: float) -> _Progress:
-    samples = [v for _, v in _interval_samples(agent)][-INTERVAL_SAMPLES:]
-    # The latest sample too: after steps slow down, the new pace counts at once (it only ever raises the threshold).
-    interval = max(statistics.median(samples), samples[-1]) if samples else None
-    stall = max(limits.stall_floor_s, thresholds.step_interval_factor * (interval or 0.0) * limits.factor)
-    newest = max(agent[name].points[-1][0] for name in PROGRESS_METRICS if len(agent.get(name, Series())))
-    return _Progress(
-        last_step_t=_last_step_time(agent),
-        step=agent.get("Step", Series()).latest(),
-        interval_s=interval,
-        stall_s=stall,
-        newest_t=newest,
-        fresh=now - newest <= limits.stale_s,
-    )
-
-
-def _step_completions(agent: dict[str, Series]) -> list[tuple[float, float]]:
-    """(t, steps completed since the previous completion): where the Step counter rose, else windows with Steps > 0."""
-    counter = agent.get("Step", Series()).points
-    if counter:
-        rises, previous = [], counter[0][1]
-        for t, value in counter[1:]:
-            if value > previous:
-                rises.append((t, value - previous))
-            previous = value
-        return rises
-    return [(t, v) for t, v in agent.get("Steps", Series()).points if v > 0]
-
-
-def _interval_samples(agent: dict[str, Series]) -> list[tuple[float, float]]:
-    """(t, seconds per step), oldest first: StepTime where the agent reports it, else from step completions."""
-    step_time = [(t, v) for t, v in agent.get("StepTime", Series()).points if v > 0]
-    if step_time:
-        return step_time
-    completions = _step_completions(agent)
-    return [(t, (t - t0) / n) for (t0, _), (t, n) in itertools.pairwise(completions)]
-
-
-def _last_step_time(agent: dict[str, Series]) -> float | None:
-    """When the last step completed; None if no step is known."""
-    completions = _step_completions(agent)
-    stepped = bool(completions) or (agent.get("Step", Series()).latest() or 0) > 0
-    if not stepped:
-        return None
-    age = agent.get("LastStepAge", Series())
-    if len(age):
-        t, seconds = age.points[-1]
-        return t - seconds
-    if completions:
-        return completions[-1][0]
-    return agent["Step"].points[0][0]  # the counter never moved in view: the step is at least this old
-
-
-def _gpu_util(host: HostSignals) -> Series:
-    """Per-device GPU utilization: the platform's, else the agent's own NVML reading."""
-    return host.gpu_util if len(host.gpu_util) else host.agent.get("GPUUtilization", Series())
-
-
-def _trailing_run(series: Series, holds: Callable[[float], bool], now: float, stale_s: float) -> float | None:
-    """How long `holds` has been true of the newest datapoints, up to now; None if the data is stale or it fails."""
-    if not len(series) or now - series.points[-1][0] > stale_s or not holds(series.points[-1][1]):
-        return None
-    start = series.points[-1][0]
-    for t, value in reversed(series.points):
-        if not holds(value):
-            break
-        start = t
-    return now - start
-
-
-def _fatal(line: LogLine) -> str | None:
-    return line.pattern or log_patterns.match(line.message)
-
-
-def _errors_since(hosts: dict[str, HostSignals], since: float) -> dict[str, list[LogLine]]:
-    """Each host's fatal-error lines at or after `since`."""
-    found = {name: [line for line in h.error_lines if line.t >= since and _fatal(line)] for name, h in hosts.items()}
-    return {name: lines for name, lines in found.items() if lines}
-
-
-def _last_words(host: HostSignals) -> list[LogLine]:
-    """The fatal-error lines among the host's last lines (without the agent: the rank died saying this)."""
-    if host.log_last_t is None:
-        return []
-    return [line for line in host.error_lines if line.t >= host.log_last_t - ERROR_TAIL_S and _fatal(line)]
-
-
-def _log_silence(
-    signals: JobSignals, training_since: float, thresholds: Thresholds, limits: _Limits, now: float
-) -> _Logs:
-    """Silence since the newest line on any host, held to max(floor, k x cadence, longest recent gap)."""
-    hosts = signals.hosts.values()
-    lasts = [h.log_last_t for h in hosts if h.log_last_t is not None]
-    lasts += [line.t for h in hosts for line in h.log_tail]
-    last = max(lasts) if lasts else None
-    cadence = min((c for h in hosts if (c := _cadence(h.log_tail)) is not None), default=None)
-    interval, longest = cadence if cadence is not None else (None, 0.0)
-    learned = max(thresholds.log_interval_factor * (interval or 0.0), longest)
-    return _Logs(
-        last_t=last,
-        silence_s=now - (last if last is not None else training_since),
-        interval_s=interval,
-        threshold_s=max(limits.log_floor_s, learned * limits.factor),
-    )
-
-
-def _crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: _Limits, job_threshold_s: float) -> float:
-    """How long a host whose last words were fatal must stay silent: k x its own cadence (at least
-    `crash_confirm_minutes`); without a cadence of its own (a quiet rank, a tail full of traceback), the job's."""
-    cadence = _cadence(host.log_tail)
-    if cadence is None:
-        return job_threshold_s
-    interval, longest = cadence
-    return max(limits.crash_s, max(thresholds.log_interval_factor * interval, longest) * limits.factor)
-
-
-def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:
-    """(median, longest) gap between one host's recent bursts of lines. The job's cadence is its chattiest host's:
-    the job is silent only when every host is, and quiet ranks' old startup lines say nothing about it."""
-    bursts: list[float] = []
-    for t in sorted(line.t for line in lines):
-        if not bursts or t - bursts[-1] >= LOG_BURST_S:
-            bursts.append(t)
-    gaps = [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
-    return (statistics.median(gaps), max(gaps)) if gaps else None
-
-
-def _host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limits: _Limits, now: float) -> dict:
-    """Per host: utilization and power before `since` (the last progress) and now, log freshness, error lines."""
-    recent_since = max(since, now - limits.recent_s)
-    util = _gpu_util(host)
-    power = host.agent.get("GPUPowerWatts", Series())
-    power_before = power.between(float("-inf"), since).values()
-    power_baseline = statistics.median(power_before) if power_before else None
-    power_now = power.since(recent_since).mean()
-    return {
-        "gpu_util_before": _round(util.between(float("-inf"), since).mean()),
-        "gpu_util_now": _round(util.since(recent_since).mean()),
-        "power_w_baseline": _round(power_baseline),
-        "power_w_now": _round(power_now),
-        "power_dropped": (
-            power_baseline is not None
-            and power_now is not None
-            and power_now < thresholds.power_drop_ratio * power_baseline
-        ),
-        "log_last_t": host.log_last_t,
-        "errors": [
-            {"t": line.t, "pattern": _fatal(line), "message": line.message[:EVIDENCE_MESSAGE_CHARS]}
-            for line in [line for line in host.error_lines if _fatal(line)][-EVIDENCE_ERROR_LINES:]
-        ],
-    }
-
-
 def _error_finding(errors: dict[str, list[LogLine]], reasons: tuple[str, ...]) -> _Finding:
     """Fatal lines after progress stopped: a crashed rank, or a hang when all are NCCL collective timeouts."""
-    patterns = {_fatal(line) for lines in errors.values() for line in lines}
+    patterns = {measures.fatal(line) for lines in errors.values() for line in lines}
     diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
     return _Finding(diagnosis, (_error_summary(errors), *reasons), stoppable=True)
 
@@ -597,7 +364,9 @@ def _error_finding(errors: dict[str, list[LogLine]], reasons: tuple[str, ...]) -
 
 
 def _error_summary(errors: dict[str, list[LogLine]]) -> str:
-    parts = [f"{name}: {', '.join(sorted({_fatal(line) or '' for line in lines}))}" for name, lines in errors.items()]
+    parts = [
+        f"{name}: {', '.join(sorted({measures.fatal(line) or '' for line in lines}))}" for name, lines in errors.items()
+    ]
     return "fatal error lines on " + "; ".join(sorted(parts))
 
 
@@ -642,15 +411,11 @@ def _fmt(value: float | None) -> str:
     return "unknown" if value is None else f"{value:g}"
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
 # --- mode --------------------------------------------------------------------------------------------------------
 
 
 def _act(
-    finding: _Finding, policy: EffectivePolicy, state: JobState, now: float, limits: _Limits
+    finding: _Finding, policy: EffectivePolicy, state: JobState, now: float, limits: measures.Limits
 ) -> tuple[Action, Action, tuple[str, ...]]:
     """(action, would, notes): what the mode allows, what enforce would do, and why."""
     if policy.mode is Mode.OFF or not finding.problem:
