@@ -54,3 +54,6 @@ SLACK_FAILURES = "SlackFailures"
 MALFORMED_EVENTS = "MalformedEvents"
 ALARMS_PUT = "AlarmsPut"
 SWEEP_ERRORS = "SweepErrors"
+OPERATOR_ACTIONS = "OperatorActions"  # a Slack button press applied
+OPERATOR_ACTIONS_DENIED = "OperatorActionsDenied"  # pressed by someone not on the allow-list
+SLACK_REQUESTS_REJECTED = "SlackRequestsRejected"  # bad signature, expired, replayed or malformed

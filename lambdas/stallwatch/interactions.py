@@ -29,7 +29,7 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, R
 from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
-from stallwatch import actions
+from stallwatch import actions, contract
 from stallwatch.aws_source import JobNotFoundError
 from stallwatch.decision import JobState
 from stallwatch.observability import logger, metrics
@@ -253,7 +253,7 @@ class Interactions:
             payload = parse_payload(body)
             if not self._allowed(payload.user.id, secret):
                 logger.warning("operator not on the allow-list", extra={"user": payload.user.id})
-                metrics.add_metric(name="OperatorActionsDenied", unit=MetricUnit.Count, value=1)
+                metrics.add_metric(name=contract.OPERATOR_ACTIONS_DENIED, unit=MetricUnit.Count, value=1)
                 self._respond(
                     payload.response_url,
                     {"response_type": "ephemeral", "replace_original": False, "text": NOT_ALLOWED_TEXT},
@@ -262,7 +262,7 @@ class Interactions:
             return self._apply(payload, signature, secret)
         except RejectedRequestError as exc:
             logger.warning("Slack request rejected", extra={"reason": type(exc).__name__, "error": str(exc)})
-            metrics.add_metric(name="SlackRequestsRejected", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=contract.SLACK_REQUESTS_REJECTED, unit=MetricUnit.Count, value=1)
             return Reply(exc.status, {"status": "rejected", "error": str(exc)})
 
     # -- authorization --
@@ -333,7 +333,7 @@ class Interactions:
                 line = f":x: Stop requested by <@{user}> FAILED: {stopped.detail}"
         result["slack"] = self._update_message(payload, line, secret)
         self.rt.store.record_outcome(key, audit_sk, result)
-        metrics.add_metric(name="OperatorActions", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name=contract.OPERATOR_ACTIONS, unit=MetricUnit.Count, value=1)
         logger.info("operator action", extra={"audit": audit, "outcome": result})
         return Reply(200, {"status": "applied", "job": target.job, "action": press.action_id.value, **result})
 
