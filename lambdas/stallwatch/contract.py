@@ -51,6 +51,7 @@ DUPLICATE_DECISIONS = "DuplicateDecisions"  # a duplicated event or a concurrent
 JOBS_STOPPED = "JobsStopped"
 STOP_FAILURES = "StopFailures"
 SLACK_FAILURES = "SlackFailures"
+SLACK_POSTS_GIVEN_UP = "SlackPostsGivenUp"  # a message the sweeper stopped re-sending
 MALFORMED_EVENTS = "MalformedEvents"
 ALARMS_PUT = "AlarmsPut"
 SWEEP_ERRORS = "SweepErrors"

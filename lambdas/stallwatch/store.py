@@ -6,6 +6,7 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
+    pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -21,12 +22,27 @@ from stallwatch.decision import JobState
 
 STATE_SK = "state"
 EVENT_SK = "event"
+# One partition for every undelivered Slack message: the sweeper reads it with one Query, and finds the posts of jobs
+# that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
+PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
 
 
 class ConcurrentDecisionError(RuntimeError):
     """The job's state changed since it was read, or the event was already handled: nothing was written."""
+
+
+@dataclass(frozen=True)
+class PendingPost:
+    """A Slack message that was not delivered, as read from its `pending-post` item."""
+
+    sk: str
+    job_key: str
+    audit_sk: str  # the decision whose outcome the attempts are added to
+    message: dict[str, Any]  # the rendered message, posted again as it was
+    outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
+    attempts: int  # posts tried so far, the first one included
 
 
 def job_key(platform: str, job: str) -> str:
@@ -137,11 +153,98 @@ class Store:
 
     def record_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> None:
         """Add what acting did (stop result, Slack result) to the decision's audit record."""
-        self.dynamodb.update_item(
+        self.dynamodb.update_item(**self._set_outcome(key, audit_sk, outcome))
+
+    def _set_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": audit_sk}},
+            "UpdateExpression": "SET outcome = :o",
+            "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
+        }
+
+    def record_unsent_post(
+        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    ) -> None:
+        """`record_outcome` for a decision whose Slack post failed: the message is kept for the sweeper to post
+        again, in the same transaction (one call, as for a delivered post)."""
+        pending = {
+            "pk": {"S": PENDING_POST_PK},
+            "sk": {"S": f"{audit_sk}#{key}"},
+            "job_key": {"S": key},
+            "audit_sk": {"S": audit_sk},
+            "message": {"S": json.dumps(message)},
+            "outcome": {"S": json.dumps(outcome, default=str)},
+            "attempts": {"N": "1"},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.transact_write_items(
+            TransactItems=[
+                {"Update": self._set_outcome(key, audit_sk, outcome)},
+                {"Put": {"TableName": self.table, "Item": pending}},
+            ]
+        )
+
+    def pending_posts(self, limit: int) -> list[PendingPost]:
+        """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
+        items = self.dynamodb.query(
             TableName=self.table,
-            Key={"pk": {"S": key}, "sk": {"S": audit_sk}},
-            UpdateExpression="SET outcome = :o",
-            ExpressionAttributeValues={":o": {"S": json.dumps(outcome, default=str)}},
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": PENDING_POST_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        return [
+            PendingPost(
+                sk=item["sk"]["S"],
+                job_key=item["job_key"]["S"],
+                audit_sk=item["audit_sk"]["S"],
+                message=json.loads(item["message"]["S"]),
+                outcome=json.loads(item["outcome"]["S"]),
+                attempts=int(item["attempts"]["N"]),
+            )
+            for item in items
+        ]
+
+    def claim_post(self, post: PendingPost, now: float, hold_seconds: float) -> bool:
+        """Take the next attempt at a pending post: only if no one took an attempt since it was read and no claim
+        is held, so two sweeper runs never post one message twice. False if another run has it."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": PENDING_POST_PK}, "sk": {"S": post.sk}},
+                UpdateExpression="SET attempts = :next, claimed_until = :until",
+                ConditionExpression=(
+                    "attempts = :seen AND (attribute_not_exists(claimed_until) OR claimed_until < :now)"
+                ),
+                ExpressionAttributeValues={
+                    ":seen": {"N": str(post.attempts)},
+                    ":next": {"N": str(post.attempts + 1)},
+                    ":until": {"N": f"{now + hold_seconds:.3f}"},
+                    ":now": {"N": f"{now:.3f}"},
+                },
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def finish_post(self, post: PendingPost, outcome: dict[str, Any], keep: bool) -> None:
+        """After an attempt: the audit outcome updated and, in the same transaction, the pending post released for
+        the next attempt (`keep`) or removed (delivered, or given up)."""
+        pending_key = {"pk": {"S": PENDING_POST_PK}, "sk": {"S": post.sk}}
+        if keep:
+            pending: dict[str, Any] = {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": pending_key,
+                    "UpdateExpression": "SET outcome = :o REMOVE claimed_until",
+                    "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
+                }
+            }
+        else:
+            pending = {"Delete": {"TableName": self.table, "Key": pending_key}}
+        self.dynamodb.transact_write_items(
+            TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
 
     def release_stop(self, key: str, state: JobState) -> None:

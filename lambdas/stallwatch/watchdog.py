@@ -8,7 +8,8 @@
 One decision walks: signals (`AwsSignalSource`) -> `engine.decide` -> commit (state at the version read + audit
 + event claim, one DynamoDB transaction) -> stop -> Slack -> outcome in the audit record. Only the winner of the
 commit acts, so a duplicated event or two alarms of one job racing never stop twice or post twice; the stop goes
-before Slack, and a Slack failure is recorded, never raised.
+before Slack, and a Slack failure is recorded, never raised: the message is kept, and the sweeper posts it again
+(`resend_pending_posts`) until it is delivered or `MAX_SLACK_ATTEMPTS` posts have failed.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from stallwatch.observability import logger, metrics
 from stallwatch.policy import EC2_MONITOR_TAG, Mode
 from stallwatch.signals import JobSignals, Platform
 from stallwatch.slack import AlertMessage, Evidence, SlackNotifier
-from stallwatch.store import ConcurrentDecisionError, Store, StoredState, job_key
+from stallwatch.store import ConcurrentDecisionError, PendingPost, Store, StoredState, job_key
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
@@ -42,6 +43,9 @@ ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 MONITOR_TAG_VALUE = "true"
+MAX_SLACK_ATTEMPTS = 12  # posts of one message, the first included: an hour of Slack outage at 5-minute sweeps
+RESENDS_PER_SWEEP = 10  # oldest first; bounds a sweep's time while Slack hangs (5 s timeout, 1 retry per post)
+POST_CLAIM_SECONDS = 300  # the sweeper's Lambda timeout: a claim on a resend outlives the run that holds it
 
 
 class LambdaEnvironment(BaseModel):
@@ -215,11 +219,49 @@ def _act(
     post = rt.notifier.post(message)
     outcome.posted = post.ok
     result["slack"] = {"ok": post.ok, "detail": post.detail}
-    if not post.ok:
-        logger.error("Slack post failed", extra={"job": signals.facts.name, "detail": post.detail})
-        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
     outcome.details.update(result)
-    rt.store.record_outcome(key, audit_sk, result)
+    if post.ok:
+        rt.store.record_outcome(key, audit_sk, result)
+        return
+    logger.error(
+        "Slack post failed; the sweeper will post it again", extra={"job": signals.facts.name, "detail": post.detail}
+    )
+    metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+    result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
+    rt.store.record_unsent_post(key, audit_sk, result, message, signals.now)
+
+
+def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
+    """Post again the Slack messages that failed (kept by `_act`), oldest first, as they were rendered.
+
+    Each attempt is claimed first on the message's pending item (`Store.claim_post`), so a duplicated sweeper run
+    never posts a message twice; each is added to the audit outcome (`slack`, `slack_attempts`). A delivered
+    message's item is removed; after `MAX_SLACK_ATTEMPTS` failed posts in all it is given up, logged at ERROR."""
+    return [_resend(rt, post, now) for post in rt.store.pending_posts(RESENDS_PER_SWEEP)]
+
+
+def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
+    report: dict[str, Any] = {"job": pending.job_key, "audit": pending.audit_sk}
+    if not rt.store.claim_post(pending, now, POST_CLAIM_SECONDS):
+        return report | {"status": "claimed_elsewhere"}
+    attempts = pending.attempts + 1
+    post = rt.notifier.post(pending.message)
+    given_up = not post.ok and attempts >= MAX_SLACK_ATTEMPTS
+    slack: dict[str, Any] = {"ok": post.ok, "detail": post.detail, "attempts": attempts}
+    if given_up:
+        slack["given_up"] = True
+    history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]
+    rt.store.finish_post(
+        pending, pending.outcome | {"slack": slack, "slack_attempts": history}, keep=not post.ok and not given_up
+    )
+    report |= {"status": "delivered" if post.ok else "given_up" if given_up else "failed", "attempts": attempts}
+    if not post.ok:
+        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+        if given_up:
+            metrics.add_metric(name=contract.SLACK_POSTS_GIVEN_UP, unit=MetricUnit.Count, value=1)
+        log = logger.error if given_up else logger.warning
+        log("Slack post given up" if given_up else "Slack post failed again", extra=report | {"detail": post.detail})
+    return report
 
 
 # ---- on_job_state -----------------------------------------------------------------------------------------------
@@ -299,7 +341,8 @@ def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
 
 def sweep(rt: Runtime) -> dict[str, Any]:
     """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops, and
-    alarms in ALARM that no decision followed (their on_alarm invocation failed)."""
+    alarms in ALARM that no decision followed (their on_alarm invocation failed); and Slack messages not delivered
+    yet, of running and ended jobs alike."""
     now = rt.clock()
     running = _running_jobs(rt)
     existing = _describe_alarms(rt, rt.config.alarm_prefix)
@@ -316,6 +359,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         if _needs_decision(states[job_key(p, name)], now)
         or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
     ]
+    resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
     outcomes = []
     for platform in Platform:
         names = [name for p, name in due if p is platform]
@@ -328,6 +372,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
         "log_idle_published": published,
         "redecided": outcomes,
+        "slack_resent": resent,
     }
     logger.info("sweep", extra=summary)
     return summary
