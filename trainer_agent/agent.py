@@ -401,7 +401,7 @@ class TrainerAgent:
             self.close()
         if callable(previous):
             previous(signum, frame)
-        elif previous == signal.SIG_DFL:
+        elif previous in (signal.SIG_DFL, None):  # None: installed outside Python; terminating is the safe default
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 

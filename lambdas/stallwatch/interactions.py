@@ -33,6 +33,7 @@ from stallwatch import actions, contract
 from stallwatch.aws_source import JobNotFoundError
 from stallwatch.decision import JobState
 from stallwatch.observability import logger, metrics
+from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.signals import JobFacts, Platform
 from stallwatch.store import EVENT_SK, ConcurrentDecisionError, Store, StoredState, job_key
 
@@ -254,10 +255,7 @@ class Interactions:
             if not self._allowed(payload.user.id, secret):
                 logger.warning("operator not on the allow-list", extra={"user": payload.user.id})
                 metrics.add_metric(name=contract.OPERATOR_ACTIONS_DENIED, unit=MetricUnit.Count, value=1)
-                self._respond(
-                    payload.response_url,
-                    {"response_type": "ephemeral", "replace_original": False, "text": NOT_ALLOWED_TEXT},
-                )
+                self._tell(payload, NOT_ALLOWED_TEXT)
                 return Reply(200, {"status": "not_allowed", "user": payload.user.id})
             return self._apply(payload, signature, secret)
         except RejectedRequestError as exc:
@@ -302,11 +300,12 @@ class Interactions:
             try:
                 facts = self.rt.source(target.platform).facts(target.job)
             except JobNotFoundError as exc:
-                text = f"`{target.job}` was not found, nothing to stop: {exc}"
-                self._respond(
-                    payload.response_url, {"response_type": "ephemeral", "replace_original": False, "text": text}
-                )
+                self._tell(payload, f"`{target.job}` was not found, nothing to stop: {exc}")
                 return Reply(200, {"status": "not_found", "job": target.job})
+            if not self.rt.config.policy.stop_permitted(facts.tags):
+                tag = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE}"
+                self._tell(payload, f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it")
+                return Reply(200, {"status": "not_permitted", "job": target.job})
         event_key = f"slack#{hashlib.sha256(signature.encode()).hexdigest()[:32]}"
         audit = {
             "at": now,
@@ -354,6 +353,10 @@ class Interactions:
                 return {"ok": False, "detail": f"chat.update: {_slack_error(exc)}"}
             return {"ok": True, "detail": "chat.update"}
         return self._respond(payload.response_url, {"replace_original": True, "text": text, "blocks": blocks})
+
+    def _tell(self, payload: BlockActionsPayload, text: str) -> None:
+        """An ephemeral reply only the person who pressed the button sees; the message itself is left as it was."""
+        self._respond(payload.response_url, {"response_type": "ephemeral", "replace_original": False, "text": text})
 
     def _respond(self, response_url: str, message: dict[str, Any]) -> dict[str, Any]:
         """POST to the interaction's response_url; failures are logged and returned, never raised."""

@@ -73,7 +73,10 @@ class Thresholds(BaseModel):
     )
     stop_on_nonfinite_loss: bool = Field(False, description="Enforce: stop a job whose loss stays NaN/inf.")
     alarm_period_seconds: int = Field(
-        60, description="Alarm period; 10 or 30 use high-resolution metrics (the demo compresses time this way)."
+        60,
+        gt=0,
+        le=86_400,
+        description="Alarm period; 10 or 30 use high-resolution metrics (the demo compresses time this way).",
     )
 
     @model_validator(mode="after")
@@ -104,6 +107,11 @@ class Policy(BaseModel):
     monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
     monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
 
+    def stop_permitted(self, tags: dict[str, str]) -> bool:
+        """Whether a resource with `tags` may be stopped at all: the code's twin of the IAM tag condition."""
+        tagged = tags.get(STOP_OPT_IN_TAG, "").strip().lower() == STOP_OPT_IN_VALUE
+        return tagged or not self.stop_requires_tag
+
     def for_job(self, tags: dict[str, str]) -> EffectivePolicy:
         """The policy for one job after its tags; bad tag values are reported and ignored."""
         errors: list[str] = []
@@ -127,9 +135,8 @@ class Policy(BaseModel):
                 thresholds = Thresholds.model_validate(thresholds.model_dump() | {name: value})
             except ValidationError as exc:
                 errors.append(f"{key}={value!r}: {exc.errors()[0]['msg']}")
-        tagged_for_stop = tags.get(STOP_OPT_IN_TAG, "").strip().lower() == STOP_OPT_IN_VALUE
         policy = self.model_copy(update={"mode": mode, "thresholds": thresholds})
-        may_stop = mode is Mode.ENFORCE and (tagged_for_stop or not self.stop_requires_tag)
+        may_stop = mode is Mode.ENFORCE and self.stop_permitted(tags)
         return EffectivePolicy(policy=policy, may_stop=may_stop, tag_errors=errors)
 
 

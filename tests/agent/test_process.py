@@ -95,6 +95,39 @@ def test_sigterm_flushes_the_last_window_and_exits_zero(tmp_path):
     assert training.windows("host")[0]["host"] == "algo-1"
 
 
+SIGTERM_WITH_FOREIGN_HANDLER = """
+import os, signal, sys, time
+from trainer_agent import TrainerAgent
+from trainer_agent.sinks import JsonlSink
+agent = TrainerAgent(job_name="j", interval_s=3600, sinks=[JsonlSink(sys.argv[1])])
+agent._previous_sigterm = None  # what signal.signal returns for a handler installed outside Python
+with agent.step():
+    pass
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_terminates_when_the_previous_handler_was_installed_outside_python(tmp_path):
+    # Given an agent whose SIGTERM predecessor is unknown to Python (signal.getsignal returned None)
+    jsonl = tmp_path / "windows.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_WITH_FOREIGN_HANDLER, str(jsonl)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert process.stdout.readline().strip() == "ready"
+
+    # When SIGTERM arrives
+    process.send_signal(signal.SIGTERM)
+
+    # Then the last window is flushed and the process still terminates (the default action), instead of running on
+    assert process.wait(WAIT_S) == -signal.SIGTERM
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [r["Step"] for r in records if r["scope"] == "job"] == [1]
+
+
 @pytest.mark.slow
 def test_a_crash_prints_the_nccl_error_and_traceback_exits_non_zero_and_flushes(tmp_path):
     training = Training(tmp_path, "--steps", "0", "--interval", "3600", "--fault", "crash", "--fault-after", "2")

@@ -55,6 +55,8 @@ def test_global_enforce_may_stop_untagged_jobs_when_tags_are_not_required() -> N
         ("stallwatch:step-interval-factor", "0.5", ("step_interval_factor", 5.0), "greater than or equal to 1"),
         ("stallwatch:idle-gpu-percent", "95", ("idle_gpu_percent", 5.0), "must be below busy_gpu_percent"),
         ("stallwatch:alarm-period-seconds", "45", ("alarm_period_seconds", 60), "10, 30 or a multiple of 60"),
+        ("stallwatch:alarm-period-seconds", "0", ("alarm_period_seconds", 60), "greater than 0"),
+        ("stallwatch:alarm-period-seconds", "-60", ("alarm_period_seconds", 60), "greater than 0"),
         ("stallwatch:stop-on-nonfinite-loss", "perhaps", ("stop_on_nonfinite_loss", False), "valid boolean"),
     ],
 )

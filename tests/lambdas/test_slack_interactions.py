@@ -115,8 +115,8 @@ def endpoint(rt, world: World, slack_api: SlackApi, monkeypatch: pytest.MonkeyPa
     return instance
 
 
-def _payload(slack_api: SlackApi, action: OperatorAction, user: str = ALLOWED_USER) -> dict[str, Any]:
-    facts = JobFacts(JOB, Platform.SAGEMAKER, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
+def _payload(slack_api: SlackApi, action: OperatorAction, user: str = ALLOWED_USER, job: str = JOB) -> dict[str, Any]:
+    facts = JobFacts(job, Platform.SAGEMAKER, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
     buttons = action_buttons(facts, INCIDENT)
     (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
     header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
@@ -288,6 +288,23 @@ def test_stop_now_by_a_group_member_stops_the_job_and_updates_the_message_in_pla
     assert (update["channel"], update["ts"]) == (CHANNEL, MESSAGE_TS)
     assert "Stop requested by" in str(update["blocks"])
     assert all(block.get("block_id") != ACTIONS_BLOCK_ID for block in update["blocks"])
+
+
+def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, slack_api, world, context) -> None:
+    # Given a running job without the `stallwatch:mode=enforce` tag (stops require it by default)
+    world.create_job("untagged-job", hosts=1)
+
+    # When an allowed user presses "Stop now" on its alert
+    payload = _payload(slack_api, OperatorAction.STOP_NOW, job="untagged-job")
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then the code refuses, as IAM would: the job runs on, nothing is written, and only the presser is told why
+    assert (status, body["status"]) == (200, "not_permitted")
+    assert world.status("untagged-job") == "InProgress"
+    assert rt.store.load(job_key(Platform.SAGEMAKER, "untagged-job")).version == 0
+    (reply,) = [body for path, body in slack_api.calls if path.startswith("/actions/")]
+    assert reply["response_type"] == "ephemeral"
+    assert "stallwatch:mode=enforce" in reply["text"]
 
 
 def _seed_hang(world: World) -> None:
