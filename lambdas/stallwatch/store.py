@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from stallwatch.decision import JobState
+from stallwatch.observability import logger
 
 STATE_SK = "state"
 EVENT_SK = "event"
@@ -247,15 +248,35 @@ class Store:
             TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
 
-    def release_stop(self, key: str, state: JobState) -> None:
-        """Forget a stop that failed, so the sweeper tries again."""
-        self.dynamodb.update_item(
-            TableName=self.table,
-            Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
-            UpdateExpression="SET #s = :s ADD version :one",
-            ExpressionAttributeNames={"#s": "state"},
-            ExpressionAttributeValues={":s": {"S": _state_to_json(state.with_(stopped_at=None))}, ":one": {"N": "1"}},
-        )
+    def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
+        """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and
+        `version` the version it was written at (when the caller knows it).
+
+        Only if the job's state item still holds exactly that: a decision or an operator action committed since
+        (a snooze, say) is newer and wins, and a job whose state was cleared (`close_job`) is not brought back.
+        True if the stop was released."""
+        condition = "attribute_exists(pk) AND #s = :written"
+        values = {
+            ":written": {"S": _state_to_json(state)},
+            ":s": {"S": _state_to_json(state.with_(stopped_at=None))},
+            ":one": {"N": "1"},
+        }
+        if version is not None:
+            condition += " AND version = :v"
+            values[":v"] = {"N": str(version)}
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+                UpdateExpression="SET #s = :s ADD version :one",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=values,
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            logger.info("stop not released: the job's state changed or was cleared since", extra={"job": key})
+            return False
+        return True
 
     def close_job(self, key: str, reason: str, now: float) -> bool:
         """The job ended: close its open incident and clear its state. True if an incident was closed."""

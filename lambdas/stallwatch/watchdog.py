@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stallwatch import actions, alarms, contract, engine
@@ -34,7 +33,7 @@ from stallwatch.events import AlarmActionEvent, AlarmStateChange, InstanceStateC
 from stallwatch.observability import logger, metrics
 from stallwatch.policy import EC2_MONITOR_TAG, Mode
 from stallwatch.signals import JobSignals, Platform
-from stallwatch.slack import AlertMessage, Evidence, SlackNotifier
+from stallwatch.slack import AlertMessage, Evidence, PostResult, SlackNotifier
 from stallwatch.store import ConcurrentDecisionError, PendingPost, Store, StoredState, job_key
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
@@ -196,39 +195,65 @@ def _act(
     audit_sk: str,
     outcome: Outcome,
 ) -> None:
-    """Stop first, then Slack; record both results. Never raises for an action failure.
+    """Stop first, then Slack; record both results. Never raises: the decision is committed (and its event claimed)
+    already, so a raise would turn Lambda's retry into a duplicate and lose the action. A stop that fails or raises
+    is released for the sweeper to retry; a message that rendered but was not delivered is kept for the sweeper to
+    post again.
 
     The engine repeats no action (`JobState.alerted`, `warned_at`, `stopped_at`), so each one happens once."""
     if decision.action not in POSTED_ACTIONS:
         return
-    stop_result = actions.stop(rt.clients, signals.facts) if decision.action is Action.STOP else None
+    job = signals.facts.name
     result: dict[str, Any] = {}
+    stop_result = _stop(rt, signals, written, key) if decision.action is Action.STOP else None
     if stop_result is not None:
         outcome.stopped = stop_result.ok
         result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
-        metrics.add_metric(
-            name=contract.JOBS_STOPPED if stop_result.ok else contract.STOP_FAILURES,
-            unit=MetricUnit.Count,
-            value=1,
-        )
-        if not stop_result.ok:
-            logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, **result["stop"]})
-            rt.store.release_stop(key, written.state)
-    evidence = Evidence.of(decision, signals, written.state.stall_since)
-    message = AlertMessage(decision, signals.facts, evidence, stop_result, written.incident).render()
-    post = rt.notifier.post(message)
+    message: dict[str, Any] | None = None
+    try:
+        evidence = Evidence.of(decision, signals, written.state.stall_since)
+        message = AlertMessage(decision, signals.facts, evidence, stop_result, written.incident).render()
+        post = rt.notifier.post(message)
+    except Exception as exc:  # a bug in rendering or posting: recorded like a failed post, never raised
+        step = "post" if message is not None else "render"
+        logger.exception("Slack message failed to render or post", extra={"job": job, "step": step})
+        post = PostResult(ok=False, detail=f"{step}: {type(exc).__name__}: {exc}")
     outcome.posted = post.ok
     result["slack"] = {"ok": post.ok, "detail": post.detail}
     outcome.details.update(result)
-    if post.ok:
-        rt.store.record_outcome(key, audit_sk, result)
-        return
-    logger.error(
-        "Slack post failed; the sweeper will post it again", extra={"job": signals.facts.name, "detail": post.detail}
+    if not post.ok:
+        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+    try:
+        if post.ok or message is None:  # delivered, or nothing rendered that could be posted again
+            rt.store.record_outcome(key, audit_sk, result)
+        else:
+            logger.error("Slack post failed; the sweeper will post it again", extra={"job": job, "detail": post.detail})
+            result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
+            rt.store.record_unsent_post(key, audit_sk, result, message, signals.now)
+    except Exception:  # the actions happened; only their record in the audit trail is missing
+        logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
+
+
+def _stop(rt: Runtime, signals: JobSignals, written: StoredState, key: str) -> actions.StopResult:
+    """`actions.stop`, with any failure (returned or raised) counted, logged, and released for the sweeper to retry."""
+    job = signals.facts.name
+    try:
+        stopped = actions.stop(rt.clients, signals.facts)
+    except Exception as exc:  # actions.stop returns API errors; anything raised is a bug, treated as a failed stop
+        logger.exception("stop raised; the sweeper will retry", extra={"job": job})
+        stopped = actions.StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+    metrics.add_metric(
+        name=contract.JOBS_STOPPED if stopped.ok else contract.STOP_FAILURES, unit=MetricUnit.Count, value=1
     )
-    metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
-    result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
-    rt.store.record_unsent_post(key, audit_sk, result, message, signals.now)
+    if stopped.ok:
+        return stopped
+    logger.error("stop failed; the sweeper will retry", extra={"job": job, "detail": stopped.detail})
+    try:
+        # `written` carries the version read; the commit wrote the next one
+        rt.store.release_stop(key, written.state, version=written.version + 1)
+    except Exception:  # the stop stays recorded as done: an operator must stop the job
+        logger.exception("could not release the failed stop: the sweeper will not retry it", extra={"job": job})
+    return stopped
 
 
 def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
@@ -295,7 +320,7 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
         return {"status": "not_found", "job": name, "reason": str(exc)}
-    if platform is Platform.EC2 and facts.tags.get(EC2_MONITOR_TAG, "").lower() != MONITOR_TAG_VALUE:
+    if platform is Platform.EC2 and not _monitored_instance(facts.tags):
         return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
     effective = rt.config.policy.for_job(facts.tags)
     if effective.tag_errors:
@@ -379,11 +404,14 @@ def sweep(rt: Runtime) -> dict[str, Any]:
 
 
 def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
-    """`provision_alarms` for one job of many: its API error is logged and counted, the sweep goes on."""
+    """`provision_alarms` for one job of many: whatever it raises (an API error, a bad job's rendering) is logged
+    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised."""
     try:
         return provision_alarms(rt, platform, name)
-    except ClientError as exc:
-        logger.error("could not provision alarms", extra={"job": name, "error": str(exc)})
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        logger.exception("could not provision alarms", extra={"job": name, "platform": platform.value})
         metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
         return {"status": "error", "job": name, "reason": str(exc)}
 
@@ -394,15 +422,25 @@ def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
         pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
         jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
     if rt.config.policy.monitor_ec2:
+        # EC2 filters match tag values exactly: filter on the key, and match the value as `provision_alarms` does
         filters = [
-            {"Name": f"tag:{EC2_MONITOR_TAG}", "Values": [MONITOR_TAG_VALUE]},
+            {"Name": "tag-key", "Values": [EC2_MONITOR_TAG]},
             {"Name": "instance-state-name", "Values": ["running"]},
         ]
         pages = rt.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
         jobs += [
-            (Platform.EC2, i["InstanceId"]) for page in pages for r in page["Reservations"] for i in r["Instances"]
+            (Platform.EC2, i["InstanceId"])
+            for page in pages
+            for r in page["Reservations"]
+            for i in r["Instances"]
+            if _monitored_instance({t["Key"]: t["Value"] for t in i.get("Tags", [])})
         ]
     return jobs
+
+
+def _monitored_instance(tags: dict[str, str]) -> bool:
+    """An EC2 instance is watched when tagged `stallwatch:monitor=true`, in any case (`True`, `TRUE`)."""
+    return tags.get(EC2_MONITOR_TAG, "").strip().lower() == MONITOR_TAG_VALUE
 
 
 def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
