@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]  # a repository tool: run from a checkout
-from gpt import GPT, GPTConfig  # noqa: E402
+from gpt import GPT, GPTConfig, live_step_flops  # noqa: E402
 
 from trainer_agent.flops import matmul_param_count, measure_flops, transformer_flops_per_token  # noqa: E402
 
@@ -30,14 +29,6 @@ CONFIGS = [
 BATCH = 2
 
 
-def live_flops(model: GPT, x: torch.Tensor, y: torch.Tensor) -> int:
-    counter = FlopCounterMode(display=False)
-    with counter:
-        _, loss = model(x, y)
-        loss.backward()
-    return counter.get_total_flops()
-
-
 def main() -> int:
     print(f"{'model':<34} {'live (ref)':>12} {'measure_flops':>14} {'ratio':>7} {'6N+12LHQT':>12} {'ratio':>7}")
     ok = True
@@ -46,7 +37,7 @@ def main() -> int:
         model = GPT(config)
         x = torch.randint(config.vocab_size, (BATCH, config.seq_len))
         y = torch.roll(x, -1, dims=1)
-        reference = live_flops(model, x, y)
+        reference = live_step_flops(model, x, y)
         measured = measure_flops(model, x, y, loss_fn=lambda output: output[1])
         closed = (
             BATCH

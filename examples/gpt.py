@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,16 @@ class GPT(nn.Module):
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def live_step_flops(model: GPT, x: torch.Tensor, y: torch.Tensor) -> int:
+    """The reference count: FlopCounterMode around one forward + backward of the live, eager model. For checking
+    trainer_agent.flops (tests, bench/flops_accuracy.py); a training loop uses `measure_flops` instead."""
+    counter = FlopCounterMode(display=False)
+    with counter:
+        _, loss = model(x, y)
+        loss.backward()
+    return counter.get_total_flops()
 
 
 def _init_weights(module: nn.Module) -> None:

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from examples.gpt import GPT, GPTConfig
+from examples.gpt import GPT, GPTConfig, live_step_flops
 from trainer_agent.flops import matmul_param_count, measure_flops, meta_copy, transformer_flops_per_token
 from trainer_agent.peaks import PEAK_TFLOPS, device_key, peak_tflops, precision_key
 
 CONFIG = GPTConfig(seq_len=32, n_layers=2, n_heads=4, d_model=64)
-
-
-def live_flops(model: GPT, x: torch.Tensor, y: torch.Tensor) -> int:
-    counter = FlopCounterMode(display=False)
-    with counter:
-        _, loss = model(x, y)
-        loss.backward()
-    return counter.get_total_flops()
 
 
 @pytest.fixture
@@ -31,7 +22,7 @@ def test_measure_flops_matches_flop_counter_on_the_live_model(batch):
     torch.manual_seed(0)
     model = GPT(CONFIG)
     measured = measure_flops(model, *batch, loss_fn=lambda output: output[1])
-    assert measured == pytest.approx(live_flops(model, *batch), rel=0.01)
+    assert measured == pytest.approx(live_step_flops(model, *batch), rel=0.01)
 
 
 def test_measure_flops_leaves_the_live_model_untouched(batch):
@@ -60,7 +51,7 @@ def test_the_closed_form_is_within_5_percent_of_the_counted_flops(batch):
         seq_len=CONFIG.seq_len,
     )
     tokens = batch[0].numel()
-    assert per_token * tokens == pytest.approx(live_flops(model, *batch), rel=0.05)
+    assert per_token * tokens == pytest.approx(live_step_flops(model, *batch), rel=0.05)
 
 
 def test_closed_form_arithmetic_and_causal_halving():
