@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# The stacks validate the configuration with the runtime's own schema (stallwatch.config, stallwatch.policy).
+# The stacks validate the configuration with the runtime's own schema (stallwatch.core.config, stallwatch.core.policy).
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lambdas"))
 
 from aws_cdk import App

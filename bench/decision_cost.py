@@ -9,7 +9,7 @@ the Slack secret read); it is reported, not budgeted. API calls are counted with
 (one per API call, retries excluded) on every client the runtime uses. Budget: <= 10 calls and < 1 s per decision.
 
 It runs twice: on stock moto, whose GetMetricData scans every datapoint for every query and period (seconds for
-77 series), and with `tests/lambdas/moto_metric_index` (moto's own answer, computed per metric): the budget is
+77 series), and with `tests/fixtures/moto_metric_index` (moto's own answer, computed per metric): the budget is
 checked on the second, which is closer to what the control plane itself costs.
 """
 
@@ -44,9 +44,10 @@ import moto  # noqa: E402
 from handlers import on_alarm  # noqa: E402
 from localrun import moto_sagemaker  # noqa: E402
 from localrun.resources import create_table  # noqa: E402
-from stallwatch import alarms, watchdog  # noqa: E402
-from tests.lambdas import moto_metric_index  # noqa: E402
-from tests.lambdas.world import (  # noqa: E402
+from stallwatch.core import alarms  # noqa: E402
+from stallwatch.runtime import environment  # noqa: E402
+from tests.fixtures import moto_metric_index  # noqa: E402
+from tests.fixtures.world import (  # noqa: E402
     ALARM_ACTION_ARN,
     MINUTE,
     TABLE,
@@ -66,15 +67,15 @@ REPEATS = 3
 SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager")
 
 
-def _setup(slack: SlackReceiver) -> watchdog.Runtime:
+def _setup(slack: SlackReceiver) -> environment.Runtime:
     create_table(boto3.client("dynamodb"), TABLE)
     secret = boto3.client("secretsmanager").create_secret(
         Name="slack", SecretString=json.dumps({"webhook_url": slack.url})
     )
     os.environ.update(TABLE_NAME=TABLE, SLACK_SECRET_ARN=secret["ARN"], ALARM_ACTION_ARN=ALARM_ACTION_ARN)
-    rt = watchdog.Runtime.from_env()
+    rt = environment.Runtime.from_env()
     rt.clock = Clock(time.time())
-    watchdog.runtime = lambda: rt  # the handler's runtime is this one
+    environment.runtime = lambda: rt  # the handler's runtime is this one
     return rt
 
 
@@ -88,7 +89,7 @@ def _seed(world: World, job: str, hosts: int) -> None:
         world.progress_logs(job, host, until_min=40)
 
 
-def _measure(rt: watchdog.Runtime, event: dict[str, Any]) -> dict[str, Any]:
+def _measure(rt: environment.Runtime, event: dict[str, Any]) -> dict[str, Any]:
     calls: Counter[str] = Counter()
 
     def count(model: Any, **kwargs: Any) -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 
-from stallwatch import alarms, contract
-from stallwatch.pricing import instance_spec
-from stallwatch.signals import Platform
-from stallwatch.trace import (
+from stallwatch.core import alarms, contract
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.signals import Platform
+from stallwatch.core.trace import (
     EndEvent,
     Event,
     Expectation,
@@ -35,9 +35,9 @@ from stallwatch.trace import (
     StatusEvent,
     TraceHeader,
     TraceJob,
-    write_trace,
 )
-from stallwatch.trace_source import TRACE_EPOCH
+from stallwatch.offline.trace_file import write_trace
+from stallwatch.offline.trace_source import TRACE_EPOCH
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 MINUTE = 60.0

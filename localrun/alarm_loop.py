@@ -1,7 +1,7 @@
 """CloudWatch's alarm evaluation, locally: moto stores alarms and metrics but never evaluates them.
 
 Each `tick` reads the job's alarms as they are in moto (created by on_job_state from `render_alarms`),
-reads the metrics they watch with GetMetricData, evaluates them with `stallwatch.evaluator.AlarmEvaluator`,
+reads the metrics they watch with GetMetricData, evaluates them with `stallwatch.core.evaluator.AlarmEvaluator`,
 writes each new state back with SetAlarmState, and reports transitions (the caller invokes the alarm action).
 
     loop = AlarmLoop(cloudwatch, alarm_name_prefix, on_transition=handle)   # handle(alarm, state, previous)
@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from localrun.aws_events import AlarmStateRecord
-from stallwatch.evaluator import AlarmEvaluator, AlarmState, MetricKey, Transition, metric_key
+from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, MetricKey, Transition, metric_key
 
 # Datapoints may reach CloudWatch a few seconds after their period ends (agent window + background flush);
 # a period is read, and evaluated, only once it ended this long ago.

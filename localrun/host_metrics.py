@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localrun.scenarios import GPUS_PER_HOST, VCPUS_PER_HOST, HostActivity
-from stallwatch.contract import SAGEMAKER_NAMESPACE
+from stallwatch.core.contract import SAGEMAKER_NAMESPACE
 
 
 @dataclass(frozen=True)

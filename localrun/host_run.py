@@ -19,7 +19,7 @@ from localrun.periodic import Periodic
 from localrun.scenarios import FAULT_ACTIVITY, HOST_METRICS_INTERVAL_S, TRAINING_THREADS, HostActivity
 from localrun.timeline import Kind, Progress, Timeline
 from localrun.training import TrainingProcess
-from stallwatch.contract import SAGEMAKER_LOG_GROUP
+from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_gpt.py"

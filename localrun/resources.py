@@ -1,7 +1,8 @@
 """The stack's runtime resources, created in moto: the incident table, the Slack secret, the functions' environment.
 
-The table follows the schema in ``stallwatch.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
-environment is named by ``stallwatch.watchdog.LambdaEnvironment``, with the config built by `StallwatchConfig`.
+The table follows the schema in ``stallwatch.core.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
+environment is named by ``stallwatch.runtime.environment.LambdaEnvironment``, with the config built by
+`StallwatchConfig`.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ from typing import Any
 
 from localrun.lambda_runtime import function_arn
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
-from stallwatch.config import (
+from stallwatch.core.config import (
     CONFIG_ENV,
     TABLE_PARTITION_KEY,
     TABLE_SORT_KEY,
     TABLE_TTL_ATTRIBUTE,
     StallwatchConfig,
 )
-from stallwatch.contract import SERVICE
-from stallwatch.policy import Policy, Thresholds
-from stallwatch.watchdog import LambdaEnvironment
+from stallwatch.core.contract import SERVICE
+from stallwatch.core.policy import Policy, Thresholds
+from stallwatch.runtime.environment import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
 SECRET_NAME = "stallwatch/slack"
@@ -54,7 +55,7 @@ def demo_config() -> StallwatchConfig:
 
 def create_table(dynamodb: Any, table_name: str) -> None:
     """The incident/job-state table as the stack defines it: the key schema and TTL attribute from
-    ``stallwatch.config``, on demand."""
+    ``stallwatch.core.config``, on demand."""
     dynamodb.create_table(
         TableName=table_name,
         AttributeDefinitions=[

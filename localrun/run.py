@@ -39,9 +39,9 @@ from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.summary import RunResult, Savings
 from localrun.timeline import Kind, Timeline
 from localrun.view import RunView
-from stallwatch.alarms import job_alarm_prefix
-from stallwatch.signals import Platform
-from stallwatch.store import Store, job_key
+from stallwatch.aws.store import Store, job_key
+from stallwatch.core.alarms import job_alarm_prefix
+from stallwatch.core.signals import Platform
 
 POLL_S = 0.25
 COMPLETED, FAILED = "Completed", "Failed"
@@ -114,9 +114,9 @@ class LocalRun:
     def _lambda_runtime(self, aws: LocalAws) -> LambdaRuntime:
         # Imported here: the functions read their environment (set just before) when first invoked.
         from handlers import on_alarm, on_job_state, sweeper
-        from stallwatch import watchdog
+        from stallwatch.runtime import environment
 
-        watchdog.runtime.cache_clear()  # a cold start: this run's endpoint, table and secret
+        environment.runtime.cache_clear()  # a cold start: this run's endpoint, table and secret
         handlers = {ON_ALARM: on_alarm.handler, ON_JOB_STATE: on_job_state.handler, SWEEPER: sweeper.handler}
         return LambdaRuntime(aws.client("logs"), handlers)
 

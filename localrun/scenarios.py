@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from stallwatch.policy import MODE_TAG, STOP_OPT_IN_VALUE
-from stallwatch.pricing import instance_spec
+from stallwatch.core.policy import MODE_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.pricing import instance_spec
 
 DEMO_ALARM_PERIOD_S = 10  # high-resolution alarms; also the deployment's period, which the signals are read at
 # The job's policy overrides (tags), so a stall is decided in seconds instead of minutes.

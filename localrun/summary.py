@@ -2,7 +2,7 @@
 
 Savings assumption: without Stallwatch a stalled job holds its instances until its MaxRuntimeInSeconds
 (SageMaker's default, 24 h), so the stop saves the rest of that runtime. Prices are on-demand list prices
-from `stallwatch.pricing`.
+from `stallwatch.core.pricing`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
-from stallwatch.pricing import estimate_burn
+from stallwatch.core.pricing import estimate_burn
 
 
 @dataclass(frozen=True)

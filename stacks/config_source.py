@@ -16,7 +16,7 @@ from constructs import Node
 from pydantic import ValidationError
 
 from stacks.constants import CONFIG_CONTEXT_KEY, CONFIG_FILE_CONTEXT_KEY
-from stallwatch.config import StallwatchConfig
+from stallwatch.core.config import StallwatchConfig
 
 
 class ConfigError(ValueError):

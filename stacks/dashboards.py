@@ -1,7 +1,7 @@
 """Two CloudWatch dashboards: the fleet (every job, and the control plane's health), and one job chosen by a
 dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, GPU utilization and power.
 
-Metric names come from `stallwatch.contract`, the mirror of the agent's contract.
+Metric names come from `stallwatch.core.contract`, the mirror of the agent's contract.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.constants import DASHBOARD_PERIOD
-from stallwatch.contract import (
+from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
     DIM_HOST,
     DIM_JOB,

@@ -11,7 +11,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.constants import HEALTH_ALARM_PERIOD
-from stallwatch.contract import CONTROL_PLANE_NAMESPACE, SERVICE, SLACK_FAILURES, STOP_FAILURES
+from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, SERVICE, SLACK_FAILURES, STOP_FAILURES
 
 
 class ControlPlaneHealth(Construct):

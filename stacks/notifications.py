@@ -12,7 +12,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
-from stallwatch.config import SlackConfig
+from stallwatch.core.config import SlackConfig
 
 # Secrets Manager appends "-" and six characters to a secret's name; an ARN without them is partial.
 _COMPLETE_SECRET_ARN = re.compile(r"-[A-Za-z0-9]{6}$")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_iam as iam
 
-from stallwatch.config import StallwatchConfig
-from stallwatch.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
-from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 STOP_TRAINING_JOB = "sagemaker:StopTrainingJob"
 STOP_INSTANCES = "ec2:StopInstances"

@@ -1,7 +1,7 @@
 """The Slack interactivity endpoint: the function that answers the alert buttons, behind a Lambda Function URL.
 
 The URL's auth type is NONE because Slack cannot sign requests with SigV4. Every request is authenticated by its
-Slack signature instead (the signing secret, a 5-minute window, replays refused: ``stallwatch.interactions``),
+Slack signature instead (the signing secret, a 5-minute window, replays refused: ``stallwatch.runtime.interactions``),
 and only the allow-listed Slack users and groups may act. Paste ``url.url`` into the Slack app's
 Interactivity "Request URL".
 
@@ -31,7 +31,7 @@ from stacks.constants import (
     SLACK_INTERACTIONS_TIMEOUT,
 )
 from stacks.nag import arn_template
-from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 
 # The items the function may touch: a job's state and audit records, and its own request claims (store.py).
 TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]

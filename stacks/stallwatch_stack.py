@@ -15,9 +15,9 @@ from stacks.notifications import Notifications
 from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
-from stallwatch.config import StallwatchConfig
-from stallwatch.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
-from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 
 class StallwatchStack(Stack):

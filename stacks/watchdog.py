@@ -40,7 +40,7 @@ from stacks.constants import (
     SWEEPER_TIMEOUT,
 )
 from stacks.permissions import WatchdogPermissions
-from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 
 
 @dataclass(frozen=True)

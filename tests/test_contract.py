@@ -1,6 +1,6 @@
 """The agent's metric names are a contract with the control plane: both sides must agree."""
 
-from stallwatch import contract as control_plane
+from stallwatch.core import contract as control_plane
 from trainer_agent import contract as agent
 
 

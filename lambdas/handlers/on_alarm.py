@@ -9,13 +9,13 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stallwatch import watchdog
-from stallwatch.events import AlarmEvent, parse_event
-from stallwatch.observability import logger, metrics, tracer
+from stallwatch.aws.events import AlarmEvent, parse_event
+from stallwatch.aws.observability import logger, metrics, tracer
+from stallwatch.runtime import decide, environment
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return watchdog.handle_alarm(parse_event(event, AlarmEvent), watchdog.runtime())
+    return decide.handle_alarm(parse_event(event, AlarmEvent), environment.runtime())

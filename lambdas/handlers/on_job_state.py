@@ -6,13 +6,13 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stallwatch import watchdog
-from stallwatch.events import JobStateEvent, parse_event
-from stallwatch.observability import logger, metrics, tracer
+from stallwatch.aws.events import JobStateEvent, parse_event
+from stallwatch.aws.observability import logger, metrics, tracer
+from stallwatch.runtime import environment, provision
 
 
 @logger.inject_lambda_context
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return watchdog.on_job_state(parse_event(event, JobStateEvent), watchdog.runtime())
+    return provision.on_job_state(parse_event(event, JobStateEvent), environment.runtime())

@@ -15,8 +15,8 @@ from aws_lambda_powertools.utilities.parser.models import LambdaFunctionUrlModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from stallwatch import interactions
-from stallwatch.observability import logger, metrics, tracer
+from stallwatch.aws.observability import logger, metrics, tracer
+from stallwatch.runtime import interactions
 
 
 @logger.inject_lambda_context

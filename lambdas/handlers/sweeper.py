@@ -6,9 +6,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stallwatch import watchdog
-from stallwatch.events import ScheduledEvent, parse_event
-from stallwatch.observability import logger, metrics, tracer
+from stallwatch.aws.events import ScheduledEvent, parse_event
+from stallwatch.aws.observability import logger, metrics, tracer
+from stallwatch.runtime import environment, sweep
 
 
 @logger.inject_lambda_context
@@ -16,4 +16,4 @@ from stallwatch.observability import logger, metrics, tracer
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     parse_event(event, ScheduledEvent)
-    return watchdog.sweep(watchdog.runtime())
+    return sweep.sweep(environment.runtime())

@@ -32,12 +32,12 @@ from localrun.scenarios import COMPRESSED_TAGS, DEMO_ALARM_PERIOD_S, GPUS_PER_HO
 from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.training import TrainingProcess
 from localrun.view import slack_panel
-from stallwatch import contract
-from stallwatch.alarms import render_alarms
-from stallwatch.events import AlarmEvent, JobStateEvent, parse_event
-from stallwatch.policy import Policy
-from stallwatch.signals import JobFacts, Platform
-from stallwatch.watchdog import Runtime
+from stallwatch.aws.events import AlarmEvent, JobStateEvent, parse_event
+from stallwatch.core import contract
+from stallwatch.core.alarms import render_alarms
+from stallwatch.core.policy import Policy
+from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.runtime.environment import Runtime
 
 JOB = "demo-job"
 PREFIX = "stallwatch-"

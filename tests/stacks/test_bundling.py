@@ -27,7 +27,7 @@ def test_without_dependencies_the_bundle_is_the_runtime_packages_only(tmp_path: 
     # Then it handled the asset itself (no Docker), copying the packages without bytecode
     assert handled is True
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(LAMBDA_PACKAGES)
-    assert (tmp_path / "stallwatch" / "config.py").is_file()
+    assert (tmp_path / "stallwatch" / "core" / "config.py").is_file()
     assert not list(tmp_path.rglob("__pycache__"))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk.assertions import Template
 
 from stacks.permissions import STOP_INSTANCES, STOP_TRAINING_JOB
-from stallwatch.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 from .conftest import as_list, build_app, iam_statements
 

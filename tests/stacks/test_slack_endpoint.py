@@ -16,7 +16,7 @@ from stacks.constants import SLACK_INTERACTIONS_HANDLER
 from stacks.permissions import STOP_INSTANCES, STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB, WatchdogPermissions
 from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
-from stallwatch.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 
 from .conftest import as_list, iam_statements, logical_id
 

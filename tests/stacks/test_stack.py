@@ -9,8 +9,8 @@ from aws_cdk.assertions import Match, Template
 from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
-from stallwatch.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.contract import CONTROL_PLANE_NAMESPACE, JOB_METRICS, SERVICE, SLACK_FAILURES, STOP_FAILURES
+from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, JOB_METRICS, SERVICE, SLACK_FAILURES, STOP_FAILURES
 
 from .conftest import logical_id
 

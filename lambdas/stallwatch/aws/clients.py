@@ -1,0 +1,57 @@
+"""The boto3 clients every adapter shares: one session, lazily created clients, adaptive retries.
+
+clients = AwsClients()          # nothing touches the network until a client is used
+clients.cloudwatch.describe_alarms(...)
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 6}, connect_timeout=5, read_timeout=20)
+
+
+class AwsClients:
+    """Lazily created boto3 clients sharing one session and the adaptive retry config.
+
+    Nothing touches the network until a client is used; endpoints follow the environment
+    (``AWS_ENDPOINT_URL`` points them at a moto server for the local demo)."""
+
+    def __init__(self, region: str | None = None, config: Config = RETRY_CONFIG) -> None:
+        self.region = region
+        self.config = config
+
+    @cached_property
+    def session(self) -> boto3.Session:
+        return boto3.Session(region_name=self.region)
+
+    def _client(self, service: str) -> Any:
+        return self.session.client(service, config=self.config)
+
+    @cached_property
+    def cloudwatch(self) -> Any:
+        return self._client("cloudwatch")
+
+    @cached_property
+    def logs(self) -> Any:
+        return self._client("logs")
+
+    @cached_property
+    def sagemaker(self) -> Any:
+        return self._client("sagemaker")
+
+    @cached_property
+    def ec2(self) -> Any:
+        return self._client("ec2")
+
+    @cached_property
+    def dynamodb(self) -> Any:
+        return self._client("dynamodb")
+
+    @cached_property
+    def secretsmanager(self) -> Any:
+        return self._client("secretsmanager")

@@ -1,0 +1,154 @@
+"""The events the Lambdas receive, as pydantic models for the Powertools parser.
+
+- `JobStateEvent`: EventBridge "SageMaker Training Job State Change" or "EC2 Instance State-change Notification".
+- `AlarmEvent`: a CloudWatch alarm's direct Lambda action, or the EventBridge "CloudWatch Alarm State Change".
+- `ScheduledEvent`: the sweeper's EventBridge schedule.
+
+    event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
+    event.alarm.alarm_name, event.alarm.dedup_key
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.core import contract
+
+SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
+EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
+ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
+
+
+class InvalidEventError(ValueError):
+    """An event that does not match the shape the handler expects; nothing was changed."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class ResourceConfig(_Model):
+    instance_type: str = Field(alias="InstanceType", min_length=1)
+    instance_count: int = Field(alias="InstanceCount", ge=1)
+
+
+class TrainingJobDetail(_Model):
+    """The `detail` of a SageMaker training job state change (only the fields Stallwatch reads)."""
+
+    training_job_name: str = Field(alias="TrainingJobName", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    training_job_status: Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"] = Field(
+        alias="TrainingJobStatus"
+    )
+    secondary_status: str | None = Field(None, alias="SecondaryStatus")
+    resource_config: ResourceConfig = Field(alias="ResourceConfig")
+    tags: dict[str, str] = Field(default_factory=dict, alias="Tags")
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> Any:
+        # The event carries a map; the API's [{"Key", "Value"}] list is accepted too.
+        if isinstance(value, list):
+            return {item["Key"]: item["Value"] for item in value}
+        return value or {}
+
+
+class TrainingJobStateChange(EventBridgeModel):
+    source: Literal["aws.sagemaker"]
+    detail_type: Literal["SageMaker Training Job State Change"] = Field(alias="detail-type")
+    detail: TrainingJobDetail
+
+
+class InstanceStateDetail(_Model):
+    instance_id: str = Field(alias="instance-id", pattern=r"^i-[0-9a-f]{8,17}$")
+    state: Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
+
+
+class InstanceStateChange(EventBridgeModel):
+    source: Literal["aws.ec2"]
+    detail_type: Literal["EC2 Instance State-change Notification"] = Field(alias="detail-type")
+    detail: InstanceStateDetail
+
+
+JobStateEvent = Annotated[TrainingJobStateChange | InstanceStateChange, Field(discriminator="detail_type")]
+
+
+class AlarmState(_Model):
+    value: Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
+    reason: str = ""
+    timestamp: str = Field(min_length=1)
+
+
+class AlarmData(_Model):
+    alarm_name: str = Field(alias="alarmName", min_length=1)
+    state: AlarmState
+    previous_state: AlarmState | None = Field(None, alias="previousState")
+
+    @property
+    def dedup_key(self) -> str:
+        """One alarm transition, however often it is delivered."""
+        return f"{self.alarm_name}@{self.state.timestamp}"
+
+
+class AlarmActionEvent(_Model):
+    """The payload CloudWatch sends when the alarm's action is the Lambda function itself."""
+
+    source: Literal["aws.cloudwatch"]
+    alarm_arn: str = Field(alias="alarmArn", pattern=r"^arn:aws[a-z-]*:cloudwatch:")
+    time: datetime
+    region: str
+    alarm_data: AlarmData = Field(alias="alarmData")
+
+    @property
+    def alarm(self) -> AlarmData:
+        return self.alarm_data
+
+
+class AlarmStateChange(EventBridgeModel):
+    """The EventBridge "CloudWatch Alarm State Change" event."""
+
+    source: Literal["aws.cloudwatch"]
+    detail_type: Literal["CloudWatch Alarm State Change"] = Field(alias="detail-type")
+    detail: AlarmData
+
+    @property
+    def alarm(self) -> AlarmData:
+        return self.detail
+
+
+AlarmEvent = AlarmActionEvent | AlarmStateChange
+
+
+class ScheduledEvent(EventBridgeModel):
+    """The sweeper's schedule (EventBridge rule or Scheduler); its content is not used."""
+
+    detail: dict[str, Any] | str = Field(default_factory=dict)
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {
+    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent)
+}
+
+
+def parse_event(event: Any, model: Any) -> Any:
+    """Parse `event` as `model` with the Powertools parser; `InvalidEventError` names every bad field."""
+    try:
+        return parse(event=event, model=_ADAPTERS[model])
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in exc.errors()
+        )
+        error = InvalidEventError(f"malformed {_name(model)} event: {problems}")
+        logger.error("malformed event; nothing was changed", extra={"error": str(error), "event": event})
+        metrics.add_metric(name=contract.MALFORMED_EVENTS, unit=MetricUnit.Count, value=1)
+        raise error from exc
+
+
+def _name(model: Any) -> str:
+    return {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled"}.get(model, str(model))

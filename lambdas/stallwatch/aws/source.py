@@ -1,0 +1,313 @@
+"""Signals from AWS: SageMaker/EC2 facts, CloudWatch metrics (batched GetMetricData) and CloudWatch Logs.
+
+    clients = AwsClients()                                  # lazy boto3 clients, adaptive retries
+    source = AwsSignalSource(clients, Platform.SAGEMAKER)
+    signals = source.job_signals("my-job", now=time.time())
+    batch = source.many_job_signals(["a", "b"], now)        # one GetMetricData call per 500 series
+
+Platform metrics are normalized per device: SageMaker publishes GPU/CPU utilization summed over a host's
+devices; EC2 hosts use the CloudWatch agent's nvidia_smi_* metrics aggregated by InstanceId (see docs/lambdas.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from stallwatch.aws.clients import AwsClients
+from stallwatch.core import alarms, contract, log_patterns
+from stallwatch.core.policy import Policy
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.reading import (
+    AGENT_STATISTICS,
+    ERROR_LINES_PER_HOST,
+    LOG_LINES_PER_HOST,
+    LOOKBACK_SECONDS,
+    METRIC_PERIOD_SECONDS,
+    SAGEMAKER_STREAM,
+)
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
+
+MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
+LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
+LOG_TAIL_PAGES = 2
+
+# Platform metrics per host, keyed by what `_assemble` reads: SageMaker name, or EC2 (namespace, name).
+SAGEMAKER_HOST_METRICS = {
+    "gpu_util": "GPUUtilization",
+    "gpu_mem_util": "GPUMemoryUtilization",
+    "cpu_util": "CPUUtilization",
+}
+EC2_HOST_METRICS = {
+    "gpu_util": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION),
+    "gpu_mem_used": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED),
+    "gpu_mem_total": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL),
+    "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
+}
+EC2_STATUS = {"pending": "InProgress", "running": "InProgress", "stopping": "Stopping", "shutting-down": "Stopping"}
+
+
+class JobNotFoundError(LookupError):
+    """The platform does not know the job (or instance)."""
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    """One series to read: where it lives, how to aggregate it, and what to divide it by."""
+
+    namespace: str
+    name: str
+    dimensions: tuple[tuple[str, str], ...]
+    statistic: str = "Average"
+    divisor: float = 1.0
+
+    def query(self, query_id: str, period: int) -> dict[str, Any]:
+        metric = {
+            "Namespace": self.namespace,
+            "MetricName": self.name,
+            "Dimensions": [{"Name": k, "Value": v} for k, v in self.dimensions],
+        }
+        return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": period, "Stat": self.statistic}}
+
+
+def read_series(
+    cloudwatch: Any, refs: list[MetricRef], start: float, end: float, period: int = METRIC_PERIOD_SECONDS
+) -> dict[MetricRef, Series]:
+    """Datapoints of every ref, oldest first, in as few GetMetricData calls as the 500-query limit allows."""
+    out: dict[MetricRef, Series] = {}
+    unique = list(dict.fromkeys(refs))
+    for offset in range(0, len(unique), MAX_QUERIES_PER_CALL):
+        chunk = unique[offset : offset + MAX_QUERIES_PER_CALL]
+        points: dict[str, list[tuple[float, float]]] = {f"q{i}": [] for i in range(len(chunk))}
+        request = {
+            "MetricDataQueries": [ref.query(f"q{i}", period) for i, ref in enumerate(chunk)],
+            "StartTime": datetime.fromtimestamp(start, UTC),
+            "EndTime": datetime.fromtimestamp(end, UTC),
+            "ScanBy": "TimestampAscending",
+        }
+        while True:
+            response = cloudwatch.get_metric_data(**request)
+            for result in response["MetricDataResults"]:
+                points[result["Id"]].extend(
+                    (ts.timestamp(), value) for ts, value in zip(result["Timestamps"], result["Values"], strict=True)
+                )
+            if not response.get("NextToken"):
+                break
+            request["NextToken"] = response["NextToken"]
+        for i, ref in enumerate(chunk):
+            series = sorted(points[f"q{i}"])
+            out[ref] = Series(tuple((t, v / ref.divisor) for t, v in series))
+    return out
+
+
+@dataclass(frozen=True)
+class _JobRefs:
+    """The metric refs of one job, keyed by what the signals need."""
+
+    job: dict[str, MetricRef] = field(default_factory=dict)  # JOB_METRICS name -> ref
+    platform: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, HostSignals field) -> ref
+    agent: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, HOST_METRICS name) -> ref
+
+    def all(self) -> Iterator[MetricRef]:
+        yield from self.job.values()
+        yield from self.platform.values()
+        yield from self.agent.values()
+
+
+class AwsSignalSource:
+    """`SignalSource` over SageMaker or EC2, CloudWatch metrics and CloudWatch Logs."""
+
+    def __init__(
+        self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER, policy: Policy | None = None
+    ) -> None:
+        self.clients = clients
+        self.platform = platform
+        self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
+
+    def job_signals(self, job_name: str, now: float) -> JobSignals:
+        return self.many_job_signals([job_name], now)[job_name]
+
+    def many_job_signals(self, job_names: Iterable[str], now: float) -> dict[str, JobSignals]:
+        """Signals of several jobs; their metrics are read together, 500 series per GetMetricData call."""
+        facts = {name: self.facts(name) for name in job_names}
+        refs = {name: self._refs(f) for name, f in facts.items()}
+        start = now - LOOKBACK_SECONDS
+        by_period: dict[int, list[MetricRef]] = defaultdict(list)
+        for name, job_facts in facts.items():
+            by_period[self.policy.for_job(job_facts.tags).thresholds.alarm_period_seconds].extend(refs[name].all())
+        series: dict[MetricRef, Series] = {}
+        for period, wanted in by_period.items():
+            series |= read_series(self.clients.cloudwatch, wanted, start, now, period)
+        return {name: self._assemble(facts[name], refs[name], series, now) for name in facts}
+
+    def facts(self, job_name: str) -> JobFacts:
+        """What the platform says about the job; `JobNotFoundError` if it does not exist."""
+        if self.platform is Platform.SAGEMAKER:
+            return self._sagemaker_facts(job_name)
+        return self._ec2_facts(job_name)
+
+    def _sagemaker_facts(self, job_name: str) -> JobFacts:
+        sagemaker = self.clients.sagemaker
+        try:
+            job = sagemaker.describe_training_job(TrainingJobName=job_name)
+        except sagemaker.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"] in ("ValidationException", "ResourceNotFound"):
+                raise JobNotFoundError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
+            raise
+        tags = sagemaker.list_tags(ResourceArn=job["TrainingJobArn"]).get("Tags", [])
+        resources = job["ResourceConfig"]
+        spec = instance_spec(resources["InstanceType"])
+        history = tuple((t["StartTime"].timestamp(), t["Status"]) for t in job.get("SecondaryStatusTransitions", []))
+        start = job.get("TrainingStartTime") or job["CreationTime"]
+        return JobFacts(
+            name=job_name,
+            platform=Platform.SAGEMAKER,
+            status=job["TrainingJobStatus"],
+            secondary_status=job.get("SecondaryStatus"),
+            start_time=start.timestamp(),
+            instance_type=resources["InstanceType"],
+            instance_count=resources["InstanceCount"],
+            gpus_per_host=spec.devices,
+            vcpus_per_host=spec.vcpus,
+            tags={t["Key"]: t["Value"] for t in tags},
+            status_history=history,
+        )
+
+    def _ec2_facts(self, instance_id: str) -> JobFacts:
+        ec2 = self.clients.ec2
+        try:
+            reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+        except ec2.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"].startswith("InvalidInstanceID"):
+                raise JobNotFoundError(f"EC2 instance {instance_id!r}: {exc.response['Error']['Message']}") from exc
+            raise
+        instances = [i for r in reservations for i in r["Instances"]]
+        if not instances:
+            raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
+        instance = instances[0]
+        spec = instance_spec(instance["InstanceType"])
+        return JobFacts(
+            name=instance_id,
+            platform=Platform.EC2,
+            status=EC2_STATUS.get(instance["State"]["Name"], "Stopped"),
+            secondary_status=None,
+            start_time=instance["LaunchTime"].timestamp(),
+            instance_type=instance["InstanceType"],
+            instance_count=1,
+            gpus_per_host=spec.devices,
+            vcpus_per_host=spec.vcpus,
+            tags={t["Key"]: t["Value"] for t in instance.get("Tags", [])},
+            instance_ids=(instance_id,),
+        )
+
+    def _refs(self, facts: JobFacts) -> _JobRefs:
+        job_dim = ((contract.DIM_JOB, facts.name),)
+        refs = _JobRefs(
+            job={
+                name: MetricRef(contract.NAMESPACE, name, job_dim, AGENT_STATISTICS.get(name, "Average"))
+                for name in contract.JOB_METRICS
+            }
+        )
+        for host in alarms.host_names(facts):
+            host_dims = (*job_dim, (contract.DIM_HOST, host))
+            for name in contract.HOST_METRICS:
+                statistic = AGENT_STATISTICS.get(name, "Average")
+                refs.agent[host, name] = MetricRef(contract.NAMESPACE, name, host_dims, statistic)
+            refs.platform.update(self._platform_refs(facts, host))
+        return refs
+
+    def _platform_refs(self, facts: JobFacts, host: str) -> dict[tuple[str, str], MetricRef]:
+        if facts.platform is Platform.SAGEMAKER:
+            dims = (("Host", f"{facts.name}/{host}"),)
+            divisors = {"gpu_util": facts.gpus_per_host, "gpu_mem_util": facts.gpus_per_host}
+            return {
+                (host, fld): MetricRef(
+                    contract.SAGEMAKER_NAMESPACE, name, dims, divisor=divisors.get(fld, facts.vcpus_per_host)
+                )
+                for fld, name in SAGEMAKER_HOST_METRICS.items()
+            }
+        dims = ((alarms.CWAGENT_DIM_INSTANCE, host),)
+        return {(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in EC2_HOST_METRICS.items()}
+
+    def _assemble(self, facts: JobFacts, refs: _JobRefs, series: dict[MetricRef, Series], now: float) -> JobSignals:
+        logs = self.host_logs(facts, now) if facts.platform is Platform.SAGEMAKER else {}
+        hosts: dict[str, HostSignals] = {}
+        for host in alarms.host_names(facts):
+            log = logs.get(host, _HostLog())
+            platform = {fld: series[ref] for (ref_host, fld), ref in refs.platform.items() if ref_host == host}
+            if "gpu_mem_used" in platform:
+                platform["gpu_mem_util"] = _percent(platform.pop("gpu_mem_used"), platform.pop("gpu_mem_total"))
+            hosts[host] = HostSignals(
+                host=host,
+                gpu_util=platform["gpu_util"],
+                gpu_mem_util=platform["gpu_mem_util"],
+                cpu_util=platform["cpu_util"],
+                agent={name: series[refs.agent[host, name]] for name in contract.HOST_METRICS},
+                log_last_t=log.last_t,
+                log_tail=tuple(log.lines[-LOG_LINES_PER_HOST:]),
+                error_lines=tuple([line for line in log.lines if line.pattern][-ERROR_LINES_PER_HOST:]),
+            )
+        agent = {name: series[ref] for name, ref in refs.job.items()}
+        return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)
+
+    def log_freshness(self, job_name: str) -> dict[str, float]:
+        """Each SageMaker host's newest log event time (epoch seconds), from its log streams."""
+        newest: dict[str, float] = {}
+        paginator = self.clients.logs.get_paginator("describe_log_streams")
+        pages = paginator.paginate(logGroupName=contract.SAGEMAKER_LOG_GROUP, logStreamNamePrefix=f"{job_name}/")
+        try:
+            streams = [s for page in pages for s in page["logStreams"]]
+        except self.clients.logs.exceptions.ResourceNotFoundException:
+            return {}
+        for stream in streams:
+            match = SAGEMAKER_STREAM.match(stream["logStreamName"])
+            last_ms = stream.get("lastEventTimestamp") or stream.get("lastIngestionTime")
+            if match and match["job"] == job_name and last_ms:
+                newest[match["host"]] = max(newest.get(match["host"], 0.0), last_ms / 1000)
+        return newest
+
+    def host_logs(self, facts: JobFacts, now: float) -> dict[str, _HostLog]:
+        """Per host: the newest event time and the log lines around the quietest host's last event."""
+        freshness = self.log_freshness(facts.name)
+        if not freshness:
+            return {}
+        start_ms = int((min(freshness.values()) - LOG_TAIL_SECONDS) * 1000)
+        request = {
+            "logGroupName": contract.SAGEMAKER_LOG_GROUP,
+            "logStreamNamePrefix": f"{facts.name}/",
+            "startTime": max(start_ms, 0),
+            "endTime": int(now * 1000),
+        }
+        logs = {host: _HostLog(last_t=t) for host, t in freshness.items()}
+        for _ in range(LOG_TAIL_PAGES):
+            response = self.clients.logs.filter_log_events(**request)
+            for event in response.get("events", []):
+                match = SAGEMAKER_STREAM.match(event["logStreamName"])
+                if not match or match["host"] not in logs:
+                    continue
+                t = event["timestamp"] / 1000
+                message = event["message"].rstrip("\n")
+                log = logs[match["host"]]
+                log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
+                log.last_t = max(log.last_t or t, t)
+            if not response.get("nextToken"):
+                break
+            request["nextToken"] = response["nextToken"]
+        for log in logs.values():
+            log.lines.sort(key=lambda line: line.t)
+        return logs
+
+
+def _percent(part: Series, whole: Series) -> Series:
+    """100 x part / whole at the timestamps both have."""
+    totals = dict(whole.points)
+    return Series(tuple((t, 100 * v / totals[t]) for t, v in part.points if totals.get(t)))
+
+
+@dataclass
+class _HostLog:
+    last_t: float | None = None
+    lines: list[LogLine] = field(default_factory=list)

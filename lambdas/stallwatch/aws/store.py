@@ -1,0 +1,371 @@
+"""DynamoDB memory of the control plane: job state, incidents, the audit trail and event idempotency.
+
+One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
+
+    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident
+    pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
+    pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
+    pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
+    pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
+
+A decision is committed in one transaction (state at the version it was read + audit record + event claim),
+so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from stallwatch.aws.observability import logger
+from stallwatch.core.decision import JobState
+
+STATE_SK = "state"
+EVENT_SK = "event"
+# One partition for every undelivered Slack message: the sweeper reads it with one Query, and finds the posts of jobs
+# that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
+PENDING_POST_PK = "pending-post"
+SECONDS_PER_DAY = 86_400
+BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
+CHANGE_ATTEMPTS = 3  # a concurrent decision on the same job may win a commit; read again and retry
+
+
+class ConcurrentDecisionError(RuntimeError):
+    """The job's state changed since it was read, or the event was already handled: nothing was written."""
+
+
+class AlreadyHandledError(ConcurrentDecisionError):
+    """The event (a Slack request, a CLI call) was claimed before: a replay, nothing was written."""
+
+
+@dataclass(frozen=True)
+class PendingPost:
+    """A Slack message that was not delivered, as read from its `pending-post` item."""
+
+    sk: str
+    job_key: str
+    audit_sk: str  # the decision whose outcome the attempts are added to
+    message: dict[str, Any]  # the rendered message, posted again as it was
+    outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
+    attempts: int  # posts tried so far, the first one included
+
+
+def job_key(platform: str, job: str) -> str:
+    return f"job#{platform}#{job}"
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """A job's state as read, with what the store needs to write it back safely."""
+
+    state: JobState = field(default_factory=JobState)
+    version: int = 0
+    incident: str | None = None  # sort key of the open incident
+    updated_at: float | None = None  # when the last decision was committed
+
+
+def _state_to_json(state: JobState) -> str:
+    return json.dumps(asdict(state))
+
+
+def _state_from_json(raw: str) -> JobState:
+    data = json.loads(raw)
+    data["alerted"] = tuple(data.get("alerted", ()))
+    return JobState(**data)
+
+
+class Store:
+    """The table, through the low-level DynamoDB client (no float/Decimal conversions: state is JSON)."""
+
+    def __init__(self, dynamodb: Any, table: str, ttl_days: int) -> None:
+        self.dynamodb = dynamodb
+        self.table = table
+        self.ttl_seconds = ttl_days * SECONDS_PER_DAY
+
+    def _expires(self, now: float) -> dict[str, str]:
+        return {"N": str(int(now + self.ttl_seconds))}
+
+    def load(self, key: str) -> StoredState:
+        item = self.dynamodb.get_item(
+            TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": STATE_SK}}, ConsistentRead=True
+        ).get("Item")
+        return _stored(item) if item else StoredState()
+
+    def load_many(self, keys: list[str]) -> dict[str, StoredState]:
+        """States of many jobs, 100 keys per BatchGetItem call; jobs never seen get an empty state."""
+        found: dict[str, StoredState] = {key: StoredState() for key in keys}
+        for offset in range(0, len(keys), BATCH_GET_LIMIT):
+            request = {
+                self.table: {
+                    "Keys": [{"pk": {"S": k}, "sk": {"S": STATE_SK}} for k in keys[offset : offset + BATCH_GET_LIMIT]],
+                    "ConsistentRead": True,
+                }
+            }
+            while request:
+                response = self.dynamodb.batch_get_item(RequestItems=request)
+                for item in response["Responses"].get(self.table, []):
+                    found[item["pk"]["S"]] = _stored(item)
+                request = response.get("UnprocessedKeys") or {}
+        return found
+
+    def commit(
+        self,
+        key: str,
+        read: StoredState,
+        written: StoredState,
+        audit: dict[str, Any],
+        now: float,
+        event_key: str | None = None,
+        close_incident: str | None = None,
+    ) -> str:
+        """Write the new state (if still at the version read), its audit record, the event claim, and the opened
+        or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost."""
+        audit_sk = f"audit#{now:017.3f}#{event_key or 'sweep'}"
+        expires = self._expires(now)
+        state_item = {
+            "pk": {"S": key},
+            "sk": {"S": STATE_SK},
+            "state": {"S": _state_to_json(written.state)},
+            "version": {"N": str(read.version + 1)},
+            "updated_at": {"N": f"{now:.3f}"},
+            "expires_at": expires,
+        }
+        if written.incident:
+            state_item["incident"] = {"S": written.incident}
+        condition = "attribute_not_exists(pk)" if read.version == 0 else "version = :v"
+        put_state: dict[str, Any] = {"TableName": self.table, "Item": state_item, "ConditionExpression": condition}
+        if read.version:
+            put_state["ExpressionAttributeValues"] = {":v": {"N": str(read.version)}}
+        items: list[dict[str, Any]] = [
+            {"Put": put_state},
+            {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+        ]
+        if event_key:
+            event_item = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}, "expires_at": expires}
+            condition = "attribute_not_exists(pk)"
+            items.append({"Put": {"TableName": self.table, "Item": event_item, "ConditionExpression": condition}})
+        if written.incident and written.incident != read.incident:
+            incident = _incident_item(key, written.incident, audit, now, expires)
+            items.append({"Put": {"TableName": self.table, "Item": incident}})
+        if close_incident:
+            items.append({"Update": self._close(key, close_incident, audit.get("diagnosis", "healthy"), now)})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=items)
+        except self.dynamodb.exceptions.TransactionCanceledException as exc:
+            reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
+            raise ConcurrentDecisionError(f"decision on {key} not committed: {reasons}") from exc
+        return audit_sk
+
+    def change_state(
+        self, key: str, change: Callable[[JobState], JobState], audit: dict[str, Any], now: float, event_key: str
+    ) -> tuple[JobState, str]:
+        """Write `change(state)`, its audit record and the claim on `event_key` in one transaction; returns the new
+        state and the audit record's sort key. A concurrent decision makes it read again; a second use of
+        `event_key` raises `AlreadyHandledError`. (The Slack buttons and `stallwatch snooze` change a job's state
+        this way.)"""
+        for _ in range(CHANGE_ATTEMPTS):
+            read = self.load(key)
+            written = StoredState(change(read.state), read.version, read.incident)
+            try:
+                return written.state, self.commit(key, read, written, audit, now, event_key=event_key)
+            except ConcurrentDecisionError:
+                claim = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}}
+                if "Item" in self.dynamodb.get_item(TableName=self.table, Key=claim, ConsistentRead=True):
+                    raise AlreadyHandledError(f"request {event_key} was already handled") from None
+        raise ConcurrentDecisionError(f"{key}: the state kept changing; gave up after {CHANGE_ATTEMPTS} attempts")
+
+    def record_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> None:
+        """Add what acting did (stop result, Slack result) to the decision's audit record."""
+        self.dynamodb.update_item(**self._set_outcome(key, audit_sk, outcome))
+
+    def _set_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": audit_sk}},
+            "UpdateExpression": "SET outcome = :o",
+            "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
+        }
+
+    def record_unsent_post(
+        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    ) -> None:
+        """`record_outcome` for a decision whose Slack post failed: the message is kept for the sweeper to post
+        again, in the same transaction (one call, as for a delivered post)."""
+        pending = {
+            "pk": {"S": PENDING_POST_PK},
+            "sk": {"S": f"{audit_sk}#{key}"},
+            "job_key": {"S": key},
+            "audit_sk": {"S": audit_sk},
+            "message": {"S": json.dumps(message)},
+            "outcome": {"S": json.dumps(outcome, default=str)},
+            "attempts": {"N": "1"},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.transact_write_items(
+            TransactItems=[
+                {"Update": self._set_outcome(key, audit_sk, outcome)},
+                {"Put": {"TableName": self.table, "Item": pending}},
+            ]
+        )
+
+    def pending_posts(self, limit: int) -> list[PendingPost]:
+        """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
+        items = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": PENDING_POST_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        return [
+            PendingPost(
+                sk=item["sk"]["S"],
+                job_key=item["job_key"]["S"],
+                audit_sk=item["audit_sk"]["S"],
+                message=json.loads(item["message"]["S"]),
+                outcome=json.loads(item["outcome"]["S"]),
+                attempts=int(item["attempts"]["N"]),
+            )
+            for item in items
+        ]
+
+    def claim_post(self, post: PendingPost, now: float, hold_seconds: float) -> bool:
+        """Take the next attempt at a pending post: only if no one took an attempt since it was read and no claim
+        is held, so two sweeper runs never post one message twice. False if another run has it."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": PENDING_POST_PK}, "sk": {"S": post.sk}},
+                UpdateExpression="SET attempts = :next, claimed_until = :until",
+                ConditionExpression=(
+                    "attempts = :seen AND (attribute_not_exists(claimed_until) OR claimed_until < :now)"
+                ),
+                ExpressionAttributeValues={
+                    ":seen": {"N": str(post.attempts)},
+                    ":next": {"N": str(post.attempts + 1)},
+                    ":until": {"N": f"{now + hold_seconds:.3f}"},
+                    ":now": {"N": f"{now:.3f}"},
+                },
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def finish_post(self, post: PendingPost, outcome: dict[str, Any], keep: bool) -> None:
+        """After an attempt: the audit outcome updated and, in the same transaction, the pending post released for
+        the next attempt (`keep`) or removed (delivered, or given up)."""
+        pending_key = {"pk": {"S": PENDING_POST_PK}, "sk": {"S": post.sk}}
+        if keep:
+            pending: dict[str, Any] = {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": pending_key,
+                    "UpdateExpression": "SET outcome = :o REMOVE claimed_until",
+                    "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
+                }
+            }
+        else:
+            pending = {"Delete": {"TableName": self.table, "Key": pending_key}}
+        self.dynamodb.transact_write_items(
+            TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
+        )
+
+    def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
+        """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and
+        `version` the version it was written at (when the caller knows it).
+
+        Only if the job's state item still holds exactly that: a decision or an operator action committed since
+        (a snooze, say) is newer and wins, and a job whose state was cleared (`close_job`) is not brought back.
+        True if the stop was released."""
+        condition = "attribute_exists(pk) AND #s = :written"
+        values = {
+            ":written": {"S": _state_to_json(state)},
+            ":s": {"S": _state_to_json(state.with_(stopped_at=None))},
+            ":one": {"N": "1"},
+        }
+        if version is not None:
+            condition += " AND version = :v"
+            values[":v"] = {"N": str(version)}
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+                UpdateExpression="SET #s = :s ADD version :one",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#s": "state"},
+                ExpressionAttributeValues=values,
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            logger.info("stop not released: the job's state changed or was cleared since", extra={"job": key})
+            return False
+        return True
+
+    def close_job(self, key: str, reason: str, now: float) -> bool:
+        """The job ended: close its open incident and clear its state. True if an incident was closed."""
+        item = self.dynamodb.get_item(TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": STATE_SK}}).get("Item")
+        if not item:
+            return False
+        stored = _stored(item)
+        items: list[dict[str, Any]] = [
+            {"Delete": {"TableName": self.table, "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}}}}
+        ]
+        if stored.incident:
+            items.append({"Update": self._close(key, stored.incident, reason, now)})
+        self.dynamodb.transact_write_items(TransactItems=items)
+        return stored.incident is not None
+
+    def _close(self, key: str, incident: str, reason: str, now: float) -> dict[str, Any]:
+        return {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": incident}},
+            "UpdateExpression": "SET #st = :closed, closed_at = :t, close_reason = :r",
+            "ExpressionAttributeNames": {"#st": "status"},
+            "ExpressionAttributeValues": {":closed": {"S": "closed"}, ":t": {"N": f"{now:.3f}"}, ":r": {"S": reason}},
+        }
+
+    def records(self, key: str, kind: str) -> list[dict[str, Any]]:
+        """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""
+        pages = self.dynamodb.get_paginator("query").paginate(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :kind)",
+            ExpressionAttributeValues={":pk": {"S": key}, ":kind": {"S": f"{kind}#"}},
+        )
+        return [_plain(item) for page in pages for item in page["Items"]]
+
+
+def _stored(item: dict[str, Any]) -> StoredState:
+    return StoredState(
+        state=_state_from_json(item["state"]["S"]),
+        version=int(item["version"]["N"]),
+        incident=item.get("incident", {}).get("S"),
+        updated_at=float(item["updated_at"]["N"]) if "updated_at" in item else None,
+    )
+
+
+def _audit_item(key: str, sk: str, audit: dict[str, Any], expires: dict[str, str]) -> dict[str, Any]:
+    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": json.dumps(audit, default=str)}, "expires_at": expires}
+
+
+def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires: dict[str, str]) -> dict[str, Any]:
+    return {
+        "expires_at": expires,
+        "pk": {"S": key},
+        "sk": {"S": sk},
+        "status": {"S": "open"},
+        "opened_at": {"N": f"{now:.3f}"},
+        "diagnosis": {"S": str(audit.get("diagnosis", ""))},
+        "reasons": {"S": json.dumps(audit.get("reasons", []))},
+    }
+
+
+def _plain(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as a dict; JSON string attributes (`record`, `outcome`, `state`) decoded."""
+    out: dict[str, Any] = {}
+    for name, value in item.items():
+        ((kind, raw),) = value.items()
+        out[name] = float(raw) if kind == "N" else raw
+        if name in ("record", "outcome", "state", "reasons"):
+            out[name] = json.loads(raw)
+    return out

@@ -1,0 +1,82 @@
+"""The deployment's configuration: one validated model for the stacks and the Lambdas.
+
+The stacks build it from cdk.json context (key ``stallwatch``) and/or a JSON file, so a
+bad value fails synth with the field named; the Lambdas read it from their environment (``STALLWATCH_CONFIG``).
+
+    config = StallwatchConfig.model_validate({"policy": {"mode": "enforce"}})
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from stallwatch.core.policy import Policy
+
+CONFIG_ENV = "STALLWATCH_CONFIG"
+# The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
+TABLE_PARTITION_KEY = "pk"
+TABLE_SORT_KEY = "sk"
+TABLE_TTL_ATTRIBUTE = "expires_at"
+ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
+
+
+class SlackMode(StrEnum):
+    """How alerts reach Slack: an incoming webhook, or a bot token and a channel."""
+
+    WEBHOOK = "webhook"
+    BOT = "bot"
+
+
+class SlackConfig(BaseModel):
+    """Where the Slack credentials live. The secret holds JSON:
+    ``{"webhook_url": ...}`` or ``{"bot_token": ..., "channel": ..., "signing_secret": ...}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secret_arn: str | None = Field(None, description="Import an existing secret; None creates an empty one.")
+    mode: SlackMode = SlackMode.WEBHOOK
+    allowed_user_ids: list[str] = Field(default_factory=list, description="Slack users who may press the buttons.")
+    allowed_group_ids: list[str] = Field(default_factory=list, description="Slack user groups who may press them.")
+
+    @field_validator("secret_arn")
+    @classmethod
+    def _arn(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:.+$", value):
+            raise ValueError(f"not a Secrets Manager secret ARN: {value!r}")
+        return value
+
+
+class StallwatchConfig(BaseModel):
+    """Everything a deployment is configured with."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: Policy = Field(default_factory=Policy)
+    slack: SlackConfig = Field(default_factory=SlackConfig)
+    alarm_prefix: str = Field(
+        "stallwatch-", description="Every per-job alarm name starts with this; IAM is scoped to it."
+    )
+    sweeper_minutes: int = Field(5, ge=1, le=60, description="How often the sweeper runs.")
+    incident_ttl_days: int = Field(90, ge=1, le=3650, description="How long incident records are kept.")
+    regions: list[str] = Field(default_factory=list, description="Regions to deploy to; empty: environment-agnostic.")
+    notification_emails: list[str] = Field(default_factory=list, description="Also notified of control-plane health.")
+
+    @field_validator("alarm_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not re.match(ALARM_PREFIX_PATTERN, value):
+            raise ValueError(
+                f"must match {ALARM_PREFIX_PATTERN} (letters, digits, _ or -, ending in '-'), got {value!r}"
+            )
+        return value
+
+    @field_validator("regions")
+    @classmethod
+    def _regions(cls, value: list[str]) -> list[str]:
+        for region in value:
+            if not re.match(r"^[a-z]{2}(-gov)?-[a-z]+-\d$", region):
+                raise ValueError(f"not an AWS region: {region!r}")
+        return value

@@ -1,0 +1,75 @@
+"""What the decision engine returns, and the control plane's memory of a job between decisions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from stallwatch.core.policy import Mode
+
+
+class Diagnosis(StrEnum):
+    """What the engine thinks is happening."""
+
+    HEALTHY = "healthy"
+    STARTING = "starting"  # Starting / Downloading / no step yet, within grace
+    PHASE = "phase"  # a declared checkpoint/eval within its budget
+    SLOW = "slow"  # slow but progressing
+    DATA_STARVATION = "data_starvation"  # alert, never stop
+    NONFINITE_LOSS = "nonfinite_loss"  # alert; stop only if the policy says so
+    PHASE_OVERRUN = "phase_overrun"  # a declared phase past its budget
+    HANG = "hang"  # no progress while GPUs stay busy (NCCL hang)
+    CRASHED_RANK = "crashed_rank"  # a fatal error on one host while others spin
+    IDLE = "idle"  # all GPUs idle and logs silent
+    FINISHED = "finished"  # the job is no longer running
+
+
+# Diagnoses that are stalls: the job burns GPUs without progress.
+STALLS = frozenset({Diagnosis.PHASE_OVERRUN, Diagnosis.HANG, Diagnosis.CRASHED_RANK, Diagnosis.IDLE})
+
+
+class Action(StrEnum):
+    """What the control plane does about it."""
+
+    NONE = "none"
+    AUDIT = "audit"  # observe mode: record what would have been done
+    ALERT = "alert"  # Slack, no stop planned
+    WARN = "warn"  # Slack: this job will be stopped after the grace period
+    STOP = "stop"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The engine's answer: what is happening, what to do, why, and the evidence."""
+
+    job: str
+    at: float
+    diagnosis: Diagnosis
+    action: Action
+    mode: Mode
+    reasons: tuple[str, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+    # In observe/notify mode: what enforce would have done (backtests read this).
+    would: Action = Action.NONE
+    # Whether enforce stops for this diagnosis (stalls; non-finite loss when the policy says so).
+    stoppable: bool = False
+
+    @property
+    def stalled(self) -> bool:
+        return self.diagnosis in STALLS
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The control plane's memory of a job between decisions (DynamoDB in AWS, memory in replay)."""
+
+    stall_since: float | None = None  # first decision that saw the current stall
+    warned_at: float | None = None  # when the stop warning went out
+    alerted: tuple[str, ...] = ()  # diagnoses already alerted for the current incident
+    snoozed_until: float | None = None
+    threshold_factor: float = 1.0  # "Not stalled" doubles it for the rest of the run
+    stopped_at: float | None = None
+
+    def with_(self, **changes: Any) -> JobState:
+        return replace(self, **changes)

@@ -1,0 +1,253 @@
+"""What the decision engine measures in a job's signals: the last step and the step interval, log silence and
+cadence, trailing runs of GPU utilization, fatal error lines and per-host evidence. Pure: no I/O, no clock.
+
+    limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
+    logs = measures.log_silence(signals, measures.training_since(signals), policy.thresholds, limits, now)
+    silent = logs.silence_s >= logs.threshold_s
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stallwatch.core import log_patterns
+from stallwatch.core.policy import Thresholds
+from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
+
+TRAINING_STATUS = "Training"
+STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
+RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alarm's, or the agent's window if longer)
+INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
+LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
+ERROR_TAIL_S = 120.0  # without the agent, a fatal line within this of a host's last line is its last word
+EVIDENCE_ERROR_LINES = 3  # error lines kept per host
+EVIDENCE_MESSAGE_CHARS = 300
+PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The policy's time thresholds in seconds, `threshold_factor` applied."""
+
+    stall_floor_s: float
+    idle_s: float
+    log_floor_s: float
+    startup_s: float
+    overrun_s: float
+    crash_s: float
+    recent_s: float
+    stale_s: float
+    grace_s: float
+    factor: float
+
+    @classmethod
+    def of(cls, thresholds: Thresholds, factor: float, agent_window_s: float | None) -> Limits:
+        period = max(float(thresholds.alarm_period_seconds), agent_window_s or 0.0)
+        return cls(
+            stall_floor_s=thresholds.stall_minutes * 60 * factor,
+            idle_s=thresholds.idle_minutes * 60 * factor,
+            log_floor_s=thresholds.log_silence_minutes * 60 * factor,
+            startup_s=thresholds.startup_grace_minutes * 60 * factor,
+            overrun_s=thresholds.phase_overrun_minutes * 60 * factor,
+            crash_s=thresholds.crash_confirm_minutes * 60 * factor,
+            recent_s=RECENT_PERIODS * period,
+            stale_s=STALE_PERIODS * period,
+            grace_s=thresholds.stop_grace_minutes * 60,
+            factor=factor,
+        )
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the agent says about steps."""
+
+    last_step_t: float | None  # None: no step seen yet
+    step: float | None  # the latest global step
+    interval_s: float | None  # recent seconds per step
+    stall_s: float  # the adaptive stall threshold
+    newest_t: float  # the newest agent datapoint
+    fresh: bool
+
+
+@dataclass(frozen=True)
+class Logs:
+    """Log silence over all hosts, and the adaptive threshold it is held to."""
+
+    last_t: float | None
+    silence_s: float
+    interval_s: float | None
+    threshold_s: float
+
+
+def training_since(signals: JobSignals) -> float:
+    """When training began: the latest transition to Training, else the job's start."""
+    starts = [t for t, status in signals.facts.status_history if status == TRAINING_STATUS]
+    return max(starts) if starts else signals.facts.start_time
+
+
+def agent_window(agent: dict[str, Series]) -> float | None:
+    """The agent's emission window: the median spacing of its progress datapoints."""
+    times = max((agent[name].points for name in PROGRESS_METRICS if name in agent), key=len, default=())
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(times)][-INTERVAL_SAMPLES:]
+    return statistics.median(gaps) if gaps else None
+
+
+def progress(agent: dict[str, Series], thresholds: Thresholds, limits: Limits, now: float) -> Progress:
+    """The last step, the recent step interval and the adaptive stall threshold it sets; whether the agent is fresh."""
+    samples = [v for _, v in interval_samples(agent)][-INTERVAL_SAMPLES:]
+    # The latest sample too: after steps slow down, the new pace counts at once (it only ever raises the threshold).
+    interval = max(statistics.median(samples), samples[-1]) if samples else None
+    stall = max(limits.stall_floor_s, thresholds.step_interval_factor * (interval or 0.0) * limits.factor)
+    newest = max(agent[name].points[-1][0] for name in PROGRESS_METRICS if len(agent.get(name, Series())))
+    return Progress(
+        last_step_t=_last_step_time(agent),
+        step=agent.get("Step", Series()).latest(),
+        interval_s=interval,
+        stall_s=stall,
+        newest_t=newest,
+        fresh=now - newest <= limits.stale_s,
+    )
+
+
+def _step_completions(agent: dict[str, Series]) -> list[tuple[float, float]]:
+    """(t, steps completed since the previous completion): where the Step counter rose, else windows with Steps > 0."""
+    counter = agent.get("Step", Series()).points
+    if counter:
+        rises, previous = [], counter[0][1]
+        for t, value in counter[1:]:
+            if value > previous:
+                rises.append((t, value - previous))
+            previous = value
+        return rises
+    return [(t, v) for t, v in agent.get("Steps", Series()).points if v > 0]
+
+
+def interval_samples(agent: dict[str, Series]) -> list[tuple[float, float]]:
+    """(t, seconds per step), oldest first: StepTime where the agent reports it, else from step completions."""
+    step_time = [(t, v) for t, v in agent.get("StepTime", Series()).points if v > 0]
+    if step_time:
+        return step_time
+    completions = _step_completions(agent)
+    return [(t, (t - t0) / n) for (t0, _), (t, n) in itertools.pairwise(completions)]
+
+
+def _last_step_time(agent: dict[str, Series]) -> float | None:
+    """When the last step completed; None if no step is known."""
+    completions = _step_completions(agent)
+    stepped = bool(completions) or (agent.get("Step", Series()).latest() or 0) > 0
+    if not stepped:
+        return None
+    age = agent.get("LastStepAge", Series())
+    if len(age):
+        t, seconds = age.points[-1]
+        return t - seconds
+    if completions:
+        return completions[-1][0]
+    return agent["Step"].points[0][0]  # the counter never moved in view: the step is at least this old
+
+
+def gpu_util(host: HostSignals) -> Series:
+    """Per-device GPU utilization: the platform's, else the agent's own NVML reading."""
+    return host.gpu_util if len(host.gpu_util) else host.agent.get("GPUUtilization", Series())
+
+
+def trailing_run(series: Series, holds: Callable[[float], bool], now: float, stale_s: float) -> float | None:
+    """How long `holds` has been true of the newest datapoints, up to now; None if the data is stale or it fails."""
+    if not len(series) or now - series.points[-1][0] > stale_s or not holds(series.points[-1][1]):
+        return None
+    start = series.points[-1][0]
+    for t, value in reversed(series.points):
+        if not holds(value):
+            break
+        start = t
+    return now - start
+
+
+def fatal(line: LogLine) -> str | None:
+    """The line's fatal-error pattern name (`log_patterns`), else None."""
+    return line.pattern or log_patterns.match(line.message)
+
+
+def errors_since(hosts: dict[str, HostSignals], since: float) -> dict[str, list[LogLine]]:
+    """Each host's fatal-error lines at or after `since`."""
+    found = {name: [line for line in h.error_lines if line.t >= since and fatal(line)] for name, h in hosts.items()}
+    return {name: lines for name, lines in found.items() if lines}
+
+
+def last_words(host: HostSignals) -> list[LogLine]:
+    """The fatal-error lines among the host's last lines (without the agent: the rank died saying this)."""
+    if host.log_last_t is None:
+        return []
+    return [line for line in host.error_lines if line.t >= host.log_last_t - ERROR_TAIL_S and fatal(line)]
+
+
+def log_silence(signals: JobSignals, training_since: float, thresholds: Thresholds, limits: Limits, now: float) -> Logs:
+    """Silence since the newest line on any host, held to max(floor, k x cadence, longest recent gap)."""
+    hosts = signals.hosts.values()
+    lasts = [h.log_last_t for h in hosts if h.log_last_t is not None]
+    lasts += [line.t for h in hosts for line in h.log_tail]
+    last = max(lasts) if lasts else None
+    cadence = min((c for h in hosts if (c := _cadence(h.log_tail)) is not None), default=None)
+    interval, longest = cadence if cadence is not None else (None, 0.0)
+    learned = max(thresholds.log_interval_factor * (interval or 0.0), longest)
+    return Logs(
+        last_t=last,
+        silence_s=now - (last if last is not None else training_since),
+        interval_s=interval,
+        threshold_s=max(limits.log_floor_s, learned * limits.factor),
+    )
+
+
+def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, job_threshold_s: float) -> float:
+    """How long a host whose last words were fatal must stay silent: k x its own cadence (at least
+    `crash_confirm_minutes`); without a cadence of its own (a quiet rank, a tail full of traceback), the job's."""
+    cadence = _cadence(host.log_tail)
+    if cadence is None:
+        return job_threshold_s
+    interval, longest = cadence
+    return max(limits.crash_s, max(thresholds.log_interval_factor * interval, longest) * limits.factor)
+
+
+def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:
+    """(median, longest) gap between one host's recent bursts of lines. The job's cadence is its chattiest host's:
+    the job is silent only when every host is, and quiet ranks' old startup lines say nothing about it."""
+    bursts: list[float] = []
+    for t in sorted(line.t for line in lines):
+        if not bursts or t - bursts[-1] >= LOG_BURST_S:
+            bursts.append(t)
+    gaps = [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
+    return (statistics.median(gaps), max(gaps)) if gaps else None
+
+
+def host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limits: Limits, now: float) -> dict:
+    """Per host: utilization and power before `since` (the last progress) and now, log freshness, error lines."""
+    recent_since = max(since, now - limits.recent_s)
+    util = gpu_util(host)
+    power = host.agent.get("GPUPowerWatts", Series())
+    power_before = power.between(float("-inf"), since).values()
+    power_baseline = statistics.median(power_before) if power_before else None
+    power_now = power.since(recent_since).mean()
+    return {
+        "gpu_util_before": rounded(util.between(float("-inf"), since).mean()),
+        "gpu_util_now": rounded(util.since(recent_since).mean()),
+        "power_w_baseline": rounded(power_baseline),
+        "power_w_now": rounded(power_now),
+        "power_dropped": (
+            power_baseline is not None
+            and power_now is not None
+            and power_now < thresholds.power_drop_ratio * power_baseline
+        ),
+        "log_last_t": host.log_last_t,
+        "errors": [
+            {"t": line.t, "pattern": fatal(line), "message": line.message[:EVIDENCE_MESSAGE_CHARS]}
+            for line in [line for line in host.error_lines if fatal(line)][-EVIDENCE_ERROR_LINES:]
+        ],
+    }
+
+
+def rounded(value: float | None) -> float | None:
+    """An evidence value to 3 decimals."""
+    return None if value is None else round(value, 3)

@@ -1,0 +1,111 @@
+"""What the decision engine sees: typed snapshots of one job, and the source interface.
+
+Two sources implement `SignalSource`: ``aws.source`` (CloudWatch, Logs, SageMaker, EC2)
+and ``trace_source`` (a trace file, for replay). Values are already normalized: GPU and
+CPU utilization are per device (0-100), times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Series:
+    """Datapoints of one metric, oldest first: ``((t, value), ...)``."""
+
+    points: tuple[tuple[float, float], ...] = ()
+
+    def latest(self) -> float | None:
+        return self.points[-1][1] if self.points else None
+
+    def latest_time(self) -> float | None:
+        return self.points[-1][0] if self.points else None
+
+    def since(self, t: float) -> Series:
+        return Series(tuple(p for p in self.points if p[0] >= t))
+
+    def between(self, start: float, end: float) -> Series:
+        return Series(tuple(p for p in self.points if start <= p[0] < end))
+
+    def values(self) -> list[float]:
+        return [v for _, v in self.points]
+
+    def mean(self) -> float | None:
+        return sum(v for _, v in self.points) / len(self.points) if self.points else None
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+
+class Platform(StrEnum):
+    SAGEMAKER = "sagemaker"
+    EC2 = "ec2"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One log event; `pattern` names the fatal-error pattern it matched, if any."""
+
+    t: float
+    stream: str
+    message: str
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What the platform says about the job."""
+
+    name: str
+    platform: Platform
+    status: str  # InProgress, Completed, Failed, Stopping, Stopped (EC2: running -> InProgress)
+    secondary_status: str | None  # Starting, Downloading, Training, Uploading, ... (None on EC2)
+    start_time: float
+    instance_type: str
+    instance_count: int
+    gpus_per_host: int
+    vcpus_per_host: int
+    tags: dict[str, str] = field(default_factory=dict)
+    # The secondary status transitions seen so far: ((t, status), ...).
+    status_history: tuple[tuple[float, str], ...] = ()
+    # EC2 instance ids (EC2 only); SageMaker hosts are algo-1..algo-N.
+    instance_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostSignals:
+    """One host: platform metrics, the agent's per-host metrics, and its logs."""
+
+    host: str  # "algo-1" on SageMaker, the instance id on EC2
+    gpu_util: Series = Series()  # percent per device
+    gpu_mem_util: Series = Series()  # percent per device
+    cpu_util: Series = Series()  # percent per vCPU
+    agent: dict[str, Series] = field(default_factory=dict)  # contract.HOST_METRICS name -> series
+    log_last_t: float | None = None  # newest event on any of the host's streams
+    log_tail: tuple[LogLine, ...] = ()  # the newest lines, oldest first
+    error_lines: tuple[LogLine, ...] = ()  # lines that matched a fatal-error pattern
+
+
+@dataclass(frozen=True)
+class JobSignals:
+    """Everything known about one job at `now`."""
+
+    facts: JobFacts
+    now: float
+    hosts: dict[str, HostSignals] = field(default_factory=dict)
+    agent: dict[str, Series] = field(default_factory=dict)  # contract.JOB_METRICS name -> series (rank 0)
+
+    @property
+    def has_agent(self) -> bool:
+        return any(len(s) for s in self.agent.values())
+
+
+class SignalSource(Protocol):
+    """Where signals come from: AWS in the Lambdas, a trace file in replay."""
+
+    def job_signals(self, job_name: str, now: float) -> JobSignals:
+        """A snapshot of the job as of `now` (epoch seconds), looking back far enough to decide."""
+        ...

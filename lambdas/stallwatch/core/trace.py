@@ -1,0 +1,189 @@
+"""Trace format v1: one job's metrics, logs and status history as JSON Lines, for replay and backtests.
+
+    trace = read_trace(open("corpus/traces/sm-hang-8host.jsonl"))  # offline.trace_file.load_trace reads a path
+    trace.header.job.name, len(trace.events), trace.duration_s
+
+Line 1 is the header, then one event per line, sorted by ``t`` (seconds since the job entered InProgress):
+a status change, a metric datapoint, a log line, or the end of the trace. Errors name the line and field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from stallwatch.core.signals import Platform
+
+
+class TraceError(ValueError):
+    """A trace file that is not valid trace format v1; the message names the line and field."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TraceJob(_Model):
+    """The job as the platform describes it."""
+
+    name: str = Field(min_length=1)
+    platform: Platform
+    instance_type: str
+    instance_count: int = Field(ge=1)
+    gpus_per_host: int = Field(ge=0)
+    vcpus_per_host: int = Field(ge=1)
+    tags: dict[str, str] = Field(default_factory=dict)
+    # EC2: the instance ids (the hosts); SageMaker hosts are algo-1..algo-N.
+    instance_ids: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> TraceJob:
+        if self.platform is Platform.EC2 and len(self.instance_ids) != self.instance_count:
+            raise ValueError(
+                f"ec2 jobs need one instance id per host: {self.instance_count} hosts, {self.instance_ids}"
+            )
+        if "." in self.name:
+            raise ValueError(f"job name {self.name!r} must not contain '.'")
+        return self
+
+
+class Expectation(_Model):
+    """The label: a stop inside ``window_s`` (seconds since InProgress), or no stop at all."""
+
+    action: Literal["stop", "none"]
+    window_s: tuple[float, float] | None = None
+    # Optional: a diagnosis some decision must reach (e.g. "data_starvation" for an alert-only case).
+    diagnosis: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Expectation:
+        if self.action == "stop" and self.window_s is None:
+            raise ValueError("action 'stop' needs window_s [lo, hi]")
+        if self.window_s is not None and self.window_s[0] > self.window_s[1]:
+            raise ValueError(f"window_s {list(self.window_s)}: lo must not exceed hi")
+        return self
+
+
+class TraceHeader(_Model):
+    stallwatch_trace: Literal[1]
+    job: TraceJob
+    expect: Expectation | None = None
+    # A sentence on what happens in the trace (corpus).
+    scenario: str | None = None
+
+
+class StatusEvent(_Model):
+    t: float = Field(ge=0)
+    status: str
+    secondary: str | None = None
+
+
+class MetricDatum(_Model):
+    namespace: str
+    name: str
+    dimensions: dict[str, str]
+    value: float
+
+
+class MetricEvent(_Model):
+    t: float = Field(ge=0)
+    metric: MetricDatum
+
+
+class LogRecord(_Model):
+    stream: str
+    message: str
+
+
+class LogEvent(_Model):
+    t: float = Field(ge=0)
+    log: LogRecord
+
+
+class EndEvent(_Model):
+    t: float = Field(ge=0)
+    end: Literal[True]
+
+
+Event = StatusEvent | MetricEvent | LogEvent | EndEvent
+_EVENT_KINDS: dict[str, type[Event]] = {"status": StatusEvent, "metric": MetricEvent, "log": LogEvent, "end": EndEvent}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A parsed trace: the header and its events in time order."""
+
+    header: TraceHeader
+    events: tuple[Event, ...]
+    source: str = "<trace>"  # the file it came from, for reports
+
+    @property
+    def job(self) -> TraceJob:
+        return self.header.job
+
+    @property
+    def duration_s(self) -> float:
+        """Where the trace ends: its end event, else its last event."""
+        return self.events[-1].t if self.events else 0.0
+
+
+def _error_text(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    field = ".".join(str(p) for p in first["loc"]) or "(line)"
+    return f"field {field}: {first['msg']}"
+
+
+def parse_event(raw: dict, where: str) -> Event:
+    """One event line (already JSON-decoded); TraceError names `where` and the field."""
+    kinds = [k for k in _EVENT_KINDS if k in raw]
+    if len(kinds) != 1:
+        raise TraceError(f"{where}: an event has exactly one of {sorted(_EVENT_KINDS)}, got keys {sorted(raw)}")
+    try:
+        return _EVENT_KINDS[kinds[0]].model_validate(raw)
+    except ValidationError as exc:
+        raise TraceError(f"{where}: {kinds[0]} event: {_error_text(exc)}") from exc
+
+
+def read_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
+    """Parse trace lines; blank lines are skipped."""
+    header: TraceHeader | None = None
+    events: list[Event] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from exc
+        if not isinstance(raw, dict):
+            raise TraceError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+        if header is None:
+            try:
+                header = TraceHeader.model_validate(raw)
+            except ValidationError as exc:
+                raise TraceError(f"{where}: header: {_error_text(exc)}") from exc
+            continue
+        event = parse_event(raw, where)
+        if events and event.t < events[-1].t:
+            raise TraceError(f"{where}: field t: {event.t} is before the previous event's {events[-1].t}")
+        if events and isinstance(events[-1], EndEvent):
+            raise TraceError(f"{where}: event after the end event")
+        events.append(event)
+    if header is None:
+        raise TraceError(f"{source}: empty trace, expected a header line")
+    return Trace(header=header, events=tuple(events), source=source)
+
+
+def _line(model: BaseModel) -> str:
+    return json.dumps(model.model_dump(mode="json", exclude_none=True), separators=(",", ":"))
+
+
+def trace_text(header: TraceHeader, events: Iterable[Event]) -> str:
+    """A trace as text: the header, then the events (sorted by t, stable), one JSON object a line."""
+    ordered = sorted(events, key=lambda e: e.t)
+    return "\n".join([_line(header), *(_line(e) for e in ordered)]) + "\n"

@@ -1,0 +1,171 @@
+"""The ``stallwatch`` operator command.
+
+    stallwatch replay corpus/traces/*.jsonl            # a timeline of alerts, warnings and stops per trace
+    stallwatch replay my-job.jsonl --json --policy config.json
+    stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
+    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an EC2 job is named by its instance id
+    stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
+
+Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
+a new subcommand is one more entry in `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stallwatch.core.alarms import parse_alarm_name
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.decision import Action
+from stallwatch.core.policy import Policy
+from stallwatch.core.trace import TraceError
+from stallwatch.offline import ops
+from stallwatch.offline.replay import ReplayResult, Verdict, replay
+from stallwatch.offline.trace_file import load_trace
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a labeled trace failed its label
+EXIT_USAGE = 2  # bad input: unreadable trace or policy, unknown job
+
+ACTION_STYLES = {Action.STOP: "bold red", Action.WARN: "yellow", Action.ALERT: "cyan", Action.AUDIT: "dim"}
+VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
+
+
+def _clock(seconds: float | None) -> str:
+    """Trace seconds as h:mm:ss."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
+    """A Policy JSON file, or a whole StallwatchConfig (``{"policy": ..., "sweeper_minutes": ...}``)."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(raw, dict) and "policy" in raw:
+        config = StallwatchConfig.model_validate(raw)
+        return config.policy, config
+    return Policy.model_validate(raw), StallwatchConfig()
+
+
+def _trigger(trigger: str, prefix: str) -> str:
+    """An alarm name as its kind (and host); the sweeper as itself."""
+    try:
+        ref = parse_alarm_name(trigger, prefix)
+    except ValueError:
+        return trigger
+    return f"{ref.kind} {ref.host}" if ref.host else ref.kind
+
+
+def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None:
+    verdict = "unlabeled" if result.verdict is None else str(result.verdict).upper()
+    style = VERDICT_STYLES.get(result.verdict, "")
+    console.print(f"[bold]{result.trace}[/bold]  job {result.job}  mode {result.mode}")
+    table = Table(show_header=True, header_style="bold", expand=False)
+    for column in ("t", "action", "would", "diagnosis", "trigger", "reasons"):
+        table.add_column(column, overflow="fold")
+    for d in result.decisions:
+        decision = d.decision
+        table.add_row(
+            _clock(d.t),
+            Text(str(decision.action), style=ACTION_STYLES.get(decision.action, "")),
+            str(decision.would) if decision.would is not Action.NONE else "",
+            str(decision.diagnosis),
+            _trigger(d.trigger, prefix),
+            Text("; ".join(decision.reasons)),  # plain text: log lines may hold [brackets]
+        )
+    if result.decisions:
+        console.print(table)
+    else:
+        console.print("  no alert, warning or stop")
+    summary = (
+        f"  first alert {_clock(result.first_alert_s)}, warning {_clock(result.first_warn_s)}, "
+        f"stop {_clock(result.first_stop_s)}  ->  [{style}]{verdict}[/] ({result.verdict_reason})"
+    )
+    console.print(summary)
+    for error in result.tag_errors:
+        console.print(f"  [yellow]tag ignored:[/] {error}")
+    console.print()
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    policy, config = _read_policy(args.policy) if args.policy else (None, StallwatchConfig())
+    console = Console()
+    failed = False
+    for path in args.traces:
+        result = replay(load_trace(path), policy=policy, config=config)
+        failed |= result.verdict is Verdict.FAIL
+        if args.json:
+            print(json.dumps(result.to_json()))
+        else:
+            _print_timeline(console, result, config.alarm_prefix)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def run_export(args: argparse.Namespace) -> int:
+    # imported here: only this subcommand needs boto3 clients
+    from stallwatch.aws.clients import AwsClients
+    from stallwatch.offline.export import export_trace
+
+    out = args.out or Path(f"{args.job}.jsonl")
+    trace = export_trace(args.job, AwsClients(region=args.region), out)
+    print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _add_replay(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("replay", help="replay traces through the alarms and the engine (backtest)")
+    parser.add_argument("traces", nargs="+", type=Path, metavar="TRACE", help="trace files (format v1, JSON Lines)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per trace instead of a timeline")
+    parser.add_argument(
+        "--policy", type=Path, metavar="FILE", help="Policy or StallwatchConfig JSON (default: enforce everything)"
+    )
+    parser.set_defaults(handler=run_replay)
+
+
+def _add_export(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export-trace", help="write a SageMaker training job's or an EC2 instance's history as a trace"
+    )
+    parser.add_argument(
+        "job", metavar="JOB", help="the SageMaker training job name, or an EC2 instance id (i-...) for an EC2 job"
+    )
+    parser.add_argument("--region", help="AWS region (default: the environment's)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="output file (default: JOB.jsonl)")
+    parser.set_defaults(handler=run_export)
+
+
+# Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stallwatch", description="Stallwatch: backtest and operate the stall watchdog."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in COMMANDS:
+        add(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``stallwatch`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (TraceError, OSError, ValueError) as exc:
+        print(f"stallwatch {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

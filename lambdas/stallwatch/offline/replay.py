@@ -1,0 +1,227 @@
+"""Backtest: what Stallwatch would have done to a job, replayed from its trace on a simulated clock.
+
+    result = replay(load_trace("corpus/traces/sm-hang-8host-agent.jsonl"))
+    result.first_stop_s, result.verdict  # 5200.0, Verdict.PASS
+
+The replay walks the road the Lambdas walk, with the trace in place of AWS: the alarms `render_alarms`
+gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
+alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness; the engine decides on
+every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (open incident, pending warning,
+expired snooze); `next_state` is kept between decisions; a STOP stops the replay's job.
+
+Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stallwatch.core import contract, engine
+from stallwatch.core.alarms import render_alarms
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.decision import Action, Decision, JobState
+from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
+from stallwatch.core.policy import Mode, Policy
+from stallwatch.core.trace import MetricEvent, StatusEvent, Trace
+from stallwatch.offline.trace_source import TraceSource
+
+REPLAY_POLICY = Policy(mode=Mode.ENFORCE, stop_requires_tag=False)
+CLOUDWATCH_EVALUATION_SECONDS = 60  # standard alarms are evaluated every minute
+TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
+SWEEPER = "sweeper"
+# Decisions that reached a person (Slack) or the job.
+NOTIFYING = frozenset({Action.ALERT, Action.WARN, Action.STOP})
+
+
+class Verdict(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class ReplayDecision:
+    """One decision of the replay: when (trace seconds), what triggered it, and the engine's answer."""
+
+    t: float
+    trigger: str  # the alarm name, or "sweeper"
+    decision: Decision
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "t": self.t,
+            "trigger": self.trigger,
+            "action": str(d.action),
+            "would": str(d.would),
+            "diagnosis": str(d.diagnosis),
+            "reasons": list(d.reasons),
+        }
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    """What happened in one replay, and whether it matched the trace's label."""
+
+    trace: str
+    job: str
+    mode: Mode
+    decisions: tuple[ReplayDecision, ...]  # every decision whose action or `would` is not NONE
+    decision_count: int  # every decide() call, NONE included
+    diagnoses: tuple[str, ...]  # every diagnosis any decision reached, in order of first appearance
+    alarm_transitions: int
+    first_alert_s: float | None  # first Slack message: an alert or a warning
+    first_warn_s: float | None
+    first_stop_s: float | None
+    verdict: Verdict | None  # None when the trace has no label
+    verdict_reason: str = ""
+    tag_errors: tuple[str, ...] = field(default_factory=tuple)
+    expect: dict[str, Any] | None = None  # the trace's label, as written
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace": self.trace,
+            "job": self.job,
+            "mode": str(self.mode),
+            "first_alert_s": self.first_alert_s,
+            "first_warn_s": self.first_warn_s,
+            "first_stop_s": self.first_stop_s,
+            "decisions": [d.to_json() for d in self.decisions],
+            "diagnoses": list(self.diagnoses),
+            "verdict": None if self.verdict is None else str(self.verdict),
+            "verdict_reason": self.verdict_reason,
+            "expect": self.expect,
+        }
+
+
+def _first(decisions: list[ReplayDecision], actions: frozenset[Action]) -> float | None:
+    return next((d.t for d in decisions if d.decision.action in actions), None)
+
+
+def _judge(trace: Trace, diagnoses: list[str], first_stop: float | None) -> tuple[Verdict | None, str]:
+    expect = trace.header.expect
+    if expect is None:
+        return None, "unlabeled"
+    failures = []
+    if expect.action == "none" and first_stop is not None:
+        failures.append(f"expected no stop, stopped at {first_stop:g}s")
+    if expect.action == "stop":
+        lo, hi = expect.window_s or (0.0, math.inf)
+        if first_stop is None:
+            failures.append(f"expected a stop in [{lo:g}, {hi:g}]s, never stopped")
+        elif not lo <= first_stop <= hi:
+            failures.append(f"expected a stop in [{lo:g}, {hi:g}]s, stopped at {first_stop:g}s")
+    if expect.diagnosis is not None and expect.diagnosis not in diagnoses:
+        failures.append(f"expected diagnosis {expect.diagnosis!r}, saw {diagnoses or 'no decision'}")
+    if failures:
+        return Verdict.FAIL, "; ".join(failures)
+    return Verdict.PASS, f"{expect.action}" + (f" in {list(expect.window_s)}" if expect.window_s else "")
+
+
+class _Run:
+    """One replay in progress: the simulated control plane's clock, alarms and memory of the job."""
+
+    def __init__(self, trace: Trace, policy: Policy, config: StallwatchConfig) -> None:
+        self.trace = trace
+        self.source = TraceSource(trace)
+        self.effective = policy.for_job(trace.job.tags)
+        self.start = self.source.epoch(0)
+        self.evaluator = AlarmEvaluator(
+            render_alarms(self.source.facts(self.start), self.effective, config.alarm_prefix, [])
+        )
+        self.sweep_every = config.sweeper_minutes * 60
+        self.next_event = 0
+        self.state = JobState()
+        self.incident_open = False
+        self.decisions: list[ReplayDecision] = []
+        self.diagnoses: list[str] = []
+        self.decision_count = 0
+        self.transitions = 0
+
+    def feed(self, now: float) -> bool:
+        """Hand the evaluator every datapoint up to `now`; False once the job has ended."""
+        events = self.trace.events
+        while self.next_event < len(events) and self.source.epoch(events[self.next_event].t) <= now:
+            event = events[self.next_event]
+            self.next_event += 1
+            if isinstance(event, MetricEvent):
+                m = event.metric
+                key = metric_key(m.namespace, m.name, m.dimensions)
+                self.evaluator.add_datapoint(key, self.source.epoch(event.t), m.value)
+            elif isinstance(event, StatusEvent) and event.status in TERMINAL_STATUSES:
+                return False
+        return True
+
+    def publish_log_idle(self, now: float) -> None:
+        """The sweeper's `LogIdleSeconds`, for each host that has a log stream."""
+        for host in self.source.hosts:
+            last = self.source.log_last_t(host, now)
+            if last is not None:
+                dims = {contract.DIM_JOB: self.source.job_name, contract.DIM_HOST: host}
+                self.evaluator.add_datapoint(
+                    metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims), now, now - last
+                )
+
+    def decide(self, now: float, trigger: str) -> bool:
+        """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
+        decision = engine.decide(self.source.job_signals(self.source.job_name, now), self.effective, self.state, now)
+        self.state = engine.next_state(self.state, decision)
+        self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
+        self.decision_count += 1
+        if decision.diagnosis.value not in self.diagnoses:
+            self.diagnoses.append(decision.diagnosis.value)
+        if decision.action is not Action.NONE or decision.would is not Action.NONE:
+            self.decisions.append(ReplayDecision(now - self.start, trigger, decision))
+        return decision.action is Action.STOP
+
+    def sweeper_due(self, now: float) -> bool:
+        """The watchdog's rule: an open incident, a warning waiting to become a stop, or an expired snooze."""
+        snooze_expired = self.state.snoozed_until is not None and self.state.snoozed_until <= now
+        return self.incident_open or self.state.warned_at is not None or snooze_expired
+
+    def run(self) -> None:
+        """Tick until the trace ends, the job ends, or the job is stopped."""
+        tick = min(self.effective.thresholds.alarm_period_seconds, CLOUDWATCH_EVALUATION_SECONDS)
+        end = self.source.epoch(self.trace.duration_s)
+        now = math.ceil(self.start / tick) * tick
+        while now <= end and self.feed(now):
+            sweeping = now % self.sweep_every == 0
+            if sweeping:
+                self.publish_log_idle(now)
+            transitions = self.evaluator.evaluate(now)
+            self.transitions += len(transitions)
+            alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
+            for name in alarmed:  # one on_alarm invocation per alarm
+                if self.decide(now, name):
+                    return
+            # a decision made this very minute already holds what the sweeper would see
+            if sweeping and not alarmed and self.sweeper_due(now) and self.decide(now, SWEEPER):
+                return
+            now += tick
+
+
+def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig | None = None) -> ReplayResult:
+    """Replay `trace` under `policy` (default: enforce everything) with the sweeper cadence of `config`."""
+    run = _Run(trace, policy or REPLAY_POLICY, config or StallwatchConfig())
+    run.run()
+    first_stop = _first(run.decisions, frozenset({Action.STOP}))
+    verdict, reason = _judge(trace, run.diagnoses, first_stop)
+    expect = trace.header.expect
+    return ReplayResult(
+        trace=trace.source,
+        job=trace.job.name,
+        mode=run.effective.mode,
+        decisions=tuple(run.decisions),
+        decision_count=run.decision_count,
+        diagnoses=tuple(run.diagnoses),
+        alarm_transitions=run.transitions,
+        first_alert_s=_first(run.decisions, NOTIFYING),
+        first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
+        first_stop_s=first_stop,
+        verdict=verdict,
+        verdict_reason=reason,
+        tag_errors=tuple(run.effective.tag_errors),
+        expect=None if expect is None else expect.model_dump(mode="json", exclude_none=True),
+    )

@@ -1,0 +1,203 @@
+"""Signals from a trace file: the `SignalSource` the replay decides on, in place of AWS.
+
+    source = TraceSource(load_trace("corpus/traces/sm-hang-8host.jsonl"))
+    signals = source.job_signals(source.job_name, now=source.epoch(3600))
+
+It shows the engine what `aws.source` would at the same moment: datapoints aggregated into the same
+1-minute periods with the same statistics, the same lookback, per-device platform metrics, the agent's
+metrics, per-host log freshness and tails with fatal-error lines, and the secondary status history.
+Trace time ``t`` (seconds since InProgress) maps to epoch seconds as ``TRACE_EPOCH + t``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+
+from stallwatch.core import alarms, contract, log_patterns
+from stallwatch.core.evaluator import MetricKey, metric_key
+from stallwatch.core.reading import (
+    AGENT_STATISTICS,
+    ERROR_LINES_PER_HOST,
+    LOG_LINES_PER_HOST,
+    LOOKBACK_SECONDS,
+    METRIC_PERIOD_SECONDS,
+    SAGEMAKER_STREAM,
+)
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
+from stallwatch.core.trace import EndEvent, LogEvent, MetricEvent, StatusEvent, Trace
+
+# Trace t = 0 (the job entered InProgress) is this epoch second; the corpus's stream names use it too.
+TRACE_EPOCH = 1_700_000_000.0
+RUNNING = "InProgress"
+
+
+class _Points:
+    """Sorted (t, value) datapoints with bisect slicing."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.values: list[float] = []
+
+    def window(self, start: float, end: float) -> tuple[list[float], list[float]]:
+        lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
+        return self.times[lo:hi], self.values[lo:hi]
+
+
+def _periods(times: list[float], values: list[float], statistic: str, divisor: float) -> Series:
+    """Datapoints aggregated into METRIC_PERIOD_SECONDS periods (stamped at the period start), as GetMetricData."""
+    buckets: dict[float, list[float]] = defaultdict(list)
+    for t, v in zip(times, values, strict=True):
+        buckets[math.floor(t / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS].append(v)
+    aggregate = {"Sum": sum, "Maximum": max, "Minimum": min}.get(statistic, lambda vs: sum(vs) / len(vs))
+    return Series(tuple((start, aggregate(vs) / divisor) for start, vs in sorted(buckets.items())))
+
+
+class TraceSource:
+    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
+
+    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
+        self.trace = trace
+        self.base = epoch
+        job = trace.job
+        self.job_name = job.name
+        self.hosts = alarms.host_names(self._facts_at(RUNNING, None, ()))
+        self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
+        self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
+        self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
+        self._statuses: list[tuple[float, str, str | None]] = []
+        self.end: float | None = None
+        for event in trace.events:
+            t = self.epoch(event.t)
+            if isinstance(event, MetricEvent):
+                m = event.metric
+                points = self._metrics[metric_key(m.namespace, m.name, m.dimensions)]
+                points.times.append(t)
+                points.values.append(m.value)
+            elif isinstance(event, LogEvent):
+                host = self.host_of_stream(event.log.stream)
+                if host is not None:
+                    line = LogLine(t, event.log.stream, event.log.message, log_patterns.match(event.log.message))
+                    self._logs[host].append(line)
+                    self._log_times[host].append(t)
+            elif isinstance(event, StatusEvent):
+                self._statuses.append((t, event.status, event.secondary))
+            elif isinstance(event, EndEvent):
+                self.end = t
+
+    def epoch(self, t: float) -> float:
+        """Epoch seconds of trace time `t`."""
+        return self.base + t
+
+    def host_of_stream(self, stream: str) -> str | None:
+        """The host a SageMaker log stream ``<job>/algo-N-<epoch>`` belongs to; None for other streams.
+
+        Like `aws.source`, which reads only the SageMaker log group, the replay ignores EC2 log lines."""
+        if self.trace.job.platform is not Platform.SAGEMAKER:
+            return None
+        match = SAGEMAKER_STREAM.match(stream)
+        ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
+        return match["host"] if ours else None
+
+    def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
+        job = self.trace.job
+        return JobFacts(
+            name=job.name,
+            platform=job.platform,
+            status=status,
+            secondary_status=secondary,
+            start_time=self.base,
+            instance_type=job.instance_type,
+            instance_count=job.instance_count,
+            gpus_per_host=job.gpus_per_host,
+            vcpus_per_host=job.vcpus_per_host,
+            tags=dict(job.tags),
+            status_history=history,
+            instance_ids=tuple(job.instance_ids),
+        )
+
+    def facts(self, now: float) -> JobFacts:
+        """The job's status, secondary status and its history as of `now`."""
+        seen = [s for s in self._statuses if s[0] <= now]
+        status, secondary = (seen[-1][1], seen[-1][2]) if seen else (RUNNING, None)
+        history = tuple((t, sec) for t, _, sec in seen if sec is not None)
+        return self._facts_at(status, secondary, history)
+
+    def log_last_t(self, host: str, now: float) -> float | None:
+        """The newest log event of `host` at or before `now` (what the sweeper reads as stream freshness)."""
+        times = self._log_times.get(host, [])
+        i = bisect.bisect_right(times, now)
+        return times[i - 1] if i else None
+
+    def _series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
+        points = self._metrics.get(key)
+        if points is None or divisor <= 0:
+            return Series()
+        # Only periods that have ended by `now` are complete, as in CloudWatch.
+        start = now - LOOKBACK_SECONDS
+        end = math.floor(now / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS
+        times, values = points.window(start, end - 1e-9)
+        return _periods(times, values, statistic, divisor)
+
+    def _platform(self, host: str, now: float) -> Mapping[str, Series]:
+        job = self.trace.job
+        if job.platform is Platform.SAGEMAKER:
+            dims = {"Host": f"{job.name}/{host}"}
+            ns = contract.SAGEMAKER_NAMESPACE
+            return {
+                "gpu_util": self._series(metric_key(ns, "GPUUtilization", dims), now, divisor=job.gpus_per_host),
+                "gpu_mem_util": self._series(
+                    metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=job.gpus_per_host
+                ),
+                "cpu_util": self._series(metric_key(ns, "CPUUtilization", dims), now, divisor=job.vcpus_per_host),
+            }
+        dims = {alarms.CWAGENT_DIM_INSTANCE: host}
+        used = self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
+        total = dict(
+            self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
+        )
+        return {
+            "gpu_util": self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now),
+            "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
+            "cpu_util": self._series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
+        }
+
+    def _host(self, host: str, now: float) -> HostSignals:
+        host_dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
+        agent = {
+            name: self._series(
+                metric_key(contract.NAMESPACE, name, host_dims), now, AGENT_STATISTICS.get(name, "Average")
+            )
+            for name in contract.HOST_METRICS
+        }
+        lines = self._logs.get(host, [])
+        upto = lines[: bisect.bisect_right(self._log_times.get(host, []), now)]
+        recent = [line for line in upto if line.t >= now - LOOKBACK_SECONDS]
+        return HostSignals(
+            host=host,
+            agent=agent,
+            log_last_t=upto[-1].t if upto else None,
+            log_tail=tuple(upto[-LOG_LINES_PER_HOST:]),
+            error_lines=tuple([line for line in recent if line.pattern][-ERROR_LINES_PER_HOST:]),
+            **self._platform(host, now),
+        )
+
+    def job_signals(self, job_name: str, now: float) -> JobSignals:
+        """The job as `aws.source` would show it at `now` (epoch seconds)."""
+        if job_name != self.job_name:
+            raise KeyError(f"trace {self.trace.source} holds job {self.job_name!r}, not {job_name!r}")
+        job_dims = {contract.DIM_JOB: self.job_name}
+        agent = {
+            name: self._series(
+                metric_key(contract.NAMESPACE, name, job_dims), now, AGENT_STATISTICS.get(name, "Average")
+            )
+            for name in contract.JOB_METRICS
+        }
+        return JobSignals(
+            facts=self.facts(now),
+            now=now,
+            hosts={host: self._host(host, now) for host in self.hosts},
+            agent=agent,
+        )

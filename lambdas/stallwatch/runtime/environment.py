@@ -1,0 +1,74 @@
+"""The runtime the Lambdas share: configuration, AWS clients, the table and Slack, from the environment.
+
+rt = runtime()                       # created once per container, on first use (no AWS call at import time)
+rt.source(Platform.SAGEMAKER)        # the signal source for one platform
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
+
+from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.slack import SlackNotifier
+from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.store import Store
+from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.signals import Platform
+
+
+class LambdaEnvironment(BaseModel):
+    """The functions' environment variables."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    table_name: str = Field(alias="TABLE_NAME", min_length=3)
+    slack_secret_arn: str | None = Field(None, alias="SLACK_SECRET_ARN")
+    alarm_action_arn: str = Field("", alias="ALARM_ACTION_ARN")
+    config: Json[StallwatchConfig] | None = Field(None, alias=CONFIG_ENV)
+
+
+class ConfigurationError(RuntimeError):
+    """A required environment variable is missing or invalid."""
+
+
+@dataclass
+class Runtime:
+    """Everything the logic needs from the outside world; built from the environment in Lambda."""
+
+    config: StallwatchConfig
+    clients: AwsClients
+    store: Store
+    notifier: SlackNotifier
+    alarm_action_arn: str
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def from_env(cls) -> Runtime:
+        try:
+            env = LambdaEnvironment.model_validate(dict(os.environ))
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid Lambda environment: {exc}") from exc
+        config = env.config or StallwatchConfig()
+        clients = AwsClients()
+        return cls(
+            config=config,
+            clients=clients,
+            store=Store(clients.dynamodb, env.table_name, config.incident_ttl_days),
+            notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
+            alarm_action_arn=env.alarm_action_arn,
+        )
+
+    def source(self, platform: Platform) -> AwsSignalSource:
+        return AwsSignalSource(self.clients, platform, self.config.policy)
+
+
+@functools.cache
+def runtime() -> Runtime:
+    """The container's runtime, created on first use (no AWS call at import time)."""
+    return Runtime.from_env()

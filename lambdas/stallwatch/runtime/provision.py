@@ -1,0 +1,95 @@
+"""A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from stallwatch.aws.events import InstanceStateChange, TrainingJobStateChange
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.source import JobNotFoundError
+from stallwatch.aws.store import job_key
+from stallwatch.core import alarms, contract
+from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.signals import Platform
+from stallwatch.runtime.environment import ConfigurationError, Runtime
+
+ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
+ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
+MONITOR_TAG_VALUE = "true"
+
+
+def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
+    """A job started or ended: create or delete its alarms; an ended job's incident is closed."""
+    if isinstance(event, TrainingJobStateChange):
+        if not rt.config.policy.monitor_sagemaker:
+            return {"status": "ignored", "reason": "monitor_sagemaker is false"}
+        detail = event.detail
+        name, platform = detail.training_job_name, Platform.SAGEMAKER
+        if detail.training_job_status == "InProgress":
+            return provision_alarms(rt, platform, name)
+        if detail.training_job_status in ENDED_SAGEMAKER:
+            return retire_job(rt, platform, name, detail.training_job_status)
+        return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
+    if not rt.config.policy.monitor_ec2:
+        return {"status": "ignored", "reason": "monitor_ec2 is false"}
+    instance, state = event.detail.instance_id, event.detail.state
+    if state == "running":
+        return provision_alarms(rt, Platform.EC2, instance)
+    if state in ENDED_EC2:
+        return retire_job(rt, Platform.EC2, instance, state)
+    return {"status": "ignored", "job": instance, "reason": f"state {state}"}
+
+
+def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2."""
+    try:
+        facts = rt.source(platform).facts(name)
+    except JobNotFoundError as exc:
+        return {"status": "not_found", "job": name, "reason": str(exc)}
+    if platform is Platform.EC2 and not monitored_instance(facts.tags):
+        return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
+    effective = rt.config.policy.for_job(facts.tags)
+    if effective.tag_errors:
+        logger.warning("ignored bad stallwatch tags", extra={"job": name, "errors": effective.tag_errors})
+    if not rt.alarm_action_arn:
+        raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
+    definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
+    if not definitions:
+        deleted = _delete_alarms(rt, platform, name)
+        return {"status": "off", "job": name, "alarms_deleted": deleted}
+    for definition in definitions:
+        rt.clients.cloudwatch.put_metric_alarm(**definition)
+    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
+    return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
+
+
+def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
+    """The job ended: delete its alarms and close its open incident."""
+    deleted = _delete_alarms(rt, platform, name)
+    closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
+    return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
+
+
+def describe_alarms(rt: Runtime, prefix: str) -> list[dict[str, Any]]:
+    paginator = rt.clients.cloudwatch.get_paginator("describe_alarms")
+    pages = paginator.paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
+    return [a for page in pages for a in page["MetricAlarms"]]
+
+
+def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
+    return [a["AlarmName"] for a in describe_alarms(rt, prefix)]
+
+
+def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
+    for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
+        rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
+    return len(names)
+
+
+def monitored_instance(tags: dict[str, str]) -> bool:
+    """An EC2 instance is watched when tagged `stallwatch:monitor=true`, in any case (`True`, `TRUE`)."""
+    return tags.get(EC2_MONITOR_TAG, "").strip().lower() == MONITOR_TAG_VALUE

@@ -1,0 +1,49 @@
+"""Slack messages that failed to post, posted again by the sweeper until delivered or given up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.store import PendingPost
+from stallwatch.core import contract
+from stallwatch.runtime.environment import Runtime
+
+MAX_SLACK_ATTEMPTS = 12  # posts of one message, the first included: an hour of Slack outage at 5-minute sweeps
+RESENDS_PER_SWEEP = 10  # oldest first; bounds a sweep's time while Slack hangs (5 s timeout, 1 retry per post)
+POST_CLAIM_SECONDS = 300  # the sweeper's Lambda timeout: a claim on a resend outlives the run that holds it
+
+
+def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
+    """Post again the Slack messages that failed (kept by `_act`), oldest first, as they were rendered.
+
+    Each attempt is claimed first on the message's pending item (`Store.claim_post`), so a duplicated sweeper run
+    never posts a message twice; each is added to the audit outcome (`slack`, `slack_attempts`). A delivered
+    message's item is removed; after `MAX_SLACK_ATTEMPTS` failed posts in all it is given up, logged at ERROR."""
+    return [_resend(rt, post, now) for post in rt.store.pending_posts(RESENDS_PER_SWEEP)]
+
+
+def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
+    report: dict[str, Any] = {"job": pending.job_key, "audit": pending.audit_sk}
+    if not rt.store.claim_post(pending, now, POST_CLAIM_SECONDS):
+        return report | {"status": "claimed_elsewhere"}
+    attempts = pending.attempts + 1
+    post = rt.notifier.post(pending.message)
+    given_up = not post.ok and attempts >= MAX_SLACK_ATTEMPTS
+    slack: dict[str, Any] = {"ok": post.ok, "detail": post.detail, "attempts": attempts}
+    if given_up:
+        slack["given_up"] = True
+    history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]
+    rt.store.finish_post(
+        pending, pending.outcome | {"slack": slack, "slack_attempts": history}, keep=not post.ok and not given_up
+    )
+    report |= {"status": "delivered" if post.ok else "given_up" if given_up else "failed", "attempts": attempts}
+    if not post.ok:
+        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+        if given_up:
+            metrics.add_metric(name=contract.SLACK_POSTS_GIVEN_UP, unit=MetricUnit.Count, value=1)
+        log = logger.error if given_up else logger.warning
+        log("Slack post given up" if given_up else "Slack post failed again", extra=report | {"detail": post.detail})
+    return report

@@ -1,0 +1,153 @@
+"""The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
+alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.store import StoredState, job_key
+from stallwatch.core import alarms, contract
+from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.signals import Platform
+from stallwatch.runtime.decide import decide_and_act
+from stallwatch.runtime.environment import ConfigurationError, Runtime
+from stallwatch.runtime.provision import describe_alarms, monitored_instance, provision_alarms
+from stallwatch.runtime.repost import resend_pending_posts
+
+PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
+
+
+def sweep(rt: Runtime) -> dict[str, Any]:
+    """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops, and
+    alarms in ALARM that no decision followed (their on_alarm invocation failed); and Slack messages not delivered
+    yet, of running and ended jobs alike."""
+    now = rt.clock()
+    running = _running_jobs(rt)
+    existing = describe_alarms(rt, rt.config.alarm_prefix)
+    alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
+    with_alarms = {
+        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
+    }
+    provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
+    published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
+    states = rt.store.load_many([job_key(p, name) for p, name in running])
+    due = [
+        (p, name)
+        for p, name in running
+        if _needs_decision(states[job_key(p, name)], now)
+        or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
+    ]
+    resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
+    outcomes = []
+    for platform in Platform:
+        names = [name for p, name in due if p is platform]
+        if names:
+            batch = rt.source(platform).many_job_signals(names, now)
+            outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    summary = {
+        "running": len(running),
+        "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
+        "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
+        "log_idle_published": published,
+        "redecided": outcomes,
+        "slack_resent": resent,
+    }
+    logger.info("sweep", extra=summary)
+    return summary
+
+
+def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """`provision_alarms` for one job of many: whatever it raises (an API error, a bad job's rendering) is logged
+    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised."""
+    try:
+        return provision_alarms(rt, platform, name)
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        logger.exception("could not provision alarms", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {"status": "error", "job": name, "reason": str(exc)}
+
+
+def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
+    jobs: list[tuple[Platform, str]] = []
+    if rt.config.policy.monitor_sagemaker:
+        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+        jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
+    if rt.config.policy.monitor_ec2:
+        # EC2 filters match tag values exactly: filter on the key, and match the value as `provision_alarms` does
+        filters = [
+            {"Name": "tag-key", "Values": [EC2_MONITOR_TAG]},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ]
+        pages = rt.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        jobs += [
+            (Platform.EC2, i["InstanceId"])
+            for page in pages
+            for r in page["Reservations"]
+            for i in r["Instances"]
+            if monitored_instance({t["Key"]: t["Value"] for t in i.get("Tags", [])})
+        ]
+    return jobs
+
+
+def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
+    refs = []
+    for name in names:
+        try:
+            refs.append(alarms.parse_alarm_name(name, prefix))
+        except ValueError:
+            continue  # an alarm that shares the prefix but is not one of ours
+    return refs
+
+
+def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
+    """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
+    source = rt.source(Platform.SAGEMAKER)
+    data = []
+    for job in jobs:
+        for host, last_t in source.log_freshness(job).items():
+            dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
+            data.append(
+                {
+                    "MetricName": contract.LOG_IDLE_SECONDS,
+                    "Dimensions": dims,
+                    "Value": max(now - last_t, 0.0),
+                    "Unit": "Seconds",
+                    "Timestamp": datetime.fromtimestamp(now, UTC),
+                }
+            )
+    for offset in range(0, len(data), PUT_METRIC_DATA_LIMIT):
+        rt.clients.cloudwatch.put_metric_data(
+            Namespace=contract.NAMESPACE, MetricData=data[offset : offset + PUT_METRIC_DATA_LIMIT]
+        )
+    return len(data)
+
+
+def _alarmed_at(described: list[dict[str, Any]], prefix: str) -> dict[tuple[Platform, str], float]:
+    """Per job, when the newest of its alarms now in ALARM got there."""
+    latest: dict[tuple[Platform, str], float] = {}
+    for alarm in described:
+        if alarm["StateValue"] != "ALARM":
+            continue
+        for ref in _parse_names([alarm["AlarmName"]], prefix):
+            t = alarm["StateUpdatedTimestamp"].timestamp()
+            latest[ref.platform, ref.job] = max(latest.get((ref.platform, ref.job), t), t)
+    return latest
+
+
+def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
+    """An alarm went to ALARM after the job's last decision: its on_alarm invocation never decided."""
+    return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
+
+
+def _needs_decision(stored: StoredState, now: float) -> bool:
+    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
+    state = stored.state
+    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
+    return stored.incident is not None or state.warned_at is not None or snooze_expired

@@ -1,0 +1,199 @@
+"""The Slack message and notifier, the price table and the event models, without AWS."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from stallwatch.aws.actions import StopResult
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID
+from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, TrainingJobStateChange, parse_event
+from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError
+from stallwatch.core.decision import Action, Decision, Diagnosis
+from stallwatch.core.policy import Mode
+from stallwatch.core.pricing import INSTANCE_SPECS, estimate_burn
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform
+from tests.fixtures.world import SlackReceiver, alarm_event, job_state_event
+
+NOW = 1_800_000_000.0
+FACTS = JobFacts("llama-70b", Platform.SAGEMAKER, "InProgress", "Training", NOW - 7200, "ml.p5.48xlarge", 8, 8, 192)
+CRASH = LogLine(
+    NOW - 1800, "llama-70b/algo-2-1", "RuntimeError: CUDA error: an illegal memory access", "illegal_memory_access"
+)
+
+
+def _decision(action: Action, mode: Mode = Mode.ENFORCE, would: Action = Action.NONE) -> Decision:
+    evidence = {
+        "agent": {"last_step_t": NOW - 3600, "step": 1200.0},
+        "hosts": {
+            "algo-1": {"gpu_util_before": 97.0, "gpu_util_now": 100.0, "power_w_baseline": 610.0, "power_w_now": 120.0},
+            "algo-2": {"gpu_util_before": 95.0, "gpu_util_now": 0.0, "power_w_baseline": 600.0, "power_w_now": 70.0},
+        },
+    }
+    reasons = ("fatal error lines on algo-2: illegal_memory_access",)
+    return Decision("llama-70b", NOW, Diagnosis.CRASHED_RANK, action, mode, reasons, evidence, would)
+
+
+def _signals() -> JobSignals:
+    hosts = {
+        "algo-1": HostSignals("algo-1", log_tail=(LogLine(NOW - 3600, "s1", "step 1200 loss 1.9"),)),
+        "algo-2": HostSignals("algo-2", log_tail=(CRASH,), error_lines=(CRASH,)),
+    }
+    return JobSignals(FACTS, NOW, hosts)
+
+
+def _text(message: dict[str, Any]) -> str:
+    return json.dumps(message["blocks"])
+
+
+def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
+    # Given a crashed rank stopped an hour after its last step, whose stop failed
+    decision = _decision(Action.STOP)
+    evidence = Evidence.of(decision, _signals(), stall_since=NOW - 600)
+
+    # When the message is rendered
+    message = AlertMessage(decision, FACTS, evidence, StopResult(ok=False, detail="AccessDenied")).render()
+
+    # Then it counts the stall from the last step: 8 hosts x 8 GPUs x 1 h, at the p5 list price
+    assert evidence.stall_seconds == 3600
+    text = _text(message)
+    assert "60 min, 64.0 GPU-h, ~$904.56" in text
+    assert "96% before -> 50% now" in text
+    assert "605 W before -> 95 W now" in text
+    assert "stop FAILED, will retry" in message["text"]
+    assert "AccessDenied" in text
+    # And the crashed host's error line comes first, marked, and a stop carries no buttons
+    assert text.index("*algo-2*") < text.index("*algo-1*")
+    assert "! RuntimeError: CUDA error: an illegal memory access" in text
+    assert ACTIONS_BLOCK_ID not in text
+
+
+def test_notify_alert_says_what_enforce_would_do_and_carries_buttons() -> None:
+    decision = _decision(Action.ALERT, Mode.NOTIFY, would=Action.STOP)
+    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+    assert "no stop (mode notify; enforce would stop)" in message["text"]
+    assert message["blocks"][-2]["block_id"] == ACTIONS_BLOCK_ID
+
+
+def test_long_logs_stay_within_slack_limits() -> None:
+    lines = tuple(LogLine(NOW - i, "s", "x" * 2000) for i in range(5))
+    signals = JobSignals(FACTS, NOW, {"algo-1": HostSignals("algo-1", log_tail=lines)})
+    decision = _decision(Action.WARN)
+    message = AlertMessage(decision, FACTS, Evidence.of(decision, signals, None)).render()
+    sections = [b["text"]["text"] for b in message["blocks"] if b["type"] == "section" and "text" in b]
+    assert all(len(text) <= 3000 for text in sections)
+
+
+def test_the_log_excerpt_leaves_out_the_agents_metric_lines_and_unknown_power() -> None:
+    # Given a host whose tail mixes the agent's EMF lines with a human log line, and no power readings
+    emf = '{"_aws": {"Timestamp": 1, "CloudWatchMetrics": []}, "Steps": 0}'
+    lines = (LogLine(NOW - 2, "s", emf), LogLine(NOW - 1, "s", "still waiting for collective"), LogLine(NOW, "s", emf))
+    signals = JobSignals(FACTS, NOW, {"algo-1": HostSignals("algo-1", log_tail=lines)})
+    decision = replace(_decision(Action.WARN), evidence={"hosts": {"algo-1": {"gpu_util_now": 100.0}}})
+
+    # When the warning is rendered
+    text = _text(AlertMessage(decision, FACTS, Evidence.of(decision, signals, None)).render())
+
+    # Then only the human line is quoted, and no empty power field is shown
+    assert "still waiting for collective" in text
+    assert "_aws" not in text
+    assert "GPU power" not in text
+
+
+class _Secrets:
+    def __init__(self, secret: dict[str, str]) -> None:
+        self.secret = secret
+        self.reads = 0
+
+    def get_secret_value(self, SecretId: str) -> dict[str, str]:
+        self.reads += 1
+        return {"SecretString": json.dumps(self.secret)}
+
+
+def test_notifier_reports_a_bad_secret_and_an_unreachable_webhook_without_raising() -> None:
+    # Given a secret without credentials, Then the post fails with the reason, and credentials() names the fields
+    empty = SlackNotifier(_Secrets({"channel": "C1"}), "arn:secret")
+    assert "needs 'webhook_url', or 'bot_token' and 'channel'" in empty.post({"text": "t", "blocks": []}).detail
+    with pytest.raises(SlackSecretError, match="webhook_url"):
+        empty.credentials()
+
+    # Given a webhook on a closed port, Then the post fails, and the secret is read once for both attempts
+    secrets = _Secrets({"webhook_url": "http://127.0.0.1:9/hook"})
+    notifier = SlackNotifier(secrets, "arn:secret")
+    results = [notifier.post({"text": "t", "blocks": []}) for _ in range(2)]
+    assert not any(r.ok for r in results)
+    assert secrets.reads == 1
+
+
+def test_price_table_covers_the_accelerated_types() -> None:
+    for instance_type in (
+        "ml.p4d.24xlarge",
+        "ml.p4de.24xlarge",
+        "ml.p5e.48xlarge",
+        "ml.p5en.48xlarge",
+        "ml.g5.48xlarge",
+    ):
+        assert INSTANCE_SPECS[instance_type].usd_per_hour > 0
+    for instance_type in (
+        "ml.trn1.32xlarge",
+        "p4d.24xlarge",
+        "p5.48xlarge",
+        "g5.xlarge",
+        "g6.12xlarge",
+        "trn1.32xlarge",
+    ):
+        assert INSTANCE_SPECS[instance_type].usd_per_hour > 0
+    assert INSTANCE_SPECS["g6.12xlarge"].devices == 4
+    unknown = estimate_burn("x9.huge", hosts=2, seconds=1800)
+    assert (unknown.device_hours, unknown.dollars) == (1.0, None)
+
+
+def test_both_alarm_shapes_give_the_same_dedup_key() -> None:
+    direct = parse_event(alarm_event("a.b"), AlarmEvent)
+    bridged = parse_event(
+        {
+            "version": "0",
+            "id": "1",
+            "detail-type": "CloudWatch Alarm State Change",
+            "source": "aws.cloudwatch",
+            "account": "123456789012",
+            "time": "2026-11-30T10:00:00Z",
+            "region": "us-east-1",
+            "resources": [],
+            "detail": alarm_event("a.b")["alarmData"],
+        },
+        AlarmEvent,
+    )
+    assert direct.alarm.dedup_key == bridged.alarm.dedup_key == "a.b@2026-11-30T10:00:00.000+0000"
+
+
+def test_job_state_event_accepts_tag_maps_and_lists_and_rejects_bad_names() -> None:
+    event = job_state_event("job-1", "InProgress")
+    event["detail"]["Tags"] = [{"Key": "stallwatch:mode", "Value": "enforce"}]
+    parsed = parse_event(event, JobStateEvent)
+    assert isinstance(parsed, TrainingJobStateChange)
+    assert parsed.detail.tags == {"stallwatch:mode": "enforce"}
+    event["detail"]["TrainingJobName"] = "bad name"
+    with pytest.raises(InvalidEventError, match="TrainingJobName"):
+        parse_event(event, JobStateEvent)
+
+
+def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackReceiver) -> None:
+    # Given bot credentials and Slack's Web API on 127.0.0.1
+    notifier = SlackNotifier(
+        _Secrets({"bot_token": "xoxb-1", "channel": "C0ALERTS"}), "arn:secret", api_url=f"{slack.base}/api/"
+    )
+    slack.reply = b'{"ok": true, "ts": "1764496800.000100"}'
+
+    # When a message is posted, Then it goes to the channel
+    posted = notifier.post({"text": "hung", "blocks": []})
+    assert (posted.ok, posted.detail) == (True, "chat.postMessage ts=1764496800.000100")
+    assert slack.posts[0]["channel"] == "C0ALERTS"
+
+    # When Slack refuses it, Then the error comes back without raising
+    slack.reply = b'{"ok": false, "error": "channel_not_found"}'
+    refused = notifier.post({"text": "hung", "blocks": []})
+    assert (refused.ok, refused.detail) == (False, "Slack API error: channel_not_found")

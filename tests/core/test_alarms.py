@@ -1,0 +1,188 @@
+"""Alarm rendering: names round-trip, definitions follow the policy and the platform, off renders nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.core import alarms, contract
+from stallwatch.core.policy import Policy
+from stallwatch.core.signals import JobFacts, Platform
+
+PREFIX = "stallwatch-"
+ARN = "arn:aws:lambda:us-east-1:123456789012:function:on-alarm"
+
+
+def sagemaker_job(hosts: int = 2, **overrides: object) -> JobFacts:
+    fields = dict(
+        name="llm-pretrain-7b",
+        platform=Platform.SAGEMAKER,
+        status="InProgress",
+        secondary_status="Training",
+        start_time=1_700_000_000.0,
+        instance_type="ml.p4d.24xlarge",
+        instance_count=hosts,
+        gpus_per_host=8,
+        vcpus_per_host=96,
+    )
+    fields.update(overrides)
+    return JobFacts(**fields)
+
+
+def ec2_job() -> JobFacts:
+    return JobFacts(
+        name="i-0abc123",
+        platform=Platform.EC2,
+        status="InProgress",
+        secondary_status=None,
+        start_time=1_700_000_000.0,
+        instance_type="p4d.24xlarge",
+        instance_count=1,
+        gpus_per_host=8,
+        vcpus_per_host=96,
+        instance_ids=("i-0abc123",),
+    )
+
+
+def by_name(definitions: list[dict]) -> dict[str, dict]:
+    return {d["AlarmName"]: d for d in definitions}
+
+
+def test_alarm_names_round_trip_for_job_and_host_alarms() -> None:
+    # Given a host alarm and a job alarm name
+    host_alarm = alarms.alarm_name(PREFIX, Platform.SAGEMAKER, "my-job", alarms.GPU_IDLE, "algo-3")
+    job_alarm = alarms.alarm_name(PREFIX, "ec2", "i-0abc", alarms.PROGRESS)
+
+    # When they are parsed back
+    # Then the parts come back, and both start with the job's prefix
+    assert host_alarm == "stallwatch-sagemaker.my-job.gpu-idle.algo-3"
+    assert alarms.parse_alarm_name(host_alarm, PREFIX) == alarms.AlarmRef(
+        Platform.SAGEMAKER, "my-job", alarms.GPU_IDLE, "algo-3"
+    )
+    assert alarms.parse_alarm_name(job_alarm, PREFIX) == alarms.AlarmRef(Platform.EC2, "i-0abc", alarms.PROGRESS)
+    assert host_alarm.startswith(alarms.job_alarm_prefix(PREFIX, "sagemaker", "my-job"))
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("other-sagemaker.j.progress", "does not start with the prefix"),
+        ("stallwatch-gke.j.progress", "unknown platform 'gke'"),
+        ("stallwatch-sagemaker.j.bogus", "unknown job alarm kind 'bogus'"),
+        ("stallwatch-sagemaker.j.progress.algo-1", "unknown host alarm kind 'progress'"),
+        ("stallwatch-sagemaker.j", "expected stallwatch-<platform>"),
+    ],
+)
+def test_foreign_alarm_names_are_rejected(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        alarms.parse_alarm_name(name, PREFIX)
+
+
+def test_sagemaker_job_gets_host_alarms_per_host_and_job_alarms() -> None:
+    # Given a 3-host SageMaker job under the default policy
+    facts = sagemaker_job(hosts=3)
+
+    # When its alarms are rendered
+    rendered = alarms.render_alarms(facts, Policy(mode="enforce").for_job({}), PREFIX, [ARN])
+
+    # Then each host has gpu-idle, gpu-memory and log-idle, and the job has its three alarms
+    refs = [alarms.parse_alarm_name(d["AlarmName"], PREFIX) for d in rendered]
+    assert sorted((r.kind, r.host) for r in refs if r.host) == sorted(
+        (kind, f"algo-{i}") for kind in alarms.HOST_KINDS for i in (1, 2, 3)
+    )
+    assert sorted(r.kind for r in refs if not r.host) == sorted(alarms.JOB_KINDS)
+    for d in rendered:
+        assert d["AlarmActions"] == [ARN]
+        assert "OKActions" not in d
+        assert {"Key": alarms.TAG_JOB, "Value": "llm-pretrain-7b"} in d["Tags"]
+
+
+def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window() -> None:
+    # Given a p4d job (8 GPUs) and idle after 20 min at 5 % per device, 60 s periods
+    policy = Policy(thresholds={"idle_minutes": 20, "idle_gpu_percent": 5}).for_job({})
+
+    # When the gpu-idle alarm of algo-2 is rendered
+    alarm = by_name(alarms.render_alarms(sagemaker_job(), policy, PREFIX, []))[
+        "stallwatch-sagemaker.llm-pretrain-7b.gpu-idle.algo-2"
+    ]
+
+    # Then it divides the host's summed utilization by 8 and needs 20 of 20 low minutes
+    stat, expression = alarm["Metrics"]
+    assert stat["MetricStat"]["Metric"] == {
+        "Namespace": contract.SAGEMAKER_NAMESPACE,
+        "MetricName": "GPUUtilization",
+        "Dimensions": [{"Name": "Host", "Value": "llm-pretrain-7b/algo-2"}],
+    }
+    assert stat["MetricStat"]["Period"] == 60
+    assert expression["Expression"] == "m1 / 8"
+    assert expression["ReturnData"] is True
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (20, 20)
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5.0, "LessThanThreshold")
+
+
+def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:
+    # Given a job tagged with a 45-minute stall threshold and 30 s high-resolution periods
+    policy = Policy(thresholds={"alarm_period_seconds": 30}).for_job({"stallwatch:stall-minutes": "45"})
+
+    # When its progress alarm is rendered
+    alarm = by_name(alarms.render_alarms(sagemaker_job(), policy, PREFIX, []))[
+        "stallwatch-sagemaker.llm-pretrain-7b.progress"
+    ]
+
+    # Then Steps and PhaseBudgetRemaining feed one expression, missing data breaches, over 90 periods
+    metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    assert metrics["m1"]["MetricStat"]["Metric"]["MetricName"] == "Steps"
+    assert metrics["m1"]["MetricStat"]["Stat"] == "Sum"
+    assert metrics["m2"]["MetricStat"]["Metric"]["MetricName"] == "PhaseBudgetRemaining"
+    assert metrics["e1"]["Expression"] == "IF(FILL(m2, 0) > 0, 1, m1)"
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["EvaluationPeriods"] == 90
+    assert metrics["m1"]["MetricStat"]["Period"] == 30
+
+
+def test_ec2_alarms_read_the_cloudwatch_agent_per_instance() -> None:
+    # Given an EC2 instance watched as a job
+    rendered = by_name(alarms.render_alarms(ec2_job(), Policy().for_job({}), PREFIX, []))
+
+    # When its GPU alarms are inspected
+    idle = rendered["stallwatch-ec2.i-0abc123.gpu-idle.i-0abc123"]
+    memory = rendered["stallwatch-ec2.i-0abc123.gpu-memory.i-0abc123"]
+
+    # Then they read the agent's nvidia_smi metrics by InstanceId, memory as used / total
+    assert idle["Metrics"][0]["MetricStat"]["Metric"] == {
+        "Namespace": contract.CWAGENT_NAMESPACE,
+        "MetricName": alarms.CWAGENT_GPU_UTILIZATION,
+        "Dimensions": [{"Name": "InstanceId", "Value": "i-0abc123"}],
+    }
+    assert memory["Metrics"][-1]["Expression"] == "100 * m1 / m2"
+    assert "stallwatch-ec2.i-0abc123.log-idle.i-0abc123" in rendered
+
+
+def test_log_idle_alarm_reads_the_sweepers_metric_and_keeps_state_between_publications() -> None:
+    alarm = by_name(alarms.render_alarms(sagemaker_job(), Policy().for_job({}), PREFIX, []))[
+        "stallwatch-sagemaker.llm-pretrain-7b.log-idle.algo-1"
+    ]
+    assert alarm["MetricName"] == contract.LOG_IDLE_SECONDS
+    assert alarm["Dimensions"] == [
+        {"Name": contract.DIM_JOB, "Value": "llm-pretrain-7b"},
+        {"Name": contract.DIM_HOST, "Value": "algo-1"},
+    ]
+    assert alarm["Threshold"] == Policy().thresholds.log_silence_minutes * 60
+    assert alarm["TreatMissingData"] == "ignore"
+
+
+def test_mode_off_renders_no_alarms() -> None:
+    policy = Policy(mode="notify").for_job({"stallwatch:mode": "off"})
+    assert alarms.render_alarms(sagemaker_job(), policy, PREFIX, [ARN]) == []
+
+
+def test_evaluation_window_is_capped_at_one_day() -> None:
+    # Given an idle threshold of two days (by tag)
+    policy = Policy().for_job({"stallwatch:idle-minutes": "2880"})
+
+    # When the gpu-idle alarm is rendered
+    alarm = by_name(alarms.render_alarms(sagemaker_job(hosts=1), policy, PREFIX, []))[
+        "stallwatch-sagemaker.llm-pretrain-7b.gpu-idle.algo-1"
+    ]
+
+    # Then it spans at most CloudWatch's one-day limit
+    assert alarm["EvaluationPeriods"] * 60 == alarms.MAX_EVALUATION_SECONDS

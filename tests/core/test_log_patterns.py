@@ -1,0 +1,109 @@
+"""Fatal-error patterns: real-looking NCCL, CUDA, driver, kernel and Python lines, and benign lookalikes."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.core.log_patterns import PATTERN_NAMES, match
+
+FATAL_LINES = [
+    (
+        "[rank3]:[E ProcessGroupNCCL.cpp:607] [Rank 3] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=48213, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600124 "
+        "milliseconds before timing out.",
+        "nccl_timeout",
+    ),
+    (
+        "[E ProcessGroupNCCL.cpp:489] Some NCCL operations have failed or timed out. Due to the asynchronous "
+        "nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+        "nccl_timeout",
+    ),
+    (
+        "[rank0]:[E1130 09:12:01.123 ProcessGroupNCCL.cpp:1316] [PG 0 (default_pg) Rank 0] "
+        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress; the collective timed out",
+        "nccl_timeout",
+    ),
+    (
+        "[PG ID 0 PG GUID 0(default_pg) Rank 5] Heartbeat monitor timed out! Process will be terminated "
+        "after dumping debug info.",
+        "nccl_timeout",
+    ),
+    (
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call",
+        "illegal_memory_access",
+    ),
+    ("torch.AcceleratorError: CUDA error: cudaErrorIllegalAddress", "illegal_memory_access"),
+    ("RuntimeError: CUDA error: device-side assert triggered", "cuda_error"),
+    ("RuntimeError: CUDA error: unspecified launch failure", "cuda_error"),
+    (
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, "
+        "m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, "
+        "CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+        "cuda_error",
+    ),
+    (
+        "[Mon Nov 30 09:14:22 2026] NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus.",
+        "xid",
+    ),
+    ("NVRM: Xid (PCI:0000:a0:1c): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error", "xid"),
+    (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of "
+        "79.10 GiB of which 1.06 GiB is free.",
+        "cuda_oom",
+    ),
+    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB", "cuda_oom"),
+    ("Traceback (most recent call last):", "traceback"),
+    ("[rank7]: Traceback (most recent call last):", "traceback"),
+    ("Killed", "killed"),
+    ("/bin/sh: line 1:  4242 Killed                  python train.py --config cfg.yaml", "killed"),
+    (
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 2 (pid: 311) "
+        "of binary: /opt/conda/bin/python",
+        "killed",
+    ),
+    ("Signal 9 (SIGKILL) received by PID 311", "killed"),
+    ("subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 137.", "killed"),
+    ("ExitCode 137", "killed"),
+    ("[Mon Nov 30 09:20:01 2026] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE)", "killed"),
+    ("Out of memory: Killed process 311 (python) total-vm:912345678kB", "killed"),
+]
+
+BENIGN_LINES = [
+    "checkpoint saved to s3://bucket/run-7/step-12000",
+    "nccl init ok",
+    "NCCL INFO Init COMPLETE comm 0x5581 rank 0 nranks 16 cudaDev 0 busId 101c0 - Init COMPLETE",
+    "ProcessGroupNCCL initialized with timeout 600000 ms",
+    "NCCL_TIMEOUT=1800 exported",
+    "CUDA available: True, devices: 8",
+    "No CUDA errors detected in the smoke test",
+    "step 137 loss 2.31 lr 3e-4",
+    "process exited normally after 137 steps",
+    "killed_workers=0 respawned=0",
+    "epoch 3 done in 1370.2 s",
+    "CUBLAS_STATUS_SUCCESS",
+    "",
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), FATAL_LINES)
+def test_fatal_line_is_named_by_its_pattern(line: str, expected: str) -> None:
+    # Given a line a failing training job writes / When it is matched / Then the pattern that names it
+    assert match(line) == expected
+
+
+@pytest.mark.parametrize("line", BENIGN_LINES)
+def test_benign_lookalike_matches_nothing(line: str) -> None:
+    assert match(line) is None
+
+
+def test_every_pattern_is_exercised_by_a_fatal_line() -> None:
+    # Given the table / Then each of its patterns names at least one real line above
+    assert {expected for _, expected in FATAL_LINES} == set(PATTERN_NAMES)
+
+
+def test_specific_pattern_wins_over_the_traceback_it_comes_with() -> None:
+    # Given a multi-line event holding both a traceback and the CUDA OOM it reports
+    event = "Traceback (most recent call last):\n  File 'train.py', line 9\ntorch.OutOfMemoryError: CUDA out of memory."
+    # Then the specific cause names it
+    assert match(event) == "cuda_oom"

@@ -1,0 +1,119 @@
+"""The policy: per-job tag overrides, bad tags reported and ignored, validation messages that name the field."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from stallwatch.core.policy import Mode, Policy, Thresholds
+
+
+def test_tags_override_mode_and_thresholds() -> None:
+    # Given the default policy / When a job is tagged enforce with a longer stall threshold
+    effective = Policy().for_job({"stallwatch:mode": " Enforce ", "stallwatch:stall-minutes": "45"})
+    # Then both apply and nothing is reported
+    assert effective.mode is Mode.ENFORCE
+    assert effective.thresholds.stall_minutes == 45.0
+    assert effective.tag_errors == []
+
+
+def test_untagged_job_gets_the_global_policy_unchanged() -> None:
+    policy = Policy(mode=Mode.OBSERVE, thresholds=Thresholds(stall_minutes=30))
+    effective = policy.for_job({"team": "nlp"})
+    assert effective.mode is Mode.OBSERVE
+    assert effective.thresholds == policy.thresholds
+    assert effective.may_stop is False
+
+
+def test_overrides_do_not_leak_into_the_global_policy() -> None:
+    policy = Policy()
+    policy.for_job({"stallwatch:stall-minutes": "90"})
+    assert policy.thresholds.stall_minutes == Thresholds().stall_minutes
+
+
+@pytest.mark.parametrize(
+    ("tags", "may_stop"),
+    [
+        ({"stallwatch:mode": "enforce"}, True),
+        ({"stallwatch:mode": "notify"}, False),
+        ({}, False),
+    ],
+)
+def test_stops_need_the_enforce_tag_when_the_policy_requires_it(tags: dict[str, str], may_stop: bool) -> None:
+    assert Policy(mode=Mode.ENFORCE, stop_requires_tag=True).for_job(tags).may_stop is may_stop
+
+
+def test_global_enforce_may_stop_untagged_jobs_when_tags_are_not_required() -> None:
+    assert Policy(mode=Mode.ENFORCE, stop_requires_tag=False).for_job({}).may_stop is True
+
+
+@pytest.mark.parametrize(
+    ("tag", "value", "field_default", "message"),
+    [
+        ("stallwatch:stall-minutes", "abc", ("stall_minutes", 15.0), "valid number"),
+        ("stallwatch:stall-minutes", "-5", ("stall_minutes", 15.0), "greater than 0"),
+        ("stallwatch:step-interval-factor", "0.5", ("step_interval_factor", 5.0), "greater than or equal to 1"),
+        ("stallwatch:idle-gpu-percent", "95", ("idle_gpu_percent", 5.0), "must be below busy_gpu_percent"),
+        ("stallwatch:alarm-period-seconds", "45", ("alarm_period_seconds", 60), "10, 30 or a multiple of 60"),
+        ("stallwatch:alarm-period-seconds", "0", ("alarm_period_seconds", 60), "greater than 0"),
+        ("stallwatch:alarm-period-seconds", "-60", ("alarm_period_seconds", 60), "greater than 0"),
+        ("stallwatch:stop-on-nonfinite-loss", "perhaps", ("stop_on_nonfinite_loss", False), "valid boolean"),
+    ],
+)
+def test_bad_tag_value_is_reported_and_ignored(
+    tag: str, value: str, field_default: tuple[str, object], message: str
+) -> None:
+    # Given a job with one bad threshold tag and one good one
+    effective = Policy().for_job({tag: value, "stallwatch:log-silence-minutes": "40"})
+    # Then the bad one is reported, naming the tag and value, and the threshold keeps its default
+    (error,) = effective.tag_errors
+    assert error.startswith(f"{tag}={value!r}")
+    assert message in error
+    name, default = field_default
+    assert getattr(effective.thresholds, name) == default
+    # And the good one still applies
+    assert effective.thresholds.log_silence_minutes == 40.0
+
+
+def test_bad_mode_tag_is_reported_and_the_global_mode_kept() -> None:
+    effective = Policy(mode=Mode.NOTIFY).for_job({"stallwatch:mode": "kill"})
+    assert effective.mode is Mode.NOTIFY
+    assert effective.tag_errors == ["stallwatch:mode='kill': expected one of ['off', 'observe', 'notify', 'enforce']"]
+
+
+def test_tag_overrides_validated_together_regardless_of_order() -> None:
+    # Given tags that are only consistent together (idle must stay below busy)
+    tags = {"stallwatch:idle-gpu-percent": "92", "stallwatch:busy-gpu-percent": "98"}
+    # When applied in either order / Then both apply
+    for ordered in (tags, dict(reversed(list(tags.items())))):
+        effective = Policy().for_job(ordered)
+        assert (effective.thresholds.idle_gpu_percent, effective.thresholds.busy_gpu_percent) == (92.0, 98.0)
+        assert effective.tag_errors == []
+
+
+def test_unrelated_and_non_threshold_stallwatch_tags_are_ignored() -> None:
+    effective = Policy().for_job({"stallwatch:monitor": "true", "Name": "gpu-box", "stallwatch:owner": "ana"})
+    assert effective.tag_errors == []
+    assert effective.thresholds == Thresholds()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"stall_minutes": 0}, "stall_minutes"),
+        ({"busy_gpu_percent": 120}, "busy_gpu_percent"),
+        ({"power_drop_ratio": 1.5}, "power_drop_ratio"),
+        ({"crash_confirm_minutes": -1}, "crash_confirm_minutes"),
+        ({"idle_gpu_percent": 50, "busy_gpu_percent": 40}, "idle_gpu_percent"),
+        ({"alarm_period_seconds": 90}, "alarm_period_seconds"),
+        ({"stall_minuets": 30}, "stall_minuets"),
+    ],
+)
+def test_threshold_validation_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        Thresholds(**kwargs)
+
+
+@pytest.mark.parametrize("period", [10, 30, 60, 300])
+def test_supported_alarm_periods_validate(period: int) -> None:
+    assert Thresholds(alarm_period_seconds=period).alarm_period_seconds == period

@@ -1,0 +1,189 @@
+"""Replay: the rendered alarms and the engine on a simulated clock, the verdict, and the `stallwatch replay` CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from stallwatch.core.decision import Action
+from stallwatch.core.policy import Mode, Policy
+from stallwatch.core.trace import Expectation, StatusEvent, Trace
+from stallwatch.offline.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from stallwatch.offline.replay import SWEEPER, Verdict, replay
+from stallwatch.offline.trace_file import load_trace, write_trace
+
+CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "traces"
+HANG = CORPUS / "ec2-hang-agent.jsonl"  # hang at t = 2430 s
+HANG_ONSET = 2_430.0
+
+
+def relabel(trace: Trace, **expect: object) -> Trace:
+    return dataclasses.replace(trace, header=trace.header.model_copy(update={"expect": Expectation(**expect)}))
+
+
+def test_a_hang_is_warned_then_stopped_after_the_grace_period() -> None:
+    # Given a trace that hangs at 2430 s
+    trace = load_trace(HANG)
+
+    # When it is replayed under the default replay policy (enforce)
+    result = replay(trace)
+
+    # Then a warning comes first, the stop follows at least stop_grace later, within 30 min of the onset
+    actions = [d.decision.action for d in result.decisions]
+    assert actions[0] is Action.WARN
+    assert actions[-1] is Action.STOP
+    grace_s = Policy().thresholds.stop_grace_minutes * 60
+    assert result.first_stop_s - result.first_warn_s >= grace_s
+    assert HANG_ONSET < result.first_stop_s <= HANG_ONSET + 1_800
+    assert result.first_alert_s == result.first_warn_s
+    assert result.verdict is Verdict.PASS
+    assert "hang" in result.diagnoses
+
+
+def test_the_stop_ends_the_replay() -> None:
+    result = replay(load_trace(HANG))
+    assert result.decisions[-1].decision.action is Action.STOP
+    assert all(d.t <= result.first_stop_s for d in result.decisions)
+
+
+def test_a_label_the_replay_misses_fails_with_the_reason() -> None:
+    # Given the hang trace labeled "no stop"
+    trace = relabel(load_trace(HANG), action="none")
+
+    # When replayed
+    result = replay(trace)
+
+    # Then the verdict is fail and says when it stopped
+    assert result.verdict is Verdict.FAIL
+    assert result.verdict_reason == f"expected no stop, stopped at {result.first_stop_s:g}s"
+
+
+def test_a_stop_outside_the_window_fails() -> None:
+    result = replay(relabel(load_trace(HANG), action="stop", window_s=(0.0, 600.0)))
+    assert result.verdict is Verdict.FAIL
+    assert "expected a stop in [0, 600]s" in result.verdict_reason
+
+
+def test_an_unlabeled_trace_has_no_verdict() -> None:
+    trace = load_trace(HANG)
+    trace = dataclasses.replace(trace, header=trace.header.model_copy(update={"expect": None}))
+    assert replay(trace).verdict is None
+
+
+def test_observe_mode_from_the_tags_audits_what_enforce_would_do() -> None:
+    # Given the hang trace with the job tagged stallwatch:mode=observe
+    trace = load_trace(HANG)
+    job = trace.job.model_copy(update={"tags": {"stallwatch:mode": "observe"}})
+    trace = dataclasses.replace(trace, header=trace.header.model_copy(update={"job": job}))
+
+    # When replayed
+    result = replay(trace)
+
+    # Then nothing is stopped or sent, and the audit records that enforce would warn, then stop
+    assert result.mode is Mode.OBSERVE
+    assert result.first_stop_s is None
+    assert result.first_alert_s is None
+    assert {d.decision.action for d in result.decisions} <= {Action.AUDIT, Action.NONE}
+    audits = [d.decision.would for d in result.decisions if d.decision.action is Action.AUDIT]
+    assert audits == [Action.WARN, Action.STOP]
+
+
+def test_a_policy_that_requires_the_opt_in_tag_alerts_instead_of_stopping() -> None:
+    # Given a policy that stops only jobs tagged for it, and an untagged job
+    policy = Policy(mode=Mode.ENFORCE, stop_requires_tag=True)
+
+    # When replayed
+    result = replay(load_trace(HANG), policy=policy)
+
+    # Then it alerts, never warns or stops
+    assert result.first_stop_s is None
+    assert result.first_warn_s is None
+    assert result.decisions[0].decision.action is Action.ALERT
+
+
+def test_a_job_that_completes_is_no_longer_judged() -> None:
+    # Given the hang trace where the job completes before the hang could be confirmed
+    trace = load_trace(HANG)
+    events = tuple(e for e in trace.events if e.t < HANG_ONSET + 120)
+    completed = StatusEvent(t=HANG_ONSET + 120, status="Completed", secondary="Completed")
+    trace = dataclasses.replace(trace, events=(*events, completed))
+
+    # When replayed
+    result = replay(trace)
+
+    # Then nothing happens after the job ended
+    assert result.first_stop_s is None
+    assert result.decisions == ()
+
+
+def test_the_sweeper_confirms_the_stop_after_the_alarm_warned() -> None:
+    result = replay(load_trace(HANG))
+    assert result.decisions[0].trigger.endswith(".progress")
+    assert result.decisions[-1].trigger == SWEEPER
+
+
+def test_cli_replay_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    # When two corpus traces are replayed with --json
+    code = main(["replay", "--json", str(HANG), str(CORPUS / "ec2-healthy-noagent.jsonl")])
+
+    # Then each line is one object with the documented fields, and both pass
+    objects = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert code == EXIT_OK
+    assert [o["trace"] for o in objects] == [str(HANG), str(CORPUS / "ec2-healthy-noagent.jsonl")]
+    for field in ("trace", "job", "first_alert_s", "first_warn_s", "first_stop_s", "decisions", "verdict"):
+        assert all(field in o for o in objects)
+    assert [o["verdict"] for o in objects] == ["pass", "pass"]
+    assert objects[0]["decisions"][-1]["action"] == "stop"
+
+
+def test_cli_timeline_shows_what_observe_mode_would_have_done(capsys: pytest.CaptureFixture[str]) -> None:
+    # When an observe-mode trace is replayed with the default (timeline) output
+    code = main(["replay", str(CORPUS / "sm-hang-observe-1host.jsonl")])
+
+    # Then the timeline renders the audited decisions with what enforce would have done, and passes
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert "audit" in out
+    assert "stop" in out
+    assert "PASS" in out
+
+
+def test_cli_exits_non_zero_when_a_labeled_trace_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given the hang trace labeled "no stop"
+    trace = relabel(load_trace(HANG), action="none")
+    path = tmp_path / "mislabeled.jsonl"
+    write_trace(trace.header, trace.events, path)
+
+    # When replayed with the timeline output
+    code = main(["replay", str(path)])
+
+    # Then the exit code says a trace failed, and the timeline shows the stop and the verdict
+    out = capsys.readouterr().out
+    assert code == EXIT_FAILED
+    assert "stop" in out
+    assert "FAIL" in out
+
+
+def test_cli_reports_a_broken_trace_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "broken.jsonl"
+    path.write_text(HANG.read_text().splitlines()[0] + "\n{\n")
+    assert main(["replay", str(path)]) == EXIT_USAGE
+    assert f"{path}:2: not JSON" in capsys.readouterr().err
+
+
+def test_cli_policy_file_applies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Given a deployment config whose policy only notifies
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"policy": {"mode": "notify"}, "sweeper_minutes": 5}))
+
+    # When the hang trace is replayed with it
+    code = main(["replay", "--json", "--policy", str(config), str(HANG)])
+
+    # Then nothing is stopped, and the label (a stop) fails
+    result = json.loads(capsys.readouterr().out)
+    assert code == EXIT_FAILED
+    assert result["first_stop_s"] is None
+    assert result["decisions"][0]["would"] == "warn"

@@ -1,0 +1,173 @@
+"""End to end on moto: a stalled job's alarm reaches on_alarm, which decides, stops, alerts Slack and audits."""
+
+from __future__ import annotations
+
+from handlers import on_alarm, on_job_state, sweeper
+from stallwatch.aws.store import job_key
+from stallwatch.core import alarms, contract
+from tests.fixtures.world import MINUTE, World, alarm_event, job_state_event, scheduled_event
+
+ENFORCE = {"stallwatch:mode": "enforce"}
+
+
+def _alarm(rt, job: str, kind: str = alarms.PROGRESS, host: str | None = None) -> str:
+    return alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, kind, host)
+
+
+def seed_nccl_hang(world: World, job: str, tags: dict[str, str]) -> None:
+    """Steps stop 40 min ago; GPUs stay pinned at 100 % while power falls; logs go quiet."""
+    world.create_job(job, hosts=2, tags=tags)
+    world.steps_until(job, last_step_min=40)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, 100.0))
+        world.agent_host(job, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
+        world.progress_logs(job, host, until_min=40)
+
+
+def audits(rt, job: str) -> list[dict]:
+    return [r["record"] | {"outcome": r.get("outcome")} for r in rt.store.records(job_key("sagemaker", job), "audit")]
+
+
+def test_nccl_hang_is_warned_then_stopped_once(rt, world, slack, context) -> None:
+    # Given an enforced job hung in a collective for 40 minutes
+    seed_nccl_hang(world, "llama-70b-pretrain", ENFORCE)
+
+    # When its progress alarm fires
+    result = on_alarm.handler(alarm_event(_alarm(rt, "llama-70b-pretrain")), context)
+
+    # Then the job is diagnosed as hung and warned, not yet stopped
+    assert (result["diagnosis"], result["action"], result["posted"]) == ("hang", "warn", True)
+    assert world.status("llama-70b-pretrain") == "InProgress"
+    assert "will be stopped" in slack.texts()[0]
+
+    # When the sweeper runs after the stop grace period
+    rt.clock.advance(6 * MINUTE)
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then the job is stopped, Slack says so with the evidence, and a second sweep does nothing more
+    (outcome,) = summary["redecided"]
+    assert (outcome["action"], outcome["stopped"], outcome["posted"]) == ("stop", True, True)
+    assert world.status("llama-70b-pretrain") == "Stopping"
+    stop_message = slack.posts[1]
+    rendered = str(stop_message["blocks"])
+    assert "Stopped stalled job" in stop_message["text"]
+    assert "390 W before -> 95 W now" in rendered
+    assert "100% before -> 100% now" in rendered
+    assert "GPU-h" in rendered
+    assert "$" in rendered
+
+    rt.clock.advance(5 * MINUTE)
+    sweeper.handler(scheduled_event(), context)
+    assert len(slack.posts) == 2
+    actions = [a["action"] for a in audits(rt, "llama-70b-pretrain")]
+    assert actions[:2] == ["warn", "stop"]
+    assert "stop" not in actions[2:]
+
+
+def test_crashed_rank_names_the_host_and_its_error(rt, world, slack, context) -> None:
+    # Given rank on algo-2 died with an illegal memory access 30 min ago while algo-1 spins
+    job = "gpt-neox-20b"
+    world.create_job(job, hosts=2, tags=ENFORCE)
+    world.steps_until(job, last_step_min=30)
+    world.host_gpu(job, "algo-1", world.every_minute(110, 100.0))
+    world.host_gpu(job, "algo-2", world.every_minute(110, lambda m: 100.0 if m > 30 else 0.0))
+    world.progress_logs(job, "algo-1", until_min=30)
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    world.progress_logs(job, "algo-2", until_min=31, extra=[(30, "Traceback (most recent call last):"), (30, crash)])
+
+    # When the host's gpu-idle alarm fires
+    result = on_alarm.handler(alarm_event(_alarm(rt, job, alarms.GPU_IDLE, "algo-2")), context)
+
+    # Then the crashed rank is diagnosed, warned, and the message shows algo-2's error line
+    assert (result["diagnosis"], result["action"]) == ("crashed_rank", "warn")
+    blocks = str(slack.posts[0]["blocks"])
+    assert "*algo-2*" in blocks
+    assert f"! {crash}" in blocks
+
+
+def test_idle_job_without_agent_is_diagnosed_idle(rt, world, slack, context) -> None:
+    # Given a job without the agent whose GPUs went idle and logs went silent an hour ago
+    job = "resnet-sweep-7"
+    world.create_job(job, hosts=2, tags=ENFORCE)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, lambda m: 95.0 if m > 60 else 0.0))
+        world.progress_logs(job, host, until_min=60)
+
+    # When a gpu-idle alarm fires
+    result = on_alarm.handler(alarm_event(_alarm(rt, job, alarms.GPU_IDLE, "algo-1")), context)
+
+    # Then it is diagnosed idle and warned
+    assert (result["diagnosis"], result["action"]) == ("idle", "warn")
+    assert "idle" in slack.texts()[0]
+
+
+def test_checkpoint_within_budget_is_not_a_stall(rt, world, slack, context) -> None:
+    # Given a job that declared a 60 min checkpoint phase 25 min ago and has not stepped since
+    job = "llama-ckpt"
+    world.create_job(job, tags=ENFORCE)
+    world.steps_until(job, last_step_min=25)
+    world.agent_job(job, "PhaseBudgetRemaining", world.every_minute(25, lambda m: (60 - (25 - m)) * MINUTE))
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, lambda m: 95.0 if m > 25 else 2.0))
+
+    # When the progress alarm fires anyway
+    result = on_alarm.handler(alarm_event(_alarm(rt, job)), context)
+
+    # Then nothing is stopped or posted, and the decision is audited
+    assert (result["diagnosis"], result["action"]) == ("phase", "none")
+    assert world.status(job) == "InProgress"
+    assert slack.posts == []
+    assert [a["diagnosis"] for a in audits(rt, job)] == ["phase"]
+
+
+def test_hung_ec2_instance_is_warned_then_stopped(rt, world, slack, context) -> None:
+    # Given a tagged GPU instance whose agent (JobName = the instance id) stopped stepping 40 min ago, GPUs pinned
+    ec2 = rt.clients.ec2
+    tags = [{"Key": "stallwatch:monitor", "Value": "true"}, {"Key": "stallwatch:mode", "Value": "enforce"}]
+    instance = ec2.run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="p4d.24xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )["Instances"][0]["InstanceId"]
+    world.steps_until(instance, last_step_min=40)
+    dims = {alarms.CWAGENT_DIM_INSTANCE: instance}
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, world.every_minute(110, 100.0))
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, world.every_minute(110, 30_000.0))
+    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, world.every_minute(110, 40_000.0))
+
+    # When its progress alarm fires, and the sweeper runs after the grace period
+    name = alarms.alarm_name(rt.config.alarm_prefix, "ec2", instance, alarms.PROGRESS)
+    warned = on_alarm.handler(alarm_event(name), context)
+    rt.clock.advance(6 * MINUTE)
+    (stopped,) = sweeper.handler(scheduled_event(), context)["redecided"]
+
+    # Then it was diagnosed from the agent and the CloudWatch agent's metrics, warned, then stopped
+    assert (warned["diagnosis"], warned["action"]) == ("hang", "warn")
+    assert "100% before -> 100% now" in str(slack.posts[0]["blocks"])
+    assert (stopped["action"], stopped["stopped"]) == ("stop", True)
+    state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in ("stopping", "stopped")
+
+
+def test_sweeper_decides_an_alarm_whose_on_alarm_never_ran(rt, world, slack, context) -> None:
+    # Given a hung job and a healthy one, each with an alarm in ALARM that no on_alarm invocation decided
+    seed_nccl_hang(world, "hung-job", ENFORCE)
+    world.create_job("fine-job", hosts=2, tags=ENFORCE)
+    world.steps_until("fine-job", last_step_min=-15)
+    for job in ("hung-job", "fine-job"):
+        on_job_state.handler(job_state_event(job, "InProgress"), context)
+        rt.clients.cloudwatch.set_alarm_state(AlarmName=_alarm(rt, job), StateValue="ALARM", StateReason="test")
+    rt.clock.advance(MINUTE)
+
+    # When the sweeper runs twice
+    first = {o["job"]: o for o in sweeper.handler(scheduled_event(), context)["redecided"]}
+    rt.clock.advance(MINUTE)
+    second = {o["job"]: o for o in sweeper.handler(scheduled_event(), context)["redecided"]}
+
+    # Then both were decided once: the hung job was warned; the healthy one is left alone afterwards
+    assert (first["hung-job"]["diagnosis"], first["hung-job"]["action"]) == ("hang", "warn")
+    assert first["fine-job"]["diagnosis"] == "healthy"
+    assert "fine-job" not in second
+    assert len(slack.posts) == 1

@@ -1,0 +1,501 @@
+"""The Slack buttons end to end on moto: real signed requests in the Function URL event shape reach the handler;
+only a valid request from an allowed user changes anything."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlparse
+
+import pytest
+from slack_sdk.signature import SignatureVerifier
+
+from handlers import on_alarm, slack_interactions, sweeper
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons
+from stallwatch.aws.store import job_key
+from stallwatch.core import alarms
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.runtime import interactions
+from stallwatch.runtime.interactions import Interactions
+from tests.fixtures.world import MINUTE, World, alarm_event, scheduled_event
+
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+BOT_TOKEN = "xoxb-test-token"
+CHANNEL = "C0ALERTS"
+MESSAGE_TS = "1764496800.000100"
+ALLOWED_USER = "U0ALLOWED"
+GROUP_MEMBER = "U0ONCALL"
+STRANGER = "U0STRANGER"
+ONCALL_GROUP = "S0ONCALL"
+JOB = "llama-70b-pretrain"
+INCIDENT = "incident#1764496800.000"
+ENFORCE = {"stallwatch:mode": "enforce"}
+
+
+class SlackApi:
+    """Slack on 127.0.0.1: Web API methods under /api/, and response_url posts under /actions/."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.groups: dict[str, list[str]] = {ONCALL_GROUP: [GROUP_MEMBER]}
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlparse(self.path)
+                params = {k: v[0] for k, v in parse_qs(url.query).items()}
+                self._answer(url.path, params)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
+                if self.headers.get("Content-Type", "").startswith("application/json"):
+                    body = json.loads(raw)
+                else:
+                    body = {k: v[0] for k, v in parse_qs(raw).items()}
+                self._answer(urlparse(self.path).path, body)
+
+            def _answer(self, path: str, body: dict[str, Any]) -> None:
+                api.calls.append((path, body))
+                if path.startswith("/actions/"):
+                    reply = b"ok"
+                elif path == "/api/usergroups.users.list":
+                    reply = json.dumps({"ok": True, "users": api.groups.get(body.get("usergroup"), [])}).encode()
+                else:
+                    reply = json.dumps({"ok": True, "channel": CHANNEL, "ts": MESSAGE_TS}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, *args: Any) -> None:
+                """No access log on stderr."""
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def response_url(self) -> str:
+        return f"{self.base}/actions/T000/1234/abcd"
+
+    def paths(self) -> list[str]:
+        return [path for path, _ in self.calls]
+
+
+@pytest.fixture
+def slack_api() -> Iterator[SlackApi]:
+    api = SlackApi()
+    api.thread.start()
+    yield api
+    api.server.shutdown()
+    api.server.server_close()
+
+
+def _use_secret(rt, **secret: str) -> None:
+    rt.clients.secretsmanager.put_secret_value(SecretId=rt.notifier.secret_arn, SecretString=json.dumps(secret))
+
+
+@pytest.fixture
+def endpoint(rt, world: World, slack_api: SlackApi, monkeypatch: pytest.MonkeyPatch) -> Interactions:
+    """The endpoint in webhook mode, with one allowed user and one allowed group, and an enforced job running."""
+    _use_secret(rt, webhook_url=f"{slack_api.base}/services/T000/B000/XXXX", signing_secret=SIGNING_SECRET)
+    rt.config = StallwatchConfig.model_validate(
+        {"slack": {"allowed_user_ids": [ALLOWED_USER], "allowed_group_ids": [ONCALL_GROUP]}}
+    )
+    world.create_job(JOB, hosts=2, tags=ENFORCE)
+    instance = Interactions(rt, slack_api_url=f"{slack_api.base}/api/")
+    monkeypatch.setattr(interactions, "endpoint", lambda: instance)
+    return instance
+
+
+def _payload(slack_api: SlackApi, action: OperatorAction, user: str = ALLOWED_USER, job: str = JOB) -> dict[str, Any]:
+    facts = JobFacts(job, Platform.SAGEMAKER, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
+    buttons = action_buttons(facts, INCIDENT)
+    (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
+    header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
+    return {
+        "type": "block_actions",
+        "user": {"id": user, "username": "ada", "team_id": "T000"},
+        "team": {"id": "T000", "domain": "acme"},
+        "api_app_id": "A000",
+        "trigger_id": "1234.5678.abcd",
+        "container": {"type": "message", "message_ts": MESSAGE_TS, "channel_id": CHANNEL, "is_ephemeral": False},
+        "channel": {"id": CHANNEL, "name": "ml-alerts"},
+        "message": {
+            "type": "message",
+            "ts": MESSAGE_TS,
+            "text": "Stalled job will be stopped",
+            "blocks": [header, buttons],
+        },
+        "response_url": slack_api.response_url,
+        "actions": [{**button, "block_id": ACTIONS_BLOCK_ID, "action_ts": "1764496900.123456"}],
+    }
+
+
+def _request(payload: Any, timestamp: float, secret: str = SIGNING_SECRET, raw_body: str | None = None) -> dict:
+    """A Slack request signed with `secret`, as a Lambda Function URL delivers it (body base64-encoded)."""
+    body = raw_body if raw_body is not None else urlencode({"payload": json.dumps(payload)})
+    ts = str(int(timestamp))
+    signature = SignatureVerifier(secret).generate_signature(timestamp=ts, body=body)
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/",
+        "rawQueryString": "",
+        "headers": {
+            "content-type": "application/x-www-form-urlencoded",
+            "user-agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+            "x-slack-request-timestamp": ts,
+            "x-slack-signature": signature,
+            "host": "abcdefghijklmnop.lambda-url.us-east-1.on.aws",
+        },
+        "requestContext": {
+            "accountId": "anonymous",
+            "apiId": "abcdefghijklmnop",
+            "domainName": "abcdefghijklmnop.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "abcdefghijklmnop",
+            "http": {
+                "method": "POST",
+                "path": "/",
+                "protocol": "HTTP/1.1",
+                "sourceIp": "3.80.1.2",
+                "userAgent": "Slackbot 1.0 (+https://api.slack.com/robots)",
+            },
+            "requestId": "c1b2e3f4-0000-4000-8000-000000000001",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "30/Nov/2026:10:00:00 +0000",
+            "timeEpoch": int(timestamp * 1000),
+        },
+        "body": base64.b64encode(body.encode()).decode(),
+        "isBase64Encoded": True,
+    }
+
+
+def _table(rt) -> list[dict[str, Any]]:
+    items = rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"]
+    return sorted(items, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
+
+
+def _state(rt):
+    return rt.store.load(job_key("sagemaker", JOB)).state
+
+
+def _audits(rt) -> list[dict[str, Any]]:
+    return rt.store.records(job_key("sagemaker", JOB), "audit")
+
+
+def _call(event: dict, context) -> tuple[int, dict[str, Any]]:
+    response = slack_interactions.handler(event, context)
+    assert response["headers"]["Content-Type"] == "application/json"
+    return response["statusCode"], json.loads(response["body"])
+
+
+# ---- valid, allowed requests ----------------------------------------------------------------------------------
+
+
+def test_snooze_1h_sets_the_snooze_audits_the_user_and_updates_the_message(rt, endpoint, slack_api, context) -> None:
+    # Given a warning on Slack in webhook mode
+    now = rt.clock()
+
+    # When an allowed user presses "Snooze 1 h"
+    status, body = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), now), context)
+
+    # Then the job is snoozed for an hour, audited with the Slack user, and the message says who did it
+    assert (status, body["status"]) == (200, "applied")
+    assert _state(rt).snoozed_until == pytest.approx(now + 3600)
+    (audit,) = _audits(rt)
+    assert audit["record"]["operator"] == ALLOWED_USER
+    assert audit["record"]["action"] == OperatorAction.SNOOZE_1H.value
+    assert audit["record"]["incident"] == INCIDENT
+    assert audit["outcome"]["slack"]["ok"] is True
+    ((path, update),) = slack_api.calls
+    assert path.startswith("/actions/")
+    assert update["replace_original"] is True
+    assert all(block.get("block_id") != ACTIONS_BLOCK_ID for block in update["blocks"])
+    assert "Snoozed until" in str(update["blocks"])
+    assert f"<@{ALLOWED_USER}>" in str(update["blocks"])
+
+
+def test_slack_unreachable_after_a_press_still_applies_and_audits_it(rt, endpoint, slack_api, context) -> None:
+    # Given a press whose response_url cannot be reached (Slack down)
+    payload = _payload(slack_api, OperatorAction.SNOOZE_4H)
+    payload["response_url"] = "http://127.0.0.1:9/actions/T000/1234/abcd"
+
+    # When it reaches the endpoint
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then the snooze holds and the audit record says the message could not be updated
+    assert (status, body["slack"]["ok"]) == (200, False)
+    assert _state(rt).snoozed_until == pytest.approx(rt.clock() + 4 * 3600)
+    (audit,) = _audits(rt)
+    assert audit["outcome"]["slack"]["ok"] is False
+
+
+def test_snooze_4h_snoozes_for_four_hours(rt, endpoint, slack_api, context) -> None:
+    # Given a warning; When an allowed user presses "Snooze 4 h"
+    now = rt.clock()
+    status, _ = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), now), context)
+
+    # Then the job is snoozed for four hours
+    assert status == 200
+    assert _state(rt).snoozed_until == pytest.approx(now + 4 * 3600)
+
+
+def test_not_stalled_doubles_the_thresholds_and_voids_the_warning(rt, endpoint, slack_api, world, context) -> None:
+    # Given a job that was warned (its state remembers the stall and the warning)
+    key = job_key("sagemaker", JOB)
+    read = rt.store.load(key)
+    warned = read.state.with_(stall_since=rt.clock() - 600, warned_at=rt.clock() - 60, alerted=("hang",))
+    rt.store.commit(key, read, type(read)(warned, 0, INCIDENT), {"at": rt.clock()}, rt.clock())
+
+    # When an allowed user presses "Not stalled"
+    status, _ = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+
+    # Then the thresholds are doubled for the rest of the run and the pending stop is void
+    assert status == 200
+    state = _state(rt)
+    assert state.threshold_factor == 2.0
+    assert (state.stall_since, state.warned_at, state.alerted) == (None, None, ())
+    assert world.status(JOB) == "InProgress"
+
+
+def test_stop_now_by_a_group_member_stops_the_job_and_updates_the_message_in_place(
+    rt, endpoint, slack_api, world, context
+) -> None:
+    # Given bot-token mode and a user who is allowed through the on-call user group
+    _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
+
+    # When the user presses "Stop now"
+    payload = _payload(slack_api, OperatorAction.STOP_NOW, user=GROUP_MEMBER)
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then the job is stopping, the stop is audited with the user, and the message is updated with chat.update
+    assert (status, body["stop"]["ok"]) == (200, True)
+    assert world.status(JOB) == "Stopping"
+    assert _state(rt).stopped_at == pytest.approx(rt.clock())
+    (audit,) = _audits(rt)
+    assert (audit["record"]["operator"], audit["outcome"]["stop"]["ok"]) == (GROUP_MEMBER, True)
+    assert slack_api.paths() == ["/api/usergroups.users.list", "/api/chat.update"]
+    update = slack_api.calls[1][1]
+    assert (update["channel"], update["ts"]) == (CHANNEL, MESSAGE_TS)
+    assert "Stop requested by" in str(update["blocks"])
+    assert all(block.get("block_id") != ACTIONS_BLOCK_ID for block in update["blocks"])
+
+
+def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, slack_api, world, context) -> None:
+    # Given a running job without the `stallwatch:mode=enforce` tag (stops require it by default)
+    world.create_job("untagged-job", hosts=1)
+
+    # When an allowed user presses "Stop now" on its alert
+    payload = _payload(slack_api, OperatorAction.STOP_NOW, job="untagged-job")
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then the code refuses, as IAM would: the job runs on, nothing is written, and only the presser is told why
+    assert (status, body["status"]) == (200, "not_permitted")
+    assert world.status("untagged-job") == "InProgress"
+    assert rt.store.load(job_key(Platform.SAGEMAKER, "untagged-job")).version == 0
+    (reply,) = [body for path, body in slack_api.calls if path.startswith("/actions/")]
+    assert reply["response_type"] == "ephemeral"
+    assert "stallwatch:mode=enforce" in reply["text"]
+
+
+def _seed_hang(world: World) -> None:
+    """The enforced job hung 40 minutes ago: no step, GPUs pinned at 100 % while power falls, logs quiet."""
+    world.steps_until(JOB, last_step_min=40)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(JOB, host, world.every_minute(110, 100.0))
+        world.agent_host(JOB, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
+        world.progress_logs(JOB, host, until_min=40)
+
+
+def _warn(rt, world: World, context) -> None:
+    _seed_hang(world)
+    alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.PROGRESS, None)
+    assert on_alarm.handler(alarm_event(alarm), context)["action"] == "warn"
+
+
+def test_a_snoozed_warning_is_not_followed_by_a_stop(rt, endpoint, slack_api, world, context) -> None:
+    # Given a hung job that was warned
+    _warn(rt, world, context)
+
+    # When an allowed user snoozes it for an hour, and the sweeper runs after the stop grace period
+    assert _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
+    rt.clock.advance(6 * MINUTE)
+    sweeper.handler(scheduled_event(), context)
+
+    # Then the job keeps running
+    assert world.status(JOB) == "InProgress"
+    assert "stop" not in [a["record"]["action"] for a in _audits(rt)]
+
+
+def test_not_stalled_makes_the_watchdog_warn_afresh_instead_of_stopping(
+    rt, endpoint, slack_api, world, context
+) -> None:
+    # Given a hung job that was warned
+    _warn(rt, world, context)
+
+    # When an allowed user says it is not stalled, and the sweeper runs after the stop grace period
+    assert _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[0] == 200
+    rt.clock.advance(6 * MINUTE)
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then the job is not stopped: at the doubled thresholds it gets a new warning first
+    assert world.status(JOB) == "InProgress"
+    assert [o["action"] for o in summary["redecided"]] == ["warn"]
+
+
+# ---- rejected requests: nothing changes -----------------------------------------------------------------------
+
+
+def test_bad_signature_is_rejected_and_changes_nothing(rt, endpoint, slack_api, world, context) -> None:
+    # Given a request signed with another secret
+    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock(), secret="not-the-signing-secret")
+
+    # When it reaches the endpoint
+    status, body = _call(event, context)
+
+    # Then it is refused, and the table, Slack and the job are untouched
+    assert status == 401
+    assert "x-slack-signature" in body["error"]
+    assert (_table(rt), slack_api.calls, world.status(JOB)) == ([], [], "InProgress")
+
+
+def test_tampered_body_is_rejected(rt, endpoint, slack_api, context) -> None:
+    # Given a validly signed "Snooze 1 h" whose body was changed to "Stop now" in flight
+    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    tampered = urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))})
+    event["body"] = base64.b64encode(tampered.encode()).decode()
+
+    # When it reaches the endpoint; Then it is refused and nothing changes
+    assert _call(event, context)[0] == 401
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_expired_timestamp_is_rejected_and_changes_nothing(rt, endpoint, slack_api, context) -> None:
+    # Given a correctly signed request from six minutes ago
+    event = _request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock() - 360)
+
+    # When it reaches the endpoint
+    status, body = _call(event, context)
+
+    # Then it is refused as outside the 5-minute window, and nothing changes
+    assert status == 401
+    assert "window" in body["error"]
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_replayed_request_is_rejected_and_changes_nothing(rt, endpoint, slack_api, context) -> None:
+    # Given a valid "Snooze 1 h" that was applied
+    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    assert _call(event, context)[0] == 200
+    table, calls = _table(rt), list(slack_api.calls)
+
+    # When the same signed request arrives again a minute later (inside the signature window)
+    rt.clock.advance(60)
+    status, body = _call(event, context)
+
+    # Then it is refused as a replay: no second snooze, audit record or Slack update
+    assert status == 409
+    assert "already handled" in body["error"]
+    assert (_table(rt), slack_api.calls) == (table, calls)
+
+
+def test_user_off_the_allow_list_gets_an_ephemeral_not_allowed_and_changes_nothing(
+    rt, endpoint, slack_api, world, context
+) -> None:
+    # Given bot-token mode and a user who is neither allowed by id nor in an allowed group
+    _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
+
+    # When the user presses "Stop now"
+    status, body = _call(_request(_payload(slack_api, OperatorAction.STOP_NOW, user=STRANGER), rt.clock()), context)
+
+    # Then only the user is told "not allowed"; the job runs on and nothing is written
+    assert (status, body["status"]) == (200, "not_allowed")
+    assert slack_api.paths() == ["/api/usergroups.users.list", "/actions/T000/1234/abcd"]
+    ephemeral = slack_api.calls[1][1]
+    assert (ephemeral["response_type"], ephemeral["replace_original"]) == ("ephemeral", False)
+    assert "not allowed" in ephemeral["text"]
+    assert (_table(rt), world.status(JOB)) == ([], "InProgress")
+
+
+def test_group_membership_is_cached_between_presses(rt, endpoint, slack_api, context) -> None:
+    # Given bot-token mode; When a stranger presses twice
+    _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
+    for action in (OperatorAction.SNOOZE_1H, OperatorAction.SNOOZE_4H):
+        _call(_request(_payload(slack_api, action, user=STRANGER), rt.clock()), context)
+
+    # Then the group's members were read from Slack once
+    assert slack_api.paths().count("/api/usergroups.users.list") == 1
+
+
+@pytest.mark.parametrize(
+    ("raw_body", "error"),
+    [
+        ("payload=%7Bnot+json", "payload"),
+        ("token=abc&team_id=T000", "form field 'payload'"),
+        (urlencode({"payload": json.dumps({"type": "view_submission"})}), "payload.type"),
+    ],
+)
+def test_malformed_payload_is_rejected_and_changes_nothing(
+    rt, endpoint, slack_api, context, raw_body: str, error: str
+) -> None:
+    # Given a correctly signed request whose payload is not a button press
+    event = _request(None, rt.clock(), raw_body=raw_body)
+
+    # When it reaches the endpoint
+    status, body = _call(event, context)
+
+    # Then it is refused with the bad field named, and nothing changes
+    assert status == 400
+    assert error in body["error"]
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_unknown_button_is_rejected(rt, endpoint, slack_api, context) -> None:
+    # Given a signed press of a button Stallwatch does not have
+    payload = _payload(slack_api, OperatorAction.SNOOZE_1H)
+    payload["actions"][0]["action_id"] = "stallwatch_delete_everything"
+
+    # When it reaches the endpoint; Then it is refused, naming the action id, and nothing changes
+    status, body = _call(_request(payload, rt.clock()), context)
+    assert status == 400
+    assert "action_id" in body["error"]
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_event_that_is_not_a_function_url_request_is_rejected(rt, endpoint, slack_api, context) -> None:
+    # Given an event without the Function URL shape; When it reaches the handler; Then 400 and nothing changes
+    status, body = _call({"body": "payload=x"}, context)
+    assert status == 400
+    assert "Function URL" in body["error"]
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+# ---- the buttons ----------------------------------------------------------------------------------------------
+
+
+def test_action_buttons_carry_the_job_and_incident() -> None:
+    # Given an EC2 job's alert
+    facts = JobFacts("i-0abc", Platform.EC2, "InProgress", None, 0.0, "p5.48xlarge", 1, 8, 192)
+
+    # When its buttons are rendered
+    block = action_buttons(facts, INCIDENT)
+
+    # Then there are the four buttons, each naming the job, its platform and the incident; Stop asks to confirm
+    assert block["block_id"] == ACTIONS_BLOCK_ID
+    assert [e["action_id"] for e in block["elements"]] == [a.value for a in OperatorAction]
+    assert [e["text"]["text"] for e in block["elements"]] == ["Snooze 1 h", "Snooze 4 h", "Stop now", "Not stalled"]
+    values = {ButtonValue.model_validate_json(e["value"]) for e in block["elements"]}
+    assert values == {ButtonValue(job="i-0abc", platform=Platform.EC2, incident=INCIDENT)}
+    stop = block["elements"][2]
+    assert (stop["style"], "confirm" in stop) == ("danger", True)
