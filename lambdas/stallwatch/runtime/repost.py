@@ -17,7 +17,7 @@ POST_CLAIM_SECONDS = 300  # the sweeper's Lambda timeout: a claim on a resend ou
 
 
 def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
-    """Post again the Slack messages that failed (kept by `_act`), oldest first, as they were rendered.
+    """Post again the Slack messages that failed (kept by `decide`), oldest first, as they were rendered.
 
     Each attempt is claimed first on the message's pending item (`Store.claim_post`), so a duplicated sweeper run
     never posts a message twice; each is added to the audit outcome (`slack`, `slack_attempts`). A delivered
