@@ -1,5 +1,5 @@
-"""Two CloudWatch dashboards: the fleet (every job, and the control plane's health), and one job chosen by a
-dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, GPU utilization and power.
+"""Two CloudWatch dashboards per deployment: the fleet (every job, and the control plane's health), and one job chosen
+by a dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, GPU utilization and power.
 
 Metric names come from `stallwatch.core.contract`, the mirror of the agent's contract.
 """
@@ -48,11 +48,14 @@ class Dashboards(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        deployment: str,
         functions: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         health_alarms: list[cloudwatch.IAlarm],
     ) -> None:
+        """Named `<deployment>-fleet-<region>` and `<deployment>-job-<region>`: dashboard names are account-wide."""
         super().__init__(scope, construct_id)
+        self.deployment = deployment
         self.fleet = self._build_fleet(functions, dead_letter_queue, health_alarms)
         self.job = self._build_job()
 
@@ -60,11 +63,12 @@ class Dashboards(Construct):
         self, functions: list[lambda_.Function], queue: sqs.IQueue, health_alarms: list[cloudwatch.IAlarm]
     ) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(
-            self, "Fleet", dashboard_name=f"Stallwatch-Fleet-{Aws.REGION}", default_interval=Duration.hours(6)
+            self, "Fleet", dashboard_name=f"{self.deployment}-fleet-{Aws.REGION}", default_interval=Duration.hours(6)
         )
         dashboard.add_widgets(
             cloudwatch.TextWidget(
-                markdown=f"# Stallwatch fleet\nEvery job reporting to `{NAMESPACE}`, and the control plane.",
+                markdown=f"# Stallwatch fleet ({self.deployment})\n"
+                f"Every job reporting to `{NAMESPACE}`, and this deployment's control plane.",
                 width=24,
                 height=2,
             ),
@@ -121,7 +125,7 @@ class Dashboards(Construct):
         dashboard = cloudwatch.Dashboard(
             self,
             "Job",
-            dashboard_name=f"Stallwatch-Job-{Aws.REGION}",
+            dashboard_name=f"{self.deployment}-job-{Aws.REGION}",
             default_interval=Duration.hours(3),
             variables=[
                 cloudwatch.DashboardVariable(

@@ -194,3 +194,29 @@ def _dashboard_body(template: Template, dashboard: str) -> str:
     """The dashboard JSON with its CloudFormation tokens (region, function names) replaced by placeholders."""
     parts = template.to_json()["Resources"][dashboard]["Properties"]["DashboardBody"]["Fn::Join"][1]
     return "".join(part if isinstance(part, str) else "TOKEN" for part in parts)
+
+
+def test_every_output_says_what_it_is_for_and_the_dashboards_are_console_links(
+    template: Template, stack: StallwatchStack
+) -> None:
+    outputs = template.find_outputs("*")
+    assert set(outputs) >= {"SlackSecretArn", "SlackInteractivityUrl", "HealthTopicArn", "TableName"}
+    for name, output in outputs.items():
+        assert len(output.get("Description", "")) > 20, name
+    hosts = template.to_json()["Mappings"]["ConsoleHosts"]
+    assert hosts["aws"] == {"host": "console.aws.amazon.com"}
+    assert set(hosts) == {"aws", "aws-cn", "aws-us-gov"}
+    for output, dashboard in (("FleetDashboardUrl", stack.dashboards.fleet), ("JobDashboardUrl", stack.dashboards.job)):
+        assert outputs[output]["Value"] == {
+            "Fn::Join": [
+                "",
+                [
+                    "https://",
+                    {"Fn::FindInMap": ["ConsoleHosts", {"Ref": "AWS::Partition"}, "host"]},
+                    "/cloudwatch/home?region=",
+                    {"Ref": "AWS::Region"},
+                    "#dashboards/dashboard/",
+                    {"Ref": logical_id(dashboard)},
+                ],
+            ]
+        }
