@@ -29,7 +29,9 @@ BUNDLE_DEPENDENCIES_CONTEXT_KEY = "stallwatch:bundle-dependencies"
 
 LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
 LAMBDA_PACKAGES = ("stallwatch", "handlers")
+# What the functions import (top-level pins), and every package of the asset pinned with hashes (`make lambda-lock`).
 LAMBDA_REQUIREMENTS = "requirements.txt"
+LAMBDA_LOCK = "requirements.lock"
 
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_12
 LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64

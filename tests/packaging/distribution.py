@@ -1,15 +1,16 @@
-"""Helpers of the distribution tests: build the wheel and sdist as `make dist` does, and find a Python by version."""
+"""Helpers of the distribution tests: build the wheel and sdist as `make dist` does, and require a Python by version."""
 
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from stacks.interpreters import find_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # A folder with an already built wheel and sdist to check instead of building (the release workflow).
@@ -31,16 +32,9 @@ def build_distribution(shared_tmp: Path) -> Path:
     return folder
 
 
-def find_python(version: str) -> str:
-    """An interpreter of `version` ("3.10"): this one, `python3.10` on PATH, or a pyenv install; else fail."""
-    if f"{sys.version_info.major}.{sys.version_info.minor}" == version:
-        return sys.executable
-    candidates = [shutil.which(f"python{version}")]
-    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
-    candidates += sorted(str(p) for p in pyenv_root.glob(f"versions/{version}.*/bin/python{version}"))
-    for candidate in filter(None, candidates):
-        probe = [candidate, "-c", "import sys; print(f'{sys.version_info.major}.{sys.version_info.minor}')"]
-        result = subprocess.run(probe, capture_output=True, text=True, timeout=60, check=False)
-        if result.returncode == 0 and result.stdout.strip() == version:  # a pyenv shim may exist yet refuse
-            return candidate
-    pytest.fail(f"Python {version} not found (PATH, {pyenv_root}/versions): install it, e.g. `pyenv install {version}`")
+def require_python(version: str) -> str:
+    """An interpreter of `version`; the test fails, naming how to get one, if this machine has none."""
+    python = find_python(version)
+    if python is None:
+        pytest.fail(f"Python {version} not found (PATH, pyenv): install it, e.g. `pyenv install {version}`")
+    return python

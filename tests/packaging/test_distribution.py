@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.distribution import DIST_ENV, build_distribution, find_python
+from tests.packaging.distribution import DIST_ENV, build_distribution, require_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -101,7 +101,7 @@ def test_the_wheel_installs_and_runs_in_a_clean_venv_without_torch(
     version: str, dist: tuple[Path, Path], tmp_path: Path
 ) -> None:
     # Given a clean venv of the declared Python, with only the wheel installed (it needs nothing, so no index)
-    python = find_python(version)
+    python = require_python(version)
     # Nothing of the repository or the dev venv may leak in (PYTHONPATH would show pip the tree's egg-info).
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     venv = tmp_path / "venv"
