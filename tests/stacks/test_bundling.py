@@ -115,7 +115,7 @@ def test_the_bundle_installs_exactly_the_locked_wheels_and_their_bytecode(locked
         check=True,
     ).stdout.strip()
     tag = f"cpython-{RUNTIME_PYTHON.replace('.', '')}"
-    for module in [output / "tinydep" / "__init__.py", output / "stallwatch" / "config.py"]:
+    for module in [output / "tinydep" / "__init__.py", output / "stallwatch" / "core" / "config.py"]:
         pyc = module.parent / "__pycache__" / f"{module.stem}.{tag}.pyc"
         header = pyc.read_bytes()[:8]
         assert header[:4].hex() == magic

@@ -21,8 +21,8 @@ OPERATORS_DOC = REPO_ROOT / "docs" / "operators.md"
 PLACEHOLDER = "SLACK_INTERACTIVITY_URL"
 # A Lambda Function URL, as the SlackInteractivityUrl output gives it.
 FUNCTION_URL = "https://abcdefghijklmnopqrstuvwxyz012345.lambda-url.us-east-1.on.aws/"
-# What the runtime calls with the app's credentials (stallwatch.aws.slack, stallwatch.runtime.interactions), and the scope each
-# needs: chat.postMessage and chat.update, usergroups.users.list, and the incoming webhook.
+# What the runtime calls with the app's credentials (stallwatch.aws.slack, stallwatch.runtime.interactions), and
+# the scope each needs: chat.postMessage and chat.update, usergroups.users.list, and the incoming webhook.
 NEEDED_BOT_SCOPES = {"chat:write", "usergroups:read", "incoming-webhook"}
 
 BotScope = Literal[
