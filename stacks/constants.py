@@ -24,7 +24,7 @@ CONSOLE_HOSTS = {
     "aws-cn": "console.amazonaws.cn",
     "aws-us-gov": "console.amazonaws-us-gov.com",
 }
-# False synthesizes without installing lambdas/requirements.txt (offline: tests, reviews); never deploy such an asset.
+# False synthesizes without installing lambdas/requirements.lock (offline: tests, reviews); never deploy such an asset.
 BUNDLE_DEPENDENCIES_CONTEXT_KEY = "stallwatch:bundle-dependencies"
 
 LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
