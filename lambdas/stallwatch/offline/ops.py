@@ -33,7 +33,7 @@ from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
 
-DEFAULT_STACK = "Stallwatch"
+DEFAULT_STACK = "stallwatch"
 TABLE_ENV = "STALLWATCH_TABLE"
 TABLE_RESOURCE_TYPE = "AWS::DynamoDB::Table"
 FUNCTION_RESOURCE_TYPE = "AWS::Lambda::Function"
