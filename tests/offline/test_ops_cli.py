@@ -20,7 +20,7 @@ from stallwatch.offline import cli, ops
 from tests.fixtures.world import World
 
 TABLE = "stallwatch-ops"
-STACK = "Stallwatch"
+STACK = "stallwatch"  # the default deployment name, which the CLI looks up without --stack
 HOUR = 3600.0
 ENFORCE_45 = {"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "45", "stallwatch:idle-minutes": "soon"}
 DEPLOYED = {"policy": {"mode": "observe", "thresholds": {"stop_grace_minutes": 10}}, "incident_ttl_days": 30}
