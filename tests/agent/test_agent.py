@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tests.agent.conftest import MemorySink
+from tests.agent.conftest import MemorySink, flush
 from trainer_agent import JsonlSink, TrainerAgent
 
 
@@ -29,7 +29,7 @@ def test_a_window_tallies_steps_step_time_throughput_and_data_wait(make_agent, s
     run_steps(agent, clock, 3, tokens=512, samples=4)
 
     # When the window is emitted
-    agent.flush()
+    flush(agent)
 
     # Then it reports the three steps and what they imply
     (window,) = sink.job
@@ -48,11 +48,11 @@ def test_a_window_without_steps_reports_zero_steps_and_the_age_of_the_last_step(
     # Given two steps, then 30 s without any
     agent = make_agent()
     run_steps(agent, clock, 2)
-    agent.flush()
+    flush(agent)
     clock.advance(30.0)
 
     # When the next window is emitted
-    agent.flush()
+    flush(agent)
 
     # Then Steps is 0 (not missing) and LastStepAge counts from the last step
     metrics = sink.job[-1].metrics
@@ -107,7 +107,7 @@ def test_recording_tensor_losses_never_reads_them_in_the_loop(make_agent, sink, 
 
     # Then no value was read in the loop, and the window still has their mean
     assert CountingTensor.reads == 0
-    agent.flush()
+    flush(agent)
     assert sink.job[0].metrics["Loss"] == pytest.approx(3.0)
 
 
@@ -115,7 +115,7 @@ def test_tensor_float_and_non_finite_losses_mix_in_one_window(make_agent, sink):
     agent = make_agent()
     for loss in (torch.tensor(2.0), 4.0, torch.tensor(float("nan")), torch.tensor([1.0, 3.0])):
         agent.record(loss=loss)
-    agent.flush()
+    flush(agent)
     metrics = sink.job[0].metrics
     assert metrics["Loss"] == pytest.approx((2.0 + 4.0 + 2.0) / 3)
     assert metrics["NonFiniteLoss"] == 1
@@ -125,7 +125,7 @@ def test_many_tensor_losses_in_one_window_are_all_counted(make_agent, sink):
     agent = make_agent()
     for value in range(3000):
         agent.record(loss=torch.tensor(float(value)))
-    agent.flush()
+    flush(agent)
     assert sink.job[0].metrics["Loss"] == pytest.approx(sum(range(3000)) / 3000)
 
 
@@ -134,11 +134,11 @@ def test_a_phase_reports_its_remaining_budget_then_zero(make_agent, sink, clock)
     agent = make_agent()
     with agent.phase("checkpoint", budget_s=100.0):
         clock.advance(40.0)
-        agent.flush()
+        flush(agent)
         # When it overruns its budget
         clock.advance(70.0)
-        agent.flush()
-    agent.flush()
+        flush(agent)
+    flush(agent)
 
     # Then the window shows the remaining budget while within it, 0 once over, and 0 after
     remaining = [window.metrics["PhaseBudgetRemaining"] for window in sink.job]
@@ -151,7 +151,7 @@ def test_a_phase_reports_its_remaining_budget_then_zero(make_agent, sink, clock)
 def test_eta_follows_the_latest_step_rate(make_agent, sink, clock):
     agent = make_agent(total_steps=100)
     run_steps(agent, clock, 10, inside_s=0.5, outside_s=0.5)
-    agent.flush()
+    flush(agent)
     assert sink.job[0].metrics["ETA"] == pytest.approx(90 * 1.0)
 
 
@@ -159,7 +159,7 @@ def test_explicit_step_numbers_set_the_global_step(make_agent, sink):
     agent = make_agent()
     with agent.step(step=5000):
         pass
-    agent.flush()
+    flush(agent)
     assert sink.job[0].metrics["Step"] == 5000
 
 
@@ -167,7 +167,7 @@ def test_a_step_whose_body_raises_propagates_and_is_not_counted(make_agent, sink
     agent = make_agent()
     with pytest.raises(KeyError), agent.step():
         raise KeyError("batch")
-    agent.flush()
+    flush(agent)
     assert sink.job[0].metrics["Steps"] == 0
 
 
@@ -184,7 +184,7 @@ def test_a_failing_sink_is_logged_once_and_the_others_still_receive_windows(make
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         for _ in range(3):
             run_steps(agent, clock, 1)
-            agent.flush()
+            flush(agent)
 
     # Then training was never interrupted, the working sink got every window, and one warning was logged
     assert len(sink.job) == 3
@@ -227,7 +227,7 @@ def test_a_full_disk_is_logged_once_and_training_goes_on(make_agent, sink, clock
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         for _ in range(2):
             run_steps(agent, clock, 1)
-            agent.flush()
+            flush(agent)
 
     # Then the other sink received both windows and the failure was logged once
     assert [window.metrics["Step"] for window in sink.job] == [1, 2]
@@ -256,7 +256,7 @@ def test_agent_methods_never_raise_on_bad_input(make_agent, sink):
     with agent.phase("eval", budget_s=-1):
         ran = True
     agent.end_step()
-    agent.flush()
+    flush(agent)
     assert ran
     assert sink.job[0].metrics["PhaseBudgetRemaining"] == 0
 
@@ -268,7 +268,7 @@ def test_close_emits_a_final_window_closes_the_sinks_and_later_calls_do_nothing(
     agent.close()
     with agent.step():
         pass
-    agent.flush()
+    flush(agent)
     assert sink.closed
     assert [window.metrics["Steps"] for window in sink.job] == [1]
 
@@ -292,7 +292,7 @@ def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, 
     agent = make_agent()
     with agent.step():
         pass
-    agent.flush()
+    flush(agent)
     assert sink.job == []
     assert sink.host[0].metrics["Heartbeat"] == 1
     assert sink.host[0].rank == 2
@@ -301,7 +301,7 @@ def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, 
 def test_unknown_device_leaves_mfu_absent_and_says_so_once(make_agent, sink, caplog):
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         agent = make_agent(flops_per_step=1e9)
-    agent.flush()
+    flush(agent)
     assert "MFU" not in sink.job[0].metrics
     assert "TFLOPsPerGPU" in sink.job[0].metrics
     assert [record.getMessage() for record in caplog.records if "peak FLOPs" in record.getMessage()] == [
@@ -334,7 +334,7 @@ def test_gpu_host_metrics_are_means_over_gpus_and_samples(monkeypatch, make_agen
     # When the sampler reads them twice and the window is emitted
     agent._gpus.sample()
     agent._gpus.sample()
-    agent.flush()
+    flush(agent)
 
     # Then the host window has the means, with NVML's milliwatts as watts, from handles opened once
     assert nvml.handle_calls == 2
