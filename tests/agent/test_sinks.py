@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.agent.conftest import MemorySink
 from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, NullSink, Window, metric_definitions
 from trainer_agent.cloudwatch import MAX_ATTEMPTS
 from trainer_agent.contract import DIM_HOST, DIM_JOB, HOST_METRICS, JOB_METRICS, NAMESPACE, SCOPE_HOST, SCOPE_JOB
@@ -151,20 +152,9 @@ class Gate:
         pass
 
 
-class Keep:
-    def __init__(self):
-        self.windows = []
-
-    def emit(self, window):
-        self.windows.append(window)
-
-    def close(self, timeout_s):
-        pass
-
-
 def test_a_slow_sink_delays_no_other_sink():
     # Given a sink stuck on its first window next to a quick one
-    gate, quick = Gate(), Keep()
+    gate, quick = Gate(), MemorySink()
     fan_out = FanOutSink([gate, quick])
 
     # When three windows go out
