@@ -45,6 +45,8 @@ GPU_SAMPLE_S = 5.0
 """NVML is sampled this often (or once per window if shorter) and averaged over the window."""
 THREAD_JOIN_S = 2.0
 """close() waits this long for a window the background thread is emitting (it may be stuck in a sink)."""
+FLUSH_TIMEOUT_S = 1.0
+"""flush() waits at most this long for the sinks to take the window (a blocked sink costs the caller no more)."""
 CLOSE_TIMEOUT_S = 10.0
 """close() waits at most this long for the sinks (SIGTERM: sigterm.FLUSH_S)."""
 
@@ -254,11 +256,12 @@ class TrainerAgent:
                 self.end_phase()
 
     @_never_raises
-    def flush(self) -> None:
-        """Hand the current window to the sinks now (it restarts the window; the background thread keeps its
-        schedule). It does not wait for the sinks: `agent.sinks.wait_idle(timeout_s)` does."""
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Emit the current window now and wait up to timeout_s for the sinks to take it (it restarts the
+        window; the background thread keeps its schedule)."""
         if self.active and not self._closed:
             self._emit()
+            self.sinks.wait_idle(timeout_s)
 
     @_never_raises
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:

@@ -58,12 +58,6 @@ class FakeClock:
         self.now += seconds
 
 
-def flush(agent: TrainerAgent) -> None:
-    """Emit the current window and wait until the sinks have it (the sinks take windows on their own threads)."""
-    agent.flush()
-    assert agent.sinks.wait_idle(5.0), "the sinks did not take the window within 5 s"
-
-
 @pytest.fixture(autouse=True)
 def single_process(monkeypatch: pytest.MonkeyPatch) -> None:
     """No rank/job/host variables leak in from the machine running the tests."""

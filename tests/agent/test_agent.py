@@ -12,11 +12,11 @@ import time
 import pytest
 import torch
 
-from tests.agent.conftest import MemorySink, flush
+from tests.agent.conftest import MemorySink
 from trainer_agent import JsonlSink, TrainerAgent
 
 CLOSE_SLACK_S = 1.0
-"""What close() may take beyond its timeout on a loaded machine (it used to take 6 s for 0.5)."""
+"""What flush() and close() may take beyond their timeouts on a loaded machine (close took 6 s for 0.5)."""
 
 
 def run_steps(agent, clock, n, inside_s=0.1, outside_s=0.05, tokens=None, samples=None):
@@ -32,7 +32,7 @@ def test_a_window_tallies_steps_step_time_throughput_and_data_wait(make_agent, s
     run_steps(agent, clock, 3, tokens=512, samples=4)
 
     # When the window is emitted
-    flush(agent)
+    agent.flush()
 
     # Then it reports the three steps and what they imply
     (window,) = sink.job
@@ -51,11 +51,11 @@ def test_a_window_without_steps_reports_zero_steps_and_the_age_of_the_last_step(
     # Given two steps, then 30 s without any
     agent = make_agent()
     run_steps(agent, clock, 2)
-    flush(agent)
+    agent.flush()
     clock.advance(30.0)
 
     # When the next window is emitted
-    flush(agent)
+    agent.flush()
 
     # Then Steps is 0 (not missing) and LastStepAge counts from the last step
     metrics = sink.job[-1].metrics
@@ -110,7 +110,7 @@ def test_recording_tensor_losses_never_reads_them_in_the_loop(make_agent, sink, 
 
     # Then no value was read in the loop, and the window still has their mean
     assert CountingTensor.reads == 0
-    flush(agent)
+    agent.flush()
     assert sink.job[0].metrics["Loss"] == pytest.approx(3.0)
 
 
@@ -118,7 +118,7 @@ def test_tensor_float_and_non_finite_losses_mix_in_one_window(make_agent, sink):
     agent = make_agent()
     for loss in (torch.tensor(2.0), 4.0, torch.tensor(float("nan")), torch.tensor([1.0, 3.0])):
         agent.record(loss=loss)
-    flush(agent)
+    agent.flush()
     metrics = sink.job[0].metrics
     assert metrics["Loss"] == pytest.approx((2.0 + 4.0 + 2.0) / 3)
     assert metrics["NonFiniteLoss"] == 1
@@ -128,7 +128,7 @@ def test_many_tensor_losses_in_one_window_are_all_counted(make_agent, sink):
     agent = make_agent()
     for value in range(3000):
         agent.record(loss=torch.tensor(float(value)))
-    flush(agent)
+    agent.flush()
     assert sink.job[0].metrics["Loss"] == pytest.approx(sum(range(3000)) / 3000)
 
 
@@ -137,11 +137,11 @@ def test_a_phase_reports_its_remaining_budget_then_zero(make_agent, sink, clock)
     agent = make_agent()
     with agent.phase("checkpoint", budget_s=100.0):
         clock.advance(40.0)
-        flush(agent)
+        agent.flush()
         # When it overruns its budget
         clock.advance(70.0)
-        flush(agent)
-    flush(agent)
+        agent.flush()
+    agent.flush()
 
     # Then the window shows the remaining budget while within it, 0 once over, and 0 after
     remaining = [window.metrics["PhaseBudgetRemaining"] for window in sink.job]
@@ -154,7 +154,7 @@ def test_a_phase_reports_its_remaining_budget_then_zero(make_agent, sink, clock)
 def test_eta_follows_the_latest_step_rate(make_agent, sink, clock):
     agent = make_agent(total_steps=100)
     run_steps(agent, clock, 10, inside_s=0.5, outside_s=0.5)
-    flush(agent)
+    agent.flush()
     assert sink.job[0].metrics["ETA"] == pytest.approx(90 * 1.0)
 
 
@@ -162,7 +162,7 @@ def test_explicit_step_numbers_set_the_global_step(make_agent, sink):
     agent = make_agent()
     with agent.step(step=5000):
         pass
-    flush(agent)
+    agent.flush()
     assert sink.job[0].metrics["Step"] == 5000
 
 
@@ -170,7 +170,7 @@ def test_a_step_whose_body_raises_propagates_and_is_not_counted(make_agent, sink
     agent = make_agent()
     with pytest.raises(KeyError), agent.step():
         raise KeyError("batch")
-    flush(agent)
+    agent.flush()
     assert sink.job[0].metrics["Steps"] == 0
 
 
@@ -187,7 +187,7 @@ def test_a_failing_sink_is_logged_once_and_the_others_still_receive_windows(make
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         for _ in range(3):
             run_steps(agent, clock, 1)
-            flush(agent)
+            agent.flush()
 
     # Then training was never interrupted, the working sink got every window, and one warning was logged
     assert len(sink.job) == 3
@@ -211,15 +211,19 @@ def test_a_blocking_sink_neither_blocks_the_loop_nor_the_other_sinks_and_close_k
     agent = TrainerAgent(interval_s=1.0, sinks=[blocking, sink], handle_sigterm=False)
     assert blocking.entered.wait(20.0)
 
-    # When the loop keeps stepping and then closes with a 0.5 s timeout
+    # When the loop keeps stepping, flushes with a 0.2 s timeout, and then closes with a 0.5 s timeout
     for _ in range(100):
         with agent.step():
             pass
     started = time.monotonic()
+    agent.flush(timeout_s=0.2)
+    flushing_s = time.monotonic() - started
+    started = time.monotonic()
     agent.close(timeout_s=0.5)
     closing_s = time.monotonic() - started
 
-    # Then close returned in about its timeout, and the other sink had every window, the final one with all steps
+    # Then each returned in about its timeout, and the other sink had every window, the last with all steps
+    assert flushing_s < 0.2 + CLOSE_SLACK_S
     assert closing_s < 0.5 + CLOSE_SLACK_S
     assert sink.job[-1].metrics["Step"] == 100
     assert sink.closed
@@ -241,11 +245,11 @@ def test_an_unreadable_loss_is_dropped_with_one_log_line_and_the_window_still_go
             with agent.step():
                 pass
             agent.record(loss=loss)
-        flush(agent)
+        agent.flush()
         with agent.step():
             pass
         agent.record(loss=torch.tensor(2.0).as_subclass(Unreadable))
-        flush(agent)
+        agent.flush()
 
     # Then both windows carry their steps and no loss (an empty loss is not a non-finite one), both hosts
     # windows their heartbeat, and each cause was logged once
@@ -275,7 +279,7 @@ def test_distributed_tensor_losses_are_read_only_when_replicated(make_agent, sin
             pass
         agent.record(loss=DTensor.from_local(torch.tensor(2.0), mesh, [Replicate()]))
         agent.record(loss=DTensor.from_local(torch.tensor(5.0), mesh, [Partial()]))
-        flush(agent)
+        agent.flush()
     finally:
         dist.destroy_process_group()
 
@@ -291,7 +295,7 @@ def test_a_full_disk_is_logged_once_and_training_goes_on(make_agent, sink, clock
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         for _ in range(2):
             run_steps(agent, clock, 1)
-            flush(agent)
+            agent.flush()
 
     # Then the other sink received both windows and the failure was logged once
     assert [window.metrics["Step"] for window in sink.job] == [1, 2]
@@ -320,7 +324,7 @@ def test_agent_methods_never_raise_on_bad_input(make_agent, sink):
     with agent.phase("eval", budget_s=-1):
         ran = True
     agent.end_step()
-    flush(agent)
+    agent.flush()
     assert ran
     assert sink.job[0].metrics["PhaseBudgetRemaining"] == 0
 
@@ -332,7 +336,7 @@ def test_close_emits_a_final_window_closes_the_sinks_and_later_calls_do_nothing(
     agent.close()
     with agent.step():
         pass
-    flush(agent)
+    agent.flush()
     assert sink.closed
     assert [window.metrics["Steps"] for window in sink.job] == [1]
 
@@ -365,7 +369,7 @@ def test_job_tokens_are_taken_as_the_jobs_and_rank_tokens_count_once_per_data_pa
         clock.advance(1.0)
     with agent.step(job_tokens=500):
         clock.advance(1.0)
-    flush(agent)
+    agent.flush()
 
     # Then the job consumed 2 x 100 + 500 tokens and 2 x 3 samples, and each of the 4 GPUs a quarter of the FLOPs
     metrics = sink.job[0].metrics
@@ -381,7 +385,7 @@ def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, 
     agent = make_agent()
     with agent.step():
         pass
-    flush(agent)
+    agent.flush()
     assert sink.job == []
     assert sink.host[0].metrics["Heartbeat"] == 1
     assert sink.host[0].rank == 2
@@ -390,7 +394,7 @@ def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, 
 def test_unknown_device_leaves_mfu_absent_and_says_so_once(make_agent, sink, caplog):
     with caplog.at_level(logging.WARNING, logger="trainer_agent"):
         agent = make_agent(flops_per_step=1e9)
-    flush(agent)
+    agent.flush()
     assert "MFU" not in sink.job[0].metrics
     assert "TFLOPsPerGPU" in sink.job[0].metrics
     assert [record.getMessage() for record in caplog.records if "peak FLOPs" in record.getMessage()] == [
@@ -423,7 +427,7 @@ def test_gpu_host_metrics_are_means_over_gpus_and_samples(monkeypatch, make_agen
     # When the sampler reads them twice and the window is emitted
     agent._gpus.sample()
     agent._gpus.sample()
-    flush(agent)
+    agent.flush()
 
     # Then the host window has the means, with NVML's milliwatts as watts, from handles opened once
     assert nvml.handle_calls == 2

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from types import SimpleNamespace
 
-from tests.agent.conftest import flush
 from trainer_agent.pending import CudaStepEvents
 
 
@@ -85,10 +84,10 @@ def test_on_cuda_the_agent_counts_a_step_in_the_window_the_device_finishes_it(mo
 
     # When the device has finished only the first step at the first window
     FakeEvent.done_upto = 2
-    flush(agent)
+    agent.flush()
     # And the second at the next
     FakeEvent.done_upto = len(FakeEvent.timeline)
-    flush(agent)
+    agent.flush()
 
     # Then each window counts the step the device finished, with device time as StepTime
     assert [(w.metrics["Steps"], w.metrics["Step"]) for w in sink.job] == [(1, 1), (1, 2)]
@@ -102,6 +101,6 @@ def test_on_cuda_a_step_hung_on_the_device_is_busy_time_not_data_wait(monkeypatc
     agent = make_agent(device="cuda")
     agent.start_step()
     clock.advance(30.0)
-    flush(agent)
+    agent.flush()
     metrics = sink.job[0].metrics
     assert (metrics["Steps"], metrics["DataWaitFraction"]) == (0, 0)
