@@ -44,7 +44,7 @@ MIN_INTERVAL_S = 1.0
 GPU_SAMPLE_S = 5.0
 """NVML is sampled this often (or once per window if shorter) and averaged over the window."""
 THREAD_JOIN_S = 2.0
-"""close() waits this long for a window the background thread is emitting (it may be stuck in a sink)."""
+"""close() waits this long for a window the background thread is rolling (it may be reading losses)."""
 FLUSH_TIMEOUT_S = 1.0
 """flush() waits at most this long for the sinks to take the window (a blocked sink costs the caller no more)."""
 CLOSE_TIMEOUT_S = 10.0

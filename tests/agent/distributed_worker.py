@@ -2,13 +2,14 @@
 
 hang-backward  rank 0 blocks in DDP's backward all_reduce, which rank 1 (in a recv nobody matches) never joins
 hang-recv      rank 0 blocks in a recv nobody matches, likewise
-dataloader a loop fed by forked DataLoader workers, with a slow sink, until a group SIGTERM
-counts    DDP + gradient accumulation with the core agent; writes the independently counted tokens
-hf        the Hugging Face Trainer with StallwatchCallback, likewise
-lightning Lightning (DDP strategy) with its StallwatchCallback, likewise
+dataloader     a loop fed by forked DataLoader workers, with a slow sink, until a group SIGTERM
+ddp, fsdp      the core agent around DDP or FSDP2, accumulating gradients; writes the independent count
+hf             the Hugging Face Trainer with StallwatchCallback, likewise
+lightning      Lightning (DDP strategy) with its StallwatchCallback, likewise
 
-Windows go to OUT/windows.jsonl. The counting modes run the agent on a frozen clock that jumps
-WINDOW_S at the end, so each rate in their single window times WINDOW_S is an exact count.
+Windows go to OUT/windows.jsonl (hang modes: OUT/windows-RANK.jsonl). The counting modes run the agent
+on a frozen clock that jumps WINDOW_S at the end, so each rate in their single window times WINDOW_S is
+an exact count.
 """
 
 from __future__ import annotations
@@ -107,10 +108,16 @@ def dataloader(out: Path) -> None:
             (out / "running").write_text(str(os.getpid()))
 
 
-def counts(out: Path) -> None:
+def counts(out: Path, sharded: bool) -> None:
+    """The core agent around DDP, or FSDP2 (fully_shard), accumulating ACCUMULATE micro-batches per step."""
     clock = FrozenClock()
     agent = counting_agent(out, clock)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
+    if sharded:
+        from torch.distributed.fsdp import fully_shard
+
+        model = fully_shard(torch.nn.Linear(8, 8))
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     tokens = samples = 0
     for step in range(1, STEPS + 1):
@@ -118,9 +125,13 @@ def counts(out: Path) -> None:
         agent.start_step()
         for micro in range(ACCUMULATE):
             batch = torch.randn(step + micro, SEQ, 8)  # sizes differ by step and micro-batch
-            sync = contextlib.nullcontext() if micro == ACCUMULATE - 1 else model.no_sync()
-            with sync:
+            last = micro == ACCUMULATE - 1
+            if sharded:
+                model.set_requires_gradient_sync(last)
                 model(batch).pow(2).mean().backward()
+            else:
+                with contextlib.nullcontext() if last else model.no_sync():
+                    model(batch).pow(2).mean().backward()
             step_tokens += batch.shape[0] * SEQ
             step_samples += batch.shape[0]
         optimizer.step()
@@ -217,7 +228,8 @@ MODES = {
     "hang-backward": functools.partial(hang, blocked_in="backward"),
     "hang-recv": functools.partial(hang, blocked_in="recv"),
     "dataloader": dataloader,
-    "counts": counts,
+    "ddp": functools.partial(counts, sharded=False),
+    "fsdp": functools.partial(counts, sharded=True),
     "hf": hf,
     "lightning": lightning,
 }

@@ -127,12 +127,12 @@ def test_a_group_sigterm_with_dataloader_workers_keeps_the_final_window_of_every
     assert slow["Step"] == window["Step"]
 
 
-@pytest.mark.parametrize("mode", ["counts", "hf", "lightning"])
+@pytest.mark.parametrize("mode", ["ddp", "fsdp", "hf", "lightning"])
 def test_ddp_throughput_counts_each_token_and_sample_once(tmp_path, mode):
     # Given 2 DDP ranks accumulating 2 micro-batches per optimizer step, each counting what it consumed
     run = Torchrun(tmp_path, mode)
 
-    # When they train 4 steps with the agent (core loop, Hugging Face or Lightning callback)
+    # When they train 4 steps with the agent (core loop around DDP or FSDP2, Hugging Face or Lightning callback)
     code = run.finish()
 
     # Then the job's window (exactly 1000 s long on the agent's clock) carries the ranks' summed counts
