@@ -36,6 +36,7 @@ HANDLER_MARGIN_S = 0.5
 REQUEST = b"\xff"
 """Written by the Python handler to wake the watcher (signal numbers are below 0xff)."""
 READ_BYTES = 512
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 Flush = Callable[[float], None]
 
@@ -116,20 +117,28 @@ class _Relay:
         if os.getpid() != self.pid or (self.spent and self._flushed.is_set()):
             self._apply_previous(signum, frame)
             return
-        if self._thread.is_alive():
-            self._wake(REQUEST)
-        else:
+        if not self._thread.is_alive():
             self.flush()
+        self._wake(REQUEST)
+        interrupted = None
+        if not _inside_agent(frame):
+            interrupted = self._await_flush()
+        elif self._terminates():  # it may hold a lock the flush needs: carry on; the watcher flushes, then ends it
+            return
+        self._apply_previous(signum, frame)
+        if interrupted is not None:
+            raise interrupted
+
+    def _await_flush(self) -> Exception | None:
+        """Wait for the watcher's flush, as long as it may take; what another handler raised meanwhile is returned."""
         deadline = time.monotonic() + FLUSH_S + HANDLER_MARGIN_S
         interrupted: Exception | None = None
         while not self._flushed.is_set() and (remaining := deadline - time.monotonic()) > 0:
             try:
                 self._flushed.wait(remaining)
-            except Exception as error:  # another handler raised meanwhile (torch's SIGCHLD when workers die)
+            except Exception as error:  # torch's SIGCHLD handler raises when DataLoader workers die
                 interrupted = interrupted or error
-        self._apply_previous(signum, frame)
-        if interrupted is not None:
-            raise interrupted
+        return interrupted
 
     def _apply_previous(self, signum: int, frame: FrameType | None) -> None:
         if callable(self.previous):
@@ -154,6 +163,15 @@ class _Relay:
     def _wake(self, data: bytes = b"\0") -> None:
         with contextlib.suppress(OSError):  # a full pipe: the watcher has bytes to read anyway
             os.write(self._write_fd, data)
+
+
+def _inside_agent(frame: FrameType | None) -> bool:
+    """Whether the interrupted main thread is running agent code."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(PACKAGE_DIR):
+            return True
+        frame = frame.f_back
+    return False
 
 
 _relay: _Relay | None = None

@@ -175,6 +175,48 @@ def test_an_ignored_sigterm_stays_ignored_and_the_agent_keeps_reporting(tmp_path
     assert [window["Step"] for window in windows] == [1]  # from close(), not from the signal
 
 
+SIGTERM_INSIDE_THE_AGENT = """
+import os, signal, sys, time, types
+from trainer_agent import TrainerAgent
+from trainer_agent.sinks import JsonlSink
+
+class Event:  # a CUDA event on a fake device that finishes at once; SIGTERM arrives inside the agent's lock
+    def __init__(self, enable_timing=False):
+        pass
+    def record(self):
+        if armed:
+            os.kill(os.getpid(), signal.SIGTERM)
+    def query(self):
+        return True
+    def elapsed_time(self, end):
+        return 10.0
+
+cuda = types.SimpleNamespace(Event=Event, is_available=lambda: True)
+sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, distributed=types.SimpleNamespace(is_available=lambda: False))
+armed = False
+agent = TrainerAgent(job_name="j", interval_s=3600, device="cuda", sinks=[JsonlSink(sys.argv[1])])
+with agent.step():
+    armed = True
+time.sleep(60)
+"""
+
+
+def test_sigterm_arriving_while_the_loop_holds_the_agents_lock_still_flushes_and_terminates(tmp_path):
+    # Given SIGTERM delivered while the main thread is inside end_step(), holding the agent's lock
+    jsonl = tmp_path / "windows.jsonl"
+    process = subprocess.run(
+        [sys.executable, "-c", SIGTERM_INSIDE_THE_AGENT, str(jsonl)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=WAIT_S,
+    )
+
+    # Then the handler did not wait on the watcher (which needs that lock): the step's window went out and
+    # the process ended by SIGTERM
+    assert process.returncode == -signal.SIGTERM
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert [(r["Steps"], r["Step"]) for r in records if r["scope"] == "job"] == [(1, 1)]
+
+
 def test_closing_the_last_agent_puts_the_previous_handler_and_wakeup_fd_back(sink):
     # Given SIGTERM's default and no wakeup fd, then an agent handling SIGTERM
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
