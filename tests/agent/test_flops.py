@@ -71,7 +71,9 @@ class EncoderLM(torch.nn.Module):
 def hf_gpt2():
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64))
+    return GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0)
+    )
 
 
 def hf_llama():
