@@ -192,7 +192,11 @@ def subscribe(flush: Flush) -> bool:
             if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
                 logger.info("SIGTERM is ignored in this process; it will not flush the last window")
                 return False
-            _relay = _Relay()
+            try:
+                _relay = _Relay()
+            except (OSError, ValueError) as error:  # no pipe or wakeup fd here: training goes on without it
+                logger.warning("SIGTERM will not flush the last window: %r", error)
+                return False
         _relay.flushes.append(flush)
     return True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
@@ -373,3 +374,25 @@ agent.close()
     job = json.loads(result.stdout.splitlines()[0])
     assert (job["JobName"], job["Steps"], job["Loss"]) == ("bare-python", 1.0, 2.5)
     assert result.stderr == ""
+
+
+def test_an_agent_without_a_wakeup_pipe_still_runs_and_says_why(monkeypatch, sink, caplog):
+    # Given a platform where the wakeup pipe cannot be made
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+
+    # When an agent that handles SIGTERM starts
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        agent = TrainerAgent(interval_s=3600.0, sinks=[sink])
+    with agent.step():
+        pass
+    agent.close()
+
+    # Then it reported as usual, left SIGTERM alone, and said why once
+    assert sink.job[-1].metrics["Step"] == 1
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert [r.getMessage() for r in caplog.records] == [
+        "SIGTERM will not flush the last window: OSError(24, 'Too many open files')"
+    ]
