@@ -44,7 +44,8 @@ MIN_INTERVAL_S = 1.0
 GPU_SAMPLE_S = 5.0
 """NVML is sampled this often (or once per window if shorter) and averaged over the window."""
 THREAD_JOIN_S = 2.0
-"""close() waits this long for a window the background thread is rolling (it may be reading losses)."""
+"""close() waits this long, and at most a quarter of its timeout, for the background thread to stop (it may be
+stuck in NVML on a failing GPU): the final window needs the rest of the time for the sinks."""
 FLUSH_TIMEOUT_S = 1.0
 """flush() waits at most this long for the sinks to take the window (a blocked sink costs the caller no more)."""
 CLOSE_TIMEOUT_S = 10.0
@@ -277,7 +278,7 @@ class TrainerAgent:
         try:
             self._stop.set()
             if self._thread is not None and self._thread is not threading.current_thread():
-                self._thread.join(min(timeout_s, THREAD_JOIN_S))
+                self._thread.join(min(timeout_s / 4, THREAD_JOIN_S))
             self._emit()
             self.sinks.close(max(deadline - time.monotonic(), 0.0))
         finally:

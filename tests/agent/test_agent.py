@@ -230,6 +230,38 @@ def test_a_blocking_sink_neither_blocks_the_loop_nor_the_other_sinks_and_close_k
     blocking.release.set()
 
 
+class HungGpu:
+    """An NVML sampler stuck in its read, as on a GPU that fell off the bus."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def sample(self) -> None:
+        self.entered.set()
+        self.release.wait(30.0)
+
+    def take(self) -> None:
+        return None
+
+
+def test_close_keeps_time_for_the_final_window_when_the_background_thread_is_stuck(sink):
+    # Given the agent's thread stuck sampling a failed GPU, and a step done
+    agent = TrainerAgent(interval_s=1.0, sinks=[sink], handle_sigterm=False)
+    gpu = agent._gpus = HungGpu()
+    assert gpu.entered.wait(20.0)
+    with agent.step():
+        pass
+
+    # When the agent closes with SIGTERM's 2 s
+    agent.close(timeout_s=2.0)
+
+    # Then the sink still had the final window, with the step
+    assert sink.job[-1].metrics["Step"] == 1
+    assert sink.closed
+    gpu.release.set()
+
+
 def test_an_unreadable_loss_is_dropped_with_one_log_line_and_the_window_still_goes_out(make_agent, sink, caplog):
     # Given losses that cannot be read: meta tensors, empty ones, and one whose read fails at emission
     class Unreadable(torch.Tensor):
