@@ -46,7 +46,7 @@ class QuietableStream:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream, self.silenced = stream, False
-        # Re-entrant: a SIGTERM handler may write the final window while this thread is inside a write.
+        # The agent's sink thread writes windows while the loop writes lines; re-entrant for signal handlers.
         self._lock = threading.RLock()
 
     def write(self, text: str) -> int:
