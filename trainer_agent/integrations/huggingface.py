@@ -20,7 +20,7 @@ from trainer_agent.agent import TrainerAgent
 try:
     from transformers import TrainerCallback
 except ImportError as error:  # pragma: no cover - the message is the point
-    raise ImportError("trainer_agent.integrations.huggingface needs transformers: pip install 'trainer-agent[hf]'") from error
+    raise ImportError("the Hugging Face callback needs transformers: pip install 'trainer-agent[hf]'") from error
 
 
 class StallwatchCallback(TrainerCallback):

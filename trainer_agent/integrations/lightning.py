@@ -21,7 +21,7 @@ except ImportError:
     try:
         from pytorch_lightning import Callback
     except ImportError as error:  # pragma: no cover - the message is the point
-        raise ImportError("trainer_agent.integrations.lightning needs lightning: pip install 'trainer-agent[lightning]'") from error
+        raise ImportError("the Lightning callback needs lightning: pip install 'trainer-agent[lightning]'") from error
 
 
 class StallwatchCallback(Callback):
