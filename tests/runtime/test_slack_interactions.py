@@ -782,3 +782,12 @@ def test_a_deferred_press_is_verified_again(rt, endpoint, slack_api, context) ->
     result = slack_interactions.handler({DEFERRED_EVENT_KEY: forged.model_dump()}, context)
     assert result["status"] == "rejected"
     assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_signed_body_too_large_to_hand_on_is_refused(rt, endpoint, slack_api, context) -> None:
+    # Given a correctly signed request larger than an asynchronous invocation may carry
+    event = _request(None, rt.clock(), raw_body="payload=" + "x" * interactions.DEFERRED_BODY_MAX)
+
+    # When it reaches the endpoint, Then 413 and nothing changes
+    assert _call(event, context)[0] == 413
+    assert (_table(rt), slack_api.calls) == ([], [])

@@ -57,6 +57,7 @@ TIMESTAMP_HEADER = "x-slack-request-timestamp"
 SIGNATURE_HEADER = "x-slack-signature"
 ACCEPTED_METHOD = "POST"
 DEFERRED_EVENT_KEY = "stallwatch_deferred_press"  # the async self-invocation's event: {key: DeferredPress}
+DEFERRED_BODY_MAX = 240 * 1024  # Lambda's asynchronous payload limit is 256 KB
 FUNCTION_NAME_ENV = "AWS_LAMBDA_FUNCTION_NAME"  # set by Lambda
 NOT_STALLED_FACTOR = 2.0
 GROUP_CACHE_SECONDS = 300
@@ -86,6 +87,10 @@ class MethodNotAllowedError(RejectedRequestError):
 
 class ReplayedRequestError(RejectedRequestError):
     status = 409
+
+
+class PayloadTooLargeError(RejectedRequestError):
+    status = 413
 
 
 class MalformedPayloadError(RejectedRequestError):
@@ -180,7 +185,7 @@ class DeferredPress(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    body: str = Field(max_length=64 * 1024)
+    body: str = Field(max_length=DEFERRED_BODY_MAX)
     timestamp: str = Field(max_length=12)
     signature: str = Field(max_length=67)
 
@@ -215,6 +220,8 @@ class Interactions:
             if method != ACCEPTED_METHOD:
                 raise MethodNotAllowedError(f"method {method[:10]!r} not allowed: Slack sends POST")
             signature = verify_signature(self._signing_secret(), body, headers, self.rt.clock)
+            if len(body) > DEFERRED_BODY_MAX:
+                raise PayloadTooLargeError(f"body of {len(body)} bytes (at most {DEFERRED_BODY_MAX})")
             text = _text(body)
             parse_payload(text)
             if not self.rt.store.claim_event(_request_key(signature), self.rt.clock(), REQUEST_CLAIM_SECONDS):
