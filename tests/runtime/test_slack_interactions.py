@@ -131,8 +131,9 @@ def _payload(
     job: str = JOB,
     deployment: str = DEPLOYMENT,
     message_ts: str = MESSAGE_TS,
+    platform: Platform = Platform.SAGEMAKER,
 ) -> dict[str, Any]:
-    facts = JobFacts(job, Platform.SAGEMAKER, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
+    facts = JobFacts(job, platform, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
     buttons = action_buttons(facts, INCIDENT, deployment)
     (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
     header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
@@ -791,3 +792,19 @@ def test_a_signed_body_too_large_to_hand_on_is_refused(rt, endpoint, slack_api, 
     # When it reaches the endpoint, Then 413 and nothing changes
     assert _call(event, context)[0] == 413
     assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_button_for_a_running_instance_not_tagged_for_monitoring_changes_nothing(
+    rt, endpoint, slack_api, context
+) -> None:
+    # Given a running GPU instance without the `stallwatch:monitor=true` tag (this deployment does not watch it)
+    instance = rt.clients.ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)
+    instance_id = instance["Instances"][0]["InstanceId"]
+
+    # When an allowed user presses "Snooze 1 h" on a button naming it
+    payload = _payload(slack_api, OperatorAction.SNOOZE_1H, job=instance_id, platform=Platform.EC2)
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then nothing is written
+    assert (status, body["status"]) == (200, "not_watched")
+    assert _job_items(rt) == []

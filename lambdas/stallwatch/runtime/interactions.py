@@ -48,6 +48,7 @@ from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.provision import monitored_instance
 
 SIGNATURE_WINDOW_SECONDS = 5 * 60  # Slack's replay window
 REQUEST_CLAIM_SECONDS = 2 * SIGNATURE_WINDOW_SECONDS  # a request's claim outlives the window it can be replayed in
@@ -304,7 +305,10 @@ class Interactions:
         except JobNotFoundError:
             return f"`{target.job}` is not a job in this account and region"
         policy = self.rt.config.policy
-        monitored = policy.monitor_sagemaker if target.platform is Platform.SAGEMAKER else policy.monitor_ec2
+        if target.platform is Platform.SAGEMAKER:
+            monitored = policy.monitor_sagemaker
+        else:
+            monitored = policy.monitor_ec2 and monitored_instance(facts.tags)
         if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None
