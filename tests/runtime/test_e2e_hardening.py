@@ -121,6 +121,23 @@ def test_an_alarm_after_the_job_ended_creates_no_state_and_deletes_its_alarms(rt
     assert _alarm_names(rt) == []
 
 
+def test_an_alarm_after_an_end_event_that_was_lost_retires_the_job(rt, world, slack, context) -> None:
+    # Given a hung job with an open incident that failed, its end event lost
+    seed_nccl_hang(world, JOB, {"stallwatch:mode": "notify"})
+    on_job_state.handler(job_state_event(JOB, "InProgress"), context)
+    on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
+    moto_sagemaker.set_training_job_status(JOB, "Failed", "Failed")
+
+    # When another of its alarms fires
+    result = on_alarm.handler(alarm_event(_alarm(rt, JOB, alarms.GPU_IDLE, "algo-1")), context)
+
+    # Then the job is retired as the end event would have: alarms deleted, state cleared, incident closed
+    assert (result["status"], result["details"]["alarms_deleted"]) == ("ended", 9)
+    assert _state_item(rt) is None
+    (incident,) = rt.store.records(job_key("sagemaker", JOB), "incident")
+    assert (incident["status"], incident["close_reason"]) == ("closed", "job Failed")
+
+
 def _definition(rt, name: str) -> dict[str, Any]:
     """A plausible progress alarm under `name` (the shape `alarms.render_alarms` puts)."""
     return {

@@ -11,7 +11,8 @@ acting did and finishes it. One left unfinished (its Lambda timed out) is decide
 state before it. A stop that fails says so, and its retries update that message (bot token) or stay silent
 until the stop succeeds (webhook): one message per failed stop, never one per sweep.
 
-A job that has ended, or no longer exists, is never decided: no state item is written, and its alarms are deleted.
+A job that has ended, or no longer exists, is never decided: no state item is written, its alarms are deleted (and
+an ended job's open incident closed, as its end event would).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.signals import JobSignals
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms
+from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
+ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
 # The longest a deciding Lambda runs (the sweeper's timeout, stacks/constants.py): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
 ABANDONED_AFTER_SECONDS = 300 + 60
@@ -73,9 +75,9 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
     except JobNotFoundError as exc:
         deleted = delete_job_alarms(rt, ref.platform, ref.job)
         return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
-    if signals.facts.status in ENDED_SAGEMAKER:  # a late alarm: the job's state item is gone and must stay gone
-        deleted = delete_job_alarms(rt, ref.platform, ref.job)
-        details = {"reason": f"job {signals.facts.status}", "alarms_deleted": deleted}
+    if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
+        retired = retire_job(rt, ref.platform, ref.job, signals.facts.status)
+        details = {"reason": f"job {signals.facts.status}", "alarms_deleted": retired["alarms_deleted"]}
         return Outcome(job=ref.job, status="ended", details=details).as_dict()
     outcome = decide_and_act(signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key)
     return outcome.as_dict()
