@@ -31,9 +31,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         request = parse(event=event, model=LambdaFunctionUrlModel)
         raw = request.body or ""
-        # surrogatepass: a body of any code points is refused by the signature check, never by an exception
-        body = base64.b64decode(raw, validate=True) if request.isBase64Encoded else raw.encode(errors="surrogatepass")
-    except (ValidationError, binascii.Error, ValueError) as exc:
+        body = base64.b64decode(raw, validate=True) if request.isBase64Encoded else raw
+    except (ValidationError, binascii.Error) as exc:
         logger.warning("not a Function URL request", extra={"error": str(exc)[:200]})
         reply = interactions.Reply(
             400, {"status": "rejected", "error": f"not a Function URL request: {type(exc).__name__}"}

@@ -808,3 +808,13 @@ def test_a_button_for_a_running_instance_not_tagged_for_monitoring_changes_nothi
     # Then nothing is written
     assert (status, body["status"]) == (200, "not_watched")
     assert _job_items(rt) == []
+
+
+def test_a_plain_text_body_with_lone_surrogates_gets_a_401(rt, endpoint, slack_api, context) -> None:
+    # Given a Function URL event whose body is not base64-encoded and holds code points UTF-8 cannot encode
+    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    event.update(body="payload=\ud800", isBase64Encoded=False)
+
+    # When it reaches the endpoint, Then 401 and nothing changes
+    assert _call(event, context)[0] == 401
+    assert (_table(rt), slack_api.calls) == ([], [])

@@ -161,9 +161,12 @@ def parse_payload(body: str) -> BlockActionsPayload:
 # ---- verification -----------------------------------------------------------------------------------------------
 
 
-def verify_signature(signing_secret: str, body: bytes, headers: Mapping[str, Any], now: Callable[[], float]) -> str:
+def verify_signature(
+    signing_secret: str, body: bytes | str, headers: Mapping[str, Any], now: Callable[[], float]
+) -> str:
     """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window; returns the
     signature (the request's identity). Any header of any type, bytes or size is an `InvalidSignatureError`."""
+    body = _bytes(body)
     lowered = {str(k).lower(): v for k, v in headers.items()}
     timestamp, signature = lowered.get(TIMESTAMP_HEADER), lowered.get(SIGNATURE_HEADER)
     if not isinstance(timestamp, str) or not isinstance(signature, str):
@@ -215,8 +218,9 @@ class Interactions:
     defer: Callable[[DeferredPress], None] | None = None  # default: this function's async self-invocation
     _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
 
-    def handle(self, body: bytes, headers: Mapping[str, Any], method: str = ACCEPTED_METHOD) -> Reply:
+    def handle(self, body: bytes | str, headers: Mapping[str, Any], method: str = ACCEPTED_METHOD) -> Reply:
         """Slack's answer: check the request (every rejection changes nothing), claim it, hand the work on."""
+        body = _bytes(body)
         try:
             if method != ACCEPTED_METHOD:
                 raise MethodNotAllowedError(f"method {method[:10]!r} not allowed: Slack sends POST")
@@ -408,6 +412,11 @@ class Interactions:
         return WebClient(
             token=token, base_url=self.slack_api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=_retries()
         )
+
+
+def _bytes(body: bytes | str) -> bytes:
+    """The body as signed; text of any code points (lone surrogates too) becomes bytes the signature then refuses."""
+    return body if isinstance(body, bytes) else body.encode(errors="surrogatepass")
 
 
 def _text(body: bytes) -> str:
