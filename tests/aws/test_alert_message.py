@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stallwatch.aws.actions import StopResult
-from stallwatch.aws.buttons import ACTIONS_BLOCK_ID
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
 from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, TrainingJobStateChange, parse_event
 from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError
 from stallwatch.core.decision import Action, Decision, Diagnosis
@@ -19,6 +19,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, 
 from tests.fixtures.world import SlackReceiver, alarm_event, job_state_event
 
 NOW = 1_800_000_000.0
+DEPLOYMENT = deployment_id("us-east-1", "stallwatch-test")
 FACTS = JobFacts("llama-70b", Platform.SAGEMAKER, "InProgress", "Training", NOW - 7200, "ml.p5.48xlarge", 8, 8, 192)
 CRASH = LogLine(
     NOW - 1800, "llama-70b/algo-2-1", "RuntimeError: CUDA error: an illegal memory access", "illegal_memory_access"
@@ -65,6 +66,10 @@ def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
     assert "605 W before -> 95 W now" in text
     assert "stop FAILED, will retry" in message["text"]
     assert "AccessDenied" in text
+    # And a stop that failed is headlined as such, and never reads "Stopped"
+    assert message["text"].startswith(":x: Stop FAILED for stalled job: llama-70b")
+    assert message["blocks"][0]["text"]["text"].startswith(":x: Stop FAILED for stalled job")
+    assert "Stopped" not in json.dumps(message)
     # And the crashed host's error line comes first, marked, and a stop carries no buttons
     assert text.index("*algo-2*") < text.index("*algo-1*")
     assert "! RuntimeError: CUDA error: an illegal memory access" in text
@@ -73,9 +78,12 @@ def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
 
 def test_notify_alert_says_what_enforce_would_do_and_carries_buttons() -> None:
     decision = _decision(Action.ALERT, Mode.NOTIFY, would=Action.STOP)
-    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+    evidence = Evidence.of(decision, _signals(), None)
+    message = AlertMessage(decision, FACTS, evidence, incident="incident#1", deployment=DEPLOYMENT).render()
     assert "no stop (mode notify; enforce would stop)" in message["text"]
     assert message["blocks"][-2]["block_id"] == ACTIONS_BLOCK_ID
+    value = json.loads(message["blocks"][-2]["elements"][0]["value"])
+    assert (value["deployment"], value["incident"]) == (DEPLOYMENT, "incident#1")
 
 
 def test_long_logs_stay_within_slack_limits() -> None:
@@ -178,6 +186,42 @@ def test_job_state_event_accepts_tag_maps_and_lists_and_rejects_bad_names() -> N
     assert parsed.detail.tags == {"stallwatch:mode": "enforce"}
     event["detail"]["TrainingJobName"] = "bad name"
     with pytest.raises(InvalidEventError, match="TrainingJobName"):
+        parse_event(event, JobStateEvent)
+
+
+def _alarm_with(**changes: Any) -> dict[str, Any]:
+    event = alarm_event("stallwatch-sagemaker.job-1.progress")
+    event["alarmData"]["state"] |= changes.pop("state", {})
+    event["alarmData"] |= changes
+    return event
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        (_alarm_with(state={"timestamp": "2026-11-30T10:00:00.000+0000" + "0" * 100_000}), "timestamp"),
+        (_alarm_with(state={"timestamp": "yesterday at ten"}), "timestamp"),
+        (_alarm_with(alarmName="stallwatch-sagemaker.job-1.gpu-idle." + "h" * 5000), "alarmName"),
+        (_alarm_with(state={"reason": "r" * 2000}), "reason"),
+        (alarm_event("a.b") | {"region": "us-east-1" + "x" * 100}, "region"),
+    ],
+)
+def test_oversized_or_malformed_alarm_fields_are_refused_at_parse_time(event: dict[str, Any], field: str) -> None:
+    # Given an alarm event with a field past AWS's own limits; When it is parsed, Then the field is named
+    with pytest.raises(InvalidEventError, match=field) as raised:
+        parse_event(event, AlarmEvent)
+    # And the error stays short whatever the input's size
+    assert len(str(raised.value)) < 1000
+
+
+def test_an_alarm_name_of_255_characters_is_accepted() -> None:
+    name = "stallwatch-sagemaker.job-1.gpu-idle." + "h" * (255 - 36)
+    assert parse_event(_alarm_with(alarmName=name), AlarmEvent).alarm.alarm_name == name
+
+
+def test_job_state_tags_are_bounded_like_sagemakers() -> None:
+    event = job_state_event("job-1", "InProgress", tags={f"k{i}": "v" for i in range(51)})
+    with pytest.raises(InvalidEventError, match="Tags"):
         parse_event(event, JobStateEvent)
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,7 +20,10 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry import RetryHandler, RetryState
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
@@ -34,6 +38,9 @@ EMF_LINE_START = '{"_aws"'  # the agent's CloudWatch EMF stdout line
 MAX_SECTION_CHARS = 2900  # Slack's limit is 3000 per text object
 SLACK_TIMEOUT_SECONDS = 5
 SECRET_CACHE_SECONDS = 300
+MAX_RETRY_AFTER_SECONDS = 10  # a 429 asking for a longer wait is left to the sweeper's re-post
+RETRY_AFTER = re.compile(r"[0-9]{1,6}")
+STOP_FAILED_HEADER = ":x: Stop FAILED for stalled job"
 HEADERS = {
     Action.STOP: ":octagonal_sign: Stopped stalled job",
     Action.WARN: ":warning: Stalled job will be stopped",
@@ -47,6 +54,35 @@ BUTTON_ACTIONS = frozenset({Action.WARN, Action.ALERT})
 
 class SlackSecretError(ValueError):
     """The Slack secret lacks `webhook_url` or `bot_token` + `channel`."""
+
+
+class BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
+    """Slack's 429: wait as its Retry-After asks when that is at most `max_wait` seconds. A longer wait, or a
+    header that is not a number, is not retried: the failure is returned and the message posted again later, so a
+    rate-limited Slack never holds a Lambda near its timeout (nor crashes slack_sdk's int() on the header)."""
+
+    def __init__(self, max_retry_count: int = 2, max_wait: int = MAX_RETRY_AFTER_SECONDS) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.max_wait = max_wait
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is None or response.status_code != 429:
+            return False
+        values = [v for k, v in response.headers.items() if k.lower() == "retry-after"]
+        value = values[0][0] if values and values[0] else ""
+        return RETRY_AFTER.fullmatch(str(value)) is not None and int(value) <= self.max_wait
+
+
+def slack_retries(max_wait: int = MAX_RETRY_AFTER_SECONDS) -> list[RetryHandler]:
+    """The retries of every Slack call: one on a connection error, two on a 429 with a short Retry-After."""
+    return [ConnectionErrorRetryHandler(max_retry_count=1), BoundedRateLimitRetryHandler(2, max_wait)]
 
 
 @dataclass(frozen=True)
@@ -115,6 +151,8 @@ class AlertMessage:
     evidence: Evidence
     stop_result: StopResult | None = None
     incident: str | None = None  # the open incident, carried by the buttons
+    deployment: str | None = None  # this deployment's id, carried by the buttons (no id, no buttons)
+    stop_attempts: int = 1  # the stops tried in this incident, this one included
 
     def render(self) -> dict[str, Any]:
         blocks = [
@@ -130,22 +168,30 @@ class AlertMessage:
     def text(self) -> str:
         """The notification fallback: one line."""
         d = self.decision
-        return (
-            f"{HEADERS.get(d.action, d.action.value)}: {self.facts.name} ({d.diagnosis.value}) - {self._action_line()}"
-        )
+        return f"{self._headline()}: {self.facts.name} ({d.diagnosis.value}) - {self._action_line()}"
+
+    def _stop_failed(self) -> bool:
+        return self.stop_result is not None and not self.stop_result.ok
+
+    def _headline(self) -> str:
+        """What happened, first: a stop that failed never reads "Stopped"."""
+        if self._stop_failed():
+            return STOP_FAILED_HEADER
+        return HEADERS.get(self.decision.action, self.decision.action.value)
 
     def _action_line(self) -> str:
         d = self.decision
         if d.action is Action.STOP:
-            outcome = "stop FAILED, will retry" if self.stop_result and not self.stop_result.ok else "stop requested"
-            return f"{outcome} at {_when(d.at)}"
+            attempts = f" (attempt {self.stop_attempts})" if self.stop_attempts > 1 else ""
+            outcome = "stop FAILED, will retry" if self._stop_failed() else "stop requested"
+            return f"{outcome}{attempts} at {_when(d.at)}"
         if d.action is Action.WARN:
             return f"will be stopped if the stall persists (warned at {_when(d.at)})"
         would = f"; enforce would {d.would.value}" if d.would not in (Action.NONE, d.action) else ""
         return f"no stop (mode {d.mode.value}{would})"
 
     def _header(self) -> list[dict[str, Any]]:
-        title = f"{HEADERS.get(self.decision.action, 'Stallwatch')}: {self.facts.name}"
+        title = f"{self._headline()}: {self.facts.name}"
         return [{"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}}]
 
     def _summary(self) -> list[dict[str, Any]]:
@@ -195,9 +241,9 @@ class AlertMessage:
 
     def _buttons(self) -> list[dict[str, Any]]:
         """Snooze / Stop now / Not stalled, on the messages an operator can still act on."""
-        if self.decision.action not in BUTTON_ACTIONS:
+        if self.decision.action not in BUTTON_ACTIONS or not self.deployment:
             return []
-        return [action_buttons(self.facts, self.incident)]
+        return [action_buttons(self.facts, self.incident, self.deployment)]
 
     def _footer(self) -> list[dict[str, Any]]:
         d = self.decision
@@ -209,6 +255,8 @@ class AlertMessage:
 class PostResult:
     ok: bool
     detail: str
+    channel: str | None = None  # where the message is (bot token mode), to update it later
+    ts: str | None = None
 
 
 class SlackNotifier:
@@ -239,23 +287,47 @@ class SlackNotifier:
         self._secret = (self.clock(), secret)
         return secret
 
+    def can_update(self) -> bool:
+        """Whether posted messages can be edited in place (bot token mode: chat.update); False if unknown."""
+        try:
+            secret = self.credentials() if self.secret_arn else {}
+        except Exception:  # the next post reports the secret's problem
+            return False
+        return bool(secret.get("bot_token")) and not secret.get("webhook_url")
+
     def post(self, message: dict[str, Any]) -> PostResult:
+        """Post a new message (webhook, or chat.postMessage with the bot token)."""
+        return self._send(message, None)
+
+    def update(self, message: dict[str, Any], channel: str, ts: str) -> PostResult:
+        """Replace a message posted before (chat.update, bot token mode only)."""
+        return self._send(message, (channel, ts))
+
+    def _send(self, message: dict[str, Any], where: tuple[str, str] | None) -> PostResult:
         if not self.secret_arn:
             return PostResult(ok=False, detail="no Slack secret configured (SLACK_SECRET_ARN)")
-        retries = [ConnectionErrorRetryHandler(max_retry_count=1), RateLimitErrorRetryHandler(max_retry_count=2)]
         try:
             secret = self.credentials()
-            if secret.get("webhook_url"):
-                webhook = WebhookClient(secret["webhook_url"], timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries)
+            if secret.get("webhook_url") and where is None:
+                webhook = WebhookClient(
+                    secret["webhook_url"], timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=slack_retries()
+                )
                 response = webhook.send(text=message["text"], blocks=message["blocks"])
                 if response.status_code != 200:
                     return PostResult(ok=False, detail=f"webhook HTTP {response.status_code}: {response.body[:200]}")
                 return PostResult(ok=True, detail="webhook 200")
             client = WebClient(
-                token=secret["bot_token"], base_url=self.api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries
+                token=secret["bot_token"],
+                base_url=self.api_url,
+                timeout=SLACK_TIMEOUT_SECONDS,
+                retry_handlers=slack_retries(),
             )
+            if where is not None:
+                client.chat_update(channel=where[0], ts=where[1], text=message["text"], blocks=message["blocks"])
+                return PostResult(ok=True, detail=f"chat.update ts={where[1]}", channel=where[0], ts=where[1])
             reply = client.chat_postMessage(channel=secret["channel"], text=message["text"], blocks=message["blocks"])
-            return PostResult(ok=True, detail=f"chat.postMessage ts={reply.get('ts')}")
+            ts, channel = reply.get("ts"), reply.get("channel")
+            return PostResult(ok=True, detail=f"chat.postMessage ts={ts}", channel=channel, ts=ts)
         except SlackApiError as exc:
             return PostResult(ok=False, detail=f"Slack API error: {exc.response.get('error')}")
         except Exception as exc:  # network, secret, anything: the alert is lost, the decision is not

@@ -2,7 +2,8 @@
 
 One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
 
-    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident
+    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident,
+                                                              unfinished decision, failed-stop message
     pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
@@ -64,6 +65,18 @@ class StoredState:
     version: int = 0
     incident: str | None = None  # sort key of the open incident
     updated_at: float | None = None  # when the last decision was committed
+    # The failed-stop message of this incident ({"channel", "ts", "failures"}): later failures update it in place.
+    stop_post: dict[str, Any] | None = None
+    # A decision committed but not yet acted on ({"audit", "before"}): set by `commit(acting=True)`, removed by
+    # `finish_decision`. One left behind (its Lambda timed out) is completed by the sweeper.
+    unfinished: dict[str, Any] | None = None
+
+    def before_unfinished(self) -> StoredState:
+        """The state as it was before the unfinished decision, to decide again from (same version)."""
+        if not self.unfinished:
+            return self
+        before = _state_from_json(self.unfinished["before"])
+        return StoredState(before, self.version, self.incident, self.updated_at, self.stop_post)
 
 
 def _state_to_json(state: JobState) -> str:
@@ -119,9 +132,11 @@ class Store:
         now: float,
         event_key: str | None = None,
         close_incident: str | None = None,
+        acting: bool = False,
     ) -> str:
         """Write the new state (if still at the version read), its audit record, the event claim, and the opened
-        or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost."""
+        or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost.
+        `acting`: actions follow, so the decision is marked unfinished until `finish_decision`."""
         audit_sk = f"audit#{now:017.3f}#{event_key or 'sweep'}"
         expires = self._expires(now)
         state_item = {
@@ -134,6 +149,11 @@ class Store:
         }
         if written.incident:
             state_item["incident"] = {"S": written.incident}
+        if written.stop_post:
+            state_item["stop_post"] = {"S": json.dumps(written.stop_post)}
+        if acting:
+            unfinished = {"audit": audit_sk, "before": _state_to_json(read.state)}
+            state_item["unfinished"] = {"S": json.dumps(unfinished)}
         condition = "attribute_not_exists(pk)" if read.version == 0 else "version = :v"
         put_state: dict[str, Any] = {"TableName": self.table, "Item": state_item, "ConditionExpression": condition}
         if read.version:
@@ -157,6 +177,16 @@ class Store:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             raise ConcurrentDecisionError(f"decision on {key} not committed: {reasons}") from exc
         return audit_sk
+
+    def claim_event(self, event_key: str, now: float, hold_seconds: float) -> bool:
+        """Claim `event_key` (a Slack request) for `hold_seconds`; False if it was claimed before (a replay)."""
+        expires = {"N": str(int(now + hold_seconds))}
+        item = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}, "expires_at": expires}
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def change_state(
         self, key: str, change: Callable[[JobState], JobState], audit: dict[str, Any], now: float, event_key: str
@@ -188,12 +218,60 @@ class Store:
             "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
         }
 
-    def record_unsent_post(
-        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    def finish_decision(
+        self,
+        key: str,
+        audit_sk: str,
+        outcome: dict[str, Any],
+        written: StoredState,
+        now: float,
+        release_stop: bool = False,
+        unsent_message: dict[str, Any] | None = None,
     ) -> None:
-        """`record_outcome` for a decision whose Slack post failed: the message is kept for the sweeper to post
-        again, in the same transaction (one call, as for a delivered post)."""
-        pending = {
+        """After acting on a decision committed with `acting=True`, one transaction: the audit outcome; on the state
+        item, if still at the version the commit wrote, the unfinished mark removed, `written.stop_post` kept and a
+        failed stop released (`stopped_at` cleared) for the sweeper to retry; and a message Slack did not take, kept
+        for the sweeper to post again. A state that moved on since (a newer decision, an operator's snooze, the job's
+        end) wins: then only the outcome and the message are written."""
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {":v": {"N": str(written.version + 1)}}
+        sets, removes = [], ["unfinished"]
+        if written.stop_post:
+            sets.append("stop_post = :p")
+            values[":p"] = {"S": json.dumps(written.stop_post)}
+        else:
+            removes.append("stop_post")
+        if release_stop:
+            sets.append("#s = :s")
+            names["#s"] = "state"
+            values[":s"] = {"S": _state_to_json(written.state.with_(stopped_at=None))}
+        expression = (f"SET {', '.join(sets)} " if sets else "") + f"REMOVE {', '.join(removes)}"
+        if release_stop:
+            expression += " ADD version :one"
+            values[":one"] = {"N": "1"}
+        state_update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            "UpdateExpression": expression,
+            "ConditionExpression": "version = :v",
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            state_update["ExpressionAttributeNames"] = names
+        items: list[dict[str, Any]] = [{"Update": self._set_outcome(key, audit_sk, outcome)}]
+        if unsent_message is not None:
+            pending = self._pending(key, audit_sk, outcome, unsent_message, now)
+            items.append({"Put": {"TableName": self.table, "Item": pending}})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=[*items, {"Update": state_update}])
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            logger.info("the job's state moved on since the decision: only its outcome is recorded", extra={"job": key})
+            self.dynamodb.transact_write_items(TransactItems=items)
+
+    def _pending(
+        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        return {
             "pk": {"S": PENDING_POST_PK},
             "sk": {"S": f"{audit_sk}#{key}"},
             "job_key": {"S": key},
@@ -203,12 +281,6 @@ class Store:
             "attempts": {"N": "1"},
             "expires_at": self._expires(now),
         }
-        self.dynamodb.transact_write_items(
-            TransactItems=[
-                {"Update": self._set_outcome(key, audit_sk, outcome)},
-                {"Put": {"TableName": self.table, "Item": pending}},
-            ]
-        )
 
     def pending_posts(self, limit: int) -> list[PendingPost]:
         """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
@@ -341,6 +413,8 @@ def _stored(item: dict[str, Any]) -> StoredState:
         version=int(item["version"]["N"]),
         incident=item.get("incident", {}).get("S"),
         updated_at=float(item["updated_at"]["N"]) if "updated_at" in item else None,
+        stop_post=json.loads(item["stop_post"]["S"]) if "stop_post" in item else None,
+        unfinished=json.loads(item["unfinished"]["S"]) if "unfinished" in item else None,
     )
 
 

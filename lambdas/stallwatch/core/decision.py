@@ -73,3 +73,7 @@ class JobState:
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)
+
+    def snoozed(self, until: float) -> JobState:
+        """No stop before `until`; the warning is void, so when the snooze ends a fresh one comes before any stop."""
+        return replace(self, snoozed_until=until, warned_at=None)

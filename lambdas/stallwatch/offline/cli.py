@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
@@ -159,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stallwatch`` console script; returns the exit code."""
+    cap_library_loggers()
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

@@ -224,9 +224,7 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
     }
     ttl_days = deployment.config.incident_ttl_days if deployment.config_file else None
     store = deployment.store(ttl_days)
-    store.change_state(
-        job_key(platform, job), lambda s: s.with_(snoozed_until=until), audit, now, f"cli#{uuid.uuid4().hex}"
-    )
+    store.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
     return until
 
 

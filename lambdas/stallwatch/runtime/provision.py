@@ -1,4 +1,7 @@
-"""A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends."""
+"""A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends.
+
+Alarms are put only for a job the platform says is running now: a late or retried start event of a job that has
+ended deletes its alarms instead of bringing them back."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
@@ -49,6 +53,9 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
         return {"status": "not_found", "job": name, "reason": str(exc)}
+    if facts.status != RUNNING_STATUS:
+        deleted = delete_job_alarms(rt, platform, name)
+        return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
     if platform is Platform.EC2 and not monitored_instance(facts.tags):
         return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
     effective = rt.config.policy.for_job(facts.tags)
@@ -58,7 +65,7 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
         raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
     if not definitions:
-        deleted = _delete_alarms(rt, platform, name)
+        deleted = delete_job_alarms(rt, platform, name)
         return {"status": "off", "job": name, "alarms_deleted": deleted}
     for definition in definitions:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
@@ -68,7 +75,7 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
 
 def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
     """The job ended: delete its alarms and close its open incident."""
-    deleted = _delete_alarms(rt, platform, name)
+    deleted = delete_job_alarms(rt, platform, name)
     closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
@@ -83,7 +90,8 @@ def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
     return [a["AlarmName"] for a in describe_alarms(rt, prefix)]
 
 
-def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    """Delete every alarm under the job's name prefix; how many there were."""
     names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
     for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])

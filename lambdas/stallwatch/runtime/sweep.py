@@ -1,5 +1,6 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+alarms in ALARM that no decision followed, decisions a timed-out Lambda left unfinished, Slack messages not
+delivered yet, and the alarms of jobs that are no longer running."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
-from stallwatch.runtime.decide import decide_and_act
+from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import describe_alarms, monitored_instance, provision_alarms
+from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, monitored_instance, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
@@ -34,12 +37,14 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
     }
     provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
+    retired = sum(_retire_if_ended(rt, p, name) for p, name in with_alarms - set(running))
     published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
     due = [
         (p, name)
         for p, name in running
         if _needs_decision(states[job_key(p, name)], now)
+        or abandoned(states[job_key(p, name)], now)
         or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
@@ -53,6 +58,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
+        "orphan_alarms_deleted": retired,
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
@@ -72,6 +78,21 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str,
         logger.exception("could not provision alarms", extra={"job": name, "platform": platform.value})
         metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
         return {"status": "error", "job": name, "reason": str(exc)}
+
+
+def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
+    """Alarms of a job not listed as running: deleted by the job's prefix if the platform confirms it is not running
+    (or gone); their number. A job that started after the listing keeps its alarms."""
+    try:
+        if rt.source(platform).facts(name).status == RUNNING_STATUS:
+            return 0
+    except JobNotFoundError:
+        pass
+    except Exception:
+        logger.exception("could not check a job with alarms", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return 0
+    return delete_job_alarms(rt, platform, name)
 
 
 def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
