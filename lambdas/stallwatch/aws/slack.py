@@ -24,7 +24,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
-from stallwatch.core.decision import Action, Decision
+from stallwatch.core.decision import Action, Decision, stall_onset
 from stallwatch.core.pricing import Burn, estimate_burn
 from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
@@ -71,7 +71,7 @@ class Evidence:
         A stall is counted from the last progress (last step, else last log line), else from when it was noticed."""
         agent = decision.evidence.get("agent", {})
         hosts = decision.evidence.get("hosts", {}).values()
-        began = agent.get("last_step_t") or decision.evidence.get("logs", {}).get("last_t") or stall_since
+        began = stall_onset(decision.evidence, stall_since)
         stall_seconds = max(signals.now - began, 0.0) if decision.stalled and began is not None else 0.0
         facts = signals.facts
         return cls(
@@ -205,10 +205,23 @@ class AlertMessage:
         return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
 
 
+def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
+    """A short message after an alert (resumed, progress, gave up): in the alert's thread when `thread_ts` is known
+    (bot mode), else on its own (webhook mode). The thread rides in the message, so a re-send keeps it."""
+    message: dict[str, Any] = {
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_SECTION_CHARS]}}],
+    }
+    if thread_ts:
+        message["thread_ts"] = thread_ts
+    return message
+
+
 @dataclass(frozen=True)
 class PostResult:
     ok: bool
     detail: str
+    ts: str | None = None  # the posted message's timestamp (bot mode), to thread follow-ups under it
 
 
 class SlackNotifier:
@@ -254,8 +267,13 @@ class SlackNotifier:
             client = WebClient(
                 token=secret["bot_token"], base_url=self.api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries
             )
-            reply = client.chat_postMessage(channel=secret["channel"], text=message["text"], blocks=message["blocks"])
-            return PostResult(ok=True, detail=f"chat.postMessage ts={reply.get('ts')}")
+            reply = client.chat_postMessage(
+                channel=secret["channel"],
+                text=message["text"],
+                blocks=message["blocks"],
+                thread_ts=message.get("thread_ts"),
+            )
+            return PostResult(ok=True, detail=f"chat.postMessage ts={reply.get('ts')}", ts=reply.get("ts"))
         except SlackApiError as exc:
             return PostResult(ok=False, detail=f"Slack API error: {exc.response.get('error')}")
         except Exception as exc:  # network, secret, anything: the alert is lost, the decision is not

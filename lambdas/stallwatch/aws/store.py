@@ -7,6 +7,8 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
     pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
+    pk = "job#sagemaker#my-job"  sk = "resume#<stop at>"        the claim on resuming after one of Stallwatch's stops
+    pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -28,6 +30,9 @@ EVENT_SK = "event"
 # that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
 PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
+RESUME_WATCH_PK = "resume-watch"
+NOT_EXISTS = "attribute_not_exists(pk)"
+RESUME_SK_PREFIX = "resume#"
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
 CHANGE_ATTEMPTS = 3  # a concurrent decision on the same job may win a commit; read again and retry
 
@@ -50,6 +55,18 @@ class PendingPost:
     message: dict[str, Any]  # the rendered message, posted again as it was
     outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
     attempts: int  # posts tried so far, the first one included
+
+
+@dataclass(frozen=True)
+class ProgressWatch:
+    """A resumed job, watched until it passes the step its run had reached (then Slack hears how long it took)."""
+
+    job_key: str  # the resumed (new) job
+    resumed_key: str  # the stopped job, whose resume audit record gets the follow-up's outcome
+    audit_sk: str
+    best_step: float
+    restarted_at: float
+    thread_ts: str | None = None
 
 
 def job_key(platform: str, job: str) -> str:
@@ -271,6 +288,68 @@ class Store:
         self.dynamodb.transact_write_items(
             TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
+
+    def claim_resume(self, key: str, stop_at: float, audit: dict[str, Any], now: float) -> str | None:
+        """Claim what follows Stallwatch's stop at `stop_at` (a resume, or the alert that there is none) and audit
+        it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event)."""
+        audit_sk = f"audit#{now:017.3f}#resume"
+        expires = self._expires(now)
+        claim = {"pk": {"S": key}, "sk": {"S": f"{RESUME_SK_PREFIX}{stop_at:017.3f}"}, "expires_at": expires}
+        try:
+            self.dynamodb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": claim, "ConditionExpression": NOT_EXISTS}},
+                    {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+                ]
+            )
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
+    def resume_claims(self, key: str) -> int:
+        """How many of a job's stops were followed up (its resumes, for a job that restarts under its own name)."""
+        return len(self.records(key, RESUME_SK_PREFIX.rstrip("#")))
+
+    def watch_progress(self, watch: ProgressWatch, now: float) -> None:
+        item = {
+            "pk": {"S": RESUME_WATCH_PK},
+            "sk": {"S": watch.job_key},
+            "watch": {"S": json.dumps(asdict(watch))},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.put_item(TableName=self.table, Item=item)
+
+    def progress_watches(self, limit: int) -> list[ProgressWatch]:
+        items = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": RESUME_WATCH_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        return [ProgressWatch(**json.loads(item["watch"]["S"])) for item in items]
+
+    def end_watch(self, watch: ProgressWatch, audit: dict[str, Any] | None, now: float) -> str | None:
+        """Remove a watch and, in the same transaction, audit why on the resumed job (`audit`, if any). The audit
+        record's sort key ("" without one), or None if another run removed the watch first (so only one posts)."""
+        audit_sk = f"audit#{now:017.3f}#progress" if audit is not None else ""
+        items: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": RESUME_WATCH_PK}, "sk": {"S": watch.job_key}},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            }
+        ]
+        if audit is not None:
+            item = _audit_item(watch.job_key, audit_sk, audit, self._expires(now))
+            items.append({"Put": {"TableName": self.table, "Item": item}})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=items)
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
 
     def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
         """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and

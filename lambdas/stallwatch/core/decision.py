@@ -73,3 +73,9 @@ class JobState:
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)
+
+
+def stall_onset(evidence: dict[str, Any], noticed: float | None = None) -> float | None:
+    """When a stall began, from a decision's evidence: the last step, else the last log line, else `noticed`."""
+    agent = evidence.get("agent") or {}
+    return agent.get("last_step_t") or (evidence.get("logs") or {}).get("last_t") or noticed

@@ -27,6 +27,7 @@ from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.signals import JobSignals
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.repost import record_post
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 
@@ -149,19 +150,8 @@ def _act(
         logger.exception("Slack message failed to render or post", extra={"job": job, "step": step})
         post = PostResult(ok=False, detail=f"{step}: {type(exc).__name__}: {exc}")
     outcome.posted = post.ok
-    result["slack"] = {"ok": post.ok, "detail": post.detail}
+    record_post(rt, key, audit_sk, result, message, post, signals.now)
     outcome.details.update(result)
-    if not post.ok:
-        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
-    try:
-        if post.ok or message is None:  # delivered, or nothing rendered that could be posted again
-            rt.store.record_outcome(key, audit_sk, result)
-        else:
-            logger.error("Slack post failed; the sweeper will post it again", extra={"job": job, "detail": post.detail})
-            result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
-            rt.store.record_unsent_post(key, audit_sk, result, message, signals.now)
-    except Exception:  # the actions happened; only their record in the audit trail is missing
-        logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
 
 
 def _stop(rt: Runtime, signals: JobSignals, written: StoredState, key: str) -> actions.StopResult:

@@ -1,5 +1,5 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+alarms in ALARM that no decision followed, Slack messages not delivered yet, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from stallwatch.runtime.decide import decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import describe_alarms, monitored_instance, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
+from stallwatch.runtime.resume import report_progress
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 
@@ -49,6 +50,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         if names:
             batch = rt.source(platform).many_job_signals(names, now)
             outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    progressed = report_progress(rt, now)
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
@@ -56,6 +58,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
+        "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
     return summary

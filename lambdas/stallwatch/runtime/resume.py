@@ -1,0 +1,172 @@
+"""After Stallwatch's stop: resume the run from its checkpoint, and tell Slack when it has made up the lost ground.
+
+    resume_after_stop(rt, Platform.SAGEMAKER, "llama-pretrain")   # on_job_state, once the job is Stopped
+    report_progress(rt, now)                                       # the sweeper: resumed jobs past their best step
+
+Only a run that opted in (`stallwatch:resume=<max restarts>`) and was stopped by Stallwatch itself for a hang or a
+crashed rank is resumed (`core.resume` decides). What follows one stop is claimed in the store with its audit record,
+so a duplicated Stopped event resumes once; the Slack follow-up goes in the stop message's thread (bot mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from stallwatch.aws import resume as relaunch
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.slack import PostResult, follow_up
+from stallwatch.aws.source import JobNotFoundError
+from stallwatch.aws.store import ProgressWatch, job_key
+from stallwatch.core import contract
+from stallwatch.core import resume as planning
+from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
+from stallwatch.core.signals import Platform
+from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.repost import record_post
+
+PROGRESS_WATCHES_PER_SWEEP = 20
+AUDIT_TRIGGER = "job-state"
+RUNNING = "InProgress"
+
+
+def last_stop(rt: Runtime, key: str) -> StopRecord | None:
+    """Stallwatch's last stop of the job (the engine's, not an operator's), from its audit trail."""
+    stops = [planning.stop_of(r["record"], r.get("outcome")) for r in rt.store.records(key, "audit")]
+    found = [s for s in stops if s is not None]
+    return found[-1] if found else None
+
+
+def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """The job is Stopped: start its next attempt if the run opted in and Stallwatch stopped it for a stall a restart
+    fixes; alert when it opted in and cannot be resumed. Claimed once per stop."""
+    key = job_key(platform, name)
+    stop = last_stop(rt, key)
+    now = rt.clock()
+    if platform is Platform.SAGEMAKER:
+        described, tags = relaunch.describe_training_job(rt.clients, name)
+        verdict = planning.plan_resume(described, tags, stop, rt.config.policy.resume_max_restarts)
+    else:
+        verdict = _plan_instances(rt, key, name, stop)
+    if isinstance(verdict, NoResume) and not verdict.alert:
+        return {"status": "not_resumed", "job": name, "reason": verdict.reason}
+    assert stop is not None  # every alerting verdict follows Stallwatch's stop
+    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
+    if isinstance(verdict, NoResume):
+        audit |= {"action": "no_resume", "reasons": [verdict.reason]}
+    else:
+        audit |= {"action": "resume", "resumed_as": verdict.name, "attempt": verdict.attempt}
+    audit_sk = rt.store.claim_resume(key, stop.at, audit, now)
+    if audit_sk is None:
+        logger.info("resume already claimed: a duplicated event", extra={"job": name})
+        return {"status": "duplicate", "job": name}
+    if isinstance(verdict, NoResume):
+        return _tell(rt, key, audit_sk, planning.not_resumed_text(name, verdict), stop, {"status": "gave_up"}, now)
+    return _resume(rt, platform, name, key, audit_sk, verdict, stop, now)
+
+
+def _resume(
+    rt: Runtime,
+    platform: Platform,
+    name: str,
+    key: str,
+    audit_sk: str,
+    plan: ResumePlan,
+    stop: StopRecord,
+    now: float,
+) -> dict[str, Any]:
+    if platform is Platform.SAGEMAKER:
+        started = relaunch.create_training_job(rt.clients, plan.request)
+        resumed_key = job_key(platform, plan.name)
+    else:
+        started = relaunch.start_instances(rt.clients, rt.source(platform).facts(name).instance_ids)
+        resumed_key = key
+    metrics.add_metric(
+        name=contract.JOBS_RESUMED if started.ok else contract.RESUME_FAILURES, unit=MetricUnit.Count, value=1
+    )
+    result: dict[str, Any] = {
+        "status": "resumed" if started.ok else "resume_failed",
+        "job": name,
+        "resumed_as": plan.name,
+        "attempt": plan.attempt,
+        "resume": {"ok": started.ok, "detail": started.detail},
+    }
+    if not started.ok:
+        logger.error("resume failed", extra={"job": name, "detail": started.detail})
+        return _tell(rt, key, audit_sk, planning.resume_failed_text(name, plan.name, started.detail), stop, result, now)
+    if plan.best_step is not None:
+        rt.store.watch_progress(ProgressWatch(resumed_key, key, audit_sk, plan.best_step, now, stop.slack_ts), now)
+    return _tell(rt, key, audit_sk, planning.resumed_text(name, plan), stop, result, now)
+
+
+def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
+    """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
+    tags = rt.source(Platform.EC2).facts(name).tags
+    stops = [planning.stop_of(r["record"], r.get("outcome")) for r in rt.store.records(key, "audit")]
+    earlier = [s.step for s in stops if s is not None and s.step is not None and (stop is None or s.at < stop.at)]
+    verdict = planning.next_attempt(
+        tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
+    )
+    if isinstance(verdict, NoResume):
+        return verdict
+    if not tags.get(planning.CHECKPOINT_TAG, "").startswith("s3://"):
+        return NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
+    attempt, allowed = verdict
+    best = max([*earlier, *([stop.step] if stop and stop.step is not None else [])], default=None)
+    return ResumePlan(name=name, attempt=attempt, max_restarts=allowed, request={}, best_step=best)
+
+
+def _tell(
+    rt: Runtime,
+    key: str,
+    audit_sk: str,
+    text: str,
+    stop: StopRecord,
+    result: dict[str, Any],
+    now: float,
+) -> dict[str, Any]:
+    """Post `text` in the stop message's thread and record the outcome; never raises."""
+    message = follow_up(text, stop.slack_ts)
+    post = _post(rt, message)
+    outcome = {k: v for k, v in result.items() if k in ("resume", "resumed_as", "attempt")}
+    record_post(rt, key, audit_sk, outcome, message, post, now)
+    return result | {"posted": post.ok}
+
+
+def _post(rt: Runtime, message: dict[str, Any]) -> PostResult:
+    try:
+        return rt.notifier.post(message)
+    except Exception as exc:  # a bug in posting: recorded like a failed post, never raised
+        logger.exception("Slack follow-up failed")
+        return PostResult(ok=False, detail=f"post: {type(exc).__name__}: {exc}")
+
+
+def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
+    """Resumed jobs that passed the step their run had reached: Slack hears how long after the restart (once).
+    A watched job that ended first is dropped (its own stop says why)."""
+    reports = []
+    for watch in rt.store.progress_watches(PROGRESS_WATCHES_PER_SWEEP):
+        _, platformname, name = watch.job_key.split("#", 2)
+        try:
+            signals = rt.source(Platform(platformname)).job_signals(name, now)
+        except JobNotFoundError:
+            rt.store.end_watch(watch, None, now)
+            reports.append({"job": name, "status": "not_found"})
+            continue
+        passed = [(t, step) for t, step in signals.agent.get("Step", ()).points if step > watch.best_step]
+        if not passed:
+            if signals.facts.status != RUNNING:
+                rt.store.end_watch(watch, None, now)
+                reports.append({"job": name, "status": "ended"})
+            continue
+        t, step = passed[0]
+        audit = {"at": now, "job": name, "trigger": "sweeper", "action": "progress", "step": step, "reached_at": t}
+        audit_sk = rt.store.end_watch(watch, audit, now)
+        if audit_sk is None:
+            continue  # another sweep reported it
+        message = follow_up(planning.progress_text(name, step, t - watch.restarted_at), watch.thread_ts)
+        post = _post(rt, message)
+        record_post(rt, watch.job_key, audit_sk, {"step": step}, message, post, now)
+        reports.append({"job": name, "status": "progressed", "step": step, "posted": post.ok})
+    return reports
