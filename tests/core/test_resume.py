@@ -171,4 +171,4 @@ def test_a_stop_is_read_from_the_engines_audit_record_and_an_operators_stop_is_n
     }
     stop = resume.stop_of(record, {"stop": {"ok": True}, "slack": {"ok": True, "ts": "171.5"}})
     assert stop == StopRecord(at=500.0, diagnosis="hang", step=42.0, stall_onset=400.0, ok=True, slack_ts="171.5")
-    assert resume.stop_of({"at": 1.0, "action": "stop_now"}, None) is None
+    assert resume.stop_of({"at": 1.0, "action": "stallwatch_stop_now"}, None) is None
