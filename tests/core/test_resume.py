@@ -116,16 +116,19 @@ def test_no_resume_after_a_human_stop_idle_or_a_failed_stop_and_no_alert(stop: S
 def test_resume_is_off_unless_the_tag_or_the_policy_opts_in() -> None:
     untagged = {"stallwatch:mode": "enforce"}
     off = resume.plan_resume(described(), untagged, HANG_STOP, default_max_restarts=0)
-    assert isinstance(off, NoResume) and not off.alert
+    assert isinstance(off, NoResume)
+    assert not off.alert
     by_policy = resume.plan_resume(described(), untagged, HANG_STOP, default_max_restarts=2)
-    assert isinstance(by_policy, ResumePlan) and by_policy.max_restarts == 2
+    assert isinstance(by_policy, ResumePlan)
+    assert by_policy.max_restarts == 2
     tag_off = resume.plan_resume(described(), {"stallwatch:resume": "off"}, HANG_STOP, default_max_restarts=2)
     assert isinstance(tag_off, NoResume)
 
 
 def test_without_a_checkpoint_it_alerts_cannot_resume_unless_a_tag_names_the_prefix() -> None:
     verdict = resume.plan_resume(described(checkpoint=False), OPTED_IN, HANG_STOP, default_max_restarts=0)
-    assert isinstance(verdict, NoResume) and verdict.alert
+    assert isinstance(verdict, NoResume)
+    assert verdict.alert
     assert verdict.reason.startswith("cannot resume: no checkpoint")
     tagged = OPTED_IN | {"stallwatch:checkpoint": "s3://bucket/runs/llama/ckpt/"}
     assert isinstance(resume.plan_resume(described(checkpoint=False), tagged, HANG_STOP, 0), ResumePlan)
@@ -134,26 +137,32 @@ def test_without_a_checkpoint_it_alerts_cannot_resume_unless_a_tag_names_the_pre
 def test_the_restart_budget_and_no_progress_give_up_with_an_alert() -> None:
     spent = OPTED_IN | {"stallwatch:resume-attempt": "3", "stallwatch:resume-best-step": "1000"}
     verdict = resume.plan_resume(described("llama-70b-r3"), spent, HANG_STOP, 0)
-    assert isinstance(verdict, NoResume) and verdict.alert
+    assert isinstance(verdict, NoResume)
+    assert verdict.alert
     assert verdict.reason == "gave up: restart budget spent (3 of 3 restarts)"
 
     stuck = OPTED_IN | {"stallwatch:resume-attempt": "2", "stallwatch:resume-best-step": "1200"}
     verdict = resume.plan_resume(described("llama-70b-r2"), stuck, HANG_STOP, 0)  # stopped at step 1200 again
-    assert isinstance(verdict, NoResume) and verdict.alert
+    assert isinstance(verdict, NoResume)
+    assert verdict.alert
     assert verdict.reason == "gave up: no progress after 2 restarts"
 
 
 def test_a_bad_resume_tag_alerts_and_a_used_up_runtime_gives_up() -> None:
     bad = resume.plan_resume(described(), {"stallwatch:resume": "many"}, HANG_STOP, 0)
-    assert isinstance(bad, NoResume) and bad.alert and "stallwatch:resume='many'" in bad.reason
+    assert isinstance(bad, NoResume)
+    assert bad.alert
+    assert "stallwatch:resume='many'" in bad.reason
     used = resume.plan_resume(described(TrainingTimeInSeconds=86_400), OPTED_IN, HANG_STOP, 0)
-    assert isinstance(used, NoResume) and "MaxRuntimeInSeconds" in used.reason
+    assert isinstance(used, NoResume)
+    assert "MaxRuntimeInSeconds" in used.reason
 
 
 def test_names_fit_63_characters_and_an_algorithm_resource_keeps_no_image() -> None:
     long = "a" * 60 + "-bc"
     name = resume.resume_name(long, 10)
-    assert len(name) <= 63 and name.endswith("-r10")
+    assert len(name) <= 63
+    assert name.endswith("-r10")
     algorithm = described(
         AlgorithmSpecification={"AlgorithmName": "arn:algo", "TrainingImage": "x", "TrainingInputMode": "File"}
     )
