@@ -77,9 +77,9 @@ def _set_status(job: FakeTrainingJob, status: str, secondary_status: str, at: da
     job.training_job_status = status
     job.secondary_status = secondary_status
     job.last_modified_time = now
+    job.creation_time = min(job.creation_time, now)
     if secondary_status == "Training":
         job.training_start_time = min(job.training_start_time, now)
-        job.creation_time = min(job.creation_time, now)
     if status not in (RUNNING, STOPPING):
         job.training_end_time = now
         job.training_time_in_seconds = int((now - job.training_start_time).total_seconds())
@@ -156,7 +156,7 @@ def set_training_job_status(
 ) -> None:
     """Move a job to `status` / `secondary_status` (at epoch `at`, default now), recording the transition.
 
-    A move to ``Training`` in the past also moves the job's creation and training start back to it."""
+    A move in the past also moves the job's creation back to it; to ``Training``, its training start too."""
     backend = sagemaker_backends[account_id][region]
     job = backend.training_jobs.get(name)
     if job is None:

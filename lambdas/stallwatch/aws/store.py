@@ -23,6 +23,7 @@ from typing import Any
 
 from stallwatch.aws.observability import logger
 from stallwatch.core.decision import JobState
+from stallwatch.core.resume import StopRecord, stop_of
 
 STATE_SK = "state"
 EVENT_SK = "event"
@@ -403,6 +404,11 @@ class Store:
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": {":closed": {"S": "closed"}, ":t": {"N": f"{now:.3f}"}, ":r": {"S": reason}},
         }
+
+    def stops(self, key: str) -> list[StopRecord]:
+        """Stallwatch's stops of a job (the engine's, not an operator's), oldest first, from its audit trail."""
+        found = (stop_of(r["record"], r.get("outcome")) for r in self.records(key, "audit"))
+        return [s for s in found if s is not None]
 
     def records(self, key: str, kind: str) -> list[dict[str, Any]]:
         """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""

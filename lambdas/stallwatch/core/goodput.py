@@ -20,6 +20,7 @@ GPU-hours and dollars are counted while a job holds its instances (nothing betwe
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -214,7 +215,7 @@ def _idle_spans(job: JobSpan, start: float, end: float, first_activity: float, r
     points = sorted(cuts)
     return [
         _Span(a, b, _idle_category(job, (a + b) / 2, first_activity, restarts_after))
-        for a, b in zip(points, points[1:], strict=False)
+        for a, b in itertools.pairwise(points)
     ]
 
 

@@ -31,18 +31,12 @@ AUDIT_TRIGGER = "job-state"
 RUNNING = "InProgress"
 
 
-def last_stop(rt: Runtime, key: str) -> StopRecord | None:
-    """Stallwatch's last stop of the job (the engine's, not an operator's), from its audit trail."""
-    stops = [planning.stop_of(r["record"], r.get("outcome")) for r in rt.store.records(key, "audit")]
-    found = [s for s in stops if s is not None]
-    return found[-1] if found else None
-
-
 def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
     """The job is Stopped: start its next attempt if the run opted in and Stallwatch stopped it for a stall a restart
     fixes; alert when it opted in and cannot be resumed. Claimed once per stop."""
     key = job_key(platform, name)
-    stop = last_stop(rt, key)
+    stops = rt.store.stops(key)
+    stop = stops[-1] if stops else None
     now = rt.clock()
     if platform is Platform.SAGEMAKER:
         described, tags = relaunch.describe_training_job(rt.clients, name)
@@ -103,8 +97,7 @@ def _resume(
 def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
     """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
     tags = rt.source(Platform.EC2).facts(name).tags
-    stops = [planning.stop_of(r["record"], r.get("outcome")) for r in rt.store.records(key, "audit")]
-    earlier = [s.step for s in stops if s is not None and s.step is not None and (stop is None or s.at < stop.at)]
+    earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
     verdict = planning.next_attempt(
         tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
     )
