@@ -178,9 +178,13 @@ def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
     assert (variable["id"], variable["type"], variable["pattern"]) == ("JobName", "pattern", JOB_PLACEHOLDER)
     assert variable["search"] == '{Stallwatch,JobName} MetricName="Step"'
     shown = json.dumps(body["widgets"])
-    for metric in (*(m for m in JOB_METRICS if m != "Steps"), "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
+    for metric in (*JOB_METRICS, "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
         assert metric in shown, metric
     assert JOB_PLACEHOLDER in shown
+    [goodput] = [w for w in body["widgets"] if w["properties"].get("title", "").startswith("Goodput")]
+    expressions = [m[0]["expression"] for m in goodput["properties"]["metrics"] if "expression" in m[0]]
+    assert "100 * IF(steps > 0, 1, 0)" in expressions
+    assert goodput["properties"]["stacked"] is True
 
 
 def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Template, stack: StallwatchStack) -> None:
