@@ -63,7 +63,7 @@ def goodput_table(goodput: Goodput) -> Table:
         )
     table.add_section()
     table.add_row("total", hms(goodput.wall_s), "100.0%", f"{goodput.gpu_hours:,.2f}", _money(goodput.dollars))
-    tflops = "n/a" if goodput.mean_tflops_per_gpu is None else f"{goodput.mean_tflops_per_gpu:,.1f}"
+    tflops = "n/a" if goodput.mean_tflops_per_gpu is None else f"{goodput.mean_tflops_per_gpu:.4g}"
     mfu = "n/a" if goodput.mean_mfu is None else f"{goodput.mean_mfu:.1f}%"
     step = "n/a" if goodput.final_step is None else f"{goodput.final_step:,.0f}"
     table.caption = (
