@@ -35,8 +35,9 @@ class WatchdogPermissions:
         self.policy = config.policy
 
     def on_job_state(self) -> list[iam.PolicyStatement]:
-        """Start and end of a job: read it, create or delete its alarms, resume it after Stallwatch's stop."""
-        return [*self._read_jobs(), *self._manage_alarms(), *self._resume()]
+        """Start and end of a job: read it, create or delete its alarms, resume it after Stallwatch's stop, and
+        read its run's metrics for the end-of-run goodput summary."""
+        return [*self._read_jobs(), *self._manage_alarms(), *self._resume(), self._read_metrics()]
 
     def on_alarm(self) -> list[iam.PolicyStatement]:
         """An alarm fired: gather signals, decide, maybe stop."""

@@ -208,3 +208,28 @@ def test_progress_makes_a_second_restart_r2(rt, world, slack, context) -> None:
 
     assert (result["status"], result["resumed_as"], result["attempt"]) == ("resumed", f"{JOB}-r2", 2)
     assert slack.texts()[-1].endswith(f"`{JOB}-r1` resumed as `{JOB}-r2` (attempt 2 of 2)")
+
+
+def test_a_run_that_opted_in_gets_its_goodput_on_slack_when_it_ends_once(rt, world, slack, context) -> None:
+    # Given a run that asked for its summary, hung and was stopped without a resume (no checkpoint)
+    tags = ENFORCE | {"stallwatch:summary": "true"}
+    seed_nccl_hang(world, JOB, tags)
+    stop_for_hang(rt, JOB, context)
+
+    # When it is Stopped (twice: a duplicated event)
+    result = on_job_state.handler(job_state_event(JOB, "Stopped", tags=tags), context)
+    again = on_job_state.handler(job_state_event(JOB, "Stopped", tags=tags), context)
+
+    # Then Slack gets the run's summary once, with the stall it caught
+    assert (result["summary"]["status"], again["summary"]["status"]) == ("posted", "duplicate")
+    (summary,) = [p for p in slack.posts if p["text"].startswith(":bar_chart: Run summary")]
+    assert summary["text"].startswith(f":bar_chart: Run summary: {JOB}: goodput ")
+    assert "1 stalls caught" in str(summary["blocks"])
+    assert "stalls: " in str(summary["blocks"])
+
+
+def test_no_summary_unless_asked(rt, world, slack, context) -> None:
+    world.create_job(JOB, hosts=1, tags=ENFORCE)
+    result = on_job_state.handler(job_state_event(JOB, "Completed", hosts=1, tags=ENFORCE), context)
+    assert result["summary"] == {"status": "off"}
+    assert slack.posts == []

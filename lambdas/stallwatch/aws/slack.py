@@ -25,6 +25,7 @@ from slack_sdk.webhook import WebhookClient
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
 from stallwatch.core.decision import Action, Decision, stall_onset
+from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import Burn, estimate_burn
 from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
@@ -215,6 +216,32 @@ def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
     if thread_ts:
         message["thread_ts"] = thread_ts
     return message
+
+
+def goodput_message(goodput: Goodput) -> dict[str, Any]:
+    """The end-of-run summary: goodput, and where the rest of the time and money went."""
+    title = f":bar_chart: Run summary: {goodput.run}"
+    dollars = "n/a" if goodput.dollars is None else f"${goodput.dollars:,.2f}"
+    fields = [
+        f"*Goodput*\n{goodput.ratio:.1%} of {goodput.wall_s / 3600:.1f} h",
+        f"*Paid*\n{goodput.gpu_hours:,.1f} GPU-h, ~{dollars}",
+        f"*Jobs*\n{len(goodput.jobs)} ({goodput.restarts} restarts, {goodput.stalls_caught} stalls caught)",
+        f"*Efficiency*\n{_fmt(goodput.mean_tflops_per_gpu, ' TFLOPs/GPU')}, MFU {_fmt(goodput.mean_mfu, '%')}",
+    ]
+    lines = [
+        f"{category.value.replace('_', ' ')}: {total.seconds / 3600:.2f} h, {total.gpu_hours:,.1f} GPU-h"
+        for category, total in goodput.totals.items()
+        if total.seconds > 0
+    ]
+    return {
+        "text": f"{title}: goodput {goodput.ratio:.1%}",
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}},
+            {"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:MAX_SECTION_CHARS]}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`stallwatch report {goodput.run}`"}]},
+        ],
+    }
 
 
 @dataclass(frozen=True)

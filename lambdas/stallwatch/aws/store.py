@@ -8,6 +8,7 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
     pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
     pk = "job#sagemaker#my-job"  sk = "resume#<stop at>"        the claim on resuming after one of Stallwatch's stops
+    pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
     pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
@@ -293,9 +294,14 @@ class Store:
     def claim_resume(self, key: str, stop_at: float, audit: dict[str, Any], now: float) -> str | None:
         """Claim what follows Stallwatch's stop at `stop_at` (a resume, or the alert that there is none) and audit
         it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event)."""
-        audit_sk = f"audit#{now:017.3f}#resume"
+        return self.claim(key, f"{RESUME_SK_PREFIX}{stop_at:017.3f}", audit, now)
+
+    def claim(self, key: str, sk: str, audit: dict[str, Any], now: float) -> str | None:
+        """Claim a once-only step of a job (item `sk`) and audit it, in one transaction; the audit record's sort
+        key, or None if claimed before."""
+        audit_sk = f"audit#{now:017.3f}#{sk.split('#', 1)[0]}"
         expires = self._expires(now)
-        claim = {"pk": {"S": key}, "sk": {"S": f"{RESUME_SK_PREFIX}{stop_at:017.3f}"}, "expires_at": expires}
+        claim = {"pk": {"S": key}, "sk": {"S": sk}, "expires_at": expires}
         try:
             self.dynamodb.transact_write_items(
                 TransactItems=[

@@ -28,6 +28,8 @@ from typing import Any
 
 from stallwatch.core.pricing import estimate_burn
 
+SUMMARY_TAG = "stallwatch:summary"  # "true": post the run's goodput to Slack when it ends (policy: run_summary)
+
 
 class Category(StrEnum):
     PRODUCTIVE = "productive"
@@ -125,6 +127,12 @@ class Goodput:
             "final_step": self.final_step,
             "redone_steps": self.redone_steps,
         }
+
+
+def summary_wanted(tags: dict[str, str], default: bool) -> bool:
+    """Whether the run's end posts its goodput to Slack: the `stallwatch:summary` tag, else the policy."""
+    raw = tags.get(SUMMARY_TAG)
+    return default if raw is None else raw.strip().lower() in ("true", "yes", "on", "1")
 
 
 @dataclass(frozen=True)

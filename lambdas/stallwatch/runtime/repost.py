@@ -46,6 +46,15 @@ def record_post(
         logger.exception("could not record the outcome", extra={"job": key, "audit": audit_sk, "outcome": result})
 
 
+def post_safely(rt: Runtime, message: dict[str, Any]) -> PostResult:
+    """`notifier.post`, with anything it raises returned as a failed post."""
+    try:
+        return rt.notifier.post(message)
+    except Exception as exc:  # a bug in posting: recorded like a failed post, never raised
+        logger.exception("Slack post raised")
+        return PostResult(ok=False, detail=f"post: {type(exc).__name__}: {exc}")
+
+
 def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
     """Post again the Slack messages that failed (kept by `_act`), oldest first, as they were rendered.
 

@@ -16,7 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws import resume as relaunch
 from stallwatch.aws.observability import logger, metrics
-from stallwatch.aws.slack import PostResult, follow_up
+from stallwatch.aws.slack import follow_up
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ProgressWatch, job_key
 from stallwatch.core import contract
@@ -24,7 +24,7 @@ from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.repost import record_post
+from stallwatch.runtime.repost import post_safely, record_post
 
 PROGRESS_WATCHES_PER_SWEEP = 20
 AUDIT_TRIGGER = "job-state"
@@ -121,18 +121,10 @@ def _tell(
 ) -> dict[str, Any]:
     """Post `text` in the stop message's thread and record the outcome; never raises."""
     message = follow_up(text, stop.slack_ts)
-    post = _post(rt, message)
+    post = post_safely(rt, message)
     outcome = {k: v for k, v in result.items() if k in ("resume", "resumed_as", "attempt")}
     record_post(rt, key, audit_sk, outcome, message, post, now)
     return result | {"posted": post.ok}
-
-
-def _post(rt: Runtime, message: dict[str, Any]) -> PostResult:
-    try:
-        return rt.notifier.post(message)
-    except Exception as exc:  # a bug in posting: recorded like a failed post, never raised
-        logger.exception("Slack follow-up failed")
-        return PostResult(ok=False, detail=f"post: {type(exc).__name__}: {exc}")
 
 
 def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
@@ -159,7 +151,7 @@ def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
         if audit_sk is None:
             continue  # another sweep reported it
         message = follow_up(planning.progress_text(name, step, t - watch.restarted_at), watch.thread_ts)
-        post = _post(rt, message)
+        post = post_safely(rt, message)
         record_post(rt, watch.job_key, audit_sk, {"step": step}, message, post, now)
         reports.append({"job": name, "status": "progressed", "step": step, "posted": post.ok})
     return reports
