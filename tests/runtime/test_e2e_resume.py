@@ -3,10 +3,19 @@ within its restart budget, and only while it makes progress; Slack hears each st
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
 from stallwatch.aws.store import job_key
-from tests.fixtures.world import MINUTE, World, alarm_event, job_state_event, scheduled_event
+from tests.fixtures.world import (
+    MINUTE,
+    World,
+    alarm_event,
+    instance_state_event,
+    job_state_event,
+    scheduled_event,
+)
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_hang_signals, seed_nccl_hang
 
 JOB = "llama-8b-pretrain"
@@ -233,3 +242,70 @@ def test_no_summary_unless_asked(rt, world, slack, context) -> None:
     result = on_job_state.handler(job_state_event(JOB, "Completed", hosts=1, tags=ENFORCE), context)
     assert result["summary"] == {"status": "off"}
     assert slack.posts == []
+
+
+EC2_OPTED_IN = {
+    "stallwatch:monitor": "true",
+    "stallwatch:mode": "enforce",
+    "stallwatch:resume": "1",
+    "stallwatch:checkpoint": "s3://bucket/runs/gpt/ckpt/",
+}
+
+
+def _instance(rt, tags: dict[str, str]) -> str:
+    return rt.clients.ec2.run_instances(
+        ImageId="ami-12c6146b",
+        InstanceType="p4d.24xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )["Instances"][0]["InstanceId"]
+
+
+def _stopped_by_stallwatch(rt, instance: str, at: float, step: float) -> None:
+    """The engine's stop of a hung EC2 job (its audit record as decide_and_act commits it), then the stop itself."""
+    key = job_key("ec2", instance)
+    read = rt.store.load(key)
+    record = {"at": at, "job": instance, "action": "stop", "diagnosis": "hang", "evidence": {"agent": {"step": step}}}
+    rt.store.commit(key, read, replace(read, state=read.state.with_(stopped_at=at)), record, at)
+    rt.clients.ec2.stop_instances(InstanceIds=[instance])
+
+
+def _state(rt, instance: str) -> str:
+    reservations = rt.clients.ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+    return reservations[0]["Instances"][0]["State"]["Name"]
+
+
+def test_an_ec2_job_is_resumed_by_starting_its_instances_within_its_budget(rt, slack, context) -> None:
+    # Given a tagged GPU instance that Stallwatch stopped for a hang at step 100
+    instance = _instance(rt, EC2_OPTED_IN)
+    _stopped_by_stallwatch(rt, instance, rt.clock(), step=100.0)
+
+    # When EC2 reports it stopped (twice)
+    first = on_job_state.handler(instance_state_event(instance, "stopped"), context)["resume"]
+    second = on_job_state.handler(instance_state_event(instance, "stopped"), context)["resume"]
+
+    # Then its instances are started again, once, and Slack hears it
+    assert (first["status"], first["attempt"], second["status"]) == ("resumed", 1, "duplicate")
+    assert _state(rt, instance) in ("pending", "running")
+    assert slack.texts()[-1].endswith(f"`{instance}` resumed as `{instance}` (attempt 1 of 1)")
+
+    # When it hangs again further on and is stopped: the budget of one restart is spent
+    rt.clock.advance(3600)
+    _stopped_by_stallwatch(rt, instance, rt.clock(), step=300.0)
+    again = on_job_state.handler(instance_state_event(instance, "stopped"), context)["resume"]
+    assert again["status"] == "gave_up"
+    assert _state(rt, instance) == "stopped"
+    assert "restart budget spent (1 of 1 restarts)" in slack.texts()[-1]
+
+
+def test_an_ec2_job_without_a_checkpoint_tag_is_not_started(rt, slack, context) -> None:
+    tags = {k: v for k, v in EC2_OPTED_IN.items() if k != "stallwatch:checkpoint"}
+    instance = _instance(rt, tags)
+    _stopped_by_stallwatch(rt, instance, rt.clock(), step=100.0)
+
+    result = on_job_state.handler(instance_state_event(instance, "stopped"), context)["resume"]
+
+    assert result["status"] == "gave_up"
+    assert _state(rt, instance) == "stopped"
+    assert "cannot resume: no checkpoint" in slack.texts()[-1]
