@@ -106,6 +106,9 @@ class NoResume:
     alert: bool
 
 
+NOT_STOPPED_BY_STALLWATCH = NoResume("not stopped by Stallwatch (a human's stop, or the job's own end)", alert=False)
+
+
 def max_restarts(tags: dict[str, str], default: int) -> int:
     """The restarts a run may use: its `stallwatch:resume` tag, else the policy's default (0: off)."""
     raw = tags.get(RESUME_TAG)
@@ -229,7 +232,7 @@ def next_attempt(
 def _refusal(stop: StopRecord | None) -> NoResume | None:
     """Only Stallwatch's own, successful stop of a hang or a crashed rank is resumed."""
     if stop is None:
-        return NoResume("not stopped by Stallwatch (a human's stop, or the job's own end)", alert=False)
+        return NOT_STOPPED_BY_STALLWATCH
     if stop.ok is False:
         return NoResume("Stallwatch's stop failed: the job was stopped by someone else", alert=False)
     if stop.diagnosis not in {d.value for d in RESUMABLE}:

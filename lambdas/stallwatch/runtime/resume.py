@@ -37,6 +37,8 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
     key = job_key(platform, name)
     stops = rt.store.stops(key)
     stop = stops[-1] if stops else None
+    if stop is None:  # the common case (a job's own end, a human's stop) costs one query, no platform call
+        return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
     now = rt.clock()
     if platform is Platform.SAGEMAKER:
         described, tags = relaunch.describe_training_job(rt.clients, name)
@@ -45,7 +47,6 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
         verdict = _plan_instances(rt, key, name, stop)
     if isinstance(verdict, NoResume) and not verdict.alert:
         return {"status": "not_resumed", "job": name, "reason": verdict.reason}
-    assert stop is not None  # every alerting verdict follows Stallwatch's stop
     audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if isinstance(verdict, NoResume):
         audit |= {"action": "no_resume", "reasons": [verdict.reason]}
