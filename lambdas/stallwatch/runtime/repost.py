@@ -72,6 +72,8 @@ def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
     post = rt.notifier.post(pending.message)
     given_up = not post.ok and attempts >= MAX_SLACK_ATTEMPTS
     slack: dict[str, Any] = {"ok": post.ok, "detail": post.detail, "attempts": attempts}
+    if post.ts:  # follow-ups go in this message's thread
+        slack["ts"] = post.ts
     if given_up:
         slack["given_up"] = True
     history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]
