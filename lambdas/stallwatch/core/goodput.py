@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stallwatch.core.pricing import estimate_burn
+from stallwatch.core.pricing import estimate_burn, instance_spec
 
 SUMMARY_TAG = "stallwatch:summary"  # "true": post the run's goodput to Slack when it ends (policy: run_summary)
 
@@ -147,7 +147,8 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
     if not jobs:
         raise ValueError(f"run {run!r} has no jobs")
     ordered = sorted(jobs, key=lambda j: j.created)
-    totals = {c: Total() for c in Category}
+    priced = all(instance_spec(j.instance_type).usd_per_hour for j in ordered)
+    totals = {c: Total(dollars=0.0 if priced else None) for c in Category}
     best: float | None = None  # the highest step reached by the jobs before this one
     redone_steps = 0.0
     for index, job in enumerate(ordered):
