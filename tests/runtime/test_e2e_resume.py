@@ -309,3 +309,24 @@ def test_an_ec2_job_without_a_checkpoint_tag_is_not_started(rt, slack, context) 
     assert result["status"] == "gave_up"
     assert _state(rt, instance) == "stopped"
     assert "cannot resume: no checkpoint" in slack.texts()[-1]
+
+
+def test_a_resumed_job_without_steps_yet_stays_watched_and_one_that_ends_first_is_dropped(
+    rt, world, slack, context
+) -> None:
+    # Given a run resumed as r1, still starting (no step yet)
+    seed_nccl_hang(world, JOB, RESUME_2, checkpoint=CHECKPOINT)
+    stop_for_hang(rt, JOB, context)
+    on_job_state.handler(job_state_event(JOB, "Stopped"), context)
+    posts = len(slack.posts)
+
+    # When the sweeper runs, Then nothing is said and the watch stays
+    assert sweeper.handler(scheduled_event(), context)["resumed_progress"] == []
+    assert len(rt.store.progress_watches(10)) == 1
+
+    # When r1 fails before passing step 70, Then the watch is dropped without a message
+    moto_sagemaker.set_training_job_status(f"{JOB}-r1", "Failed", "Failed")
+    (report,) = sweeper.handler(scheduled_event(), context)["resumed_progress"]
+    assert report == {"job": f"{JOB}-r1", "status": "ended"}
+    assert rt.store.progress_watches(10) == []
+    assert len(slack.posts) == posts

@@ -22,7 +22,7 @@ from stallwatch.aws.store import ProgressWatch, job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 
@@ -133,14 +133,19 @@ def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
     A watched job that ended first is dropped (its own stop says why)."""
     reports = []
     for watch in rt.store.progress_watches(PROGRESS_WATCHES_PER_SWEEP):
-        _, platformname, name = watch.job_key.split("#", 2)
+        _, platform, name = watch.job_key.split("#", 2)
         try:
-            signals = rt.source(Platform(platformname)).job_signals(name, now)
+            signals = rt.source(Platform(platform)).job_signals(name, now)
         except JobNotFoundError:
             rt.store.end_watch(watch, None, now)
             reports.append({"job": name, "status": "not_found"})
             continue
-        passed = [(t, step) for t, step in signals.agent.get("Step", ()).points if step > watch.best_step]
+        except Exception:  # one job's read failing must not end the sweep; the next sweep looks again
+            logger.exception("could not read a resumed job's progress", extra={"job": name})
+            metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+            continue
+        steps = signals.agent.get("Step", Series()).points
+        passed = [(t, step) for t, step in steps if step > watch.best_step]
         if not passed:
             if signals.facts.status != RUNNING:
                 rt.store.end_watch(watch, None, now)
