@@ -13,7 +13,6 @@ resumed job carries the chain in its tags (`RUN_TAG`, `RESUMED_FROM_TAG`, `ATTEM
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -30,7 +29,6 @@ BEST_STEP_TAG = "stallwatch:resume-best-step"  # the highest step the run had re
 CHAIN_TAGS = frozenset({RUN_TAG, RESUMED_FROM_TAG, ATTEMPT_TAG, BEST_STEP_TAG})
 AWS_TAG_PREFIX = "aws:"  # reserved: set by AWS, never by a CreateTrainingJob
 MAX_JOB_NAME = 63
-RESUME_SUFFIX = re.compile(r"-r\d+$")
 # Stallwatch's own stops that a restart can fix; idle means the work is done, and an overrun phase is the job's.
 RESUMABLE = frozenset({Diagnosis.HANG, Diagnosis.CRASHED_RANK})
 # DescribeTrainingJob fields that CreateTrainingJob takes as they are.

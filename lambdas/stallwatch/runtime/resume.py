@@ -104,7 +104,7 @@ def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -
     )
     if isinstance(verdict, NoResume):
         return verdict
-    if not tags.get(planning.CHECKPOINT_TAG, "").startswith("s3://"):
+    if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it
         return NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
     attempt, allowed = verdict
     best = max([*earlier, *([stop.step] if stop and stop.step is not None else [])], default=None)
