@@ -63,9 +63,7 @@ class PendingPost:
 class ProgressWatch:
     """A resumed job, watched until it passes the step its run had reached (then Slack hears how long it took)."""
 
-    job_key: str  # the resumed (new) job
-    resumed_key: str  # the stopped job, whose resume audit record gets the follow-up's outcome
-    audit_sk: str
+    job_key: str  # the resumed job (its audit trail gets the follow-up)
     best_step: float
     restarted_at: float
     thread_ts: str | None = None

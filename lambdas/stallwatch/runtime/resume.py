@@ -91,7 +91,7 @@ def _resume(
         logger.error("resume failed", extra={"job": name, "detail": started.detail})
         return _tell(rt, key, audit_sk, planning.resume_failed_text(name, plan.name, started.detail), stop, result, now)
     if plan.best_step is not None:
-        rt.store.watch_progress(ProgressWatch(resumed_key, key, audit_sk, plan.best_step, now, stop.slack_ts), now)
+        rt.store.watch_progress(ProgressWatch(resumed_key, plan.best_step, now, stop.slack_ts), now)
     return _tell(rt, key, audit_sk, planning.resumed_text(name, plan), stop, result, now)
 
 
