@@ -155,6 +155,7 @@ class LocalRun:
         self.timeline.event(Kind.JOB, f"{job.name} created by Stallwatch: its hosts start from the checkpoint")
         self._exited_hosts |= {f"{job.tags.get(RESUMED_FROM_TAG)}/{h.host}": h for h in self._hosts}
         self._hosts, self._ended = [], None
+        self.timeline.clear_alarms()  # the stopped job's were deleted by on_job_state
         self._start_hosts(aws, job, stack, resumed=True)
         sagemaker_job.set_status(job, RUNNING, "Training")
         self._job_state_changed(RUNNING, "Training")
