@@ -27,7 +27,12 @@ def described(name: str = "llama-70b", checkpoint: bool = True, **extra: object)
         },
         "RoleArn": "arn:aws:iam::123456789012:role/training",
         "HyperParameters": {"lr": "3e-4", "sagemaker_program": "train.py"},
-        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://d/train"}}}],
+        "InputDataConfig": [
+            {
+                "ChannelName": "train",
+                "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://d/train"}},
+            }
+        ],
         "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
         "ResourceConfig": {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 8, "VolumeSizeInGB": 500},
         "VpcConfig": {"SecurityGroupIds": ["sg-0123"], "Subnets": ["subnet-0123"]},
@@ -181,3 +186,24 @@ def test_a_stop_is_read_from_the_engines_audit_record_and_an_operators_stop_is_n
     stop = resume.stop_of(record, {"stop": {"ok": True}, "slack": {"ok": True, "ts": "171.5"}})
     assert stop == StopRecord(at=500.0, diagnosis="hang", step=42.0, stall_onset=400.0, ok=True, slack_ts="171.5")
     assert resume.stop_of({"at": 1.0, "action": "stallwatch_stop_now"}, None) is None
+
+
+def test_the_clone_copies_every_field_create_and_describe_share_and_passes_botocores_validation() -> None:
+    # Given SageMaker's API model, as the SDK ships it
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    create = model.operation_model("CreateTrainingJob").input_shape
+    describe = model.operation_model("DescribeTrainingJob").output_shape
+
+    # Then every field both calls have is cloned (a new one fails here), but those the clone sets itself
+    shared = set(create.members) & set(describe.members)
+    assert set(resume.CLONED_FIELDS) == shared - {"TrainingJobName", "AlgorithmSpecification", "StoppingCondition"}
+    assert set(resume.ALGORITHM_FIELDS) == set(create.members["AlgorithmSpecification"].members)
+
+    # ...and the request built from a DescribeTrainingJob answer is a valid CreateTrainingJob call
+    plan = resume.plan_resume(described(), OPTED_IN, HANG_STOP, 0)
+    assert isinstance(plan, ResumePlan)
+    report = ParamValidator().validate(plan.request, create)
+    assert not report.has_errors(), report.generate_report()

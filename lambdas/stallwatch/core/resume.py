@@ -31,7 +31,8 @@ AWS_TAG_PREFIX = "aws:"  # reserved: set by AWS, never by a CreateTrainingJob
 MAX_JOB_NAME = 63
 # Stallwatch's own stops that a restart can fix; idle means the work is done, and an overrun phase is the job's.
 RESUMABLE = frozenset({Diagnosis.HANG, Diagnosis.CRASHED_RANK})
-# DescribeTrainingJob fields that CreateTrainingJob takes as they are.
+# DescribeTrainingJob fields that CreateTrainingJob takes as they are (all that both have, but the name, the algorithm
+# and the stopping condition, which the clone sets; tests/core/test_resume.py checks this against botocore's model).
 CLONED_FIELDS = (
     "HyperParameters",
     "RoleArn",
@@ -53,7 +54,9 @@ CLONED_FIELDS = (
     "RetryStrategy",
     "RemoteDebugConfig",
     "InfraCheckConfig",
-    "SessionChainingConfig",
+    "MlflowConfig",
+    "ModelPackageConfig",
+    "ServerlessJobConfig",
 )
 ALGORITHM_FIELDS = (
     "TrainingImage",
