@@ -3,6 +3,7 @@ within its restart budget, and only while it makes progress; Slack hears each st
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 from handlers import on_alarm, on_job_state, sweeper
@@ -330,3 +331,25 @@ def test_a_resumed_job_without_steps_yet_stays_watched_and_one_that_ends_first_i
     assert report == {"job": f"{JOB}-r1", "status": "ended"}
     assert rt.store.progress_watches(10) == []
     assert len(slack.posts) == posts
+
+
+def test_in_bot_mode_the_resume_message_goes_in_the_stop_messages_thread(rt, world, slack, context) -> None:
+    # Given Slack in bot mode (a bot token and a channel), answering each post with its timestamp
+    secret = rt.notifier.secret_arn
+    rt.clients.secretsmanager.put_secret_value(
+        SecretId=secret, SecretString=json.dumps({"bot_token": "xoxb-1", "channel": "C0ALERTS"})
+    )
+    rt.notifier.api_url = f"{slack.base}/api/"
+    slack.reply = b'{"ok": true, "ts": "1764496800.000100"}'
+    seed_nccl_hang(world, JOB, RESUME_2, checkpoint=CHECKPOINT)
+    stop_for_hang(rt, JOB, context)
+
+    # When the stopped job is resumed
+    on_job_state.handler(job_state_event(JOB, "Stopped"), context)
+
+    # Then the stop message went to the channel, and the resume message is a reply in its thread
+    stop_message, resumed = slack.posts[-2], slack.posts[-1]
+    assert "Stopped stalled job" in stop_message["text"]
+    assert "thread_ts" not in stop_message
+    assert resumed["thread_ts"] == "1764496800.000100"
+    assert resumed["text"].endswith(f"resumed as `{JOB}-r1` (attempt 1 of 2)")
