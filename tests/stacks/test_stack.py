@@ -10,7 +10,14 @@ from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, JOB_METRICS, SERVICE, SLACK_FAILURES, STOP_FAILURES
+from stallwatch.core.contract import (
+    CONTROL_PLANE_NAMESPACE,
+    JOB_METRICS,
+    RESUME_FAILURES,
+    SERVICE,
+    SLACK_FAILURES,
+    STOP_FAILURES,
+)
 
 from .conftest import logical_id
 
@@ -152,8 +159,8 @@ def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
-def test_failed_stops_and_slack_posts_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
-    for metric in (STOP_FAILURES, SLACK_FAILURES):
+def test_failed_stops_slack_posts_and_resumes_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
+    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
