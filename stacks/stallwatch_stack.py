@@ -136,6 +136,10 @@ class StallwatchStack(Stack):
             "query is authorized against every alarm of the account and region",
             arn.format(service="logs", resource=f"log-group:{SAGEMAKER_LOG_GROUP}:*"): "read-only: SageMaker writes "
             "one log stream per host and job into this group; the streams are named at run time",
+            arn_template(self, regional=False).format(
+                service="iam", resource="role/*"
+            ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
+            "training roles of jobs that opted in to resume; see docs/resume.md)",
         }
         Validations.of(self.watchdog).acknowledge(
             *(

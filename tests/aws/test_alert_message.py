@@ -11,7 +11,7 @@ import pytest
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
 from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, TrainingJobStateChange, parse_event
-from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError
+from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError, follow_up
 from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.policy import Mode
 from stallwatch.core.pricing import INSTANCE_SPECS, estimate_burn
@@ -241,3 +241,21 @@ def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackRecei
     slack.reply = b'{"ok": false, "error": "channel_not_found"}'
     refused = notifier.post({"text": "hung", "blocks": []})
     assert (refused.ok, refused.detail) == (False, "Slack API error: channel_not_found")
+
+
+def test_a_follow_up_goes_in_the_alerts_thread_in_bot_mode(slack: SlackReceiver) -> None:
+    # Given bot credentials, and an alert whose timestamp Slack returned
+    notifier = SlackNotifier(
+        _Secrets({"bot_token": "xoxb-1", "channel": "C0ALERTS"}), "arn:secret", api_url=f"{slack.base}/api/"
+    )
+    slack.reply = b'{"ok": true, "ts": "1764496800.000100"}'
+    alert = notifier.post({"text": "stopped", "blocks": []})
+    assert alert.ts == "1764496800.000100"
+
+    # When a follow-up is posted in its thread
+    notifier.post(follow_up("`llama` resumed as `llama-r1` (attempt 1 of 2)", alert.ts))
+
+    # Then Slack gets it as a reply to the alert; without a ts it stands alone (webhook mode)
+    assert slack.posts[1]["thread_ts"] == "1764496800.000100"
+    assert slack.posts[1]["text"] == "`llama` resumed as `llama-r1` (attempt 1 of 2)"
+    assert "thread_ts" not in follow_up("text")

@@ -14,10 +14,16 @@ def _alarm(rt, job: str, kind: str = alarms.PROGRESS, host: str | None = None) -
     return alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, kind, host)
 
 
-def seed_nccl_hang(world: World, job: str, tags: dict[str, str]) -> None:
+def seed_nccl_hang(world: World, job: str, tags: dict[str, str], checkpoint: str | None = None) -> None:
     """Steps stop 40 min ago; GPUs stay pinned at 100 % while power falls; logs go quiet."""
-    world.create_job(job, hosts=2, tags=tags)
-    world.steps_until(job, last_step_min=40)
+    world.create_job(job, hosts=2, tags=tags, checkpoint=checkpoint)
+    seed_hang_signals(world, job)
+
+
+def seed_hang_signals(world: World, job: str, start_min: float = 110) -> None:
+    """A hang's signals on a job that exists: steps from `start_min` until 40 min ago (the last step is
+    `start_min - 40`), GPUs pinned at 100 %, power falling, logs quiet."""
+    world.steps_until(job, last_step_min=40, start_min=start_min)
     for host in ("algo-1", "algo-2"):
         world.host_gpu(job, host, world.every_minute(110, 100.0))
         world.agent_host(job, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))

@@ -28,7 +28,8 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
-from stallwatch.core.decision import Action, Decision
+from stallwatch.core.decision import Action, Decision, stall_onset
+from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import Burn, estimate_burn
 from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
@@ -107,7 +108,7 @@ class Evidence:
         A stall is counted from the last progress (last step, else last log line), else from when it was noticed."""
         agent = decision.evidence.get("agent", {})
         hosts = decision.evidence.get("hosts", {}).values()
-        began = agent.get("last_step_t") or decision.evidence.get("logs", {}).get("last_t") or stall_since
+        began = stall_onset(decision.evidence, stall_since)
         stall_seconds = max(signals.now - began, 0.0) if decision.stalled and began is not None else 0.0
         facts = signals.facts
         return cls(
@@ -251,12 +252,50 @@ class AlertMessage:
         return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
 
 
+def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
+    """A short message after an alert (resumed, progress, gave up): in the alert's thread when `thread_ts` is known
+    (bot mode), else on its own (webhook mode). The thread rides in the message, so a re-send keeps it."""
+    message: dict[str, Any] = {
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_SECTION_CHARS]}}],
+    }
+    if thread_ts:
+        message["thread_ts"] = thread_ts
+    return message
+
+
+def goodput_message(goodput: Goodput) -> dict[str, Any]:
+    """The end-of-run summary: goodput, and where the rest of the time and money went."""
+    title = f":bar_chart: Run summary: {goodput.run}"
+    dollars = "n/a" if goodput.dollars is None else f"${goodput.dollars:,.2f}"
+    fields = [
+        f"*Goodput*\n{goodput.ratio:.1%} of {goodput.wall_s / 3600:.1f} h",
+        f"*Paid*\n{goodput.gpu_hours:,.1f} GPU-h, ~{dollars}",
+        f"*Jobs*\n{len(goodput.jobs)} ({goodput.restarts} restarts, {goodput.stalls_caught} stalls caught)",
+        f"*Efficiency*\n{_fmt(goodput.mean_tflops_per_gpu, ' TFLOPs/GPU')}, MFU {_fmt(goodput.mean_mfu, '%')}",
+    ]
+    lines = [
+        f"{category.value.replace('_', ' ')}: {total.seconds / 3600:.2f} h, {total.gpu_hours:,.1f} GPU-h"
+        for category, total in goodput.totals.items()
+        if total.seconds > 0
+    ]
+    return {
+        "text": f"{title}: goodput {goodput.ratio:.1%}",
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}},
+            {"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:MAX_SECTION_CHARS]}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`stallwatch report {goodput.run}`"}]},
+        ],
+    }
+
+
 @dataclass(frozen=True)
 class PostResult:
     ok: bool
     detail: str
     channel: str | None = None  # where the message is (bot token mode), to update it later
-    ts: str | None = None
+    ts: str | None = None  # its timestamp (bot mode): to update it, and to thread follow-ups under it
 
 
 class SlackNotifier:
@@ -325,7 +364,12 @@ class SlackNotifier:
             if where is not None:
                 client.chat_update(channel=where[0], ts=where[1], text=message["text"], blocks=message["blocks"])
                 return PostResult(ok=True, detail=f"chat.update ts={where[1]}", channel=where[0], ts=where[1])
-            reply = client.chat_postMessage(channel=secret["channel"], text=message["text"], blocks=message["blocks"])
+            reply = client.chat_postMessage(
+                channel=secret["channel"],
+                text=message["text"],
+                blocks=message["blocks"],
+                thread_ts=message.get("thread_ts"),
+            )
             ts, channel = reply.get("ts"), reply.get("channel")
             return PostResult(ok=True, detail=f"chat.postMessage ts={ts}", channel=channel, ts=ts)
         except SlackApiError as exc:

@@ -8,6 +8,9 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
     pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
+    pk = "job#sagemaker#my-job"  sk = "resume#<stop at>"        the claim on resuming after one of Stallwatch's stops
+    pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
+    pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -22,6 +25,7 @@ from typing import Any
 
 from stallwatch.aws.observability import logger
 from stallwatch.core.decision import JobState
+from stallwatch.core.resume import StopRecord, stop_of
 
 STATE_SK = "state"
 EVENT_SK = "event"
@@ -29,6 +33,9 @@ EVENT_SK = "event"
 # that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
 PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
+RESUME_WATCH_PK = "resume-watch"
+NOT_EXISTS = "attribute_not_exists(pk)"
+RESUME_SK_PREFIX = "resume#"
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
 CHANGE_ATTEMPTS = 3  # a concurrent decision on the same job may win a commit; read again and retry
 
@@ -51,6 +58,16 @@ class PendingPost:
     message: dict[str, Any]  # the rendered message, posted again as it was
     outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
     attempts: int  # posts tried so far, the first one included
+
+
+@dataclass(frozen=True)
+class ProgressWatch:
+    """A resumed job, watched until it passes the step its run had reached (then Slack hears how long it took)."""
+
+    job_key: str  # the resumed job (its audit trail gets the follow-up)
+    best_step: float
+    restarted_at: float
+    thread_ts: str | None = None
 
 
 def job_key(platform: str, job: str) -> str:
@@ -218,6 +235,19 @@ class Store:
             "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
         }
 
+    def record_unsent_post(
+        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    ) -> None:
+        """`record_outcome` for a message (a resume follow-up, a run summary) whose Slack post failed: the message is
+        kept for the sweeper to post again, in the same transaction (one call, as for a delivered post)."""
+        pending = self._pending(key, audit_sk, outcome, message, now)
+        self.dynamodb.transact_write_items(
+            TransactItems=[
+                {"Update": self._set_outcome(key, audit_sk, outcome)},
+                {"Put": {"TableName": self.table, "Item": pending}},
+            ]
+        )
+
     def finish_decision(
         self,
         key: str,
@@ -344,6 +374,73 @@ class Store:
             TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
 
+    def claim_resume(self, key: str, stop_at: float, audit: dict[str, Any], now: float) -> str | None:
+        """Claim what follows Stallwatch's stop at `stop_at` (a resume, or the alert that there is none) and audit
+        it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event)."""
+        return self.claim(key, f"{RESUME_SK_PREFIX}{stop_at:017.3f}", audit, now)
+
+    def claim(self, key: str, sk: str, audit: dict[str, Any], now: float) -> str | None:
+        """Claim a once-only step of a job (item `sk`) and audit it, in one transaction; the audit record's sort
+        key, or None if claimed before."""
+        audit_sk = f"audit#{now:017.3f}#{sk.split('#', 1)[0]}"
+        expires = self._expires(now)
+        claim = {"pk": {"S": key}, "sk": {"S": sk}, "expires_at": expires}
+        try:
+            self.dynamodb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": claim, "ConditionExpression": NOT_EXISTS}},
+                    {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+                ]
+            )
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
+    def resume_claims(self, key: str) -> int:
+        """How many of a job's stops were followed up (its resumes, for a job that restarts under its own name)."""
+        return len(self.records(key, RESUME_SK_PREFIX.rstrip("#")))
+
+    def watch_progress(self, watch: ProgressWatch, now: float) -> None:
+        item = {
+            "pk": {"S": RESUME_WATCH_PK},
+            "sk": {"S": watch.job_key},
+            "watch": {"S": json.dumps(asdict(watch))},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.put_item(TableName=self.table, Item=item)
+
+    def progress_watches(self, limit: int) -> list[ProgressWatch]:
+        items = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": RESUME_WATCH_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        return [ProgressWatch(**json.loads(item["watch"]["S"])) for item in items]
+
+    def end_watch(self, watch: ProgressWatch, audit: dict[str, Any] | None, now: float) -> str | None:
+        """Remove a watch and, in the same transaction, audit why on the resumed job (`audit`, if any). The audit
+        record's sort key ("" without one), or None if another run removed the watch first (so only one posts)."""
+        audit_sk = f"audit#{now:017.3f}#progress" if audit is not None else ""
+        items: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": RESUME_WATCH_PK}, "sk": {"S": watch.job_key}},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            }
+        ]
+        if audit is not None:
+            item = _audit_item(watch.job_key, audit_sk, audit, self._expires(now))
+            items.append({"Put": {"TableName": self.table, "Item": item}})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=items)
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
     def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
         """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and
         `version` the version it was written at (when the caller knows it).
@@ -396,6 +493,11 @@ class Store:
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": {":closed": {"S": "closed"}, ":t": {"N": f"{now:.3f}"}, ":r": {"S": reason}},
         }
+
+    def stops(self, key: str) -> list[StopRecord]:
+        """Stallwatch's stops of a job (the engine's, not an operator's), oldest first, from its audit trail."""
+        found = (stop_of(r["record"], r.get("outcome")) for r in self.records(key, "audit"))
+        return [s for s in found if s is not None]
 
     def records(self, key: str, kind: str) -> list[dict[str, Any]]:
         """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""

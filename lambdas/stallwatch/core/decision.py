@@ -77,3 +77,9 @@ class JobState:
     def snoozed(self, until: float) -> JobState:
         """No stop before `until`; the warning is void, so when the snooze ends a fresh one comes before any stop."""
         return replace(self, snoozed_until=until, warned_at=None)
+
+
+def stall_onset(evidence: dict[str, Any], noticed: float | None = None) -> float | None:
+    """When a stall began, from a decision's evidence: the last step, else the last log line, else `noticed`."""
+    agent = evidence.get("agent") or {}
+    return agent.get("last_step_t") or (evidence.get("logs") or {}).get("last_t") or noticed

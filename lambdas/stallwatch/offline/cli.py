@@ -5,6 +5,7 @@
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an EC2 job is named by its instance id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
+    stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
 a new subcommand is one more entry in `COMMANDS`.
@@ -28,7 +29,7 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
 from stallwatch.core.trace import TraceError
-from stallwatch.offline import ops
+from stallwatch.offline import ops, report
 from stallwatch.offline.replay import ReplayResult, Verdict, replay
 from stallwatch.offline.trace_file import load_trace
 
@@ -40,12 +41,7 @@ ACTION_STYLES = {Action.STOP: "bold red", Action.WARN: "yellow", Action.ALERT: "
 VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
 
 
-def _clock(seconds: float | None) -> str:
-    """Trace seconds as h:mm:ss."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+_clock = report.hms  # trace seconds as h:mm:ss
 
 
 def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
@@ -145,7 +141,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
 
 
 # Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register, report.register]
 
 
 def build_parser() -> argparse.ArgumentParser:

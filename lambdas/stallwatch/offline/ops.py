@@ -48,7 +48,7 @@ class OpsError(ValueError):
     """What an ops command cannot do: no such stack, table, config or job, or AWS refused (the CLI exits 2)."""
 
 
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """AWS errors and unknown jobs as `OpsError`, so the CLI prints one line instead of a traceback."""
 
     @functools.wraps(run)
@@ -180,7 +180,7 @@ def _incident(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@_reported
+@reported
 def run_incidents(args: argparse.Namespace) -> int:
     deployment = Deployment.from_args(args)
     rows = incidents(deployment, args.job, args.platform, time.time() - args.since)
@@ -228,7 +228,7 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
     return until
 
 
-@_reported
+@reported
 def run_snooze(args: argparse.Namespace) -> int:
     until = snooze(Deployment.from_args(args), args.job, args.platform, args.duration, time.time())
     Console().print(f"[bold]{args.job}[/] snoozed until {_when(until)} (no stop before then; alerts continue)")
@@ -264,7 +264,7 @@ def policy_rows(effective: EffectivePolicy, tags: dict[str, str]) -> list[tuple[
     return rows
 
 
-@_reported
+@reported
 def run_policy_show(args: argparse.Namespace) -> int:
     effective, tags = effective_policy(Deployment.from_args(args), args.job, args.platform)
     title = f"Effective policy of {args.job}" if args.job else "Deployed policy (no job tags applied)"
@@ -283,7 +283,7 @@ def run_policy_show(args: argparse.Namespace) -> int:
 # ---- argparse ---------------------------------------------------------------------------------------------------
 
 
-def _deployment_flags(parser: argparse.ArgumentParser) -> None:
+def deployment_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="AWS region of the deployment (default: the environment's)")
     parser.add_argument("--profile", help="AWS profile (default: the environment's credentials)")
     parser.add_argument("--stack", default=DEFAULT_STACK, help=f"the Stallwatch stack (default {DEFAULT_STACK})")
@@ -305,14 +305,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--since", type=parse_duration, default=parse_duration("24h"), metavar="DURATION", help="default 24h"
     )
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_incidents)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
     parser.add_argument("job", metavar="JOB", help="SageMaker training job name or EC2 instance id")
     parser.add_argument("--for", dest="duration", type=parse_duration, required=True, metavar="DURATION")
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_snooze)
 
     policy = subparsers.add_parser("policy", help="the deployed policy").add_subparsers(
@@ -321,5 +321,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = policy.add_parser("show", help="the effective policy, after JOB's stallwatch:* tags")
     parser.add_argument("job", nargs="?", metavar="JOB", help="apply this job's tags")
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_policy_show)

@@ -18,15 +18,20 @@ from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
+from stallwatch.runtime.resume import resume_after_stop
+from stallwatch.runtime.summary import post_run_summary
 
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 MONITOR_TAG_VALUE = "true"
 
 
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
-    """A job started or ended: create or delete its alarms; an ended job's incident is closed."""
+    """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
+    stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
+    its goodput when it opted in (`summary.post_run_summary`)."""
     if isinstance(event, TrainingJobStateChange):
         if not rt.config.policy.monitor_sagemaker:
             return {"status": "ignored", "reason": "monitor_sagemaker is false"}
@@ -35,7 +40,12 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         if detail.training_job_status == "InProgress":
             return provision_alarms(rt, platform, name)
         if detail.training_job_status in ENDED_SAGEMAKER:
-            return retire_job(rt, platform, name, detail.training_job_status)
+            retired = retire_job(rt, platform, name, detail.training_job_status)
+            if detail.training_job_status == STOPPED_SAGEMAKER:
+                retired["resume"] = resume_after_stop(rt, platform, name)
+            if retired.get("resume", {}).get("status") != "resumed":  # the run ends here
+                retired["summary"] = post_run_summary(rt, name, detail.tags)
+            return retired
         return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
     if not rt.config.policy.monitor_ec2:
         return {"status": "ignored", "reason": "monitor_ec2 is false"}
@@ -43,7 +53,10 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     if state == "running":
         return provision_alarms(rt, Platform.EC2, instance)
     if state in ENDED_EC2:
-        return retire_job(rt, Platform.EC2, instance, state)
+        retired = retire_job(rt, Platform.EC2, instance, state)
+        if state == STOPPED_EC2:
+            retired["resume"] = resume_after_stop(rt, Platform.EC2, instance)
+        return retired
     return {"status": "ignored", "job": instance, "reason": f"state {state}"}
 
 

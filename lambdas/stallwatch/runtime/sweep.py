@@ -1,6 +1,6 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
 alarms in ALARM that no decision followed, decisions a timed-out Lambda left unfinished, Slack messages not
-delivered yet, and the alarms of jobs that are no longer running."""
+delivered yet, the alarms of jobs that are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, monitored_instance, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
+from stallwatch.runtime.resume import report_progress
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 
@@ -54,6 +55,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         if names:
             batch = rt.source(platform).many_job_signals(names, now)
             outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    progressed = report_progress(rt, now)
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
@@ -62,6 +64,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
+        "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
     return summary
