@@ -5,7 +5,8 @@
 
 The replay walks the road the Lambdas walk, with the trace in place of AWS: the alarms `render_alarms`
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
-alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness; the engine decides on
+alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
+source, which reads its history back as AWS does); the engine decides on
 every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (open incident, pending warning,
 expired snooze); `next_state` is kept between decisions; a STOP stops the replay's job.
 
@@ -75,6 +76,8 @@ class ReplayResult:
     first_alert_s: float | None  # first Slack message: an alert or a warning
     first_warn_s: float | None
     first_stop_s: float | None
+    alerts: int  # Slack alerts sent (Action.ALERT decisions)
+    warnings: int  # stop warnings sent (Action.WARN decisions)
     verdict: Verdict | None  # None when the trace has no label
     verdict_reason: str = ""
     tag_errors: tuple[str, ...] = field(default_factory=tuple)
@@ -88,6 +91,8 @@ class ReplayResult:
             "first_alert_s": self.first_alert_s,
             "first_warn_s": self.first_warn_s,
             "first_stop_s": self.first_stop_s,
+            "alerts": self.alerts,
+            "warnings": self.warnings,
             "decisions": [d.to_json() for d in self.decisions],
             "diagnoses": list(self.diagnoses),
             "verdict": None if self.verdict is None else str(self.verdict),
@@ -100,7 +105,13 @@ def _first(decisions: list[ReplayDecision], actions: frozenset[Action]) -> float
     return next((d.t for d in decisions if d.decision.action in actions), None)
 
 
-def _judge(trace: Trace, diagnoses: list[str], first_stop: float | None) -> tuple[Verdict | None, str]:
+def _count(decisions: list[ReplayDecision], action: Action) -> int:
+    return sum(1 for d in decisions if d.decision.action is action)
+
+
+def _judge(
+    trace: Trace, diagnoses: list[str], first_stop: float | None, sent: dict[str, int]
+) -> tuple[Verdict | None, str]:
     expect = trace.header.expect
     if expect is None:
         return None, "unlabeled"
@@ -115,6 +126,10 @@ def _judge(trace: Trace, diagnoses: list[str], first_stop: float | None) -> tupl
             failures.append(f"expected a stop in [{lo:g}, {hi:g}]s, stopped at {first_stop:g}s")
     if expect.diagnosis is not None and expect.diagnosis not in diagnoses:
         failures.append(f"expected diagnosis {expect.diagnosis!r}, saw {diagnoses or 'no decision'}")
+    for kind, count in sent.items():
+        allowed = expect.allowed(kind)
+        if allowed is not None and count > allowed:
+            failures.append(f"expected at most {allowed} {kind}, sent {count}")
     if failures:
         return Verdict.FAIL, "; ".join(failures)
     return Verdict.PASS, f"{expect.action}" + (f" in {list(expect.window_s)}" if expect.window_s else "")
@@ -163,6 +178,7 @@ class _Run:
                 self.evaluator.add_datapoint(
                     metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims), now, now - last
                 )
+                self.source.publish_log_idle(host, now, now - last)
 
     def decide(self, now: float, trigger: str) -> bool:
         """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
@@ -207,7 +223,8 @@ def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig 
     run = _Run(trace, policy or REPLAY_POLICY, config or StallwatchConfig())
     run.run()
     first_stop = _first(run.decisions, frozenset({Action.STOP}))
-    verdict, reason = _judge(trace, run.diagnoses, first_stop)
+    sent = {"alerts": _count(run.decisions, Action.ALERT), "warnings": _count(run.decisions, Action.WARN)}
+    verdict, reason = _judge(trace, run.diagnoses, first_stop, sent)
     expect = trace.header.expect
     return ReplayResult(
         trace=trace.source,
@@ -220,6 +237,8 @@ def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig 
         first_alert_s=_first(run.decisions, NOTIFYING),
         first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
         first_stop_s=first_stop,
+        alerts=sent["alerts"],
+        warnings=sent["warnings"],
         verdict=verdict,
         verdict_reason=reason,
         tag_errors=tuple(run.effective.tag_errors),
