@@ -273,8 +273,9 @@ def _stop_within(onset_s: float, minutes: float = 30.0, diagnosis: str | None = 
     return Expectation(action="stop", window_s=(onset_s, onset_s + minutes * 60), diagnosis=diagnosis)
 
 
-def _no_stop(diagnosis: str | None = None) -> Expectation:
-    return Expectation(action="none", diagnosis=diagnosis)
+def _no_stop(diagnosis: str | None = None, alerts: int | None = None, warnings: int | None = None) -> Expectation:
+    """The label for a job that must not be stopped: at most `alerts` alerts and `warnings` warnings (default 0)."""
+    return Expectation(action="none", diagnosis=diagnosis, alerts=alerts, warnings=warnings)
 
 
 def _start(download_s: float, step_s: float = 1.9) -> list[Segment]:
@@ -410,7 +411,7 @@ def scenarios() -> list[Scenario]:
             segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1_500.0)],
             duration_s=2_400.0 + 5_400,
             seed=116,
-            expect=_no_stop(),
+            expect=_no_stop(diagnosis="slow", alerts=1),
         ),
         Scenario(
             name="ec2-dataloader-starvation-agent",
@@ -422,7 +423,7 @@ def scenarios() -> list[Scenario]:
             segments=[Segment(0.0, BUSY, step_s=1.9), Segment(1_800.0, STARVED, step_s=6.5, data_wait=80.0)],
             duration_s=5_400.0,
             seed=109,
-            expect=_no_stop(diagnosis="data_starvation"),
+            expect=_no_stop(diagnosis="data_starvation", alerts=1),
         ),
         Scenario(
             name="sm-nonfinite-loss-alert",
@@ -434,7 +435,7 @@ def scenarios() -> list[Scenario]:
             segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1.9, nonfinite=True)],
             duration_s=5_400.0,
             seed=110,
-            expect=_no_stop(diagnosis="nonfinite_loss"),
+            expect=_no_stop(diagnosis="nonfinite_loss", alerts=1),
         ),
         Scenario(
             name="sm-nonfinite-loss-stop",

@@ -193,9 +193,11 @@ class _Run:
         return decision.action is Action.STOP
 
     def sweeper_due(self, now: float) -> bool:
-        """The watchdog's rule: an open incident, a warning waiting to become a stop, or an expired snooze."""
+        """The watchdog's rule: an open incident, a warning waiting to become a stop, an expired snooze, or a recheck
+        the engine asked for."""
         snooze_expired = self.state.snoozed_until is not None and self.state.snoozed_until <= now
-        return self.incident_open or self.state.warned_at is not None or snooze_expired
+        recheck = self.state.recheck_at is not None and self.state.recheck_at <= now
+        return self.incident_open or self.state.warned_at is not None or snooze_expired or recheck
 
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""

@@ -147,7 +147,9 @@ def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
 
 
 def _needs_decision(stored: StoredState, now: float) -> bool:
-    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
+    """An open incident, a warning waiting to become a stop, a snooze that has run out, or a recheck the engine asked
+    for (a lone signal reaching its full threshold, which no alarm announces)."""
     state = stored.state
     snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    return stored.incident is not None or state.warned_at is not None or snooze_expired
+    recheck = state.recheck_at is not None and state.recheck_at <= now
+    return stored.incident is not None or state.warned_at is not None or snooze_expired or recheck
