@@ -35,7 +35,7 @@ STARTUP_STATUSES = frozenset(
         "Updating",
     }
 )
-SLOW_RATIO = 2.0  # current step interval over the earlier one above this is slow
+SLOW_RATIO = 1.5  # current step interval over the earlier one above this is slow (a doubling is)
 SLOW_SAMPLES = 3  # the current interval: the median of this many latest samples (one slow checkpoint step is not slow)
 CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step intervals without a step
 # Without the agent, busy GPUs and silent logs are one signal (busy GPUs are what training and a long evaluation look
@@ -132,6 +132,19 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         alerted=alerted,
         stopped_at=decision.at if decision.action is Action.STOP else state.stopped_at,
     )
+
+
+def sweeper_due(
+    state: JobState, incident_open: bool, last_decision_at: float | None, now: float, checkup_s: float
+) -> bool:
+    """The watchdog's rule for deciding a job without an alarm: an open incident, a warning waiting to become a stop,
+    a snooze that has run out, a recheck the engine asked for (a lone signal reaching its full threshold, which no
+    alarm announces), or a check-up once the last decision is `checkup_s` old (stragglers and slowdowns raise no
+    alarm; 0: never)."""
+    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
+    recheck = state.recheck_at is not None and state.recheck_at <= now
+    checkup = checkup_s > 0 and last_decision_at is not None and now - last_decision_at >= checkup_s
+    return incident_open or state.warned_at is not None or snooze_expired or recheck or checkup
 
 
 # --- diagnosis ---------------------------------------------------------------------------------------------------
@@ -356,7 +369,7 @@ def _progressing(
     values = [v for _, v in measures.interval_samples(agent)]
     if len(values) > SLOW_SAMPLES:
         current = statistics.median(values[-SLOW_SAMPLES:])
-        earlier = statistics.median(values[-SLOW_SAMPLES - measures.INTERVAL_SAMPLES : -SLOW_SAMPLES])
+        earlier = statistics.median(values[:-SLOW_SAMPLES])  # the pace over the lookback
         evidence["step_interval_current_s"] = round(current, 3)
         evidence["step_interval_earlier_s"] = round(earlier, 3)
         if current > SLOW_RATIO * earlier:
@@ -415,7 +428,10 @@ def _without_agent(
         ladder = f"idle GPUs and silent logs agree: each decides after {agree:.2g} of its threshold"
         return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason, ladder), stoppable=True)
     if logs.silence_s < logs.threshold_s:
-        return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
+        # a lone silence: its early alarm does not fire again when it reaches the full threshold
+        recheck = None if logs.last_t is None else logs.last_t + logs.threshold_s
+        within = f"within the log-silence threshold: {log_reason}"
+        return _Finding(Diagnosis.HEALTHY, (*notes, within), recheck_at=recheck)
     # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
     # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.) Silence is then
     # the lone signal (a long evaluation looks the same): alerted now, stopped after BUSY_SILENCE_FACTOR x it.

@@ -7,8 +7,9 @@ The replay walks the road the Lambdas walk, with the trace in place of AWS: the 
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
 alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
 source, which reads its history back as AWS does); the engine decides on
-every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (open incident, pending warning,
-expired snooze); `next_state` is kept between decisions; a STOP stops the replay's job.
+every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (`engine.sweeper_due`: an open
+incident, a pending warning, an expired snooze, a recheck the engine asked for, a check-up); `next_state` is kept
+between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -147,6 +148,8 @@ class _Run:
             render_alarms(self.source.facts(self.start), self.effective, config.alarm_prefix, [])
         )
         self.sweep_every = config.sweeper_minutes * 60
+        self.checkup_every = config.checkup_minutes * 60
+        self.last_decision_at: float | None = None
         self.next_event = 0
         self.state = JobState()
         self.incident_open = False
@@ -186,6 +189,7 @@ class _Run:
         self.state = engine.next_state(self.state, decision)
         self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
         self.decision_count += 1
+        self.last_decision_at = now
         if decision.diagnosis.value not in self.diagnoses:
             self.diagnoses.append(decision.diagnosis.value)
         if decision.action is not Action.NONE or decision.would is not Action.NONE:
@@ -193,11 +197,8 @@ class _Run:
         return decision.action is Action.STOP
 
     def sweeper_due(self, now: float) -> bool:
-        """The watchdog's rule: an open incident, a warning waiting to become a stop, an expired snooze, or a recheck
-        the engine asked for."""
-        snooze_expired = self.state.snoozed_until is not None and self.state.snoozed_until <= now
-        recheck = self.state.recheck_at is not None and self.state.recheck_at <= now
-        return self.incident_open or self.state.warned_at is not None or snooze_expired or recheck
+        """The watchdog's rule (`engine.sweeper_due`)."""
+        return engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
 
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""

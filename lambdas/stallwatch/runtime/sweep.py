@@ -1,5 +1,6 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
+followed, and Slack messages not delivered yet."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.store import StoredState, job_key
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, engine
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.decide import decide_and_act
@@ -36,10 +37,11 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
     published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
+    checkup_s = rt.config.checkup_minutes * 60
     due = [
         (p, name)
         for p, name in running
-        if _needs_decision(states[job_key(p, name)], now)
+        if _needs_decision(states[job_key(p, name)], now, checkup_s)
         or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
@@ -146,10 +148,6 @@ def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
     return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
 
 
-def _needs_decision(stored: StoredState, now: float) -> bool:
-    """An open incident, a warning waiting to become a stop, a snooze that has run out, or a recheck the engine asked
-    for (a lone signal reaching its full threshold, which no alarm announces)."""
-    state = stored.state
-    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    recheck = state.recheck_at is not None and state.recheck_at <= now
-    return stored.incident is not None or state.warned_at is not None or snooze_expired or recheck
+def _needs_decision(stored: StoredState, now: float, checkup_s: float) -> bool:
+    """The engine's watchdog rule over the stored state (`engine.sweeper_due`)."""
+    return engine.sweeper_due(stored.state, stored.incident is not None, stored.updated_at, now, checkup_s)
