@@ -472,13 +472,13 @@ def _utilization_summary(hosts: dict[str, dict]) -> str:
 
 def _straggler_summary(lagging: dict[str, Any]) -> str:
     """Which host straggles, by how much, and every host's value (the spread a team cordons a node on)."""
-    unit, what = ("s", "steps take") if lagging["metric"] == "StepTime" else ("W", "GPUs draw")
-    side = "above" if lagging["metric"] == "StepTime" else "below"
-    spread = ", ".join(f"{h} {v:g} {unit}" for h, v in lagging["values"].items())
+    metric, host, values = lagging["metric"], lagging["host"], lagging["values"]
+    unit, side = ("s", "slower") if metric == "StepTime" else ("W", "lower")
+    spread = ", ".join(f"{h} {v:g} {unit}" for h, v in values.items())
     return (
-        f"straggler {lagging['host']}: its {what} {lagging['values'][lagging['host']]:g} {unit}, "
-        f"{lagging['ratio']:g}x {side} the other hosts' median for {_min(measures.STRAGGLER_S)}; "
-        f"{lagging['metric']} per host: {spread}"
+        f"straggler {host}: {metric} {values[host]:g} {unit} against a median of {lagging['others_median']:g} {unit} "
+        f"on the other {len(values) - 1} hosts ({lagging['ratio']:g}x {side}) for {_min(measures.STRAGGLER_S)}; "
+        f"per host: {spread}"
     )
 
 

@@ -268,6 +268,7 @@ def straggler(hosts: dict[str, HostSignals], now: float) -> dict | None:
                     "host": name,
                     "metric": metric,
                     "ratio": round(min(ratios), 2),
+                    "others_median": rounded(statistics.median(p[latest] for n, p in per_host.items() if n != name)),
                     "values": {n: rounded(p[latest]) for n, p in sorted(per_host.items())},
                 }
     return None
