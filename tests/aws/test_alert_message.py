@@ -197,3 +197,24 @@ def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackRecei
     slack.reply = b'{"ok": false, "error": "channel_not_found"}'
     refused = notifier.post({"text": "hung", "blocks": []})
     assert (refused.ok, refused.detail) == (False, "Slack API error: channel_not_found")
+
+
+def test_a_straggler_alert_names_the_host_and_shows_the_spread() -> None:
+    # Given the engine's straggler evidence for 4 hosts, algo-3 1.8x slower than the others
+    values = {"algo-1": 1.9, "algo-2": 1.92, "algo-3": 3.42, "algo-4": 1.88}
+    straggler = {"host": "algo-3", "metric": "StepTime", "ratio": 1.78, "others_median": 1.9, "values": values}
+    reasons = ("straggler algo-3: StepTime 3.42 s against a median of 1.9 s on the other 3 hosts (1.78x slower)",)
+    decision = Decision(
+        "llama-70b", NOW, Diagnosis.STRAGGLER, Action.ALERT, Mode.ENFORCE, reasons, {"straggler": straggler}
+    )
+
+    # When the alert is rendered
+    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+
+    # Then a section names the host to cordon and lists every host's step time, the straggler first
+    (section,) = [b for b in message["blocks"] if "*Straggler*" in b.get("text", {}).get("text", "")]
+    text = section["text"]["text"]
+    assert "`algo-3` StepTime 3.42 s, 1.78x off the other hosts' median of 1.9 s" in text
+    assert all(host in text for host in values)
+    assert text.index("algo-3") < text.index("algo-2") < text.index("algo-1") < text.index("algo-4")
+    assert "burned while stalled" not in text.lower()
