@@ -5,7 +5,8 @@
 
 It shows the engine what `aws.source` would at the same moment: datapoints aggregated into the same
 1-minute periods with the same statistics, the same lookback, per-device platform metrics, the agent's
-metrics, per-host log freshness and tails with fatal-error lines, and the secondary status history.
+metrics, per-host log freshness and tails with fatal-error lines, the sweeper's `LogIdleSeconds` as the replay
+publishes them (`publish_log_idle`), and the secondary status history.
 Trace time ``t`` (seconds since InProgress) maps to epoch seconds as ``TRACE_EPOCH + t``.
 """
 
@@ -130,8 +131,9 @@ class TraceSource:
         """The sweeper's `LogIdleSeconds` datapoint for `host`, read back with the job's other metrics."""
         dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
         points = self._metrics[metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims)]
-        points.times.append(now)
-        points.values.append(seconds)
+        at = bisect.bisect_right(points.times, now)  # in time order, among any the trace itself carries
+        points.times.insert(at, now)
+        points.values.insert(at, seconds)
 
     def log_last_t(self, host: str, now: float) -> float | None:
         """The newest log event of `host` at or before `now` (what the sweeper reads as stream freshness)."""
