@@ -114,7 +114,7 @@ def test_a_stop_label_needs_a_window() -> None:
 
 
 def test_a_label_bounds_alerts_and_warnings_and_a_healthy_one_allows_none() -> None:
-    with pytest.raises(TraceError, match="field expect.warnings: Input should be greater than or equal to 0"):
+    with pytest.raises(TraceError, match=r"field expect\.warnings: Input should be greater than or equal to 0"):
         read_trace(lines({**HEADER, "expect": {"action": "none", "warnings": -1}}))
     healthy = read_trace(lines({**HEADER, "expect": {"action": "none", "alerts": 2}})).header.expect
     assert (healthy.allowed("alerts"), healthy.allowed("warnings")) == (2, 0)
