@@ -7,6 +7,9 @@
 With the agent, progress decides (Steps, Step, LastStepAge) and utilization, power and logs corroborate.
 Without it, or once its metrics vanish, host GPU utilization and log silence decide, as TII did.
 What it measures in the signals (step interval, log silence, utilization runs, error lines) is in `measures`.
+A lone signal waits its full threshold; independent signals that agree decide after `agreement_fraction` of it (the
+evidence ladder, docs/engine.md). The job's cadence (step interval, longest log gap) is learned across decisions and
+kept in `JobState`.
 """
 
 from __future__ import annotations
@@ -179,8 +182,8 @@ def _diagnose(
     progress = (
         measures.progress(signals.agent, thresholds, limits, now, state.step_interval_s) if has_progress else None
     )
-    interval = progress.interval_s if progress is not None else None
-    cadence = Cadence(step_interval_s=interval or state.step_interval_s, log_gap_s=logs.learned_gap_s)
+    interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
+    cadence = Cadence(step_interval_s=interval, log_gap_s=logs.learned_gap_s)
     return _diagnose_running(signals, training_since, logs, progress, thresholds, limits, now, evidence), cadence
 
 
