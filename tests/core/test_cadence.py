@@ -214,3 +214,23 @@ def test_the_sweeper_decides_without_an_alarm_when(
 
 def test_check_ups_can_be_turned_off() -> None:
     assert not sweeper_due(JobState(), False, 0.0, now=10 * HOUR, checkup_s=0)
+
+
+def test_a_warned_stall_without_steps_that_recovers_is_not_warned_again() -> None:
+    # Given steps stop for 14 min twice (an undeclared evaluation, GPU power down), at 1 h and at 2 h
+    builder = SignalsBuilder(hosts=2).gpu(0, 4 * HOUR, 97.0).progress(0, HOUR).power(0, HOUR, 350.0)
+    for start, end in ((HOUR, 2 * HOUR), (2 * HOUR, 4 * HOUR)):  # in time order: the builder counts the steps
+        builder.no_progress(start, start + 14 * MIN).power(start, start + 14 * MIN, 110.0)
+        builder.progress(start + 14 * MIN, end).power(start + 14 * MIN, end, 350.0)
+    state, decisions = JobState(), []
+    for now in (HOUR + 11 * MIN, HOUR + 20 * MIN, 2 * HOUR + 11 * MIN, 2 * HOUR + 13 * MIN):
+        decision = decide(builder.build(now), ENFORCE, state, now)
+        state = next_state(state, decision)
+        decisions.append(decision)
+
+    # Then the first is warned (two signals agree after 10 min) and recovers; the state keeps the stall it came back
+    # from, and the second, as long, is normal for this job
+    assert [d.action for d in decisions] == [Action.WARN, Action.NONE, Action.NONE, Action.NONE]
+    assert decisions[1].diagnosis is Diagnosis.HEALTHY
+    assert state.step_gap_s == pytest.approx(20 * MIN)  # at most: from the last step to the recovery decision
+    assert decisions[2].evidence["agent"]["stall_threshold_s"] == pytest.approx(1.5 * 20 * MIN)

@@ -85,6 +85,8 @@ class JobState:
     # Learned across decisions (`Cadence`): they outlive the metrics' 3-hour lookback.
     step_interval_s: float | None = None
     log_gap_s: float | None = None
+    step_gap_s: float | None = None  # the longest stall without a step the job recovered from after a warning
+    stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
 
     def with_(self, **changes: Any) -> JobState:

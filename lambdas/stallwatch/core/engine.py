@@ -111,11 +111,13 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         recheck_at=decision.recheck_at,
     )
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
+        state = _learn_recovery(state, decision)
         return JobState(
             snoozed_until=state.snoozed_until,
             threshold_factor=state.threshold_factor,
             step_interval_s=state.step_interval_s,
             log_gap_s=state.log_gap_s,
+            step_gap_s=state.step_gap_s,
             recheck_at=state.recheck_at,
         )
     alerted = state.alerted
@@ -126,15 +128,35 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         alerted += tuple(k for k in keys if k not in alerted)
     snoozed = state.snoozed_until is not None and state.snoozed_until > decision.at
     if not decision.stoppable:
-        return state.with_(stall_since=None, warned_at=None, alerted=alerted)
+        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted)
     warned_at = decision.at if decision.action is Action.WARN else state.warned_at
     return state.with_(
         stall_since=state.stall_since if state.stall_since is not None else decision.at,
+        stall_from=state.stall_from if state.stall_since is not None else _last_progress(decision),
         # A snooze voids an earlier warning: when it ends, a fresh warning comes before any stop.
         warned_at=None if snoozed else warned_at,
         alerted=alerted,
         stopped_at=decision.at if decision.action is Action.STOP else state.stopped_at,
     )
+
+
+def _last_progress(decision: Decision) -> float | None:
+    """The last progress a decision saw: the agent's last step while it reports, else the newest log line."""
+    agent = decision.evidence.get("agent", {})
+    if agent.get("fresh") and agent.get("last_step_t") is not None:
+        return agent["last_step_t"]
+    return decision.evidence.get("logs", {}).get("last_t")
+
+
+def _learn_recovery(state: JobState, decision: Decision) -> JobState:
+    """A warned stall the job came back from was normal for it: remember its length (at most the time from the last
+    progress before it to this decision), so the same stall is not warned again. Steps with the agent, logs without."""
+    if state.warned_at is None or state.stall_from is None or decision.diagnosis is not Diagnosis.HEALTHY:
+        return state
+    gap = decision.at - state.stall_from
+    if decision.evidence.get("agent", {}).get("fresh"):
+        return state.with_(step_gap_s=max(gap, state.step_gap_s or 0.0))
+    return state.with_(log_gap_s=max(gap, state.log_gap_s or 0.0))
 
 
 def sweeper_due(
@@ -180,7 +202,9 @@ def _diagnose(
     }
     has_progress = any(len(signals.agent.get(name, Series())) for name in measures.PROGRESS_METRICS)
     progress = (
-        measures.progress(signals.agent, thresholds, limits, now, state.step_interval_s) if has_progress else None
+        measures.progress(signals.agent, thresholds, limits, now, state.step_interval_s, state.step_gap_s)
+        if has_progress
+        else None
     )
     interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
     cadence = Cadence(step_interval_s=interval, log_gap_s=logs.learned_gap_s)

@@ -108,13 +108,16 @@ def progress(
     limits: Limits,
     now: float,
     remembered_interval_s: float | None = None,
+    recovered_gap_s: float | None = None,
 ) -> Progress:
     """The last step, the recent step interval (else the one the job's state remembers) and the adaptive stall
-    threshold it sets; whether the agent is fresh."""
+    threshold: max(floor, k x interval, LEARNED_GAP_MARGIN x a warned stall the job recovered from); whether the
+    agent is fresh."""
     samples = [v for _, v in interval_samples(agent)][-INTERVAL_SAMPLES:]
     # The latest sample too: after steps slow down, the new pace counts at once (it only ever raises the threshold).
     interval = max(statistics.median(samples), samples[-1]) if samples else remembered_interval_s
-    stall = max(limits.stall_floor_s, thresholds.step_interval_factor * (interval or 0.0) * limits.factor)
+    learned = max(thresholds.step_interval_factor * (interval or 0.0), LEARNED_GAP_MARGIN * (recovered_gap_s or 0.0))
+    stall = max(limits.stall_floor_s, learned * limits.factor)
     newest = max(agent[name].points[-1][0] for name in PROGRESS_METRICS if len(agent.get(name, Series())))
     return Progress(
         last_step_t=_last_step_time(agent),
