@@ -41,6 +41,7 @@ def _signals() -> JobSignals:
     hosts = {
         "algo-1": HostSignals("algo-1", log_tail=(LogLine(NOW - 3600, "s1", "step 1200 loss 1.9"),)),
         "algo-2": HostSignals("algo-2", log_tail=(CRASH,), error_lines=(CRASH,)),
+        "algo-3": HostSignals("algo-3", log_tail=(LogLine(NOW - 60, "s3", "step 1260 loss 1.8"),)),
     }
     return JobSignals(FACTS, NOW, hosts)
 
@@ -217,4 +218,6 @@ def test_a_straggler_alert_names_the_host_and_shows_the_spread() -> None:
     assert "`algo-3` StepTime 3.42 s, 1.78x off the other hosts' median of 1.9 s" in text
     assert all(host in text for host in values)
     assert text.index("algo-3") < text.index("algo-2") < text.index("algo-1") < text.index("algo-4")
-    assert "burned while stalled" not in text.lower()
+    # And the straggler's own log lines come before the other hosts'
+    logs = _text(message)
+    assert logs.index("*algo-3*") < logs.index("*algo-1*")

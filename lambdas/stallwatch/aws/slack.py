@@ -199,7 +199,9 @@ class AlertMessage:
 
     def _logs(self) -> list[dict[str, Any]]:
         e = self.evidence
-        hosts = sorted(set(e.logs) | set(e.errors), key=lambda h: (h not in e.errors, h))[:MAX_HOSTS_SHOWN]
+        lagging = e.straggler["host"] if e.straggler else None
+        first = lambda h: (h not in e.errors, h != lagging, h)  # noqa: E731 - errors, then the straggler, by name
+        hosts = sorted(set(e.logs) | set(e.errors), key=first)[:MAX_HOSTS_SHOWN]
         blocks = []
         for host in hosts:
             lines = [f"! {line.message}" for line in e.errors.get(host, ())]
