@@ -240,3 +240,18 @@ def test_cli_timeline_renders_every_corpus_trace(
         assert out.count("unlabeled (unlabeled)") == len(traces)
         assert "[exported]" in out
     assert "straggler algo-6" in out
+
+
+def test_a_lone_signal_is_rechecked_by_the_sweeper_at_its_full_threshold() -> None:
+    # Given the hang trace without its GPU power (no step is then a lone signal: nothing agrees with it)
+    trace = load_trace(HANG)
+    no_power = tuple(e for e in trace.events if getattr(e, "metric", None) is None or e.metric.name != "GPUPowerWatts")
+    lone = replay(dataclasses.replace(trace, events=no_power))
+    agreed = replay(trace)
+
+    # Then the early progress alarm finds it too young; the sweeper decides again once the full 15 minutes have
+    # passed (no alarm fires again), warns, and stops within 30 minutes; with power agreeing, the stop comes sooner
+    assert lone.decisions[0].trigger == SWEEPER
+    assert lone.first_warn_s - HANG_ONSET >= 15 * 60
+    assert HANG_ONSET < lone.first_stop_s <= HANG_ONSET + 1_800
+    assert agreed.first_stop_s < lone.first_stop_s
