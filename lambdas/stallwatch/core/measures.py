@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stallwatch.core import log_patterns
 from stallwatch.core.policy import Thresholds
@@ -246,7 +247,7 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     return max(gaps) if gaps else None
 
 
-def straggler(hosts: dict[str, HostSignals], now: float) -> dict | None:
+def straggler(hosts: dict[str, HostSignals], now: float) -> dict[str, Any] | None:
     """One host far from the others for `STRAGGLER_S`: its StepTime above `STRAGGLER_RATIO` x the others' median,
     or its GPU power below it by that ratio, in every period. Evidence: host, metric, ratio, every host's value."""
     since = now - STRAGGLER_S
