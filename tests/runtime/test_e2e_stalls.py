@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from handlers import on_alarm, on_job_state, sweeper
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
@@ -201,3 +203,25 @@ def test_the_sweepers_checkup_finds_a_straggler_and_alerts_it_once(rt, world, sl
     assert "*Straggler*: `algo-3` StepTime 3.6 s" in rendered
     assert all(host in rendered for host in hosts)
     assert world.status(job) == "InProgress"
+
+
+def test_a_lone_signal_is_decided_again_by_the_sweeper_at_its_full_threshold(rt, world, slack, context) -> None:
+    # Given steps stopped 11 minutes ago on busy GPUs that report no power (a lone signal)
+    job = "t5-xxl"
+    world.create_job(job, hosts=2, tags=ENFORCE)
+    world.steps_until(job, last_step_min=11)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, 99.0))
+
+    # When the progress alarm fires at 2/3 of the stall threshold, and the sweeper runs 5 minutes later
+    early = on_alarm.handler(alarm_event(_alarm(rt, job)), context)
+    recheck_at = rt.store.load(job_key("sagemaker", job)).state.recheck_at
+    asked_at = rt.clock()
+    rt.clock.advance(5 * MINUTE)
+    (late,) = sweeper.handler(scheduled_event(), context)["redecided"]
+
+    # Then the early look does nothing but asks for a recheck at 15 minutes (kept in DynamoDB); the sweeper warns
+    assert (early["diagnosis"], early["action"]) == ("healthy", "none")
+    assert recheck_at == pytest.approx(asked_at + 4 * MINUTE, abs=MINUTE)
+    assert (late["diagnosis"], late["action"]) == ("hang", "warn")
+    assert len(slack.posts) == 1
