@@ -42,6 +42,7 @@ def _signals() -> JobSignals:
     hosts = {
         "algo-1": HostSignals("algo-1", log_tail=(LogLine(NOW - 3600, "s1", "step 1200 loss 1.9"),)),
         "algo-2": HostSignals("algo-2", log_tail=(CRASH,), error_lines=(CRASH,)),
+        "algo-3": HostSignals("algo-3", log_tail=(LogLine(NOW - 60, "s3", "step 1260 loss 1.8"),)),
     }
     return JobSignals(FACTS, NOW, hosts)
 
@@ -259,3 +260,26 @@ def test_a_follow_up_goes_in_the_alerts_thread_in_bot_mode(slack: SlackReceiver)
     assert slack.posts[1]["thread_ts"] == "1764496800.000100"
     assert slack.posts[1]["text"] == "`llama` resumed as `llama-r1` (attempt 1 of 2)"
     assert "thread_ts" not in follow_up("text")
+
+
+def test_a_straggler_alert_names_the_host_and_shows_the_spread() -> None:
+    # Given the engine's straggler evidence for 4 hosts, algo-3 1.8x slower than the others
+    values = {"algo-1": 1.9, "algo-2": 1.92, "algo-3": 3.42, "algo-4": 1.88}
+    straggler = {"host": "algo-3", "metric": "StepTime", "ratio": 1.78, "others_median": 1.9, "values": values}
+    reasons = ("straggler algo-3: StepTime 3.42 s against a median of 1.9 s on the other 3 hosts (1.78x slower)",)
+    decision = Decision(
+        "llama-70b", NOW, Diagnosis.STRAGGLER, Action.ALERT, Mode.ENFORCE, reasons, {"straggler": straggler}
+    )
+
+    # When the alert is rendered
+    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+
+    # Then a section names the host to cordon and lists every host's step time, the straggler first
+    (section,) = [b for b in message["blocks"] if "*Straggler*" in b.get("text", {}).get("text", "")]
+    text = section["text"]["text"]
+    assert "`algo-3` StepTime 3.42 s, 1.78x off the other hosts' median of 1.9 s" in text
+    assert all(host in text for host in values)
+    assert text.index("algo-3") < text.index("algo-2") < text.index("algo-1") < text.index("algo-4")
+    # And the straggler's own log lines come before the other hosts'
+    logs = _text(message)
+    assert logs.index("*algo-3*") < logs.index("*algo-1*")

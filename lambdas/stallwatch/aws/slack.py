@@ -100,6 +100,7 @@ class Evidence:
     burn: Burn
     logs: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> newest lines
     errors: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> error lines
+    straggler: dict[str, Any] | None = None  # the engine's straggler evidence: host, metric, ratio, values per host
 
     @classmethod
     def of(cls, decision: Decision, signals: JobSignals, stall_since: float | None) -> Evidence:
@@ -122,6 +123,7 @@ class Evidence:
             burn=estimate_burn(facts.instance_type, facts.instance_count, stall_seconds),
             logs={h: tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if (tail := _human_lines(s.log_tail))},
             errors={h: s.error_lines[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.error_lines},
+            straggler=decision.evidence.get("straggler"),
         )
 
 
@@ -141,6 +143,19 @@ def _fmt(value: float | None, unit: str) -> str:
 
 def _when(t: float | None) -> str:
     return "never" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _straggler_text(straggler: dict[str, Any]) -> str:
+    """The straggling host and the spread over all hosts, slowest first: the node to cordon, and why."""
+    metric, host = straggler["metric"], straggler["host"]
+    unit = "s" if metric == "StepTime" else "W"
+    ordered = sorted(straggler["values"].items(), key=lambda kv: kv[1], reverse=metric == "StepTime")
+    spread = "\n".join(f"{'>' if h == host else ' '} {h:<12} {v:>10g} {unit}" for h, v in ordered)
+    head = (
+        f"*Straggler*: `{host}` {metric} {straggler['values'][host]:g} {unit}, {straggler['ratio']:g}x off the "
+        f"other hosts' median of {straggler['others_median']:g} {unit}: consider cordoning that node"
+    )
+    return f"{head}\n```{spread}```"[:MAX_SECTION_CHARS]
 
 
 @dataclass(frozen=True)
@@ -224,11 +239,16 @@ class AlertMessage:
         ]
         if e.power_before is not None or e.power_now is not None:  # only the agent (NVML) reports power
             fields.insert(2, f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now")
-        return [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
+        blocks = [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
+        if e.straggler is not None:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _straggler_text(e.straggler)}})
+        return blocks
 
     def _logs(self) -> list[dict[str, Any]]:
         e = self.evidence
-        hosts = sorted(set(e.logs) | set(e.errors), key=lambda h: (h not in e.errors, h))[:MAX_HOSTS_SHOWN]
+        lagging = e.straggler["host"] if e.straggler else None
+        first = lambda h: (h not in e.errors, h != lagging, h)  # noqa: E731 - errors, then the straggler, by name
+        hosts = sorted(set(e.logs) | set(e.errors), key=first)[:MAX_HOSTS_SHOWN]
         blocks = []
         for host in hosts:
             lines = [f"! {line.message}" for line in e.errors.get(host, ())]

@@ -59,6 +59,13 @@ class Thresholds(BaseModel):
         gt=0,
         description="A fatal error line, then no step (without the agent: silence) this long: a crashed rank.",
     )
+    agreement_fraction: float = Field(
+        2 / 3,
+        gt=0,
+        le=1,
+        description="Independent signals that agree (no step + GPU power fallen on every host; idle GPUs + silent "
+        "logs) decide after this fraction of the stall, idle and log thresholds; a lone signal waits them in full.",
+    )
     power_drop_ratio: float = Field(
         0.6, gt=0, lt=1, description="Power below this fraction of its running baseline is a drop (hang at 100% util)."
     )

@@ -63,9 +63,10 @@ def _trigger(trigger: str, prefix: str) -> str:
 
 
 def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None:
+    """The replay as a table. Everything from the trace (its path, job name, reasons quoting log lines) is plain
+    `Text`, never console markup: a ``[rank 3]`` in a log line or a path must print as written."""
     verdict = "unlabeled" if result.verdict is None else str(result.verdict).upper()
-    style = VERDICT_STYLES.get(result.verdict, "")
-    console.print(f"[bold]{result.trace}[/bold]  job {result.job}  mode {result.mode}")
+    console.print(Text.assemble((result.trace, "bold"), f"  job {result.job}  mode {result.mode}"))
     table = Table(show_header=True, header_style="bold", expand=False)
     for column in ("t", "action", "would", "diagnosis", "trigger", "reasons"):
         table.add_column(column, overflow="fold")
@@ -76,20 +77,23 @@ def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None
             Text(str(decision.action), style=ACTION_STYLES.get(decision.action, "")),
             str(decision.would) if decision.would is not Action.NONE else "",
             str(decision.diagnosis),
-            _trigger(d.trigger, prefix),
-            Text("; ".join(decision.reasons)),  # plain text: log lines may hold [brackets]
+            Text(_trigger(d.trigger, prefix)),
+            Text("; ".join(decision.reasons)),
         )
     if result.decisions:
         console.print(table)
     else:
         console.print("  no alert, warning or stop")
-    summary = (
-        f"  first alert {_clock(result.first_alert_s)}, warning {_clock(result.first_warn_s)}, "
-        f"stop {_clock(result.first_stop_s)}  ->  [{style}]{verdict}[/] ({result.verdict_reason})"
+    console.print(
+        Text.assemble(
+            f"  first alert {_clock(result.first_alert_s)}, warning {_clock(result.first_warn_s)}, "
+            f"stop {_clock(result.first_stop_s)}; {result.alerts} alerts, {result.warnings} warnings  ->  ",
+            (verdict, VERDICT_STYLES.get(result.verdict, "")),
+            f" ({result.verdict_reason})",
+        )
     )
-    console.print(summary)
     for error in result.tag_errors:
-        console.print(f"  [yellow]tag ignored:[/] {error}")
+        console.print(Text.assemble(("  tag ignored: ", "yellow"), error))
     console.print()
 
 

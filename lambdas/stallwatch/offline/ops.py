@@ -27,6 +27,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
@@ -196,7 +197,7 @@ def run_incidents(args: argparse.Namespace) -> int:
             f"[{STATUS_STYLES.get(row['status'], '')}]{row['status']}[/]",
             row["diagnosis"],
             closed,
-            "; ".join(row["reasons"]),
+            Text("; ".join(row["reasons"])),  # plain text: reasons quote tags and log-derived evidence
         )
     Console().print(table)
     return 0
@@ -276,7 +277,7 @@ def run_policy_show(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     for error in effective.tag_errors:
-        console.print(f"[yellow]tag ignored:[/] {error}")
+        console.print(Text.assemble(("tag ignored: ", "yellow"), error))  # the tag's value as written
     return 0
 
 

@@ -1,6 +1,7 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, decisions a timed-out Lambda left unfinished, Slack messages not
-delivered yet, the alarms of jobs that are no longer running, and resumed runs' progress."""
+rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
+followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
+are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, engine
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
@@ -41,10 +42,11 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     retired = sum(_retire_if_ended(rt, p, name) for p, name in with_alarms - set(running))
     published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
+    checkup_s = rt.config.checkup_minutes * 60
     due = [
         (p, name)
         for p, name in running
-        if _needs_decision(states[job_key(p, name)], now)
+        if _needs_decision(states[job_key(p, name)], now, checkup_s)
         or abandoned(states[job_key(p, name)], now)
         or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
     ]
@@ -170,8 +172,6 @@ def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
     return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
 
 
-def _needs_decision(stored: StoredState, now: float) -> bool:
-    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
-    state = stored.state
-    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    return stored.incident is not None or state.warned_at is not None or snooze_expired
+def _needs_decision(stored: StoredState, now: float, checkup_s: float) -> bool:
+    """The engine's watchdog rule over the stored state (`engine.sweeper_due`)."""
+    return engine.sweeper_due(stored.state, stored.incident is not None, stored.updated_at, now, checkup_s)
