@@ -243,6 +243,11 @@ def main() -> None:
     if dist.is_initialized():
         dist.barrier()  # no rank tears down gloo while a peer still talks to it
         dist.destroy_process_group()
+    # Everything is written and the agent closed: skip the interpreter's teardown, where a framework's leftover
+    # native thread (seen under load with the Hugging Face Trainer on gloo) can abort with std::terminate.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
