@@ -207,3 +207,13 @@ def test_the_clone_copies_every_field_create_and_describe_share_and_passes_botoc
     assert isinstance(plan, ResumePlan)
     report = ParamValidator().validate(plan.request, create)
     assert not report.has_errors(), report.generate_report()
+
+
+def test_progress_stamped_before_the_restart_reads_as_no_time_after_it() -> None:
+    # Given the first step past the best, in a datapoint whose period began 2 s before the restart
+    # When Slack is told, then the time after the restart is never negative
+    assert (
+        resume.progress_text("llama-r1", 350, -2.0)
+        == ":white_check_mark: `llama-r1`: step 350 reached 0 s after the restart"
+    )
+    assert resume.progress_text("llama-r1", 12_400, 480.0).endswith("step 12,400 reached 8 min after the restart")

@@ -299,7 +299,9 @@ def not_resumed_text(job: str, refusal: NoResume) -> str:
 
 
 def progress_text(job: str, step: float, seconds_after_restart: float) -> str:
-    return f":white_check_mark: `{job}`: step {step:,.0f} reached {_duration(seconds_after_restart)} after the restart"
+    # a datapoint is stamped with its period's start, which can fall just before the restart
+    after = _duration(max(seconds_after_restart, 0.0))
+    return f":white_check_mark: `{job}`: step {step:,.0f} reached {after} after the restart"
 
 
 def _duration(seconds: float) -> str:
