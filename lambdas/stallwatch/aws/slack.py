@@ -317,6 +317,10 @@ class PostResult:
     channel: str | None = None  # where the message is (bot token mode), to update it later
     ts: str | None = None  # its timestamp (bot mode): to update it, and to thread follow-ups under it
 
+    def audited(self) -> dict[str, Any]:
+        """The post as the audit outcome's `slack` records it; `ts` threads the follow-ups (resumed, gave up)."""
+        return {"ok": self.ok, "detail": self.detail} | ({"ts": self.ts} if self.ts else {})
+
 
 class SlackNotifier:
     """Posts messages with the credentials in a Secrets Manager secret (cached for a few minutes).

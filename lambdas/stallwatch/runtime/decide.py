@@ -182,9 +182,7 @@ def _act(
         logger.exception("Slack message failed to render or post", extra={"job": job, "step": step})
         post = PostResult(ok=False, detail=f"{step}: {type(exc).__name__}: {exc}")
     outcome.posted = post.ok
-    result["slack"] = {"ok": post.ok, "detail": post.detail}
-    if post.ts:  # follow-ups (resumed, gave up) go in this message's thread
-        result["slack"]["ts"] = post.ts
+    result["slack"] = post.audited()
     outcome.details.update(result)
     unsent = message if not post.ok and message is not None else None
     if unsent is not None:

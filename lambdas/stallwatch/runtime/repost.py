@@ -30,9 +30,7 @@ def record_post(
     """Add a post's result (`slack`) to `result` and record it as the audit record's outcome; a message that was
     not delivered is kept for the sweeper to post again. Never raises: what was done is done, only its record
     would be missing."""
-    result["slack"] = {"ok": post.ok, "detail": post.detail}
-    if post.ts:  # follow-ups (resumed, gave up) go in this message's thread
-        result["slack"]["ts"] = post.ts
+    result["slack"] = post.audited()
     if not post.ok:
         metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
     try:
@@ -71,9 +69,7 @@ def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
     attempts = pending.attempts + 1
     post = rt.notifier.post(pending.message)
     given_up = not post.ok and attempts >= MAX_SLACK_ATTEMPTS
-    slack: dict[str, Any] = {"ok": post.ok, "detail": post.detail, "attempts": attempts}
-    if post.ts:  # follow-ups go in this message's thread
-        slack["ts"] = post.ts
+    slack: dict[str, Any] = post.audited() | {"attempts": attempts}
     if given_up:
         slack["given_up"] = True
     history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]
