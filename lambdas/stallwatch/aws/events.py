@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.core import contract
@@ -34,9 +34,29 @@ class _Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
-class ResourceConfig(_Model):
+class InstanceGroup(_Model):
+    """One group of a heterogeneous cluster."""
+
+    instance_group_name: str = Field(alias="InstanceGroupName", min_length=1, max_length=64)
     instance_type: str = Field(alias="InstanceType", min_length=1)
-    instance_count: int = Field(alias="InstanceCount", ge=1)
+    instance_count: int = Field(alias="InstanceCount", ge=0)
+
+
+class ResourceConfig(_Model):
+    """One instance type and count, or a heterogeneous cluster's `InstanceGroups`."""
+
+    instance_type: str | None = Field(None, alias="InstanceType", min_length=1)
+    instance_count: int | None = Field(None, alias="InstanceCount", ge=0)  # may be 0 beside InstanceGroups
+    instance_groups: list[InstanceGroup] = Field(default_factory=list, alias="InstanceGroups")
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> ResourceConfig:
+        if self.instance_groups:
+            if not any(g.instance_count for g in self.instance_groups):
+                raise ValueError("InstanceGroups: every group has InstanceCount 0")
+        elif self.instance_type is None or not self.instance_count:
+            raise ValueError("needs InstanceType and InstanceCount (at least 1), or InstanceGroups")
+        return self
 
 
 class TrainingJobDetail(_Model):

@@ -90,7 +90,7 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
         "reasons": list(decision.reasons),
         "evidence": decision.evidence,
         "may_stop": effective.may_stop,
-        "tag_errors": effective.tag_errors,
+        "tag_errors": [*facts.tag_errors, *effective.tag_errors],
     }
     try:
         audit_sk = rt.store.commit(key, read, written, audit, signals.now, event_key=event_key, close_incident=close)

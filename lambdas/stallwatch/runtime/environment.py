@@ -65,7 +65,7 @@ class Runtime:
         )
 
     def source(self, platform: Platform) -> AwsSignalSource:
-        return AwsSignalSource(self.clients, platform, self.config.policy)
+        return AwsSignalSource(self.clients, platform, self.config.policy, self.config.ec2_log_group)
 
 
 @functools.cache

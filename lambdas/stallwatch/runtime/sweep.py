@@ -12,11 +12,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract
-from stallwatch.core.policy import EC2_MONITOR_TAG
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import describe_alarms, monitored_instance, provision_alarms
+from stallwatch.runtime.provision import describe_alarms, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
@@ -34,7 +33,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
     }
     provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
-    published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
+    published = _publish_log_idle(rt, running, now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
     due = [
         (p, name)
@@ -74,25 +73,16 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str,
         return {"status": "error", "job": name, "reason": str(exc)}
 
 
-def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
-    jobs: list[tuple[Platform, str]] = []
+def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
+    """Every running job; EC2 jobs with their facts (one DescribeInstances lists and groups them all)."""
+    jobs: dict[tuple[Platform, str], JobFacts | None] = {}
     if rt.config.policy.monitor_sagemaker:
         pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
-        jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
+        jobs |= {
+            (Platform.SAGEMAKER, j["TrainingJobName"]): None for page in pages for j in page["TrainingJobSummaries"]
+        }
     if rt.config.policy.monitor_ec2:
-        # EC2 filters match tag values exactly: filter on the key, and match the value as `provision_alarms` does
-        filters = [
-            {"Name": "tag-key", "Values": [EC2_MONITOR_TAG]},
-            {"Name": "instance-state-name", "Values": ["running"]},
-        ]
-        pages = rt.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
-        jobs += [
-            (Platform.EC2, i["InstanceId"])
-            for page in pages
-            for r in page["Reservations"]
-            for i in r["Instances"]
-            if monitored_instance({t["Key"]: t["Value"] for t in i.get("Tags", [])})
-        ]
+        jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).ec2_jobs().items()}
     return jobs
 
 
@@ -106,12 +96,13 @@ def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
     return refs
 
 
-def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
+def _publish_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None], now: float) -> int:
     """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
-    source = rt.source(Platform.SAGEMAKER)
     data = []
-    for job in jobs:
-        for host, last_t in source.log_freshness(job).items():
+    for (platform, job), facts in running.items():
+        source = rt.source(platform)
+        freshness = source.ec2_log_freshness(facts) if facts is not None else source.log_freshness(job)
+        for host, last_t in freshness.items():
             dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
             data.append(
                 {
