@@ -314,8 +314,13 @@ class AwsSignalSource:
     def ec2_log_freshness(self, facts: JobFacts) -> dict[str, float]:
         """Each EC2 host's newest log event time, from its streams (named by instance id) in the job's log group."""
         hosts = set(facts.instance_ids)
+        return _newest(self.ec2_streams(facts), lambda stream: _ec2_host(stream, hosts))
+
+    def ec2_streams(self, facts: JobFacts) -> list[dict[str, Any]]:
+        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group."""
+        hosts = set(facts.instance_ids)
         streams = self._streams(facts.log_group or self.ec2_log_group, None)
-        return _newest(streams, lambda stream: _ec2_host(stream, hosts))
+        return [s for s in streams if _ec2_host(s["logStreamName"], hosts)]
 
     def _streams(self, log_group: str, prefix: str | None) -> list[dict[str, Any]]:
         paginator = self.clients.logs.get_paginator("describe_log_streams")
@@ -332,11 +337,12 @@ class AwsSignalSource:
             host_of = lambda stream: _sagemaker_host(stream, facts.name)  # noqa: E731 - one line, used twice
             selections = [{"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{facts.name}/"}]
         else:
-            freshness = self.ec2_log_freshness(facts)
             hosts = set(facts.instance_ids)
             host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731
             group = facts.log_group or self.ec2_log_group
-            streams = [s["logStreamName"] for s in self._streams(group, None) if _ec2_host(s["logStreamName"], hosts)]
+            found = self.ec2_streams(facts)
+            freshness = _newest(found, host_of)
+            streams = [s["logStreamName"] for s in found]
             selections = [
                 {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
                 for i in range(0, len(streams), FILTER_STREAMS_LIMIT)
