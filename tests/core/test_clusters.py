@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from stallwatch.core import clusters
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.policy import Mode, Policy, Thresholds
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -126,3 +128,10 @@ def test_a_heterogeneous_sagemaker_cluster_numbers_hosts_across_its_groups() -> 
 def test_a_homogeneous_resource_config_has_no_per_host_types() -> None:
     layout = clusters.sagemaker_layout({"InstanceType": "ml.p5.48xlarge", "InstanceCount": 4})
     assert (layout.instance_type, layout.instance_count, layout.host_types) == ("ml.p5.48xlarge", 4, {})
+
+
+def test_the_ec2_log_group_is_configured_and_a_bad_name_is_refused() -> None:
+    assert StallwatchConfig().ec2_log_group == "/stallwatch/ec2"
+    assert StallwatchConfig(ec2_log_group="/training/ec2").ec2_log_group == "/training/ec2"
+    with pytest.raises(ValidationError, match="ec2_log_group"):
+        StallwatchConfig(ec2_log_group="bad group!")
