@@ -1,6 +1,7 @@
 """``python -m localrun``: the whole product on this machine, on moto, in under three minutes.
 
     python -m localrun                      # the default: an NCCL-style hang, stopped
+    python -m localrun --platform ec2       # the hang on a 2-instance EC2 cluster: one StopInstances for both
     python -m localrun --scenario checkpoint
     python -m localrun --scenario crash --json > result.json
 
@@ -21,6 +22,7 @@ from rich.console import Console
 from localrun.run import LocalRun
 from localrun.scenarios import DEFAULT_SCENARIO, RUN_DEADLINE_S, SCENARIOS
 from localrun.summary import summary_table
+from stallwatch.core.signals import Platform
 
 EXIT_INTERRUPTED = 130
 LOG_WIDTH = 120
@@ -35,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(SCENARIOS),
         default=DEFAULT_SCENARIO,
         help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()).replace("%", "%%"),  # argparse formats
+    )
+    parser.add_argument(
+        "--platform",
+        type=Platform,
+        choices=list(Platform),
+        default=Platform.SAGEMAKER,
+        help="a SageMaker training job, or an EC2 cluster (instances tagged stallwatch:job, at least 2)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the view on stderr)")
     parser.add_argument("--deadline", type=float, default=RUN_DEADLINE_S, help="fail the run after this many seconds")
@@ -57,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     # Off a terminal (CI, a pipe) rich assumes 80 columns; the timeline reads better wider.
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else LOG_WIDTH)
     try:
-        result = LocalRun(SCENARIOS[args.scenario], console, deadline_s=args.deadline, interrupted=interrupted).run()
+        scenario = SCENARIOS[args.scenario]
+        if args.platform is Platform.EC2:
+            scenario = scenario.as_cluster()
+        run = LocalRun(scenario, console, deadline_s=args.deadline, interrupted=interrupted, platform=args.platform)
+        result = run.run()
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: everything started was stopped")
         return EXIT_INTERRUPTED
