@@ -317,9 +317,11 @@ class AwsSignalSource:
         return _newest(self.ec2_streams(facts), lambda stream: _ec2_host(stream, hosts))
 
     def ec2_streams(self, facts: JobFacts) -> list[dict[str, Any]]:
-        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group."""
+        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group: one DescribeLogStreams per
+        host by prefix, so a group shared by many jobs (and the streams of instances long gone) is never listed."""
         hosts = set(facts.instance_ids)
-        streams = self._streams(facts.log_group or self.ec2_log_group, None)
+        group = facts.log_group or self.ec2_log_group
+        streams = [s for host in sorted(hosts) for s in self._streams(group, host)]
         return [s for s in streams if _ec2_host(s["logStreamName"], hosts)]
 
     def _streams(self, log_group: str, prefix: str | None) -> list[dict[str, Any]]:
