@@ -136,6 +136,21 @@ def test_nodes_joining_and_leaving_update_the_jobs_alarms_and_the_last_one_ends_
     assert _alarm_names(rt, "ec2", JOB) == []
 
 
+def test_the_sweeper_catches_a_node_whose_running_event_was_missed(rt, world, context) -> None:
+    # Given a 2-node job with its alarms, and a third node that joined without its event reaching on_job_state
+    first = world.launch(2, {"stallwatch:job": JOB})
+    on_job_state.handler(instance_state_event(first[0], "running"), context)
+    (joined,) = world.launch(1, {"stallwatch:job": JOB})
+
+    # When the sweeper runs
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then the job's alarms now watch all three nodes
+    assert summary["alarms_provisioned"] == 1
+    assert len(_alarm_names(rt, "ec2", JOB)) == 3 * 3 + 3
+    assert any(joined in name for name in _alarm_names(rt, "ec2", JOB))
+
+
 def test_tags_that_disagree_across_nodes_are_audited_and_the_safer_mode_applies(rt, world, slack, context) -> None:
     # Given a hung job whose nodes disagree on the mode: three say enforce, one says observe
     instances = world.launch(3, {"stallwatch:job": JOB, "stallwatch:mode": "enforce"})

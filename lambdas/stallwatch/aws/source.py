@@ -237,7 +237,7 @@ class AwsSignalSource:
         layout = clusters.ec2_layout({i["InstanceId"]: i["InstanceType"] for i in members})
         merged = clusters.merge_instance_tags([_tags(i) for i in members], self.policy)
         log_group, log_group_error = clusters.log_group_of(merged.tags, self.ec2_log_group)
-        errors = [*merged.errors, *([log_group_error] if log_group_error else [])]
+        errors = [*merged.errors, *filter(None, [clusters.job_tag_error(merged.tags), log_group_error])]
         spec = instance_spec(layout.instance_type)
         return JobFacts(
             name=name,

@@ -1,8 +1,10 @@
-"""The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+"""The scheduled safety net over every running job: log idleness, missing alarms (and, on EC2, alarms that no longer
+match the job's running instances), expired snoozes, pending stops, alarms in ALARM that no decision followed, and
+Slack messages not delivered yet."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,10 +31,14 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     running = _running_jobs(rt)
     existing = describe_alarms(rt, rt.config.alarm_prefix)
     alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
-    with_alarms = {
-        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
-    }
-    provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
+    alarmed_hosts: dict[tuple[Platform, str], set[str | None]] = defaultdict(set)
+    for ref in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix):
+        alarmed_hosts[ref.platform, ref.job].add(ref.host)
+    provisioned = [
+        _provision_isolated(rt, p, name)
+        for (p, name), facts in running.items()
+        if (p, name) not in alarmed_hosts or _hosts_changed(facts, alarmed_hosts[p, name])
+    ]
     published = _publish_log_idle(rt, running, now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
     due = [
@@ -84,6 +90,11 @@ def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
     if rt.config.policy.monitor_ec2:
         jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).ec2_jobs().items()}
     return jobs
+
+
+def _hosts_changed(facts: JobFacts | None, alarmed: set[str | None]) -> bool:
+    """An EC2 job whose running instances are not the hosts its alarms watch (a join or leave event was missed)."""
+    return facts is not None and set(facts.instance_ids) != alarmed - {None}
 
 
 def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
