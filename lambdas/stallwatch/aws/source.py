@@ -275,7 +275,8 @@ class AwsSignalSource:
     def _platform_refs(self, facts: JobFacts, host: str) -> dict[tuple[str, str], MetricRef]:
         if facts.platform is Platform.SAGEMAKER:
             dims = (("Host", f"{facts.name}/{host}"),)
-            divisors = {"gpu_util": facts.gpus_on(host), "gpu_mem_util": facts.gpus_on(host)}
+            gpus = facts.gpus_on(host) or 1  # a CPU-only host (a heterogeneous cluster's data group) has no GPU data
+            divisors = {"gpu_util": gpus, "gpu_mem_util": gpus}
             return {
                 (host, fld): MetricRef(
                     contract.SAGEMAKER_NAMESPACE, name, dims, divisor=divisors.get(fld, facts.vcpus_on(host))
