@@ -3,6 +3,7 @@ for all; and heterogeneous SageMaker clusters (ResourceConfig.InstanceGroups).""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.awsrequest import AWSResponse
@@ -149,6 +150,32 @@ def test_the_sweeper_catches_a_node_whose_running_event_was_missed(rt, world, co
     assert summary["alarms_provisioned"] == 1
     assert len(_alarm_names(rt, "ec2", JOB)) == 3 * 3 + 3
     assert any(joined in name for name in _alarm_names(rt, "ec2", JOB))
+
+
+def test_the_sweeper_publishes_each_nodes_log_idleness_from_its_stream(rt, world, context) -> None:
+    # Given a 2-node job whose nodes last logged 20 and 3 minutes ago (streams named by instance id)
+    nodes = world.launch(2, {"stallwatch:job": JOB})
+    world.ec2_logs(nodes[0], [(30, "step 1"), (20, "step 2")])
+    world.ec2_logs(nodes[1], [(30, "step 1"), (3, "step 9")])
+
+    # When the sweeper runs
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then each node's LogIdleSeconds is published under the job, the input of its log-idle alarm
+    assert summary["log_idle_published"] == 2
+    idle = {}
+    for node in nodes:
+        stats = rt.clients.cloudwatch.get_metric_statistics(
+            Namespace="Stallwatch",
+            MetricName="LogIdleSeconds",
+            Dimensions=[{"Name": "JobName", "Value": JOB}, {"Name": "Host", "Value": node}],
+            StartTime=datetime.fromtimestamp(world.now - 600, UTC),
+            EndTime=datetime.fromtimestamp(world.now + 600, UTC),
+            Period=60,
+            Statistics=["Maximum"],
+        )
+        idle[node] = round(stats["Datapoints"][0]["Maximum"] / 60)
+    assert idle == {nodes[0]: 20, nodes[1]: 3}
 
 
 def test_tags_that_disagree_across_nodes_are_audited_and_the_safer_mode_applies(rt, world, slack, context) -> None:
