@@ -37,6 +37,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
 LOG_TAIL_PAGES = 2
+RECENT_STREAM_PAGES = 2  # EC2: pages of a log group's most recently written streams read before asking per host
 
 # Platform metrics per host, keyed by what `_assemble` reads: SageMaker name, or EC2 (namespace, name).
 SAGEMAKER_HOST_METRICS = {
@@ -318,12 +319,28 @@ class AwsSignalSource:
         return _newest(self.ec2_streams(facts), lambda stream: _ec2_host(stream, hosts))
 
     def ec2_streams(self, facts: JobFacts) -> list[dict[str, Any]]:
-        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group: one DescribeLogStreams per
-        host by prefix, so a group shared by many jobs (and the streams of instances long gone) is never listed."""
+        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group.
+
+        The group's most recently written streams first (one call for a job whose hosts log), then one call by prefix
+        for each host not among them (quiet for long, never logged, or a group shared by many busy jobs): a group
+        that keeps the streams of instances long gone is never listed whole."""
         hosts = set(facts.instance_ids)
         group = facts.log_group or self.ec2_log_group
-        streams = [s for host in sorted(hosts) for s in self._streams(group, host)]
-        return [s for s in streams if _ec2_host(s["logStreamName"], hosts)]
+        logs = self.clients.logs
+        request: dict[str, Any] = {"logGroupName": group, "orderBy": "LastEventTime", "descending": True}
+        found: list[dict[str, Any]] = []
+        try:
+            for _ in range(RECENT_STREAM_PAGES):
+                page = logs.describe_log_streams(**request)
+                found += [s for s in page["logStreams"] if _ec2_host(s["logStreamName"], hosts)]
+                if not page.get("nextToken") or hosts <= {_ec2_host(s["logStreamName"], hosts) for s in found}:
+                    break
+                request["nextToken"] = page["nextToken"]
+        except logs.exceptions.ResourceNotFoundException:
+            return []
+        missing = hosts - {_ec2_host(s["logStreamName"], hosts) for s in found}
+        streams = [s for host in sorted(missing) for s in self._streams(group, host)]
+        return found + [s for s in streams if _ec2_host(s["logStreamName"], hosts)]
 
     def _streams(self, log_group: str, prefix: str | None) -> list[dict[str, Any]]:
         paginator = self.clients.logs.get_paginator("describe_log_streams")
