@@ -15,7 +15,7 @@ from localrun import aws_events, moto_sagemaker
 from localrun.aws_events import TrainingJobRecord
 from localrun.local_aws import ACCOUNT_ID, REGION
 from localrun.moto_sagemaker import RUNNING, STOPPED, STOPPING
-from localrun.scenarios import INSTANCE_TYPE, MAX_RUNTIME_S, Scenario
+from localrun.scenarios import CHECKPOINT_S3_URI, INSTANCE_TYPE, MAX_RUNTIME_S, RESUME_TAGS, Scenario
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from stallwatch.core.signals import Platform
 
@@ -24,30 +24,45 @@ COMPLETED, FAILED = "Completed", "Failed"
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/stallwatch-demo-training"
 IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311"
 OUTPUT_PATH = "s3://stallwatch-demo/output"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"  # SageMaker's; the demo's hosts use a temporary directory
 
 
-def create_training_job(sagemaker: Any, scenario: Scenario, now: float) -> TrainingJobRecord:
-    """CreateTrainingJob with the scenario's tags; moto (with the extension) reports it InProgress/Starting."""
+def create_training_job(sagemaker: Any, scenario: Scenario, now: float, resume: bool = False) -> TrainingJobRecord:
+    """CreateTrainingJob with the scenario's tags; moto (with the extension) reports it InProgress/Starting.
+    With `resume`, the job opts in to a restart and has a CheckpointConfig."""
     name = f"stallwatch-demo-{scenario.name}-{int(now)}"
-    response = sagemaker.create_training_job(
+    tags = scenario.tags | (RESUME_TAGS if resume else {})
+    extra: dict[str, Any] = {}
+    if resume:
+        extra["CheckpointConfig"] = {"S3Uri": f"{CHECKPOINT_S3_URI}/{name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+    sagemaker.create_training_job(
         TrainingJobName=name,
         AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
         RoleArn=ROLE_ARN,
         OutputDataConfig={"S3OutputPath": OUTPUT_PATH},
         ResourceConfig={"InstanceType": INSTANCE_TYPE, "InstanceCount": len(scenario.hosts), "VolumeSizeInGB": 100},
         StoppingCondition={"MaxRuntimeInSeconds": MAX_RUNTIME_S},
-        Tags=[{"Key": k, "Value": v} for k, v in scenario.tags.items()],
+        Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+        **extra,
     )
+    return job_record(sagemaker, name)
+
+
+def job_record(sagemaker: Any, name: str) -> TrainingJobRecord:
+    """A training job in moto (one the demo created, or one Stallwatch resumed) as the run plays it."""
+    described = sagemaker.describe_training_job(TrainingJobName=name)
+    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]
+    resources = described["ResourceConfig"]
     return TrainingJobRecord(
         name=name,
-        arn=response["TrainingJobArn"],
-        instance_type=INSTANCE_TYPE,
-        instance_count=len(scenario.hosts),
-        tags=dict(scenario.tags),
-        created_at=now,
-        role_arn=ROLE_ARN,
-        image=IMAGE,
-        max_runtime_s=MAX_RUNTIME_S,
+        arn=described["TrainingJobArn"],
+        instance_type=resources["InstanceType"],
+        instance_count=resources["InstanceCount"],
+        tags={t["Key"]: t["Value"] for t in tags},
+        created_at=described["CreationTime"].timestamp(),
+        role_arn=described["RoleArn"],
+        image=described["AlgorithmSpecification"]["TrainingImage"],
+        max_runtime_s=described["StoppingCondition"]["MaxRuntimeInSeconds"],
     )
 
 
@@ -68,16 +83,20 @@ def set_status(job: TrainingJobRecord, status: str, secondary_status: str) -> No
 
 
 class SageMakerJob:
-    """The training job in moto, as the run drives it (the same face as `ec2_cluster.Ec2Cluster`)."""
+    """A training job in moto as the run drives it (the same face as `ec2_cluster.Ec2Cluster`)."""
 
     platform = Platform.SAGEMAKER
 
-    def __init__(self, sagemaker: Any, scenario: Scenario, now: float) -> None:
+    def __init__(self, sagemaker: Any, record: TrainingJobRecord, hosts: list[str]) -> None:
         self._sagemaker = sagemaker
-        self.record = create_training_job(sagemaker, scenario, now)
-        self.name, self.created_at = self.record.name, now
-        self.instance_type, self.instance_count = self.record.instance_type, self.record.instance_count
-        self.hosts = scenario.hosts
+        self.record = record
+        self.name, self.created_at, self.tags = record.name, record.created_at, record.tags
+        self.instance_type, self.instance_count = record.instance_type, record.instance_count
+        self.hosts = hosts
+
+    @classmethod
+    def create(cls, sagemaker: Any, scenario: Scenario, now: float, resume: bool = False) -> SageMakerJob:
+        return cls(sagemaker, create_training_job(sagemaker, scenario, now, resume), scenario.hosts)
 
     def describe(self) -> str:
         return f"CreateTrainingJob {self.name} ({self.instance_count} x {self.instance_type})"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Launch an EC2 training cluster that Stallwatch watches as one job (docs/deploy.md, "EC2 training clusters").
 #
-#   STALLWATCH_STACK=Stallwatch JOB=llm-70b NODES=8 ./deploy/ec2/launch.sh
+#   STALLWATCH_STACK=stallwatch JOB=llm-70b NODES=8 ./deploy/ec2/launch.sh
 #
 # Every node carries the tag stallwatch:job=$JOB: the control plane groups the nodes into one job by it, and the
 # trainer_agent reads it from instance metadata (tags in metadata enabled below) as its JobName. The nodes run the
@@ -16,7 +16,7 @@ AMI="${AMI:?set AMI, e.g. a Deep Learning AMI (GPU driver, PyTorch)}"
 SUBNET="${SUBNET:?set SUBNET}"
 SECURITY_GROUP="${SECURITY_GROUP:?set SECURITY_GROUP (nodes must reach each other for NCCL)}"
 MODE="${MODE:-enforce}"                          # stallwatch:mode: off, observe, notify or enforce
-STACK="${STALLWATCH_STACK:-Stallwatch}"
+STACK="${STALLWATCH_STACK:-stallwatch}"  # the deployment name (docs/deploy.md)
 PROFILE="${INSTANCE_PROFILE:-stallwatch-training}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 

@@ -112,3 +112,20 @@ def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(tem
         ":log-group:/stallwatch/ec2:*",
         ":log-group:/stallwatch/ec2/*:*",
     }
+
+
+def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
+    # CreateTrainingJob only of jobs that carry the resume chain's tag
+    [create] = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]
+    assert create["Condition"] == {"Null": {"aws:RequestTag/stallwatch:resumed-from": "false"}}
+    assert _grants(create, "sagemaker:AddTags")
+    # PassRole only to SageMaker, only of roles opted in with the resume tag
+    [passrole] = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
+    assert passrole["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+        "Null": {"aws:ResourceTag/stallwatch:resume": "false"},
+    }
+    assert passrole["Resource"]["Fn::Join"][1][-1] == ":role/*"
+    # StartInstances only of instances tagged for resume
+    [start] = [s for s in iam_statements(template) if _grants(s, "ec2:StartInstances")]
+    assert start["Condition"] == {"Null": {"aws:ResourceTag/stallwatch:resume": "false"}}

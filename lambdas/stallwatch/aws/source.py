@@ -28,6 +28,7 @@ from stallwatch.core.reading import (
     ERROR_LINES_PER_HOST,
     FILTER_STREAMS_LIMIT,
     LOG_LINES_PER_HOST,
+    LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
     METRIC_PERIOD_SECONDS,
     SAGEMAKER_STREAM,
@@ -35,7 +36,6 @@ from stallwatch.core.reading import (
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
-LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
 LOG_TAIL_PAGES = 2
 RECENT_STREAM_PAGES = 2  # EC2: pages of a log group's most recently written streams read before asking per host
 
@@ -118,7 +118,8 @@ class _JobRefs:
 
     job: dict[str, MetricRef] = field(default_factory=dict)  # JOB_METRICS name -> ref
     platform: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, HostSignals field) -> ref
-    agent: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, HOST_METRICS name) -> ref
+    # (host, HOST_METRICS name) -> ref; on SageMaker also (host, LOG_IDLE_SECONDS): the sweeper's sawtooth
+    agent: dict[tuple[str, str], MetricRef] = field(default_factory=dict)
 
     def all(self) -> Iterator[MetricRef]:
         yield from self.job.values()
@@ -271,6 +272,11 @@ class AwsSignalSource:
                 statistic = AGENT_STATISTICS.get(name, "Average")
                 refs.agent[host, name] = MetricRef(contract.NAMESPACE, name, host_dims, statistic)
             refs.platform.update(self._platform_refs(facts, host))
+            if facts.platform is Platform.SAGEMAKER:
+                log_idle = contract.LOG_IDLE_SECONDS
+                refs.agent[host, log_idle] = MetricRef(
+                    contract.NAMESPACE, log_idle, host_dims, AGENT_STATISTICS[log_idle]
+                )
         return refs
 
     def _platform_refs(self, facts: JobFacts, host: str) -> dict[tuple[str, str], MetricRef]:
@@ -304,6 +310,9 @@ class AwsSignalSource:
                 log_last_t=log.last_t,
                 log_tail=tuple(log.lines[-LOG_LINES_PER_HOST:]),
                 error_lines=tuple([line for line in log.lines if line.pattern][-ERROR_LINES_PER_HOST:]),
+                log_idle=series[idle_ref]
+                if (idle_ref := refs.agent.get((host, contract.LOG_IDLE_SECONDS)))
+                else Series(),
             )
         agent = {name: series[ref] for name, ref in refs.job.items()}
         return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)

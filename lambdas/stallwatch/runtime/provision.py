@@ -1,5 +1,8 @@
 """A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends.
 
+Alarms are put only for a job the platform says is running now: a late or retried start event of a job that has
+ended deletes its alarms instead of bringing them back.
+
 On EC2 an instance's state change concerns its job (`clusters.job_of`): an instance that starts or stops updates the
 job's alarms (one set per instance), and the job ends when its last instance stops or terminates."""
 
@@ -14,18 +17,23 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, clusters, contract
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
+from stallwatch.runtime.resume import resume_after_stop
+from stallwatch.runtime.summary import post_run_summary
 
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-RUNNING = "InProgress"
+STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 
 
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
-    """A job started or ended: create or delete its alarms; an ended job's incident is closed."""
+    """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
+    stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
+    its goodput when it opted in (`summary.post_run_summary`)."""
     if isinstance(event, TrainingJobStateChange):
         if not rt.config.policy.monitor_sagemaker:
             return {"status": "ignored", "reason": "monitor_sagemaker is false"}
@@ -34,7 +42,12 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         if detail.training_job_status == "InProgress":
             return provision_alarms(rt, platform, name)
         if detail.training_job_status in ENDED_SAGEMAKER:
-            return retire_job(rt, platform, name, detail.training_job_status)
+            retired = retire_job(rt, platform, name, detail.training_job_status)
+            if detail.training_job_status == STOPPED_SAGEMAKER:
+                retired["resume"] = resume_after_stop(rt, platform, name)
+            if retired.get("resume", {}).get("status") != "resumed":  # the run ends here
+                retired["summary"] = post_run_summary(rt, name, detail.tags)
+            return retired
         return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
     if not rt.config.policy.monitor_ec2:
         return {"status": "ignored", "reason": "monitor_ec2 is false"}
@@ -56,11 +69,14 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         return provision_alarms(rt, Platform.EC2, job)
     # One instance left the job: its alarms go; the job ends with its last running instance. DescribeInstances may
     # still show the instance running just after the event, so the event's word is taken for it.
-    return provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
+    result = provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
+    if result["status"] == "retired" and state == STOPPED_EC2 and _all_stopped(rt, job):
+        result["resume"] = resume_after_stop(rt, Platform.EC2, job)  # once every instance of the job has stopped
+    return result
 
 
 def provision_alarms(
-    rt: Runtime, platform: Platform, name: str, leaving: str | None = None, ended: str = "stopped"
+    rt: Runtime, platform: Platform, name: str, leaving: str | None = None, ended: str = STOPPED_EC2
 ) -> dict[str, Any]:
     """Put the job's alarms as the policy (after its tags) renders them, and delete those it no longer renders (a
     host that left); none for mode off or unmonitored EC2. An EC2 job whose instance `leaving` was its last running
@@ -73,8 +89,11 @@ def provision_alarms(
         return {"status": "not_found", "job": name, "reason": str(exc)}
     if leaving is not None:
         facts = clusters.without_host(facts, leaving)
-        if facts.status != RUNNING:
+        if facts.status != RUNNING_STATUS:
             return retire_job(rt, platform, name, ended)
+    if facts.status != RUNNING_STATUS:
+        deleted = delete_job_alarms(rt, platform, name)
+        return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
     if platform is Platform.EC2 and clusters.job_of(facts.tags, name) != name:
         reason = f"not tagged {clusters.JOB_TAG}={name} or {EC2_MONITOR_TAG}=true"
         return {"status": "ignored", "job": name, "reason": reason}
@@ -104,7 +123,7 @@ def provision_alarms(
 
 def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
     """The job ended: delete its alarms and close its open incident."""
-    deleted = _delete_alarms(rt, platform, name)
+    deleted = delete_job_alarms(rt, platform, name)
     closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
@@ -128,7 +147,16 @@ def _delete(rt: Runtime, names: list[str]) -> None:
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
 
 
-def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    """Delete every alarm under the job's name prefix; how many there were."""
     names = _alarm_names(rt, _job_prefix(rt, platform, name))
     _delete(rt, names)
     return len(names)
+
+
+def _all_stopped(rt: Runtime, job: str) -> bool:
+    """Every instance of the EC2 job is stopped (none still stopping): what a resume can start again."""
+    try:
+        return rt.source(Platform.EC2).facts(job).status == "Stopped"
+    except JobNotFoundError:
+        return False

@@ -1,6 +1,8 @@
-"""The scheduled safety net over every running job: log idleness, missing alarms (and, on EC2, alarms that no longer
-match the job's running instances), expired snoozes, pending stops, alarms in ALARM that no decision followed, and
-Slack messages not delivered yet."""
+"""The scheduled safety net over every running job: log idleness, missing alarms (on EC2 also alarms that no longer
+match the job's running instances), expired snoozes, pending stops,
+rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
+followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
+are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -12,13 +14,16 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, engine
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.signals import JobFacts, Platform
-from stallwatch.runtime.decide import decide_and_act
+from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import describe_alarms, provision_alarms
+from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
+from stallwatch.runtime.resume import report_progress
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 
@@ -39,12 +44,15 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         for (p, name), facts in running.items()
         if (p, name) not in alarmed_hosts or _hosts_changed(facts, alarmed_hosts[p, name])
     ]
+    retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running))
     published = _publish_log_idle(rt, running, now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
+    checkup_s = rt.config.checkup_minutes * 60
     due = [
         (p, name)
         for p, name in running
-        if _needs_decision(states[job_key(p, name)], now)
+        if _needs_decision(states[job_key(p, name)], now, checkup_s)
+        or abandoned(states[job_key(p, name)], now)
         or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
@@ -54,13 +62,16 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         if names:
             batch = rt.source(platform).many_job_signals(names, now)
             outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    progressed = report_progress(rt, now)
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
+        "orphan_alarms_deleted": retired,
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
+        "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
     return summary
@@ -77,6 +88,21 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str,
         logger.exception("could not provision alarms", extra={"job": name, "platform": platform.value})
         metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
         return {"status": "error", "job": name, "reason": str(exc)}
+
+
+def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
+    """Alarms of a job not listed as running: deleted by the job's prefix if the platform confirms it is not running
+    (or gone); their number. A job that started after the listing keeps its alarms."""
+    try:
+        if rt.source(platform).facts(name).status == RUNNING_STATUS:
+            return 0
+    except JobNotFoundError:
+        pass
+    except Exception:
+        logger.exception("could not check a job with alarms", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return 0
+    return delete_job_alarms(rt, platform, name)
 
 
 def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
@@ -148,8 +174,6 @@ def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
     return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
 
 
-def _needs_decision(stored: StoredState, now: float) -> bool:
-    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
-    state = stored.state
-    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    return stored.incident is not None or state.warned_at is not None or snooze_expired
+def _needs_decision(stored: StoredState, now: float, checkup_s: float) -> bool:
+    """The engine's watchdog rule over the stored state (`engine.sweeper_due`)."""
+    return engine.sweeper_due(stored.state, stored.incident is not None, stored.updated_at, now, checkup_s)
