@@ -70,8 +70,9 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     # One instance left the job: its alarms go; the job ends with its last running instance. DescribeInstances may
     # still show the instance running just after the event, so the event's word is taken for it.
     result = provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
-    if result["status"] == "retired" and state == STOPPED_EC2 and _all_stopped(rt, job):
-        result["resume"] = resume_after_stop(rt, Platform.EC2, job)  # once every instance of the job has stopped
+    # A resume starts the job's instances: a cluster's once every one of them has stopped.
+    if result["status"] == "retired" and state == STOPPED_EC2 and (job == instance or _all_stopped(rt, job)):
+        result["resume"] = resume_after_stop(rt, Platform.EC2, job)
     return result
 
 
