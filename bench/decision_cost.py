@@ -4,9 +4,11 @@
 
 Seeds an 8-host ml.p4d.24xlarge job hung for 40 minutes (agent metrics, SageMaker host metrics, logs), then runs
 on_alarm twice through the real handler: the first alarm (decision: warn) and, after the grace period, a second
-alarm transition (decision: stop). A first decision on a 1-host job warms the container (botocore's first calls,
-the Slack secret read); it is reported, not budgeted. API calls are counted with botocore ``before-call`` hooks
-(one per API call, retries excluded) on every client the runtime uses. Budget: <= 10 calls and < 1 s per decision.
+alarm transition (decision: stop). The same for an 8-node p4d.24xlarge EC2 cluster (one job by its stallwatch:job
+tag, CloudWatch agent metrics, one log stream per instance). A first decision on a 1-host job warms the container
+(botocore's first calls, the Slack secret read); it is reported, not budgeted. API calls are counted with botocore
+``before-call`` hooks (one per API call, retries excluded) on every client the runtime uses. Budget: <= 10 calls and
+< 1 s per decision.
 
 It runs twice: on stock moto, whose GetMetricData scans every datapoint for every query and period (seconds for
 77 series), and with `tests/fixtures/moto_metric_index` (moto's own answer, computed per metric): the budget is
@@ -60,6 +62,7 @@ from tests.fixtures.world import (  # noqa: E402
 
 JOB = "llama-70b-pretrain"
 WARMUP_JOB = "bert-base-ft"
+EC2_JOB = "llm-70b"  # the instances' stallwatch:job tag
 HOSTS = 8
 CALL_BUDGET = 10
 SECONDS_BUDGET = 1.0
@@ -112,20 +115,42 @@ def _measure(rt: environment.Runtime, event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _seed_ec2(world: World, job: str, nodes: int) -> list[str]:
+    """The same hang on an EC2 cluster: instances tagged stallwatch:job, CWAgent metrics, a log stream per node."""
+    instances = world.launch(nodes, {"stallwatch:job": job, "stallwatch:mode": "enforce"})
+    world.steps_until(job, last_step_min=40)
+    for instance in instances:
+        world.ec2_gpu(instance, world.every_minute(110, 100.0))
+        world.agent_host(job, instance, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
+        world.ec2_logs(instance, [(m, f"step {110 - m} loss 2.31") for m in range(110, 39, -5)])
+    return instances
+
+
 def run() -> dict[str, Any]:
-    """A warm-up decision on a 1-host job, then the 8-host job's warn and, after the grace period, its stop."""
+    """A warm-up decision on a 1-host job, then the 8-host job's warn and, after the grace period, its stop; the same
+    on an 8-node EC2 cluster."""
     with moto.mock_aws(), SlackReceiver() as slack:
         rt = _setup(slack)
         world = World(rt.clients, now=rt.clock())
         _seed(world, WARMUP_JOB, hosts=1)
         _seed(world, JOB, hosts=HOSTS)
+        nodes = _seed_ec2(world, EC2_JOB, HOSTS)
         prefix = rt.config.alarm_prefix
         cold = _measure(rt, alarm_event(alarms.alarm_name(prefix, "sagemaker", WARMUP_JOB, alarms.PROGRESS)))
         warn = _measure(rt, alarm_event(alarms.alarm_name(prefix, "sagemaker", JOB, alarms.PROGRESS)))
+        ec2_warn = _measure(rt, alarm_event(alarms.alarm_name(prefix, "ec2", EC2_JOB, alarms.PROGRESS)))
         rt.clock.advance(6 * MINUTE)
         host_alarm = alarms.alarm_name(prefix, "sagemaker", JOB, alarms.GPU_MEMORY, "algo-3")
         stop = _measure(rt, alarm_event(host_alarm, "2026-11-30T10:06:00.000+0000"))
-    return {"warm-up, 1 host: warn": cold, "8 hosts: warn": warn, "8 hosts: stop": stop}
+        node_alarm = alarms.alarm_name(prefix, "ec2", EC2_JOB, alarms.GPU_MEMORY, nodes[2])
+        ec2_stop = _measure(rt, alarm_event(node_alarm, "2026-11-30T10:06:00.000+0000"))
+    return {
+        "warm-up, 1 host: warn": cold,
+        "8 hosts: warn": warn,
+        "8 hosts: stop": stop,
+        "EC2, 8 nodes: warn": ec2_warn,
+        "EC2, 8 nodes: stop": ec2_stop,
+    }
 
 
 def main() -> int:

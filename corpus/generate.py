@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -111,6 +111,12 @@ class Scenario:
     crash: tuple[float, int, list[str]] | None = None  # (t, host index, the rank's last words)
     # (from t, host index, factor): that host's own step time x factor and its GPU power / factor (a throttled node)
     straggler: tuple[float, int, float] | None = None
+    # A heterogeneous cluster: (instance type, hosts) per group, in order; `instance_type` and `hosts` are the totals'.
+    groups: tuple[tuple[str, int], ...] = ()
+
+    def host_types(self) -> list[str]:
+        """Each host's instance type, in host order."""
+        return [t for t, n in self.groups for _ in range(n)] if self.groups else [self.instance_type] * self.hosts
 
 
 class Simulation:
@@ -121,6 +127,7 @@ class Simulation:
         self.rng = random.Random(sc.seed)
         spec = instance_spec(sc.instance_type)
         self.gpus, self.vcpus = spec.devices, spec.vcpus
+        self.host_specs = [instance_spec(t) for t in sc.host_types()]
         if sc.platform is Platform.EC2:
             self.hosts = [f"i-0{self.rng.randrange(16**16):016x}" for _ in range(sc.hosts)]
         else:
@@ -130,8 +137,8 @@ class Simulation:
         self.last_step_t = 0.0
         self.next_step_t: float | None = None
         self.loss = 2.9 + self.rng.random() * 0.3
-        # The job as Stallwatch names it: the training job, or on EC2 the instance.
-        self.job = sc.name if sc.platform is Platform.SAGEMAKER else self.hosts[0]
+        # The job as Stallwatch names it: the training job; on EC2 the instances' job tag, else the instance.
+        self.job = sc.name if sc.platform is Platform.SAGEMAKER else sc.tags.get(clusters.JOB_TAG, self.hosts[0])
 
     def segment_at(self, t: float) -> Segment:
         return [s for s in self.sc.segments if s.start_s <= t][-1]
@@ -166,9 +173,10 @@ class Simulation:
         if self.sc.platform is Platform.SAGEMAKER:
             dims = {"Host": f"{self.job}/{name}"}
             ns = contract.SAGEMAKER_NAMESPACE
-            self.metric(t, ns, "GPUUtilization", dims, gpu * self.gpus)
-            self.metric(t, ns, "GPUMemoryUtilization", dims, mem * self.gpus)
-            self.metric(t, ns, "CPUUtilization", dims, cpu * self.vcpus)
+            spec = self.host_specs[host]
+            self.metric(t, ns, "GPUUtilization", dims, gpu * spec.devices)
+            self.metric(t, ns, "GPUMemoryUtilization", dims, mem * spec.devices)
+            self.metric(t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
         else:
             dims = {alarms.CWAGENT_DIM_INSTANCE: name}
             self.metric(t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, gpu)
@@ -286,6 +294,7 @@ class Simulation:
             vcpus_per_host=self.vcpus,
             tags=sc.tags,
             instance_ids=self.hosts if sc.platform is Platform.EC2 else [],
+            host_types=dict(zip(self.hosts, sc.host_types(), strict=True)) if sc.groups else None,
         )
         return TraceHeader(stallwatch_trace=1, job=job, expect=sc.expect, scenario=sc.summary)
 
@@ -521,6 +530,71 @@ def scenarios() -> list[Scenario]:
             seed=115,
             tags={"stallwatch:mode": "observe"},
             expect=_no_stop(diagnosis="hang"),
+        ),
+        *_cluster_scenarios(),
+    ]
+
+
+def _cluster_scenarios() -> list[Scenario]:
+    """EC2 clusters as one job (instances sharing a stallwatch:job tag) and a heterogeneous SageMaker cluster."""
+    ec2, sm = Platform.EC2, Platform.SAGEMAKER
+    return [
+        Scenario(
+            name="ec2-hang-8node-agent",
+            summary="8 EC2 p4d nodes of one torchrun job (stallwatch:job tag), agent on: an NCCL all-reduce hangs at "
+            "100% utilization, power drops, steps stop; one StopInstances for all 8.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=8,
+            agent=True,
+            segments=[Segment(0.0, BUSY, step_s=2.1), Segment(1_860.0, HUNG, logs=False)],
+            duration_s=1_860.0 + 1_800,
+            seed=301,
+            tags={clusters.JOB_TAG: "ec2-hang-8node-agent"},
+            expect=_stop_within(1_860.0, diagnosis="hang"),
+        ),
+        Scenario(
+            name="ec2-node-crash-8node-noagent",
+            summary="8 EC2 p4d nodes without the agent: node 6 dies on an illegal memory access (its log shows it), "
+            "the other 7 spin at 100% in the collective and fall silent.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=8,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=2.1), Segment(1_680.0, HUNG, logs=False)],
+            duration_s=1_680.0 + 1_800,
+            seed=302,
+            crash=(1_680.0, 5, NCCL_CRASH),
+            tags={clusters.JOB_TAG: "ec2-node-crash-8node"},
+            expect=_stop_within(1_680.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="ec2-idle-after-training-4node",
+            summary="4 EC2 p4d nodes finish training and exit; nobody stops the instances: GPUs idle and empty, logs "
+            "silent.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=4,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=2.1), Segment(2_400.0, DEAD, logs=False)],
+            duration_s=2_400.0 + 2_700,
+            seed=303,
+            tags={clusters.JOB_TAG: "ec2-idle-after-training"},
+            expect=_stop_within(2_400.0, minutes=45.0, diagnosis="idle"),
+        ),
+        Scenario(
+            name="sm-hetero-hang-agent",
+            summary="Heterogeneous SageMaker cluster (2 x ml.p4d.24xlarge + 2 x ml.g5.12xlarge), agent on: a "
+            "collective hangs on every host; GPU metrics are per device of each group's type.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=4,
+            agent=True,
+            segments=[*_start(420.0), Segment(2_100.0, HUNG)],
+            duration_s=2_100.0 + 1_800,
+            seed=304,
+            groups=(("ml.p4d.24xlarge", 2), ("ml.g5.12xlarge", 2)),
+            expect=_stop_within(2_100.0, diagnosis="hang"),
         ),
     ]
 

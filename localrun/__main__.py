@@ -1,6 +1,7 @@
 """``python -m localrun``: the whole product on this machine, on moto, in under three minutes.
 
     python -m localrun                      # the default: an NCCL-style hang, stopped
+    python -m localrun --platform ec2       # the hang on a 2-instance EC2 cluster: one StopInstances for both
     python -m localrun --scenario checkpoint
     python -m localrun --scenario crash --json > result.json
     python -m localrun --scenario hang --resume   # stopped, resumed as <job>-r1 from its checkpoint, goodput report
@@ -22,6 +23,7 @@ from rich.console import Console
 from localrun.run import LocalRun
 from localrun.scenarios import DEFAULT_SCENARIO, RESUMABLE_SCENARIOS, RESUME_DEADLINE_S, RUN_DEADLINE_S, SCENARIOS
 from localrun.summary import summary_table
+from stallwatch.core.signals import Platform
 from stallwatch.offline.report import goodput_table
 
 EXIT_INTERRUPTED = 130
@@ -37,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(SCENARIOS),
         default=DEFAULT_SCENARIO,
         help="; ".join(f"{s.name}: {s.summary}" for s in SCENARIOS.values()).replace("%", "%%"),  # argparse formats
+    )
+    parser.add_argument(
+        "--platform",
+        type=Platform,
+        choices=list(Platform),
+        default=Platform.SAGEMAKER,
+        help="a SageMaker training job, or an EC2 cluster (instances tagged stallwatch:job, at least 2)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the view on stderr)")
     parser.add_argument(
@@ -60,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--resume: Stallwatch resumes only {', '.join(sorted(RESUMABLE_SCENARIOS))} (not {args.scenario})"
         )
+    if args.resume and args.platform is Platform.EC2:
+        parser.error("--resume: the local run resumes SageMaker jobs only")
     deadline = args.deadline or (RESUME_DEADLINE_S if args.resume else RUN_DEADLINE_S)
     interrupted = threading.Event()
 
@@ -75,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     # Off a terminal (CI, a pipe) rich assumes 80 columns; the timeline reads better wider.
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else LOG_WIDTH)
     try:
+        scenario = SCENARIOS[args.scenario]
+        if args.platform is Platform.EC2:
+            scenario = scenario.as_cluster()
         run = LocalRun(
-            SCENARIOS[args.scenario], console, deadline_s=deadline, interrupted=interrupted, resume=args.resume
+            scenario, console, deadline_s=deadline, interrupted=interrupted, resume=args.resume, platform=args.platform
         )
         result = run.run()
     except KeyboardInterrupt:

@@ -1,6 +1,7 @@
 """The events AWS would deliver to the Lambdas, in their real shapes.
 
 - `training_job_state_change`: EventBridge "SageMaker Training Job State Change" (detail as DescribeTrainingJob).
+- `instance_state_change`: EventBridge "EC2 Instance State-change Notification" (one per instance).
 - `alarm_action`: the payload CloudWatch sends when an alarm's action is a Lambda function.
 - `scheduled`: the EventBridge "Scheduled Event" that runs the sweeper.
 """
@@ -82,6 +83,13 @@ def training_job_state_change(
     if failure_reason:
         detail["FailureReason"] = failure_reason
     return _envelope("aws.sagemaker", "SageMaker Training Job State Change", t, [job.arn], detail)
+
+
+def instance_state_change(instance_id: str, state: str, t: float) -> dict[str, Any]:
+    """EventBridge "EC2 Instance State-change Notification": the instance id and its new state, nothing else."""
+    arn = f"arn:aws:ec2:{REGION}:{ACCOUNT_ID}:instance/{instance_id}"
+    detail = {"instance-id": instance_id, "state": state}
+    return _envelope("aws.ec2", "EC2 Instance State-change Notification", t, [arn], detail)
 
 
 def _lambda_metric(query: dict[str, Any]) -> dict[str, Any]:

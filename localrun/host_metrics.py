@@ -1,7 +1,9 @@
-"""Simulated SageMaker host metrics: what SageMaker publishes for a training host, driven by what the host does.
+"""Simulated host metrics: what the platform publishes for a training host, driven by what the host does.
 
 SageMaker publishes to namespace ``/aws/sagemaker/TrainingJobs`` with dimension ``Host=<job>/algo-N``;
 GPU metrics are summed over the host's devices (0-100 x GPUs) and CPU over its vCPUs (0-100 x vCPUs).
+On EC2 the CloudWatch agent publishes ``nvidia_smi_*`` to ``CWAgent`` aggregated by ``InstanceId`` (the mean over the
+devices; memory in MiB), and EC2 itself ``CPUUtilization`` to ``AWS/EC2``.
 
     simulator = HostMetricsSimulator(cloudwatch, "my-job", "algo-1", activity=lambda: HostActivity.TRAINING)
     simulator.publish()   # one sample of every metric
@@ -15,7 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from localrun.scenarios import GPUS_PER_HOST, VCPUS_PER_HOST, HostActivity
-from stallwatch.core.contract import SAGEMAKER_NAMESPACE
+from stallwatch.core import alarms
+from stallwatch.core.contract import CWAGENT_NAMESPACE, EC2_NAMESPACE, SAGEMAKER_NAMESPACE
+from stallwatch.core.signals import Platform
+
+GPU_MEMORY_MIB = 40_960  # one A100 40 GB, as nvidia-smi reports memory.total
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,17 @@ class HostMetricsSimulator:
     """Publishes one host's SageMaker metrics (high resolution) for the activity `activity()` returns."""
 
     def __init__(
-        self, cloudwatch: Any, job: str, host: str, activity: Callable[[], HostActivity], seed: int = 0
+        self,
+        cloudwatch: Any,
+        job: str,
+        host: str,
+        activity: Callable[[], HostActivity],
+        seed: int = 0,
+        platform: Platform = Platform.SAGEMAKER,
     ) -> None:
         self._cloudwatch = cloudwatch
+        self._platform = platform
+        self._host = host
         self._dimensions = [{"Name": "Host", "Value": f"{job}/{host}"}]
         self._activity = activity
         self._random = random.Random(seed)
@@ -70,16 +84,37 @@ class HostMetricsSimulator:
         """Put one sample of every host metric."""
         values = self.sample(self._activity())
         self.last_gpu_per_device = values["GPUUtilization"] / GPUS_PER_HOST
+        if self._platform is Platform.EC2:
+            self._publish_ec2(values)
+            return
         self._cloudwatch.put_metric_data(
             Namespace=SAGEMAKER_NAMESPACE,
-            MetricData=[
-                {
-                    "MetricName": name,
-                    "Dimensions": self._dimensions,
-                    "Value": round(value, 2),
-                    "Unit": "Percent",
-                    "StorageResolution": 1,
-                }
-                for name, value in values.items()
-            ],
+            MetricData=[_datum(name, self._dimensions, value, "Percent") for name, value in values.items()],
         )
+
+    def _publish_ec2(self, values: dict[str, float]) -> None:
+        dims = [{"Name": alarms.CWAGENT_DIM_INSTANCE, "Value": self._host}]
+        used = values["GPUMemoryUtilization"] / GPUS_PER_HOST / 100 * GPU_MEMORY_MIB
+        gpu = {
+            alarms.CWAGENT_GPU_UTILIZATION: (values["GPUUtilization"] / GPUS_PER_HOST, "Percent"),
+            alarms.CWAGENT_GPU_MEMORY_USED: (used, "Megabytes"),
+            alarms.CWAGENT_GPU_MEMORY_TOTAL: (GPU_MEMORY_MIB, "Megabytes"),
+        }
+        self._cloudwatch.put_metric_data(
+            Namespace=CWAGENT_NAMESPACE,
+            MetricData=[_datum(name, dims, value, unit) for name, (value, unit) in gpu.items()],
+        )
+        cpu = values["CPUUtilization"] / VCPUS_PER_HOST
+        self._cloudwatch.put_metric_data(
+            Namespace=EC2_NAMESPACE, MetricData=[_datum("CPUUtilization", dims, cpu, "Percent")]
+        )
+
+
+def _datum(name: str, dimensions: list[dict[str, str]], value: float, unit: str) -> dict[str, Any]:
+    return {
+        "MetricName": name,
+        "Dimensions": dimensions,
+        "Value": round(value, 2),
+        "Unit": unit,
+        "StorageResolution": 1,
+    }

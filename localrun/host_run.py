@@ -1,4 +1,4 @@
-"""One training host of the job: its training process, its log stream and its SageMaker host metrics.
+"""One training host of the job: its training process, its log stream and its platform host metrics.
 
 The process's output goes to the host's CloudWatch Logs stream; the agent's EMF line feeds the terminal view,
 and the training script's fault markers tell the host-metric simulator what the GPUs would be doing.
@@ -19,7 +19,7 @@ from localrun.periodic import Periodic
 from localrun.scenarios import FAULT_ACTIVITY, HOST_METRICS_INTERVAL_S, TRAINING_THREADS, HostActivity
 from localrun.timeline import Kind, Progress, Timeline
 from localrun.training import TrainingProcess
-from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
+from stallwatch.core.signals import Platform
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_gpt.py"
@@ -59,7 +59,7 @@ def parse_progress(t: float, line: str) -> Progress | None:
 
 
 class HostRun:
-    """algo-N: a real training process, shipped logs and simulated platform metrics."""
+    """algo-N or an instance: a real training process, shipped logs and simulated platform metrics."""
 
     def __init__(
         self,
@@ -72,7 +72,9 @@ class HostRun:
         train_args: list[str],
         aws_env: dict[str, str],
         clients: dict[str, Any],
-        stream: str,
+        log_place: tuple[str, str],
+        platform_env: dict[str, str],
+        platform: Platform,
         timeline: Timeline,
         on_error: Callable[[str, BaseException], None],
     ) -> None:
@@ -83,13 +85,13 @@ class HostRun:
         self.fault_started = False
         self.fault_over = False
         self.exit_code: int | None = None
-        self.shipper = LogShipper(clients["logs"], SAGEMAKER_LOG_GROUP, stream, on_error)
-        self.simulator = HostMetricsSimulator(clients["cloudwatch"], job, host, self.activity, seed=rank)
+        self.shipper = LogShipper(clients["logs"], *log_place, on_error)
+        self.simulator = HostMetricsSimulator(
+            clients["cloudwatch"], job, host, self.activity, seed=rank, platform=platform
+        )
         self._metrics = Periodic(f"host-metrics:{host}", HOST_METRICS_INTERVAL_S, self._publish, on_error)
         env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV} | aws_env
-        env |= {
-            "TRAINING_JOB_NAME": job,
-            "SM_CURRENT_HOST": host,
+        env |= platform_env | {
             "RANK": str(rank),
             "WORLD_SIZE": str(world_size),
             "LOCAL_RANK": "0",

@@ -1,12 +1,14 @@
 """The local end-to-end run: moto, a real training job, the real handlers, a real stop.
 
     result = LocalRun(SCENARIOS["hang"], console).run()
+    result = LocalRun(SCENARIOS["hang"].as_cluster(), console, platform=Platform.EC2).run()   # 2 EC2 instances
     result.passed  # the expected outcome happened
 
 Order of events: moto and the Slack receiver start; the stack's runtime resources are created; the
-training job is created in moto and goes InProgress (on_job_state puts its alarms); one training process
-per host starts; the local alarm evaluator, the sweeper schedule and the SageMaker simulation run until the
-job ends. Everything started is stopped in reverse order, on success, failure or Ctrl-C.
+training job (a SageMaker training job, or tagged EC2 instances) is created in moto and goes InProgress
+(on_job_state puts its alarms); one training process per host starts; the local alarm evaluator, the sweeper
+schedule and the platform simulation run until the job ends. Everything started is stopped in reverse order, on
+success, failure or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ from rich.console import Console
 
 from localrun import aws_events, sagemaker_job
 from localrun.alarm_loop import THRESHOLD_CROSSED, AlarmLoop
-from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
+from localrun.aws_events import AlarmStateRecord
+from localrun.ec2_cluster import Ec2Cluster
 from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
 from localrun.local_aws import LocalAws, scoped_environ
-from localrun.moto_sagemaker import RUNNING, STOPPED, STOPPING
+from localrun.moto_sagemaker import STOPPED, STOPPING
 from localrun.periodic import Periodic
 from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
+from localrun.sagemaker_job import COMPLETED, SageMakerJob
 from localrun.scenarios import (
     CONTROL_TICK_S,
     MAX_RUNTIME_S,
@@ -50,7 +54,7 @@ from stallwatch.core.resume import RESUMED_FROM_TAG, resume_name
 from stallwatch.core.signals import Platform
 
 POLL_S = 0.25
-COMPLETED, FAILED = "Completed", "Failed"
+LocalJob = SageMakerJob | Ec2Cluster
 
 
 class LocalRun:
@@ -63,9 +67,11 @@ class LocalRun:
         deadline_s: float = RUN_DEADLINE_S,
         interrupted: threading.Event | None = None,
         resume: bool = False,
+        platform: Platform = Platform.SAGEMAKER,
     ) -> None:
         self.scenario = scenario
-        self.resume = resume  # the job opts in to a restart from its checkpoint
+        self.resume = resume  # the job opts in to a restart from its checkpoint (SageMaker)
+        self.platform = platform
         self.console = console
         self.deadline_s = deadline_s
         # Set by the signal handler: a KeyboardInterrupt that library code swallowed still ends the run here.
@@ -78,8 +84,8 @@ class LocalRun:
         self._checkpoint_dir: str | None = None
         self._resumed_as: str | None = None
         self._follow_ups: list[str] = []  # Slack follow-ups seen (resumed, progress, gave up)
-        self._job: TrainingJobRecord | None = None  # the job being played: the first, then its resume
-        self._first_job: TrainingJobRecord | None = None
+        self._job: LocalJob | None = None  # the job being played: the first, then its resume
+        self._first_job: LocalJob | None = None
         self._runtime: LambdaRuntime | None = None
         self._alarm_prefix = ""
         self._view: RunView | None = None
@@ -103,19 +109,16 @@ class LocalRun:
                 Kind.SETUP, f"table {resources.table_name}, Slack secret, functions on-job-state/on-alarm/sweeper"
             )
             sagemaker = aws.client("sagemaker")
-            job = self._job = self._first_job = sagemaker_job.create_training_job(
-                sagemaker, self.scenario, time.time(), self.resume
-            )
-            self._alarm_prefix = job_alarm_prefix(resources.config.alarm_prefix, Platform.SAGEMAKER, job.name)
+            job = self._job = self._first_job = self._create_job(aws, resources.config.ec2_log_group)
+            self._alarm_prefix = job_alarm_prefix(resources.config.alarm_prefix, job.platform, job.name)
             if self.resume:  # the run's alarms: the job's and its resumes' (<job>-r1.)
                 self._alarm_prefix = self._alarm_prefix.removesuffix(".")
                 self._checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-ckpt-"))
-            title = f"Stallwatch local run · {self.scenario.name}: {self.scenario.summary}"
+            title = f"Stallwatch local run · {self.scenario.name} on {job.platform}: {self.scenario.summary}"
             self._view = stack.enter_context(RunView(self.console, self.timeline, title, self._alarm_prefix))
-            self.timeline.event(Kind.JOB, f"CreateTrainingJob {job.name} ({job.instance_count} x {job.instance_type})")
+            self.timeline.event(Kind.JOB, job.describe())
             self._start_hosts(aws, job, stack)
-            sagemaker_job.set_status(job, RUNNING, "Training")
-            self._job_state_changed(RUNNING, "Training")
+            self._deliver(job.start(time.time()))
             loop = AlarmLoop(aws.client("cloudwatch"), self._alarm_prefix, self._on_alarm_transition)
             ticker = Periodic("alarm-evaluator", CONTROL_TICK_S, lambda: self._tick(loop), self._on_error)
             sweeper = Periodic("sweeper", SWEEPER_INTERVAL_S, self._sweep, self._on_error)
@@ -128,7 +131,7 @@ class LocalRun:
                 self._play_resumed(aws, stack, started)
             ticker.stop()
             sweeper.stop()
-            final_status = sagemaker.describe_training_job(TrainingJobName=job.name)["TrainingJobStatus"]
+            final_status = job.final_status()
             resumed_status = goodput = None
             if self.resume:
                 self._sweep()  # the sweeper's next run: the resumed job's progress, if not posted yet
@@ -147,35 +150,42 @@ class LocalRun:
         handlers = {ON_ALARM: on_alarm.handler, ON_JOB_STATE: on_job_state.handler, SWEEPER: sweeper.handler}
         return LambdaRuntime(aws.client("logs"), handlers)
 
+    def _create_job(self, aws: LocalAws, ec2_log_group: str) -> LocalJob:
+        if self.platform is Platform.EC2:
+            return Ec2Cluster(aws.client("ec2"), self.scenario, time.time(), ec2_log_group)
+        return SageMakerJob.create(aws.client("sagemaker"), self.scenario, time.time(), self.resume)
+
     def _play_resumed(self, aws: LocalAws, stack: contextlib.ExitStack, started: float) -> None:
         """What SageMaker does with the job Stallwatch created: its hosts start (from the checkpoint), it trains
         until it completes (or is stopped), and each status change reaches on_job_state."""
         assert self._resumed_as is not None
-        job = self._job = sagemaker_job.job_record(aws.client("sagemaker"), self._resumed_as)
+        sagemaker = aws.client("sagemaker")
+        job = self._job = SageMakerJob(
+            sagemaker, sagemaker_job.job_record(sagemaker, self._resumed_as), self.scenario.hosts
+        )
         self.timeline.event(Kind.JOB, f"{job.name} created by Stallwatch: its hosts start from the checkpoint")
         self._exited_hosts |= {f"{job.tags.get(RESUMED_FROM_TAG)}/{h.host}": h for h in self._hosts}
         self._hosts, self._ended = [], None
         self.timeline.clear_alarms()  # the stopped job's were deleted by on_job_state
         self._start_hosts(aws, job, stack, resumed=True)
-        sagemaker_job.set_status(job, RUNNING, "Training")
-        self._job_state_changed(RUNNING, "Training")
+        self._deliver(job.start(time.time()))
         self._supervise(started)
 
-    def _start_hosts(
-        self, aws: LocalAws, job: TrainingJobRecord, stack: contextlib.ExitStack, resumed: bool = False
-    ) -> None:
+    def _start_hosts(self, aws: LocalAws, job: LocalJob, stack: contextlib.ExitStack, resumed: bool = False) -> None:
         clients = {"logs": aws.client("logs"), "cloudwatch": aws.client("cloudwatch")}
-        for rank, host in enumerate(self.scenario.hosts):
+        for rank, host in enumerate(job.hosts):
             run = HostRun(
                 job=job.name,
                 host=host,
                 rank=rank,
-                world_size=len(self.scenario.hosts),
+                world_size=len(job.hosts),
                 fault=self.scenario.host_faults[rank],
                 train_args=self.scenario.train_args(rank, self._checkpoint_dir, resumed),
                 aws_env=aws.env,
                 clients=clients,
-                stream=sagemaker_job.log_stream_name(job, host),
+                log_place=job.log_place(host),
+                platform_env=job.training_env(host),
+                platform=job.platform,
                 timeline=self.timeline,
                 on_error=self._on_error,
             )
@@ -183,7 +193,7 @@ class LocalRun:
             self._hosts.append(run.start())
 
     def _supervise(self, started: float) -> None:
-        """Play SageMaker until the job has ended (or the deadline passed)."""
+        """Play the platform until the job has ended (or the deadline passed)."""
         assert self._job is not None
         while self._ended is None:
             if self.interrupted.is_set():
@@ -194,26 +204,27 @@ class LocalRun:
                 self.timeline.event(Kind.ERROR, self._errors[-1])
                 return
             codes = [host.check_exit() for host in self._hosts]
-            status, secondary = sagemaker_job.platform_status(self._job)
+            status, secondary = self._job.status()
             if self.timeline.set_job_status(status, secondary):
                 self.timeline.event(Kind.JOB, f"job status {status} / {secondary}")
             if status in (STOPPING, STOPPED):
                 self._stop_containers(status)
             elif all(code is not None for code in codes):
-                failed = any(code != 0 for code in codes)
-                end = (FAILED, FAILED) if failed else (COMPLETED, COMPLETED)
-                sagemaker_job.set_status(self._job, *end)
-                self.timeline.set_job_status(*end)
-                self.timeline.event(Kind.JOB, f"every training process exited: job {end[0]}")
-                self._job_state_changed(*end, failure_reason="AlgorithmError: non-zero exit" if failed else None)
-                self._ended = end[0]
+                events = self._job.finish(any(code != 0 for code in codes), time.time())
+                end = self._job.final_status()
+                self.timeline.set_job_status(end, end)
+                self.timeline.event(Kind.JOB, f"every training process exited: job {end}")
+                self._deliver(events)
+                self._ended = end
             time.sleep(POLL_S)
 
     def _stop_containers(self, status: str) -> None:
-        """What SageMaker does on StopTrainingJob: SIGTERM, wait, SIGKILL what is left, then Stopped."""
+        """What the platform does on a stop (StopTrainingJob, StopInstances): SIGTERM, wait, SIGKILL what is left,
+        then Stopped."""
         assert self._job is not None
         self.timeline.mark_stop_requested(time.time())
-        self.timeline.event(Kind.JOB, f"StopTrainingJob seen ({status}): SIGTERM to the training processes")
+        seen = "StopTrainingJob" if self._job.platform is Platform.SAGEMAKER else "StopInstances"
+        self.timeline.event(Kind.JOB, f"{seen} seen ({status}): SIGTERM to the training processes")
         for host in self._hosts:
             host.process.sigterm()
         deadline = time.time() + SIGTERM_GRACE_S
@@ -223,11 +234,10 @@ class LocalRun:
                 self.timeline.event(Kind.JOB, f"{host.host}: still running after {SIGTERM_GRACE_S:.0f} s: SIGKILL")
                 host.process.kill_group(grace_s=0)
                 host.check_exit()
-        if sagemaker_job.platform_status(self._job)[0] == STOPPING:
-            sagemaker_job.set_status(self._job, STOPPED, STOPPED)
+        events = self._job.stopped(time.time())
         self.timeline.set_job_status(STOPPED, STOPPED)
         self.timeline.event(Kind.JOB, "training job Stopped")
-        self._job_state_changed(STOPPED, STOPPED)
+        self._deliver(events)
         self._ended = STOPPED
 
     # ---- the functions --------------------------------------------------------------------------------------
@@ -240,18 +250,20 @@ class LocalRun:
             self.timeline.event(Kind.ERROR, self._errors[-1])
         return invocation
 
-    def _job_state_changed(self, status: str, secondary: str, failure_reason: str | None = None) -> None:
-        assert self._job is not None
-        event = aws_events.training_job_state_change(self._job, status, secondary, time.time(), failure_reason)
-        result = self._invoke(ON_JOB_STATE, event).result or {}
-        counts = [f"{result[key]} {key.replace('_', ' ')}" for key in ("alarms", "alarms_deleted") if key in result]
-        self.timeline.event(Kind.JOB, f"on_job_state({status}): {', '.join([result.get('status', '?'), *counts])}")
-        resume = result.get("resume") or {}
-        if resume:
-            said = resume.get("resumed_as") or resume.get("reason", "")
-            self.timeline.event(Kind.JOB, f"on_job_state({status}): resume → {resume.get('status')} {said}".rstrip())
-        if resume.get("status") == "resumed":
-            self._resumed_as = resume["resumed_as"]
+    def _deliver(self, events: list[dict[str, Any]]) -> None:
+        """The platform's state-change events, each to on_job_state as EventBridge delivers it."""
+        for event in events:
+            detail = event["detail"]
+            about = detail.get("TrainingJobStatus") or f"{detail.get('instance-id')} {detail.get('state')}"
+            result = self._invoke(ON_JOB_STATE, event).result or {}
+            counts = [f"{result[key]} {key.replace('_', ' ')}" for key in ("alarms", "alarms_deleted") if key in result]
+            self.timeline.event(Kind.JOB, f"on_job_state({about}): {', '.join([result.get('status', '?'), *counts])}")
+            resume = result.get("resume") or {}
+            if resume:
+                said = resume.get("resumed_as") or resume.get("reason", "")
+                self.timeline.event(Kind.JOB, f"on_job_state({about}): resume → {resume.get('status')} {said}".rstrip())
+            if resume.get("status") == "resumed" and self._job is not None and self._job.platform is Platform.SAGEMAKER:
+                self._resumed_as = resume["resumed_as"]
 
     def _tick(self, loop: AlarmLoop) -> None:
         loop.tick(time.time())
@@ -296,7 +308,7 @@ class LocalRun:
         """The reasons of the job's newest decision, from the control plane's audit trail in DynamoDB."""
         assert self._store is not None
         assert self._job is not None
-        records = self._store.records(job_key(Platform.SAGEMAKER, self._job.name), "audit")
+        records = self._store.records(job_key(self._job.platform, self._job.name), "audit")
         return list(records[-1].get("record", {}).get("reasons", [])) if records else []
 
     def _on_slack(self, message: SlackMessage) -> None:

@@ -9,7 +9,7 @@ engine runs unchanged. Every other timing constant of the local run lives here t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from stallwatch.core.policy import MODE_TAG, STOP_OPT_IN_VALUE
@@ -40,6 +40,8 @@ RUN_DEADLINE_S = 160.0  # the whole run, from job creation; past it the run fail
 
 # The simulated platform: p4d hosts, and what a stalled run would otherwise have burned.
 INSTANCE_TYPE = "ml.p4d.24xlarge"
+EC2_INSTANCE_TYPE = "p4d.24xlarge"  # --platform ec2: the same hosts as plain EC2 instances
+EC2_MIN_NODES = 2  # --platform ec2 runs a cluster: a one-host scenario's fault on each of this many nodes
 GPUS_PER_HOST = instance_spec(INSTANCE_TYPE).devices
 VCPUS_PER_HOST = instance_spec(INSTANCE_TYPE).vcpus
 MAX_RUNTIME_S = 24 * 3600  # SageMaker's default StoppingCondition; a stalled job holds its GPUs until then
@@ -90,6 +92,12 @@ class Scenario:
     @property
     def hosts(self) -> list[str]:
         return [f"algo-{i}" for i in range(1, len(self.host_faults) + 1)]
+
+    def as_cluster(self) -> Scenario:
+        """The scenario on an EC2 cluster: a one-host scenario's fault on each of `EC2_MIN_NODES` nodes."""
+        if len(self.host_faults) >= EC2_MIN_NODES:
+            return self
+        return replace(self, host_faults=self.host_faults * EC2_MIN_NODES)
 
     @property
     def resumable(self) -> bool:

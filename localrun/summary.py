@@ -1,8 +1,8 @@
 """The run's verdict and what it means in GPU-hours and dollars.
 
 Savings assumption: without Stallwatch a stalled job holds its instances until its MaxRuntimeInSeconds
-(SageMaker's default, 24 h), so the stop saves the rest of that runtime. Prices are on-demand list prices
-from `stallwatch.core.pricing`.
+(SageMaker's default, 24 h; an EC2 cluster is assumed to be left as long), so the stop saves the rest of that
+runtime. Prices are on-demand list prices from `stallwatch.core.pricing`.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def summary_table(result: RunResult) -> Table:
     table.add_row("expected", result.expected)
     table.add_row("job", f"{result.job_name}: {result.job_status} (in moto)")
     if result.detection_latency_s is not None:
-        table.add_row("detection latency", f"{result.detection_latency_s:.1f} s from fault onset to StopTrainingJob")
+        table.add_row("detection latency", f"{result.detection_latency_s:.1f} s from fault onset to the stop request")
     table.add_row("Slack messages", str(result.slack_messages))
     table.add_row("decisions", ", ".join(f"{d.get('diagnosis')}→{d.get('action')}" for d in result.decisions) or "-")
     if result.resumed_as is not None:
@@ -101,7 +101,7 @@ def summary_table(result: RunResult) -> Table:
         table.add_row(
             "saved",
             f"{s.saved_gpu_hours:,.1f} GPU-hours ≈ {_money(s.saved_dollars)} "
-            f"({s.hosts} x {s.instance_type}, the rest of its {s.horizon_s / 3600:.0f} h MaxRuntime)",
+            f"({s.hosts} x {s.instance_type}, the rest of a {s.horizon_s / 3600:.0f} h run)",
         )
         table.add_row("burned while stalled", f"{s.burned_gpu_hours:.2f} GPU-hours ≈ {_money(s.burned_dollars)}")
     table.add_row("wall time", f"{result.duration_s:.1f} s")

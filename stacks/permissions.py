@@ -11,6 +11,7 @@ from __future__ import annotations
 from aws_cdk import ArnFormat, Aws, Stack
 from aws_cdk import aws_iam as iam
 
+from stacks.ec2_training import log_group_arns
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
@@ -97,21 +98,21 @@ class WatchdogPermissions:
         return self._in_this_region("ReadMetrics", ["cloudwatch:GetMetricData"])
 
     def _read_logs(self) -> list[iam.PolicyStatement]:
-        if not self.policy.monitor_sagemaker:
-            return []
-        log_group = self.stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        return [
-            iam.PolicyStatement(
-                sid="ReadTrainingJobLogs",
-                actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
-                resources=[log_group],
+        statements = []
+        read = ["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"]
+        if self.policy.monitor_sagemaker:
+            log_group = self.stack.format_arn(
+                service="logs",
+                resource="log-group",
+                resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
+                arn_format=ArnFormat.COLON_RESOURCE_NAME,
             )
-        ]
+            statements.append(iam.PolicyStatement(sid="ReadTrainingJobLogs", actions=read, resources=[log_group]))
+        if self.policy.monitor_ec2:
+            # The configured group and the groups under it, which a job's stallwatch:log-group tag may name.
+            ec2_groups = log_group_arns(self.stack, self.config.ec2_log_group)
+            statements.append(iam.PolicyStatement(sid="ReadEc2TrainingLogs", actions=read, resources=ec2_groups))
+        return statements
 
     def _stop(self) -> list[iam.PolicyStatement]:
         conditions = STOP_OPT_IN_CONDITION if self.policy.stop_requires_tag else None

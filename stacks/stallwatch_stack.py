@@ -9,6 +9,7 @@ from constructs import Construct
 
 from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards
+from stacks.ec2_training import Ec2TrainingPolicy
 from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
@@ -16,7 +17,7 @@ from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
+from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE, SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 
@@ -74,6 +75,7 @@ class StallwatchStack(Stack):
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
+        self.ec2_training = Ec2TrainingPolicy(self, "Ec2Training", log_group=config.ec2_log_group)
         Tags.of(self).add("Service", SERVICE_NAME)
         Tags.of(self).add(DEPLOYMENT_TAG, deployment)
         self._build_outputs()
@@ -111,6 +113,10 @@ class StallwatchStack(Stack):
                 f"{dashboard_url}{self.dashboards.job.dashboard_name}",
                 "CloudWatch dashboard of one job: pick it in the Job dropdown",
             ),
+            "Ec2InstancePolicyArn": (
+                self.ec2_training.policy.managed_policy_arn,
+                "Managed policy to attach to the EC2 training instances' role (deploy/ec2): metrics and training logs",
+            ),
         }
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
@@ -118,6 +124,11 @@ class StallwatchStack(Stack):
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
         arn = arn_template(self)
+        ec2_group = self.config.ec2_log_group
+        ec2_log_arns = [
+            arn.format(service="logs", resource=f"log-group:{group}:*")
+            for group in (ec2_group, f"{ec2_group.rstrip('/')}/*")
+        ]
         stop_scope = (
             f"only resources tagged {STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} can be stopped (aws:ResourceTag condition)"
             if self.config.policy.stop_requires_tag
@@ -136,6 +147,11 @@ class StallwatchStack(Stack):
             "query is authorized against every alarm of the account and region",
             arn.format(service="logs", resource=f"log-group:{SAGEMAKER_LOG_GROUP}:*"): "read-only: SageMaker writes "
             "one log stream per host and job into this group; the streams are named at run time",
+            **dict.fromkeys(
+                ec2_log_arns,
+                "read-only: the CloudWatch agent of EC2 training instances writes one stream per instance id, named "
+                "at run time; a job may name a group under the configured one",
+            ),
             arn_template(self, regional=False).format(
                 service="iam", resource="role/*"
             ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
@@ -150,6 +166,20 @@ class StallwatchStack(Stack):
                 id="AwsSolutions::AwsSolutions-L1",
                 reason=f"pinned to {LAMBDA_RUNTIME.name}: the bundled wheels (pydantic-core) are built for it "
                 "(stacks/constants.py); upgrade the runtime and the bundle together",
+            ),
+        )
+        Validations.of(self.ec2_training).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
+                reason="cloudwatch:PutMetricData has no resource-level permissions; conditioned on "
+                f"cloudwatch:namespace {NAMESPACE} or {CWAGENT_NAMESPACE}",
+            ),
+            *(
+                Acknowledgment(
+                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]",
+                    reason="the CloudWatch agent of each training instance writes its own stream, named by its id",
+                )
+                for resource in ec2_log_arns
             ),
         )
         Validations.of(self.notifications).acknowledge(

@@ -1,5 +1,6 @@
 """The agent's metric names are a contract with the control plane: both sides must agree."""
 
+from stallwatch.core import clusters
 from stallwatch.core import contract as control_plane
 from trainer_agent import contract as agent
 
@@ -22,3 +23,7 @@ def test_host_metrics_agree_in_names_and_units():
 
 def test_control_plane_metric_is_not_an_agent_metric():
     assert control_plane.LOG_IDLE_SECONDS not in agent.JOB_METRICS | agent.HOST_METRICS
+
+
+def test_the_agent_reads_the_job_tag_the_control_plane_groups_ec2_instances_by():
+    assert agent.JOB_TAG == clusters.JOB_TAG

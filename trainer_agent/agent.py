@@ -90,7 +90,7 @@ class TrainerAgent:
     ) -> None:
         """
         Args:
-            job_name: the JobName dimension; default TRAINING_JOB_NAME, else STALLWATCH_JOB_NAME, else the hostname.
+            job_name: the JobName dimension; default as `Identity.detect` finds it (see trainer_agent.identity).
             flops_per_step: model FLOPs of one optimizer step on this rank (forward + backward).
             flops_per_token: ...or per token for the whole model (see trainer_agent.flops); needs step(tokens=).
             peak_tflops: peak TFLOP/s of one device; default from trainer_agent.peaks for `precision`.

@@ -44,6 +44,8 @@ SCOPE_HOST = "host"
 HIGH_RESOLUTION_S = 1
 STANDARD_RESOLUTION_S = 60
 
-# Where the job name and host come from, in order of preference (after an explicit argument).
-JOB_NAME_ENV = ("TRAINING_JOB_NAME", "STALLWATCH_JOB_NAME")
+# Where the job name and host come from, in order of preference (after an explicit argument); then, on EC2, the
+# instance's JOB_TAG (instance metadata) and its instance id.
+JOB_NAME_ENV = ("STALLWATCH_JOB_NAME", "TRAINING_JOB_NAME")
+JOB_TAG = "stallwatch:job"
 HOST_ENV = "SM_CURRENT_HOST"

@@ -1,7 +1,12 @@
 """Who this process is: job name, host, global/local rank and world size, found without collectives.
 
-ident = Identity.detect()          # SageMaker, torchrun, plain python all work
+ident = Identity.detect()          # SageMaker, torchrun on EC2, plain python all work
 ident.reports_job, ident.reports_host
+
+The job name, first found: ``STALLWATCH_JOB_NAME``; SageMaker's ``TRAINING_JOB_NAME``; on EC2 the instance's
+``stallwatch:job`` tag (instance metadata, when tags in metadata are enabled); the EC2 instance id (a one-instance
+job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the EC2 instance
+id, else the hostname.
 """
 
 from __future__ import annotations
@@ -14,13 +19,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV
+from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV, JOB_TAG
 
 # On Nitro instances the DMI board asset tag holds the instance id: a file read, no network.
 DMI_DIR = Path("/sys/devices/virtual/dmi/id")
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 IMDS_URL = "http://169.254.169.254/latest"
 IMDS_TIMEOUT_S = 0.3
+IMDS_TOKEN_TTL_S = "60"
 # Launchers' variables, first match wins: torchrun/SageMaker, Open MPI, Slurm.
 RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
@@ -71,7 +77,7 @@ def _job_name() -> str:
     for name in JOB_NAME_ENV:
         if os.environ.get(name):
             return os.environ[name]
-    return socket.gethostname()
+    return ec2_job_tag() or ec2_instance_id() or socket.gethostname()
 
 
 def _ranks() -> tuple[int, int, int]:
@@ -99,28 +105,45 @@ def _host() -> str:
     return os.environ.get(HOST_ENV) or ec2_instance_id() or socket.gethostname()
 
 
-def ec2_instance_id(dmi_dir: Path = DMI_DIR) -> str | None:
+def ec2_instance_id(dmi_dir: Path | None = None) -> str | None:
     """The EC2 instance id, or None off EC2. Never waits more than ~2 x IMDS_TIMEOUT_S, and only on EC2 hardware."""
+    dmi_dir = dmi_dir or DMI_DIR
     asset_tag = _read(dmi_dir / "board_asset_tag")
     if INSTANCE_ID.match(asset_tag):
         return asset_tag
-    on_ec2 = "amazon" in _read(dmi_dir / "sys_vendor").lower()
-    if not on_ec2 or os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() == "true":
+    instance_id = (_imds("meta-data/instance-id", dmi_dir) or "").strip()
+    return instance_id if INSTANCE_ID.match(instance_id) else None
+
+
+def ec2_job_tag(dmi_dir: Path | None = None) -> str | None:
+    """The instance's `stallwatch:job` tag from instance metadata, or None: off EC2, tag absent, or tags in
+    metadata not enabled (the launch option ``InstanceMetadataTags=enabled``)."""
+    value = (_imds(f"meta-data/tags/instance/{JOB_TAG}", dmi_dir or DMI_DIR) or "").strip()
+    return value or None
+
+
+def _on_ec2(dmi_dir: Path) -> bool:
+    """EC2 hardware (a file read, no network), and instance metadata not disabled."""
+    vendor = _read(dmi_dir / "sys_vendor").lower()
+    on_ec2 = "amazon" in vendor or INSTANCE_ID.match(_read(dmi_dir / "board_asset_tag")) is not None
+    return on_ec2 and os.environ.get("AWS_EC2_METADATA_DISABLED", "").lower() != "true"
+
+
+def _imds(path: str, dmi_dir: Path) -> str | None:
+    """GET an instance-metadata path with an IMDSv2 token; None off EC2, on any error or after the timeouts."""
+    if not _on_ec2(dmi_dir):
         return None
     try:
         token_request = urllib.request.Request(
-            f"{IMDS_URL}/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"}
+            f"{IMDS_URL}/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": IMDS_TOKEN_TTL_S}
         )
         with urllib.request.urlopen(token_request, timeout=IMDS_TIMEOUT_S) as response:
             token = response.read().decode()
-        id_request = urllib.request.Request(
-            f"{IMDS_URL}/meta-data/instance-id", headers={"X-aws-ec2-metadata-token": token}
-        )
-        with urllib.request.urlopen(id_request, timeout=IMDS_TIMEOUT_S) as response:
-            instance_id = response.read().decode().strip()
-    except OSError:
+        request = urllib.request.Request(f"{IMDS_URL}/{path}", headers={"X-aws-ec2-metadata-token": token})
+        with urllib.request.urlopen(request, timeout=IMDS_TIMEOUT_S) as response:
+            return response.read().decode()
+    except OSError:  # includes HTTPError 404: the tag is absent or tags are not in metadata
         return None
-    return instance_id if INSTANCE_ID.match(instance_id) else None
 
 
 def _read(path: Path) -> str:

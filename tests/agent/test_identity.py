@@ -2,21 +2,85 @@
 
 from __future__ import annotations
 
+import io
 import socket
+import urllib.error
+import urllib.request
 
 import pytest
 
+from trainer_agent import identity
 from trainer_agent.identity import Identity, ec2_instance_id
 
 
-def test_job_name_prefers_sagemaker_then_stallwatch_then_hostname(monkeypatch):
+def test_job_name_prefers_stallwatch_then_sagemaker_then_hostname_off_ec2(monkeypatch, tmp_path):
+    monkeypatch.setattr(identity, "DMI_DIR", tmp_path)  # not EC2 hardware: no instance metadata
     monkeypatch.setenv("TRAINING_JOB_NAME", "sm-job")
-    assert Identity.detect().job == "sm-job"
-    monkeypatch.delenv("TRAINING_JOB_NAME")
     assert Identity.detect().job == "test-job"
     monkeypatch.delenv("STALLWATCH_JOB_NAME")
+    assert Identity.detect().job == "sm-job"
+    monkeypatch.delenv("TRAINING_JOB_NAME")
     assert Identity.detect().job == socket.gethostname()
     assert Identity.detect("explicit").job == "explicit"
+
+
+class FakeImds:
+    """Instance metadata (IMDSv2) with optional instance tags; every request is recorded."""
+
+    def __init__(self, tags: dict[str, str]) -> None:
+        self.tags = tags
+        self.paths: list[str] = []
+
+    def __call__(self, request: urllib.request.Request, timeout: float) -> io.BytesIO:
+        path = request.full_url.removeprefix(identity.IMDS_URL + "/")
+        self.paths.append(path)
+        if path == "api/token":
+            assert request.get_method() == "PUT"
+            return io.BytesIO(b"token")
+        assert request.get_header("X-aws-ec2-metadata-token") == "token"
+        key = path.removeprefix("meta-data/tags/instance/")
+        if key in self.tags:
+            return io.BytesIO(self.tags[key].encode())
+        raise urllib.error.HTTPError(request.full_url, 404, "Not Found", {}, None)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def nitro(tmp_path, monkeypatch):
+    """A Nitro EC2 instance: its id in the DMI board asset tag, no job variable set."""
+    (tmp_path / "board_asset_tag").write_text("i-0123456789abcdef0\n")
+    (tmp_path / "sys_vendor").write_text("Amazon EC2\n")
+    monkeypatch.setattr(identity, "DMI_DIR", tmp_path)
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)  # set for every test by tests/conftest.py
+    for name in ("STALLWATCH_JOB_NAME", "TRAINING_JOB_NAME", "SM_CURRENT_HOST"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_on_ec2_the_job_is_the_instances_stallwatch_job_tag_and_the_host_its_id(nitro, monkeypatch):
+    # Given instance metadata with tags enabled and stallwatch:job=llm-70b
+    imds = FakeImds({"stallwatch:job": "llm-70b"})
+    monkeypatch.setattr("urllib.request.urlopen", imds)
+
+    # When the identity is detected with no variable set
+    ident = Identity.detect()
+
+    # Then the job is the tag (as the control plane groups the instances) and the host the instance id
+    assert (ident.job, ident.host) == ("llm-70b", "i-0123456789abcdef0")
+    assert "meta-data/tags/instance/stallwatch:job" in imds.paths
+
+
+def test_a_single_instance_without_a_job_tag_is_named_by_its_id_with_no_variable_set(nitro, monkeypatch):
+    # Given an instance without the tag (or with tags in metadata disabled: 404 alike)
+    monkeypatch.setattr("urllib.request.urlopen", FakeImds({}))
+
+    # Then job and host are the instance id: the one-instance job the control plane watches
+    ident = Identity.detect()
+    assert (ident.job, ident.host) == ("i-0123456789abcdef0", "i-0123456789abcdef0")
+
+
+def test_the_variable_wins_over_the_instance_tag(nitro, monkeypatch):
+    monkeypatch.setattr("urllib.request.urlopen", FakeImds({"stallwatch:job": "from-tag"}))
+    monkeypatch.setenv("STALLWATCH_JOB_NAME", "from-env")
+    assert Identity.detect().job == "from-env"
 
 
 def test_host_is_sagemakers_current_host(monkeypatch):

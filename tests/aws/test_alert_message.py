@@ -226,6 +226,27 @@ def test_job_state_tags_are_bounded_like_sagemakers() -> None:
         parse_event(event, JobStateEvent)
 
 
+def test_a_heterogeneous_clusters_state_change_parses_and_one_without_instances_is_refused() -> None:
+    # Given the event of a job with ResourceConfig.InstanceGroups (no InstanceType, InstanceCount 0 beside them)
+    groups = [
+        {"InstanceGroupName": "train", "InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+        {"InstanceGroupName": "data", "InstanceType": "ml.c5.18xlarge", "InstanceCount": 1},
+    ]
+    event = job_state_event("hetero-1", "InProgress", groups=groups)
+    event["detail"]["ResourceConfig"]["InstanceCount"] = 0
+
+    # Then it parses with every group
+    parsed = parse_event(event, JobStateEvent)
+    assert [(g.instance_type, g.instance_count) for g in parsed.detail.resource_config.instance_groups] == [
+        ("ml.p4d.24xlarge", 2),
+        ("ml.c5.18xlarge", 1),
+    ]
+    # And a ResourceConfig with neither a type nor groups is refused, naming the field
+    event["detail"]["ResourceConfig"] = {"VolumeSizeInGB": 100}
+    with pytest.raises(InvalidEventError, match="ResourceConfig"):
+        parse_event(event, JobStateEvent)
+
+
 def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackReceiver) -> None:
     # Given bot credentials and Slack's Web API on 127.0.0.1
     notifier = SlackNotifier(

@@ -31,6 +31,44 @@ def test_each_job_is_read_at_its_alarms_period_after_its_tags(rt, world: World) 
     assert sum(plain.values()) == sum(fast.values()) == 12
 
 
+def test_an_ec2_jobs_log_streams_are_found_without_listing_a_shared_group(rt, world: World) -> None:
+    # Given an 8-node job whose nodes log, one node that never logged, and a group shared with 60 other instances
+    nodes = world.launch(8, {"stallwatch:job": "llm-70b"})
+    for other in range(60):
+        world.ec2_logs(f"i-{other:017x}", [(200, "another job, long ago")])
+    for node in nodes[:7]:
+        world.ec2_logs(node, [(30, "step 1"), (2, f"[{node}] step 2")])
+    calls: list[dict] = []
+    rt.clients.logs.meta.events.register(
+        "provide-client-params.logs.DescribeLogStreams", lambda params, **_: calls.append(dict(params))
+    )
+    source = AwsSignalSource(rt.clients, Platform.EC2)
+
+    # When the job's hosts' log freshness is read
+    facts = source.facts("llm-70b")
+    freshness = source.ec2_log_freshness(facts)
+
+    # Then the 7 nodes that log are found among the group's most recent streams (2 pages at most of the 67), the
+    # silent one is asked for by its prefix, and every fresh node's newest line is 2 minutes old
+    assert sorted(freshness) == nodes[:7]
+    assert {round((world.now - t) / 60) for t in freshness.values()} == {2}
+    assert [c.get("orderBy") for c in calls] == ["LastEventTime", "LastEventTime", None]
+    assert calls[-1]["logStreamNamePrefix"] == nodes[7]
+
+
+def test_an_ec2_job_whose_nodes_all_log_needs_one_describe_log_streams(rt, world: World) -> None:
+    nodes = world.launch(4, {"stallwatch:job": "llm-70b"})
+    for node in nodes:
+        world.ec2_logs(node, [(2, "step 2")])
+    calls: list[dict] = []
+    rt.clients.logs.meta.events.register(
+        "provide-client-params.logs.DescribeLogStreams", lambda params, **_: calls.append(dict(params))
+    )
+    source = AwsSignalSource(rt.clients, Platform.EC2)
+    assert sorted(source.ec2_log_freshness(source.facts("llm-70b"))) == nodes
+    assert len(calls) == 1
+
+
 def test_the_sweepers_log_idle_history_is_read_per_host(rt, world: World) -> None:
     # Given a job whose sweeper published LogIdleSeconds every 5 minutes: a sawtooth of 20-minute log gaps
     world.create_job("rare-logger")

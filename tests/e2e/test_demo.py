@@ -79,6 +79,26 @@ def test_hang_is_stopped_with_a_slack_message_and_nothing_left_behind() -> None:
 
 
 @pytest.mark.slow
+def test_a_hung_2_instance_ec2_cluster_is_stopped_by_one_stop_instances_for_both() -> None:
+    # When the hang runs on EC2: two instances tagged with one stallwatch:job, the agent's JobName that tag
+    code, result, log = _demo("--scenario", "hang", "--platform", "ec2")
+    # Then it passes: one decision stopped both instances with one StopInstances, Slack heard about it
+    assert code == 0, log[-4000:]
+    assert result["job_status"] == "Stopped"
+    [stop] = [d for d in result["decisions"] if d["action"] == "stop"]
+    assert (stop["diagnosis"], stop["stopped"]) == ("hang", True)
+    assert stop["details"]["stop"]["detail"] == "StopInstances: 2 of 2 instances stopping"
+    assert result["slack_messages"] >= 2
+    # ...both nodes' training exited on the shutdown's SIGTERM, their alarms went with the job, nothing remains
+    hosts = sorted(result["training_exit_codes"])
+    assert len(hosts) == 2
+    assert all(re.match(r"^i-[0-9a-f]{17}$", host) for host in hosts)
+    assert set(result["training_exit_codes"].values()) == {0}
+    assert "retired" in log
+    _assert_nothing_left(result)
+
+
+@pytest.mark.slow
 def test_checkpoint_within_its_budget_is_not_stopped_and_training_completes() -> None:
     # When a checkpoint outlasts the stall threshold but stays within its declared budget
     code, result, log = _demo("--scenario", "checkpoint")

@@ -51,7 +51,16 @@ def test_the_corpus_covers_platforms_sizes_agents_and_cases() -> None:
     assert any(t.job.tags.get("stallwatch:stop-on-nonfinite-loss") == "true" for t in traces)
 
 
+def test_the_corpus_covers_ec2_clusters_and_heterogeneous_sagemaker_clusters() -> None:
+    traces = [load_trace(p) for p in TRACES]
+    ec2_clusters = [t for t in traces if t.job.platform is Platform.EC2 and t.job.instance_count > 1]
+    assert {t.job.instance_count for t in ec2_clusters} >= {4, 8}
+    assert all(t.job.tags.get("stallwatch:job") == t.job.name for t in ec2_clusters)
+    assert any(len(set(t.job.host_types.values())) > 1 for t in traces if t.job.host_types)
+
+
 def test_the_corpus_stays_commit_sized() -> None:
+    # ~20 traces at one datapoint a minute, 8-host SageMaker and EC2 clusters among them
     assert sum(p.stat().st_size for p in TRACES) < 8_000_000
 
 

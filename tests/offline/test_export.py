@@ -11,6 +11,7 @@ import pytest
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.core import alarms, contract
+from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import EndEvent, LogEvent, MetricEvent, StatusEvent
 from stallwatch.offline.cli import EXIT_OK, EXIT_USAGE, main
@@ -308,3 +309,49 @@ def test_cli_export_trace_of_an_instance(
     assert code == EXIT_OK
     assert load_trace(out).job.platform is Platform.EC2
     assert f"wrote {out}" in capsys.readouterr().err
+
+
+def test_an_ec2_job_is_exported_by_its_job_tag_with_every_instance_and_its_logs(
+    clients: AwsClients, tmp_path: Path
+) -> None:
+    # Given 2 instances tagged stallwatch:job=llm-70b (the agent's JobName), with metrics and a log stream each
+    tags = [{"Key": "stallwatch:job", "Value": "llm-70b"}, {"Key": "stallwatch:mode", "Value": "enforce"}]
+    launched = clients.ec2.run_instances(
+        ImageId="ami-12345678",
+        MinCount=2,
+        MaxCount=2,
+        InstanceType="p4d.24xlarge",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )["Instances"]
+    instances = sorted(i["InstanceId"] for i in launched)
+    start = min(i["LaunchTime"].timestamp() for i in launched)
+    clients.logs.create_log_group(logGroupName=EC2_LOG_GROUP)
+    for instance_id in instances:
+        put_ec2_history(clients, instance_id, start)
+        clients.logs.create_log_stream(logGroupName=EC2_LOG_GROUP, logStreamName=instance_id)
+        clients.logs.put_log_events(
+            logGroupName=EC2_LOG_GROUP,
+            logStreamName=instance_id,
+            logEvents=[{"timestamp": int((start + 120) * 1000), "message": f"[{instance_id}] step 40 loss 2.1"}],
+        )
+    out = tmp_path / "llm-70b.jsonl"
+
+    # When exported by the tag
+    export_trace("llm-70b", clients, out, until=start + HORIZON_S, platform=Platform.EC2)
+
+    # Then the trace is one EC2 job of both instances, with both streams' lines, and replays to the same hosts
+    trace = load_trace(out)
+    assert (trace.job.name, trace.job.instance_count, trace.job.instance_ids) == ("llm-70b", 2, instances)
+    assert trace.job.tags == {t["Key"]: t["Value"] for t in tags}
+    assert sorted(e.log.stream for e in trace.events if isinstance(e, LogEvent)) == instances
+    signals = TraceSource(trace).job_signals("llm-70b", now=TraceSource(trace).epoch(11 * 60))
+    assert sorted(signals.hosts) == instances
+    assert all(signals.hosts[i].log_last_t is not None for i in instances)
+
+
+def test_cli_export_of_an_ec2_job_tag_that_no_instance_carries_fails(
+    clients: AwsClients, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["export-trace", "llm-70b", "--platform", "ec2", "--region", "us-east-1"])
+    assert code == EXIT_USAGE
+    assert "stallwatch:job='llm-70b'" in capsys.readouterr().err

@@ -80,6 +80,40 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
     assert all(s["Resource"]["Fn::Join"][1][-1] == ":alarm:sw-*" for s in alarm_writes)
 
 
+def _managed_policy_statements(template: Template) -> list[dict[str, Any]]:
+    [policy] = template.find_resources("AWS::IAM::ManagedPolicy").values()
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(template: Template) -> None:
+    # Given the default deployment
+    statements = _managed_policy_statements(template)
+    outputs = template.find_outputs("Ec2InstancePolicyArn")
+
+    # Then the instance role may publish only the agent's and the CloudWatch agent's metrics, ship logs only to the
+    # EC2 log group (and under it), and do nothing else; its ARN is an output
+    metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
+    assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
+    logs = next(s for s in statements if _grants(s, "logs:PutLogEvents"))
+    resources = {r["Fn::Join"][1][-1] for r in as_list(logs["Resource"])}
+    assert resources == {":log-group:/stallwatch/ec2:*", ":log-group:/stallwatch/ec2/*:*"}
+    actions = {a for s in statements for a in as_list(s["Action"])}
+    assert not {a for a in actions if not a.startswith(("cloudwatch:PutMetricData", "logs:"))}
+    assert not any(_grants(s, action) for s in statements for action in STOP_ACTIONS)
+    [output] = outputs.values()
+    assert "Ref" in output["Value"]
+
+
+def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(template: Template) -> None:
+    reads = [s for s in iam_statements(template) if _grants(s, "logs:FilterLogEvents")]
+    resources = {r["Fn::Join"][1][-1] for s in reads for r in as_list(s["Resource"])}
+    assert resources == {
+        ":log-group:/aws/sagemaker/TrainingJobs:*",
+        ":log-group:/stallwatch/ec2:*",
+        ":log-group:/stallwatch/ec2/*:*",
+    }
+
+
 def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
     # CreateTrainingJob only of jobs that carry the resume chain's tag
     [create] = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]

@@ -17,11 +17,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stallwatch.aws.events import EC2_INSTANCE_ID, SAGEMAKER_JOB_NAME
+from stallwatch.core.clusters import JOB_NAME
 from stallwatch.core.signals import JobFacts, Platform
 
 ACTIONS_BLOCK_ID = "stallwatch_actions"
 DEPLOYMENT_ID_CHARS = 16
-JOB_NAMES = {Platform.SAGEMAKER: re.compile(SAGEMAKER_JOB_NAME), Platform.EC2: re.compile(EC2_INSTANCE_ID)}
+# An EC2 job is its instances' stallwatch:job tag, or the id of a lone instance.
+JOB_NAMES = {
+    Platform.SAGEMAKER: re.compile(SAGEMAKER_JOB_NAME),
+    Platform.EC2: re.compile(f"(?:{EC2_INSTANCE_ID})|(?:{JOB_NAME.pattern})"),
+}
 
 
 class OperatorAction(StrEnum):
@@ -59,7 +64,7 @@ class ButtonValue(BaseModel):
 
     @model_validator(mode="after")
     def _job_name(self) -> ButtonValue:
-        # A SageMaker job name or an instance id: never an ARN, a path or another account's resource
+        # A SageMaker job name, an EC2 job tag or an instance id: never an ARN, a path or another account's resource
         if not JOB_NAMES[self.platform].fullmatch(self.job):
             raise ValueError(f"job {self.job[:64]!r} is not a {self.platform.value} job name")
         return self

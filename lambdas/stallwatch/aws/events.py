@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.core import contract
@@ -30,6 +30,7 @@ ALARM_NAME_MAX = 255  # PutMetricAlarm AlarmName
 ALARM_REASON_MAX = 1023  # StateReason
 ARN_MAX = 1600
 INSTANCE_TYPE_MAX = 64
+MAX_INSTANCE_GROUPS = 20  # far above what a heterogeneous cluster may have; bounds the event's size
 TAGS_MAX = 50  # tags per resource
 TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
@@ -49,9 +50,31 @@ class _Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
-class ResourceConfig(_Model):
+class InstanceGroup(_Model):
+    """One group of a heterogeneous cluster."""
+
+    instance_group_name: str = Field(alias="InstanceGroupName", min_length=1, max_length=64)
     instance_type: str = Field(alias="InstanceType", min_length=1, max_length=INSTANCE_TYPE_MAX)
-    instance_count: int = Field(alias="InstanceCount", ge=1, le=10_000)
+    instance_count: int = Field(alias="InstanceCount", ge=0, le=10_000)
+
+
+class ResourceConfig(_Model):
+    """One instance type and count, or a heterogeneous cluster's `InstanceGroups`."""
+
+    instance_type: str | None = Field(None, alias="InstanceType", min_length=1, max_length=INSTANCE_TYPE_MAX)
+    instance_count: int | None = Field(None, alias="InstanceCount", ge=0, le=10_000)  # may be 0 beside InstanceGroups
+    instance_groups: list[InstanceGroup] = Field(
+        default_factory=list, alias="InstanceGroups", max_length=MAX_INSTANCE_GROUPS
+    )
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> ResourceConfig:
+        if self.instance_groups:
+            if not any(g.instance_count for g in self.instance_groups):
+                raise ValueError("InstanceGroups: every group has InstanceCount 0")
+        elif self.instance_type is None or not self.instance_count:
+            raise ValueError("needs InstanceType and InstanceCount (at least 1), or InstanceGroups")
+        return self
 
 
 class TrainingJobDetail(_Model):

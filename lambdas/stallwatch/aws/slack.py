@@ -30,7 +30,7 @@ from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
 from stallwatch.core.decision import Action, Decision, stall_onset
 from stallwatch.core.goodput import Goodput
-from stallwatch.core.pricing import Burn, estimate_burn
+from stallwatch.core.pricing import Burn, estimate_fleet_burn
 from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
 LOG_LINES_SHOWN = 5  # per host
@@ -120,7 +120,7 @@ class Evidence:
             power_before=_mean(h.get("power_w_baseline") for h in hosts),
             power_now=_mean(h.get("power_w_now") for h in hosts),
             stall_seconds=stall_seconds,
-            burn=estimate_burn(facts.instance_type, facts.instance_count, stall_seconds),
+            burn=estimate_fleet_burn(facts.fleet(), stall_seconds),
             logs={h: tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if (tail := _human_lines(s.log_tail))},
             errors={h: s.error_lines[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.error_lines},
             straggler=decision.evidence.get("straggler"),
@@ -200,6 +200,8 @@ class AlertMessage:
         if d.action is Action.STOP:
             attempts = f" (attempt {self.stop_attempts})" if self.stop_attempts > 1 else ""
             outcome = "stop FAILED, will retry" if self._stop_failed() else "stop requested"
+            if self.stop_result is not None and self.stop_result.count:
+                outcome += f" ({self.stop_result.count})"
             return f"{outcome}{attempts} at {_when(d.at)}"
         if d.action is Action.WARN:
             return f"will be stopped if the stall persists (warned at {_when(d.at)})"
@@ -215,7 +217,7 @@ class AlertMessage:
         fields = [
             f"*Job*\n`{f.name}` ({f.platform.value})",
             f"*Diagnosis*\n{d.diagnosis.value}",
-            f"*Hosts*\n{f.instance_count} x {f.instance_type}",
+            f"*Hosts*\n{' + '.join(f'{n} x {t}' for t, n in f.fleet().items())}",
             f"*Action*\n{self._action_line()}",
         ]
         reasons = "\n".join(f"- {r}" for r in d.reasons) or "- (none given)"

@@ -12,18 +12,21 @@ devices; EC2 hosts use the CloudWatch agent's nvidia_smi_* metrics aggregated by
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from stallwatch.aws.clients import AwsClients
-from stallwatch.core import alarms, contract, log_patterns
-from stallwatch.core.policy import Policy
+from stallwatch.core import alarms, clusters, contract, log_patterns
+from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.policy import EC2_MONITOR_TAG, Policy
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
+    EC2_STREAM,
     ERROR_LINES_PER_HOST,
+    FILTER_STREAMS_LIMIT,
     LOG_LINES_PER_HOST,
     LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
@@ -34,6 +37,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, 
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 LOG_TAIL_PAGES = 2
+RECENT_STREAM_PAGES = 2  # EC2: pages of a log group's most recently written streams read before asking per host
 
 # Platform metrics per host, keyed by what `_assemble` reads: SageMaker name, or EC2 (namespace, name).
 SAGEMAKER_HOST_METRICS = {
@@ -47,7 +51,12 @@ EC2_HOST_METRICS = {
     "gpu_mem_total": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL),
     "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
 }
-EC2_STATUS = {"pending": "InProgress", "running": "InProgress", "stopping": "Stopping", "shutting-down": "Stopping"}
+# The instances a sweep looks at: running, and tagged with a job or the monitor tag (EC2 filters match tag values
+# exactly, so the values are matched in code, as `clusters.job_of` does).
+EC2_WATCHED_FILTERS = [
+    {"Name": "tag-key", "Values": [clusters.JOB_TAG, EC2_MONITOR_TAG]},
+    {"Name": "instance-state-name", "Values": ["running"]},
+]
 
 
 class JobNotFoundError(LookupError):
@@ -122,11 +131,16 @@ class AwsSignalSource:
     """`SignalSource` over SageMaker or EC2, CloudWatch metrics and CloudWatch Logs."""
 
     def __init__(
-        self, clients: AwsClients, platform: Platform = Platform.SAGEMAKER, policy: Policy | None = None
+        self,
+        clients: AwsClients,
+        platform: Platform = Platform.SAGEMAKER,
+        policy: Policy | None = None,
+        ec2_log_group: str = EC2_LOG_GROUP,
     ) -> None:
         self.clients = clients
         self.platform = platform
         self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
+        self.ec2_log_group = ec2_log_group
 
     def job_signals(self, job_name: str, now: float) -> JobSignals:
         return self.many_job_signals([job_name], now)[job_name]
@@ -159,8 +173,8 @@ class AwsSignalSource:
                 raise JobNotFoundError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
             raise
         tags = sagemaker.list_tags(ResourceArn=job["TrainingJobArn"]).get("Tags", [])
-        resources = job["ResourceConfig"]
-        spec = instance_spec(resources["InstanceType"])
+        layout = clusters.sagemaker_layout(job["ResourceConfig"])
+        spec = instance_spec(layout.instance_type)
         history = tuple((t["StartTime"].timestamp(), t["Status"]) for t in job.get("SecondaryStatusTransitions", []))
         start = job.get("TrainingStartTime") or job["CreationTime"]
         return JobFacts(
@@ -169,39 +183,79 @@ class AwsSignalSource:
             status=job["TrainingJobStatus"],
             secondary_status=job.get("SecondaryStatus"),
             start_time=start.timestamp(),
-            instance_type=resources["InstanceType"],
-            instance_count=resources["InstanceCount"],
+            instance_type=layout.instance_type,
+            instance_count=layout.instance_count,
             gpus_per_host=spec.devices,
             vcpus_per_host=spec.vcpus,
             tags={t["Key"]: t["Value"] for t in tags},
             status_history=history,
+            host_types=layout.host_types,
         )
 
-    def _ec2_facts(self, instance_id: str) -> JobFacts:
+    def _ec2_facts(self, job_name: str) -> JobFacts:
+        """An EC2 job: the instances tagged `stallwatch:job=<job_name>`, or the untagged instance `job_name`."""
+        if not clusters.INSTANCE_ID.match(job_name):
+            instances = self._describe_instances(Filters=[{"Name": f"tag:{clusters.JOB_TAG}", "Values": [job_name]}])
+            if not instances:
+                raise JobNotFoundError(f"no EC2 instance is tagged {clusters.JOB_TAG}={job_name!r}")
+            return self._ec2_group_facts(job_name, instances)
+        instance = self.ec2_instance(job_name)
+        owner = clusters.job_of(_tags(instance), job_name)
+        if owner not in (None, job_name):
+            raise JobNotFoundError(f"EC2 instance {job_name!r} belongs to job {owner!r}")
+        return self._ec2_group_facts(job_name, [instance])
+
+    def ec2_instance(self, instance_id: str) -> dict[str, Any]:
+        """DescribeInstances of one instance; `JobNotFoundError` if EC2 does not know it."""
         ec2 = self.clients.ec2
         try:
-            reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+            instances = self._describe_instances(InstanceIds=[instance_id])
         except ec2.exceptions.ClientError as exc:
             if exc.response["Error"]["Code"].startswith("InvalidInstanceID"):
                 raise JobNotFoundError(f"EC2 instance {instance_id!r}: {exc.response['Error']['Message']}") from exc
             raise
-        instances = [i for r in reservations for i in r["Instances"]]
         if not instances:
             raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
-        instance = instances[0]
-        spec = instance_spec(instance["InstanceType"])
+        return instances[0]
+
+    def ec2_jobs(self) -> dict[str, JobFacts]:
+        """Every watched EC2 job with a running instance, from one paginated DescribeInstances."""
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for instance in self._describe_instances(Filters=EC2_WATCHED_FILTERS):
+            name = clusters.job_of(_tags(instance), instance["InstanceId"])
+            if name is not None:
+                groups[name].append(instance)
+        return {name: self._ec2_group_facts(name, instances) for name, instances in sorted(groups.items())}
+
+    def _describe_instances(self, **request: Any) -> list[dict[str, Any]]:
+        pages = self.clients.ec2.get_paginator("describe_instances").paginate(**request)
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def _ec2_group_facts(self, name: str, instances: list[dict[str, Any]]) -> JobFacts:
+        """The job's facts from its instances: hosts, types, status, and one tag set (disagreements reported)."""
+        states = {i["InstanceId"]: i["State"]["Name"] for i in instances}
+        hosts = clusters.ec2_hosts(states)
+        members = [i for i in instances if i["InstanceId"] in hosts]
+        layout = clusters.ec2_layout({i["InstanceId"]: i["InstanceType"] for i in members})
+        merged = clusters.merge_instance_tags([_tags(i) for i in members], self.policy)
+        log_group, log_group_error = clusters.log_group_of(merged.tags, self.ec2_log_group)
+        errors = [*merged.errors, *filter(None, [clusters.job_tag_error(merged.tags), log_group_error])]
+        spec = instance_spec(layout.instance_type)
         return JobFacts(
-            name=instance_id,
+            name=name,
             platform=Platform.EC2,
-            status=EC2_STATUS.get(instance["State"]["Name"], "Stopped"),
+            status=clusters.ec2_status(states.values()),
             secondary_status=None,
-            start_time=instance["LaunchTime"].timestamp(),
-            instance_type=instance["InstanceType"],
-            instance_count=1,
+            start_time=min(i["LaunchTime"].timestamp() for i in members),
+            instance_type=layout.instance_type,
+            instance_count=layout.instance_count,
             gpus_per_host=spec.devices,
             vcpus_per_host=spec.vcpus,
-            tags={t["Key"]: t["Value"] for t in instance.get("Tags", [])},
-            instance_ids=(instance_id,),
+            tags=merged.tags,
+            instance_ids=tuple(hosts),
+            host_types=layout.host_types,
+            tag_errors=tuple(errors),
+            log_group=log_group,
         )
 
     def _refs(self, facts: JobFacts) -> _JobRefs:
@@ -228,10 +282,11 @@ class AwsSignalSource:
     def _platform_refs(self, facts: JobFacts, host: str) -> dict[tuple[str, str], MetricRef]:
         if facts.platform is Platform.SAGEMAKER:
             dims = (("Host", f"{facts.name}/{host}"),)
-            divisors = {"gpu_util": facts.gpus_per_host, "gpu_mem_util": facts.gpus_per_host}
+            gpus = facts.gpus_on(host) or 1  # a CPU-only host (a heterogeneous cluster's data group) has no GPU data
+            divisors = {"gpu_util": gpus, "gpu_mem_util": gpus}
             return {
                 (host, fld): MetricRef(
-                    contract.SAGEMAKER_NAMESPACE, name, dims, divisor=divisors.get(fld, facts.vcpus_per_host)
+                    contract.SAGEMAKER_NAMESPACE, name, dims, divisor=divisors.get(fld, facts.vcpus_on(host))
                 )
                 for fld, name in SAGEMAKER_HOST_METRICS.items()
             }
@@ -239,7 +294,7 @@ class AwsSignalSource:
         return {(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in EC2_HOST_METRICS.items()}
 
     def _assemble(self, facts: JobFacts, refs: _JobRefs, series: dict[MetricRef, Series], now: float) -> JobSignals:
-        logs = self.host_logs(facts, now) if facts.platform is Platform.SAGEMAKER else {}
+        logs = self.host_logs(facts, now)
         hosts: dict[str, HostSignals] = {}
         for host in alarms.host_names(facts):
             log = logs.get(host, _HostLog())
@@ -264,50 +319,118 @@ class AwsSignalSource:
 
     def log_freshness(self, job_name: str) -> dict[str, float]:
         """Each SageMaker host's newest log event time (epoch seconds), from its log streams."""
-        newest: dict[str, float] = {}
-        paginator = self.clients.logs.get_paginator("describe_log_streams")
-        pages = paginator.paginate(logGroupName=contract.SAGEMAKER_LOG_GROUP, logStreamNamePrefix=f"{job_name}/")
+        streams = self._streams(contract.SAGEMAKER_LOG_GROUP, f"{job_name}/")
+        return _newest(streams, lambda stream: _sagemaker_host(stream, job_name))
+
+    def ec2_log_freshness(self, facts: JobFacts) -> dict[str, float]:
+        """Each EC2 host's newest log event time, from its streams (named by instance id) in the job's log group."""
+        hosts = set(facts.instance_ids)
+        return _newest(self.ec2_streams(facts), lambda stream: _ec2_host(stream, hosts))
+
+    def ec2_streams(self, facts: JobFacts) -> list[dict[str, Any]]:
+        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group.
+
+        The group's most recently written streams first (one call for a job whose hosts log), then one call by prefix
+        for each host not among them (quiet for long, never logged, or a group shared by many busy jobs): a group
+        that keeps the streams of instances long gone is never listed whole."""
+        hosts = set(facts.instance_ids)
+        group = facts.log_group or self.ec2_log_group
+        logs = self.clients.logs
+        request: dict[str, Any] = {"logGroupName": group, "orderBy": "LastEventTime", "descending": True}
+        found: list[dict[str, Any]] = []
         try:
-            streams = [s for page in pages for s in page["logStreams"]]
+            for _ in range(RECENT_STREAM_PAGES):
+                page = logs.describe_log_streams(**request)
+                found += [s for s in page["logStreams"] if _ec2_host(s["logStreamName"], hosts)]
+                if not page.get("nextToken") or hosts <= {_ec2_host(s["logStreamName"], hosts) for s in found}:
+                    break
+                request["nextToken"] = page["nextToken"]
+        except logs.exceptions.ResourceNotFoundException:
+            return []
+        missing = hosts - {_ec2_host(s["logStreamName"], hosts) for s in found}
+        streams = [s for host in sorted(missing) for s in self._streams(group, host)]
+        return found + [s for s in streams if _ec2_host(s["logStreamName"], hosts)]
+
+    def _streams(self, log_group: str, prefix: str | None) -> list[dict[str, Any]]:
+        paginator = self.clients.logs.get_paginator("describe_log_streams")
+        request = {"logGroupName": log_group} | ({"logStreamNamePrefix": prefix} if prefix else {})
+        try:
+            return [s for page in paginator.paginate(**request) for s in page["logStreams"]]
         except self.clients.logs.exceptions.ResourceNotFoundException:
-            return {}
-        for stream in streams:
-            match = SAGEMAKER_STREAM.match(stream["logStreamName"])
-            last_ms = stream.get("lastEventTimestamp") or stream.get("lastIngestionTime")
-            if match and match["job"] == job_name and last_ms:
-                newest[match["host"]] = max(newest.get(match["host"], 0.0), last_ms / 1000)
-        return newest
+            return []
 
     def host_logs(self, facts: JobFacts, now: float) -> dict[str, _HostLog]:
         """Per host: the newest event time and the log lines around the quietest host's last event."""
-        freshness = self.log_freshness(facts.name)
+        if facts.platform is Platform.SAGEMAKER:
+            freshness = self.log_freshness(facts.name)
+            host_of = lambda stream: _sagemaker_host(stream, facts.name)  # noqa: E731 - one line, used twice
+            selections = [{"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{facts.name}/"}]
+        else:
+            hosts = set(facts.instance_ids)
+            host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731
+            group = facts.log_group or self.ec2_log_group
+            found = self.ec2_streams(facts)
+            freshness = _newest(found, host_of)
+            streams = [s["logStreamName"] for s in found]
+            selections = [
+                {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
+                for i in range(0, len(streams), FILTER_STREAMS_LIMIT)
+            ]
         if not freshness:
             return {}
-        start_ms = int((min(freshness.values()) - LOG_TAIL_SECONDS) * 1000)
-        request = {
-            "logGroupName": contract.SAGEMAKER_LOG_GROUP,
-            "logStreamNamePrefix": f"{facts.name}/",
-            "startTime": max(start_ms, 0),
+        window = {
+            "startTime": max(int((min(freshness.values()) - LOG_TAIL_SECONDS) * 1000), 0),
             "endTime": int(now * 1000),
         }
         logs = {host: _HostLog(last_t=t) for host, t in freshness.items()}
+        for selection in selections:
+            self._read_lines(selection | window, host_of, logs)
+        for log in logs.values():
+            log.lines.sort(key=lambda line: line.t)
+        return logs
+
+    def _read_lines(
+        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, _HostLog]
+    ) -> None:
         for _ in range(LOG_TAIL_PAGES):
             response = self.clients.logs.filter_log_events(**request)
             for event in response.get("events", []):
-                match = SAGEMAKER_STREAM.match(event["logStreamName"])
-                if not match or match["host"] not in logs:
+                host = host_of(event["logStreamName"])
+                if host not in logs:
                     continue
                 t = event["timestamp"] / 1000
                 message = event["message"].rstrip("\n")
-                log = logs[match["host"]]
+                log = logs[host]
                 log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
                 log.last_t = max(log.last_t or t, t)
             if not response.get("nextToken"):
                 break
             request["nextToken"] = response["nextToken"]
-        for log in logs.values():
-            log.lines.sort(key=lambda line: line.t)
-        return logs
+
+
+def _sagemaker_host(stream: str, job_name: str) -> str | None:
+    match = SAGEMAKER_STREAM.match(stream)
+    return match["host"] if match and match["job"] == job_name else None
+
+
+def _ec2_host(stream: str, hosts: set[str]) -> str | None:
+    match = EC2_STREAM.match(stream)
+    return match["host"] if match and match["host"] in hosts else None
+
+
+def _newest(streams: list[dict[str, Any]], host_of: Callable[[str], str | None]) -> dict[str, float]:
+    """Per host, the newest event time of its streams (epoch seconds)."""
+    newest: dict[str, float] = {}
+    for stream in streams:
+        host = host_of(stream["logStreamName"])
+        last_ms = stream.get("lastEventTimestamp") or stream.get("lastIngestionTime")
+        if host and last_ms:
+            newest[host] = max(newest.get(host, 0.0), last_ms / 1000)
+    return newest
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
 
 
 def _percent(part: Series, whole: Series) -> Series:

@@ -25,7 +25,8 @@ CPU utilization is read as a signal but not alarmed: a healthy GPU job can sit n
 Host metrics per platform:
 
 - SageMaker: ``/aws/sagemaker/TrainingJobs``, dimension ``Host=<job>/algo-N``; GPU metrics are 0-100 x GPUs,
-  so the alarms divide by ``facts.gpus_per_host`` with metric math.
+  so the alarms divide by the host's GPUs (``facts.gpus_on(host)``: each group's type in a heterogeneous cluster)
+  with metric math.
 - EC2: the CloudWatch agent's ``nvidia_smi_*`` metrics in ``CWAgent``, configured with
   ``append_dimensions: {"InstanceId": "${aws:InstanceId}"}`` and ``aggregation_dimensions: [["InstanceId"]]``
   so that it also publishes the per-instance mean over GPUs with the single dimension ``InstanceId``.
@@ -103,7 +104,8 @@ def parse_alarm_name(name: str, prefix: str) -> AlarmRef:
 
 
 def host_names(facts: JobFacts) -> list[str]:
-    """The job's hosts as the signals name them: algo-1..algo-N on SageMaker, instance ids on EC2."""
+    """The job's hosts as the signals name them: algo-1..algo-N on SageMaker (across all instance groups of a
+    heterogeneous cluster), instance ids on EC2 (every instance of the job's group)."""
     if facts.platform is Platform.EC2:
         return list(facts.instance_ids)
     return [f"algo-{i}" for i in range(1, facts.instance_count + 1)]
@@ -116,7 +118,9 @@ def render_alarms(facts: JobFacts, policy: EffectivePolicy, prefix: str, action_
     renderer = _Renderer(facts, policy.thresholds, prefix, action_arns)
     alarms = []
     for host in host_names(facts):
-        alarms += [renderer.gpu_idle(host), renderer.gpu_memory(host), renderer.log_idle(host)]
+        if facts.gpus_on(host):  # a CPU-only host (a heterogeneous cluster's data group) has no GPU metrics
+            alarms += [renderer.gpu_idle(host), renderer.gpu_memory(host)]
+        alarms.append(renderer.log_idle(host))
     alarms += [renderer.progress(), renderer.nonfinite_loss(), renderer.data_starvation()]
     return alarms
 
@@ -178,7 +182,7 @@ class _Renderer:
             metric = _metric(contract.SAGEMAKER_NAMESPACE, metric_name, {"Host": f"{self.facts.name}/{host}"})
             return [
                 _stat("m1", metric, self.period, "Average"),
-                _expression(f"m1 / {self.facts.gpus_per_host}", f"{metric_name} per GPU"),
+                _expression(f"m1 / {self.facts.gpus_on(host)}", f"{metric_name} per GPU"),
             ]
         dims = {CWAGENT_DIM_INSTANCE: host}
         if metric_name == "GPUUtilization":

@@ -21,6 +21,9 @@ TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"
 TABLE_TTL_ATTRIBUTE = "expires_at"
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
+# Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
+EC2_LOG_GROUP = "/stallwatch/ec2"
+LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
 
 
 class SlackMode(StrEnum):
@@ -70,6 +73,11 @@ class StallwatchConfig(BaseModel):
     incident_ttl_days: int = Field(90, ge=1, le=3650, description="How long incident records are kept.")
     regions: list[str] = Field(default_factory=list, description="Regions to deploy to; empty: environment-agnostic.")
     notification_emails: list[str] = Field(default_factory=list, description="Also notified of control-plane health.")
+    ec2_log_group: str = Field(
+        EC2_LOG_GROUP,
+        description="EC2 jobs' log group (streams named by instance id); a job's `stallwatch:log-group` tag may name "
+        "another group under it.",
+    )
 
     @field_validator("alarm_prefix")
     @classmethod
@@ -78,6 +86,13 @@ class StallwatchConfig(BaseModel):
             raise ValueError(
                 f"must match {ALARM_PREFIX_PATTERN} (letters, digits, _ or -, ending in '-'), got {value!r}"
             )
+        return value
+
+    @field_validator("ec2_log_group")
+    @classmethod
+    def _log_group(cls, value: str) -> str:
+        if not re.match(LOG_GROUP_PATTERN, value):
+            raise ValueError(f"not a CloudWatch Logs group name: {value!r}")
         return value
 
     @field_validator("regions")

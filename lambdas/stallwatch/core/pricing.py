@@ -81,3 +81,10 @@ def estimate_burn(instance_type: str, hosts: int, seconds: float) -> Burn:
     hours = max(seconds, 0.0) / 3600
     dollars = hosts * spec.usd_per_hour * hours if spec.usd_per_hour else None
     return Burn(device_hours=hosts * spec.devices * hours, dollars=dollars)
+
+
+def estimate_fleet_burn(fleet: dict[str, int], seconds: float) -> Burn:
+    """`estimate_burn` summed over a job's instance types (type -> hosts); dollars None when no type has a price."""
+    burns = [estimate_burn(instance_type, hosts, seconds) for instance_type, hosts in fleet.items()]
+    priced = [b.dollars for b in burns if b.dollars is not None]
+    return Burn(device_hours=sum(b.device_hours for b in burns), dollars=sum(priced) if priced else None)

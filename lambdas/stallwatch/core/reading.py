@@ -25,3 +25,6 @@ AGENT_STATISTICS = {
     contract.LOG_IDLE_SECONDS: "Maximum",
 }
 SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
+# EC2 streams are named by instance id (the CloudWatch agent's {instance_id}), optionally with a suffix per file.
+EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")
+FILTER_STREAMS_LIMIT = 100  # FilterLogEvents' logStreamNames per call

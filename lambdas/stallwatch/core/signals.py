@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from stallwatch.core.pricing import instance_spec
+
 
 @dataclass(frozen=True)
 class Series:
@@ -73,6 +75,31 @@ class JobFacts:
     status_history: tuple[tuple[float, str], ...] = ()
     # EC2 instance ids (EC2 only); SageMaker hosts are algo-1..algo-N.
     instance_ids: tuple[str, ...] = ()
+    # Each host's instance type where the hosts differ (heterogeneous clusters); else empty: all are instance_type.
+    host_types: dict[str, str] = field(default_factory=dict)
+    # Why some of the job's tags were not taken as they are (EC2: tags that differ across its instances).
+    tag_errors: tuple[str, ...] = ()
+    # Where the hosts' logs are (EC2: streams named by instance id); None: the platform's own place.
+    log_group: str | None = None
+
+    def instance_type_of(self, host: str) -> str:
+        return self.host_types.get(host, self.instance_type)
+
+    def gpus_on(self, host: str) -> int:
+        """Accelerator devices on `host` (its type's, where the hosts differ)."""
+        return instance_spec(self.host_types[host]).devices if host in self.host_types else self.gpus_per_host
+
+    def vcpus_on(self, host: str) -> int:
+        return instance_spec(self.host_types[host]).vcpus if host in self.host_types else self.vcpus_per_host
+
+    def fleet(self) -> dict[str, int]:
+        """Instance type -> how many of the job's hosts are of it."""
+        if not self.host_types:
+            return {self.instance_type: self.instance_count}
+        counts: dict[str, int] = {}
+        for instance_type in self.host_types.values():
+            counts[instance_type] = counts.get(instance_type, 0) + 1
+        return counts
 
 
 @dataclass(frozen=True)

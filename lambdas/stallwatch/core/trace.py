@@ -5,6 +5,8 @@
 
 Line 1 is the header, then one event per line, sorted by ``t`` (seconds since the job entered InProgress):
 a status change, a metric datapoint, a log line, or the end of the trace. Errors name the line and field.
+Log streams are as on the platform: SageMaker's ``<job>/algo-N-<epoch>``, EC2's instance id (``i-...``, optionally
+``i-.../<file>``), one job's instances spanning many streams.
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ class TraceJob(_Model):
     gpus_per_host: int = Field(ge=0)
     vcpus_per_host: int = Field(ge=1)
     tags: dict[str, str] = Field(default_factory=dict)
-    # EC2: the instance ids (the hosts); SageMaker hosts are algo-1..algo-N.
+    # EC2: the instance ids (the hosts: one job may span many instances); SageMaker hosts are algo-1..algo-N.
     instance_ids: list[str] = Field(default_factory=list)
+    # Each host's instance type where they differ (a heterogeneous cluster, a mixed EC2 group); absent: all hosts are
+    # instance_type (with gpus_per_host and vcpus_per_host).
+    host_types: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TraceJob:
@@ -46,6 +51,13 @@ class TraceJob(_Model):
             raise ValueError(
                 f"ec2 jobs need one instance id per host: {self.instance_count} hosts, {self.instance_ids}"
             )
+        hosts = (
+            self.instance_ids
+            if self.platform is Platform.EC2
+            else [f"algo-{i}" for i in range(1, self.instance_count + 1)]
+        )
+        if unknown := sorted(set(self.host_types or {}) - set(hosts)):
+            raise ValueError(f"host_types names hosts the job does not have: {unknown}")
         if "." in self.name:
             raise ValueError(f"job name {self.name!r} must not contain '.'")
         return self

@@ -3,7 +3,8 @@
     stallwatch replay corpus/traces/*.jsonl            # a timeline of alerts, warnings and stops per trace
     stallwatch replay my-job.jsonl --json --policy config.json
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
-    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an EC2 job is named by its instance id
+    stallwatch export-trace llm-70b --platform ec2 --out llm-70b.jsonl   # EC2 instances tagged stallwatch:job=llm-70b
+    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
     stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
 
@@ -28,6 +29,7 @@ from stallwatch.core.alarms import parse_alarm_name
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
+from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
 from stallwatch.offline import ops, report
 from stallwatch.offline.replay import ReplayResult, Verdict, replay
@@ -117,7 +119,7 @@ def run_export(args: argparse.Namespace) -> int:
     from stallwatch.offline.export import export_trace
 
     out = args.out or Path(f"{args.job}.jsonl")
-    trace = export_trace(args.job, AwsClients(region=args.region), out)
+    trace = export_trace(args.job, AwsClients(region=args.region), out, platform=args.platform)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 
@@ -133,11 +135,15 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_export(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "export-trace", help="write a SageMaker training job's or an EC2 instance's history as a trace"
+    parser = subparsers.add_parser("export-trace", help="write a SageMaker or EC2 job's history as a trace")
+    parser.add_argument(
+        "job",
+        metavar="JOB",
+        help="the SageMaker training job name; an EC2 job's stallwatch:job tag (with --platform ec2), or the id "
+        "(i-...) of an untagged instance",
     )
     parser.add_argument(
-        "job", metavar="JOB", help="the SageMaker training job name, or an EC2 instance id (i-...) for an EC2 job"
+        "--platform", type=Platform, choices=list(Platform), help="default: ec2 for an instance id, else sagemaker"
     )
     parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="output file (default: JOB.jsonl)")

@@ -1,16 +1,18 @@
-"""Export a real SageMaker training job or EC2 instance into trace format v1, to backtest Stallwatch before enforcing.
+"""Export a real SageMaker training job or EC2 job into trace format v1, to backtest Stallwatch before enforcing.
 
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
-    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl    # an EC2 instance: JOB is its id
+    stallwatch export-trace llm-70b --platform ec2 --out llm-70b.jsonl   # the instances tagged stallwatch:job=llm-70b
+    stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl      # a one-instance EC2 job: JOB is its id
     stallwatch replay my-job.jsonl
 
-A SageMaker job: the job (DescribeTrainingJob: instance type and count, secondary status history, times), its tags,
-its 1-minute metrics (GetMetricData, up to 500 series per call: the SageMaker host metrics and the agent's
-Stallwatch metrics) and its logs (FilterLogEvents on ``/aws/sagemaker/TrainingJobs``, streams
-``<job>/algo-N-<epoch>``). An EC2 job is named by its instance id, as the control plane names it: the instance
-(DescribeInstances: type, tags, LaunchTime as t = 0, its stop time when it is no longer running), the CloudWatch
-agent's ``nvidia_smi_*`` metrics and ``AWS/EC2`` CPUUtilization by InstanceId, and the agent's Stallwatch metrics
-(JobName = the instance id). EC2 traces carry no log lines: the control plane reads no EC2 logs.
+A SageMaker job: the job (DescribeTrainingJob: instance type and count, or a heterogeneous cluster's instance groups,
+secondary status history, times), its tags, its 1-minute metrics (GetMetricData, up to 500 series per call: the
+SageMaker host metrics and the agent's Stallwatch metrics) and its logs (FilterLogEvents on
+``/aws/sagemaker/TrainingJobs``, streams ``<job>/algo-N-<epoch>``). An EC2 job is named as the control plane names
+it: its ``stallwatch:job`` tag (every instance carrying it), or the id of an untagged instance. It is read from
+DescribeInstances (types, tags, the earliest LaunchTime as t = 0, the latest stop time once none runs), the
+CloudWatch agent's ``nvidia_smi_*`` metrics and ``AWS/EC2`` CPUUtilization by InstanceId, the agent's Stallwatch
+metrics (JobName = the job) and the instances' log streams (named by instance id) in the job's log group.
 CloudWatch keeps 1-minute datapoints for 15 days: export within that.
 """
 
@@ -31,10 +33,11 @@ from stallwatch.aws.source import (
     MetricRef,
     read_series,
 )
-from stallwatch.core import contract
+from stallwatch.core import clusters, contract
 from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
+from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import AGENT_STATISTICS, METRIC_PERIOD_SECONDS
+from stallwatch.core.reading import AGENT_STATISTICS, FILTER_STREAMS_LIMIT, METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.core.trace import (
     EndEvent,
@@ -53,8 +56,6 @@ from stallwatch.offline.trace_file import write_trace
 RUNNING = "InProgress"
 # Secondary statuses that end the job; the trace carries the job's final status once, at its end.
 FINAL_SECONDARY = frozenset({"Completed", "Failed", "Stopping", "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
-# How the control plane names an EC2 job (as the EC2 state-change events spell instance ids).
-EC2_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 # DescribeInstances' StateTransitionReason of a stopped instance: "User initiated (2025-06-01 12:00:00 GMT)".
 EC2_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
@@ -69,7 +70,7 @@ def platform_of(job_name: str) -> Platform:
     >>> platform_of("i-0123456789abcdef0"), platform_of("llm-7b")
     (<Platform.EC2: 'ec2'>, <Platform.SAGEMAKER: 'sagemaker'>)
     """
-    return Platform.EC2 if EC2_INSTANCE_ID.match(job_name) else Platform.SAGEMAKER
+    return Platform.EC2 if clusters.INSTANCE_ID.match(job_name) else Platform.SAGEMAKER
 
 
 def _epoch(value: datetime | None) -> float | None:
@@ -98,6 +99,7 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
         gpus_per_host=job.gpus_per_host,
         vcpus_per_host=job.vcpus_per_host,
         instance_ids=tuple(job.instance_ids),
+        host_types=dict(job.host_types or {}),
     )
     job_dims = ((contract.DIM_JOB, job.name),)
     refs = [
@@ -114,15 +116,11 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
     return refs
 
 
-def _log_events(logs: Any, job_name: str, start: float, end: float) -> list[LogEvent]:
-    """Every log line of the job's streams in [start, end], as events relative to `start`."""
+def _log_events(logs: Any, selection: dict[str, Any], start: float, end: float) -> list[LogEvent]:
+    """Every log line of the selected streams (`logGroupName` and a stream prefix or names) in [start, end], as
+    events relative to `start`."""
     paginator = logs.get_paginator("filter_log_events")
-    pages = paginator.paginate(
-        logGroupName=contract.SAGEMAKER_LOG_GROUP,
-        logStreamNamePrefix=f"{job_name}/",
-        startTime=int(start * 1000),
-        endTime=int(end * 1000),
-    )
+    pages = paginator.paginate(**selection, startTime=int(start * 1000), endTime=int(end * 1000))
     events = []
     try:
         for page in pages:
@@ -168,15 +166,21 @@ def _finish(job: TraceJob, events: list[Event], span: float, scenario: str, out:
 
 
 def export_trace(
-    job_name: str, clients: AwsClients, out: str | Path | TextIO | None = None, until: float | None = None
+    job_name: str,
+    clients: AwsClients,
+    out: str | Path | TextIO | None = None,
+    until: float | None = None,
+    platform: Platform | None = None,
+    ec2_log_group: str = EC2_LOG_GROUP,
 ) -> Trace:
-    """Read `job_name` (a SageMaker training job, or an EC2 instance id) into a trace; write it to `out` if given.
+    """Read `job_name` into a trace; write it to `out` if given. The platform is `platform`, else EC2 for an
+    instance id and SageMaker for any other name (an EC2 job named by its `stallwatch:job` tag needs `platform`).
 
-    The trace spans the job's start (t = 0: a SageMaker job's creation, an EC2 instance's LaunchTime) to its end,
+    The trace spans the job's start (t = 0: a SageMaker job's creation, an EC2 job's first LaunchTime) to its end,
     or to `until` (epoch seconds; default: now while it runs).
     """
-    if platform_of(job_name) is Platform.EC2:
-        return _export_ec2(job_name, clients, out, until)
+    if (platform or platform_of(job_name)) is Platform.EC2:
+        return _export_ec2(job_name, clients, out, until, ec2_log_group)
     return _export_sagemaker(job_name, clients, out, until)
 
 
@@ -190,16 +194,17 @@ def _export_sagemaker(
     except sagemaker.exceptions.ClientError as exc:
         raise ExportError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
     tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags", [])
-    resources = described["ResourceConfig"]
-    spec = instance_spec(resources["InstanceType"])
+    layout = clusters.sagemaker_layout(described["ResourceConfig"])
+    spec = instance_spec(layout.instance_type)
     job = TraceJob(
         name=job_name,
         platform=Platform.SAGEMAKER,
-        instance_type=resources["InstanceType"],
-        instance_count=resources["InstanceCount"],
+        instance_type=layout.instance_type,
+        instance_count=layout.instance_count,
         gpus_per_host=spec.devices,
         vcpus_per_host=spec.vcpus,
         tags={t["Key"]: t["Value"] for t in tags},
+        host_types=layout.host_types or None,
     )
     start = described["CreationTime"].timestamp()
     status = described["TrainingJobStatus"]
@@ -214,26 +219,28 @@ def _export_sagemaker(
         if transition["Status"] not in FINAL_SECONDARY
     ]
     events += _metric_events(clients.cloudwatch, job, start, end)
-    events += _log_events(clients.logs, job_name, start, end)
+    selection = {"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{job_name}/"}
+    events += _log_events(clients.logs, selection, start, end)
     if ended is not None and ended <= end:
         events.append(StatusEvent(t=max(0.0, ended - start), status=status, secondary=described.get("SecondaryStatus")))
     return _finish(job, events, end - start, f"exported from SageMaker ({status})", out)
 
 
-def _ec2_stop_time(clients: AwsClients, instance_id: str) -> float | None:
+def _ec2_stop_time(instance: dict[str, Any]) -> float | None:
     """When a no-longer-running instance stopped, from its StateTransitionReason; None if it does not say."""
-    reservations = clients.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
-    reason = next((i.get("StateTransitionReason", "") for r in reservations for i in r["Instances"]), "")
-    match = EC2_TRANSITION_TIME.search(reason or "")
+    match = EC2_TRANSITION_TIME.search(instance.get("StateTransitionReason") or "")
     if match is None:
         return None
     return datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
 
 
-def _export_ec2(instance_id: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None) -> Trace:
-    """An EC2 instance, from its LaunchTime: the metrics the control plane reads (no logs: it reads none on EC2)."""
+def _export_ec2(
+    job_name: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None, ec2_log_group: str
+) -> Trace:
+    """An EC2 job (its instances), from the first LaunchTime: the metrics and log lines the control plane reads."""
+    source = AwsSignalSource(clients, Platform.EC2, ec2_log_group=ec2_log_group)
     try:
-        facts = AwsSignalSource(clients, Platform.EC2).facts(instance_id)
+        facts = source.facts(job_name)
     except JobNotFoundError as exc:
         raise ExportError(str(exc)) from exc
     job = TraceJob(
@@ -245,15 +252,23 @@ def _export_ec2(instance_id: str, clients: AwsClients, out: str | Path | TextIO 
         vcpus_per_host=facts.vcpus_per_host,
         tags=dict(facts.tags),
         instance_ids=list(facts.instance_ids),
+        host_types=dict(facts.host_types) or None,
     )
     start = facts.start_time
-    # Only a stopped instance needs its stop time, which the facts do not carry.
-    ended = _ec2_stop_time(clients, instance_id) if facts.status != RUNNING else None
+    ended = None
+    if facts.status != RUNNING:  # only a stopped job needs its stop time, which the facts do not carry
+        stops = [_ec2_stop_time(source.ec2_instance(i)) for i in facts.instance_ids]
+        ended = max(stops) if stops and None not in stops else None
     end = _end_of(start, until, ended)
 
     events: list[Event] = [StatusEvent(t=0.0, status=RUNNING)]
     events += _metric_events(clients.cloudwatch, job, start, end)
+    group = facts.log_group or ec2_log_group
+    streams = [s["logStreamName"] for s in source.ec2_streams(facts)]
+    for offset in range(0, len(streams), FILTER_STREAMS_LIMIT):
+        selection = {"logGroupName": group, "logStreamNames": streams[offset : offset + FILTER_STREAMS_LIMIT]}
+        events += _log_events(clients.logs, selection, start, end)
     if facts.status != RUNNING and (ended is None or ended <= end):
-        # Without a stop time the instance is known stopped only by the end of the trace.
+        # Without a stop time the job is known stopped only by the end of the trace.
         events.append(StatusEvent(t=max(0.0, (ended or end) - start), status=facts.status))
     return _finish(job, events, end - start, f"exported from EC2 ({facts.status})", out)

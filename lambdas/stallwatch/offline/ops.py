@@ -244,8 +244,10 @@ def effective_policy(deployment: Deployment, job: str | None, platform: Platform
     # imported here: see `snooze`
     from stallwatch.aws.source import AwsSignalSource
 
-    tags = AwsSignalSource(deployment.clients, platform).facts(job).tags if job else {}
-    return deployment.config.policy.for_job(tags), tags
+    config = deployment.config
+    source = AwsSignalSource(deployment.clients, platform, config.policy, config.ec2_log_group)
+    tags = source.facts(job).tags if job else {}  # an EC2 job's: merged over its instances
+    return config.policy.for_job(tags), tags
 
 
 def policy_rows(effective: EffectivePolicy, tags: dict[str, str]) -> list[tuple[str, str, str]]:

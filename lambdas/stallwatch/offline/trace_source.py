@@ -21,6 +21,7 @@ from stallwatch.core import alarms, contract, log_patterns
 from stallwatch.core.evaluator import MetricKey, metric_key
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
+    EC2_STREAM,
     ERROR_LINES_PER_HOST,
     LOG_LINES_PER_HOST,
     LOG_TAIL_SECONDS,
@@ -65,7 +66,8 @@ class TraceSource:
         self.base = epoch
         job = trace.job
         self.job_name = job.name
-        self.hosts = alarms.host_names(self._facts_at(RUNNING, None, ()))
+        self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
+        self.hosts = alarms.host_names(self._layout)
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
@@ -94,11 +96,11 @@ class TraceSource:
         return self.base + t
 
     def host_of_stream(self, stream: str) -> str | None:
-        """The host a SageMaker log stream ``<job>/algo-N-<epoch>`` belongs to; None for other streams.
-
-        Like `aws.source`, which reads only the SageMaker log group, the replay ignores EC2 log lines."""
-        if self.trace.job.platform is not Platform.SAGEMAKER:
-            return None
+        """The host a log stream belongs to: SageMaker's ``<job>/algo-N-<epoch>``, or on EC2 the instance id
+        (``i-...`` or ``i-.../<file>``, as the CloudWatch agent names them); None for other streams."""
+        if self.trace.job.platform is Platform.EC2:
+            match = EC2_STREAM.match(stream)
+            return match["host"] if match is not None and match["host"] in self._logs else None
         match = SAGEMAKER_STREAM.match(stream)
         ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
         return match["host"] if ours else None
@@ -118,6 +120,7 @@ class TraceSource:
             tags=dict(job.tags),
             status_history=history,
             instance_ids=tuple(job.instance_ids),
+            host_types=dict(job.host_types or {}),
         )
 
     def facts(self, now: float) -> JobFacts:
@@ -156,12 +159,11 @@ class TraceSource:
         if job.platform is Platform.SAGEMAKER:
             dims = {"Host": f"{job.name}/{host}"}
             ns = contract.SAGEMAKER_NAMESPACE
+            gpus, vcpus = self._layout.gpus_on(host), self._layout.vcpus_on(host)
             return {
-                "gpu_util": self._series(metric_key(ns, "GPUUtilization", dims), now, divisor=job.gpus_per_host),
-                "gpu_mem_util": self._series(
-                    metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=job.gpus_per_host
-                ),
-                "cpu_util": self._series(metric_key(ns, "CPUUtilization", dims), now, divisor=job.vcpus_per_host),
+                "gpu_util": self._series(metric_key(ns, "GPUUtilization", dims), now, divisor=gpus),
+                "gpu_mem_util": self._series(metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=gpus),
+                "cpu_util": self._series(metric_key(ns, "CPUUtilization", dims), now, divisor=vcpus),
             }
         dims = {alarms.CWAGENT_DIM_INSTANCE: host}
         used = self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)

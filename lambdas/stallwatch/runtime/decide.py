@@ -109,7 +109,7 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
         "reasons": list(decision.reasons),
         "evidence": decision.evidence,
         "may_stop": effective.may_stop,
-        "tag_errors": effective.tag_errors,
+        "tag_errors": [*facts.tag_errors, *effective.tag_errors],
     }
     try:
         acting = decision.action in POSTED_ACTIONS

@@ -71,7 +71,7 @@ class Runtime:
         return deployment_id(self.clients.session.region_name or "", self.store.table)
 
     def source(self, platform: Platform) -> AwsSignalSource:
-        return AwsSignalSource(self.clients, platform, self.config.policy)
+        return AwsSignalSource(self.clients, platform, self.config.policy, self.config.ec2_log_group)
 
 
 @functools.cache

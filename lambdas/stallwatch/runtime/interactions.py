@@ -41,14 +41,13 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import slack_retries
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
-from stallwatch.core import contract
+from stallwatch.core import clusters, contract
 from stallwatch.core.decision import JobState
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.provision import monitored_instance
 
 SIGNATURE_WINDOW_SECONDS = 5 * 60  # Slack's replay window
 REQUEST_CLAIM_SECONDS = 2 * SIGNATURE_WINDOW_SECONDS  # a request's claim outlives the window it can be replayed in
@@ -312,7 +311,8 @@ class Interactions:
         if target.platform is Platform.SAGEMAKER:
             monitored = policy.monitor_sagemaker
         else:
-            monitored = policy.monitor_ec2 and monitored_instance(facts.tags)
+            # a job of instances tagged stallwatch:job=<job>, or an instance tagged stallwatch:monitor=true alone
+            monitored = policy.monitor_ec2 and clusters.job_of(facts.tags, target.job) == target.job
         if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None

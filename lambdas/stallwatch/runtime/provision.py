@@ -1,7 +1,10 @@
 """A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends.
 
 Alarms are put only for a job the platform says is running now: a late or retried start event of a job that has
-ended deletes its alarms instead of bringing them back."""
+ended deletes its alarms instead of bringing them back.
+
+On EC2 an instance's state change concerns its job (`clusters.job_of`): an instance that starts or stops updates the
+job's alarms (one set per instance), and the job ends when its last instance stops or terminates."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from stallwatch.aws.events import InstanceStateChange, TrainingJobStateChange
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
@@ -25,7 +28,6 @@ ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
-MONITOR_TAG_VALUE = "true"
 
 
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
@@ -50,40 +52,74 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     if not rt.config.policy.monitor_ec2:
         return {"status": "ignored", "reason": "monitor_ec2 is false"}
     instance, state = event.detail.instance_id, event.detail.state
+    if state not in ("running", *ENDED_EC2):
+        return {"status": "ignored", "job": instance, "reason": f"state {state}"}
+    source = rt.source(Platform.EC2)
+    try:
+        tags = {t["Key"]: t["Value"] for t in source.ec2_instance(instance).get("Tags", [])}
+    except JobNotFoundError:  # gone already: its alarms can only be those of a one-instance job
+        return retire_job(rt, Platform.EC2, instance, state)
+    job = clusters.job_of(tags, instance)
+    if job is None and state in ENDED_EC2:  # untagged since: whatever alarms it had go
+        return retire_job(rt, Platform.EC2, instance, state)
+    if job is None:
+        reason = clusters.job_tag_error(tags) or f"not tagged {clusters.JOB_TAG} or {EC2_MONITOR_TAG}=true"
+        return {"status": "ignored", "job": instance, "reason": reason}
     if state == "running":
-        return provision_alarms(rt, Platform.EC2, instance)
-    if state in ENDED_EC2:
-        retired = retire_job(rt, Platform.EC2, instance, state)
-        if state == STOPPED_EC2:
-            retired["resume"] = resume_after_stop(rt, Platform.EC2, instance)
-        return retired
-    return {"status": "ignored", "job": instance, "reason": f"state {state}"}
+        return provision_alarms(rt, Platform.EC2, job)
+    # One instance left the job: its alarms go; the job ends with its last running instance. DescribeInstances may
+    # still show the instance running just after the event, so the event's word is taken for it.
+    result = provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
+    # A resume starts the job's instances: a cluster's once every one of them has stopped.
+    if result["status"] == "retired" and state == STOPPED_EC2 and (job == instance or _all_stopped(rt, job)):
+        result["resume"] = resume_after_stop(rt, Platform.EC2, job)
+    return result
 
 
-def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
-    """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2."""
+def provision_alarms(
+    rt: Runtime, platform: Platform, name: str, leaving: str | None = None, ended: str = STOPPED_EC2
+) -> dict[str, Any]:
+    """Put the job's alarms as the policy (after its tags) renders them, and delete those it no longer renders (a
+    host that left); none for mode off or unmonitored EC2. An EC2 job whose instance `leaving` was its last running
+    one is retired (`ended` is that instance's state)."""
     try:
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
+        if leaving is not None:
+            return retire_job(rt, platform, name, ended)
         return {"status": "not_found", "job": name, "reason": str(exc)}
+    if leaving is not None:
+        facts = clusters.without_host(facts, leaving)
+        if facts.status != RUNNING_STATUS:
+            return retire_job(rt, platform, name, ended)
     if facts.status != RUNNING_STATUS:
         deleted = delete_job_alarms(rt, platform, name)
         return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
-    if platform is Platform.EC2 and not monitored_instance(facts.tags):
-        return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
+    if platform is Platform.EC2 and clusters.job_of(facts.tags, name) != name:
+        reason = f"not tagged {clusters.JOB_TAG}={name} or {EC2_MONITOR_TAG}=true"
+        return {"status": "ignored", "job": name, "reason": reason}
     effective = rt.config.policy.for_job(facts.tags)
-    if effective.tag_errors:
-        logger.warning("ignored bad stallwatch tags", extra={"job": name, "errors": effective.tag_errors})
+    tag_errors = [*facts.tag_errors, *effective.tag_errors]
+    if tag_errors:
+        logger.warning("ignored bad stallwatch tags", extra={"job": name, "errors": tag_errors})
     if not rt.alarm_action_arn:
         raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
+    wanted = {d["AlarmName"] for d in definitions}
+    stale = [n for n in _alarm_names(rt, _job_prefix(rt, platform, name)) if n not in wanted]
+    _delete(rt, stale)  # hosts that left the job, or a policy that renders fewer alarms now
     if not definitions:
-        deleted = delete_job_alarms(rt, platform, name)
-        return {"status": "off", "job": name, "alarms_deleted": deleted}
+        return {"status": "off", "job": name, "alarms_deleted": len(stale)}
     for definition in definitions:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
     metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
-    return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
+    return {
+        "status": "alarms_put",
+        "job": name,
+        "alarms": len(definitions),
+        "alarms_deleted": len(stale),
+        "tag_errors": tag_errors,
+    }
 
 
 def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
@@ -103,14 +139,25 @@ def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
     return [a["AlarmName"] for a in describe_alarms(rt, prefix)]
 
 
-def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
-    """Delete every alarm under the job's name prefix; how many there were."""
-    names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
+def _job_prefix(rt: Runtime, platform: Platform, name: str) -> str:
+    return alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name)
+
+
+def _delete(rt: Runtime, names: list[str]) -> None:
     for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
+
+
+def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    """Delete every alarm under the job's name prefix; how many there were."""
+    names = _alarm_names(rt, _job_prefix(rt, platform, name))
+    _delete(rt, names)
     return len(names)
 
 
-def monitored_instance(tags: dict[str, str]) -> bool:
-    """An EC2 instance is watched when tagged `stallwatch:monitor=true`, in any case (`True`, `TRUE`)."""
-    return tags.get(EC2_MONITOR_TAG, "").strip().lower() == MONITOR_TAG_VALUE
+def _all_stopped(rt: Runtime, job: str) -> bool:
+    """Every instance of the EC2 job is stopped (none still stopping): what a resume can start again."""
+    try:
+        return rt.source(Platform.EC2).facts(job).status == "Stopped"
+    except JobNotFoundError:
+        return False

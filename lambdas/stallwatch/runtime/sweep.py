@@ -1,10 +1,12 @@
-"""The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
+"""The scheduled safety net over every running job: log idleness, missing alarms (on EC2 also alarms that no longer
+match the job's running instances), expired snoozes, pending stops,
 rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
 followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
 are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,11 +18,10 @@ from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.engine import RUNNING_STATUS
-from stallwatch.core.policy import EC2_MONITOR_TAG
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, monitored_instance, provision_alarms
+from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 
@@ -35,12 +36,16 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     running = _running_jobs(rt)
     existing = describe_alarms(rt, rt.config.alarm_prefix)
     alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
-    with_alarms = {
-        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
-    }
-    provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
-    retired = sum(_retire_if_ended(rt, p, name) for p, name in with_alarms - set(running))
-    published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
+    alarmed_hosts: dict[tuple[Platform, str], set[str | None]] = defaultdict(set)
+    for ref in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix):
+        alarmed_hosts[ref.platform, ref.job].add(ref.host)
+    provisioned = [
+        _provision_isolated(rt, p, name)
+        for (p, name), facts in running.items()
+        if (p, name) not in alarmed_hosts or _hosts_changed(facts, alarmed_hosts[p, name])
+    ]
+    retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running))
+    published = _publish_log_idle(rt, running, now)
     states = rt.store.load_many([job_key(p, name) for p, name in running])
     checkup_s = rt.config.checkup_minutes * 60
     due = [
@@ -100,26 +105,22 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
     return delete_job_alarms(rt, platform, name)
 
 
-def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
-    jobs: list[tuple[Platform, str]] = []
+def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
+    """Every running job; EC2 jobs with their facts (one DescribeInstances lists and groups them all)."""
+    jobs: dict[tuple[Platform, str], JobFacts | None] = {}
     if rt.config.policy.monitor_sagemaker:
         pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
-        jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
+        jobs |= {
+            (Platform.SAGEMAKER, j["TrainingJobName"]): None for page in pages for j in page["TrainingJobSummaries"]
+        }
     if rt.config.policy.monitor_ec2:
-        # EC2 filters match tag values exactly: filter on the key, and match the value as `provision_alarms` does
-        filters = [
-            {"Name": "tag-key", "Values": [EC2_MONITOR_TAG]},
-            {"Name": "instance-state-name", "Values": ["running"]},
-        ]
-        pages = rt.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
-        jobs += [
-            (Platform.EC2, i["InstanceId"])
-            for page in pages
-            for r in page["Reservations"]
-            for i in r["Instances"]
-            if monitored_instance({t["Key"]: t["Value"] for t in i.get("Tags", [])})
-        ]
+        jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).ec2_jobs().items()}
     return jobs
+
+
+def _hosts_changed(facts: JobFacts | None, alarmed: set[str | None]) -> bool:
+    """An EC2 job whose running instances are not the hosts its alarms watch (a join or leave event was missed)."""
+    return facts is not None and set(facts.instance_ids) != alarmed - {None}
 
 
 def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
@@ -132,12 +133,13 @@ def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
     return refs
 
 
-def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
+def _publish_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None], now: float) -> int:
     """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
-    source = rt.source(Platform.SAGEMAKER)
     data = []
-    for job in jobs:
-        for host, last_t in source.log_freshness(job).items():
+    for (platform, job), facts in running.items():
+        source = rt.source(platform)
+        freshness = source.ec2_log_freshness(facts) if facts is not None else source.log_freshness(job)
+        for host, last_t in freshness.items():
             dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
             data.append(
                 {

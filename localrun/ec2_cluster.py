@@ -1,0 +1,87 @@
+"""The EC2 side of the run: a training cluster of tagged instances in moto, and what EC2 does with it.
+
+The nodes are launched with one RunInstances, each tagged ``stallwatch:job=<job>`` and with the scenario's policy
+tags, as deploy/ec2/launch.sh does; every instance's state change reaches on_job_state as EventBridge delivers it.
+Their training output goes to the EC2 log group, one stream per instance id, and their GPU metrics to ``CWAgent`` by
+``InstanceId`` (what deploy/ec2/cloudwatch-agent.json configures). A StopInstances sends SIGTERM to the training
+processes, as an instance shutdown does.
+
+On a real node the agent reads its job from the instance's tag and its host from the instance id (instance
+metadata); the demo has no instance metadata, so it passes them in the agent's variables instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localrun import aws_events
+from localrun.scenarios import EC2_INSTANCE_TYPE, Scenario
+from stallwatch.core.clusters import JOB_TAG, LIVE_EC2_STATES
+from stallwatch.core.signals import Platform
+
+AMI = "ami-12c6146b"  # one of moto's built-in images
+RUNNING, STOPPING, STOPPED, COMPLETED, FAILED = "InProgress", "Stopping", "Stopped", "Completed", "Failed"
+
+
+class Ec2Cluster:
+    """The job's instances in moto; `hosts` are their ids."""
+
+    platform = Platform.EC2
+
+    def __init__(self, ec2: Any, scenario: Scenario, now: float, log_group: str) -> None:
+        self._ec2 = ec2
+        self.name = f"stallwatch-demo-{scenario.name}-{int(now)}"
+        self.instance_type = EC2_INSTANCE_TYPE
+        self.created_at = now
+        self.log_group = log_group
+        tags = {**scenario.tags, JOB_TAG: self.name, "Name": self.name}
+        nodes = len(scenario.host_faults)
+        response = ec2.run_instances(
+            ImageId=AMI,
+            InstanceType=self.instance_type,
+            MinCount=nodes,
+            MaxCount=nodes,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+        )
+        self.hosts = sorted(i["InstanceId"] for i in response["Instances"])
+        self.instance_count = len(self.hosts)
+        self._finished: str | None = None  # Completed or Failed: the training ended and the nodes shut down
+
+    def describe(self) -> str:
+        return f"RunInstances {self.name}: {self.instance_count} x {self.instance_type} ({', '.join(self.hosts)})"
+
+    def log_place(self, host: str) -> tuple[str, str]:
+        """The CloudWatch agent's log group and stream ({instance_id}) for `host`."""
+        return self.log_group, host
+
+    def training_env(self, host: str) -> dict[str, str]:
+        """What the agent would read from instance metadata: the job tag and the instance id."""
+        return {"STALLWATCH_JOB_NAME": self.name, "SM_CURRENT_HOST": host}
+
+    def start(self, t: float) -> list[dict[str, Any]]:
+        """The instances are running: one state-change event each."""
+        return [aws_events.instance_state_change(host, "running", t) for host in self.hosts]
+
+    def status(self) -> tuple[str, str]:
+        """InProgress while every node runs; Stopping once a StopInstances reached any of them."""
+        states = self._states()
+        if set(states.values()) <= LIVE_EC2_STATES:
+            return RUNNING, "running"
+        return STOPPING, ", ".join(f"{h}: {s}" for h, s in sorted(states.items()))
+
+    def stopped(self, t: float) -> list[dict[str, Any]]:
+        """The training processes are gone after a StopInstances: the instances report stopped."""
+        return [aws_events.instance_state_change(host, state, t) for host, state in self._states().items()]
+
+    def finish(self, failed: bool, t: float) -> list[dict[str, Any]]:
+        """Every training process exited on its own: the nodes shut down (the launcher's last step)."""
+        self._finished = FAILED if failed else COMPLETED
+        self._ec2.stop_instances(InstanceIds=self.hosts)
+        return self.stopped(t)
+
+    def final_status(self) -> str:
+        return self._finished or (STOPPED if self.status()[0] != RUNNING else RUNNING)
+
+    def _states(self) -> dict[str, str]:
+        reservations = self._ec2.describe_instances(InstanceIds=self.hosts)["Reservations"]
+        return {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
