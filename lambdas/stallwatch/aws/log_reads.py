@@ -1,0 +1,120 @@
+"""CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
+
+    last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most two FilterLogEvents
+
+The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
+publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each: the last
+`LOG_TAIL_SECONDS` (fresh, whatever the busy hosts write), and, when some hosts are quieter than that, the
+`LOG_TAIL_SECONDS` before the quietest one's last event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from stallwatch.core import contract, log_patterns
+from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_STREAM
+from stallwatch.core.signals import LogLine
+
+LOG_TAIL_SECONDS = 600  # each tail window
+LAST_EVENT_FIELD = "last"
+LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
+QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
+QUERY_POLL_MAX_SECONDS = 8.0
+QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
+QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
+
+
+class LogQueryError(RuntimeError):
+    """A Logs Insights query failed, was cancelled, or did not finish in time."""
+
+
+@dataclass
+class HostLog:
+    """One host's newest event time and the lines read around it, oldest first."""
+
+    last_t: float | None = None
+    lines: list[LogLine] = field(default_factory=list)
+
+
+def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
+    """Each SageMaker host's newest event between `start` and `end` (epoch seconds), keyed (job, host), from one
+    Logs Insights query over the training jobs' log group: StartQuery, then GetQueryResults until it completes."""
+    try:
+        query_id = logs.start_query(
+            logGroupName=contract.SAGEMAKER_LOG_GROUP,
+            startTime=int(start),
+            endTime=int(end),
+            queryString=LAST_EVENT_QUERY,
+        )["queryId"]
+    except logs.exceptions.ResourceNotFoundException:
+        return {}  # no training job has logged yet
+    waited, wait = 0.0, QUERY_POLL_SECONDS
+    while True:
+        response = logs.get_query_results(queryId=query_id)
+        if response["status"] in QUERY_DONE:
+            break
+        if waited >= QUERY_WAIT_SECONDS:
+            raise LogQueryError(f"Logs Insights query {query_id} still {response['status']} after {waited:.0f} s")
+        sleep(wait)
+        waited, wait = waited + wait, min(wait * 2, QUERY_POLL_MAX_SECONDS)
+    if response["status"] != "Complete":
+        raise LogQueryError(f"Logs Insights query {query_id}: {response['status']}")
+    newest: dict[tuple[str, str], float] = {}
+    for row in response["results"]:
+        fields = {f["field"]: f["value"] for f in row}
+        match = SAGEMAKER_STREAM.match(fields.get("@logStream", ""))
+        if match and LAST_EVENT_FIELD in fields:
+            key, t = (match["job"], match["host"]), _query_time(fields[LAST_EVENT_FIELD])
+            newest[key] = max(newest.get(key, t), t)
+    return newest
+
+
+def _query_time(text: str) -> float:
+    """A Logs Insights timestamp (``2026-11-30 10:00:00.000``, UTC) in epoch seconds."""
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+
+
+def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
+    """The job's hosts' log tails: the last `LOG_TAIL_SECONDS`, then (if a host is quieter, or its freshness is
+    unknown) the `LOG_TAIL_SECONDS` before the quietest host's last event, back to the lookback at most. One page
+    each (10,000 events or 1 MB), so the calls do not grow with hosts; `freshness` (a host's newest event, as the
+    sweeper last saw it) is raised by every line read."""
+    found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
+    recent = now - LOG_TAIL_SECONDS
+    _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
+    quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
+    if quiet:
+        known = [t for t in quiet if t is not None]
+        start = now - LOOKBACK_SECONDS if len(known) < len(quiet) else min(known) - LOG_TAIL_SECONDS
+        start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
+        _read_window(logs, job, start_ms, int(recent * 1000) - 1, found)
+    for log in found.values():
+        log.lines.sort(key=lambda line: line.t)
+    return found
+
+
+def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> None:
+    """One FilterLogEvents page over the job's streams, oldest first, both ends included."""
+    try:
+        response = logs.filter_log_events(
+            logGroupName=contract.SAGEMAKER_LOG_GROUP,
+            logStreamNamePrefix=f"{job}/",
+            startTime=max(start_ms, 0),
+            endTime=end_ms,
+        )
+    except logs.exceptions.ResourceNotFoundException:
+        return
+    for event in response.get("events", []):
+        match = SAGEMAKER_STREAM.match(event["logStreamName"])
+        if not match or match["job"] != job or match["host"] not in found:
+            continue
+        t = event["timestamp"] / 1000
+        message = event["message"].rstrip("\n")
+        log = found[match["host"]]
+        log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
+        log.last_t = max(log.last_t or t, t)
