@@ -34,15 +34,15 @@ _inner: Any = None
 def _matching(backend: CloudWatchBackend, schema: list[str], terms: str) -> list[tuple[str, dict[str, str]]]:
     namespace, dim_names = schema[0], set(schema[1:])
     wanted = [(m["key"], m["value"]) for m in _TERM.finditer(terms)]
-    found: dict[tuple[str, tuple[tuple[str, str], ...]], None] = {}
+    found: dict[tuple[str, frozenset[tuple[str, str]]], dict[str, str]] = {}
     for datum in backend.get_all_metrics():
-        dims = {d.name: d.value for d in datum.dimensions}
+        dims = {d.name: d.value for d in datum.dimensions}  # in the order published: moto compares them in order
         if datum.namespace != namespace or set(dims) != dim_names:
             continue
         props = {"MetricName": datum.name, **dims}
         if all(props.get(k) == v if k else any(v in p for p in props.values()) for k, v in wanted):
-            found[datum.name, tuple(sorted(dims.items()))] = None
-    return [(name, dict(dims)) for name, dims in found][:MAX_SERIES_PER_SEARCH]
+            found.setdefault((datum.name, frozenset(dims.items())), dims)
+    return [(name, dims) for (name, _), dims in found.items()][:MAX_SERIES_PER_SEARCH]
 
 
 def _label(template: str, name: str, dims: dict[str, str]) -> str:

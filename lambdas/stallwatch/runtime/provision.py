@@ -18,6 +18,7 @@ from stallwatch.runtime.environment import ConfigurationError, Runtime
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
+ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
 MONITOR_TAG_VALUE = "true"
 
 
@@ -62,6 +63,7 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
         return {"status": "off", "job": name, "alarms_deleted": deleted}
     for definition in definitions:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
+    rt.store.mark_provisioned(job_key(platform, name), len(definitions), rt.clock())
     metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
     return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
 
@@ -73,10 +75,18 @@ def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
 
-def describe_alarms(rt: Runtime, prefix: str) -> list[dict[str, Any]]:
+def describe_alarms(rt: Runtime, prefix: str, **filters: Any) -> list[dict[str, Any]]:
+    """Stallwatch's metric alarms under `prefix`, 100 a page (DescribeAlarms' most)."""
     paginator = rt.clients.cloudwatch.get_paginator("describe_alarms")
-    pages = paginator.paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
+    pages = paginator.paginate(
+        AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"], PaginationConfig={"PageSize": ALARMS_PER_PAGE}, **filters
+    )
     return [a for page in pages for a in page["MetricAlarms"]]
+
+
+def alarms_in_alarm(rt: Runtime) -> list[dict[str, Any]]:
+    """Only the alarms now in ALARM (the sweeper's check for alarms no decision followed), not every alarm."""
+    return describe_alarms(rt, rt.config.alarm_prefix, StateValue="ALARM")
 
 
 def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
@@ -87,6 +97,7 @@ def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
     names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
     for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
+    rt.store.forget_provisioned(job_key(platform, name))
     return len(names)
 
 

@@ -3,56 +3,74 @@ alarms in ALARM that no decision followed, and Slack messages not delivered yet.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import UTC, datetime
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from stallwatch.aws.log_reads import newest_events
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.reading import LOOKBACK_SECONDS
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.decide import decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import describe_alarms, monitored_instance, provision_alarms
+from stallwatch.runtime.provision import alarms_in_alarm, monitored_instance, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
+SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
+# PutMetricAlarm's default quota is 3 a second: a job of 8 hosts is 27 alarms, 9 s. Jobs without alarms are put
+# after the decisions, at most this many per sweep and not past this far into it (the sweeper's timeout is 300 s).
+PROVISION_JOBS_PER_SWEEP = 50
+PROVISION_UNTIL_SECONDS = 180
+SAGEMAKER_MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 
 
 def sweep(rt: Runtime) -> dict[str, Any]:
     """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops, and
     alarms in ALARM that no decision followed (their on_alarm invocation failed); and Slack messages not delivered
-    yet, of running and ended jobs alike."""
-    now = rt.clock()
+    yet, of running and ended jobs alike.
+
+    Its calls do not grow with the running jobs that need nothing (see docs/lambdas.md, "Scale"): one Logs
+    Insights query gives every host's newest log line, one DescribeAlarms reads only the alarms in ALARM, and the
+    alarms' markers say which jobs have theirs. Due jobs are decided first, concurrently; jobs without alarms are
+    provisioned after, a bounded number per sweep (PutMetricAlarm is slow), the rest by the next sweeps."""
+    started, now = time.monotonic(), rt.clock()
     running = _running_jobs(rt)
-    existing = describe_alarms(rt, rt.config.alarm_prefix)
-    alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
-    with_alarms = {
-        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
-    }
-    provisioned = [_provision_isolated(rt, p, name) for p, name in running if (p, name) not in with_alarms]
-    published = _publish_log_idle(rt, [name for p, name in running if p is Platform.SAGEMAKER], now)
-    states = rt.store.load_many([job_key(p, name) for p, name in running])
+    keys = {(p, name): job_key(p, name) for p, name in running}
+    newest = newest_events(rt.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep) if _sagemaker(running) else {}
+    published = _publish_log_idle(rt, {name for p, name in running if p is Platform.SAGEMAKER}, newest, now)
+    states = rt.store.load_many(list(keys.values()))
+    alarmed_at = _alarmed_at(alarms_in_alarm(rt), rt.config.alarm_prefix)
     due = [
-        (p, name)
-        for p, name in running
-        if _needs_decision(states[job_key(p, name)], now)
-        or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
+        job
+        for job in running
+        if _needs_decision(states[keys[job]], now) or _missed_alarm(states[keys[job]], alarmed_at.get(job))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
-    outcomes = []
-    for platform in Platform:
-        names = [name for p, name in due if p is platform]
-        if names:
-            batch = rt.source(platform).many_job_signals(names, now)
-            outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    freshness: dict[str, dict[str, float]] = defaultdict(dict)
+    for (job, host), t in newest.items():
+        freshness[job][host] = t
+    outcomes = _concurrently(
+        lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
+    )
+    with_alarms = rt.store.provisioned(list(keys.values()))
+    stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
+    missing = [job for job in running if keys[job] not in with_alarms and job not in stopped]
+    provisioned = _concurrently(lambda job: _provision_isolated(rt, *job, started), missing[:PROVISION_JOBS_PER_SWEEP])
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
+        "left_to_provision": len(missing) - sum(1 for p in provisioned if p["status"] != "deferred"),
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
@@ -61,9 +79,41 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     return summary
 
 
-def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+def _sagemaker(running: list[tuple[Platform, str]]) -> bool:
+    return any(p is Platform.SAGEMAKER for p, _ in running)
+
+
+def _concurrently(work: Callable[[Any], dict[str, Any]], items: list[Any]) -> list[dict[str, Any]]:
+    """`work` on every item, `SWEEP_WORKERS` at a time (boto3 clients are thread-safe), results in order."""
+    if len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=SWEEP_WORKERS, thread_name_prefix="sweep") as pool:
+        return list(pool.map(work, items))
+
+
+def _decide_isolated(
+    rt: Runtime, job: tuple[Platform, str], now: float, read: StoredState, freshness: dict[str, float]
+) -> dict[str, Any]:
+    """Re-decide one due job from the state the sweep read; one job's failure is logged and counted, never the
+    sweep's."""
+    platform, name = job
+    try:
+        signals = rt.source(platform).job_signals(name, now, freshness)
+        return decide_and_act(signals, rt, trigger="sweeper", read=read).as_dict()
+    except JobNotFoundError as exc:
+        return {"job": name, "status": "not_found", "details": {"reason": str(exc)}}
+    except Exception as exc:
+        logger.exception("could not re-decide", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {"job": name, "status": "error", "details": {"reason": str(exc)}}
+
+
+def _provision_isolated(rt: Runtime, platform: Platform, name: str, started: float) -> dict[str, Any]:
     """`provision_alarms` for one job of many: whatever it raises (an API error, a bad job's rendering) is logged
-    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised."""
+    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised.
+    Past `PROVISION_UNTIL_SECONDS` into the sweep, the job is left to the next sweep."""
+    if time.monotonic() - started > PROVISION_UNTIL_SECONDS:
+        return {"status": "deferred", "job": name}
     try:
         return provision_alarms(rt, platform, name)
     except ConfigurationError:
@@ -77,7 +127,11 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str,
 def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
     jobs: list[tuple[Platform, str]] = []
     if rt.config.policy.monitor_sagemaker:
-        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+        # Filtered by status, and bounded to the jobs that can still be running: never the account's whole history
+        created_after = datetime.fromtimestamp(rt.clock(), UTC) - timedelta(seconds=SAGEMAKER_MAX_RUNTIME_SECONDS)
+        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(
+            StatusEquals="InProgress", CreationTimeAfter=created_after, PaginationConfig={"PageSize": 100}
+        )
         jobs += [(Platform.SAGEMAKER, j["TrainingJobName"]) for page in pages for j in page["TrainingJobSummaries"]]
     if rt.config.policy.monitor_ec2:
         # EC2 filters match tag values exactly: filter on the key, and match the value as `provision_alarms` does
@@ -106,22 +160,20 @@ def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
     return refs
 
 
-def _publish_log_idle(rt: Runtime, jobs: list[str], now: float) -> int:
-    """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
-    source = rt.source(Platform.SAGEMAKER)
-    data = []
-    for job in jobs:
-        for host, last_t in source.log_freshness(job).items():
-            dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
-            data.append(
-                {
-                    "MetricName": contract.LOG_IDLE_SECONDS,
-                    "Dimensions": dims,
-                    "Value": max(now - last_t, 0.0),
-                    "Unit": "Seconds",
-                    "Timestamp": datetime.fromtimestamp(now, UTC),
-                }
-            )
+def _publish_log_idle(rt: Runtime, jobs: set[str], newest: dict[tuple[str, str], float], now: float) -> int:
+    """Each running SageMaker host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms'
+    input, and the decisions' log freshness)."""
+    data = [
+        {
+            "MetricName": contract.LOG_IDLE_SECONDS,
+            "Dimensions": [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}],
+            "Value": max(now - last_t, 0.0),
+            "Unit": "Seconds",
+            "Timestamp": datetime.fromtimestamp(now, UTC),
+        }
+        for (job, host), last_t in sorted(newest.items())
+        if job in jobs
+    ]
     for offset in range(0, len(data), PUT_METRIC_DATA_LIMIT):
         rt.clients.cloudwatch.put_metric_data(
             Namespace=contract.NAMESPACE, MetricData=data[offset : offset + PUT_METRIC_DATA_LIMIT]
