@@ -3,7 +3,7 @@
 One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
 
     pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident, claim
-    pk = "job#sagemaker#my-job"  sk = "alarms"                 the job's alarms are in place (count, when)
+    pk = "job#sagemaker#my-job"  sk = "alarms"                 how many of the job's alarms are in place
     pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
@@ -52,6 +52,18 @@ class PendingPost:
     message: dict[str, Any]  # the rendered message, posted again as it was
     outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
     attempts: int  # posts tried so far, the first one included
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """A job's alarm marker: `put` of its `alarms` are in place."""
+
+    put: int
+    alarms: int
+
+    @property
+    def complete(self) -> bool:
+        return self.put >= self.alarms
 
 
 def job_key(platform: str, job: str) -> str:
@@ -117,14 +129,25 @@ class Store:
             return None
         return _stored(response["Attributes"])
 
-    def provisioned(self, keys: list[str]) -> set[str]:
-        """The jobs (of `keys`) whose alarms are in place, from their markers: 100 keys per BatchGetItem call."""
-        return set(self._batch_get(keys, ALARMS_SK))
+    def provisioned(self, keys: list[str]) -> dict[str, Provisioned]:
+        """How many of their alarms the jobs (of `keys`) have in place, from their markers (jobs without one have
+        none): 100 keys per BatchGetItem call."""
+        return {
+            key: Provisioned(int(item["put"]["N"]), int(item["alarms"]["N"]))
+            for key, item in self._batch_get(keys, ALARMS_SK).items()
+        }
 
-    def mark_provisioned(self, key: str, alarms: int, now: float) -> None:
-        """Remember that the job's alarms were put, so the sweeper need not list alarms to know."""
-        item = {"pk": {"S": key}, "sk": {"S": ALARMS_SK}, "alarms": {"N": str(alarms)}, "at": {"N": f"{now:.3f}"}}
-        self.dynamodb.put_item(TableName=self.table, Item=item | {"expires_at": self._expires(now)})
+    def mark_provisioned(self, key: str, put: int, alarms: int, now: float) -> None:
+        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know."""
+        item = {
+            "pk": {"S": key},
+            "sk": {"S": ALARMS_SK},
+            "put": {"N": str(put)},
+            "alarms": {"N": str(alarms)},
+            "at": {"N": f"{now:.3f}"},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.put_item(TableName=self.table, Item=item)
 
     def forget_provisioned(self, key: str) -> None:
         self.dynamodb.delete_item(TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": ALARMS_SK}})

@@ -19,6 +19,8 @@ ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
+# PutMetricAlarm calls one invocation makes, at its default quota of 3 a second: on_job_state's timeout is 60 s.
+ALARMS_PER_INVOCATION = 120
 MONITOR_TAG_VALUE = "true"
 
 
@@ -44,8 +46,14 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     return {"status": "ignored", "job": instance, "reason": f"state {state}"}
 
 
-def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
-    """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2."""
+def provision_alarms(
+    rt: Runtime, platform: Platform, name: str, budget: int = ALARMS_PER_INVOCATION, done: int = 0
+) -> dict[str, Any]:
+    """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2.
+
+    At most `budget` alarms, from the `done`-th on (PutMetricAlarm's quota is 3 a second: a 512-host job's 1,539
+    alarms take more than eight minutes); the job's marker keeps how many are in place, and the sweeper puts the
+    rest."""
     try:
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
@@ -58,14 +66,24 @@ def provision_alarms(rt: Runtime, platform: Platform, name: str) -> dict[str, An
     if not rt.alarm_action_arn:
         raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
+    key = job_key(platform, name)
     if not definitions:
         deleted = _delete_alarms(rt, platform, name)
+        rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": deleted}
-    for definition in definitions:
+    todo = definitions[done : done + budget]
+    for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
-    rt.store.mark_provisioned(job_key(platform, name), len(definitions), rt.clock())
-    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
-    return {"status": "alarms_put", "job": name, "alarms": len(definitions), "tag_errors": effective.tag_errors}
+    put = done + len(todo)
+    rt.store.mark_provisioned(key, put, len(definitions), rt.clock())
+    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(todo))
+    return {
+        "status": "alarms_put",
+        "job": name,
+        "alarms": len(todo),
+        "alarms_left": len(definitions) - put,
+        "tag_errors": effective.tag_errors,
+    }
 
 
 def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:

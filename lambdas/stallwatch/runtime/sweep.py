@@ -27,9 +27,9 @@ from stallwatch.runtime.repost import resend_pending_posts
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
-# PutMetricAlarm's default quota is 3 a second: a job of 8 hosts is 27 alarms, 9 s. Jobs without alarms are put
-# after the decisions, at most this many per sweep and not past this far into it (the sweeper's timeout is 300 s).
-PROVISION_JOBS_PER_SWEEP = 50
+# PutMetricAlarm's default quota is 3 a second: a job of 8 hosts is 27 alarms, 9 s. Missing alarms are put after
+# the decisions, at most this many per sweep and not past this far into it (the sweeper's timeout is 300 s).
+PROVISION_ALARMS_PER_SWEEP = 450
 PROVISION_UNTIL_SECONDS = 180
 SAGEMAKER_MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 
@@ -62,15 +62,19 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     outcomes = _concurrently(
         lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
     )
-    with_alarms = rt.store.provisioned(list(keys.values()))
+    markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
-    missing = [job for job in running if keys[job] not in with_alarms and job not in stopped]
-    provisioned = _concurrently(lambda job: _provision_isolated(rt, *job, started), missing[:PROVISION_JOBS_PER_SWEEP])
+    done = {job: markers[keys[job]].put for job in running if keys[job] in markers}
+    missing = [
+        job for job in running if job not in stopped and not (keys[job] in markers and markers[keys[job]].complete)
+    ]
+    provisioned = _provision_some(rt, missing, done, started)
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
-        "left_to_provision": len(missing) - sum(1 for p in provisioned if p["status"] != "deferred"),
+        "left_to_provision": len(missing)
+        - sum(1 for p in provisioned if p["status"] != "error" and not p.get("alarms_left")),
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
@@ -108,14 +112,26 @@ def _decide_isolated(
         return {"job": name, "status": "error", "details": {"reason": str(exc)}}
 
 
-def _provision_isolated(rt: Runtime, platform: Platform, name: str, started: float) -> dict[str, Any]:
+def _provision_some(
+    rt: Runtime, missing: list[tuple[Platform, str]], done: dict[tuple[Platform, str], int], started: float
+) -> list[dict[str, Any]]:
+    """The alarms of jobs that lack some, in order, up to `PROVISION_ALARMS_PER_SWEEP` alarms and
+    `PROVISION_UNTIL_SECONDS` into the sweep (PutMetricAlarm's quota, not the calls' latency, is the bound: one
+    after another); a job's remaining alarms and the remaining jobs are the next sweeps'."""
+    budget, results = PROVISION_ALARMS_PER_SWEEP, []
+    for platform, name in missing:
+        if budget <= 0 or time.monotonic() - started > PROVISION_UNTIL_SECONDS:
+            break
+        results.append(_provision_isolated(rt, platform, name, budget, done.get((platform, name), 0)))
+        budget -= results[-1].get("alarms", 0)
+    return results
+
+
+def _provision_isolated(rt: Runtime, platform: Platform, name: str, budget: int, done: int) -> dict[str, Any]:
     """`provision_alarms` for one job of many: whatever it raises (an API error, a bad job's rendering) is logged
-    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised.
-    Past `PROVISION_UNTIL_SECONDS` into the sweep, the job is left to the next sweep."""
-    if time.monotonic() - started > PROVISION_UNTIL_SECONDS:
-        return {"status": "deferred", "job": name}
+    and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised."""
     try:
-        return provision_alarms(rt, platform, name)
+        return provision_alarms(rt, platform, name, budget, done)
     except ConfigurationError:
         raise
     except Exception as exc:
