@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from stallwatch.core import alarms, contract, log_patterns
 from stallwatch.core.evaluator import MetricKey, metric_key
@@ -27,7 +27,7 @@ from stallwatch.core.reading import (
     SAGEMAKER_STREAM,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
-from stallwatch.core.trace import EndEvent, LogEvent, MetricEvent, StatusEvent, Trace
+from stallwatch.core.trace import EndEvent, Event, LogEvent, MetricEvent, StatusEvent, Trace, TraceHeader
 
 # Trace t = 0 (the job entered InProgress) is this epoch second; the corpus's stream names use it too.
 TRACE_EPOCH = 1_700_000_000.0
@@ -59,21 +59,40 @@ class TraceSource:
     """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
 
     def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
-        self.trace = trace
+        self._index(trace.header, trace.events, trace.source, epoch)
+
+    @classmethod
+    def streamed(
+        cls, header: TraceHeader, events: Iterable[Event], source: str = "<trace>", epoch: float = TRACE_EPOCH
+    ) -> TraceSource:
+        """The source of a trace read one event at a time (`scan_trace`): no event is kept, only what the
+        signals read (a 24-hour, 64-host trace is half a million events)."""
+        built = cls.__new__(cls)
+        built._index(header, events, source, epoch)
+        return built
+
+    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float) -> None:
+        self.header = header
+        self.source_name = source
         self.base = epoch
-        job = trace.job
-        self.job_name = job.name
+        self.job = header.job
+        self.job_name = self.job.name
         self.hosts = alarms.host_names(self._facts_at(RUNNING, None, ()))
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
         self._statuses: list[tuple[float, str, str | None]] = []
         self.end: float | None = None
-        for event in trace.events:
+        self.last_t = 0.0  # trace time of the last event (the trace's duration)
+        keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], MetricKey] = {}
+        for event in events:
             t = self.epoch(event.t)
+            self.last_t = event.t
             if isinstance(event, MetricEvent):
                 m = event.metric
-                points = self._metrics[metric_key(m.namespace, m.name, m.dimensions)]
+                raw = (m.namespace, m.name, tuple(m.dimensions.items()))
+                key = keys.get(raw) or keys.setdefault(raw, metric_key(m.namespace, m.name, m.dimensions))
+                points = self._metrics[key]
                 points.times.append(t)
                 points.values.append(m.value)
             elif isinstance(event, LogEvent):
@@ -87,6 +106,15 @@ class TraceSource:
             elif isinstance(event, EndEvent):
                 self.end = t
 
+    def metric_points(self) -> Iterator[tuple[MetricKey, list[float], list[float]]]:
+        """Every metric's datapoints: (key, epoch times, values), sorted by time; the lists are the source's own."""
+        for key, points in self._metrics.items():
+            yield key, points.times, points.values
+
+    def status_times(self) -> list[tuple[float, str]]:
+        """(epoch seconds, status) of every status change, in order."""
+        return [(t, status) for t, status, _ in self._statuses]
+
     def epoch(self, t: float) -> float:
         """Epoch seconds of trace time `t`."""
         return self.base + t
@@ -95,14 +123,14 @@ class TraceSource:
         """The host a SageMaker log stream ``<job>/algo-N-<epoch>`` belongs to; None for other streams.
 
         Like `aws.source`, which reads only the SageMaker log group, the replay ignores EC2 log lines."""
-        if self.trace.job.platform is not Platform.SAGEMAKER:
+        if self.job.platform is not Platform.SAGEMAKER:
             return None
         match = SAGEMAKER_STREAM.match(stream)
         ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
         return match["host"] if ours else None
 
     def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
-        job = self.trace.job
+        job = self.job
         return JobFacts(
             name=job.name,
             platform=job.platform,
@@ -142,7 +170,7 @@ class TraceSource:
         return _periods(times, values, statistic, divisor)
 
     def _platform(self, host: str, now: float) -> Mapping[str, Series]:
-        job = self.trace.job
+        job = self.job
         if job.platform is Platform.SAGEMAKER:
             dims = {"Host": f"{job.name}/{host}"}
             ns = contract.SAGEMAKER_NAMESPACE
@@ -172,14 +200,14 @@ class TraceSource:
             )
             for name in contract.HOST_METRICS
         }
-        lines = self._logs.get(host, [])
-        upto = lines[: bisect.bisect_right(self._log_times.get(host, []), now)]
-        recent = [line for line in upto if line.t >= now - LOOKBACK_SECONDS]
+        lines, times = self._logs.get(host, []), self._log_times.get(host, [])
+        upto = bisect.bisect_right(times, now)
+        recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
         return HostSignals(
             host=host,
             agent=agent,
-            log_last_t=upto[-1].t if upto else None,
-            log_tail=tuple(upto[-LOG_LINES_PER_HOST:]),
+            log_last_t=lines[upto - 1].t if upto else None,
+            log_tail=tuple(lines[max(upto - LOG_LINES_PER_HOST, 0) : upto]),
             error_lines=tuple([line for line in recent if line.pattern][-ERROR_LINES_PER_HOST:]),
             **self._platform(host, now),
         )
@@ -187,7 +215,7 @@ class TraceSource:
     def job_signals(self, job_name: str, now: float) -> JobSignals:
         """The job as `aws.source` would show it at `now` (epoch seconds)."""
         if job_name != self.job_name:
-            raise KeyError(f"trace {self.trace.source} holds job {self.job_name!r}, not {job_name!r}")
+            raise KeyError(f"trace {self.source_name} holds job {self.job_name!r}, not {job_name!r}")
         job_dims = {contract.DIM_JOB: self.job_name}
         agent = {
             name: self._series(
