@@ -47,13 +47,13 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
 
 
 def provision_alarms(
-    rt: Runtime, platform: Platform, name: str, budget: int = ALARMS_PER_INVOCATION, done: int = 0
+    rt: Runtime, platform: Platform, name: str, budget: int | None = None, done: int = 0
 ) -> dict[str, Any]:
     """Put the job's alarms as the policy (after its tags) renders them; none for mode off or unmonitored EC2.
 
-    At most `budget` alarms, from the `done`-th on (PutMetricAlarm's quota is 3 a second: a 512-host job's 1,539
-    alarms take more than eight minutes); the job's marker keeps how many are in place, and the sweeper puts the
-    rest."""
+    At most `budget` alarms (default `ALARMS_PER_INVOCATION`), from the `done`-th on (PutMetricAlarm's quota is
+    3 a second: a 512-host job's 1,539 alarms take more than eight minutes); the job's marker keeps how many are in
+    place, and the sweeper puts the rest."""
     try:
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
@@ -71,7 +71,7 @@ def provision_alarms(
         deleted = _delete_alarms(rt, platform, name)
         rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": deleted}
-    todo = definitions[done : done + budget]
+    todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
     for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
     put = done + len(todo)
