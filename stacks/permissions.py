@@ -47,6 +47,7 @@ class WatchdogPermissions:
         ]
         if self.policy.monitor_sagemaker:
             statements.append(self._in_this_region("ListTrainingJobs", ["sagemaker:ListTrainingJobs"]))
+            statements += self._query_logs()
         statements.append(self._publish_metrics())
         return statements
 
@@ -92,19 +93,29 @@ class WatchdogPermissions:
     def _read_logs(self) -> list[iam.PolicyStatement]:
         if not self.policy.monitor_sagemaker:
             return []
-        log_group = self.stack.format_arn(
+        return [
+            iam.PolicyStatement(
+                sid="ReadTrainingJobLogs", actions=["logs:FilterLogEvents"], resources=[self._training_log_group()]
+            )
+        ]
+
+    def _query_logs(self) -> list[iam.PolicyStatement]:
+        """The sweeper's one Logs Insights query a sweep (each host's newest line)."""
+        return [
+            iam.PolicyStatement(
+                sid="QueryTrainingJobLogs", actions=["logs:StartQuery"], resources=[self._training_log_group()]
+            ),
+            # GetQueryResults has no resource-level permissions.
+            self._in_this_region("QueryResults", ["logs:GetQueryResults"]),
+        ]
+
+    def _training_log_group(self) -> str:
+        return self.stack.format_arn(
             service="logs",
             resource="log-group",
             resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
             arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
-        return [
-            iam.PolicyStatement(
-                sid="ReadTrainingJobLogs",
-                actions=["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"],
-                resources=[log_group],
-            )
-        ]
 
     def _stop(self) -> list[iam.PolicyStatement]:
         conditions = STOP_OPT_IN_CONDITION if self.policy.stop_requires_tag else None
