@@ -41,6 +41,7 @@ import moto  # noqa: E402
 from bench.decision_cost import SERVICES, _setup  # noqa: E402  (its import sets the environment moto needs)
 from handlers import on_alarm, sweeper  # noqa: E402
 from localrun import moto_logs_insights, moto_metric_search, moto_sagemaker  # noqa: E402
+from stallwatch.aws.observability import metrics  # noqa: E402
 from stallwatch.aws.store import StoredState, job_key  # noqa: E402
 from stallwatch.core import alarms  # noqa: E402
 from stallwatch.core.decision import JobState  # noqa: E402
@@ -149,6 +150,7 @@ def _seed_running(rt: environment.Runtime, world: World, jobs: int, provisioned:
                 world.logs(name, f"algo-{h}", [(1, "step 100 loss 2.3")])
         if provisioned:
             provision.provision_alarms(rt, Platform.SAGEMAKER, name, budget=10_000)
+    metrics.clear_metrics()  # the seeding's own AlarmsPut
     return due
 
 
@@ -235,6 +237,7 @@ def bench_on_alarm(hosts: int) -> dict[str, Any]:
         _seed_hang(world, "warm-up", 1)
         _seed_hang(world, job, hosts)
         sweeper.handler(scheduled_event(), LambdaContext())
+        rt.clock.advance(MINUTE)  # the alarm comes after the sweep that published the hosts' log idleness
         prefix = rt.config.alarm_prefix
         on_alarm.handler(
             alarm_event(alarms.alarm_name(prefix, "sagemaker", "warm-up", alarms.PROGRESS)), LambdaContext()
@@ -266,6 +269,7 @@ def bench_log_freshness(hosts: int) -> dict[str, Any]:
     with moto_world() as (rt, world):
         _seed_hang(world, job, hosts, busy=hosts - 1)
         sweeper.handler(scheduled_event(), LambdaContext())
+        rt.clock.advance(MINUTE)  # the alarm comes after the sweep that published the hosts' log idleness
         now = rt.clock()
         with counting(rt) as calls:
             signals = rt.source(Platform.SAGEMAKER).job_signals(job, now)
@@ -289,6 +293,7 @@ def bench_burst(hosts: int = 64) -> dict[str, Any]:
     with moto_world() as (rt, world):
         _seed_hang(world, job, hosts)
         sweeper.handler(scheduled_event(), LambdaContext())
+        rt.clock.advance(MINUTE)  # the alarm comes after the sweep that published the hosts' log idleness
         prefix = rt.config.alarm_prefix
         names = [alarms.alarm_name(prefix, "sagemaker", job, alarms.PROGRESS)]
         names += [

@@ -4,9 +4,10 @@
     tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most two FilterLogEvents
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
-publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each: the last
-`LOG_TAIL_SECONDS` (fresh, whatever the busy hosts write), and, when some hosts are quieter than that, the
-`LOG_TAIL_SECONDS` before the quietest one's last event.
+publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
+events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
+write), and, when some hosts are quieter than that, from `LOG_TAIL_SECONDS` before the quietest one's last event
+up to the fresh window.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from stallwatch.core import contract, log_patterns
 from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
 
-LOG_TAIL_SECONDS = 600  # each tail window
+LOG_RECENT_SECONDS = 120  # the fresh window: 512 hosts at a line per 10 s are 6,144 events, one page
+LOG_TAIL_SECONDS = 600  # lines read before the quietest host's last event
 LAST_EVENT_FIELD = "last"
 LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
 QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
@@ -80,12 +82,12 @@ def _query_time(text: str) -> float:
 
 
 def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
-    """The job's hosts' log tails: the last `LOG_TAIL_SECONDS`, then (if a host is quieter, or its freshness is
-    unknown) the `LOG_TAIL_SECONDS` before the quietest host's last event, back to the lookback at most. One page
-    each (10,000 events or 1 MB), so the calls do not grow with hosts; `freshness` (a host's newest event, as the
-    sweeper last saw it) is raised by every line read."""
+    """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then (if a host is quieter, or its freshness is
+    unknown) from `LOG_TAIL_SECONDS` before the quietest host's last event, back to the lookback at most. One page
+    each, so the calls do not grow with hosts; `freshness` (a host's newest event, as the sweeper last saw it) is
+    raised by every line read."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
-    recent = now - LOG_TAIL_SECONDS
+    recent = now - LOG_RECENT_SECONDS
     _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     if quiet:
@@ -106,6 +108,7 @@ def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[st
             logStreamNamePrefix=f"{job}/",
             startTime=max(start_ms, 0),
             endTime=end_ms,
+            interleaved=True,  # what CloudWatch Logs always does (the flag is ignored there); moto needs it
         )
     except logs.exceptions.ResourceNotFoundException:
         return
