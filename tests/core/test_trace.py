@@ -19,6 +19,7 @@ from stallwatch.core.trace import (
     TraceError,
     TraceHeader,
     TraceJob,
+    parse_event,
     read_trace,
 )
 from stallwatch.offline.trace_file import load_trace, write_trace
@@ -229,3 +230,24 @@ def test_ec2_trace_source_reads_the_cloudwatch_agent_and_ignores_logs() -> None:
     assert host.gpu_util.values() == [97.0]
     assert host.gpu_mem_util.values() == [75.0]
     assert host.log_last_t is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"t": 5, "metric": {"namespace": "Stallwatch", "name": "Steps", "dimensions": {"JobName": "j"}, "value": 3}},
+        {"t": 5.5, "log": {"stream": "j/algo-1-1700000000", "message": "step 1"}},
+        {"t": 5.5, "metric": {"namespace": "n", "name": "m", "dimensions": {}, "value": "2.5"}},
+        {"t": 1, "metric": {"namespace": "n", "name": "m", "dimensions": {"a": "b"}, "value": True}},
+    ],
+)
+def test_plain_events_parse_as_the_models_validate_them(raw: dict) -> None:
+    # Given an event line, in the plain shape or one the models coerce
+    # When it is parsed
+    event = parse_event(raw, "t.jsonl:2")
+
+    # Then it equals the validated model, field for field and type for type
+    expected = type(event).model_validate(raw)
+    assert event == expected
+    assert event.model_dump() == expected.model_dump()
+    assert type(event.t) is float
