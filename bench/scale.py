@@ -40,7 +40,7 @@ import moto  # noqa: E402
 
 from bench.decision_cost import SERVICES, _setup  # noqa: E402  (its import sets the environment moto needs)
 from handlers import on_alarm, sweeper  # noqa: E402
-from localrun import moto_logs_insights, moto_metric_search, moto_sagemaker  # noqa: E402
+from localrun import moto_logs_insights, moto_metric_search, moto_sagemaker, moto_threads  # noqa: E402
 from stallwatch.aws.observability import metrics  # noqa: E402
 from stallwatch.aws.store import StoredState, job_key  # noqa: E402
 from stallwatch.core import alarms  # noqa: E402
@@ -353,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     moto_metric_index.install()
     moto_metric_search.install()
     moto_logs_insights.install()
+    moto_threads.install()
     results = {}
     for name in args.only:
         results[name] = BENCHES[name](args)
