@@ -24,8 +24,10 @@ from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
+    HOST_AGENT_METRICS_READ,
     LOG_LINES_PER_HOST,
     LOOKBACK_SECONDS,
+    SAGEMAKER_HOST_METRICS_READ,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, Platform, Series
 
@@ -184,7 +186,7 @@ class AwsSignalSource:
             },
             agent={
                 name: _agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"))
-                for name in contract.HOST_METRICS
+                for name in HOST_AGENT_METRICS_READ
             },
         )
         if facts.platform is Platform.EC2:
@@ -208,6 +210,7 @@ class AwsSignalSource:
                     divisor=divisors.get(fld, facts.vcpus_per_host),
                 )
                 for fld, name in SAGEMAKER_HOST_METRICS.items()
+                if fld in SAGEMAKER_HOST_METRICS_READ
             }
         )
         return replace(reads, log_idle=_agent_search(contract.LOG_IDLE_SECONDS, job_dim, "Maximum"))
@@ -247,8 +250,9 @@ class AwsSignalSource:
             if facts.platform is Platform.EC2:
                 platform = {fld: found[ref][""] for (ref_host, fld), ref in reads.instances.items() if ref_host == host}
                 platform["gpu_mem_util"] = _percent(platform.pop("gpu_mem_used"), platform.pop("gpu_mem_total"))
-            else:
-                platform = {fld: per_host[search].get(host, Series()) for fld, search in reads.platform.items()}
+            else:  # only what the engine reads (core.reading): the other fields stay empty
+                platform = dict.fromkeys(SAGEMAKER_HOST_METRICS, Series())
+                platform |= {fld: per_host[search].get(host, Series()) for fld, search in reads.platform.items()}
             hosts[host] = HostSignals(
                 host=host,
                 gpu_util=platform["gpu_util"],

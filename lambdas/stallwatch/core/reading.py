@@ -20,4 +20,9 @@ AGENT_STATISTICS = {
     "Step": "Maximum",
     "LastStepAge": "Maximum",
 }
+# The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
+# agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
+# 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
+HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts")
+SAGEMAKER_HOST_METRICS_READ = ("gpu_util",)  # HostSignals fields, from SageMaker's per-host metrics
 SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
