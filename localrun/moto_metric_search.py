@@ -88,8 +88,10 @@ def _with_search(
 
 
 def install() -> None:
-    """Wrap the installed GetMetricData (moto's, or an indexed one installed before) once."""
+    """Wrap the installed GetMetricData (moto's, or an indexed one installed before); again after another patch
+    replaced it."""
     global _inner
-    if _inner is None:
-        _inner = CloudWatchBackend.get_metric_data
+    current = CloudWatchBackend.get_metric_data
+    if current is not _with_search:
+        _inner = current
         CloudWatchBackend.get_metric_data = _with_search  # type: ignore[method-assign]
