@@ -123,3 +123,20 @@ def test_a_job_too_big_for_one_invocation_gets_the_rest_of_its_alarms_from_the_s
     assert (started["alarms"], started["alarms_left"], after_start) == (5, 10, 5)
     assert [s["left_to_provision"] for s in sweeps] == [1, 0]
     assert _alarm_count(rt) == 15
+
+
+def test_a_failed_log_query_costs_the_log_idleness_not_the_sweep(rt, world, slack, context, monkeypatch, caplog):
+    # Given a hung job past its warning, and Logs Insights failing every query
+    seed_nccl_hang(world, JOB, ENFORCE)
+    on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
+    rt.clock.advance(6 * MINUTE)
+    monkeypatch.setattr(rt.clients.logs, "get_query_results", lambda **_: {"status": "Failed", "results": []})
+
+    # When the sweeper runs
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then nothing is published, the failure is logged, and the job is still decided (and stopped)
+    assert summary["log_idle_published"] == 0
+    assert any("log freshness query failed" in r.getMessage() for r in caplog.records)
+    (outcome,) = summary["redecided"]
+    assert (outcome["action"], outcome["stopped"]) == ("stop", True)

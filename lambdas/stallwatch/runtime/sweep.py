@@ -12,7 +12,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws.log_reads import newest_events
+from stallwatch.aws.log_reads import LogQueryError, newest_events
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
@@ -46,7 +46,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     started, now = time.monotonic(), rt.clock()
     running = _running_jobs(rt)
     keys = {(p, name): job_key(p, name) for p, name in running}
-    newest = newest_events(rt.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep) if _sagemaker(running) else {}
+    newest = _newest_log_lines(rt, now) if _sagemaker(running) else {}
     published = _publish_log_idle(rt, {name for p, name in running if p is Platform.SAGEMAKER}, newest, now)
     states = rt.store.load_many(list(keys.values()))
     alarmed_at = _alarmed_at(alarms_in_alarm(rt), rt.config.alarm_prefix)
@@ -81,6 +81,17 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     }
     logger.info("sweep", extra=summary)
     return summary
+
+
+def _newest_log_lines(rt: Runtime, now: float) -> dict[tuple[str, str], float]:
+    """Every SageMaker host's newest log line; a query that fails costs this sweep's log idleness, not the sweep
+    (decisions fall back on the last published `LogIdleSeconds` and their own tail)."""
+    try:
+        return newest_events(rt.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep)
+    except LogQueryError:
+        logger.exception("the log freshness query failed; no log idleness published this sweep")
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {}
 
 
 def _sagemaker(running: list[tuple[Platform, str]]) -> bool:
