@@ -208,3 +208,22 @@ def test_metric_reads_keep_every_page() -> None:
     # Then both pages' points are in the one series, oldest first
     assert len(cloudwatch.requests) == 2
     assert found[search]["j algo-1"].points == ((60.0, 1.0), (120.0, 1.0))
+
+
+def test_a_crashed_hosts_last_lines_are_read_even_when_busy_hosts_fill_the_page(rt, world: World, monkeypatch) -> None:
+    # Given pages of 60 events, 4 hosts logging every 10 s, and a host that crashed 30 minutes ago with an error
+    monkeypatch.setattr(log_reads, "PAGE_EVENTS", 60)
+    for i in range(1, 5):
+        world.logs("crash", f"algo-{i}", [(m / 6, f"algo-{i} step {m}") for m in range(360, -1, -1)])
+    crash = [(m, f"algo-5 step {m}") for m in range(60, 30, -1)] + [
+        (30, "RuntimeError: CUDA error: an illegal memory access was encountered")
+    ]
+    world.logs("crash", "algo-5", crash)
+    hosts = [f"algo-{i}" for i in range(1, 6)]
+
+    # When the tails are read, the crashed host's freshness known from the sweeper
+    tails = log_reads.read_tails(rt.clients.logs, "crash", hosts, {"algo-5": world.now - 30 * MINUTE}, world.now)
+
+    # Then the crashed host's error line is in its tail, and the busy hosts' newest lines too
+    assert tails["algo-5"].lines[-1].pattern is not None
+    assert tails["algo-1"].lines[-1].message == "algo-1 step 0"

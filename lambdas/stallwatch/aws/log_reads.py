@@ -6,8 +6,7 @@
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
 events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
-write), and, when some hosts are quieter than that, from `LOG_TAIL_SECONDS` before the quietest one's last event
-up to the fresh window.
+write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones.
 """
 
 from __future__ import annotations
@@ -22,7 +21,9 @@ from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
 
 LOG_RECENT_SECONDS = 120  # the fresh window: 512 hosts at a line per 10 s are 6,144 events, one page
-LOG_TAIL_SECONDS = 600  # lines read before the quietest host's last event
+LOG_TAIL_SECONDS = 600  # lines read before the quietest host's last event, at most
+PAGE_EVENTS = 10_000  # FilterLogEvents' page
+PAGE_FILL = 0.8  # of a page, the second window aims to fill
 LAST_EVENT_FIELD = "last"
 LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
 QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
@@ -82,37 +83,48 @@ def _query_time(text: str) -> float:
 
 
 def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
-    """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then (if a host is quieter, or its freshness is
-    unknown) from `LOG_TAIL_SECONDS` before the quietest host's last event, back to the lookback at most. One page
-    each, so the calls do not grow with hosts; `freshness` (a host's newest event, as the sweeper last saw it) is
-    raised by every line read."""
+    """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
+    quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
+    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read.
+
+    The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
+    holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
+    is full ends at the quiet hosts' last lines, not 10 minutes before them. A host whose freshness is unknown (a
+    job the sweeper has not seen yet) has the window reach back to the lookback."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
+    seen = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     if quiet:
-        known = [t for t in quiet if t is not None]
-        start = now - LOOKBACK_SECONDS if len(known) < len(quiet) else min(known) - LOG_TAIL_SECONDS
+        if None in quiet:
+            start, end = now - LOOKBACK_SECONDS, recent
+        else:
+            known = [t for t in quiet if t is not None]
+            rate = seen / LOG_RECENT_SECONDS  # events a second, of the hosts still writing
+            span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
+            start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        _read_window(logs, job, start_ms, int(recent * 1000) - 1, found)
+        _read_window(logs, job, start_ms, int(end * 1000) - 1, found)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
     return found
 
 
-def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> None:
-    """One FilterLogEvents page over the job's streams, oldest first, both ends included."""
+def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> int:
+    """One FilterLogEvents page over the job's streams, oldest first, both ends included; the events it held."""
     try:
         response = logs.filter_log_events(
             logGroupName=contract.SAGEMAKER_LOG_GROUP,
             logStreamNamePrefix=f"{job}/",
             startTime=max(start_ms, 0),
             endTime=end_ms,
+            limit=PAGE_EVENTS,
             interleaved=True,  # what CloudWatch Logs always does (the flag is ignored there); moto needs it
         )
     except logs.exceptions.ResourceNotFoundException:
-        return
-    for event in response.get("events", []):
+        return 0
+    events = response.get("events", [])
+    for event in events:
         match = SAGEMAKER_STREAM.match(event["logStreamName"])
         if not match or match["job"] != job or match["host"] not in found:
             continue
@@ -121,3 +133,4 @@ def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[st
         log = found[match["host"]]
         log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
         log.last_t = max(log.last_t or t, t)
+    return len(events)
