@@ -333,9 +333,8 @@ def _goals(results: dict[str, list[dict[str, Any]]]) -> dict[str, bool]:
     goals = {}
     for r in results.get("sweep", []):
         goals[f"sweep {r['jobs']} jobs: {r['calls']} <= {r['budget']} calls"] = r["calls"] <= r["budget"]
-        goals[f"sweep {r['jobs']} jobs: {r['wall_s_at_80ms']} s < 60 s at 80 ms a call"] = (
-            r["wall_s_at_80ms"] < CRITICAL_PATH_S
-        )
+        path = r["critical_path_s_at_80ms"]
+        goals[f"sweep {r['jobs']} jobs: critical path {path} s < 60 s at 80 ms a call"] = path < CRITICAL_PATH_S
     for r in results.get("cold_sweep", []):
         ok = r["first_sweep"]["decided_before_alarms"] and r["most_alarms_in_a_sweep"] <= ALARMS_PER_SWEEP
         goals[f"cold sweep {r['jobs']} jobs: decides first, <= {ALARMS_PER_SWEEP} alarms a sweep"] = ok
@@ -343,6 +342,11 @@ def _goals(results: dict[str, list[dict[str, Any]]]) -> dict[str, bool]:
         for action in ("warn", "stop"):
             calls = r[action]["calls"]
             goals[f"on_alarm {r['hosts']} hosts {action}: {calls} <= {ON_ALARM_CALLS} calls"] = calls <= ON_ALARM_CALLS
+            # as AWS would answer: GetMetricData pages of 100,800 datapoints (moto has no such limit)
+            on_aws = calls - r[action]["by_api"].get("GetMetricData", 0) + r[action]["get_metric_data_aws_pages"]
+            goals[f"on_alarm {r['hosts']} hosts {action}: {on_aws} <= {ON_ALARM_CALLS} calls as AWS pages"] = (
+                on_aws <= ON_ALARM_CALLS
+            )
     for r in results.get("burst", []):
         reads = r["full_signal_reads"]
         goals[f"burst {r['alarms']} alarms: {reads} <= {BURST_READS} full reads"] = reads <= BURST_READS
