@@ -1,9 +1,12 @@
-"""Signals from AWS: SageMaker/EC2 facts, CloudWatch metrics (batched GetMetricData) and CloudWatch Logs.
+"""Signals from AWS: SageMaker/EC2 facts, CloudWatch metrics (GetMetricData) and CloudWatch Logs.
 
     clients = AwsClients()                                  # lazy boto3 clients, adaptive retries
     source = AwsSignalSource(clients, Platform.SAGEMAKER)
     signals = source.job_signals("my-job", now=time.time())
-    batch = source.many_job_signals(["a", "b"], now)        # one GetMetricData call per 500 series
+    batch = source.many_job_signals(["a", "b"], now)        # read together, 500 queries per GetMetricData call
+
+A job's reads do not grow with its hosts: each host metric is one SEARCH over all of them (`metric_reads`), each
+host's log freshness is the sweeper's `LogIdleSeconds`, and its log tail is at most two pages (`log_reads`).
 
 Platform metrics are normalized per device: SageMaker publishes GPU/CPU utilization summed over a host's
 devices; EC2 hosts use the CloudWatch agent's nvidia_smi_* metrics aggregated by InstanceId (see docs/lambdas.md).
