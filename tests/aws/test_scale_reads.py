@@ -227,3 +227,23 @@ def test_a_crashed_hosts_last_lines_are_read_even_when_busy_hosts_fill_the_page(
     # Then the crashed host's error line is in its tail, and the busy hosts' newest lines too
     assert tails["algo-5"].lines[-1].pattern is not None
     assert tails["algo-1"].lines[-1].message == "algo-1 step 0"
+
+
+def test_a_job_of_very_many_hosts_reads_them_at_a_coarser_period_in_one_answer(rt, world: World) -> None:
+    # Given a 200-host job (its 13 + 4 x 200 series at 60 s would be 146,340 datapoints, more than one answer)
+    world.create_job("huge", hosts=200)
+    requests = []
+    rt.clients.cloudwatch.meta.events.register(
+        "provide-client-params.cloudwatch.GetMetricData", lambda params, **_: requests.append(params)
+    )
+
+    # When its signals are read
+    AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("huge", world.now)
+
+    # Then the job's own series stay at 60 s and the hosts' SEARCHes are at 120 s, in one call
+    (request,) = requests
+    periods = {q["Id"]: q["MetricStat"]["Period"] for q in request["MetricDataQueries"] if "MetricStat" in q}
+    searches = [q["Expression"] for q in request["MetricDataQueries"] if "Expression" in q]
+    assert set(periods.values()) == {60}
+    assert len(searches) == 4
+    assert all(expression.endswith(", 120)") for expression in searches)

@@ -33,6 +33,7 @@ class MetricRef:
     dimensions: tuple[tuple[str, str], ...]
     statistic: str = "Average"
     divisor: float = 1.0
+    period: int | None = None  # its own period, instead of the read's
 
     def query(self, query_id: str, period: int) -> dict[str, Any]:
         metric = {
@@ -40,7 +41,8 @@ class MetricRef:
             "MetricName": self.name,
             "Dimensions": [{"Name": k, "Value": v} for k, v in self.dimensions],
         }
-        return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": period, "Stat": self.statistic}}
+        stat = {"Metric": metric, "Period": self.period or period, "Stat": self.statistic}
+        return {"Id": query_id, "MetricStat": stat}
 
 
 @dataclass(frozen=True)
@@ -56,18 +58,19 @@ class SearchRef:
     label: str
     phrase: str | None = None
     divisor: float = 1.0
+    period: int | None = None  # its own period, instead of the read's
 
     def query(self, query_id: str, period: int) -> dict[str, Any]:
         terms = [f'MetricName="{self.name}"', *(f'{k}="{v}"' for k, v in self.exact)]
         if self.phrase:
             terms.append(f'"{self.phrase}"')
         schema = ",".join((self.namespace, *self.dimension_names))
-        expression = f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {period})"
+        expression = f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {self.period or period})"
         return {"Id": query_id, "Expression": expression, "Label": self.label, "ReturnData": True}
 
     def named(self, dimensions: tuple[tuple[str, str], ...]) -> MetricRef:
         """The one series of this metric with `dimensions`, read by name."""
-        return MetricRef(self.namespace, self.name, dimensions, self.statistic, self.divisor)
+        return MetricRef(self.namespace, self.name, dimensions, self.statistic, self.divisor, self.period)
 
 
 MetricQuery = MetricRef | SearchRef

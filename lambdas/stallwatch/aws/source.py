@@ -31,6 +31,7 @@ from stallwatch.core.reading import (
     LOG_LINES_PER_HOST,
     LOOKBACK_SECONDS,
     SAGEMAKER_HOST_METRICS_READ,
+    host_period,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, Platform, Series
 
@@ -182,13 +183,16 @@ class AwsSignalSource:
 
     def _reads(self, facts: JobFacts) -> _JobReads:
         job_dim = ((contract.DIM_JOB, facts.name),)
+        period = self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+        coarser = host_period(len(alarms.host_names(facts)), period)
+        hosts_period = coarser if coarser != period else None  # a job of many hosts: one answer still holds them
         reads = _JobReads(
             job={
                 name: MetricRef(contract.NAMESPACE, name, job_dim, AGENT_STATISTICS.get(name, "Average"))
                 for name in contract.JOB_METRICS
             },
             agent={
-                name: _agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"))
+                name: _agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"), hosts_period)
                 for name in HOST_AGENT_METRICS_READ
             },
         )
@@ -211,12 +215,14 @@ class AwsSignalSource:
                     SAGEMAKER_HOST_LABEL,
                     phrase=f"{facts.name}/",
                     divisor=divisors.get(fld, facts.vcpus_per_host),
+                    period=hosts_period,
                 )
                 for fld, name in SAGEMAKER_HOST_METRICS.items()
                 if fld in SAGEMAKER_HOST_METRICS_READ
             }
         )
-        return replace(reads, log_idle=_agent_search(contract.LOG_IDLE_SECONDS, job_dim, "Maximum"))
+        idle = _agent_search(contract.LOG_IDLE_SECONDS, job_dim, "Maximum", hosts_period)
+        return replace(reads, log_idle=idle)
 
     def _beyond_search(
         self, facts: JobFacts, reads: _JobReads, found: dict[MetricQuery, dict[str, Series]]
@@ -282,7 +288,7 @@ class AwsSignalSource:
         `LogIdleSeconds`) or as the caller knows it, raised by the lines read."""
         if facts.platform is not Platform.SAGEMAKER or reads.log_idle is None:
             return {}
-        period = self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+        period = reads.log_idle.period or self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
         known = {
             host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end is an upper bound
             for host, series in per_host[reads.log_idle].items()
@@ -294,9 +300,11 @@ class AwsSignalSource:
         return read_tails(self.clients.logs, facts.name, hosts, known, now)
 
 
-def _agent_search(name: str, job_dim: tuple[tuple[str, str], ...], statistic: str) -> SearchRef:
+def _agent_search(
+    name: str, job_dim: tuple[tuple[str, str], ...], statistic: str, period: int | None = None
+) -> SearchRef:
     """One metric of every host of the job, in the Stallwatch namespace (the agent's, and `LogIdleSeconds`)."""
-    return SearchRef(contract.NAMESPACE, name, AGENT_DIMENSIONS, job_dim, statistic, AGENT_LABEL)
+    return SearchRef(contract.NAMESPACE, name, AGENT_DIMENSIONS, job_dim, statistic, AGENT_LABEL, period=period)
 
 
 def _by_host(found: dict[str, Series], job: str) -> dict[str, Series]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from stallwatch.core.contract import JOB_METRICS
+
 LOOKBACK_SECONDS = 3 * 3600  # history the engine sees: baselines before the stall and the stall itself
 METRIC_PERIOD_SECONDS = 60
 LOG_LINES_PER_HOST = 20
@@ -25,4 +27,19 @@ AGENT_STATISTICS = {
 # 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
 HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts")
 SAGEMAKER_HOST_METRICS_READ = ("gpu_util",)  # HostSignals fields, from SageMaker's per-host metrics
+HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds
+DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datapoints a call, and pages the rest
+
+
+def host_period(hosts: int, period: int) -> int:
+    """The period of a job's per-host series: the job's own (`period`), or, for a job of so many hosts that one
+    GetMetricData answer would not hold them (above 136 hosts at 60 s), the smallest multiple of it that does
+    (512 hosts: 240 s). The job's own series keep `period`."""
+    room = DATAPOINTS_PER_ANSWER - len(JOB_METRICS) * (LOOKBACK_SECONDS // period)
+    multiple = 1
+    while hosts * HOST_SERIES_READ * (LOOKBACK_SECONDS // (period * multiple)) > room:
+        multiple += 1
+    return period * multiple
+
+
 SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")

@@ -25,6 +25,7 @@ from stallwatch.core.reading import (
     LOOKBACK_SECONDS,
     METRIC_PERIOD_SECONDS,
     SAGEMAKER_STREAM,
+    host_period,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 from stallwatch.core.trace import EndEvent, Event, LogEvent, MetricEvent, StatusEvent, Trace, TraceHeader
@@ -46,11 +47,11 @@ class _Points:
         return self.times[lo:hi], self.values[lo:hi]
 
 
-def _periods(times: list[float], values: list[float], statistic: str, divisor: float) -> Series:
-    """Datapoints aggregated into METRIC_PERIOD_SECONDS periods (stamped at the period start), as GetMetricData."""
+def _periods(times: list[float], values: list[float], statistic: str, divisor: float, period: int) -> Series:
+    """Datapoints aggregated into `period`-second periods (stamped at the period start), as GetMetricData."""
     buckets: dict[float, list[float]] = defaultdict(list)
     for t, v in zip(times, values, strict=True):
-        buckets[math.floor(t / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS].append(v)
+        buckets[math.floor(t / period) * period].append(v)
     aggregate = {"Sum": sum, "Maximum": max, "Minimum": min}.get(statistic, lambda vs: sum(vs) / len(vs))
     return Series(tuple((start, aggregate(vs) / divisor) for start, vs in sorted(buckets.items())))
 
@@ -78,6 +79,7 @@ class TraceSource:
         self.job = header.job
         self.job_name = self.job.name
         self.hosts = alarms.host_names(self._facts_at(RUNNING, None, ()))
+        self.host_period = host_period(len(self.hosts), METRIC_PERIOD_SECONDS)
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
@@ -159,15 +161,26 @@ class TraceSource:
         i = bisect.bisect_right(times, now)
         return times[i - 1] if i else None
 
-    def _series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
+    def _series(
+        self,
+        key: MetricKey,
+        now: float,
+        statistic: str = "Average",
+        divisor: float = 1.0,
+        period: int = METRIC_PERIOD_SECONDS,
+    ) -> Series:
         points = self._metrics.get(key)
         if points is None or divisor <= 0:
             return Series()
         # Only periods that have ended by `now` are complete, as in CloudWatch.
         start = now - LOOKBACK_SECONDS
-        end = math.floor(now / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS
+        end = math.floor(now / period) * period
         times, values = points.window(start, end - 1e-9)
-        return _periods(times, values, statistic, divisor)
+        return _periods(times, values, statistic, divisor, period)
+
+    def _host_series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
+        """A host's series, at the hosts' period (`reading.host_period`: coarser for a job of very many hosts)."""
+        return self._series(key, now, statistic, divisor, self.host_period)
 
     def _platform(self, host: str, now: float) -> Mapping[str, Series]:
         job = self.job
@@ -175,27 +188,29 @@ class TraceSource:
             dims = {"Host": f"{job.name}/{host}"}
             ns = contract.SAGEMAKER_NAMESPACE
             return {
-                "gpu_util": self._series(metric_key(ns, "GPUUtilization", dims), now, divisor=job.gpus_per_host),
-                "gpu_mem_util": self._series(
+                "gpu_util": self._host_series(metric_key(ns, "GPUUtilization", dims), now, divisor=job.gpus_per_host),
+                "gpu_mem_util": self._host_series(
                     metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=job.gpus_per_host
                 ),
-                "cpu_util": self._series(metric_key(ns, "CPUUtilization", dims), now, divisor=job.vcpus_per_host),
+                "cpu_util": self._host_series(metric_key(ns, "CPUUtilization", dims), now, divisor=job.vcpus_per_host),
             }
         dims = {alarms.CWAGENT_DIM_INSTANCE: host}
-        used = self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
+        used = self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
         total = dict(
-            self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
+            self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
         )
         return {
-            "gpu_util": self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now),
+            "gpu_util": self._host_series(
+                metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now
+            ),
             "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
-            "cpu_util": self._series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
+            "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
         }
 
     def _host(self, host: str, now: float) -> HostSignals:
         host_dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
         agent = {
-            name: self._series(
+            name: self._host_series(
                 metric_key(contract.NAMESPACE, name, host_dims), now, AGENT_STATISTICS.get(name, "Average")
             )
             for name in contract.HOST_METRICS
