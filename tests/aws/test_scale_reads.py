@@ -60,19 +60,27 @@ def test_signals_of_a_job_cost_one_metric_call_whatever_its_hosts(rt, world: Wor
     assert signals.hosts["algo-40"].agent["GPUPowerWatts"].latest() == 340.0
 
 
-def test_hosts_beyond_what_one_search_returns_are_read_by_name(rt, world: World, monkeypatch) -> None:
-    # Given a 3-host job, and SEARCH returning 2 series at most (CloudWatch: 500)
+@pytest.mark.parametrize(("named_in_the_search", "calls"), [(24, 1), (0, 2)])
+def test_hosts_beyond_what_one_search_returns_are_read_by_name(
+    rt, world: World, monkeypatch, named_in_the_search: int, calls: int
+) -> None:
+    # Given a 3-host job, SEARCH returning 2 series at most (CloudWatch: 500), and room to name the extra hosts in
+    # the SEARCH (left out of it, read by name alongside) or none (they are read by name afterwards)
     monkeypatch.setattr(source, "MAX_SERIES_PER_SEARCH", 2)
+    monkeypatch.setattr(source, "MAX_EXCLUDED_PER_SEARCH", named_in_the_search)
     monkeypatch.setattr("localrun.moto_metric_search.MAX_SERIES_PER_SEARCH", 2)
     world.create_job("big", hosts=3)
     for i in (1, 2, 3):
         _power(world, "big", f"algo-{i}", 100.0 * i)
+    made = []
+    rt.clients.cloudwatch.meta.events.register("before-call", lambda model, **_: made.append(model.name))
 
     # When its signals are read
     signals = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("big", world.now)
 
-    # Then every host has its own series, the third read by name
+    # Then every host has its own series, the third read by name, in one call or two
     assert [signals.hosts[f"algo-{i}"].agent["GPUPowerWatts"].latest() for i in (1, 2, 3)] == [100.0, 200.0, 300.0]
+    assert made.count("GetMetricData") == calls
 
 
 def test_one_logs_insights_query_gives_every_hosts_newest_line(rt, world: World) -> None:

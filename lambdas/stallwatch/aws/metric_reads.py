@@ -59,11 +59,14 @@ class SearchRef:
     phrase: str | None = None
     divisor: float = 1.0
     period: int | None = None  # its own period, instead of the read's
+    excluded: tuple[tuple[str, str], ...] = ()  # series left out (dimension, value): read by name instead
 
     def query(self, query_id: str, period: int) -> dict[str, Any]:
         terms = [f'MetricName="{self.name}"', *(f'{k}="{v}"' for k, v in self.exact)]
         if self.phrase:
             terms.append(f'"{self.phrase}"')
+        if self.excluded:
+            terms.append("NOT (" + " OR ".join(f'{k}="{v}"' for k, v in self.excluded) + ")")
         schema = ",".join((self.namespace, *self.dimension_names))
         expression = f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {self.period or period})"
         return {"Id": query_id, "Expression": expression, "Label": self.label, "ReturnData": True}

@@ -38,6 +38,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, Platform,
 AGENT_DIMENSIONS = (contract.DIM_JOB, contract.DIM_HOST)
 AGENT_LABEL = "${PROP('Dim.JobName')} ${PROP('Dim.Host')}"  # job names have no spaces
 SAGEMAKER_HOST_LABEL = "${PROP('Dim.Host')}"  # "<job>/algo-N"
+MAX_EXCLUDED_PER_SEARCH = 24  # hosts a SEARCH names to leave out (its expression stays short); more: one more call
 
 # Platform metrics per host, keyed by what `_assemble` reads: SageMaker name, or EC2 (namespace, name).
 SAGEMAKER_HOST_METRICS = {
@@ -68,9 +69,11 @@ class _JobReads:
     platform: dict[str, SearchRef] = field(default_factory=dict)  # SageMaker: HostSignals field -> search
     instances: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # EC2: (host, field) -> ref
     log_idle: SearchRef | None = None  # SageMaker: the sweeper's LogIdleSeconds, labelled "job host"
+    named: dict[MetricRef, tuple[SearchRef, str]] = field(default_factory=dict)  # hosts a SEARCH leaves out
 
     def all(self) -> Iterator[MetricQuery]:
         yield from self.job.values()
+        yield from self.named
         yield from self.agent.values()
         yield from self.platform.values()
         yield from self.instances.values()
@@ -222,7 +225,7 @@ class AwsSignalSource:
             }
         )
         idle = _agent_search(contract.LOG_IDLE_SECONDS, job_dim, "Maximum", hosts_period)
-        return replace(reads, log_idle=idle)
+        return _beyond_one_search(replace(reads, log_idle=idle), facts)
 
     def _beyond_search(
         self, facts: JobFacts, reads: _JobReads, found: dict[MetricQuery, dict[str, Series]]
@@ -232,10 +235,13 @@ class AwsSignalSource:
         if len(hosts) <= MAX_SERIES_PER_SEARCH:
             return {}
         extra: dict[MetricRef, tuple[SearchRef, str]] = {}
+        named = set(reads.named.values())
         for search in [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]:
+            if len(found.get(search, {})) < MAX_SERIES_PER_SEARCH:
+                continue  # not cut short: a host missing from it has no such series
             seen = _by_host(found.get(search, {}), facts.name)
             for host in hosts:
-                if host not in seen:
+                if host not in seen and (search, host) not in named:
                     extra[search.named(_host_dimensions(search, facts.name, host))] = (search, host)
         return extra
 
@@ -248,8 +254,9 @@ class AwsSignalSource:
         freshness: dict[str, float],
         now: float,
     ) -> JobSignals:
-        per_host = {search: _by_host(found.get(search, {}), facts.name) for search in reads.all()}
-        for ref, (search, host) in extra.items():
+        searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
+        per_host = {search: _by_host(found.get(search, {}), facts.name) for search in searches}
+        for ref, (search, host) in {**reads.named, **extra}.items():
             per_host[search][host] = found[ref][""]
         hosts: dict[str, HostSignals] = {}
         names = alarms.host_names(facts)
@@ -322,6 +329,26 @@ def _host_dimensions(search: SearchRef, job: str, host: str) -> tuple[tuple[str,
     if search.namespace == contract.SAGEMAKER_NAMESPACE:
         return (("Host", f"{job}/{host}"),)
     return ((contract.DIM_JOB, job), (contract.DIM_HOST, host))
+
+
+def _beyond_one_search(reads: _JobReads, facts: JobFacts) -> _JobReads:
+    """A job of more hosts than one SEARCH returns: the first `MAX_SERIES_PER_SEARCH` hosts by SEARCH, the next
+    ones (up to `MAX_EXCLUDED_PER_SEARCH`) left out of it by name and read by name in the same call."""
+    beyond = alarms.host_names(facts)[MAX_SERIES_PER_SEARCH:][:MAX_EXCLUDED_PER_SEARCH]
+    if not beyond:
+        return reads
+    named: dict[MetricRef, tuple[SearchRef, str]] = {}
+
+    def split(search: SearchRef) -> SearchRef:
+        host_dim = [(name, value) for host in beyond for name, value in _host_dimensions(search, facts.name, host)]
+        excluded = replace(search, excluded=tuple(d for d in host_dim if d[0] == "Host"))
+        named.update({excluded.named(_host_dimensions(search, facts.name, host)): (excluded, host) for host in beyond})
+        return excluded
+
+    agent = {name: split(search) for name, search in reads.agent.items()}
+    platform = {fld: split(search) for fld, search in reads.platform.items()}
+    idle = split(reads.log_idle) if reads.log_idle else None
+    return replace(reads, agent=agent, platform=platform, log_idle=idle, named=named)
 
 
 def _percent(part: Series, whole: Series) -> Series:
