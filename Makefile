@@ -2,10 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
+DIST ?= dist
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup demo test lint format synth bench clean
+.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -41,5 +43,19 @@ bench: setup
 	$(PY) bench/agent_overhead.py
 	$(PY) bench/flops_accuracy.py
 
+# The trainer-agent wheel and sdist, checked by twine; tests/packaging builds with this very target.
+dist:
+	rm -rf $(DIST)
+	$(PY) -m build --no-isolation --outdir $(DIST) .
+	$(PY) -m twine check --strict $(DIST)/*
+
+# The built files in $(DIST), installed into clean venvs of the oldest and newest declared Python (no torch).
+wheel-check: setup
+	TRAINER_AGENT_DIST=$(CURDIR)/$(DIST) $(VENV)/bin/pytest -p no:cacheprovider tests/packaging
+
+# lambdas/requirements.lock: every package of the Lambda asset, pinned with hashes for python3.12 arm64.
+lambda-lock: setup
+	$(PY) -m stacks.lock
+
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache $(DIST) build

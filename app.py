@@ -14,11 +14,14 @@ from aws_cdk import App
 from stacks.application import add_stacks
 from stacks.config_source import ConfigError
 
+# Read here too: `-c stallwatch='{...}'` replaces cdk.json's object in the context; the app merges it back in.
+CDK_JSON = Path(__file__).resolve().parent / "cdk.json"
+
 
 def main() -> None:
     app = App()
     try:
-        add_stacks(app)
+        add_stacks(app, project_file=CDK_JSON)
     except ConfigError as exc:
         sys.exit(f"stallwatch: {exc}")
     app.synth()

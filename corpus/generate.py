@@ -91,6 +91,7 @@ class Segment:
     nonfinite: bool = False
     data_wait: float = 4.0  # percent of the window spent waiting for input
     secondary: str | None = None  # the SageMaker secondary status this segment starts
+    log_every_min: int = 1  # hosts write a line every this many minutes
 
 
 @dataclass
@@ -108,6 +109,8 @@ class Scenario:
     tags: dict[str, str] = field(default_factory=dict)
     gpu: Gpu = A100
     crash: tuple[float, int, list[str]] | None = None  # (t, host index, the rank's last words)
+    # (from t, host index, factor): that host's own step time x factor and its GPU power / factor (a throttled node)
+    straggler: tuple[float, int, float] | None = None
 
 
 class Simulation:
@@ -148,6 +151,11 @@ class Simulation:
     def crashed(self, t: float, host: int) -> bool:
         return self.sc.crash is not None and host == self.sc.crash[1] and t >= self.sc.crash[0]
 
+    def straggling(self, t: float, host: int) -> float:
+        """How much slower than the others `host` runs at `t` (1.0: not a straggler)."""
+        lag = self.sc.straggler
+        return lag[2] if lag is not None and host == lag[1] and t >= lag[0] else 1.0
+
     def host_minute(self, t: float, host: int, activity: str) -> None:
         if self.crashed(t, host):
             activity = DEAD
@@ -171,7 +179,7 @@ class Simulation:
             self.metric(t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
         if self.sc.agent and activity not in (DOWNLOAD, DEAD):
             power = {BUSY: self.sc.gpu.busy_w, STARVED: self.sc.gpu.busy_w * 0.45, HUNG: self.sc.gpu.hung_w}
-            watts = power.get(activity, self.sc.gpu.idle_w * 1.5)
+            watts = power.get(activity, self.sc.gpu.idle_w * 1.5) / self.straggling(t, host)
             host_dims = {contract.DIM_JOB: self.job, contract.DIM_HOST: name}
             ta = t + AGENT_OFFSET_S
             self.metric(ta, contract.NAMESPACE, "Heartbeat", host_dims, 1.0)
@@ -208,7 +216,19 @@ class Simulation:
             remaining = max(0.0, seg.phase_budget_s - (t - seg.start_s))
         self.metric(t, ns, "PhaseBudgetRemaining", dims, remaining)
 
+    def host_step_times(self, t: float, seg: Segment, steps: list[float]) -> None:
+        """Each host's own StepTime for the window ending at `t` (the agent's per-host metric)."""
+        for host, name in enumerate(self.hosts):
+            if steps and seg.step_s and not self.crashed(t, host):
+                dims = {contract.DIM_JOB: self.job, contract.DIM_HOST: name}
+                # the job runs at the straggler's pace (every step waits for it); the others' own work is quicker
+                lag = self.sc.straggler[1] if self.sc.straggler else host
+                local = seg.step_s * self.straggling(t, host) / self.straggling(t, lag)
+                self.metric(t, contract.NAMESPACE, "StepTime", dims, self.noise(local, local * 0.02))
+
     def host_logs(self, t: float, seg: Segment, steps: list[float]) -> None:
+        if int(t / MINUTE) % seg.log_every_min:
+            return
         for host in range(len(self.hosts)):
             if self.crashed(t, host) or not seg.logs:
                 continue
@@ -245,6 +265,8 @@ class Simulation:
                 self.loss = max(1.2, self.loss - 0.0004 * len(steps) + self.rng.uniform(-0.01, 0.01))
             if sc.agent and seg.activity != DOWNLOAD:
                 self.agent_window(t + MINUTE + AGENT_OFFSET_S, seg, steps)
+                if sc.straggler is not None:
+                    self.host_step_times(t + MINUTE + AGENT_OFFSET_S, seg, steps)
             self.host_logs(t, seg, steps)
             if sc.crash and sc.crash[0] <= t + MINUTE and sc.crash[0] > t:
                 for i, line in enumerate(sc.crash[2]):
@@ -273,8 +295,9 @@ def _stop_within(onset_s: float, minutes: float = 30.0, diagnosis: str | None = 
     return Expectation(action="stop", window_s=(onset_s, onset_s + minutes * 60), diagnosis=diagnosis)
 
 
-def _no_stop(diagnosis: str | None = None) -> Expectation:
-    return Expectation(action="none", diagnosis=diagnosis)
+def _no_stop(diagnosis: str | None = None, alerts: int | None = None, warnings: int | None = None) -> Expectation:
+    """The label for a job that must not be stopped: at most `alerts` alerts and `warnings` warnings (default 0)."""
+    return Expectation(action="none", diagnosis=diagnosis, alerts=alerts, warnings=warnings)
 
 
 def _start(download_s: float, step_s: float = 1.9) -> list[Segment]:
@@ -410,7 +433,7 @@ def scenarios() -> list[Scenario]:
             segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1_500.0)],
             duration_s=2_400.0 + 5_400,
             seed=116,
-            expect=_no_stop(),
+            expect=_no_stop(diagnosis="slow", alerts=1),
         ),
         Scenario(
             name="ec2-dataloader-starvation-agent",
@@ -422,7 +445,7 @@ def scenarios() -> list[Scenario]:
             segments=[Segment(0.0, BUSY, step_s=1.9), Segment(1_800.0, STARVED, step_s=6.5, data_wait=80.0)],
             duration_s=5_400.0,
             seed=109,
-            expect=_no_stop(diagnosis="data_starvation"),
+            expect=_no_stop(diagnosis="data_starvation", alerts=1),
         ),
         Scenario(
             name="sm-nonfinite-loss-alert",
@@ -434,7 +457,7 @@ def scenarios() -> list[Scenario]:
             segments=[*_start(300.0), Segment(2_400.0, BUSY, step_s=1.9, nonfinite=True)],
             duration_s=5_400.0,
             seed=110,
-            expect=_no_stop(diagnosis="nonfinite_loss"),
+            expect=_no_stop(diagnosis="nonfinite_loss", alerts=1),
         ),
         Scenario(
             name="sm-nonfinite-loss-stop",
@@ -502,6 +525,72 @@ def scenarios() -> list[Scenario]:
     ]
 
 
+# --- issue 12: decision quality (learned cadence, no nagging, stragglers, slowdowns) --------------------------------
+
+
+def decision_quality_scenarios() -> list[Scenario]:
+    """Healthy jobs that must not be nagged, and problems that are alerts, never stops."""
+    sm = Platform.SAGEMAKER
+    return [
+        Scenario(
+            name="sm-rare-logger-noagent",
+            summary="No agent, busy GPUs, one log line every 20 minutes for 5 hours: healthy, alerted at most once.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=1,
+            agent=False,
+            segments=[
+                Segment(0.0, DOWNLOAD, secondary="Downloading"),
+                Segment(60.0, BUSY, step_s=1.9, secondary="Training", log_every_min=20),
+            ],
+            duration_s=5 * 3_600.0,
+            seed=120,
+            expect=_no_stop(alerts=1),
+        ),
+        Scenario(
+            name="sm-eval-40min-noagent",
+            summary="No agent, no declared phase: a 40-minute evaluation on busy GPUs writes no log line; one alert.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=2,
+            agent=False,
+            segments=[
+                *_start(300.0),
+                Segment(3_600.0, BUSY, logs=False),
+                Segment(3_600.0 + 2_400.0, BUSY, step_s=1.9),
+            ],
+            duration_s=3 * 3_600.0,
+            seed=121,
+            expect=_no_stop(alerts=1),
+        ),
+        Scenario(
+            name="sm-straggler-8host-agent",
+            summary="8 p4d hosts with the agent; algo-6's GPUs throttle: its steps take 1.8x the others'.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=8,
+            agent=True,
+            segments=[*_start(420.0), Segment(1_500.0, BUSY, step_s=1.9 * 1.8)],
+            duration_s=4_500.0,
+            seed=122,
+            straggler=(1_500.0, 5, 1.8),
+            expect=_no_stop(diagnosis="straggler", alerts=2),  # the slowdown, then the host that causes it
+        ),
+        Scenario(
+            name="sm-step-time-doubles-2host",
+            summary="2 p4d hosts with the agent: halfway through, every step takes twice as long (a slowdown).",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=2,
+            agent=True,
+            segments=[*_start(300.0), Segment(3_600.0, BUSY, step_s=3.8)],
+            duration_s=2 * 3_600.0,
+            seed=123,
+            expect=_no_stop(diagnosis="slow", alerts=1),
+        ),
+    ]
+
+
 def benchmark_scenario(hours: float = 6.0, hosts: int = 8) -> Scenario:
     """The replay-speed benchmark: a healthy `hours`-long, `hosts`-host job with the agent (replayed to its end)."""
     return Scenario(
@@ -528,7 +617,7 @@ def generate(out: Path, select: Callable[[Scenario], bool] = lambda _: True) -> 
     """Write every corpus trace into `out`; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for sc in scenarios():
+    for sc in [*scenarios(), *decision_quality_scenarios()]:
         if select(sc):
             path = out / f"{sc.name}.jsonl"
             write_scenario(sc, path)

@@ -3,20 +3,25 @@
     python examples/train_gpt.py --steps 60 --interval 5
     python examples/train_gpt.py --steps 0 --fault hang --fault-after 20      # stops stepping, keeps logging
     python examples/train_gpt.py --fault crash --fault-after 10               # NCCL/CUDA error, exit 1
+    python examples/train_gpt.py --checkpoint-dir /opt/ml/checkpoints --checkpoint-every 100   # resumable
 
 Faults: hang (a collective that never returns, with NCCL-like watchdog lines on stderr), crash (a
 fatal NCCL/CUDA error and traceback, non-zero exit), checkpoint (a declared phase, then training
 resumes), idle (no steps and no output; the process stays alive). SIGTERM flushes the agent's last
-window and exits 0, as SageMaker's StopTrainingJob expects.
+window and exits 0, as SageMaker's StopTrainingJob expects. With --checkpoint-dir, the model and optimizer are
+saved there every --checkpoint-every steps (a declared phase), and a run that finds a checkpoint there resumes
+from its step, as a job resumed by Stallwatch does (SageMaker syncs CheckpointConfig's S3 URI to that directory).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO
 
 import torch
@@ -27,6 +32,8 @@ from trainer_agent.flops import matmul_param_count, transformer_flops_per_token
 from trainer_agent.sinks import module_available
 
 FAULTS = ("none", "hang", "crash", "checkpoint", "idle")
+CHECKPOINT_FILE = "checkpoint.pt"
+RESUMED_MARKER = "resumed from checkpoint at step"
 HANG_LOG_EVERY_S = 5.0
 CRASH_LOG = (
     "[rank0]:[E ProcessGroupNCCL.cpp:1577] [PG 0 Rank 0] Process group watchdog thread terminated with exception: "
@@ -46,7 +53,7 @@ class QuietableStream:
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream, self.silenced = stream, False
-        # Re-entrant: a SIGTERM handler may write the final window while this thread is inside a write.
+        # The agent's sink thread writes windows while the loop writes lines; re-entrant for signal handlers.
         self._lock = threading.RLock()
 
     def write(self, text: str) -> int:
@@ -81,13 +88,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-after", type=int, default=20, help="steps before the fault")
     parser.add_argument("--checkpoint-budget", type=float, default=60.0, help="declared checkpoint budget, s")
     parser.add_argument("--checkpoint-seconds", type=float, default=10.0, help="how long the checkpoint takes, s")
+    parser.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here, and resume from one found here")
+    parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--log-every", type=int, default=1, help="progress line every N steps")
     parser.add_argument("--jsonl", help="also write the agent's windows to this JSONL file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if args.steps < 0 or args.fault_after < 0 or args.log_every < 1:
-        parser.error("--steps and --fault-after must be >= 0, --log-every >= 1")
+    if args.steps < 0 or args.fault_after < 0 or args.log_every < 1 or args.checkpoint_every < 1:
+        parser.error("--steps and --fault-after must be >= 0, --log-every and --checkpoint-every >= 1")
     return args
 
 
@@ -151,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
         sinks=build_sinks(stdout, args.jsonl),
     )
     tokens = args.batch_size * config.seq_len
-    step = 0
+    step = load_checkpoint(args.checkpoint_dir, model, optimizer, stdout)
     try:
         while args.steps == 0 or step < args.steps:
             if args.fault != "none" and step == args.fault_after:
                 inject(args, agent, stdout)
             started = time.perf_counter()
             x, y = batches.next()
-            with agent.step(tokens=tokens, samples=args.batch_size):
+            with agent.step(tokens=tokens, samples=args.batch_size, step=step + 1):
                 _, loss = model(x, y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -168,9 +177,33 @@ def main(argv: list[str] | None = None) -> int:
             if step % args.log_every == 0:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 stdout.line(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step")
+            if args.checkpoint_dir is not None and step % args.checkpoint_every == 0:
+                with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
+                    save_checkpoint(args.checkpoint_dir, model, optimizer, step)
+                stdout.line(f"checkpoint at step {step}")
     finally:
         agent.close()
     return 0
+
+
+def save_checkpoint(directory: Path, model: GPT, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Model, optimizer and step, written whole or not at all (a stop mid-write leaves the previous one)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    partial = directory / f"{CHECKPOINT_FILE}.partial"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
+    os.replace(partial, directory / CHECKPOINT_FILE)
+
+
+def load_checkpoint(directory: Path | None, model: GPT, optimizer: torch.optim.Optimizer, out: QuietableStream) -> int:
+    """The step to go on from: the checkpoint's, restored into `model` and `optimizer`, else 0."""
+    path = directory / CHECKPOINT_FILE if directory is not None else None
+    if path is None or not path.exists():
+        return 0
+    saved = torch.load(path, weights_only=True)
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    out.line(f"{RESUMED_MARKER} {saved['step']}")
+    return int(saved["step"])
 
 
 def inject(args: argparse.Namespace, agent: TrainerAgent, stdout: QuietableStream) -> None:

@@ -25,6 +25,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_gpt.py"
 FAULT_MARKER = "fault "  # examples/train_gpt.py prints "fault <kind> at step <n>" when it injects the fault
 FAULT_OVER_MARKER = "checkpoint saved"  # ...and this when a checkpoint phase is over
+RESUMED_MARKER = "resumed from checkpoint"  # ...and this when it goes on from a checkpoint it found
 EMF_SCOPE_JOB = "job"
 # Environment a training process must not inherit from the demo (the demo's own AWS setup is passed explicitly).
 _DROPPED_ENV = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "TRAINING_JOB_NAME", "STALLWATCH_JOB_NAME", "SM_CURRENT_HOST")
@@ -129,6 +130,8 @@ class HostRun:
             self.fault_started = True
             self._timeline.mark_fault_onset(t)
             self._timeline.event(Kind.FAULT, f"{self.host}: {line}")
+        elif line.startswith(RESUMED_MARKER):
+            self._timeline.event(Kind.TRAIN, f"{self.host}: {line}")
         elif line.startswith(FAULT_OVER_MARKER):
             self.fault_over = True
             self._timeline.event(Kind.TRAIN, f"{self.host}: {line}; training resumes")

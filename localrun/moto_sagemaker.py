@@ -3,8 +3,11 @@
 moto 5.2.5 creates every training job as ``Completed`` and has no StopTrainingJob. After
 `install()`, new jobs start ``InProgress`` (secondary status ``Starting``), `set_training_job_status`
 moves a job along, and StopTrainingJob moves it to ``Stopping``; the next DescribeTrainingJob after that
-reports ``Stopped``, as SageMaker does once the instances are released. The patch is on moto's backend
-and response classes, so it works in-process (``mock_aws``) and in a ``ThreadedMotoServer`` alike.
+reports ``Stopped``, as SageMaker does once the instances are released. CreateTrainingJob keeps what a
+resume clones that moto drops (``Environment``, ``RetryStrategy``), rejects a name in use (``ResourceInUse``)
+and a CheckpointConfig without an S3 URI, as SageMaker does; an ended job reports ``TrainingTimeInSeconds``.
+The patch is on moto's backend and response classes, so it works in-process (``mock_aws``) and in a
+``ThreadedMotoServer`` alike.
 
     from localrun import moto_sagemaker
     moto_sagemaker.install()
@@ -18,7 +21,7 @@ from typing import Any
 
 import moto
 from moto.core.common_types import TYPE_RESPONSE
-from moto.sagemaker.exceptions import ValidationError
+from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.models import FakeTrainingJob, SageMakerModelBackend, sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
@@ -44,6 +47,9 @@ STATUS_MESSAGES = {
 
 _original_init = FakeTrainingJob.__init__
 _original_describe = SageMakerModelBackend.describe_training_job
+_original_create_response = SageMakerResponse.create_training_job
+# CreateTrainingJob parameters moto 5.2.5 does not keep, kept on the job (and so in DescribeTrainingJob).
+KEPT_PARAMETERS = {"Environment": "environment", "RetryStrategy": "retry_strategy"}
 
 
 def _now() -> datetime:
@@ -71,11 +77,12 @@ def _set_status(job: FakeTrainingJob, status: str, secondary_status: str, at: da
     job.training_job_status = status
     job.secondary_status = secondary_status
     job.last_modified_time = now
+    job.creation_time = min(job.creation_time, now)
     if secondary_status == "Training":
         job.training_start_time = min(job.training_start_time, now)
-        job.creation_time = min(job.creation_time, now)
     if status not in (RUNNING, STOPPING):
         job.training_end_time = now
+        job.training_time_in_seconds = int((now - job.training_start_time).total_seconds())
 
 
 def _stop_training_job(self: SageMakerModelBackend, training_job_name: str) -> None:
@@ -109,12 +116,34 @@ def _stop_training_job_response(self: SageMakerResponse) -> TYPE_RESPONSE:
     return 200, {}, "{}"
 
 
+def _create_training_job_response(self: SageMakerResponse) -> Any:
+    name = self._get_param("TrainingJobName")
+    if name in self.sagemaker_backend.training_jobs:
+        arn = FakeTrainingJob.arn_formatter(name, self.current_account, self.region)
+        raise ResourceInUseException(
+            f"Training job names must be unique within an AWS account and region, and a "
+            f"training job with this name already exists ({arn})"
+        )
+    checkpoint = self._get_param("CheckpointConfig")
+    if checkpoint is not None and not str(checkpoint.get("S3Uri", "")).startswith("s3://"):
+        raise ValidationError(message="CheckpointConfig.S3Uri must be an s3:// URI")
+    response = _original_create_response(self)
+    job = self.sagemaker_backend.training_jobs[name]
+    for parameter, attribute in KEPT_PARAMETERS.items():
+        value = self._get_param(parameter)
+        if value is not None:
+            setattr(job, attribute, value)
+    return response
+
+
 def install() -> None:
-    """Patch moto (idempotent): InProgress training jobs, StopTrainingJob, Stopping -> Stopped."""
+    """Patch moto (idempotent): InProgress training jobs, StopTrainingJob, Stopping -> Stopped, and a
+    CreateTrainingJob that keeps what a resume clones."""
     FakeTrainingJob.__init__ = _init_in_progress  # type: ignore[method-assign]
     SageMakerModelBackend.stop_training_job = _stop_training_job  # type: ignore[attr-defined]
     SageMakerModelBackend.describe_training_job = _describe_training_job  # type: ignore[method-assign]
     SageMakerResponse.stop_training_job = _stop_training_job_response  # type: ignore[attr-defined]
+    SageMakerResponse.create_training_job = _create_training_job_response  # type: ignore[method-assign]
 
 
 def set_training_job_status(
@@ -127,7 +156,7 @@ def set_training_job_status(
 ) -> None:
     """Move a job to `status` / `secondary_status` (at epoch `at`, default now), recording the transition.
 
-    A move to ``Training`` in the past also moves the job's creation and training start back to it."""
+    A move in the past also moves the job's creation back to it; to ``Training``, its training start too."""
     backend = sagemaker_backends[account_id][region]
     job = backend.training_jobs.get(name)
     if job is None:

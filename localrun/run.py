@@ -12,6 +12,7 @@ job ends. Everything started is stopped in reverse order, on success, failure or
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import threading
 import time
 from typing import Any
@@ -30,6 +31,7 @@ from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.scenarios import (
     CONTROL_TICK_S,
     MAX_RUNTIME_S,
+    REPORT_PERIOD_S,
     RUN_DEADLINE_S,
     SIGTERM_GRACE_S,
     SWEEPER_INTERVAL_S,
@@ -39,8 +41,12 @@ from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.summary import RunResult, Savings
 from localrun.timeline import Kind, Timeline
 from localrun.view import RunView
+from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.alarms import job_alarm_prefix
+from stallwatch.core.goodput import Goodput, measure_goodput
+from stallwatch.core.resume import RESUMED_FROM_TAG, resume_name
 from stallwatch.core.signals import Platform
 
 POLL_S = 0.25
@@ -56,8 +62,10 @@ class LocalRun:
         console: Console,
         deadline_s: float = RUN_DEADLINE_S,
         interrupted: threading.Event | None = None,
+        resume: bool = False,
     ) -> None:
         self.scenario = scenario
+        self.resume = resume  # the job opts in to a restart from its checkpoint
         self.console = console
         self.deadline_s = deadline_s
         # Set by the signal handler: a KeyboardInterrupt that library code swallowed still ends the run here.
@@ -65,8 +73,13 @@ class LocalRun:
         self.timeline = Timeline()
         self._errors: list[str] = []
         self._decisions: list[dict[str, Any]] = []
-        self._hosts: list[HostRun] = []
-        self._job: TrainingJobRecord | None = None
+        self._hosts: list[HostRun] = []  # the current job's
+        self._exited_hosts: dict[str, HostRun] = {}  # an earlier attempt's, by "<job>/<host>"
+        self._checkpoint_dir: str | None = None
+        self._resumed_as: str | None = None
+        self._follow_ups: list[str] = []  # Slack follow-ups seen (resumed, progress, gave up)
+        self._job: TrainingJobRecord | None = None  # the job being played: the first, then its resume
+        self._first_job: TrainingJobRecord | None = None
         self._runtime: LambdaRuntime | None = None
         self._alarm_prefix = ""
         self._view: RunView | None = None
@@ -89,8 +102,14 @@ class LocalRun:
             self.timeline.event(
                 Kind.SETUP, f"table {resources.table_name}, Slack secret, functions on-job-state/on-alarm/sweeper"
             )
-            job = self._job = sagemaker_job.create_training_job(aws.client("sagemaker"), self.scenario, time.time())
+            sagemaker = aws.client("sagemaker")
+            job = self._job = self._first_job = sagemaker_job.create_training_job(
+                sagemaker, self.scenario, time.time(), self.resume
+            )
             self._alarm_prefix = job_alarm_prefix(resources.config.alarm_prefix, Platform.SAGEMAKER, job.name)
+            if self.resume:  # the run's alarms: the job's and its resumes' (<job>-r1.)
+                self._alarm_prefix = self._alarm_prefix.removesuffix(".")
+                self._checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-ckpt-"))
             title = f"Stallwatch local run · {self.scenario.name}: {self.scenario.summary}"
             self._view = stack.enter_context(RunView(self.console, self.timeline, title, self._alarm_prefix))
             self.timeline.event(Kind.JOB, f"CreateTrainingJob {job.name} ({job.instance_count} x {job.instance_type})")
@@ -105,11 +124,19 @@ class LocalRun:
             ticker.start()
             sweeper.start()
             self._supervise(started)
+            if self._resumed_as is not None and self._ended is not None:
+                self._play_resumed(aws, stack, started)
             ticker.stop()
             sweeper.stop()
-            final_status = aws.client("sagemaker").describe_training_job(TrainingJobName=job.name)["TrainingJobStatus"]
+            final_status = sagemaker.describe_training_job(TrainingJobName=job.name)["TrainingJobStatus"]
+            resumed_status = goodput = None
+            if self.resume:
+                self._sweep()  # the sweeper's next run: the resumed job's progress, if not posted yet
+                resumed = self._resumed_as and sagemaker.describe_training_job(TrainingJobName=self._resumed_as)
+                resumed_status = resumed["TrainingJobStatus"] if resumed else None
+                goodput = measure_goodput(*run_spans(AwsClients(), self._store, job.name, time.time(), REPORT_PERIOD_S))
             ports = (aws.port, slack.port)
-        return self._result(started, final_status, len(slack.messages), ports)
+        return self._result(started, final_status, len(slack.messages), ports, resumed_status, goodput)
 
     def _lambda_runtime(self, aws: LocalAws) -> LambdaRuntime:
         # Imported here: the functions read their environment (set just before) when first invoked.
@@ -120,7 +147,23 @@ class LocalRun:
         handlers = {ON_ALARM: on_alarm.handler, ON_JOB_STATE: on_job_state.handler, SWEEPER: sweeper.handler}
         return LambdaRuntime(aws.client("logs"), handlers)
 
-    def _start_hosts(self, aws: LocalAws, job: TrainingJobRecord, stack: contextlib.ExitStack) -> None:
+    def _play_resumed(self, aws: LocalAws, stack: contextlib.ExitStack, started: float) -> None:
+        """What SageMaker does with the job Stallwatch created: its hosts start (from the checkpoint), it trains
+        until it completes (or is stopped), and each status change reaches on_job_state."""
+        assert self._resumed_as is not None
+        job = self._job = sagemaker_job.job_record(aws.client("sagemaker"), self._resumed_as)
+        self.timeline.event(Kind.JOB, f"{job.name} created by Stallwatch: its hosts start from the checkpoint")
+        self._exited_hosts |= {f"{job.tags.get(RESUMED_FROM_TAG)}/{h.host}": h for h in self._hosts}
+        self._hosts, self._ended = [], None
+        self.timeline.clear_alarms()  # the stopped job's were deleted by on_job_state
+        self._start_hosts(aws, job, stack, resumed=True)
+        sagemaker_job.set_status(job, RUNNING, "Training")
+        self._job_state_changed(RUNNING, "Training")
+        self._supervise(started)
+
+    def _start_hosts(
+        self, aws: LocalAws, job: TrainingJobRecord, stack: contextlib.ExitStack, resumed: bool = False
+    ) -> None:
         clients = {"logs": aws.client("logs"), "cloudwatch": aws.client("cloudwatch")}
         for rank, host in enumerate(self.scenario.hosts):
             run = HostRun(
@@ -129,7 +172,7 @@ class LocalRun:
                 rank=rank,
                 world_size=len(self.scenario.hosts),
                 fault=self.scenario.host_faults[rank],
-                train_args=self.scenario.train_args(rank),
+                train_args=self.scenario.train_args(rank, self._checkpoint_dir, resumed),
                 aws_env=aws.env,
                 clients=clients,
                 stream=sagemaker_job.log_stream_name(job, host),
@@ -203,6 +246,12 @@ class LocalRun:
         result = self._invoke(ON_JOB_STATE, event).result or {}
         counts = [f"{result[key]} {key.replace('_', ' ')}" for key in ("alarms", "alarms_deleted") if key in result]
         self.timeline.event(Kind.JOB, f"on_job_state({status}): {', '.join([result.get('status', '?'), *counts])}")
+        resume = result.get("resume") or {}
+        if resume:
+            said = resume.get("resumed_as") or resume.get("reason", "")
+            self.timeline.event(Kind.JOB, f"on_job_state({status}): resume → {resume.get('status')} {said}".rstrip())
+        if resume.get("status") == "resumed":
+            self._resumed_as = resume["resumed_as"]
 
     def _tick(self, loop: AlarmLoop) -> None:
         loop.tick(time.time())
@@ -252,6 +301,9 @@ class LocalRun:
 
     def _on_slack(self, message: SlackMessage) -> None:
         self.timeline.event(Kind.SLACK, f"webhook post received ({len(message.payload.get('blocks') or [])} blocks)")
+        blocks = message.payload.get("blocks") or []
+        if blocks and blocks[0].get("type") != "header":  # alerts open with a header; a follow-up is one section
+            self._follow_ups.append(str(message.payload.get("text", "")))
         if self._view is not None:
             self._view.on_slack(message)
 
@@ -261,8 +313,17 @@ class LocalRun:
 
     # ---- the verdict ----------------------------------------------------------------------------------------
 
-    def _result(self, started: float, final_status: str, slack_messages: int, ports: tuple[int, int]) -> RunResult:
-        assert self._job is not None
+    def _result(
+        self,
+        started: float,
+        final_status: str,
+        slack_messages: int,
+        ports: tuple[int, int],
+        resumed_status: str | None = None,
+        goodput: Goodput | None = None,
+    ) -> RunResult:
+        job = self._first_job
+        assert job is not None
         snapshot = self.timeline.snapshot()
         stopped = snapshot.stop_requested_at is not None
         latency = (
@@ -275,28 +336,38 @@ class LocalRun:
         else:
             expected = "the job is not stopped and completes"
             passed = final_status == COMPLETED and not stopped
+        if self.resume:
+            expected += f"; resumed as {resume_name(job.name, 1)} from its checkpoint, which passes the step reached"
+            expected += " and completes; the goodput report counts the stall and the restart"
+            progressed = any("after the restart" in text for text in self._follow_ups)
+            measured = goodput is not None and goodput.stalls_caught == 1 and goodput.restarts == 1
+            passed = passed and resumed_status == COMPLETED and progressed and measured
         passed = passed and not self._deadline_passed
         savings = None
         if stopped and snapshot.fault_onset is not None and snapshot.stop_requested_at is not None:
             savings = Savings.estimate(
-                self._job.instance_type,
-                self._job.instance_count,
+                job.instance_type,
+                job.instance_count,
                 MAX_RUNTIME_S,
-                job_age_at_stop_s=snapshot.stop_requested_at - self._job.created_at,
+                job_age_at_stop_s=snapshot.stop_requested_at - job.created_at,
                 stall_s=snapshot.stop_requested_at - snapshot.fault_onset,
             )
+        hosts = {h.host: h for h in self._hosts} if self._resumed_as is None else self._exited_hosts
+        if self._resumed_as is not None:
+            hosts |= {f"{self._resumed_as}/{h.host}": h for h in self._hosts}
+        verdict = f"job {final_status}" + (f", {self._resumed_as} {resumed_status}" if self._resumed_as else "")
         return RunResult(
             scenario=self.scenario.name,
-            job_name=self._job.name,
+            job_name=job.name,
             expected=expected,
             passed=passed,
-            verdict=("PASS: " if passed else "FAIL: ") + f"job {final_status}",
+            verdict=("PASS: " if passed else "FAIL: ") + verdict,
             job_status=final_status,
             fault_onset=snapshot.fault_onset,
             stop_requested_at=snapshot.stop_requested_at,
             detection_latency_s=latency,
-            training_exit_codes={h.host: h.exit_code for h in self._hosts},
-            training_pids={h.host: h.process.pid for h in self._hosts},
+            training_exit_codes={name: h.exit_code for name, h in hosts.items()},
+            training_pids={name: h.process.pid for name, h in hosts.items()},
             slack_messages=slack_messages,
             decisions=self._decisions,
             moto_port=ports[0],
@@ -304,4 +375,8 @@ class LocalRun:
             duration_s=time.time() - started,
             savings=savings,
             errors=self._errors,
+            resumed_as=self._resumed_as,
+            resumed_status=resumed_status,
+            follow_ups=self._follow_ups,
+            goodput=goodput,
         )

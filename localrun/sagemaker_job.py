@@ -14,35 +14,50 @@ from moto.sagemaker.models import sagemaker_backends
 from localrun import moto_sagemaker
 from localrun.aws_events import TrainingJobRecord
 from localrun.local_aws import ACCOUNT_ID, REGION
-from localrun.scenarios import INSTANCE_TYPE, MAX_RUNTIME_S, Scenario
+from localrun.scenarios import CHECKPOINT_S3_URI, INSTANCE_TYPE, MAX_RUNTIME_S, RESUME_TAGS, Scenario
 
 ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/stallwatch-demo-training"
 IMAGE = f"763104351884.dkr.ecr.{REGION}.amazonaws.com/pytorch-training:2.5-cpu-py311"
 OUTPUT_PATH = "s3://stallwatch-demo/output"
+CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"  # SageMaker's; the demo's hosts use a temporary directory
 
 
-def create_training_job(sagemaker: Any, scenario: Scenario, now: float) -> TrainingJobRecord:
-    """CreateTrainingJob with the scenario's tags; moto (with the extension) reports it InProgress/Starting."""
+def create_training_job(sagemaker: Any, scenario: Scenario, now: float, resume: bool = False) -> TrainingJobRecord:
+    """CreateTrainingJob with the scenario's tags; moto (with the extension) reports it InProgress/Starting.
+    With `resume`, the job opts in to a restart and has a CheckpointConfig."""
     name = f"stallwatch-demo-{scenario.name}-{int(now)}"
-    response = sagemaker.create_training_job(
+    tags = scenario.tags | (RESUME_TAGS if resume else {})
+    extra: dict[str, Any] = {}
+    if resume:
+        extra["CheckpointConfig"] = {"S3Uri": f"{CHECKPOINT_S3_URI}/{name}", "LocalPath": CHECKPOINT_LOCAL_PATH}
+    sagemaker.create_training_job(
         TrainingJobName=name,
         AlgorithmSpecification={"TrainingImage": IMAGE, "TrainingInputMode": "File"},
         RoleArn=ROLE_ARN,
         OutputDataConfig={"S3OutputPath": OUTPUT_PATH},
         ResourceConfig={"InstanceType": INSTANCE_TYPE, "InstanceCount": len(scenario.hosts), "VolumeSizeInGB": 100},
         StoppingCondition={"MaxRuntimeInSeconds": MAX_RUNTIME_S},
-        Tags=[{"Key": k, "Value": v} for k, v in scenario.tags.items()],
+        Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
+        **extra,
     )
+    return job_record(sagemaker, name)
+
+
+def job_record(sagemaker: Any, name: str) -> TrainingJobRecord:
+    """A training job in moto (one the demo created, or one Stallwatch resumed) as the run plays it."""
+    described = sagemaker.describe_training_job(TrainingJobName=name)
+    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]
+    resources = described["ResourceConfig"]
     return TrainingJobRecord(
         name=name,
-        arn=response["TrainingJobArn"],
-        instance_type=INSTANCE_TYPE,
-        instance_count=len(scenario.hosts),
-        tags=dict(scenario.tags),
-        created_at=now,
-        role_arn=ROLE_ARN,
-        image=IMAGE,
-        max_runtime_s=MAX_RUNTIME_S,
+        arn=described["TrainingJobArn"],
+        instance_type=resources["InstanceType"],
+        instance_count=resources["InstanceCount"],
+        tags={t["Key"]: t["Value"] for t in tags},
+        created_at=described["CreationTime"].timestamp(),
+        role_arn=described["RoleArn"],
+        image=described["AlgorithmSpecification"]["TrainingImage"],
+        max_runtime_s=described["StoppingCondition"]["MaxRuntimeInSeconds"],
     )
 
 

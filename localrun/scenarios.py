@@ -46,6 +46,14 @@ MAX_RUNTIME_S = 24 * 3600  # SageMaker's default StoppingCondition; a stalled jo
 HEALTHY_STEPS = 250  # steps before the fault (~20-70 ms each on two CPU cores)
 STEPS_AFTER_CHECKPOINT = 100  # the checkpoint scenario trains on after its checkpoint, then completes
 LOG_EVERY_STEPS = 20  # the training's progress line
+# --resume: the job opts in to one restart and checkpoints every 100 steps (to CheckpointConfig's local path);
+# the hang at step 250 is resumed from step 200, which redoes 50 steps and trains on to 350, then completes.
+RESUME_TAGS = {"stallwatch:resume": "1"}
+CHECKPOINT_EVERY_STEPS = 100
+STEPS_AFTER_RESUME = 100
+CHECKPOINT_S3_URI = "s3://stallwatch-demo/checkpoints"
+RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to completion
+REPORT_PERIOD_S = 2  # the goodput report reads the agent's windows at their own length
 
 
 class HostActivity(StrEnum):
@@ -83,21 +91,30 @@ class Scenario:
     def hosts(self) -> list[str]:
         return [f"algo-{i}" for i in range(1, len(self.host_faults) + 1)]
 
-    def train_args(self, host_index: int) -> list[str]:
-        """The training script's arguments on host `host_index` (0-based)."""
-        return [
+    @property
+    def resumable(self) -> bool:
+        """Whether Stallwatch resumes this scenario's stop (a hang or a crashed rank; idle means the work is done)."""
+        return self.expect_stop and self.name in RESUMABLE_SCENARIOS
+
+    def train_args(self, host_index: int, checkpoint_dir: str | None = None, resumed: bool = False) -> list[str]:
+        """The training script's arguments on host `host_index` (0-based); with `checkpoint_dir`, it checkpoints
+        there; `resumed`, it is the resumed job, which goes on from the checkpoint without a fault and completes."""
+        args = [
             "--steps",
-            str(self.steps),
+            str(HEALTHY_STEPS + STEPS_AFTER_RESUME if resumed else self.steps),
             "--interval",
             str(AGENT_INTERVAL_S),
             "--fault",
-            self.host_faults[host_index],
+            "none" if resumed else self.host_faults[host_index],
             "--fault-after",
             str(HEALTHY_STEPS),
             "--log-every",
             str(LOG_EVERY_STEPS),
             *self.extra_args,
         ]
+        if checkpoint_dir is not None:
+            args += ["--checkpoint-dir", checkpoint_dir, "--checkpoint-every", str(CHECKPOINT_EVERY_STEPS)]
+        return args
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -132,3 +149,4 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 DEFAULT_SCENARIO = "hang"
+RESUMABLE_SCENARIOS = frozenset({"hang", "crash"})

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.table import Table
 
+from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import estimate_burn
 
 
@@ -66,9 +67,13 @@ class RunResult:
     duration_s: float
     savings: Savings | None = None
     errors: list[str] = field(default_factory=list)
+    resumed_as: str | None = None  # --resume: the job Stallwatch started from the checkpoint
+    resumed_status: str | None = None
+    follow_ups: list[str] = field(default_factory=list)  # Slack's follow-ups: resumed, progress, gave up
+    goodput: Goodput | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"goodput": self.goodput.as_json() if self.goodput else None}
 
 
 def _money(value: float | None) -> str:
@@ -87,6 +92,10 @@ def summary_table(result: RunResult) -> Table:
         table.add_row("detection latency", f"{result.detection_latency_s:.1f} s from fault onset to StopTrainingJob")
     table.add_row("Slack messages", str(result.slack_messages))
     table.add_row("decisions", ", ".join(f"{d.get('diagnosis')}→{d.get('action')}" for d in result.decisions) or "-")
+    if result.resumed_as is not None:
+        table.add_row("resumed as", f"{result.resumed_as}: {result.resumed_status} (in moto)")
+    for text in result.follow_ups:
+        table.add_row("Slack follow-up", text)
     if result.savings is not None:
         s = result.savings
         table.add_row(

@@ -108,6 +108,11 @@ class Timeline:
             self._state.alarms[name] = state
             return previous
 
+    def clear_alarms(self) -> None:
+        """Forget the alarms shown (the job ended and its alarms were deleted)."""
+        with self._lock:
+            self._state.alarms.clear()
+
     def set_job_status(self, status: str, secondary_status: str) -> bool:
         """Record the job's status; True when it changed."""
         with self._lock:

@@ -1,16 +1,23 @@
 """The Lambda asset, bundled on this machine without Docker.
 
-The asset is the runtime packages (``stallwatch``, ``handlers``) plus ``lambdas/requirements.txt``
-installed as wheels for the Lambda runtime and architecture (Powertools included, so no layer ARN per region):
+The asset is the runtime packages (``stallwatch``, ``handlers``) plus every package of ``lambdas/requirements.lock``
+(pinned, with hashes, for the Lambda runtime's Python and architecture; ``make lambda-lock`` writes it), installed as
+wheels without resolving anything, then compiled to bytecode for the runtime's Python:
 
     code = lambda_code(bundle_dependencies=True)
 
-With ``bundle_dependencies=False`` only the packages are copied: synth then works offline (tests,
-reviews), but the asset cannot run. The choice is part of the asset hash, so the two never share a cache.
+Bytecode is compiled with ``--invalidation-mode unchecked-hash``: the asset's zip resets file times, which would make
+timestamp-checked ``.pyc`` files stale, and ``/var/task`` is read-only, so without them every cold start compiles
+every module again. It needs a CPython of the runtime's version on this machine (`stacks.interpreters`); without one
+the asset ships sources only, with a warning, and a different asset hash.
+
+With ``bundle_dependencies=False`` only the packages are copied: synth then works offline (tests, reviews), but the
+asset cannot run. The choice, the lock's digest and the bytecode's Python are part of the asset hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -22,31 +29,43 @@ from aws_cdk import aws_lambda as lambda_
 
 from stacks.constants import (
     LAMBDA_ARCHITECTURE,
+    LAMBDA_LOCK,
     LAMBDA_PACKAGES,
-    LAMBDA_REQUIREMENTS,
     LAMBDA_RUNTIME,
     LAMBDA_SOURCE_DIR,
 )
+from stacks.interpreters import find_python
 
 # Kept out of the asset and its hash: build and editor leftovers.
 ASSET_EXCLUDE = ["**/__pycache__", "**/*.pyc", "*.egg-info", "build", "dist"]
-# The runtime's own SDK (a newer botocore pulled in by aws-xray-sdk would shadow it) and console scripts.
-_NOT_BUNDLED = ("boto3", "botocore", "s3transfer", "bin")
+# The runtime's own SDK, never locked nor bundled (a newer botocore pulled in by aws-xray-sdk would shadow it).
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer")
+# Console scripts: nothing in the functions runs them.
+_NOT_BUNDLED = ("bin",)
 _COPY_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc")
 # Amazon Linux 2023 (python3.12+) has glibc 2.34: manylinux2014 and manylinux_2_28 wheels both run.
 _WHEEL_PLATFORMS = {
     "arm64": ("manylinux2014_aarch64", "manylinux_2_28_aarch64"),
     "x86_64": ("manylinux2014_x86_64", "manylinux_2_28_x86_64"),
 }
+# Where the functions' code lies on Lambda: the path compiled into the bytecode (tracebacks name it).
+_LAMBDA_TASK_ROOT = "/var/task"
 
 
 class BundlingError(RuntimeError):
-    """The Lambda dependencies could not be installed."""
+    """The Lambda dependencies could not be installed or compiled."""
+
+
+def wheel_selection(runtime: lambda_.Runtime, architecture: lambda_.Architecture) -> list[str]:
+    """pip options that pick the wheels `runtime` on `architecture` loads, whatever machine runs pip."""
+    platforms = [arg for platform in _WHEEL_PLATFORMS[architecture.name] for arg in ("--platform", platform)]
+    python_version = runtime.name.removeprefix("python")
+    return ["--implementation", "cp", "--python-version", python_version, *platforms, "--only-binary=:all:"]
 
 
 @jsii.implements(ILocalBundling)
 class LocalPythonBundling:
-    """Copies the runtime packages and installs the wheels for `runtime`/`architecture` with pip."""
+    """Copies the runtime packages, installs the locked wheels for `runtime`/`architecture`, compiles bytecode."""
 
     def __init__(
         self,
@@ -58,8 +77,11 @@ class LocalPythonBundling:
     ) -> None:
         self.source_dir = source_dir
         self.python_version = runtime.name.removeprefix("python")
-        self.platforms = _WHEEL_PLATFORMS[architecture.name]
+        self.wheel_options = wheel_selection(runtime, architecture)
         self.bundle_dependencies = bundle_dependencies
+        self.lock = source_dir / LAMBDA_LOCK
+        # The interpreter that compiles the bytecode; None: sources only (and a warning when bundling).
+        self.bytecode_python = find_python(self.python_version) if bundle_dependencies else None
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
         """Bundle into `output_dir`; always handles the asset (True), or raises."""
@@ -68,45 +90,69 @@ class LocalPythonBundling:
             shutil.copytree(self.source_dir / package, output / package, ignore=_COPY_IGNORE, dirs_exist_ok=True)
         if self.bundle_dependencies:
             self._install_dependencies(output)
+            self._compile_bytecode(output)
         return True
 
     def hash_inputs(self) -> dict[str, str]:
-        """What the bundle depends on besides the source files."""
+        """What the bundle depends on besides the source files: the lock's digest among them."""
         return {
             "BUNDLE_DEPENDENCIES": str(self.bundle_dependencies).lower(),
-            "PYTHON_VERSION": self.python_version,
-            "PLATFORMS": " ".join(self.platforms),
+            "WHEELS": " ".join(self.wheel_options),
+            "LOCK_SHA256": hashlib.sha256(self.lock.read_bytes()).hexdigest() if self.lock.is_file() else "missing",
+            "BYTECODE": f"cpython-{self.python_version}" if self.bytecode_python else "none",
         }
 
     def pip_command(self, output_dir: Path) -> list[str]:
-        """The pip invocation that installs the runtime's wheels into `output_dir`."""
-        platforms = [arg for platform in self.platforms for arg in ("--platform", platform)]
+        """The pip invocation that installs exactly the lock's wheels (hash-checked, nothing resolved)."""
         return [
             sys.executable, "-m", "pip", "install",
-            "--requirement", str(self.source_dir / LAMBDA_REQUIREMENTS),
+            "--requirement", str(self.lock),
+            "--require-hashes", "--no-deps",
             "--target", str(output_dir),
-            "--implementation", "cp",
-            "--python-version", self.python_version,
-            *platforms,
-            "--only-binary=:all:",
+            *self.wheel_options,
             "--upgrade", "--no-compile", "--quiet", "--disable-pip-version-check",
         ]  # fmt: skip
 
+    @staticmethod
+    def compile_command(output_dir: Path, python: str) -> list[str]:
+        """compileall with `python` (the runtime's version): hash-based bytecode that never checks the sources."""
+        return [
+            python, "-m", "compileall", "-q", "-j", "0",
+            "--invalidation-mode", "unchecked-hash",
+            "-s", str(output_dir), "-p", _LAMBDA_TASK_ROOT,
+            str(output_dir),
+        ]  # fmt: skip
+
     def _install_dependencies(self, output_dir: Path) -> None:
+        if not self.lock.is_file():
+            raise BundlingError(f"{self.lock} is missing: run `make lambda-lock`")
         result = subprocess.run(self.pip_command(output_dir), capture_output=True, text=True, check=False)
         if result.returncode:
             raise BundlingError(
-                f"pip could not install {self.source_dir / LAMBDA_REQUIREMENTS} for python{self.python_version} "
-                f"{'/'.join(self.platforms)}:\n{result.stderr.strip()}\n"
-                "Offline? Synthesize with `-c stallwatch:bundle-dependencies=false` (not deployable)."
+                f"pip could not install {self.lock} ({' '.join(self.wheel_options)}):\n{result.stderr.strip()}\n"
+                "Offline? Synthesize with `-c stallwatch:bundle-dependencies=false` (not deployable). "
+                "Changed lambdas/requirements.txt? Run `make lambda-lock`."
             )
         for name in _NOT_BUNDLED:
-            for leftover in [*output_dir.glob(name), *output_dir.glob(f"{name}-*.dist-info")]:
+            for leftover in output_dir.glob(name):
                 shutil.rmtree(leftover)
+
+    def _compile_bytecode(self, output_dir: Path) -> None:
+        if self.bytecode_python is None:
+            print(
+                f"stallwatch: no python{self.python_version} found (PATH, pyenv): the Lambda asset ships without "
+                "bytecode, and every cold start compiles it (docs/lambdas.md)",
+                file=sys.stderr,
+            )
+            return
+        command = self.compile_command(output_dir, self.bytecode_python)
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode:
+            raise BundlingError(f"compileall failed:\n{(result.stdout + result.stderr).strip()}")
 
 
 def lambda_code(*, bundle_dependencies: bool) -> lambda_.Code:
-    """One asset shared by the three functions."""
+    """One asset shared by the functions."""
     bundler = LocalPythonBundling(
         LAMBDA_SOURCE_DIR,
         runtime=LAMBDA_RUNTIME,
@@ -120,7 +166,7 @@ def lambda_code(*, bundle_dependencies: bool) -> lambda_.Code:
             # Required by the API; used only if local bundling declined, which it never does.
             image=LAMBDA_RUNTIME.bundling_image,
             local=bundler,
-            # Hashed into the asset: a dependency-free or other-platform build never reuses another's cache.
+            # Hashed into the asset: another lock, platform, bytecode or an offline build never reuses its cache.
             environment=bundler.hash_inputs(),
         ),
     )

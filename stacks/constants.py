@@ -8,16 +8,30 @@ from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
-STACK_NAME = "Stallwatch"
 SERVICE_NAME = "stallwatch"
 CONFIG_CONTEXT_KEY = "stallwatch"
 CONFIG_FILE_CONTEXT_KEY = "stallwatch:config-file"
-# False synthesizes without installing lambdas/requirements.txt (offline: tests, reviews); never deploy such an asset.
+# The deployment's name: the stack's name, the dashboards' and the alarm prefix's start. Two deployments with distinct
+# names share an account and region.
+DEPLOYMENT_CONTEXT_KEY = "stallwatch:deployment"
+DEFAULT_DEPLOYMENT = "stallwatch"
+# Fits every name it starts: stack (+ "-<region>"), dashboards, and the alarm prefix (config.ALARM_PREFIX_PATTERN).
+DEPLOYMENT_NAME_PATTERN = r"^[A-Za-z](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?$"
+DEPLOYMENT_TAG = "stallwatch:deployment"
+# The AWS console's host in each partition the stack may be deployed to (dashboard URLs in the outputs).
+CONSOLE_HOSTS = {
+    "aws": "console.aws.amazon.com",
+    "aws-cn": "console.amazonaws.cn",
+    "aws-us-gov": "console.amazonaws-us-gov.com",
+}
+# False synthesizes without installing lambdas/requirements.lock (offline: tests, reviews); never deploy such an asset.
 BUNDLE_DEPENDENCIES_CONTEXT_KEY = "stallwatch:bundle-dependencies"
 
 LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
 LAMBDA_PACKAGES = ("stallwatch", "handlers")
+# What the functions import (top-level pins), and every package of the asset pinned with hashes (`make lambda-lock`).
 LAMBDA_REQUIREMENTS = "requirements.txt"
+LAMBDA_LOCK = "requirements.lock"
 
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_12
 LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64

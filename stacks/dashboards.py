@@ -1,5 +1,6 @@
-"""Two CloudWatch dashboards: the fleet (every job, and the control plane's health), and one job chosen by a
-dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, GPU utilization and power.
+"""Two CloudWatch dashboards per deployment: the fleet (every job, and the control plane's health), and one job
+chosen by a dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, goodput, GPU
+utilization and power.
 
 Metric names come from `stallwatch.core.contract`, the mirror of the agent's contract.
 """
@@ -48,11 +49,14 @@ class Dashboards(Construct):
         scope: Construct,
         construct_id: str,
         *,
+        deployment: str,
         functions: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         health_alarms: list[cloudwatch.IAlarm],
     ) -> None:
+        """Named `<deployment>-fleet-<region>` and `<deployment>-job-<region>`: dashboard names are account-wide."""
         super().__init__(scope, construct_id)
+        self.deployment = deployment
         self.fleet = self._build_fleet(functions, dead_letter_queue, health_alarms)
         self.job = self._build_job()
 
@@ -60,11 +64,12 @@ class Dashboards(Construct):
         self, functions: list[lambda_.Function], queue: sqs.IQueue, health_alarms: list[cloudwatch.IAlarm]
     ) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(
-            self, "Fleet", dashboard_name=f"Stallwatch-Fleet-{Aws.REGION}", default_interval=Duration.hours(6)
+            self, "Fleet", dashboard_name=f"{self.deployment}-fleet-{Aws.REGION}", default_interval=Duration.hours(6)
         )
         dashboard.add_widgets(
             cloudwatch.TextWidget(
-                markdown=f"# Stallwatch fleet\nEvery job reporting to `{NAMESPACE}`, and the control plane.",
+                markdown=f"# Stallwatch fleet ({self.deployment})\n"
+                f"Every job reporting to `{NAMESPACE}`, and this deployment's control plane.",
                 width=24,
                 height=2,
             ),
@@ -121,7 +126,7 @@ class Dashboards(Construct):
         dashboard = cloudwatch.Dashboard(
             self,
             "Job",
-            dashboard_name=f"Stallwatch-Job-{Aws.REGION}",
+            dashboard_name=f"{self.deployment}-job-{Aws.REGION}",
             default_interval=Duration.hours(3),
             variables=[
                 cloudwatch.DashboardVariable(
@@ -145,6 +150,7 @@ class Dashboards(Construct):
             self._job_graph("Loss", [("Loss", "Average"), ("NonFiniteLoss", "Sum")]),
             self._job_graph("Phases: budget left, ETA (s)", [("PhaseBudgetRemaining", "Minimum"), ("ETA", "Minimum")]),
             self._job_graph("Data wait (%)", [("DataWaitFraction", "Average")]),
+            self._goodput_graph(),
             self._search_graph(
                 "GPU utilization per host (%)",
                 "GPUUtilization",
@@ -188,6 +194,37 @@ class Dashboards(Construct):
             ),
         )
         return dashboard
+
+    def _goodput_graph(self) -> cloudwatch.GraphWidget:
+        """Goodput at a glance: per period, stepping, in a declared phase, or neither (startup, stall, idle).
+        The run's full split, restarts included, is `stallwatch report JOB` (docs/goodput.md)."""
+
+        def job_metric(name: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace=NAMESPACE,
+                metric_name=name,
+                dimensions_map={DIM_JOB: JOB_PLACEHOLDER},
+                statistic="Maximum",
+                period=DASHBOARD_PERIOD,
+            )
+
+        inputs = {"steps": job_metric("Steps"), "phase": job_metric("PhaseBudgetRemaining")}
+        series = {
+            "Stepping (goodput)": "100 * IF(steps > 0, 1, 0)",
+            "Declared phase": "100 * IF(steps <= 0 AND phase > 0, 1, 0)",
+            "No step (startup, stall, idle)": "100 * IF(steps <= 0 AND phase <= 0, 1, 0)",
+        }
+        return cloudwatch.GraphWidget(
+            title="Goodput: share of time stepping (%)",
+            left=[
+                cloudwatch.MathExpression(expression=expression, using_metrics=inputs, label=label)
+                for label, expression in series.items()
+            ],
+            stacked=True,
+            left_y_axis=cloudwatch.YAxisProps(min=0, max=100, show_units=False),
+            width=WIDGET_WIDTH,
+            height=WIDGET_HEIGHT,
+        )
 
     @staticmethod
     def _graph(title: str, metrics: list[cloudwatch.IMetric]) -> cloudwatch.GraphWidget:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aws_cdk import Stack, Token
 
 
-def arn_template(stack: Stack) -> str:
+def arn_template(stack: Stack, regional: bool = True) -> str:
     """``arn:{partition}:{service}:{region}:{account}:{resource}`` as cdk-nag spells it for `stack`: pseudo
-    parameters (``<AWS::Region>``) where the environment is agnostic, the literals where it is pinned. Fill it with
-    ``.format(service=..., resource=...)``."""
+    parameters (``<AWS::Region>``) where the environment is agnostic, the literals where it is pinned; no region
+    for a global service (`regional` False: IAM). Fill it with ``.format(service=..., resource=...)``."""
     partition, region, account = (
         f"<{pseudo}>" if Token.is_unresolved(value) else value
         for pseudo, value in (
@@ -17,4 +17,4 @@ def arn_template(stack: Stack) -> str:
             ("AWS::AccountId", stack.account),
         )
     )
-    return f"arn:{partition}:{{service}}:{region}:{account}:{{resource}}"
+    return f"arn:{partition}:{{service}}:{region if regional else ''}:{account}:{{resource}}"

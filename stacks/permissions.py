@@ -1,7 +1,8 @@
 """Least-privilege IAM statements for the three functions, one builder per need.
 
 No statement has a `*` action. Stops are conditioned on the opt-in tag (`stallwatch:mode=enforce`) unless
-`policy.stop_requires_tag` is False; alarm writes are scoped to the alarm-name prefix. The few APIs without
+`policy.stop_requires_tag` is False; resumes on the resume tags (`_resume`); alarm writes are scoped to the
+alarm-name prefix. The few APIs without
 resource-level permissions get resource `*` with a condition where IAM offers one.
 """
 
@@ -14,6 +15,11 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.contract import NAMESPACE, SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
+# Resume (see docs/resume.md). Mirrors stallwatch.core.resume, which stacks may not import: the opt-in tag on the
+# job, the role and the instances, and the tag every job Stallwatch creates carries.
+RESUME_TAG = "stallwatch:resume"
+RESUMED_FROM_TAG = "stallwatch:resumed-from"
+SAGEMAKER_SERVICE = "sagemaker.amazonaws.com"
 STOP_TRAINING_JOB = "sagemaker:StopTrainingJob"
 STOP_INSTANCES = "ec2:StopInstances"
 # IgnoreCase: the engine reads the tag value case-insensitively too.
@@ -29,8 +35,9 @@ class WatchdogPermissions:
         self.policy = config.policy
 
     def on_job_state(self) -> list[iam.PolicyStatement]:
-        """Start and end of a job: read it, create or delete its alarms."""
-        return [*self._read_jobs(), *self._manage_alarms()]
+        """Start and end of a job: read it, create or delete its alarms, resume it after Stallwatch's stop, and
+        read its run's metrics for the end-of-run goodput summary."""
+        return [*self._read_jobs(), *self._manage_alarms(), *self._resume(), self._read_metrics()]
 
     def on_alarm(self) -> list[iam.PolicyStatement]:
         """An alarm fired: gather signals, decide, maybe stop."""
@@ -134,6 +141,41 @@ class WatchdogPermissions:
             statements.append(
                 iam.PolicyStatement(
                     sid="StopInstances", actions=[STOP_INSTANCES], resources=[instances], conditions=conditions
+                )
+            )
+        return statements
+
+    def _resume(self) -> list[iam.PolicyStatement]:
+        """CreateTrainingJob (and AddTags, which CreateTrainingJob with tags needs) only of a job that carries the
+        resume chain's tag; iam:PassRole only to SageMaker and only of roles tagged `stallwatch:resume`, so a job's
+        role must be opted in as well as the job; StartInstances only of instances tagged `stallwatch:resume`."""
+        statements = []
+        if self.policy.monitor_sagemaker:
+            statements += [
+                iam.PolicyStatement(
+                    sid="CreateResumedTrainingJobs",
+                    actions=["sagemaker:CreateTrainingJob", "sagemaker:AddTags"],
+                    resources=[self._training_jobs_arn()],
+                    conditions={"Null": {f"aws:RequestTag/{RESUMED_FROM_TAG}": "false"}},
+                ),
+                iam.PolicyStatement(
+                    sid="PassResumeOptedInRoles",
+                    actions=["iam:PassRole"],
+                    resources=[self.stack.format_arn(service="iam", region="", resource="role", resource_name="*")],
+                    conditions={
+                        "StringEquals": {"iam:PassedToService": SAGEMAKER_SERVICE},
+                        "Null": {f"aws:ResourceTag/{RESUME_TAG}": "false"},
+                    },
+                ),
+            ]
+        if self.policy.monitor_ec2:
+            instances = self.stack.format_arn(service="ec2", resource="instance", resource_name="*")
+            statements.append(
+                iam.PolicyStatement(
+                    sid="StartResumeOptedInInstances",
+                    actions=["ec2:StartInstances"],
+                    resources=[instances],
+                    conditions={"Null": {f"aws:ResourceTag/{RESUME_TAG}": "false"}},
                 )
             )
         return statements

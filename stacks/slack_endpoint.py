@@ -3,7 +3,8 @@
 The URL's auth type is NONE because Slack cannot sign requests with SigV4. Every request is authenticated by its
 Slack signature instead (the signing secret, a 5-minute window, replays refused: ``stallwatch.runtime.interactions``),
 and only the allow-listed Slack users and groups may act. Paste ``url.url`` into the Slack app's
-Interactivity "Request URL".
+Interactivity "Request URL". Slack is answered at once and the press applied by an asynchronous invocation of the
+same function, so the function may invoke itself (and nothing else).
 
     endpoint = SlackEndpoint(self, "SlackEndpoint", code=code, config=config, table=table,
                              slack_secret=secret, job_statements=permissions.slack_interactions())
@@ -60,6 +61,7 @@ class SlackEndpoint(Construct):
         self.url = self.function.add_function_url(
             auth_type=lambda_.FunctionUrlAuthType.NONE, invoke_mode=lambda_.InvokeMode.BUFFERED
         )
+        self._allow_invoking_itself()
         self._acknowledge_nag_findings()
 
     def _build_role(
@@ -104,6 +106,22 @@ class SlackEndpoint(Construct):
                 "SLACK_SECRET_ARN": slack_secret.secret_arn,
                 "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             },
+        )
+
+    def _allow_invoking_itself(self) -> None:
+        """The deferred press (Slack's 3 s): a policy apart from the role's default one, which the function depends
+        on, so that the function's ARN in it makes no circular dependency."""
+        iam.Policy(
+            self,
+            "InvokeItself",
+            roles=[self.role],
+            statements=[
+                iam.PolicyStatement(
+                    sid="DeferThePressToItself",
+                    actions=["lambda:InvokeFunction"],
+                    resources=[self.function.function_arn],
+                )
+            ],
         )
 
     def _acknowledge_nag_findings(self) -> None:

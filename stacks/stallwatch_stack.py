@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Acknowledgment, CfnOutput, Stack, Tags, Validations
+from aws_cdk import Acknowledgment, Aws, CfnMapping, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
-from stacks.constants import LAMBDA_RUNTIME, SERVICE_NAME
+from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards
 from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
@@ -28,11 +28,16 @@ class StallwatchStack(Stack):
         scope: Construct,
         construct_id: str,
         *,
+        deployment: str,
         config: StallwatchConfig,
         bundle_dependencies: bool = True,
         **kwargs: Any,
     ) -> None:
-        super().__init__(scope, construct_id, description="Stallwatch: stops stalled GPU training jobs", **kwargs)
+        """`deployment` names the dashboards and tags every resource (`stacks.application.add_deployment`)."""
+        super().__init__(
+            scope, construct_id, description=f"Stallwatch ({deployment}): stops stalled GPU training jobs", **kwargs
+        )
+        self.deployment = deployment
         self.config = config
         self.state = StateStore(self, "State")
         self.notifications = Notifications(self, "Notifications", slack=config.slack, emails=config.notification_emails)
@@ -64,21 +69,51 @@ class StallwatchStack(Stack):
         self.dashboards = Dashboards(
             self,
             "Dashboards",
+            deployment=deployment,
             functions=functions,
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
         Tags.of(self).add("Service", SERVICE_NAME)
+        Tags.of(self).add(DEPLOYMENT_TAG, deployment)
         self._build_outputs()
         self._acknowledge_nag_findings()
 
     def _build_outputs(self) -> None:
-        CfnOutput(self, "SlackSecretArn", value=self.notifications.slack_secret.secret_arn)
-        CfnOutput(self, "SlackInteractivityUrl", value=self.slack_endpoint.url.url)
-        CfnOutput(self, "HealthTopicArn", value=self.notifications.topic.topic_arn)
-        CfnOutput(self, "TableName", value=self.state.table.table_name)
-        CfnOutput(self, "FleetDashboard", value=self.dashboards.fleet.dashboard_name)
-        CfnOutput(self, "JobDashboard", value=self.dashboards.job.dashboard_name)
+        """What the operator needs after deploy (docs/deploy.md, docs/operators.md), each with what to do with it."""
+        console_host = CfnMapping(
+            self, "ConsoleHosts", mapping={partition: {"host": host} for partition, host in CONSOLE_HOSTS.items()}
+        ).find_in_map(Aws.PARTITION, "host")
+        dashboard_url = f"https://{console_host}/cloudwatch/home?region={Aws.REGION}#dashboards/dashboard/"
+        outputs = {
+            "SlackSecretArn": (
+                self.notifications.slack_secret.secret_arn,
+                "Secrets Manager secret the functions read the Slack credentials from: put the app's JSON in it",
+            ),
+            "SlackInteractivityUrl": (
+                self.slack_endpoint.url.url,
+                "Request URL for the Slack app's Interactivity (deploy/slack/manifest.yaml, request_url)",
+            ),
+            "HealthTopicArn": (
+                self.notifications.topic.topic_arn,
+                "SNS topic of the control plane's health alarms: subscribe your on-call to it",
+            ),
+            "TableName": (
+                self.state.table.table_name,
+                "DynamoDB table of job state and the audit trail (kept when the stack is deleted)",
+            ),
+            "AlarmPrefix": (self.config.alarm_prefix, "Every per-job alarm this deployment creates starts with this"),
+            "FleetDashboardUrl": (
+                f"{dashboard_url}{self.dashboards.fleet.dashboard_name}",
+                "CloudWatch dashboard of every job and the control plane",
+            ),
+            "JobDashboardUrl": (
+                f"{dashboard_url}{self.dashboards.job.dashboard_name}",
+                "CloudWatch dashboard of one job: pick it in the Job dropdown",
+            ),
+        }
+        for output_id, (value, description) in outputs.items():
+            CfnOutput(self, output_id, value=value, description=description)
 
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
@@ -101,6 +136,10 @@ class StallwatchStack(Stack):
             "query is authorized against every alarm of the account and region",
             arn.format(service="logs", resource=f"log-group:{SAGEMAKER_LOG_GROUP}:*"): "read-only: SageMaker writes "
             "one log stream per host and job into this group; the streams are named at run time",
+            arn_template(self, regional=False).format(
+                service="iam", resource="role/*"
+            ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
+            "training roles of jobs that opted in to resume; see docs/resume.md)",
         }
         Validations.of(self.watchdog).acknowledge(
             *(

@@ -11,7 +11,8 @@
 
 step() and record() never synchronize host and device, and no method raises into the loop: a
 failure is logged once and training goes on. A background thread emits one window every interval_s,
-with Steps=0 when the loop is stuck, and SIGTERM / interpreter exit flush the last window.
+with Steps=0 when the loop is stuck. SIGTERM flushes the last window within 2 s even while the loop is
+blocked in a collective (see trainer_agent.sigterm), and so does interpreter exit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import atexit
 import functools
 import os
-import signal
 import sys
 import threading
 import time
@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from trainer_agent import sigterm
 from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
 from trainer_agent.gpu_sampler import GpuSampler
 from trainer_agent.identity import Identity
@@ -43,9 +44,12 @@ MIN_INTERVAL_S = 1.0
 GPU_SAMPLE_S = 5.0
 """NVML is sampled this often (or once per window if shorter) and averaged over the window."""
 THREAD_JOIN_S = 2.0
-"""close() waits this long for a window the background thread is emitting (it may be stuck in a sink)."""
+"""close() waits this long, and at most a quarter of its timeout, for the background thread to stop (it may be
+stuck in NVML on a failing GPU): the final window needs the rest of the time for the sinks."""
+FLUSH_TIMEOUT_S = 1.0
+"""flush() waits at most this long for the sinks to take the window (a blocked sink costs the caller no more)."""
 CLOSE_TIMEOUT_S = 10.0
-"""close() and SIGTERM wait at most this long for the sinks (SageMaker allows 120 s after SIGTERM)."""
+"""close() waits at most this long for the sinks (SIGTERM: sigterm.FLUSH_S)."""
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 _agents: weakref.WeakSet[TrainerAgent] = weakref.WeakSet()
@@ -94,9 +98,10 @@ class TrainerAgent:
             interval_s: the emission window in seconds (< 60 publishes high-resolution metrics).
             sinks: "auto" (CloudWatch when boto3 and credentials exist, plus the EMF stdout line) or a list.
             precision: the precision MFU is relative to ("bf16", "fp16", "tf32", "fp32", "fp8").
-            data_parallel_size: ranks consuming distinct data (default: world size); step(tokens=) is per rank.
+            data_parallel_size: ranks consuming distinct data (default: world size, as DDP and FSDP have);
+                step(tokens=, samples=) are this rank's and count data_parallel_size times.
             device: "cuda" or "cpu"; default "cuda" when torch is imported and CUDA is available.
-            handle_sigterm: flush the last window on SIGTERM, then run the previous handler.
+            handle_sigterm: flush the last window on SIGTERM, then let the previous disposition apply.
             clock: monotonic seconds for step and window timing (a fake one in tests).
         """
         if not interval_s >= MIN_INTERVAL_S:
@@ -110,6 +115,8 @@ class TrainerAgent:
         if self.device not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda' or 'cpu', not {self.device!r}")
         precision_key(precision)
+        self.active = self.identity.reports_job or self.identity.reports_host
+        """False on ranks that report nothing: every method is then a no-op, and nothing is logged."""
         self.scale = Scale(
             world_size=self.identity.world_size,
             data_parallel_size=data_parallel_size,
@@ -117,14 +124,14 @@ class TrainerAgent:
             flops_per_token=flops_per_token,
             peak_tflops=peak_tflops or self._peak_from_table(precision, flops_per_step or flops_per_token),
         )
-        self.active = self.identity.reports_job or self.identity.reports_host
-        """False on ranks that report nothing: every method is then a no-op."""
         self.sinks = build_sinks(sinks if self.active else [])
 
         self._clock = clock
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._closed = False
+        self._close_claim = threading.Lock()
+        self._close_done = threading.Event()
         self._started_at = self._clock()
         self._window_start = self._started_at
         self._totals = WindowTotals()
@@ -141,27 +148,36 @@ class TrainerAgent:
         self._gpus = GpuSampler() if self.identity.reports_host else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._previous_sigterm: Any = None
+        self._flushes_on_sigterm = False
         if self.active:
             _agents.add(self)
             atexit.register(self.close)
             if handle_sigterm:
-                self._install_sigterm()
+                self._flushes_on_sigterm = sigterm.subscribe(self.close)
             self._thread = threading.Thread(target=self._run, name="stallwatch-agent", daemon=True)
             self._thread.start()
 
     # -- the loop's API ------------------------------------------------------------------------------------
 
     @contextmanager
-    def step(self, tokens: int | None = None, samples: int | None = None, step: int | None = None) -> Iterator[None]:
-        """Time one optimizer step. `tokens`/`samples` are this rank's; `step` sets the global step number."""
+    def step(
+        self,
+        tokens: int | None = None,
+        samples: int | None = None,
+        step: int | None = None,
+        *,
+        job_tokens: int | None = None,
+    ) -> Iterator[None]:
+        """Time one optimizer step (all its micro-batches). `tokens`/`samples` are this rank's for the step;
+        `job_tokens` (instead of `tokens`) is the whole job's, already summed over ranks; `step` sets the
+        global step number."""
         self.start_step()
         try:
             yield
         except BaseException:
             self.abort_step()
             raise
-        self.end_step(tokens=tokens, samples=samples, step=step)
+        self.end_step(tokens=tokens, samples=samples, step=step, job_tokens=job_tokens)
 
     @_never_raises
     def start_step(self) -> None:
@@ -178,11 +194,21 @@ class TrainerAgent:
             self._step_started_at = now
 
     @_never_raises
-    def end_step(self, tokens: int | None = None, samples: int | None = None, step: int | None = None) -> None:
-        """Mark the end of the step started by start_step()."""
+    def end_step(
+        self,
+        tokens: int | None = None,
+        samples: int | None = None,
+        step: int | None = None,
+        *,
+        job_tokens: int | None = None,
+    ) -> None:
+        """Mark the end of the step started by start_step() (arguments as for step())."""
         if not self.active or self._closed:
             return
         now = self._clock()
+        if job_tokens is None and tokens is not None:
+            job_tokens = tokens * self.scale.data_ranks
+        job_samples = None if samples is None else samples * self.scale.data_ranks
         with self._lock:
             started = self._step_started_at
             if started is None:
@@ -190,13 +216,14 @@ class TrainerAgent:
             self._step_started_at = None
             number = step if step is not None else self._step + 1 + self._pending_count()
             totals = self._totals
-            totals.counts_tokens |= tokens is not None
-            totals.counts_samples |= samples is not None
+            totals.counts_tokens |= job_tokens is not None
+            totals.counts_samples |= job_samples is not None
+            counts = (job_tokens or 0, job_samples or 0)
             if self._events is not None:
-                self._events.end(number, now, tokens or 0, samples or 0, counted_s=self._open_step_counted_s)
+                self._events.end(number, now, *counts, counted_s=self._open_step_counted_s)
             else:
                 self._leave_busy(now)
-                self._complete(CompletedStep(number, now, now - started, tokens or 0, samples or 0))
+                self._complete(CompletedStep(number, now, now - started, *counts))
 
     @_never_raises
     def abort_step(self) -> None:
@@ -230,25 +257,35 @@ class TrainerAgent:
                 self.end_phase()
 
     @_never_raises
-    def flush(self) -> None:
-        """Emit the current window now (it restarts the window; the background thread keeps its schedule)."""
+    def flush(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Emit the current window now and wait up to timeout_s for the sinks to take it (it restarts the
+        window; the background thread keeps its schedule)."""
         if self.active and not self._closed:
             self._emit()
+            self.sinks.wait_idle(timeout_s)
 
     @_never_raises
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Emit the last (partial) window and close the sinks; later calls do nothing."""
-        if not self.active or self._closed or os.getpid() != self._pid:
+        """Emit the last (partial) window and close the sinks, returning within timeout_s; while another thread
+        closes the agent (SIGTERM), wait for it, as long as timeout_s."""
+        if not self.active or os.getpid() != self._pid:
+            return
+        if not self._close_claim.acquire(blocking=False):
+            self._close_done.wait(timeout_s)
             return
         self._closed = True
         deadline = time.monotonic() + timeout_s
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(min(timeout_s, THREAD_JOIN_S))
-        self._emit()
-        self.sinks.close(max(deadline - time.monotonic(), 0.0))
-        atexit.unregister(self.close)
-        self._restore_sigterm()
+        try:
+            self._stop.set()
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(min(timeout_s / 4, THREAD_JOIN_S))
+            self._emit()
+            self.sinks.close(max(deadline - time.monotonic(), 0.0))
+        finally:
+            atexit.unregister(self.close)
+            if self._flushes_on_sigterm:
+                sigterm.unsubscribe(self.close)
+            self._close_done.set()
 
     # -- windows -------------------------------------------------------------------------------------------
 
@@ -271,7 +308,10 @@ class TrainerAgent:
     def _emit(self) -> None:
         """Roll the window and hand it to the sinks (on the background thread, or from close())."""
         totals, progress, phase, pending_losses = self._roll()
-        totals.losses += read(pending_losses)
+        try:
+            totals.losses += read(pending_losses)
+        except Exception as error:  # the window's other metrics still go out
+            warn_once("agent:loss", "trainer_agent: a recorded loss could not be read; dropping it: %r", error)
         ident, t = self.identity, time.time()
         windows = []
         if ident.reports_job:
@@ -368,10 +408,10 @@ class TrainerAgent:
         if self._busy_depth == 0:
             self._totals.busy_s += now - self._busy_since
 
-    # -- peak FLOPs, signals, fork -------------------------------------------------------------------------
+    # -- peak FLOPs, fork -------------------------------------------------------------------------
 
     def _peak_from_table(self, precision: object, flops: float | None) -> float | None:
-        if flops is None:
+        if flops is None or not self.active:
             return None
         name = _device_name(self.device)
         peak = table_peak_tflops(name, precision)
@@ -382,28 +422,6 @@ class TrainerAgent:
                 precision,
             )
         return peak
-
-    def _install_sigterm(self) -> None:
-        try:
-            self._previous_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-        except ValueError:  # not the main thread: the caller must close() itself
-            logger.info("not in the main thread; SIGTERM will not flush the last window")
-
-    def _restore_sigterm(self) -> None:
-        if self._previous_sigterm is None or threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) == self._on_sigterm:
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-
-    def _on_sigterm(self, signum: int, frame: Any) -> None:
-        previous = self._previous_sigterm
-        if os.getpid() == self._pid:
-            self.close()
-        if callable(previous):
-            previous(signum, frame)
-        elif previous in (signal.SIG_DFL, None):  # None: installed outside Python; terminating is the safe default
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
 
     def _after_fork_in_child(self) -> None:
         """A forked child (a DataLoader worker) is not the reporting process: it stays silent."""

@@ -9,7 +9,7 @@ import queue
 import random
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from trainer_agent.contract import DIM_HOST, DIM_JOB, HOST_METRICS, JOB_METRICS, NAMESPACE, SCOPE_JOB
@@ -84,7 +84,7 @@ class CloudWatchSink:
         dimensions = [{"Name": DIM_JOB, "Value": window.job}]
         if window.scope != SCOPE_JOB:
             dimensions.append({"Name": DIM_HOST, "Value": window.host})
-        timestamp = datetime.fromtimestamp(window.t, UTC)
+        timestamp = datetime.fromtimestamp(window.t, timezone.utc)
         resolution = storage_resolution(window.interval_s)
         return [
             {

@@ -33,7 +33,8 @@ def transformer_flops_per_token(
 
     Args:
         n_params: parameters multiplied per token: every weight matrix, including the output (vocabulary)
-            projection, excluding embedding lookups (see matmul_param_count).
+            projection, excluding embedding lookups. matmul_param_count(model) counts them, or refuses a
+            model it cannot count.
         n_layers, n_heads, head_dim, seq_len: L, H, Q and T.
         causal: count only the attention scores a causal kernel computes (half; e.g. FlashAttention's
             causal path). Leave False for attention that computes the full T x T matrix and masks it.
@@ -52,10 +53,43 @@ def transformer_flops_per_token(
 
 
 def matmul_param_count(model: Any) -> int:
-    """Parameters used in a matmul per token: the weights of every nn.Linear (a tied output projection included)."""
+    """Weights multiplied once per token: every nn.Linear (a tied output projection included), Hugging Face
+    Conv1D (GPT-2) and nn.MultiheadAttention's in-projection (fused, as in nn.TransformerEncoder, or q/k/v).
+
+    Embedding lookups and 1-D parameters (biases, norms) are not matmuls. A model holding any other
+    parameter of 2 or more dimensions (a convolution, a custom projection) is refused with a ValueError
+    naming it, since its FLOPs per token are unknown: count those with measure_flops. A module applied
+    more than once per token (layers shared across depth) is counted once.
+    """
     import torch  # imported here: the agent itself does not need torch
 
-    return sum(module.weight.numel() for module in model.modules() if isinstance(module, torch.nn.Linear))
+    matmul: dict[int, int] = {}
+    lookups: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+            lookups.add(id(module.weight))
+        for weight in _matmul_weights(module, torch):
+            matmul[id(weight)] = weight.numel()
+    for name, parameter in model.named_parameters():
+        if parameter.dim() >= 2 and id(parameter) not in matmul and id(parameter) not in lookups:
+            raise ValueError(
+                f"cannot count the matmul FLOPs of parameter {name!r} {tuple(parameter.shape)}: it is in no "
+                "Linear, Conv1D, MultiheadAttention or Embedding; use measure_flops for this model"
+            )
+    return sum(matmul.values())
+
+
+def _matmul_weights(module: Any, torch: Any) -> list[Any]:
+    """The weights a module multiplies its input by (its own, not its submodules')."""
+    if isinstance(module, torch.nn.Linear):
+        return [module.weight]
+    if isinstance(module, torch.nn.MultiheadAttention):  # out_proj is a Linear submodule
+        if module.in_proj_weight is not None:
+            return [module.in_proj_weight]
+        return [module.q_proj_weight, module.k_proj_weight, module.v_proj_weight]
+    if type(module).__name__ == "Conv1D" and hasattr(module, "nf"):  # transformers.pytorch_utils.Conv1D
+        return [module.weight]
+    return []
 
 
 def measure_flops(

@@ -11,6 +11,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from trainer_agent.log import warn_once
+
 # Fold CPU loss tensors into one stacked tensor past this many, so a long window holds few objects.
 FOLD_LOSSES_AT = 1024
 
@@ -85,10 +87,14 @@ class LossBuffer:
         self._pinned: list[Any] = []
 
     def add(self, loss: Any) -> None:
+        """Keep a loss to read later; one that cannot be read without a collective or a copy from nowhere
+        (a meta tensor, a sharded DTensor, an empty tensor) is dropped with one log line."""
         if not hasattr(loss, "detach"):
             self._floats.append(float(loss))
             return
-        value = loss.detach()
+        value = readable(loss.detach())
+        if value is None:
+            return
         if value.dim() != 0:
             value = value.float().mean()
         if value.is_cuda:
@@ -118,6 +124,25 @@ class LossBuffer:
         pinned.copy_(value.float(), non_blocking=True)
         event.record()
         self._cuda.append((pinned, event))
+
+
+def readable(value: Any) -> Any:
+    """A plain tensor holding the loss's value, or None (logged once) when the agent must not read it."""
+    if type(value).__name__ == "DTensor":
+        if not all(placement.is_replicate() for placement in value.placements):
+            warn_once("loss:dtensor", "trainer_agent: a sharded or partial DTensor loss needs a collective; dropped")
+            return None
+        value = value.to_local()  # replicated: this rank's copy is the value
+    if value.device.type == "meta" or not value.numel():
+        warn_once(
+            f"loss:{type(value).__name__}:{value.device.type}",
+            "trainer_agent: a %s loss on %s with %d elements cannot be read; dropped",
+            type(value).__name__,
+            value.device.type,
+            value.numel(),
+        )
+        return None
+    return value
 
 
 def read(tensors: list[Any]) -> list[float]:

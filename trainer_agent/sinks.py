@@ -1,4 +1,4 @@
-"""Where windows go. Every sink has `emit(window)` and `close(timeout_s)`; none may block the loop.
+"""Where windows go. Every sink has `emit(window)` and `close(timeout_s)`; each runs on its own thread.
 
 sinks = FanOutSink([EmfStdoutSink(), JsonlSink("metrics.jsonl")])
 build_sinks("auto")   # CloudWatch (when boto3 and credentials are present) + the EMF stdout line
@@ -10,6 +10,8 @@ import importlib.util
 import json
 import sys
 import threading
+import time
+from collections import deque
 from pathlib import Path
 from typing import IO, Protocol, runtime_checkable
 
@@ -19,6 +21,8 @@ from trainer_agent.log import logger, warn_once
 from trainer_agent.window import Window
 
 AUTO = "auto"
+SINK_QUEUE_WINDOWS = 64
+"""Windows a sink may fall behind by before its newer windows are dropped (each sink has its own)."""
 
 
 @runtime_checkable
@@ -76,39 +80,116 @@ class JsonlSink:
 
 
 class FanOutSink:
-    """Sends each window to several sinks; a sink that raises is logged once and skipped for that window,
-    and a sink still busy in another thread (blocked) is skipped rather than waited on."""
+    """Hands each window to several sinks, each on its own thread with its own queue: a slow, blocked or
+    failing sink delays no other sink and never the caller. A sink that raises is logged once."""
 
     def __init__(self, sinks: list[Sink]) -> None:
         for sink in sinks:
             if not isinstance(sink, Sink):
                 raise TypeError(f"sink {sink!r} has no emit(window) and close(timeout_s)")
         self.sinks = list(sinks)
-        self._busy = [threading.Lock() for _ in self.sinks]
+        self._workers = [SinkWorker(sink) for sink in self.sinks]
 
     def emit(self, window: Window) -> None:
-        for sink, busy in zip(self.sinks, self._busy, strict=True):
-            if not busy.acquire(blocking=False):
-                warn_once(f"blocked:{id(sink)}", "sink %s is blocked; skipping windows until it returns", sink)
-                continue
-            try:
-                sink.emit(window)
-            except Exception as error:  # the agent never raises into the loop
-                warn_once(f"emit:{id(sink)}", "sink %s failed, its windows are dropped: %r", sink, error)
-            finally:
-                busy.release()
+        """Queue the window for every sink; never waits."""
+        for worker in self._workers:
+            worker.put(window)
 
     def close(self, timeout_s: float) -> None:
-        for sink, busy in zip(self.sinks, self._busy, strict=True):
-            if not busy.acquire(blocking=False):
-                logger.warning("sink %s is still blocked at close; not closing it", sink)
-                continue
+        """Each sink sends what it holds and closes, all at once; returns within timeout_s whatever they do."""
+        deadline = time.monotonic() + timeout_s
+        for worker in self._workers:
+            worker.start_closing(deadline)
+        for worker in self._workers:
+            worker.join(deadline)
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every window queued so far has been emitted (or dropped); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        return all([worker.wait_idle(deadline) for worker in self._workers])
+
+
+class SinkWorker:
+    """One sink fed from a bounded queue by its own thread (started with the first window)."""
+
+    def __init__(self, sink: Sink, max_windows: int = SINK_QUEUE_WINDOWS) -> None:
+        self.sink = sink
+        self.max_windows = max_windows
+        self.dropped = 0
+        """Windows dropped because the sink fell max_windows behind."""
+        self._windows: deque[Window] = deque()
+        self._changed = threading.Condition()
+        self._busy = False
+        self._close_by: float | None = None
+        self._thread: threading.Thread | None = None
+
+    def put(self, window: Window) -> None:
+        with self._changed:
+            if self._close_by is not None:
+                return
+            if len(self._windows) >= self.max_windows:
+                self.dropped += 1
+                warn_once(f"behind:{id(self)}", "sink %s is %d windows behind; dropping", self.sink, self.max_windows)
+                return
+            self._windows.append(window)
+            self._start()
+            self._changed.notify_all()
+
+    def start_closing(self, deadline: float) -> None:
+        """Emit what is queued, then close the sink with what is left of the time until deadline."""
+        with self._changed:
+            if self._close_by is None:
+                self._close_by = deadline
+                self._start()
+                self._changed.notify_all()
+
+    def join(self, deadline: float) -> None:
+        if self._thread is None:
+            return
+        self._thread.join(max(deadline - time.monotonic(), 0.0))
+        if self._thread.is_alive():
+            logger.warning(
+                "sink %s did not finish in time; %d windows unsent (it carries on in the background)",
+                self.sink,
+                len(self._windows) + self._busy,
+            )
+
+    def wait_idle(self, deadline: float) -> bool:
+        with self._changed:
+            while self._windows or self._busy:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+        return True
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="stallwatch-sink", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._windows and self._close_by is None:
+                    self._changed.wait()
+                if not self._windows and self._close_by is not None:
+                    close_by = self._close_by
+                    break
+                window = self._windows.popleft()
+                self._busy = True
             try:
-                sink.close(timeout_s)
-            except Exception as error:
-                logger.warning("sink %s failed to close: %r", sink, error)
+                self.sink.emit(window)
+            except Exception as error:  # the agent never raises into the loop
+                warn_once(f"emit:{id(self.sink)}", "sink %s failed, its windows are dropped: %r", self.sink, error)
             finally:
-                busy.release()
+                with self._changed:
+                    self._busy = False
+                    self._changed.notify_all()
+        try:
+            self.sink.close(max(close_by - time.monotonic(), 0.0))
+        except Exception as error:
+            logger.warning("sink %s failed to close: %r", self.sink, error)
 
 
 def build_sinks(sinks: str | list[Sink]) -> FanOutSink:

@@ -1,6 +1,6 @@
 """One emission window: what the agent tallied, and the metrics it becomes (pure arithmetic, no torch).
 
-totals = WindowTotals(wall_s=60.0, steps=120, tokens=120 * 8192, busy_s=57.0)
+totals = WindowTotals(wall_s=60.0, steps=120, tokens=8 * 120 * 8192, busy_s=57.0)
 job_metrics(totals, Progress(step=1200, last_step_age_s=0.4), Scale(world_size=8, flops_per_token=6e9))
 """
 
@@ -45,7 +45,7 @@ class Window:
 
 @dataclass
 class WindowTotals:
-    """What this process tallied in one window (all counts are this rank's)."""
+    """What this process tallied in one window: its steps and times, and the job's tokens and samples."""
 
     wall_s: float = 0.0
     """Window length in seconds."""
@@ -55,7 +55,9 @@ class WindowTotals:
     """Sum of the timed steps' durations."""
     timed_steps: int = 0
     tokens: int = 0
+    """Tokens the whole job consumed in the window's steps (this rank's times the data-parallel ranks)."""
     samples: int = 0
+    """Samples the whole job consumed, likewise."""
     busy_s: float = 0.0
     """Time inside step() or a declared phase."""
     losses: list[float] = field(default_factory=list)
@@ -76,7 +78,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class Scale:
-    """How one rank's counts become the job's throughput and FLOPs."""
+    """The job's shape and FLOPs: how one rank's counts become the job's, and its FLOPs each GPU's."""
 
     world_size: int = 1
     data_parallel_size: int | None = None
@@ -118,9 +120,9 @@ def job_metrics(totals: WindowTotals, progress: Progress, scale: Scale) -> dict[
     if totals.timed_steps:
         metrics["StepTime"] = totals.step_seconds / totals.timed_steps
     if totals.counts_tokens:
-        metrics["TokensPerSecond"] = totals.tokens * scale.data_ranks / wall
+        metrics["TokensPerSecond"] = totals.tokens / wall
     if totals.counts_samples:
-        metrics["SamplesPerSecond"] = totals.samples * scale.data_ranks / wall
+        metrics["SamplesPerSecond"] = totals.samples / wall
     flops = _window_flops(totals, scale)
     if flops is not None:
         metrics["TFLOPsPerGPU"] = flops / wall / TERA
@@ -165,5 +167,5 @@ def _window_flops(totals: WindowTotals, scale: Scale) -> float | None:
         return scale.flops_per_step * totals.steps
     if scale.flops_per_token is not None and totals.counts_tokens:
         # The job's tokens times the per-token FLOPs, shared by every rank (data, tensor or pipeline parallel).
-        return scale.flops_per_token * totals.tokens * scale.data_ranks / scale.world_size
+        return scale.flops_per_token * totals.tokens / scale.world_size
     return None

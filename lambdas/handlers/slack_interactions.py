@@ -1,6 +1,8 @@
-"""The Slack interactivity endpoint (a Lambda Function URL): verify the signature, then apply the button press.
+"""The Slack interactivity endpoint (a Lambda Function URL): verify the signature, answer, then apply the press.
 
-The Function URL has no IAM auth (Slack cannot sign SigV4); the Slack signature is the authentication.
+The Function URL has no IAM auth (Slack cannot sign SigV4); the Slack signature is the authentication. The work
+runs in this function's own asynchronous invocation (event `{"stallwatch_deferred_press": ...}`), after Slack got
+its answer.
 """
 
 from __future__ import annotations
@@ -23,15 +25,18 @@ from stallwatch.runtime import interactions
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if isinstance(event, dict) and interactions.DEFERRED_EVENT_KEY in event:
+        press = interactions.DeferredPress.model_validate(event[interactions.DEFERRED_EVENT_KEY])
+        return interactions.endpoint().complete(press).body
     try:
         request = parse(event=event, model=LambdaFunctionUrlModel)
         raw = request.body or ""
-        body = base64.b64decode(raw, validate=True).decode() if request.isBase64Encoded else raw
-    except (ValidationError, binascii.Error, UnicodeDecodeError) as exc:
-        logger.warning("not a Function URL request", extra={"error": str(exc)})
+        body = base64.b64decode(raw, validate=True) if request.isBase64Encoded else raw
+    except (ValidationError, binascii.Error) as exc:
+        logger.warning("not a Function URL request", extra={"error": str(exc)[:200]})
         reply = interactions.Reply(
             400, {"status": "rejected", "error": f"not a Function URL request: {type(exc).__name__}"}
         )
     else:
-        reply = interactions.endpoint().handle(body, request.headers)
+        reply = interactions.endpoint().handle(body, request.headers, request.requestContext.http.method)
     return {"statusCode": reply.status, "headers": {"Content-Type": "application/json"}, "body": json.dumps(reply.body)}

@@ -15,6 +15,9 @@ import torch
 from tests.agent.conftest import MemorySink
 from trainer_agent import JsonlSink, TrainerAgent
 
+CLOSE_SLACK_S = 1.0
+"""What flush() and close() may take beyond their timeouts on a loaded machine (close took 6 s for 0.5)."""
+
 
 def run_steps(agent, clock, n, inside_s=0.1, outside_s=0.05, tokens=None, samples=None):
     for _ in range(n):
@@ -202,21 +205,118 @@ class BlockingSink(MemorySink):
         self.release.wait()
 
 
-def test_a_blocking_sink_neither_blocks_the_loop_nor_close(sink):
-    # Given a sink that blocks forever once called, on the background thread
+def test_a_blocking_sink_neither_blocks_the_loop_nor_the_other_sinks_and_close_keeps_its_timeout(sink):
+    # Given a sink that blocks forever once called
     blocking = BlockingSink()
     agent = TrainerAgent(interval_s=1.0, sinks=[blocking, sink], handle_sigterm=False)
     assert blocking.entered.wait(20.0)
 
-    # When the loop keeps stepping and then closes
+    # When the loop keeps stepping, flushes with a 0.2 s timeout, and then closes with a 0.5 s timeout
     for _ in range(100):
         with agent.step():
             pass
+    started = time.monotonic()
+    agent.flush(timeout_s=0.2)
+    flushing_s = time.monotonic() - started
+    started = time.monotonic()
     agent.close(timeout_s=0.5)
+    closing_s = time.monotonic() - started
 
-    # Then the steps all landed in the final window, which skipped the blocked sink
+    # Then each returned in about its timeout, and the other sink had every window, the last with all steps
+    assert flushing_s < 0.2 + CLOSE_SLACK_S
+    assert closing_s < 0.5 + CLOSE_SLACK_S
     assert sink.job[-1].metrics["Step"] == 100
+    assert sink.closed
     blocking.release.set()
+
+
+class HungGpu:
+    """An NVML sampler stuck in its read, as on a GPU that fell off the bus."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def sample(self) -> None:
+        self.entered.set()
+        self.release.wait(30.0)
+
+    def take(self) -> None:
+        return None
+
+
+def test_close_keeps_time_for_the_final_window_when_the_background_thread_is_stuck(sink):
+    # Given the agent's thread stuck sampling a failed GPU, and a step done
+    agent = TrainerAgent(interval_s=1.0, sinks=[sink], handle_sigterm=False)
+    gpu = agent._gpus = HungGpu()
+    assert gpu.entered.wait(20.0)
+    with agent.step():
+        pass
+
+    # When the agent closes with SIGTERM's 2 s
+    agent.close(timeout_s=2.0)
+
+    # Then the sink still had the final window, with the step
+    assert sink.job[-1].metrics["Step"] == 1
+    assert sink.closed
+    gpu.release.set()
+
+
+def test_an_unreadable_loss_is_dropped_with_one_log_line_and_the_window_still_goes_out(make_agent, sink, caplog):
+    # Given losses that cannot be read: meta tensors, empty ones, and one whose read fails at emission
+    class Unreadable(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.cat:
+                raise RuntimeError("cannot read this loss")
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    agent = make_agent()
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        for loss in (torch.tensor(1.0, device="meta"), torch.tensor(1.0, device="meta"), torch.empty(0)):
+            with agent.step():
+                pass
+            agent.record(loss=loss)
+        agent.flush()
+        with agent.step():
+            pass
+        agent.record(loss=torch.tensor(2.0).as_subclass(Unreadable))
+        agent.flush()
+
+    # Then both windows carry their steps and no loss (an empty loss is not a non-finite one), both hosts
+    # windows their heartbeat, and each cause was logged once
+    assert [(w.metrics["Steps"], "Loss" in w.metrics, "NonFiniteLoss" in w.metrics) for w in sink.job] == [
+        (3, False, False),
+        (1, False, False),
+    ]
+    assert [w.metrics["Heartbeat"] for w in sink.host] == [1, 1]
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 3
+    assert "meta" in messages[0]
+    assert "0 elements" in messages[1]
+    assert "cannot read this loss" in messages[2]
+
+
+def test_distributed_tensor_losses_are_read_only_when_replicated(make_agent, sink):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate
+
+    # Given a one-rank gloo group, and a replicated and a partial (to be reduced) DTensor loss
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        agent = make_agent()
+        with agent.step():
+            pass
+        agent.record(loss=DTensor.from_local(torch.tensor(2.0), mesh, [Replicate()]))
+        agent.record(loss=DTensor.from_local(torch.tensor(5.0), mesh, [Partial()]))
+        agent.flush()
+    finally:
+        dist.destroy_process_group()
+
+    # Then the replicated one is this rank's copy, and the partial one (a collective to read) is dropped
+    assert sink.job[0].metrics["Loss"] == 2.0
 
 
 def test_a_full_disk_is_logged_once_and_training_goes_on(make_agent, sink, clock, caplog):
@@ -273,16 +373,41 @@ def test_close_emits_a_final_window_closes_the_sinks_and_later_calls_do_nothing(
     assert [window.metrics["Steps"] for window in sink.job] == [1]
 
 
-def test_ranks_other_than_zero_and_local_zero_report_nothing(monkeypatch, make_agent, sink):
+def test_ranks_other_than_zero_and_local_zero_report_nothing_and_log_nothing(monkeypatch, make_agent, sink, caplog):
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
-    agent = make_agent()
-    with agent.step():
-        pass
-    agent.close()
+    with caplog.at_level(logging.DEBUG, logger="trainer_agent"):
+        agent = make_agent(flops_per_token=1e9)  # no peak for the CPU: rank 0 would log that
+        with agent.step(tokens=10):
+            pass
+        agent.record(loss=torch.empty(0))
+        agent.close()
     assert not agent.active
     assert sink.windows == []
+    assert caplog.records == []
+
+
+def test_job_tokens_are_taken_as_the_jobs_and_rank_tokens_count_once_per_data_parallel_rank(
+    monkeypatch, make_agent, sink, clock
+):
+    # Given rank 0 of 4 ranks, 2-way data parallel (2-way tensor parallel)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    agent = make_agent(data_parallel_size=2, flops_per_token=1e12)
+
+    # When one 1 s step reports this rank's 100 tokens and 3 samples, and another 1 s step the job's 500 tokens
+    # (already summed over ranks, as Hugging Face's num_input_tokens_seen is)
+    with agent.step(tokens=100, samples=3):
+        clock.advance(1.0)
+    with agent.step(job_tokens=500):
+        clock.advance(1.0)
+    agent.flush()
+
+    # Then the job consumed 2 x 100 + 500 tokens and 2 x 3 samples, and each of the 4 GPUs a quarter of the FLOPs
+    metrics = sink.job[0].metrics
+    assert metrics["TokensPerSecond"] == pytest.approx(700 / 2.0)
+    assert metrics["SamplesPerSecond"] == pytest.approx(6 / 2.0)
+    assert metrics["TFLOPsPerGPU"] == pytest.approx(700 / 4 / 2.0)
 
 
 def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, make_agent, sink):

@@ -82,10 +82,13 @@ def test_lightning_optimizer_steps_with_gradient_accumulation_reach_the_agent(ag
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(4, 1)
+            self.losses: list[float] = []
 
         def training_step(self, batch, batch_idx):
             x, y = batch
-            return torch.nn.functional.mse_loss(self.layer(x), y)
+            loss = torch.nn.functional.mse_loss(self.layer(x), y)
+            self.losses.append(loss.item())
+            return loss
 
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.01)
@@ -105,14 +108,17 @@ def test_lightning_optimizer_steps_with_gradient_accumulation_reach_the_agent(ag
     )
 
     # When Lightning trains
-    trainer.fit(Regression(), loader)
+    module = Regression()
+    trainer.fit(module, loader)
 
-    # Then the agent counted optimizer steps, 8 samples (80 tokens) each, and every batch's loss
+    # Then the agent counted optimizer steps, 8 samples (80 tokens) each, and every batch's loss as
+    # training_step returned it (not divided by the accumulation)
     (window,) = sink.job
     metrics = window.metrics
     assert (metrics["Steps"], metrics["Step"]) == (3, 3)
     assert metrics["TokensPerSecond"] == pytest.approx(metrics["SamplesPerSecond"] * 10)
-    assert metrics["Loss"] > 0
+    assert len(module.losses) == 6
+    assert metrics["Loss"] == pytest.approx(sum(module.losses) / 6, rel=1e-6)
     assert agent.total_steps == 3
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import signal
@@ -95,37 +96,140 @@ def test_sigterm_flushes_the_last_window_and_exits_zero(tmp_path):
     assert training.windows("host")[0]["host"] == "algo-1"
 
 
-SIGTERM_WITH_FOREIGN_HANDLER = """
+SIGTERM_SCRIPT = """
 import os, signal, sys, time
-from trainer_agent import TrainerAgent
+from trainer_agent import TrainerAgent, sigterm
 from trainer_agent.sinks import JsonlSink
+previous = sys.argv[2]
+if previous == "ignored":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if previous == "python":
+    def stop(signum, frame):
+        print("previous handler ran", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stop)
 agent = TrainerAgent(job_name="j", interval_s=3600, sinks=[JsonlSink(sys.argv[1])])
-agent._previous_sigterm = None  # what signal.signal returns for a handler installed outside Python
+if previous == "foreign":
+    sigterm._relay.previous = None  # what signal.getsignal returns for a handler installed outside Python
+if previous == "fork":
+    pid = os.fork()
+    if pid == 0:  # a DataLoader-like child: SIGTERM's own default applies, and the parent hears nothing
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        os._exit(3)
+    print("child", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 with agent.step():
     pass
 print("ready", flush=True)
-time.sleep(60)
+time.sleep(2 if previous == "ignored" else 60)
+print("still running", flush=True)
+agent.close()
 """
 
 
-def test_sigterm_terminates_when_the_previous_handler_was_installed_outside_python(tmp_path):
-    # Given an agent whose SIGTERM predecessor is unknown to Python (signal.getsignal returned None)
+def run_sigterm_script(tmp_path: Path, previous: str) -> tuple[int, list[str], list[dict]]:
+    """Start SIGTERM_SCRIPT with the given previous disposition, SIGTERM it once ready; exit code, stdout, windows."""
     jsonl = tmp_path / "windows.jsonl"
     process = subprocess.Popen(
-        [sys.executable, "-c", SIGTERM_WITH_FOREIGN_HANDLER, str(jsonl)],
+        [sys.executable, "-c", SIGTERM_SCRIPT, str(jsonl), previous],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert process.stdout.readline().strip() == "ready"
+    lines = []
+    while (line := process.stdout.readline().strip()) != "ready":
+        assert line, "the script ended before it was ready"
+        lines.append(line)
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(WAIT_S)
+    lines += process.stdout.read().splitlines()
+    records = [json.loads(line) for line in jsonl.read_text().splitlines()] if jsonl.exists() else []
+    return code, lines, [record for record in records if record["scope"] == "job"]
+
+
+@pytest.mark.parametrize(
+    ("previous", "exit_code", "printed"),
+    [
+        ("default", -signal.SIGTERM, []),
+        ("foreign", -signal.SIGTERM, []),
+        ("python", 0, ["previous handler ran"]),
+        ("fork", -signal.SIGTERM, ["child -15"]),
+    ],
+)
+def test_sigterm_flushes_the_last_window_then_the_previous_disposition_applies(tmp_path, previous, exit_code, printed):
+    # Given an agent installed over SIGTERM's default, a handler installed outside Python, a Python
+    # handler, or with a forked child that SIGTERMs itself first
 
     # When SIGTERM arrives
-    process.send_signal(signal.SIGTERM)
+    code, lines, windows = run_sigterm_script(tmp_path, previous)
 
-    # Then the last window is flushed and the process still terminates (the default action), instead of running on
-    assert process.wait(WAIT_S) == -signal.SIGTERM
+    # Then the last window is flushed, and the process ends as the previous disposition says (a child
+    # forked from it was killed by its own SIGTERM without waking the parent's handling)
+    assert [window["Step"] for window in windows] == [1]
+    assert code == exit_code
+    assert lines == printed
+
+
+def test_an_ignored_sigterm_stays_ignored_and_the_agent_keeps_reporting(tmp_path):
+    code, lines, windows = run_sigterm_script(tmp_path, "ignored")
+    assert (code, lines) == (0, ["still running"])
+    assert [window["Step"] for window in windows] == [1]  # from close(), not from the signal
+
+
+SIGTERM_INSIDE_THE_AGENT = """
+import os, signal, sys, time, types
+from trainer_agent import TrainerAgent
+from trainer_agent.sinks import JsonlSink
+
+class Event:  # a CUDA event on a fake device that finishes at once; SIGTERM arrives inside the agent's lock
+    def __init__(self, enable_timing=False):
+        pass
+    def record(self):
+        if armed:
+            os.kill(os.getpid(), signal.SIGTERM)
+    def query(self):
+        return True
+    def elapsed_time(self, end):
+        return 10.0
+
+cuda = types.SimpleNamespace(Event=Event, is_available=lambda: True)
+sys.modules["torch"] = types.SimpleNamespace(cuda=cuda, distributed=types.SimpleNamespace(is_available=lambda: False))
+armed = False
+agent = TrainerAgent(job_name="j", interval_s=3600, device="cuda", sinks=[JsonlSink(sys.argv[1])])
+with agent.step():
+    armed = True
+time.sleep(60)
+"""
+
+
+def test_sigterm_arriving_while_the_loop_holds_the_agents_lock_still_flushes_and_terminates(tmp_path):
+    # Given SIGTERM delivered while the main thread is inside end_step(), holding the agent's lock
+    jsonl = tmp_path / "windows.jsonl"
+    process = subprocess.run(
+        [sys.executable, "-c", SIGTERM_INSIDE_THE_AGENT, str(jsonl)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=WAIT_S,
+    )
+
+    # Then the handler did not wait on the watcher (which needs that lock): the step's window went out and
+    # the process ended by SIGTERM
+    assert process.returncode == -signal.SIGTERM
     records = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert [r["Step"] for r in records if r["scope"] == "job"] == [1]
+    assert [(r["Steps"], r["Step"]) for r in records if r["scope"] == "job"] == [(1, 1)]
+
+
+def test_closing_the_last_agent_puts_the_previous_handler_and_wakeup_fd_back(sink):
+    # Given SIGTERM's default and no wakeup fd, then an agent handling SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    agent = TrainerAgent(interval_s=3600.0, sinks=[sink])
+    assert signal.getsignal(signal.SIGTERM) != signal.SIG_DFL
+
+    # When it closes
+    agent.close()
+
+    # Then both are as they were
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.set_wakeup_fd(-1) == -1
 
 
 @pytest.mark.slow
@@ -144,8 +248,10 @@ def test_a_hang_keeps_emitting_zero_step_windows_while_the_watchdog_logs(tmp_pat
     # Given training that hangs inside step 3
     training = Training(tmp_path, "--steps", "0", "--interval", "1", "--fault", "hang", "--fault-after", "2")
 
-    # When windows pass
-    windows = training.wait_for_windows(lambda ws: any(w["Steps"] == 0 and w["LastStepAge"] > 6 for w in ws))
+    # When windows pass (after the steps before the hang: a loaded machine may take seconds to reach them)
+    windows = training.wait_for_windows(
+        lambda ws: any(w["Step"] >= 2 and w["Steps"] == 0 and w["LastStepAge"] > 6 for w in ws)
+    )
     code, stderr = training.stop()
 
     # Then the job shows no progress, time spent inside the step (not waiting for data), and NCCL-like log lines
@@ -268,3 +374,25 @@ agent.close()
     job = json.loads(result.stdout.splitlines()[0])
     assert (job["JobName"], job["Steps"], job["Loss"]) == ("bare-python", 1.0, 2.5)
     assert result.stderr == ""
+
+
+def test_an_agent_without_a_wakeup_pipe_still_runs_and_says_why(monkeypatch, sink, caplog):
+    # Given a platform where the wakeup pipe cannot be made
+    def no_pipe():
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(os, "pipe", no_pipe)
+
+    # When an agent that handles SIGTERM starts
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        agent = TrainerAgent(interval_s=3600.0, sinks=[sink])
+    with agent.step():
+        pass
+    agent.close()
+
+    # Then it reported as usual, left SIGTERM alone, and said why once
+    assert sink.job[-1].metrics["Step"] == 1
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert [r.getMessage() for r in caplog.records] == [
+        "SIGTERM will not flush the last window: OSError(24, 'Too many open files')"
+    ]

@@ -7,14 +7,16 @@ import json
 import re
 import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.agent.conftest import MemorySink
 from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, NullSink, Window, metric_definitions
 from trainer_agent.cloudwatch import MAX_ATTEMPTS
 from trainer_agent.contract import DIM_HOST, DIM_JOB, HOST_METRICS, JOB_METRICS, NAMESPACE, SCOPE_HOST, SCOPE_JOB
-from trainer_agent.sinks import FanOutSink, build_sinks
+from trainer_agent.sinks import FanOutSink, SinkWorker, build_sinks
 
 JOB_WINDOW = Window(
     SCOPE_JOB, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0,
@@ -131,6 +133,57 @@ def test_fan_out_isolates_a_raising_sink():
     fan_out.close(1.0)
     assert boom.calls == 2
     assert len(stream.getvalue().splitlines()) == 2
+
+
+class Gate:
+    """A sink that holds its first window until released."""
+
+    def __init__(self):
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.windows = []
+
+    def emit(self, window):
+        self.entered.set()
+        self.release.wait(30.0)
+        self.windows.append(window)
+
+    def close(self, timeout_s):
+        pass
+
+
+def test_a_slow_sink_delays_no_other_sink():
+    # Given a sink stuck on its first window next to a quick one
+    gate, quick = Gate(), MemorySink()
+    fan_out = FanOutSink([gate, quick])
+
+    # When three windows go out
+    for _ in range(3):
+        fan_out.emit(JOB_WINDOW)
+    assert gate.entered.wait(10.0)
+
+    # Then the quick sink has all three while the slow one is still on its first, which then gets all three too
+    deadline = time.monotonic() + 10.0
+    while len(quick.windows) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert (len(quick.windows), len(gate.windows)) == (3, 0)
+    gate.release.set()
+    fan_out.close(5.0)
+    assert len(gate.windows) == 3
+
+
+def test_a_sink_that_falls_behind_drops_its_newest_windows_only():
+    gate = Gate()
+    worker = SinkWorker(gate, max_windows=2)
+    worker.put(JOB_WINDOW)
+    assert gate.entered.wait(10.0)
+    for _ in range(4):
+        worker.put(JOB_WINDOW)
+    assert worker.dropped == 2
+    gate.release.set()
+    worker.start_closing(time.monotonic() + 5.0)
+    worker.join(time.monotonic() + 5.0)
+    assert len(gate.windows) == 3
 
 
 def test_fan_out_rejects_an_object_that_is_not_a_sink():

@@ -24,8 +24,8 @@ def test_tflops_and_mfu_from_flops_per_step():
 
 
 def test_flops_per_token_counts_the_jobs_tokens_shared_by_all_ranks():
-    # Given 8 ranks, 4-way data parallel (2-way tensor parallel), 1000 tokens per rank in 2 s
-    totals = WindowTotals(wall_s=2.0, steps=1, tokens=1000, counts_tokens=True)
+    # Given 8 ranks, 4-way data parallel (2-way tensor parallel), 1000 tokens per data-parallel rank in 2 s
+    totals = WindowTotals(wall_s=2.0, steps=1, tokens=4 * 1000, counts_tokens=True)
     scale = Scale(world_size=8, data_parallel_size=4, flops_per_token=1e9)
 
     metrics = job_metrics(totals, Progress(step=1, last_step_age_s=0.0), scale)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from stallwatch.aws.actions import StopResult
-from stallwatch.aws.buttons import ACTIONS_BLOCK_ID
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
 from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, TrainingJobStateChange, parse_event
-from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError
+from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError, follow_up
 from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.policy import Mode
 from stallwatch.core.pricing import INSTANCE_SPECS, estimate_burn
@@ -19,6 +19,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, 
 from tests.fixtures.world import SlackReceiver, alarm_event, job_state_event
 
 NOW = 1_800_000_000.0
+DEPLOYMENT = deployment_id("us-east-1", "stallwatch-test")
 FACTS = JobFacts("llama-70b", Platform.SAGEMAKER, "InProgress", "Training", NOW - 7200, "ml.p5.48xlarge", 8, 8, 192)
 CRASH = LogLine(
     NOW - 1800, "llama-70b/algo-2-1", "RuntimeError: CUDA error: an illegal memory access", "illegal_memory_access"
@@ -41,6 +42,7 @@ def _signals() -> JobSignals:
     hosts = {
         "algo-1": HostSignals("algo-1", log_tail=(LogLine(NOW - 3600, "s1", "step 1200 loss 1.9"),)),
         "algo-2": HostSignals("algo-2", log_tail=(CRASH,), error_lines=(CRASH,)),
+        "algo-3": HostSignals("algo-3", log_tail=(LogLine(NOW - 60, "s3", "step 1260 loss 1.8"),)),
     }
     return JobSignals(FACTS, NOW, hosts)
 
@@ -65,6 +67,10 @@ def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
     assert "605 W before -> 95 W now" in text
     assert "stop FAILED, will retry" in message["text"]
     assert "AccessDenied" in text
+    # And a stop that failed is headlined as such, and never reads "Stopped"
+    assert message["text"].startswith(":x: Stop FAILED for stalled job: llama-70b")
+    assert message["blocks"][0]["text"]["text"].startswith(":x: Stop FAILED for stalled job")
+    assert "Stopped" not in json.dumps(message)
     # And the crashed host's error line comes first, marked, and a stop carries no buttons
     assert text.index("*algo-2*") < text.index("*algo-1*")
     assert "! RuntimeError: CUDA error: an illegal memory access" in text
@@ -73,9 +79,12 @@ def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
 
 def test_notify_alert_says_what_enforce_would_do_and_carries_buttons() -> None:
     decision = _decision(Action.ALERT, Mode.NOTIFY, would=Action.STOP)
-    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+    evidence = Evidence.of(decision, _signals(), None)
+    message = AlertMessage(decision, FACTS, evidence, incident="incident#1", deployment=DEPLOYMENT).render()
     assert "no stop (mode notify; enforce would stop)" in message["text"]
     assert message["blocks"][-2]["block_id"] == ACTIONS_BLOCK_ID
+    value = json.loads(message["blocks"][-2]["elements"][0]["value"])
+    assert (value["deployment"], value["incident"]) == (DEPLOYMENT, "incident#1")
 
 
 def test_long_logs_stay_within_slack_limits() -> None:
@@ -181,6 +190,42 @@ def test_job_state_event_accepts_tag_maps_and_lists_and_rejects_bad_names() -> N
         parse_event(event, JobStateEvent)
 
 
+def _alarm_with(**changes: Any) -> dict[str, Any]:
+    event = alarm_event("stallwatch-sagemaker.job-1.progress")
+    event["alarmData"]["state"] |= changes.pop("state", {})
+    event["alarmData"] |= changes
+    return event
+
+
+@pytest.mark.parametrize(
+    ("event", "field"),
+    [
+        (_alarm_with(state={"timestamp": "2026-11-30T10:00:00.000+0000" + "0" * 100_000}), "timestamp"),
+        (_alarm_with(state={"timestamp": "yesterday at ten"}), "timestamp"),
+        (_alarm_with(alarmName="stallwatch-sagemaker.job-1.gpu-idle." + "h" * 5000), "alarmName"),
+        (_alarm_with(state={"reason": "r" * 2000}), "reason"),
+        (alarm_event("a.b") | {"region": "us-east-1" + "x" * 100}, "region"),
+    ],
+)
+def test_oversized_or_malformed_alarm_fields_are_refused_at_parse_time(event: dict[str, Any], field: str) -> None:
+    # Given an alarm event with a field past AWS's own limits; When it is parsed, Then the field is named
+    with pytest.raises(InvalidEventError, match=field) as raised:
+        parse_event(event, AlarmEvent)
+    # And the error stays short whatever the input's size
+    assert len(str(raised.value)) < 1000
+
+
+def test_an_alarm_name_of_255_characters_is_accepted() -> None:
+    name = "stallwatch-sagemaker.job-1.gpu-idle." + "h" * (255 - 36)
+    assert parse_event(_alarm_with(alarmName=name), AlarmEvent).alarm.alarm_name == name
+
+
+def test_job_state_tags_are_bounded_like_sagemakers() -> None:
+    event = job_state_event("job-1", "InProgress", tags={f"k{i}": "v" for i in range(51)})
+    with pytest.raises(InvalidEventError, match="Tags"):
+        parse_event(event, JobStateEvent)
+
+
 def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackReceiver) -> None:
     # Given bot credentials and Slack's Web API on 127.0.0.1
     notifier = SlackNotifier(
@@ -197,3 +242,44 @@ def test_bot_token_posts_to_the_channel_and_reports_api_errors(slack: SlackRecei
     slack.reply = b'{"ok": false, "error": "channel_not_found"}'
     refused = notifier.post({"text": "hung", "blocks": []})
     assert (refused.ok, refused.detail) == (False, "Slack API error: channel_not_found")
+
+
+def test_a_follow_up_goes_in_the_alerts_thread_in_bot_mode(slack: SlackReceiver) -> None:
+    # Given bot credentials, and an alert whose timestamp Slack returned
+    notifier = SlackNotifier(
+        _Secrets({"bot_token": "xoxb-1", "channel": "C0ALERTS"}), "arn:secret", api_url=f"{slack.base}/api/"
+    )
+    slack.reply = b'{"ok": true, "ts": "1764496800.000100"}'
+    alert = notifier.post({"text": "stopped", "blocks": []})
+    assert alert.ts == "1764496800.000100"
+
+    # When a follow-up is posted in its thread
+    notifier.post(follow_up("`llama` resumed as `llama-r1` (attempt 1 of 2)", alert.ts))
+
+    # Then Slack gets it as a reply to the alert; without a ts it stands alone (webhook mode)
+    assert slack.posts[1]["thread_ts"] == "1764496800.000100"
+    assert slack.posts[1]["text"] == "`llama` resumed as `llama-r1` (attempt 1 of 2)"
+    assert "thread_ts" not in follow_up("text")
+
+
+def test_a_straggler_alert_names_the_host_and_shows_the_spread() -> None:
+    # Given the engine's straggler evidence for 4 hosts, algo-3 1.8x slower than the others
+    values = {"algo-1": 1.9, "algo-2": 1.92, "algo-3": 3.42, "algo-4": 1.88}
+    straggler = {"host": "algo-3", "metric": "StepTime", "ratio": 1.78, "others_median": 1.9, "values": values}
+    reasons = ("straggler algo-3: StepTime 3.42 s against a median of 1.9 s on the other 3 hosts (1.78x slower)",)
+    decision = Decision(
+        "llama-70b", NOW, Diagnosis.STRAGGLER, Action.ALERT, Mode.ENFORCE, reasons, {"straggler": straggler}
+    )
+
+    # When the alert is rendered
+    message = AlertMessage(decision, FACTS, Evidence.of(decision, _signals(), None), incident="incident#1").render()
+
+    # Then a section names the host to cordon and lists every host's step time, the straggler first
+    (section,) = [b for b in message["blocks"] if "*Straggler*" in b.get("text", {}).get("text", "")]
+    text = section["text"]["text"]
+    assert "`algo-3` StepTime 3.42 s, 1.78x off the other hosts' median of 1.9 s" in text
+    assert all(host in text for host in values)
+    assert text.index("algo-3") < text.index("algo-2") < text.index("algo-1") < text.index("algo-4")
+    # And the straggler's own log lines come before the other hosts'
+    logs = _text(message)
+    assert logs.index("*algo-3*") < logs.index("*algo-1*")

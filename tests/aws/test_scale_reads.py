@@ -152,9 +152,9 @@ def test_a_claim_reads_the_state_and_holds_off_a_second_reader_until_it_runs_out
     rt.store.commit(key, StoredState(), StoredState(JobState(warned_at=now)), {}, now)
 
     # When two invocations claim it, and a third after the hold
-    first = rt.store.claim(key, now, hold_seconds=120)
-    second = rt.store.claim(key, now + 1, hold_seconds=120)
-    third = rt.store.claim(key, now + 121, hold_seconds=120)
+    first = rt.store.claim_decision(key, now, hold_seconds=120)
+    second = rt.store.claim_decision(key, now + 1, hold_seconds=120)
+    third = rt.store.claim_decision(key, now + 121, hold_seconds=120)
 
     # Then the first read the state, the second was held off, the third got it again
     assert first is not None
@@ -169,7 +169,7 @@ def test_a_first_decision_commits_over_its_own_claim(rt) -> None:
     # Given a job never decided, claimed (the claim creates its item)
     key = job_key(Platform.SAGEMAKER, "new-job")
     now = rt.clock()
-    read = rt.store.claim(key, now, hold_seconds=120)
+    read = rt.store.claim_decision(key, now, hold_seconds=120)
     assert read == StoredState()
 
     # When its first decision commits, keeping the claim for the burst
@@ -177,7 +177,7 @@ def test_a_first_decision_commits_over_its_own_claim(rt) -> None:
 
     # Then the state is written, and the claim still holds
     assert rt.store.load(key).state.warned_at == now
-    assert rt.store.claim(key, now + 60, hold_seconds=120) is None
+    assert rt.store.claim_decision(key, now + 60, hold_seconds=120) is None
 
 
 def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:

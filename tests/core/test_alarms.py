@@ -96,16 +96,20 @@ def test_sagemaker_job_gets_host_alarms_per_host_and_job_alarms() -> None:
         assert {"Key": alarms.TAG_JOB, "Value": "llm-pretrain-7b"} in d["Tags"]
 
 
-def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window() -> None:
-    # Given a p4d job (8 GPUs) and idle after 20 min at 5 % per device, 60 s periods
-    policy = Policy(thresholds={"idle_minutes": 20, "idle_gpu_percent": 5}).for_job({})
+@pytest.mark.parametrize(("agreement", "periods"), [(2 / 3, 14), (1.0, 20)])
+def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window(agreement: float, periods: int) -> None:
+    # Given a p4d job (8 GPUs) and idle after 20 min at 5 % per device, 60 s periods; the evidence ladder may decide
+    # after `agreement_fraction` of it
+    thresholds = {"idle_minutes": 20, "idle_gpu_percent": 5, "agreement_fraction": agreement}
+    policy = Policy(thresholds=thresholds).for_job({})
 
     # When the gpu-idle alarm of algo-2 is rendered
     alarm = by_name(alarms.render_alarms(sagemaker_job(), policy, PREFIX, []))[
         "stallwatch-sagemaker.llm-pretrain-7b.gpu-idle.algo-2"
     ]
 
-    # Then it divides the host's summed utilization by 8 and needs 20 of 20 low minutes
+    # Then it divides the host's summed utilization by 8 and fires at the ladder's first rung: 14 of 14 low minutes
+    # (2/3 of 20, rounded up), or 20 of 20 when the ladder is off
     stat, expression = alarm["Metrics"]
     assert stat["MetricStat"]["Metric"] == {
         "Namespace": contract.SAGEMAKER_NAMESPACE,
@@ -115,7 +119,7 @@ def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window() -> No
     assert stat["MetricStat"]["Period"] == 60
     assert expression["Expression"] == "m1 / 8"
     assert expression["ReturnData"] is True
-    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (20, 20)
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (periods, periods)
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5.0, "LessThanThreshold")
 
 
@@ -128,14 +132,15 @@ def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:
         "stallwatch-sagemaker.llm-pretrain-7b.progress"
     ]
 
-    # Then Steps and PhaseBudgetRemaining feed one expression, missing data breaches, over 90 periods
+    # Then Steps and PhaseBudgetRemaining feed one expression, missing data breaches, over 60 periods (2/3 of 45 min:
+    # the evidence ladder's first rung; a lone signal is re-decided at the full 45)
     metrics = {m["Id"]: m for m in alarm["Metrics"]}
     assert metrics["m1"]["MetricStat"]["Metric"]["MetricName"] == "Steps"
     assert metrics["m1"]["MetricStat"]["Stat"] == "Sum"
     assert metrics["m2"]["MetricStat"]["Metric"]["MetricName"] == "PhaseBudgetRemaining"
     assert metrics["e1"]["Expression"] == "IF(FILL(m2, 0) > 0, 1, m1)"
     assert alarm["TreatMissingData"] == "breaching"
-    assert alarm["EvaluationPeriods"] == 90
+    assert alarm["EvaluationPeriods"] == 60
     assert metrics["m1"]["MetricStat"]["Period"] == 30
 
 
@@ -166,7 +171,8 @@ def test_log_idle_alarm_reads_the_sweepers_metric_and_keeps_state_between_public
         {"Name": contract.DIM_JOB, "Value": "llm-pretrain-7b"},
         {"Name": contract.DIM_HOST, "Value": "algo-1"},
     ]
-    assert alarm["Threshold"] == Policy().thresholds.log_silence_minutes * 60
+    thresholds = Policy().thresholds
+    assert alarm["Threshold"] == pytest.approx(thresholds.agreement_fraction * thresholds.log_silence_minutes * 60)
     assert alarm["TreatMissingData"] == "ignore"
 
 

@@ -117,6 +117,26 @@ def test_a_stop_label_needs_a_window() -> None:
         read_trace(lines({**HEADER, "expect": {"action": "stop"}}))
 
 
+def test_a_label_bounds_alerts_and_warnings_and_a_healthy_one_allows_none() -> None:
+    with pytest.raises(TraceError, match=r"field expect\.warnings: Input should be greater than or equal to 0"):
+        read_trace(lines({**HEADER, "expect": {"action": "none", "warnings": -1}}))
+    healthy = read_trace(lines({**HEADER, "expect": {"action": "none", "alerts": 2}})).header.expect
+    assert (healthy.allowed("alerts"), healthy.allowed("warnings")) == (2, 0)
+    stall = read_trace(lines(HEADER)).header.expect
+    assert (stall.allowed("alerts"), stall.allowed("warnings")) == (None, None)
+
+
+def test_trace_source_reads_back_the_log_idle_seconds_the_replay_publishes() -> None:
+    # Given the sweeper published algo-2's LogIdleSeconds at 5 and 10 minutes
+    source = two_host_trace()
+    source.publish_log_idle("algo-2", TRACE_EPOCH + 600, 0.0)
+    source.publish_log_idle("algo-2", TRACE_EPOCH + 300, 300.0)
+
+    # Then the host's history holds them in time order (in 1-minute periods, as GetMetricData returns), not the future
+    assert source.job_signals(JOB, TRACE_EPOCH + 900).hosts["algo-2"].log_idle.values() == [300.0, 0.0]
+    assert len(source.job_signals(JOB, TRACE_EPOCH + 500).hosts["algo-2"].log_idle) == 1
+
+
 def test_write_then_load_round_trips(tmp_path: Path) -> None:
     # Given a header and events written out of order
     header = TraceHeader.model_validate(HEADER)

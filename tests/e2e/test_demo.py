@@ -91,6 +91,30 @@ def test_checkpoint_within_its_budget_is_not_stopped_and_training_completes() ->
     _assert_nothing_left(result)
 
 
+@pytest.mark.slow
+def test_resume_restarts_the_hung_job_from_its_checkpoint_and_reports_goodput() -> None:
+    # When the hang runs with --resume (the job opts in to one restart and has a CheckpointConfig)
+    code, result, log = _demo("--scenario", "hang", "--resume")
+    # Then it is stopped, resumed as <job>-r1, which goes on from its checkpoint (step 200) past the hang's step
+    assert code == 0, log[-4000:]
+    job, resumed = result["job_name"], f"{result['job_name']}-r1"
+    assert (result["job_status"], result["resumed_as"], result["resumed_status"]) == ("Stopped", resumed, "Completed")
+    assert "algo-1: resumed from checkpoint at step 200" in log
+    assert result["follow_ups"][0].endswith(f"`{job}` resumed as `{resumed}` (attempt 1 of 1)")
+    passed = re.search(r"step (\d+) reached \d+ (s|min) after the restart", result["follow_ups"][1])
+    assert passed is not None, result["follow_ups"]
+    assert 250 < int(passed.group(1)) <= 350  # past the step the hang stopped at
+    # ...and the report counts one run: the stall, the restart, the 50 steps trained again
+    goodput = result["goodput"]
+    assert (goodput["jobs"], goodput["stalls_caught"], goodput["restarts"]) == ([job, resumed], 1, 1)
+    assert (goodput["final_step"], goodput["redone_steps"]) == (350, 50)
+    assert goodput["categories"]["stalls"]["seconds"] > 0
+    assert sum(c["seconds"] for c in goodput["categories"].values()) == pytest.approx(goodput["wall_s"])
+    assert "Goodput of run" in log
+    assert result["training_exit_codes"] == {f"{job}/algo-1": 0, f"{resumed}/algo-1": 0}
+    _assert_nothing_left(result)
+
+
 def _start_demo_until_training() -> tuple[subprocess.Popen[str], int, int, str]:
     """A running default demo, once its training process has started: (demo, training pid, moto port, output)."""
     demo = subprocess.Popen(

@@ -108,3 +108,48 @@ def test_stop_works_through_a_threaded_moto_server(monkeypatch: pytest.MonkeyPat
         assert sagemaker.describe_training_job(TrainingJobName="served-job")["TrainingJobStatus"] == "Stopped"
     finally:
         server.stop()
+
+
+def test_create_keeps_checkpoint_config_and_environment_and_rejects_a_name_in_use(sagemaker: Any) -> None:
+    # Given a job created with what a resume clones (CheckpointConfig, Environment)
+    sagemaker.create_training_job(
+        TrainingJobName=JOB,
+        AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
+        RoleArn="arn:aws:iam::123456789012:role/training",
+        OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
+        ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
+        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+        CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/checkpoints"},
+        Environment={"NCCL_DEBUG": "WARN"},
+    )
+
+    # Then DescribeTrainingJob returns them, as SageMaker does
+    described = sagemaker.describe_training_job(TrainingJobName=JOB)
+    assert described["CheckpointConfig"] == {"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/checkpoints"}
+    assert described["Environment"] == {"NCCL_DEBUG": "WARN"}
+
+    # ...a second job of that name is refused, and a CheckpointConfig needs an S3 URI
+    with pytest.raises(ClientError) as in_use:
+        _create(sagemaker)
+    assert in_use.value.response["Error"]["Code"] == "ResourceInUse"
+    with pytest.raises(ClientError) as bad:
+        sagemaker.create_training_job(
+            TrainingJobName="other",
+            AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/training",
+            OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
+            ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+            StoppingCondition={"MaxRuntimeInSeconds": 3600},
+            CheckpointConfig={"S3Uri": "/local/only"},
+        )
+    assert bad.value.response["Error"]["Code"] == "ValidationException"
+
+
+def test_a_stopped_job_reports_its_training_time(sagemaker: Any) -> None:
+    _create(sagemaker)
+    started = time.time() - 600
+    moto_sagemaker.set_training_job_status(JOB, "InProgress", "Training", at=started)
+    moto_sagemaker.set_training_job_status(JOB, "Stopped", "Stopped", at=started + 500)
+    described = sagemaker.describe_training_job(TrainingJobName=JOB)
+    assert described["TrainingTimeInSeconds"] == 500
+    assert described["TrainingEndTime"].timestamp() == pytest.approx(started + 500, abs=1)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import pytest
 
 from corpus import generate
 from stallwatch.core.signals import Platform
-from stallwatch.offline.replay import Verdict, replay
+from stallwatch.offline.replay import ReplayResult, Verdict, replay
 from stallwatch.offline.trace_file import load_trace
 
 TRACES = sorted(generate.TRACES_DIR.glob("*.jsonl"))
@@ -51,10 +52,33 @@ def test_the_corpus_covers_platforms_sizes_agents_and_cases() -> None:
 
 
 def test_the_corpus_stays_commit_sized() -> None:
-    assert sum(p.stat().st_size for p in TRACES) < 5_000_000
+    assert sum(p.stat().st_size for p in TRACES) < 8_000_000
 
 
-@pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
-def test_every_corpus_trace_passes_its_replay(path: Path) -> None:
-    result = replay(load_trace(path))
+@pytest.fixture(scope="module")
+def results() -> dict[str, ReplayResult]:
+    """Every corpus trace replayed at the default policy, once for this module."""
+    return {p.stem: replay(load_trace(p)) for p in TRACES}
+
+
+@pytest.mark.parametrize("name", [p.stem for p in TRACES])
+def test_every_corpus_trace_passes_its_replay(name: str, results: dict[str, ReplayResult]) -> None:
+    # Its stop inside the window (or none), its diagnosis, and no more alerts and warnings than its label allows
+    result = results[name]
     assert result.verdict is Verdict.PASS, result.verdict_reason
+
+
+def test_no_healthy_trace_is_warned_and_the_median_stop_comes_within_20_minutes(
+    results: dict[str, ReplayResult],
+) -> None:
+    # Given the corpus replayed at the default policy
+    healthy = [r for r in results.values() if r.expect and r.expect["action"] == "none"]
+    stalls = [r for r in results.values() if r.expect and r.expect["action"] == "stop"]
+
+    # Then no job that must not be stopped got a stop warning (no corpus label allows one) ...
+    assert sum(r.warnings for r in healthy) == 0
+    assert all("warnings" not in r.expect for r in healthy)
+    # ... and the median stall is stopped within 20 minutes of its onset (the start of its window)
+    assert len(stalls) >= 6
+    onset_to_stop = [r.first_stop_s - r.expect["window_s"][0] for r in stalls]
+    assert statistics.median(onset_to_stop) <= 20 * 60

@@ -58,7 +58,7 @@ def test_a_label_the_replay_misses_fails_with_the_reason() -> None:
 
     # Then the verdict is fail and says when it stopped
     assert result.verdict is Verdict.FAIL
-    assert result.verdict_reason == f"expected no stop, stopped at {result.first_stop_s:g}s"
+    assert result.verdict_reason.startswith(f"expected no stop, stopped at {result.first_stop_s:g}s")
 
 
 def test_a_stop_outside_the_window_fails() -> None:
@@ -197,3 +197,71 @@ def test_a_trace_read_one_event_at_a_time_replays_as_the_whole_trace(path: Path)
 
     # Then both replays decide the same, at the same moments
     assert streamed.to_json() == whole.to_json()
+
+
+def test_json_counts_alerts_and_warnings_and_a_label_bounds_them(capsys: pytest.CaptureFixture[str]) -> None:
+    # Given the hang trace (one warning, then the stop), relabeled to allow no warning
+    result = replay(relabel(load_trace(HANG), action="stop", window_s=(HANG_ONSET, HANG_ONSET + 1_800), warnings=0))
+
+    # Then the counts are reported, and one warning more than the label allows fails it
+    assert (result.alerts, result.warnings) == (0, 1)
+    assert result.to_json()["warnings"] == 1
+    assert result.verdict is Verdict.FAIL
+    assert result.verdict_reason == "expected at most 0 warnings, sent 1"
+
+
+def test_a_healthy_label_allows_no_alert_unless_it_says_so() -> None:
+    # Given a trace whose job is alerted once (data starvation), labeled "none" with and without an allowance
+    trace = load_trace(CORPUS / "ec2-dataloader-starvation-agent.jsonl")
+
+    # Then the default allows none; the label's allowance lets the one alert through
+    assert replay(relabel(trace, action="none")).verdict_reason == "expected at most 0 alerts, sent 1"
+    assert replay(relabel(trace, action="none", alerts=1)).verdict is Verdict.PASS
+
+
+def unlabeled(path: Path, directory: Path) -> Path:
+    """`path` without its label, as a user exports it from a job of their own; the name has [brackets] too."""
+    trace = load_trace(path)
+    out = directory / f"[exported] {path.name}"
+    write_trace(trace.header.model_copy(update={"expect": None}), trace.events, out)
+    return out
+
+
+@pytest.mark.parametrize("labeled", [True, False], ids=["labeled", "unlabeled"])
+def test_cli_timeline_renders_every_corpus_trace(
+    labeled: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given every corpus trace, as labeled in the corpus or unlabeled (what users export from their own jobs),
+    # and a terminal wide enough that no summary wraps
+    monkeypatch.setenv("COLUMNS", "400")
+    paths = sorted(CORPUS.glob("*.jsonl"))
+    traces = paths if labeled else [unlabeled(p, tmp_path) for p in paths]
+
+    # When they are replayed with the human timeline
+    code = main(["replay", *map(str, traces)])
+
+    # Then it renders all of them as plain text: paths, verdicts and reasons as written, no markup error
+    out = capsys.readouterr().out
+    assert code == EXIT_OK
+    assert out.count("job ") >= len(traces)
+    if labeled:
+        assert out.count("PASS") == len(traces)
+    else:
+        assert out.count("unlabeled (unlabeled)") == len(traces)
+        assert "[exported]" in out
+    assert "straggler algo-6" in out
+
+
+def test_a_lone_signal_is_rechecked_by_the_sweeper_at_its_full_threshold() -> None:
+    # Given the hang trace without its GPU power (no step is then a lone signal: nothing agrees with it)
+    trace = load_trace(HANG)
+    no_power = tuple(e for e in trace.events if getattr(e, "metric", None) is None or e.metric.name != "GPUPowerWatts")
+    lone = replay(dataclasses.replace(trace, events=no_power))
+    agreed = replay(trace)
+
+    # Then the early progress alarm finds it too young; the sweeper decides again once the full 15 minutes have
+    # passed (no alarm fires again), warns, and stops within 30 minutes; with power agreeing, the stop comes sooner
+    assert lone.decisions[0].trigger == SWEEPER
+    assert lone.first_warn_s - HANG_ONSET >= 15 * 60
+    assert HANG_ONSET < lone.first_stop_s <= HANG_ONSET + 1_800
+    assert agreed.first_stop_s < lone.first_stop_s

@@ -38,7 +38,7 @@ def test_in_progress_job_gets_per_host_alarms_from_its_tags(rt, world, context) 
     assert result["alarms"] == len(names) == 4 * 3 + 3
     assert _alarm(rt, JOB, alarms.GPU_IDLE, "algo-4") in names
     progress = rt.clients.cloudwatch.describe_alarms(AlarmNames=[_alarm(rt, JOB)])["MetricAlarms"][0]
-    assert progress["EvaluationPeriods"] == 45
+    assert progress["EvaluationPeriods"] == 30  # 2/3 of 45 min: the evidence ladder's first rung
     assert progress["AlarmActions"] == [rt.alarm_action_arn]
     assert "stallwatch:idle-minutes" in result["tag_errors"][0]
 

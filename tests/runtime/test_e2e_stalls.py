@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from handlers import on_alarm, on_job_state, sweeper
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
@@ -14,10 +16,16 @@ def _alarm(rt, job: str, kind: str = alarms.PROGRESS, host: str | None = None) -
     return alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, kind, host)
 
 
-def seed_nccl_hang(world: World, job: str, tags: dict[str, str]) -> None:
+def seed_nccl_hang(world: World, job: str, tags: dict[str, str], checkpoint: str | None = None) -> None:
     """Steps stop 40 min ago; GPUs stay pinned at 100 % while power falls; logs go quiet."""
-    world.create_job(job, hosts=2, tags=tags)
-    world.steps_until(job, last_step_min=40)
+    world.create_job(job, hosts=2, tags=tags, checkpoint=checkpoint)
+    seed_hang_signals(world, job)
+
+
+def seed_hang_signals(world: World, job: str, start_min: float = 110) -> None:
+    """A hang's signals on a job that exists: steps from `start_min` until 40 min ago (the last step is
+    `start_min - 40`), GPUs pinned at 100 %, power falling, logs quiet."""
+    world.steps_until(job, last_step_min=40, start_min=start_min)
     for host in ("algo-1", "algo-2"):
         world.host_gpu(job, host, world.every_minute(110, 100.0))
         world.agent_host(job, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
@@ -170,4 +178,56 @@ def test_sweeper_decides_an_alarm_whose_on_alarm_never_ran(rt, world, slack, con
     assert (first["hung-job"]["diagnosis"], first["hung-job"]["action"]) == ("hang", "warn")
     assert first["fine-job"]["diagnosis"] == "healthy"
     assert "fine-job" not in second
+    assert len(slack.posts) == 1
+
+
+def test_the_sweepers_checkup_finds_a_straggler_and_alerts_it_once(rt, world, slack, context) -> None:
+    # Given a healthy 4-host job (30 steps a minute) whose algo-3 runs 1.8x slower than the others from now on
+    job, hosts = "bert-xl", ("algo-1", "algo-2", "algo-3", "algo-4")
+    world.create_job(job, hosts=4, tags=ENFORCE)
+    world.agent_job(job, "Steps", world.every_minute(110, 30.0, end_min=-45))
+    world.agent_job(job, "Step", world.every_minute(110, lambda m: 30.0 * (110 - m), end_min=-45))
+    world.agent_job(job, "LastStepAge", world.every_minute(110, 1.0, end_min=-45))
+    for host in hosts:
+        world.host_gpu(job, host, world.every_minute(110, 97.0, end_min=-45))
+        lag = lambda m, slow=host == "algo-3": 3.6 if slow and m < 0 else 2.0  # noqa: E731 - per-host curve
+        world.agent_host(job, host, "StepTime", world.every_minute(110, lag, end_min=-45))
+    first = on_alarm.handler(alarm_event(_alarm(rt, job)), context)  # the progress alarm's first look: healthy
+
+    # When the sweeper runs half an hour later (no alarm fired), and again 5 minutes after
+    rt.clock.advance(31 * MINUTE)
+    (checkup,) = sweeper.handler(scheduled_event(), context)["redecided"]
+    rt.clock.advance(5 * MINUTE)
+    again = sweeper.handler(scheduled_event(), context)["redecided"]
+
+    # Then the check-up found the straggler and alerted it once, naming the host and the spread; never a stop
+    assert first["diagnosis"] == "healthy"
+    assert (checkup["diagnosis"], checkup["action"], checkup["posted"]) == ("straggler", "alert", True)
+    assert [o["action"] for o in again] == ["none"]
+    (message,) = slack.posts
+    rendered = str(message["blocks"])
+    assert "*Straggler*: `algo-3` StepTime 3.6 s" in rendered
+    assert all(host in rendered for host in hosts)
+    assert world.status(job) == "InProgress"
+
+
+def test_a_lone_signal_is_decided_again_by_the_sweeper_at_its_full_threshold(rt, world, slack, context) -> None:
+    # Given steps stopped 11 minutes ago on busy GPUs that report no power (a lone signal)
+    job = "t5-xxl"
+    world.create_job(job, hosts=2, tags=ENFORCE)
+    world.steps_until(job, last_step_min=11)
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, 99.0))
+
+    # When the progress alarm fires at 2/3 of the stall threshold, and the sweeper runs 5 minutes later
+    early = on_alarm.handler(alarm_event(_alarm(rt, job)), context)
+    recheck_at = rt.store.load(job_key("sagemaker", job)).state.recheck_at
+    asked_at = rt.clock()
+    rt.clock.advance(5 * MINUTE)
+    (late,) = sweeper.handler(scheduled_event(), context)["redecided"]
+
+    # Then the early look does nothing but asks for a recheck at 15 minutes (kept in DynamoDB); the sweeper warns
+    assert (early["diagnosis"], early["action"]) == ("healthy", "none")
+    assert recheck_at == pytest.approx(asked_at + 4 * MINUTE, abs=MINUTE)
+    assert (late["diagnosis"], late["action"]) == ("hang", "warn")
     assert len(slack.posts) == 1

@@ -4,6 +4,8 @@ only a valid request from an allowed user changes anything."""
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 import threading
 from collections.abc import Iterator
@@ -12,17 +14,20 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
+from botocore.stub import ANY, Stubber
 from slack_sdk.signature import SignatureVerifier
 
 from handlers import on_alarm, slack_interactions, sweeper
-from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons
+from localrun import moto_sagemaker
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
+from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import interactions
-from stallwatch.runtime.interactions import Interactions
-from tests.fixtures.world import MINUTE, World, alarm_event, scheduled_event
+from stallwatch.runtime.interactions import DEFERRED_EVENT_KEY, DeferredPress, Interactions
+from tests.fixtures.world import FUTURE_MIN, MINUTE, ROLE_ARN, TABLE, LambdaContext, World, alarm_event, scheduled_event
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
@@ -35,6 +40,7 @@ ONCALL_GROUP = "S0ONCALL"
 JOB = "llama-70b-pretrain"
 INCIDENT = "incident#1764496800.000"
 ENFORCE = {"stallwatch:mode": "enforce"}
+DEPLOYMENT = deployment_id("us-east-1", TABLE)
 
 
 class SlackApi:
@@ -112,14 +118,23 @@ def endpoint(rt, world: World, slack_api: SlackApi, monkeypatch: pytest.MonkeyPa
         {"slack": {"allowed_user_ids": [ALLOWED_USER], "allowed_group_ids": [ONCALL_GROUP]}}
     )
     world.create_job(JOB, hosts=2, tags=ENFORCE)
-    instance = Interactions(rt, slack_api_url=f"{slack_api.base}/api/")
+    deferred: list[DeferredPress] = []  # the async self-invocations asked for; `_call` runs them
+    instance = Interactions(rt, slack_api_url=f"{slack_api.base}/api/", defer=deferred.append)
     monkeypatch.setattr(interactions, "endpoint", lambda: instance)
     return instance
 
 
-def _payload(slack_api: SlackApi, action: OperatorAction, user: str = ALLOWED_USER, job: str = JOB) -> dict[str, Any]:
-    facts = JobFacts(job, Platform.SAGEMAKER, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
-    buttons = action_buttons(facts, INCIDENT)
+def _payload(
+    slack_api: SlackApi,
+    action: OperatorAction,
+    user: str = ALLOWED_USER,
+    job: str = JOB,
+    deployment: str = DEPLOYMENT,
+    message_ts: str = MESSAGE_TS,
+    platform: Platform = Platform.SAGEMAKER,
+) -> dict[str, Any]:
+    facts = JobFacts(job, platform, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
+    buttons = action_buttons(facts, INCIDENT, deployment)
     (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
     header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
     return {
@@ -128,11 +143,11 @@ def _payload(slack_api: SlackApi, action: OperatorAction, user: str = ALLOWED_US
         "team": {"id": "T000", "domain": "acme"},
         "api_app_id": "A000",
         "trigger_id": "1234.5678.abcd",
-        "container": {"type": "message", "message_ts": MESSAGE_TS, "channel_id": CHANNEL, "is_ephemeral": False},
+        "container": {"type": "message", "message_ts": message_ts, "channel_id": CHANNEL, "is_ephemeral": False},
         "channel": {"id": CHANNEL, "name": "ml-alerts"},
         "message": {
             "type": "message",
-            "ts": MESSAGE_TS,
+            "ts": message_ts,
             "text": "Stalled job will be stopped",
             "blocks": [header, buttons],
         },
@@ -194,10 +209,27 @@ def _audits(rt) -> list[dict[str, Any]]:
     return rt.store.records(job_key("sagemaker", JOB), "audit")
 
 
-def _call(event: dict, context) -> tuple[int, dict[str, Any]]:
+def _job_items(rt) -> list[dict[str, Any]]:
+    """The table without the claims on Slack requests (every verified request leaves one)."""
+    return [item for item in _table(rt) if not item["pk"]["S"].startswith("event#slack#")]
+
+
+def _answer(event: dict, context) -> tuple[int, dict[str, Any]]:
+    """What Slack gets back from the Function URL."""
     response = slack_interactions.handler(event, context)
     assert response["headers"]["Content-Type"] == "application/json"
     return response["statusCode"], json.loads(response["body"])
+
+
+def _call(event: dict, context) -> tuple[int, dict[str, Any]]:
+    """Slack's answer, then the async self-invocation it asked for, as Lambda would run it: the answer's status,
+    and what the deferred work did (the answer's body when nothing was deferred)."""
+    status, body = _answer(event, context)
+    deferred = interactions.endpoint().defer.__self__
+    while deferred:
+        assert (status, body) == (200, {"status": "accepted"})
+        body = slack_interactions.handler({DEFERRED_EVENT_KEY: deferred.pop(0).model_dump()}, context)
+    return status, body
 
 
 # ---- valid, allowed requests ----------------------------------------------------------------------------------
@@ -309,13 +341,18 @@ def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, sl
     assert "stallwatch:mode=enforce" in reply["text"]
 
 
-def _seed_hang(world: World) -> None:
-    """The enforced job hung 40 minutes ago: no step, GPUs pinned at 100 % while power falls, logs quiet."""
-    world.steps_until(JOB, last_step_min=40)
+def _seed_hang(world: World, end_min: float = FUTURE_MIN) -> None:
+    """The enforced job hung 40 minutes ago: no step, GPUs pinned at 100 % while power falls, logs quiet; the
+    metrics go on until `end_min` (minutes before the test's start, negative: after it)."""
+    last = 40
+    world.agent_job(JOB, "Step", world.every_minute(110, lambda m: 110 - max(m, last), end_min))
+    world.agent_job(JOB, "Steps", world.every_minute(110, lambda m: 1.0 if m > last else 0.0, end_min))
+    world.agent_job(JOB, "LastStepAge", world.every_minute(110, lambda m: max(last - m, 0) * MINUTE, end_min))
     for host in ("algo-1", "algo-2"):
-        world.host_gpu(JOB, host, world.every_minute(110, 100.0))
-        world.agent_host(JOB, host, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
-        world.progress_logs(JOB, host, until_min=40)
+        world.host_gpu(JOB, host, world.every_minute(110, 100.0, end_min))
+        power = world.every_minute(110, lambda m: 390.0 if m > last else 95.0, end_min)
+        world.agent_host(JOB, host, "GPUPowerWatts", power)
+        world.progress_logs(JOB, host, until_min=last)
 
 
 def _warn(rt, world: World, context) -> None:
@@ -425,7 +462,7 @@ def test_user_off_the_allow_list_gets_an_ephemeral_not_allowed_and_changes_nothi
     ephemeral = slack_api.calls[1][1]
     assert (ephemeral["response_type"], ephemeral["replace_original"]) == ("ephemeral", False)
     assert "not allowed" in ephemeral["text"]
-    assert (_table(rt), world.status(JOB)) == ([], "InProgress")
+    assert (_job_items(rt), world.status(JOB)) == ([], "InProgress")
 
 
 def test_group_membership_is_cached_between_presses(rt, endpoint, slack_api, context) -> None:
@@ -486,16 +523,298 @@ def test_event_that_is_not_a_function_url_request_is_rejected(rt, endpoint, slac
 
 def test_action_buttons_carry_the_job_and_incident() -> None:
     # Given an EC2 job's alert
-    facts = JobFacts("i-0abc", Platform.EC2, "InProgress", None, 0.0, "p5.48xlarge", 1, 8, 192)
+    facts = JobFacts("i-0abc12345", Platform.EC2, "InProgress", None, 0.0, "p5.48xlarge", 1, 8, 192)
 
     # When its buttons are rendered
-    block = action_buttons(facts, INCIDENT)
+    block = action_buttons(facts, INCIDENT, DEPLOYMENT)
 
     # Then there are the four buttons, each naming the job, its platform and the incident; Stop asks to confirm
     assert block["block_id"] == ACTIONS_BLOCK_ID
     assert [e["action_id"] for e in block["elements"]] == [a.value for a in OperatorAction]
     assert [e["text"]["text"] for e in block["elements"]] == ["Snooze 1 h", "Snooze 4 h", "Stop now", "Not stalled"]
     values = {ButtonValue.model_validate_json(e["value"]) for e in block["elements"]}
-    assert values == {ButtonValue(job="i-0abc", platform=Platform.EC2, incident=INCIDENT)}
+    assert values == {ButtonValue(deployment=DEPLOYMENT, job="i-0abc12345", platform=Platform.EC2, incident=INCIDENT)}
     stop = block["elements"][2]
     assert (stop["style"], "confirm" in stop) == ("danger", True)
+
+
+# ---- hostile requests: always a 4xx, never an exception -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [
+        ("x-slack-signature", "v0=" + "é" * 64),  # non-ASCII: hmac.compare_digest would raise TypeError
+        ("x-slack-signature", "v0=" + "z" * 64),
+        ("x-slack-signature", "v0=" + "a" * 100_000),
+        ("x-slack-signature", ""),
+        ("x-slack-request-timestamp", "9" * 5000),  # int() refuses more than 4,300 digits
+        ("x-slack-request-timestamp", "١٧٦٤٤٩٦٨٠٠"),  # Arabic-Indic digits: str.isdigit() says yes
+        ("x-slack-request-timestamp", " 1764496800"),
+        ("x-slack-request-timestamp", "-1"),
+        ("x-slack-request-timestamp", "1e9"),
+    ],
+)
+def test_odd_signature_headers_get_a_401_and_change_nothing(
+    rt, endpoint, slack_api, world, context, header: str, value: str
+) -> None:
+    # Given a valid request whose header was replaced by hostile bytes
+    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+    event["headers"][header] = value
+
+    # When it reaches the endpoint, Then it is refused as unauthenticated, and nothing changes
+    status, body = _call(event, context)
+    assert (status, body["status"]) == (401, "rejected")
+    assert header in body["error"]
+    assert (_table(rt), slack_api.calls, world.status(JOB)) == ([], [], "InProgress")
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe\x00payload=", b"payload=" + b"\x80" * 10_000, b"x" * 1_000_000])
+def test_unsigned_bodies_of_any_bytes_and_size_get_a_401(rt, endpoint, slack_api, context, body: bytes) -> None:
+    # Given a request carrying arbitrary bytes, signed with another secret
+    event = _request(None, rt.clock(), secret="not-the-signing-secret", raw_body="")
+    event["body"] = base64.b64encode(body).decode()
+
+    # When it reaches the endpoint, Then 401 and nothing changes
+    assert _call(event, context)[0] == 401
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_validly_signed_body_that_is_not_utf8_is_malformed(rt, endpoint, slack_api, context) -> None:
+    # Given bytes that are not UTF-8, correctly signed (the signature covers bytes, not text)
+    ts = str(int(rt.clock()))
+    raw = b"payload=\xff"
+    digest = hmac.new(SIGNING_SECRET.encode(), b"v0:" + ts.encode() + b":" + raw, hashlib.sha256).hexdigest()
+    event = _request(None, rt.clock(), raw_body="")
+    event["headers"].update({"x-slack-request-timestamp": ts, "x-slack-signature": f"v0={digest}"})
+    event["body"] = base64.b64encode(raw).decode()
+
+    # When it reaches the endpoint, Then 400 and nothing changes
+    status, body = _call(event, context)
+    assert (status, body["error"]) == (400, "the body is not UTF-8")
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_only_post_is_accepted(rt, endpoint, slack_api, world, context, method: str) -> None:
+    # Given a correctly signed "Stop now" sent with another method
+    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+    event["requestContext"]["http"]["method"] = method
+
+    # When it reaches the endpoint, Then 405 and nothing changes
+    status, body = _call(event, context)
+    assert status == 405
+    assert method in body["error"]
+    assert (_table(rt), slack_api.calls, world.status(JOB)) == ([], [], "InProgress")
+
+
+# ---- which jobs a button may act on ----------------------------------------------------------------------------
+
+
+def _ephemeral(slack_api: SlackApi) -> str:
+    (reply,) = [body for path, body in slack_api.calls if path.startswith("/actions/")]
+    assert reply["response_type"] == "ephemeral"
+    return reply["text"]
+
+
+def test_a_button_for_a_job_in_another_region_changes_nothing(rt, endpoint, slack_api, context) -> None:
+    # Given a running job of the same account in another region (this deployment watches us-east-1)
+    AwsClients(region="us-west-2").sagemaker.create_training_job(
+        TrainingJobName="west-job",
+        AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
+        RoleArn=ROLE_ARN,
+        OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
+        ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+        StoppingCondition={"MaxRuntimeInSeconds": 86400},
+    )
+
+    # When an allowed user presses "Snooze 4 h" on a button naming it
+    status, body = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_4H, job="west-job"), rt.clock()), context)
+
+    # Then nothing is written and only the presser is told why
+    assert (status, body["status"]) == (200, "not_watched")
+    assert "not a job in this account and region" in _ephemeral(slack_api)
+    assert _job_items(rt) == []
+
+
+def test_a_button_naming_another_accounts_job_arn_is_refused(rt, endpoint, slack_api, context) -> None:
+    # Given a button value carrying another account's training job ARN instead of a job name
+    payload = _payload(slack_api, OperatorAction.NOT_STALLED)
+    value = json.loads(payload["actions"][0]["value"])
+    value["job"] = "arn:aws:sagemaker:us-east-1:999999999999:training-job/llama"
+    payload["actions"][0]["value"] = json.dumps(value)
+
+    # When it reaches the endpoint, Then it is malformed and nothing changes
+    status, body = _call(_request(payload, rt.clock()), context)
+    assert status == 400
+    assert "not a sagemaker job name" in body["error"]
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_button_of_another_deployment_changes_nothing(rt, endpoint, slack_api, context) -> None:
+    # Given an alert posted by another Stallwatch deployment (another table) about a job of the same name
+    payload = _payload(slack_api, OperatorAction.SNOOZE_1H, deployment=deployment_id("us-east-1", "other-table"))
+
+    # When an allowed user presses its "Snooze 1 h", Then nothing is written
+    status, body = _call(_request(payload, rt.clock()), context)
+    assert (status, body["status"]) == (200, "not_watched")
+    assert "another Stallwatch deployment" in _ephemeral(slack_api)
+    assert _job_items(rt) == []
+
+
+def test_a_button_for_a_job_that_ended_and_is_not_in_the_table_changes_nothing(
+    rt, endpoint, slack_api, world, context
+) -> None:
+    # Given a job of this region that completed, and that the table does not know (its state was cleared)
+    moto_sagemaker.set_training_job_status(JOB, "Completed", "Completed")
+
+    # When an allowed user presses "Not stalled", Then no state item is created
+    status, body = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+    assert (status, body["status"]) == (200, "not_watched")
+    assert _job_items(rt) == []
+
+
+# ---- the same button twice, snoozes that end -------------------------------------------------------------------
+
+
+def test_not_stalled_pressed_twice_on_one_alert_doubles_the_thresholds_once(rt, endpoint, slack_api, context) -> None:
+    # Given an alert on which "Not stalled" was pressed
+    assert _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[1]["status"] == (
+        "applied"
+    )
+
+    # When it is pressed again a few seconds later (a new, validly signed request)
+    rt.clock.advance(5)
+    status, body = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+
+    # Then the second press does nothing new: the thresholds are doubled once, one audit record
+    assert (status, body["status"]) == (200, "already_applied")
+    assert _state(rt).threshold_factor == 2.0
+    assert len(_audits(rt)) == 1
+    assert "already pressed" in slack_api.calls[-1][1]["text"]
+
+    # And the same button on a newer alert of the job acts again
+    payload = _payload(slack_api, OperatorAction.NOT_STALLED, message_ts="1764500400.000200")
+    assert _call(_request(payload, rt.clock()), context)[1]["status"] == "applied"
+    assert _state(rt).threshold_factor == 4.0
+
+
+def test_when_a_snooze_ends_a_fresh_warning_comes_before_any_stop(rt, endpoint, slack_api, world, context) -> None:
+    # Given a job hung for good (its metrics go on past the snooze), warned, then snoozed for an hour, with no
+    # decision during the snooze (a sweep interval longer than the snooze, or sweeps failing)
+    _seed_hang(world, end_min=-75)
+    alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.PROGRESS, None)
+    assert on_alarm.handler(alarm_event(alarm), context)["action"] == "warn"
+    assert _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
+
+    # When the snooze has ended and the sweeper runs
+    rt.clock.advance(61 * MINUTE)
+    summary = sweeper.handler(scheduled_event(), context)
+
+    # Then the job is warned again, not stopped
+    assert [o["action"] for o in summary["redecided"]] == ["warn"]
+    assert world.status(JOB) == "InProgress"
+
+
+# ---- answering within Slack's 3 s: the work runs after the answer ------------------------------------------------
+
+
+def test_slack_gets_its_answer_before_the_work_is_done(rt, endpoint, slack_api, world, context) -> None:
+    # Given a valid "Stop now"
+    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+
+    # When Slack's request is answered
+    status, body = _answer(event, context)
+
+    # Then the answer is 200 and nothing was applied yet: the press waits for the async invocation
+    assert (status, body) == (200, {"status": "accepted"})
+    assert (_job_items(rt), slack_api.calls, world.status(JOB)) == ([], [], "InProgress")
+    (press,) = endpoint.defer.__self__
+
+    # When the async invocation runs, Then the job is stopped
+    result = slack_interactions.handler({DEFERRED_EVENT_KEY: press.model_dump()}, context)
+    assert (result["status"], result["stop"]["ok"]) == ("applied", True)
+    assert world.status(JOB) == "Stopping"
+
+
+def test_the_press_is_handed_to_an_async_invocation_of_the_same_function(rt, endpoint, slack_api, monkeypatch) -> None:
+    # Given the endpoint as deployed: it invokes its own function (Lambda sets AWS_LAMBDA_FUNCTION_NAME)
+    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", "stallwatch-slack-interactions")
+    endpoint.defer = None
+    stubber = Stubber(rt.clients.lambda_)
+    stubber.add_response(
+        "invoke",
+        {"StatusCode": 202},
+        {"FunctionName": "stallwatch-slack-interactions", "InvocationType": "Event", "Payload": ANY},
+    )
+
+    # When a valid press arrives
+    with stubber:
+        event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+        status, body = _answer(event, LambdaContext())
+
+    # Then it was handed on with one asynchronous Invoke, carrying the signed request
+    stubber.assert_no_pending_responses()
+    assert (status, body["status"]) == (200, "accepted")
+
+
+def test_a_press_that_cannot_be_handed_on_is_applied_at_once(rt, endpoint, slack_api, context) -> None:
+    # Given an async invocation that fails (Lambda throttled, say)
+    def refuse(press: DeferredPress) -> None:
+        raise RuntimeError("TooManyRequestsException")
+
+    endpoint.defer = refuse
+
+    # When a valid press arrives, Then it is applied in the request itself rather than lost
+    status, body = _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    assert (status, body["status"]) == (200, "applied")
+    assert _state(rt).snoozed_until == pytest.approx(rt.clock() + 3600)
+
+
+def test_a_deferred_press_is_verified_again(rt, endpoint, slack_api, context) -> None:
+    # Given an async event that was not signed by Slack (only this function may invoke itself; still never trusted)
+    forged = DeferredPress(
+        body=urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))}),
+        timestamp=str(int(rt.clock())),
+        signature="v0=" + "0" * 64,
+    )
+
+    # When it runs, Then it is refused and nothing changes
+    result = slack_interactions.handler({DEFERRED_EVENT_KEY: forged.model_dump()}, context)
+    assert result["status"] == "rejected"
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_signed_body_too_large_to_hand_on_is_refused(rt, endpoint, slack_api, context) -> None:
+    # Given a correctly signed request larger than an asynchronous invocation may carry
+    event = _request(None, rt.clock(), raw_body="payload=" + "x" * interactions.DEFERRED_BODY_MAX)
+
+    # When it reaches the endpoint, Then 413 and nothing changes
+    assert _call(event, context)[0] == 413
+    assert (_table(rt), slack_api.calls) == ([], [])
+
+
+def test_a_button_for_a_running_instance_not_tagged_for_monitoring_changes_nothing(
+    rt, endpoint, slack_api, context
+) -> None:
+    # Given a running GPU instance without the `stallwatch:monitor=true` tag (this deployment does not watch it)
+    instance = rt.clients.ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)
+    instance_id = instance["Instances"][0]["InstanceId"]
+
+    # When an allowed user presses "Snooze 1 h" on a button naming it
+    payload = _payload(slack_api, OperatorAction.SNOOZE_1H, job=instance_id, platform=Platform.EC2)
+    status, body = _call(_request(payload, rt.clock()), context)
+
+    # Then nothing is written
+    assert (status, body["status"]) == (200, "not_watched")
+    assert _job_items(rt) == []
+
+
+def test_a_plain_text_body_with_lone_surrogates_gets_a_401(rt, endpoint, slack_api, context) -> None:
+    # Given a Function URL event whose body is not base64-encoded and holds code points UTF-8 cannot encode
+    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    event.update(body="payload=\ud800", isBase64Encoded=False)
+
+    # When it reaches the endpoint, Then 401 and nothing changes
+    assert _call(event, context)[0] == 401
+    assert (_table(rt), slack_api.calls) == ([], [])

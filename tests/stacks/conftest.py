@@ -18,16 +18,19 @@ from stacks.stallwatch_stack import StallwatchStack
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def cdk_json_context() -> dict[str, Any]:
+CDK_JSON = REPO_ROOT / "cdk.json"
+
+
+def cdk_json_context(cdk_json: Path = CDK_JSON) -> dict[str, Any]:
     """The context `cdk synth` passes: cdk.json's, offline (no dependency install)."""
-    context = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    context = json.loads(cdk_json.read_text())["context"]
     return {**context, BUNDLE_DEPENDENCIES_CONTEXT_KEY: False}
 
 
-def build_app(outdir: Path, **context: Any) -> tuple[App, list[StallwatchStack]]:
-    """An app as `app.py` builds it, with `context` over cdk.json's."""
-    app = App(outdir=str(outdir), context={**cdk_json_context(), **context})
-    return app, add_stacks(app)
+def build_app(outdir: Path, cdk_json: Path = CDK_JSON, **context: Any) -> tuple[App, list[StallwatchStack]]:
+    """An app as `app.py` builds it under `cdk synth -c KEY=VALUE...`: each `context` key replaces cdk.json's."""
+    app = App(outdir=str(outdir), context={**cdk_json_context(cdk_json), **context})
+    return app, add_stacks(app, project_file=cdk_json)
 
 
 @pytest.fixture(scope="session")

@@ -78,3 +78,20 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
     assert not [s for s in statements if any(a.startswith("ec2:") for a in as_list(s["Action"]))]
     alarm_writes = [s for s in statements if _grants(s, "cloudwatch:PutMetricAlarm")]
     assert all(s["Resource"]["Fn::Join"][1][-1] == ":alarm:sw-*" for s in alarm_writes)
+
+
+def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
+    # CreateTrainingJob only of jobs that carry the resume chain's tag
+    [create] = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]
+    assert create["Condition"] == {"Null": {"aws:RequestTag/stallwatch:resumed-from": "false"}}
+    assert _grants(create, "sagemaker:AddTags")
+    # PassRole only to SageMaker, only of roles opted in with the resume tag
+    [passrole] = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
+    assert passrole["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+        "Null": {"aws:ResourceTag/stallwatch:resume": "false"},
+    }
+    assert passrole["Resource"]["Fn::Join"][1][-1] == ":role/*"
+    # StartInstances only of instances tagged for resume
+    [start] = [s for s in iam_statements(template) if _grants(s, "ec2:StartInstances")]
+    assert start["Condition"] == {"Null": {"aws:ResourceTag/stallwatch:resume": "false"}}

@@ -112,6 +112,13 @@ def test_the_secret_is_read_only_and_stops_keep_the_tag_condition(template) -> N
     assert all(stop["Condition"] == STOP_OPT_IN_CONDITION for stop in stops)
 
 
+def test_the_function_may_invoke_itself_and_no_other_function(synthesized, template) -> None:
+    # Then the only Lambda permission is InvokeFunction on the endpoint's own function (the deferred press)
+    function_id = logical_id(synthesized[2].function)
+    (invoke,) = [s for s in iam_statements(template) if any(a.startswith("lambda:") for a in as_list(s["Action"]))]
+    assert (invoke["Action"], invoke["Resource"]) == ("lambda:InvokeFunction", {"Fn::GetAtt": [function_id, "Arn"]})
+
+
 def test_cdk_nag_is_clean_and_every_acknowledgement_has_a_reason(synthesized) -> None:
     # Given the validation report of the synth (an agnostic and a pinned stack)
     app, _, _ = synthesized

@@ -10,7 +10,14 @@ from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, JOB_METRICS, SERVICE, SLACK_FAILURES, STOP_FAILURES
+from stallwatch.core.contract import (
+    CONTROL_PLANE_NAMESPACE,
+    JOB_METRICS,
+    RESUME_FAILURES,
+    SERVICE,
+    SLACK_FAILURES,
+    STOP_FAILURES,
+)
 
 from .conftest import logical_id
 
@@ -152,8 +159,8 @@ def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
-def test_failed_stops_and_slack_posts_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
-    for metric in (STOP_FAILURES, SLACK_FAILURES):
+def test_failed_stops_slack_posts_and_resumes_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
+    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
@@ -178,9 +185,13 @@ def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
     assert (variable["id"], variable["type"], variable["pattern"]) == ("JobName", "pattern", JOB_PLACEHOLDER)
     assert variable["search"] == '{Stallwatch,JobName} MetricName="Step"'
     shown = json.dumps(body["widgets"])
-    for metric in (*(m for m in JOB_METRICS if m != "Steps"), "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
+    for metric in (*JOB_METRICS, "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
         assert metric in shown, metric
     assert JOB_PLACEHOLDER in shown
+    [goodput] = [w for w in body["widgets"] if w["properties"].get("title", "").startswith("Goodput")]
+    expressions = [m[0]["expression"] for m in goodput["properties"]["metrics"] if "expression" in m[0]]
+    assert "100 * IF(steps > 0, 1, 0)" in expressions
+    assert goodput["properties"]["stacked"] is True
 
 
 def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Template, stack: StallwatchStack) -> None:
@@ -194,3 +205,29 @@ def _dashboard_body(template: Template, dashboard: str) -> str:
     """The dashboard JSON with its CloudFormation tokens (region, function names) replaced by placeholders."""
     parts = template.to_json()["Resources"][dashboard]["Properties"]["DashboardBody"]["Fn::Join"][1]
     return "".join(part if isinstance(part, str) else "TOKEN" for part in parts)
+
+
+def test_every_output_says_what_it_is_for_and_the_dashboards_are_console_links(
+    template: Template, stack: StallwatchStack
+) -> None:
+    outputs = template.find_outputs("*")
+    assert set(outputs) >= {"SlackSecretArn", "SlackInteractivityUrl", "HealthTopicArn", "TableName"}
+    for name, output in outputs.items():
+        assert len(output.get("Description", "")) > 20, name
+    hosts = template.to_json()["Mappings"]["ConsoleHosts"]
+    assert hosts["aws"] == {"host": "console.aws.amazon.com"}
+    assert set(hosts) == {"aws", "aws-cn", "aws-us-gov"}
+    for output, dashboard in (("FleetDashboardUrl", stack.dashboards.fleet), ("JobDashboardUrl", stack.dashboards.job)):
+        assert outputs[output]["Value"] == {
+            "Fn::Join": [
+                "",
+                [
+                    "https://",
+                    {"Fn::FindInMap": ["ConsoleHosts", {"Ref": "AWS::Partition"}, "host"]},
+                    "/cloudwatch/home?region=",
+                    {"Ref": "AWS::Region"},
+                    "#dashboards/dashboard/",
+                    {"Ref": logical_id(dashboard)},
+                ],
+            ]
+        }

@@ -4,9 +4,9 @@
     trainer = Trainer(max_steps=10_000, callbacks=[StallwatchCallback(agent, tokens_per_sample=seq_len)])
 
 A step is an optimizer step (several batches under gradient accumulation); samples are counted from
-the batches, tokens as samples x `tokens_per_sample`. The loss returned by training_step is recorded
-without reading it. With `eval_budget_s`, validation runs as a declared "eval" phase. The agent is
-closed when training ends.
+this rank's batches, tokens as samples x `tokens_per_sample`. The loss returned by training_step is
+recorded without reading it, un-scaled (Lightning divides it by accumulate_grad_batches for backward).
+With `eval_budget_s`, validation runs as a declared "eval" phase. The agent is closed when training ends.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ except ImportError:
     try:
         from pytorch_lightning import Callback
     except ImportError as error:  # pragma: no cover - the message is the point
-        raise ImportError("trainer_agent.integrations.lightning needs lightning: pip install lightning") from error
+        raise ImportError("the Lightning callback needs lightning: pip install 'trainer-agent[lightning]'") from error
 
 
 class StallwatchCallback(Callback):
@@ -55,6 +55,8 @@ class StallwatchCallback(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None and pl_module.automatic_optimization and trainer.accumulate_grad_batches > 1:
+            loss = loss * trainer.accumulate_grad_batches  # a tensor op on the loss's device: no read, no sync
         self.agent.record(loss=loss)
         self._samples += batch_size(batch)
         if trainer.global_step > self._global_step:  # the optimizer stepped: one agent step ends

@@ -1,19 +1,27 @@
 """The buttons on a Slack warning or alert (Block Kit), and what each carries back when pressed.
 
-blocks.append(action_buttons(facts, incident_id))     # the alert builder adds them
-ButtonValue.model_validate_json(press["value"])       # the endpoint reads them back
+blocks.append(action_buttons(facts, incident_id, rt.deployment_id))   # the alert builder adds them
+ButtonValue.model_validate_json(press["value"])                       # the endpoint reads them back
+
+Every value names its deployment, so an endpoint refuses the buttons of another Stallwatch's alerts (another
+account, region or table sharing the Slack app) instead of acting on a job of the same name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from stallwatch.aws.events import EC2_INSTANCE_ID, SAGEMAKER_JOB_NAME
 from stallwatch.core.signals import JobFacts, Platform
 
 ACTIONS_BLOCK_ID = "stallwatch_actions"
+DEPLOYMENT_ID_CHARS = 16
+JOB_NAMES = {Platform.SAGEMAKER: re.compile(SAGEMAKER_JOB_NAME), Platform.EC2: re.compile(EC2_INSTANCE_ID)}
 
 
 class OperatorAction(StrEnum):
@@ -34,19 +42,34 @@ BUTTON_LABELS = {
 }
 
 
+def deployment_id(region: str, table: str) -> str:
+    """One Stallwatch deployment: its region and table (CloudFormation names tables uniquely)."""
+    return hashlib.sha256(f"{region}/{table}".encode()).hexdigest()[:DEPLOYMENT_ID_CHARS]
+
+
 class ButtonValue(BaseModel):
-    """What every button carries: the job it acts on and the incident it answers."""
+    """What every button carries: the deployment that posted it, the job it acts on and the incident it answers."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    job: str = Field(min_length=1, max_length=256)
+    deployment: str = Field(pattern=rf"^[0-9a-f]{{{DEPLOYMENT_ID_CHARS}}}$")
+    job: str = Field(min_length=1, max_length=64)
     platform: Platform
-    incident: str | None = Field(None, max_length=128)
+    incident: str | None = Field(None, pattern=r"^incident#[0-9.]{1,24}$")
+
+    @model_validator(mode="after")
+    def _job_name(self) -> ButtonValue:
+        # A SageMaker job name or an instance id: never an ARN, a path or another account's resource
+        if not JOB_NAMES[self.platform].fullmatch(self.job):
+            raise ValueError(f"job {self.job[:64]!r} is not a {self.platform.value} job name")
+        return self
 
 
-def action_buttons(job: JobFacts, incident_id: str | None) -> dict[str, Any]:
+def action_buttons(job: JobFacts, incident_id: str | None, deployment: str) -> dict[str, Any]:
     """The actions block appended to a warning or alert: Snooze 1 h, Snooze 4 h, Stop now, Not stalled."""
-    value = ButtonValue(job=job.name, platform=job.platform, incident=incident_id).model_dump_json()
+    value = ButtonValue(
+        deployment=deployment, job=job.name, platform=job.platform, incident=incident_id
+    ).model_dump_json()
     elements = []
     for action, label in BUTTON_LABELS.items():
         button: dict[str, Any] = {

@@ -55,3 +55,7 @@ class AwsClients:
     @cached_property
     def secretsmanager(self) -> Any:
         return self._client("secretsmanager")
+
+    @cached_property
+    def lambda_(self) -> Any:
+        return self._client("lambda")

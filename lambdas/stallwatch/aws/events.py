@@ -25,6 +25,21 @@ SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
 EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
 
+# AWS's own limits, enforced at parse time so an oversized field never reaches a read or a DynamoDB key.
+ALARM_NAME_MAX = 255  # PutMetricAlarm AlarmName
+ALARM_REASON_MAX = 1023  # StateReason
+ARN_MAX = 1600
+INSTANCE_TYPE_MAX = 64
+TAGS_MAX = 50  # tags per resource
+TAG_KEY_MAX = 128
+TAG_VALUE_MAX = 256
+LOGGED_EVENT_CHARS = 2000  # a malformed event is logged this far, never whole
+# CloudWatch writes "2026-11-30T10:00:00.000+0000"; EventBridge "2026-11-30T10:00:00Z".
+ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})$"
+AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
+SAGEMAKER_JOB_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+EC2_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+
 
 class InvalidEventError(ValueError):
     """An event that does not match the shape the handler expects; nothing was changed."""
@@ -35,20 +50,22 @@ class _Model(BaseModel):
 
 
 class ResourceConfig(_Model):
-    instance_type: str = Field(alias="InstanceType", min_length=1)
-    instance_count: int = Field(alias="InstanceCount", ge=1)
+    instance_type: str = Field(alias="InstanceType", min_length=1, max_length=INSTANCE_TYPE_MAX)
+    instance_count: int = Field(alias="InstanceCount", ge=1, le=10_000)
 
 
 class TrainingJobDetail(_Model):
     """The `detail` of a SageMaker training job state change (only the fields Stallwatch reads)."""
 
-    training_job_name: str = Field(alias="TrainingJobName", pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME)
     training_job_status: Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"] = Field(
         alias="TrainingJobStatus"
     )
-    secondary_status: str | None = Field(None, alias="SecondaryStatus")
+    secondary_status: str | None = Field(None, alias="SecondaryStatus", max_length=64)
     resource_config: ResourceConfig = Field(alias="ResourceConfig")
-    tags: dict[str, str] = Field(default_factory=dict, alias="Tags")
+    tags: dict[Annotated[str, Field(max_length=TAG_KEY_MAX)], Annotated[str, Field(max_length=TAG_VALUE_MAX)]] = Field(
+        default_factory=dict, alias="Tags", max_length=TAGS_MAX
+    )
 
     @field_validator("tags", mode="before")
     @classmethod
@@ -66,7 +83,7 @@ class TrainingJobStateChange(EventBridgeModel):
 
 
 class InstanceStateDetail(_Model):
-    instance_id: str = Field(alias="instance-id", pattern=r"^i-[0-9a-f]{8,17}$")
+    instance_id: str = Field(alias="instance-id", pattern=EC2_INSTANCE_ID)
     state: Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
 
 
@@ -81,12 +98,12 @@ JobStateEvent = Annotated[TrainingJobStateChange | InstanceStateChange, Field(di
 
 class AlarmState(_Model):
     value: Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
-    reason: str = ""
-    timestamp: str = Field(min_length=1)
+    reason: str = Field("", max_length=ALARM_REASON_MAX)
+    timestamp: str = Field(pattern=ISO_8601, max_length=40)
 
 
 class AlarmData(_Model):
-    alarm_name: str = Field(alias="alarmName", min_length=1)
+    alarm_name: str = Field(alias="alarmName", min_length=1, max_length=ALARM_NAME_MAX)
     state: AlarmState
     previous_state: AlarmState | None = Field(None, alias="previousState")
 
@@ -100,9 +117,9 @@ class AlarmActionEvent(_Model):
     """The payload CloudWatch sends when the alarm's action is the Lambda function itself."""
 
     source: Literal["aws.cloudwatch"]
-    alarm_arn: str = Field(alias="alarmArn", pattern=r"^arn:aws[a-z-]*:cloudwatch:")
+    alarm_arn: str = Field(alias="alarmArn", pattern=r"^arn:aws[a-z-]*:cloudwatch:", max_length=ARN_MAX)
     time: datetime
-    region: str
+    region: str = Field(pattern=AWS_REGION)
     alarm_data: AlarmData = Field(alias="alarmData")
 
     @property
@@ -145,7 +162,8 @@ def parse_event(event: Any, model: Any) -> Any:
             f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in exc.errors()
         )
         error = InvalidEventError(f"malformed {_name(model)} event: {problems}")
-        logger.error("malformed event; nothing was changed", extra={"error": str(error), "event": event})
+        logged = {"error": str(error)[:LOGGED_EVENT_CHARS], "event": str(event)[:LOGGED_EVENT_CHARS]}
+        logger.error("malformed event; nothing was changed", extra=logged)
         metrics.add_metric(name=contract.MALFORMED_EVENTS, unit=MetricUnit.Count, value=1)
         raise error from exc
 

@@ -17,11 +17,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stallwatch.core import contract, log_patterns
-from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_STREAM
+from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
 
 LOG_RECENT_SECONDS = 120  # the fresh window: 512 hosts at a line per 10 s are 6,144 events, one page
-LOG_TAIL_SECONDS = 600  # lines read before the quietest host's last event, at most
 PAGE_EVENTS = 10_000  # FilterLogEvents' page
 PAGE_FILL = 0.8  # of a page, the second window aims to fill
 LAST_EVENT_FIELD = "last"

@@ -15,5 +15,15 @@ logger = Logger(service=SERVICE)
 metrics = Metrics(namespace=CONTROL_PLANE_NAMESPACE, service=SERVICE)
 tracer = Tracer(service=SERVICE)
 
-# slack_sdk logs the full request URL when it retries; a webhook URL is a secret and must not reach the logs.
-logging.getLogger("slack_sdk").setLevel(logging.WARNING)
+# Libraries that log secrets below WARNING: botocore the GetSecretValue response (signing secret, bot token,
+# webhook URL), urllib3 and slack_sdk the request URL (a webhook URL is a secret). Capped whatever the root level.
+SECRET_LOGGING_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "slack_sdk")
+
+
+def cap_library_loggers() -> None:
+    """Keep the libraries that log secrets at WARNING and above, even with the root logger at DEBUG."""
+    for name in SECRET_LOGGING_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+cap_library_loggers()

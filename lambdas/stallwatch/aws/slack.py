@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,12 +20,16 @@ from typing import Any
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry import RetryHandler, RetryState
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
-from stallwatch.core.decision import Action, Decision
+from stallwatch.core.decision import Action, Decision, stall_onset
+from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import Burn, estimate_burn
 from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
@@ -34,6 +39,9 @@ EMF_LINE_START = '{"_aws"'  # the agent's CloudWatch EMF stdout line
 MAX_SECTION_CHARS = 2900  # Slack's limit is 3000 per text object
 SLACK_TIMEOUT_SECONDS = 5
 SECRET_CACHE_SECONDS = 300
+MAX_RETRY_AFTER_SECONDS = 10  # a 429 asking for a longer wait is left to the sweeper's re-post
+RETRY_AFTER = re.compile(r"[0-9]{1,6}")
+STOP_FAILED_HEADER = ":x: Stop FAILED for stalled job"
 HEADERS = {
     Action.STOP: ":octagonal_sign: Stopped stalled job",
     Action.WARN: ":warning: Stalled job will be stopped",
@@ -47,6 +55,35 @@ BUTTON_ACTIONS = frozenset({Action.WARN, Action.ALERT})
 
 class SlackSecretError(ValueError):
     """The Slack secret lacks `webhook_url` or `bot_token` + `channel`."""
+
+
+class BoundedRateLimitRetryHandler(RateLimitErrorRetryHandler):
+    """Slack's 429: wait as its Retry-After asks when that is at most `max_wait` seconds. A longer wait, or a
+    header that is not a number, is not retried: the failure is returned and the message posted again later, so a
+    rate-limited Slack never holds a Lambda near its timeout (nor crashes slack_sdk's int() on the header)."""
+
+    def __init__(self, max_retry_count: int = 2, max_wait: int = MAX_RETRY_AFTER_SECONDS) -> None:
+        super().__init__(max_retry_count=max_retry_count)
+        self.max_wait = max_wait
+
+    def _can_retry(
+        self,
+        *,
+        state: RetryState,
+        request: HttpRequest,
+        response: HttpResponse | None = None,
+        error: Exception | None = None,
+    ) -> bool:
+        if response is None or response.status_code != 429:
+            return False
+        values = [v for k, v in response.headers.items() if k.lower() == "retry-after"]
+        value = values[0][0] if values and values[0] else ""
+        return RETRY_AFTER.fullmatch(str(value)) is not None and int(value) <= self.max_wait
+
+
+def slack_retries(max_wait: int = MAX_RETRY_AFTER_SECONDS) -> list[RetryHandler]:
+    """The retries of every Slack call: one on a connection error, two on a 429 with a short Retry-After."""
+    return [ConnectionErrorRetryHandler(max_retry_count=1), BoundedRateLimitRetryHandler(2, max_wait)]
 
 
 @dataclass(frozen=True)
@@ -63,6 +100,7 @@ class Evidence:
     burn: Burn
     logs: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> newest lines
     errors: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> error lines
+    straggler: dict[str, Any] | None = None  # the engine's straggler evidence: host, metric, ratio, values per host
 
     @classmethod
     def of(cls, decision: Decision, signals: JobSignals, stall_since: float | None) -> Evidence:
@@ -71,7 +109,7 @@ class Evidence:
         A stall is counted from the last progress (last step, else last log line), else from when it was noticed."""
         agent = decision.evidence.get("agent", {})
         hosts = decision.evidence.get("hosts", {}).values()
-        began = agent.get("last_step_t") or decision.evidence.get("logs", {}).get("last_t") or stall_since
+        began = stall_onset(decision.evidence, stall_since)
         stall_seconds = max(signals.now - began, 0.0) if decision.stalled and began is not None else 0.0
         facts = signals.facts
         return cls(
@@ -85,6 +123,7 @@ class Evidence:
             burn=estimate_burn(facts.instance_type, facts.instance_count, stall_seconds),
             logs={h: tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if (tail := _human_lines(s.log_tail))},
             errors={h: s.error_lines[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.error_lines},
+            straggler=decision.evidence.get("straggler"),
         )
 
 
@@ -106,6 +145,19 @@ def _when(t: float | None) -> str:
     return "never" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _straggler_text(straggler: dict[str, Any]) -> str:
+    """The straggling host and the spread over all hosts, slowest first: the node to cordon, and why."""
+    metric, host = straggler["metric"], straggler["host"]
+    unit = "s" if metric == "StepTime" else "W"
+    ordered = sorted(straggler["values"].items(), key=lambda kv: kv[1], reverse=metric == "StepTime")
+    spread = "\n".join(f"{'>' if h == host else ' '} {h:<12} {v:>10g} {unit}" for h, v in ordered)
+    head = (
+        f"*Straggler*: `{host}` {metric} {straggler['values'][host]:g} {unit}, {straggler['ratio']:g}x off the "
+        f"other hosts' median of {straggler['others_median']:g} {unit}: consider cordoning that node"
+    )
+    return f"{head}\n```{spread}```"[:MAX_SECTION_CHARS]
+
+
 @dataclass(frozen=True)
 class AlertMessage:
     """One decision as a Slack message."""
@@ -115,6 +167,8 @@ class AlertMessage:
     evidence: Evidence
     stop_result: StopResult | None = None
     incident: str | None = None  # the open incident, carried by the buttons
+    deployment: str | None = None  # this deployment's id, carried by the buttons (no id, no buttons)
+    stop_attempts: int = 1  # the stops tried in this incident, this one included
 
     def render(self) -> dict[str, Any]:
         blocks = [
@@ -130,22 +184,30 @@ class AlertMessage:
     def text(self) -> str:
         """The notification fallback: one line."""
         d = self.decision
-        return (
-            f"{HEADERS.get(d.action, d.action.value)}: {self.facts.name} ({d.diagnosis.value}) - {self._action_line()}"
-        )
+        return f"{self._headline()}: {self.facts.name} ({d.diagnosis.value}) - {self._action_line()}"
+
+    def _stop_failed(self) -> bool:
+        return self.stop_result is not None and not self.stop_result.ok
+
+    def _headline(self) -> str:
+        """What happened, first: a stop that failed never reads "Stopped"."""
+        if self._stop_failed():
+            return STOP_FAILED_HEADER
+        return HEADERS.get(self.decision.action, self.decision.action.value)
 
     def _action_line(self) -> str:
         d = self.decision
         if d.action is Action.STOP:
-            outcome = "stop FAILED, will retry" if self.stop_result and not self.stop_result.ok else "stop requested"
-            return f"{outcome} at {_when(d.at)}"
+            attempts = f" (attempt {self.stop_attempts})" if self.stop_attempts > 1 else ""
+            outcome = "stop FAILED, will retry" if self._stop_failed() else "stop requested"
+            return f"{outcome}{attempts} at {_when(d.at)}"
         if d.action is Action.WARN:
             return f"will be stopped if the stall persists (warned at {_when(d.at)})"
         would = f"; enforce would {d.would.value}" if d.would not in (Action.NONE, d.action) else ""
         return f"no stop (mode {d.mode.value}{would})"
 
     def _header(self) -> list[dict[str, Any]]:
-        title = f"{HEADERS.get(self.decision.action, 'Stallwatch')}: {self.facts.name}"
+        title = f"{self._headline()}: {self.facts.name}"
         return [{"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}}]
 
     def _summary(self) -> list[dict[str, Any]]:
@@ -177,11 +239,16 @@ class AlertMessage:
         ]
         if e.power_before is not None or e.power_now is not None:  # only the agent (NVML) reports power
             fields.insert(2, f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now")
-        return [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
+        blocks = [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
+        if e.straggler is not None:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _straggler_text(e.straggler)}})
+        return blocks
 
     def _logs(self) -> list[dict[str, Any]]:
         e = self.evidence
-        hosts = sorted(set(e.logs) | set(e.errors), key=lambda h: (h not in e.errors, h))[:MAX_HOSTS_SHOWN]
+        lagging = e.straggler["host"] if e.straggler else None
+        first = lambda h: (h not in e.errors, h != lagging, h)  # noqa: E731 - errors, then the straggler, by name
+        hosts = sorted(set(e.logs) | set(e.errors), key=first)[:MAX_HOSTS_SHOWN]
         blocks = []
         for host in hosts:
             lines = [f"! {line.message}" for line in e.errors.get(host, ())]
@@ -195,9 +262,9 @@ class AlertMessage:
 
     def _buttons(self) -> list[dict[str, Any]]:
         """Snooze / Stop now / Not stalled, on the messages an operator can still act on."""
-        if self.decision.action not in BUTTON_ACTIONS:
+        if self.decision.action not in BUTTON_ACTIONS or not self.deployment:
             return []
-        return [action_buttons(self.facts, self.incident)]
+        return [action_buttons(self.facts, self.incident, self.deployment)]
 
     def _footer(self) -> list[dict[str, Any]]:
         d = self.decision
@@ -205,10 +272,50 @@ class AlertMessage:
         return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
 
 
+def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
+    """A short message after an alert (resumed, progress, gave up): in the alert's thread when `thread_ts` is known
+    (bot mode), else on its own (webhook mode). The thread rides in the message, so a re-send keeps it."""
+    message: dict[str, Any] = {
+        "text": text,
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_SECTION_CHARS]}}],
+    }
+    if thread_ts:
+        message["thread_ts"] = thread_ts
+    return message
+
+
+def goodput_message(goodput: Goodput) -> dict[str, Any]:
+    """The end-of-run summary: goodput, and where the rest of the time and money went."""
+    title = f":bar_chart: Run summary: {goodput.run}"
+    dollars = "n/a" if goodput.dollars is None else f"${goodput.dollars:,.2f}"
+    fields = [
+        f"*Goodput*\n{goodput.ratio:.1%} of {goodput.wall_s / 3600:.1f} h",
+        f"*Paid*\n{goodput.gpu_hours:,.1f} GPU-h, ~{dollars}",
+        f"*Jobs*\n{len(goodput.jobs)} ({goodput.restarts} restarts, {goodput.stalls_caught} stalls caught)",
+        f"*Efficiency*\n{_fmt(goodput.mean_tflops_per_gpu, ' TFLOPs/GPU')}, MFU {_fmt(goodput.mean_mfu, '%')}",
+    ]
+    lines = [
+        f"{category.value.replace('_', ' ')}: {total.seconds / 3600:.2f} h, {total.gpu_hours:,.1f} GPU-h"
+        for category, total in goodput.totals.items()
+        if total.seconds > 0
+    ]
+    return {
+        "text": f"{title}: goodput {goodput.ratio:.1%}",
+        "blocks": [
+            {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}},
+            {"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:MAX_SECTION_CHARS]}},
+            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`stallwatch report {goodput.run}`"}]},
+        ],
+    }
+
+
 @dataclass(frozen=True)
 class PostResult:
     ok: bool
     detail: str
+    channel: str | None = None  # where the message is (bot token mode), to update it later
+    ts: str | None = None  # its timestamp (bot mode): to update it, and to thread follow-ups under it
 
 
 class SlackNotifier:
@@ -239,23 +346,52 @@ class SlackNotifier:
         self._secret = (self.clock(), secret)
         return secret
 
+    def can_update(self) -> bool:
+        """Whether posted messages can be edited in place (bot token mode: chat.update); False if unknown."""
+        try:
+            secret = self.credentials() if self.secret_arn else {}
+        except Exception:  # the next post reports the secret's problem
+            return False
+        return bool(secret.get("bot_token")) and not secret.get("webhook_url")
+
     def post(self, message: dict[str, Any]) -> PostResult:
+        """Post a new message (webhook, or chat.postMessage with the bot token)."""
+        return self._send(message, None)
+
+    def update(self, message: dict[str, Any], channel: str, ts: str) -> PostResult:
+        """Replace a message posted before (chat.update, bot token mode only)."""
+        return self._send(message, (channel, ts))
+
+    def _send(self, message: dict[str, Any], where: tuple[str, str] | None) -> PostResult:
         if not self.secret_arn:
             return PostResult(ok=False, detail="no Slack secret configured (SLACK_SECRET_ARN)")
-        retries = [ConnectionErrorRetryHandler(max_retry_count=1), RateLimitErrorRetryHandler(max_retry_count=2)]
         try:
             secret = self.credentials()
-            if secret.get("webhook_url"):
-                webhook = WebhookClient(secret["webhook_url"], timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries)
+            if secret.get("webhook_url") and where is None:
+                webhook = WebhookClient(
+                    secret["webhook_url"], timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=slack_retries()
+                )
                 response = webhook.send(text=message["text"], blocks=message["blocks"])
                 if response.status_code != 200:
                     return PostResult(ok=False, detail=f"webhook HTTP {response.status_code}: {response.body[:200]}")
                 return PostResult(ok=True, detail="webhook 200")
             client = WebClient(
-                token=secret["bot_token"], base_url=self.api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=retries
+                token=secret["bot_token"],
+                base_url=self.api_url,
+                timeout=SLACK_TIMEOUT_SECONDS,
+                retry_handlers=slack_retries(),
             )
-            reply = client.chat_postMessage(channel=secret["channel"], text=message["text"], blocks=message["blocks"])
-            return PostResult(ok=True, detail=f"chat.postMessage ts={reply.get('ts')}")
+            if where is not None:
+                client.chat_update(channel=where[0], ts=where[1], text=message["text"], blocks=message["blocks"])
+                return PostResult(ok=True, detail=f"chat.update ts={where[1]}", channel=where[0], ts=where[1])
+            reply = client.chat_postMessage(
+                channel=secret["channel"],
+                text=message["text"],
+                blocks=message["blocks"],
+                thread_ts=message.get("thread_ts"),
+            )
+            ts, channel = reply.get("ts"), reply.get("channel")
+            return PostResult(ok=True, detail=f"chat.postMessage ts={ts}", channel=channel, ts=ts)
         except SlackApiError as exc:
             return PostResult(ok=False, detail=f"Slack API error: {exc.response.get('error')}")
         except Exception as exc:  # network, secret, anything: the alert is lost, the decision is not

@@ -278,6 +278,7 @@ class AwsSignalSource:
                 log_last_t=log.last_t,
                 log_tail=tuple(log.lines[-LOG_LINES_PER_HOST:]),
                 error_lines=tuple([line for line in log.lines if line.pattern][-ERROR_LINES_PER_HOST:]),
+                log_idle=per_host[reads.log_idle].get(host, Series()) if reads.log_idle else Series(),
             )
         agent = {name: found[ref][""] for name, ref in reads.job.items()}
         return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)

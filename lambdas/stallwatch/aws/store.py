@@ -2,12 +2,16 @@
 
 One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
 
-    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident, claim
+    pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident,
+                                                              unfinished decision, failed-stop message, claim
     pk = "job#sagemaker#my-job"  sk = "alarms"                 how many of the job's alarms are in place
     pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
     pk = "pending-post"          sk = "<audit sk>#<job key>"   a Slack message not delivered yet, and its attempts
+    pk = "job#sagemaker#my-job"  sk = "resume#<stop at>"        the claim on resuming after one of Stallwatch's stops
+    pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
+    pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -22,6 +26,7 @@ from typing import Any
 
 from stallwatch.aws.observability import logger
 from stallwatch.core.decision import JobState
+from stallwatch.core.resume import StopRecord, stop_of
 
 STATE_SK = "state"
 ALARMS_SK = "alarms"  # the job's alarms are in place (how many, since when)
@@ -30,6 +35,9 @@ EVENT_SK = "event"
 # that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
 PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
+RESUME_WATCH_PK = "resume-watch"
+NOT_EXISTS = "attribute_not_exists(pk)"
+RESUME_SK_PREFIX = "resume#"
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
 CHANGE_ATTEMPTS = 3  # a concurrent decision on the same job may win a commit; read again and retry
 
@@ -66,6 +74,16 @@ class Provisioned:
         return self.put >= self.alarms
 
 
+@dataclass(frozen=True)
+class ProgressWatch:
+    """A resumed job, watched until it passes the step its run had reached (then Slack hears how long it took)."""
+
+    job_key: str  # the resumed job (its audit trail gets the follow-up)
+    best_step: float
+    restarted_at: float
+    thread_ts: str | None = None
+
+
 def job_key(platform: str, job: str) -> str:
     return f"job#{platform}#{job}"
 
@@ -78,6 +96,18 @@ class StoredState:
     version: int = 0
     incident: str | None = None  # sort key of the open incident
     updated_at: float | None = None  # when the last decision was committed
+    # The failed-stop message of this incident ({"channel", "ts", "failures"}): later failures update it in place.
+    stop_post: dict[str, Any] | None = None
+    # A decision committed but not yet acted on ({"audit", "before"}): set by `commit(acting=True)`, removed by
+    # `finish_decision`. One left behind (its Lambda timed out) is completed by the sweeper.
+    unfinished: dict[str, Any] | None = None
+
+    def before_unfinished(self) -> StoredState:
+        """The state as it was before the unfinished decision, to decide again from (same version)."""
+        if not self.unfinished:
+            return self
+        before = _state_from_json(self.unfinished["before"])
+        return StoredState(before, self.version, self.incident, self.updated_at, self.stop_post)
 
 
 def _state_to_json(state: JobState) -> str:
@@ -107,7 +137,7 @@ class Store:
         ).get("Item")
         return _stored(item) if item else StoredState()
 
-    def claim(self, key: str, now: float, hold_seconds: float) -> StoredState | None:
+    def claim_decision(self, key: str, now: float, hold_seconds: float) -> StoredState | None:
         """Claim the job for one decision and read its state, in one call: None if another invocation holds a
         claim (it reads the job's signals now, or decided less than `hold_seconds` ago), so the alarms of one job
         firing together cost one signal read. The commit keeps or replaces the claim; an invocation that dies
@@ -128,6 +158,17 @@ class Store:
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return None
         return _stored(response["Attributes"])
+
+    def release_claim(self, key: str) -> None:
+        """Give back a claim taken for a job that will not be decided (gone, or ended): the item it created, if
+        no decision was ever committed, goes; otherwise only the claim."""
+        item_key = {"pk": {"S": key}, "sk": {"S": STATE_SK}}
+        try:
+            self.dynamodb.delete_item(
+                TableName=self.table, Key=item_key, ConditionExpression="attribute_not_exists(version)"
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            self.dynamodb.update_item(TableName=self.table, Key=item_key, UpdateExpression="REMOVE claimed_until")
 
     def provisioned(self, keys: list[str]) -> dict[str, Provisioned]:
         """How many of their alarms the jobs (of `keys`) have in place, from their markers (jobs without one have
@@ -178,11 +219,13 @@ class Store:
         now: float,
         event_key: str | None = None,
         close_incident: str | None = None,
+        acting: bool = False,
         hold_until: float | None = None,
     ) -> str:
         """Write the new state (if still at the version read), its audit record, the event claim, and the opened
         or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost.
-        `hold_until` keeps the job's claim (`claim`) after the decision, so an alarm burst is decided once."""
+        `acting`: actions follow, so the decision is marked unfinished until `finish_decision`. `hold_until` keeps
+        the job's claim (`claim_decision`) after the decision, so an alarm burst is decided once."""
         audit_sk = f"audit#{now:017.3f}#{event_key or 'sweep'}"
         expires = self._expires(now)
         state_item = {
@@ -195,9 +238,14 @@ class Store:
         }
         if written.incident:
             state_item["incident"] = {"S": written.incident}
+        if written.stop_post:
+            state_item["stop_post"] = {"S": json.dumps(written.stop_post)}
+        if acting:
+            unfinished = {"audit": audit_sk, "before": _state_to_json(read.state)}
+            state_item["unfinished"] = {"S": json.dumps(unfinished)}
         if hold_until is not None:
             state_item["claimed_until"] = {"N": f"{hold_until:.3f}"}
-        # a first decision's item may already hold its claim (`claim`), never a version
+        # a first decision's item may already hold its claim (`claim_decision`), never a version
         condition = "attribute_not_exists(version)" if read.version == 0 else "version = :v"
         put_state: dict[str, Any] = {"TableName": self.table, "Item": state_item, "ConditionExpression": condition}
         if read.version:
@@ -221,6 +269,16 @@ class Store:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
             raise ConcurrentDecisionError(f"decision on {key} not committed: {reasons}") from exc
         return audit_sk
+
+    def claim_event(self, event_key: str, now: float, hold_seconds: float) -> bool:
+        """Claim `event_key` (a Slack request) for `hold_seconds`; False if it was claimed before (a replay)."""
+        expires = {"N": str(int(now + hold_seconds))}
+        item = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}, "expires_at": expires}
+        try:
+            self.dynamodb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
 
     def change_state(
         self, key: str, change: Callable[[JobState], JobState], audit: dict[str, Any], now: float, event_key: str
@@ -255,9 +313,70 @@ class Store:
     def record_unsent_post(
         self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
     ) -> None:
-        """`record_outcome` for a decision whose Slack post failed: the message is kept for the sweeper to post
-        again, in the same transaction (one call, as for a delivered post)."""
-        pending = {
+        """`record_outcome` for a message (a resume follow-up, a run summary) whose Slack post failed: the message is
+        kept for the sweeper to post again, in the same transaction (one call, as for a delivered post)."""
+        pending = self._pending(key, audit_sk, outcome, message, now)
+        self.dynamodb.transact_write_items(
+            TransactItems=[
+                {"Update": self._set_outcome(key, audit_sk, outcome)},
+                {"Put": {"TableName": self.table, "Item": pending}},
+            ]
+        )
+
+    def finish_decision(
+        self,
+        key: str,
+        audit_sk: str,
+        outcome: dict[str, Any],
+        written: StoredState,
+        now: float,
+        release_stop: bool = False,
+        unsent_message: dict[str, Any] | None = None,
+    ) -> None:
+        """After acting on a decision committed with `acting=True`, one transaction: the audit outcome; on the state
+        item, if still at the version the commit wrote, the unfinished mark removed, `written.stop_post` kept and a
+        failed stop released (`stopped_at` cleared) for the sweeper to retry; and a message Slack did not take, kept
+        for the sweeper to post again. A state that moved on since (a newer decision, an operator's snooze, the job's
+        end) wins: then only the outcome and the message are written."""
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {":v": {"N": str(written.version + 1)}}
+        sets, removes = [], ["unfinished"]
+        if written.stop_post:
+            sets.append("stop_post = :p")
+            values[":p"] = {"S": json.dumps(written.stop_post)}
+        else:
+            removes.append("stop_post")
+        if release_stop:
+            sets.append("#s = :s")
+            names["#s"] = "state"
+            values[":s"] = {"S": _state_to_json(written.state.with_(stopped_at=None))}
+        expression = (f"SET {', '.join(sets)} " if sets else "") + f"REMOVE {', '.join(removes)}"
+        if release_stop:
+            expression += " ADD version :one"
+            values[":one"] = {"N": "1"}
+        state_update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            "UpdateExpression": expression,
+            "ConditionExpression": "version = :v",
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            state_update["ExpressionAttributeNames"] = names
+        items: list[dict[str, Any]] = [{"Update": self._set_outcome(key, audit_sk, outcome)}]
+        if unsent_message is not None:
+            pending = self._pending(key, audit_sk, outcome, unsent_message, now)
+            items.append({"Put": {"TableName": self.table, "Item": pending}})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=[*items, {"Update": state_update}])
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            logger.info("the job's state moved on since the decision: only its outcome is recorded", extra={"job": key})
+            self.dynamodb.transact_write_items(TransactItems=items)
+
+    def _pending(
+        self, key: str, audit_sk: str, outcome: dict[str, Any], message: dict[str, Any], now: float
+    ) -> dict[str, Any]:
+        return {
             "pk": {"S": PENDING_POST_PK},
             "sk": {"S": f"{audit_sk}#{key}"},
             "job_key": {"S": key},
@@ -267,12 +386,6 @@ class Store:
             "attempts": {"N": "1"},
             "expires_at": self._expires(now),
         }
-        self.dynamodb.transact_write_items(
-            TransactItems=[
-                {"Update": self._set_outcome(key, audit_sk, outcome)},
-                {"Put": {"TableName": self.table, "Item": pending}},
-            ]
-        )
 
     def pending_posts(self, limit: int) -> list[PendingPost]:
         """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
@@ -336,6 +449,73 @@ class Store:
             TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
 
+    def claim_resume(self, key: str, stop_at: float, audit: dict[str, Any], now: float) -> str | None:
+        """Claim what follows Stallwatch's stop at `stop_at` (a resume, or the alert that there is none) and audit
+        it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event)."""
+        return self.claim(key, f"{RESUME_SK_PREFIX}{stop_at:017.3f}", audit, now)
+
+    def claim(self, key: str, sk: str, audit: dict[str, Any], now: float) -> str | None:
+        """Claim a once-only step of a job (item `sk`) and audit it, in one transaction; the audit record's sort
+        key, or None if claimed before."""
+        audit_sk = f"audit#{now:017.3f}#{sk.split('#', 1)[0]}"
+        expires = self._expires(now)
+        claim = {"pk": {"S": key}, "sk": {"S": sk}, "expires_at": expires}
+        try:
+            self.dynamodb.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": self.table, "Item": claim, "ConditionExpression": NOT_EXISTS}},
+                    {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+                ]
+            )
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
+    def resume_claims(self, key: str) -> int:
+        """How many of a job's stops were followed up (its resumes, for a job that restarts under its own name)."""
+        return len(self.records(key, RESUME_SK_PREFIX.rstrip("#")))
+
+    def watch_progress(self, watch: ProgressWatch, now: float) -> None:
+        item = {
+            "pk": {"S": RESUME_WATCH_PK},
+            "sk": {"S": watch.job_key},
+            "watch": {"S": json.dumps(asdict(watch))},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.put_item(TableName=self.table, Item=item)
+
+    def progress_watches(self, limit: int) -> list[ProgressWatch]:
+        items = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": RESUME_WATCH_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        return [ProgressWatch(**json.loads(item["watch"]["S"])) for item in items]
+
+    def end_watch(self, watch: ProgressWatch, audit: dict[str, Any] | None, now: float) -> str | None:
+        """Remove a watch and, in the same transaction, audit why on the resumed job (`audit`, if any). The audit
+        record's sort key ("" without one), or None if another run removed the watch first (so only one posts)."""
+        audit_sk = f"audit#{now:017.3f}#progress" if audit is not None else ""
+        items: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": RESUME_WATCH_PK}, "sk": {"S": watch.job_key}},
+                    "ConditionExpression": "attribute_exists(pk)",
+                }
+            }
+        ]
+        if audit is not None:
+            item = _audit_item(watch.job_key, audit_sk, audit, self._expires(now))
+            items.append({"Put": {"TableName": self.table, "Item": item}})
+        try:
+            self.dynamodb.transact_write_items(TransactItems=items)
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
     def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
         """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and
         `version` the version it was written at (when the caller knows it).
@@ -389,6 +569,11 @@ class Store:
             "ExpressionAttributeValues": {":closed": {"S": "closed"}, ":t": {"N": f"{now:.3f}"}, ":r": {"S": reason}},
         }
 
+    def stops(self, key: str) -> list[StopRecord]:
+        """Stallwatch's stops of a job (the engine's, not an operator's), oldest first, from its audit trail."""
+        found = (stop_of(r["record"], r.get("outcome")) for r in self.records(key, "audit"))
+        return [s for s in found if s is not None]
+
     def records(self, key: str, kind: str) -> list[dict[str, Any]]:
         """A job's audit records or incidents (`kind` "audit" or "incident"), oldest first, as plain dicts."""
         pages = self.dynamodb.get_paginator("query").paginate(
@@ -408,6 +593,8 @@ def _stored(item: dict[str, Any]) -> StoredState:
         version=int(item["version"]["N"]),
         incident=item.get("incident", {}).get("S"),
         updated_at=float(item["updated_at"]["N"]) if "updated_at" in item else None,
+        stop_post=json.loads(item["stop_post"]["S"]) if "stop_post" in item else None,
+        unfinished=json.loads(item["unfinished"]["S"]) if "unfinished" in item else None,
     )
 
 

@@ -6,7 +6,10 @@
 Alarm names are ``{prefix}{platform}.{job}.{kind}[.{host}]``; ``.`` never occurs in SageMaker job
 names, EC2 instance ids or host names, so `parse_alarm_name` can split them back.
 
-Alarms are triggers, not verdicts: each one only makes the engine look at the job. Kinds:
+Alarms are triggers, not verdicts: each one only makes the engine look at the job. The stall, idle and log
+alarms fire after ``agreement_fraction`` of their thresholds (the earliest the engine's evidence ladder may decide,
+when independent signals agree); a lone signal is decided again at its full threshold (``Decision.recheck_at``).
+Kinds, with "for X" meaning ``agreement_fraction`` x X:
 
 - ``gpu-idle`` (per host): GPU utilization per device below ``idle_gpu_percent`` for ``idle_minutes``.
 - ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent`` for ``idle_minutes``: the
@@ -144,8 +147,12 @@ class _Renderer:
         self.action_arns = list(action_arns)
         self.period = thresholds.alarm_period_seconds
 
+    def _early(self, minutes: float) -> float:
+        """When the evidence ladder may first decide on a signal with this threshold (minutes)."""
+        return minutes * self.thresholds.agreement_fraction
+
     def _periods(self, minutes: float) -> int:
-        wanted = max(1, math.ceil(minutes * 60 / self.period))
+        wanted = max(1, math.ceil(round(minutes * 60 / self.period, 6)))
         return min(wanted, MAX_EVALUATION_SECONDS // self.period)
 
     def _alarm(self, kind: str, host: str | None, description: str, **definition: Any) -> dict[str, Any]:
@@ -190,9 +197,9 @@ class _Renderer:
         return self._alarm(
             GPU_IDLE,
             host,
-            f"GPU utilization per device below {t.idle_gpu_percent}% for {t.idle_minutes} min.",
+            f"GPU utilization per device below {t.idle_gpu_percent}% for {self._early(t.idle_minutes):g} min.",
             Metrics=self._host_gpu_metrics(host, "GPUUtilization"),
-            periods=self._periods(t.idle_minutes),
+            periods=self._periods(self._early(t.idle_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="notBreaching",
@@ -203,9 +210,10 @@ class _Renderer:
         return self._alarm(
             GPU_MEMORY,
             host,
-            f"GPU memory per device below {t.idle_gpu_percent}% for {t.idle_minutes} min (process left the GPUs).",
+            f"GPU memory per device below {t.idle_gpu_percent}% for {self._early(t.idle_minutes):g} min "
+            "(process left the GPUs).",
             Metrics=self._host_gpu_metrics(host, "GPUMemoryUtilization"),
-            periods=self._periods(t.idle_minutes),
+            periods=self._periods(self._early(t.idle_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="notBreaching",
@@ -217,7 +225,7 @@ class _Renderer:
         return self._alarm(
             LOG_IDLE,
             host,
-            f"no log line for more than {t.log_silence_minutes} min.",
+            f"no log line for more than {self._early(t.log_silence_minutes):g} min.",
             Namespace=contract.NAMESPACE,
             MetricName=contract.LOG_IDLE_SECONDS,
             Dimensions=[
@@ -227,7 +235,7 @@ class _Renderer:
             Statistic="Maximum",
             Period=self.period,
             periods=1,
-            Threshold=t.log_silence_minutes * 60,
+            Threshold=round(self._early(t.log_silence_minutes) * 60, 3),
             ComparisonOperator="GreaterThanThreshold",
             TreatMissingData="ignore",
         )
@@ -240,13 +248,14 @@ class _Renderer:
         return self._alarm(
             PROGRESS,
             None,
-            f"no training step for {t.stall_minutes} min outside a declared phase, or the agent went silent.",
+            f"no training step for {self._early(t.stall_minutes):g} min outside a declared phase, "
+            "or the agent went silent.",
             Metrics=[
                 _stat("m1", self._job_metric("Steps"), self.period, "Sum"),
                 _stat("m2", self._job_metric("PhaseBudgetRemaining"), self.period, "Maximum"),
                 _expression("IF(FILL(m2, 0) > 0, 1, m1)", "steps, or 1 inside a phase budget"),
             ],
-            periods=self._periods(t.stall_minutes),
+            periods=self._periods(self._early(t.stall_minutes)),
             Threshold=1.0,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="breaching",

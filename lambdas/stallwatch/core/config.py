@@ -60,6 +60,13 @@ class StallwatchConfig(BaseModel):
         "stallwatch-", description="Every per-job alarm name starts with this; IAM is scoped to it."
     )
     sweeper_minutes: int = Field(5, ge=1, le=60, description="How often the sweeper runs.")
+    checkup_minutes: int = Field(
+        30,
+        ge=0,
+        le=1440,
+        description="The sweeper also decides a job whose last decision is this old (0: never): stragglers and "
+        "slowdowns raise no alarm, and the job's learned cadence stays fresh.",
+    )
     incident_ttl_days: int = Field(90, ge=1, le=3650, description="How long incident records are kept.")
     regions: list[str] = Field(default_factory=list, description="Regions to deploy to; empty: environment-agnostic.")
     notification_emails: list[str] = Field(default_factory=list, description="Also notified of control-plane health.")

@@ -19,6 +19,7 @@ class Diagnosis(StrEnum):
     DATA_STARVATION = "data_starvation"  # alert, never stop
     NONFINITE_LOSS = "nonfinite_loss"  # alert; stop only if the policy says so
     PHASE_OVERRUN = "phase_overrun"  # a declared phase past its budget
+    STRAGGLER = "straggler"  # one host far slower than the others: alert, never stop
     HANG = "hang"  # no progress while GPUs stay busy (NCCL hang)
     CRASHED_RANK = "crashed_rank"  # a fatal error on one host while others spin
     IDLE = "idle"  # all GPUs idle and logs silent
@@ -40,6 +41,14 @@ class Action(StrEnum):
 
 
 @dataclass(frozen=True)
+class Cadence:
+    """What the engine learned of the job's rhythm in one decision; `next_state` keeps it in `JobState`."""
+
+    step_interval_s: float | None = None  # the recent seconds per step
+    log_gap_s: float | None = None  # the longest log silence the job came back from
+
+
+@dataclass(frozen=True)
 class Decision:
     """The engine's answer: what is happening, what to do, why, and the evidence."""
 
@@ -54,6 +63,9 @@ class Decision:
     would: Action = Action.NONE
     # Whether enforce stops for this diagnosis (stalls; non-finite loss when the policy says so).
     stoppable: bool = False
+    cadence: Cadence = Cadence()
+    # A lone signal reaches its full threshold then: decide again at that time (the sweeper does) even without an alarm.
+    recheck_at: float | None = None
 
     @property
     def stalled(self) -> bool:
@@ -70,6 +82,22 @@ class JobState:
     snoozed_until: float | None = None
     threshold_factor: float = 1.0  # "Not stalled" doubles it for the rest of the run
     stopped_at: float | None = None
+    # Learned across decisions (`Cadence`): they outlive the metrics' 3-hour lookback.
+    step_interval_s: float | None = None
+    log_gap_s: float | None = None
+    step_gap_s: float | None = None  # the longest stall without a step the job recovered from after a warning
+    stall_from: float | None = None  # the last progress (step, else log line) before the current incident
+    recheck_at: float | None = None  # the engine asked to decide again at this time
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)
+
+    def snoozed(self, until: float) -> JobState:
+        """No stop before `until`; the warning is void, so when the snooze ends a fresh one comes before any stop."""
+        return replace(self, snoozed_until=until, warned_at=None)
+
+
+def stall_onset(evidence: dict[str, Any], noticed: float | None = None) -> float | None:
+    """When a stall began, from a decision's evidence: the last step, else the last log line, else `noticed`."""
+    agent = evidence.get("agent") or {}
+    return agent.get("last_step_t") or (evidence.get("logs") or {}).get("last_t") or noticed

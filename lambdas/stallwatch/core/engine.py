@@ -7,16 +7,19 @@
 With the agent, progress decides (Steps, Step, LastStepAge) and utilization, power and logs corroborate.
 Without it, or once its metrics vanish, host GPU utilization and log silence decide, as TII did.
 What it measures in the signals (step interval, log silence, utilization runs, error lines) is in `measures`.
+A lone signal waits its full threshold; independent signals that agree decide after `agreement_fraction` of it (the
+evidence ladder, docs/engine.md). The job's cadence (step interval, longest log gap) is learned across decisions and
+kept in `JobState`.
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stallwatch.core import log_patterns, measures
-from stallwatch.core.decision import Action, Decision, Diagnosis, JobState
+from stallwatch.core.decision import Action, Cadence, Decision, Diagnosis, JobState
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
@@ -35,9 +38,12 @@ STARTUP_STATUSES = frozenset(
         "Updating",
     }
 )
-SLOW_RATIO = 2.0  # current step interval over the earlier one above this is slow
+SLOW_RATIO = 1.5  # current step interval over the earlier one above this is slow (a doubling is)
 SLOW_SAMPLES = 3  # the current interval: the median of this many latest samples (one slow checkpoint step is not slow)
 CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step intervals without a step
+# Without the agent, busy GPUs and silent logs are one signal (busy GPUs are what training and a long evaluation look
+# like): alerted at the log threshold, stopped only after this many times it.
+BUSY_SILENCE_FACTOR = 4.0
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
@@ -51,6 +57,7 @@ class _Finding:
     reasons: tuple[str, ...]
     stoppable: bool = False
     overdue: bool = False  # a benign state that has lasted suspiciously long (startup beyond its grace)
+    recheck_at: float | None = None  # a lone signal reaches its full threshold then
 
     @property
     def problem(self) -> bool:
@@ -74,7 +81,7 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
             evidence=evidence,
         )
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
-    finding = _diagnose(signals, policy.thresholds, limits, now, evidence)
+    finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, evidence)
     action, would, notes = _act(finding, policy, state, now, limits)
     return Decision(
         job=facts.name,
@@ -86,15 +93,33 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
         evidence=evidence,
         would=would,
         stoppable=finding.stoppable,
+        cadence=cadence,
+        recheck_at=finding.recheck_at,
     )
 
 
 def next_state(state: JobState, decision: Decision) -> JobState:
-    """What to remember after acting on `decision`: the incident's start, warning, stop and alerts."""
+    """What to remember after acting on `decision`: the incident's start, warning, stop and alerts, the cadence
+    learned so far (a log gap only ever grows: one the job came back from stays normal) and when to look again."""
     if decision.diagnosis is Diagnosis.FINISHED:
         return state
+    learned = decision.cadence
+    gaps = [g for g in (state.log_gap_s, learned.log_gap_s) if g is not None]
+    state = state.with_(
+        step_interval_s=learned.step_interval_s if learned.step_interval_s is not None else state.step_interval_s,
+        log_gap_s=max(gaps, default=None),
+        recheck_at=decision.recheck_at,
+    )
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
-        return JobState(snoozed_until=state.snoozed_until, threshold_factor=state.threshold_factor)
+        state = _learn_recovery(state, decision)
+        return JobState(
+            snoozed_until=state.snoozed_until,
+            threshold_factor=state.threshold_factor,
+            step_interval_s=state.step_interval_s,
+            log_gap_s=state.log_gap_s,
+            step_gap_s=state.step_gap_s,
+            recheck_at=state.recheck_at,
+        )
     alerted = state.alerted
     if decision.action is not Action.NONE:
         keys = [decision.diagnosis.value]
@@ -103,10 +128,11 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         alerted += tuple(k for k in keys if k not in alerted)
     snoozed = state.snoozed_until is not None and state.snoozed_until > decision.at
     if not decision.stoppable:
-        return state.with_(stall_since=None, warned_at=None, alerted=alerted)
+        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted)
     warned_at = decision.at if decision.action is Action.WARN else state.warned_at
     return state.with_(
         stall_since=state.stall_since if state.stall_since is not None else decision.at,
+        stall_from=state.stall_from if state.stall_since is not None else _last_progress(decision),
         # A snooze voids an earlier warning: when it ends, a fresh warning comes before any stop.
         warned_at=None if snoozed else warned_at,
         alerted=alerted,
@@ -114,28 +140,87 @@ def next_state(state: JobState, decision: Decision) -> JobState:
     )
 
 
+def _last_progress(decision: Decision) -> float | None:
+    """The last progress a decision saw: the agent's last step while it reports, else the newest log line."""
+    agent = decision.evidence.get("agent", {})
+    if agent.get("fresh") and agent.get("last_step_t") is not None:
+        return agent["last_step_t"]
+    return decision.evidence.get("logs", {}).get("last_t")
+
+
+def _learn_recovery(state: JobState, decision: Decision) -> JobState:
+    """A warned stall the job came back from was normal for it: remember its length (at most the time from the last
+    progress before it to this decision), so the same stall is not warned again. Steps with the agent, logs without."""
+    if state.warned_at is None or state.stall_from is None or decision.diagnosis is not Diagnosis.HEALTHY:
+        return state
+    gap = decision.at - state.stall_from
+    if decision.evidence.get("agent", {}).get("fresh"):
+        return state.with_(step_gap_s=max(gap, state.step_gap_s or 0.0))
+    return state.with_(log_gap_s=max(gap, state.log_gap_s or 0.0))
+
+
+def sweeper_due(
+    state: JobState, incident_open: bool, last_decision_at: float | None, now: float, checkup_s: float
+) -> bool:
+    """The watchdog's rule for deciding a job without an alarm: an open incident, a warning waiting to become a stop,
+    a snooze that has run out, a recheck the engine asked for (a lone signal reaching its full threshold, which no
+    alarm announces), or a check-up once the last decision is `checkup_s` old (stragglers and slowdowns raise no
+    alarm; 0: never)."""
+    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
+    recheck = state.recheck_at is not None and state.recheck_at <= now
+    checkup = checkup_s > 0 and last_decision_at is not None and now - last_decision_at >= checkup_s
+    return incident_open or state.warned_at is not None or snooze_expired or recheck or checkup
+
+
 # --- diagnosis ---------------------------------------------------------------------------------------------------
 
 
 def _diagnose(
-    signals: JobSignals, thresholds: Thresholds, limits: measures.Limits, now: float, evidence: dict[str, Any]
-) -> _Finding:
+    signals: JobSignals,
+    thresholds: Thresholds,
+    limits: measures.Limits,
+    state: JobState,
+    now: float,
+    evidence: dict[str, Any],
+) -> tuple[_Finding, Cadence]:
+    """The finding, and the job's cadence as learned so far (this decision's measurements, else the state's)."""
     facts = signals.facts
     training_since = measures.training_since(signals)
     evidence["training_s"] = round(now - training_since, 1)
+    remembered = Cadence(step_interval_s=state.step_interval_s, log_gap_s=state.log_gap_s)
     if facts.secondary_status in STARTUP_STATUSES:
-        return _startup(facts.secondary_status, now - facts.start_time, limits)
+        return _startup(facts.secondary_status, now - facts.start_time, limits), remembered
     if facts.secondary_status == UPLOADING_STATUS:
-        return _Finding(Diagnosis.HEALTHY, ("uploading model artifacts after training",))
-    logs = measures.log_silence(signals, training_since, thresholds, limits, now)
+        return _Finding(Diagnosis.HEALTHY, ("uploading model artifacts after training",)), remembered
+    logs = measures.log_silence(signals, training_since, thresholds, limits, now, state.log_gap_s)
     evidence["logs"] = {
         "last_t": logs.last_t,
         "silence_s": round(logs.silence_s, 1),
         "interval_s": measures.rounded(logs.interval_s),
+        "learned_gap_s": measures.rounded(logs.learned_gap_s),
         "threshold_s": round(logs.threshold_s, 1),
     }
     has_progress = any(len(signals.agent.get(name, Series())) for name in measures.PROGRESS_METRICS)
-    progress = measures.progress(signals.agent, thresholds, limits, now) if has_progress else None
+    progress = (
+        measures.progress(signals.agent, thresholds, limits, now, state.step_interval_s, state.step_gap_s)
+        if has_progress
+        else None
+    )
+    interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
+    cadence = Cadence(step_interval_s=interval, log_gap_s=logs.learned_gap_s)
+    return _diagnose_running(signals, training_since, logs, progress, thresholds, limits, now, evidence), cadence
+
+
+def _diagnose_running(
+    signals: JobSignals,
+    training_since: float,
+    logs: measures.Logs,
+    progress: measures.Progress | None,
+    thresholds: Thresholds,
+    limits: measures.Limits,
+    now: float,
+    evidence: dict[str, Any],
+) -> _Finding:
     if progress is not None and progress.fresh:
         since = progress.last_step_t if progress.last_step_t is not None else training_since
     else:
@@ -226,15 +311,20 @@ def _with_agent(
     threshold = f"threshold {_min(progress.stall_s)}"
     if progress.interval_s is not None:
         threshold += f" from a {_dur(progress.interval_s)} step interval"
+    confirm_s = max(limits.crash_s, CRASH_STEP_INTERVALS * (progress.interval_s or 0.0) * limits.factor)
     errors = measures.errors_since(signals.hosts, since)
     if errors:
         first_error_t = min(line.t for lines in errors.values() for line in lines)
-        interval = progress.interval_s or 0.0
-        confirm = min(max(limits.crash_s, CRASH_STEP_INTERVALS * interval * limits.factor), progress.stall_s)
+        confirm = min(confirm_s, progress.stall_s)
         if now - first_error_t >= confirm:
             age = f"{no_step}; the first error is {_min(now - first_error_t)} old (confirm {_min(confirm)})"
             return _error_finding(errors, (age, _utilization_summary(evidence["hosts"])))
-    if now - since > progress.stall_s:
+    # The evidence ladder: no step alone waits the full threshold; with GPU activity fallen on every host as well
+    # (power below its baseline, or idle), the two agree and decide after `agreement_fraction` of it.
+    early_s = max(thresholds.agreement_fraction * progress.stall_s, min(confirm_s, progress.stall_s))
+    fallen = _gpus_fallen(evidence["hosts"], thresholds)
+    stall_s = early_s if fallen else progress.stall_s
+    if now - since > stall_s:
         hosts = evidence["hosts"]
         all_idle = bool(hosts) and all(
             h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent for h in hosts.values()
@@ -255,6 +345,8 @@ def _with_agent(
                 (f"{no_step}, yet GPUs are busy and logs active", "is agent.step() called? not stopping for this"),
                 overdue=True,
             )
+        if fallen:
+            threshold = f"{threshold}, {_min(stall_s)} as GPU activity fell on every host too"
         reasons = [f"{no_step}, {threshold}", _utilization_summary(hosts)]
         if errors:
             reasons.append(_error_summary(errors))
@@ -263,11 +355,22 @@ def _with_agent(
         if logs_active:
             reasons.append("logs are still active, but the agent reports no steps")
         return _Finding(Diagnosis.IDLE if all_idle else Diagnosis.HANG, tuple(reasons), stoppable=True)
-    return _progressing(signals.agent, progress, thresholds, limits, now, evidence)
+    finding = _progressing(signals, progress, thresholds, limits, now, evidence)
+    if now - since > early_s:  # a lone signal: no alarm fires again when it reaches the full threshold
+        return replace(finding, recheck_at=since + progress.stall_s)
+    return finding
+
+
+def _gpus_fallen(hosts: dict[str, dict], thresholds: Thresholds) -> bool:
+    """Every host's GPUs fell silent: power below `power_drop_ratio` x its baseline, or utilization idle."""
+    return bool(hosts) and all(
+        h["power_dropped"] or (h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent)
+        for h in hosts.values()
+    )
 
 
 def _progressing(
-    agent: dict[str, Series],
+    signals: JobSignals,
     progress: measures.Progress,
     thresholds: Thresholds,
     limits: measures.Limits,
@@ -275,6 +378,7 @@ def _progressing(
     evidence: dict[str, Any],
 ) -> _Finding:
     """A job that makes progress: healthy, or one of the problems that are never a stall."""
+    agent = signals.agent
     recent_since = now - limits.recent_s
     nonfinite = sum(agent.get("NonFiniteLoss", Series()).since(recent_since).values())
     if nonfinite > 0:
@@ -285,10 +389,14 @@ def _progressing(
         evidence["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
+    lagging = measures.straggler(signals.hosts, now)
+    if lagging is not None:
+        evidence["straggler"] = lagging
+        return _Finding(Diagnosis.STRAGGLER, (_straggler_summary(lagging), "still progressing: never stopped for this"))
     values = [v for _, v in measures.interval_samples(agent)]
     if len(values) > SLOW_SAMPLES:
         current = statistics.median(values[-SLOW_SAMPLES:])
-        earlier = statistics.median(values[-SLOW_SAMPLES - measures.INTERVAL_SAMPLES : -SLOW_SAMPLES])
+        earlier = statistics.median(values[:-SLOW_SAMPLES])  # the pace over the lookback
         evidence["step_interval_current_s"] = round(current, 3)
         evidence["step_interval_earlier_s"] = round(earlier, 3)
         if current > SLOW_RATIO * earlier:
@@ -335,19 +443,33 @@ def _without_agent(
             silences.append(f"{h.host} silent for {_min(now - h.log_last_t)} after it (threshold {_min(needed)})")
     if crashed:
         return _error_finding(crashed, (*notes, *silences))
-    if logs.silence_s < logs.threshold_s:
+    # Idle GPUs and silent logs are two signals: when both agree they decide after `agreement_fraction` of their
+    # thresholds. Neither alone ever stops a job without the agent.
+    agree = thresholds.agreement_fraction
+    if logs.silence_s < agree * logs.threshold_s:
         return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
     complete = len(hosts) >= max(signals.facts.instance_count, 1)
     idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
-    if complete and all(d is not None and d >= limits.idle_s for d in idle):
+    if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
         reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(idle))}"
-        return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason), stoppable=True)
+        ladder = f"idle GPUs and silent logs agree: each decides after {agree:.2g} of its threshold"
+        return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason, ladder), stoppable=True)
+    if logs.silence_s < logs.threshold_s:
+        # a lone silence: its early alarm does not fire again when it reaches the full threshold
+        recheck = None if logs.last_t is None else logs.last_t + logs.threshold_s
+        within = f"within the log-silence threshold: {log_reason}"
+        return _Finding(Diagnosis.HEALTHY, (*notes, within), recheck_at=recheck)
     # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
-    # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.)
+    # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.) Silence is then
+    # the lone signal (a long evaluation looks the same): alerted now, stopped after BUSY_SILENCE_FACTOR x it.
     busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
     if logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy):
         reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(busy))}"
-        return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
+        stop_s = BUSY_SILENCE_FACTOR * logs.threshold_s
+        if logs.silence_s >= stop_s:
+            return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
+        lone = f"busy GPUs with silent logs may be a long evaluation: not stopping before {_min(stop_s)} of silence"
+        return _Finding(Diagnosis.HANG, (*notes, reason, log_reason, lone))
     return _Finding(
         Diagnosis.HEALTHY, (*notes, log_reason, "but GPU utilization does not show a consistent idle or hung job")
     )
@@ -373,6 +495,18 @@ def _error_summary(errors: dict[str, list[LogLine]]) -> str:
 def _utilization_summary(hosts: dict[str, dict]) -> str:
     parts = [f"{name} {_pct(h['gpu_util_before'])} -> {_pct(h['gpu_util_now'])}" for name, h in sorted(hosts.items())]
     return "GPU utilization before -> now: " + (_first_hosts(parts) if parts else "no host metrics")
+
+
+def _straggler_summary(lagging: dict[str, Any]) -> str:
+    """Which host straggles, by how much, and every host's value (the spread a team cordons a node on)."""
+    metric, host, values = lagging["metric"], lagging["host"], lagging["values"]
+    unit, side = ("s", "slower") if metric == "StepTime" else ("W", "lower")
+    spread = ", ".join(f"{h} {v:g} {unit}" for h, v in values.items())
+    return (
+        f"straggler {host}: {metric} {values[host]:g} {unit} against a median of {lagging['others_median']:g} {unit} "
+        f"on the other {len(values) - 1} hosts ({lagging['ratio']:g}x {side}) for {_min(measures.STRAGGLER_S)}; "
+        f"per host: {spread}"
+    )
 
 
 def _power_summary(hosts: dict[str, dict]) -> str | None:

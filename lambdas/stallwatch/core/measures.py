@@ -9,9 +9,11 @@ cadence, trailing runs of GPU utilization, fatal error lines and per-host eviden
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from stallwatch.core import log_patterns
 from stallwatch.core.policy import Thresholds
@@ -26,6 +28,11 @@ ERROR_TAIL_S = 120.0  # without the agent, a fatal line within this of a host's 
 EVIDENCE_ERROR_LINES = 3  # error lines kept per host
 EVIDENCE_MESSAGE_CHARS = 300
 PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
+LEARNED_GAP_MARGIN = 1.5  # a log gap the job came back from is normal: silence up to this many times it is too
+STRAGGLER_RATIO = 1.5  # a host whose StepTime is above (power below) this x / (1 /) the others' median straggles
+STRAGGLER_S = 900.0  # ... for this long
+STRAGGLER_COVERAGE = 0.8  # ... in periods spanning at least this share of it
+STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,7 @@ class Logs:
     silence_s: float
     interval_s: float | None
     threshold_s: float
+    learned_gap_s: float | None  # the longest gap the job came back from (the sweeper's sawtooth, the job's state)
 
 
 def training_since(signals: JobSignals) -> float:
@@ -95,12 +103,22 @@ def agent_window(agent: dict[str, Series]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def progress(agent: dict[str, Series], thresholds: Thresholds, limits: Limits, now: float) -> Progress:
-    """The last step, the recent step interval and the adaptive stall threshold it sets; whether the agent is fresh."""
+def progress(
+    agent: dict[str, Series],
+    thresholds: Thresholds,
+    limits: Limits,
+    now: float,
+    remembered_interval_s: float | None = None,
+    recovered_gap_s: float | None = None,
+) -> Progress:
+    """The last step, the recent step interval (else the one the job's state remembers) and the adaptive stall
+    threshold: max(floor, k x interval, LEARNED_GAP_MARGIN x a warned stall the job recovered from); whether the
+    agent is fresh."""
     samples = [v for _, v in interval_samples(agent)][-INTERVAL_SAMPLES:]
     # The latest sample too: after steps slow down, the new pace counts at once (it only ever raises the threshold).
-    interval = max(statistics.median(samples), samples[-1]) if samples else None
-    stall = max(limits.stall_floor_s, thresholds.step_interval_factor * (interval or 0.0) * limits.factor)
+    interval = max(statistics.median(samples), samples[-1]) if samples else remembered_interval_s
+    learned = max(thresholds.step_interval_factor * (interval or 0.0), LEARNED_GAP_MARGIN * (recovered_gap_s or 0.0))
+    stall = max(limits.stall_floor_s, learned * limits.factor)
     newest = max(agent[name].points[-1][0] for name in PROGRESS_METRICS if len(agent.get(name, Series())))
     return Progress(
         last_step_t=_last_step_time(agent),
@@ -184,21 +202,80 @@ def last_words(host: HostSignals) -> list[LogLine]:
     return [line for line in host.error_lines if line.t >= host.log_last_t - ERROR_TAIL_S and fatal(line)]
 
 
-def log_silence(signals: JobSignals, training_since: float, thresholds: Thresholds, limits: Limits, now: float) -> Logs:
-    """Silence since the newest line on any host, held to max(floor, k x cadence, longest recent gap)."""
+def log_silence(
+    signals: JobSignals,
+    training_since: float,
+    thresholds: Thresholds,
+    limits: Limits,
+    now: float,
+    remembered_gap_s: float | None = None,
+) -> Logs:
+    """Silence since the newest line on any host, held to max(floor, k x cadence, longest recent gap,
+    LEARNED_GAP_MARGIN x the longest gap the job came back from: in the sweeper's sawtooth or `remembered_gap_s`)."""
     hosts = signals.hosts.values()
     lasts = [h.log_last_t for h in hosts if h.log_last_t is not None]
     lasts += [line.t for h in hosts for line in h.log_tail]
     last = max(lasts) if lasts else None
     cadence = min((c for h in hosts if (c := _cadence(h.log_tail)) is not None), default=None)
     interval, longest = cadence if cadence is not None else (None, 0.0)
-    learned = max(thresholds.log_interval_factor * (interval or 0.0), longest)
+    gaps = [g for g in (sawtooth_gap(signals.hosts.values()), remembered_gap_s) if g is not None]
+    learned_gap = max(gaps, default=None)
+    learned = max(
+        thresholds.log_interval_factor * (interval or 0.0), longest, LEARNED_GAP_MARGIN * (learned_gap or 0.0)
+    )
     return Logs(
         last_t=last,
         silence_s=now - (last if last is not None else training_since),
         interval_s=interval,
         threshold_s=max(limits.log_floor_s, learned * limits.factor),
+        learned_gap_s=learned_gap,
     )
+
+
+def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
+    """The longest log gap that ended within the lookback, from the sweeper's `LogIdleSeconds` sawtooth.
+
+    Each sample says when the job's newest line was (sample time - the least idle host's value); where that moves
+    on, the logs came back after at most the difference. A 10-minute log tail never holds two bursts of a
+    20-minute cadence; the 3-hour sawtooth holds nine. The silence still going on is not a gap yet."""
+    newest: dict[float, float] = {}
+    for host in hosts:
+        for t, idle in host.log_idle.points:
+            newest[t] = max(newest.get(t, -math.inf), t - idle)
+    lasts = [newest[t] for t in sorted(newest)]
+    gaps = [b - a for a, b in itertools.pairwise(lasts) if b > a]
+    return max(gaps) if gaps else None
+
+
+def straggler(hosts: dict[str, HostSignals], now: float) -> dict[str, Any] | None:
+    """One host far from the others for `STRAGGLER_S`: its StepTime above `STRAGGLER_RATIO` x the others' median,
+    or its GPU power below it by that ratio, in every period. Evidence: host, metric, ratio, every host's value."""
+    since = now - STRAGGLER_S
+    for metric, slow in (("StepTime", True), ("GPUPowerWatts", False)):
+        per_host = {name: dict(h.agent.get(metric, Series()).since(since).points) for name, h in hosts.items()}
+        per_host = {name: points for name, points in per_host.items() if points}
+        if len(per_host) < STRAGGLER_MIN_HOSTS:
+            continue
+        times = sorted(set.intersection(*(set(p) for p in per_host.values())))
+        if not times or times[-1] - times[0] < STRAGGLER_COVERAGE * STRAGGLER_S:
+            continue  # not seen for long enough
+        for name, points in per_host.items():
+            ratios = []
+            for t in times:
+                others = statistics.median(p[t] for n, p in per_host.items() if n != name)
+                if others <= 0 or points[t] <= 0:
+                    break
+                ratios.append(points[t] / others if slow else others / points[t])
+            if len(ratios) == len(times) and min(ratios) > STRAGGLER_RATIO:
+                latest = times[-1]
+                return {
+                    "host": name,
+                    "metric": metric,
+                    "ratio": round(min(ratios), 2),
+                    "others_median": rounded(statistics.median(p[latest] for n, p in per_host.items() if n != name)),
+                    "values": {n: rounded(p[latest]) for n, p in sorted(per_host.items())},
+                }
+    return None
 
 
 def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, job_threshold_s: float) -> float:

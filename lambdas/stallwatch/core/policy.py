@@ -21,6 +21,7 @@ MODE_TAG = "stallwatch:mode"
 STOP_OPT_IN_TAG = MODE_TAG
 STOP_OPT_IN_VALUE = "enforce"
 EC2_MONITOR_TAG = "stallwatch:monitor"
+MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)
 
 
 class Mode(StrEnum):
@@ -57,6 +58,13 @@ class Thresholds(BaseModel):
         5.0,
         gt=0,
         description="A fatal error line, then no step (without the agent: silence) this long: a crashed rank.",
+    )
+    agreement_fraction: float = Field(
+        2 / 3,
+        gt=0,
+        le=1,
+        description="Independent signals that agree (no step + GPU power fallen on every host; idle GPUs + silent "
+        "logs) decide after this fraction of the stall, idle and log thresholds; a lone signal waits them in full.",
     )
     power_drop_ratio: float = Field(
         0.6, gt=0, lt=1, description="Power below this fraction of its running baseline is a drop (hang at 100% util)."
@@ -106,6 +114,16 @@ class Policy(BaseModel):
     )
     monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
     monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
+    resume_max_restarts: int = Field(
+        0,
+        ge=0,
+        le=MAX_RESTARTS_LIMIT,
+        description="Restarts from the last checkpoint after Stallwatch stops a hang or crashed rank, for jobs "
+        "without a `stallwatch:resume` tag; 0 (the default) is off.",
+    )
+    run_summary: bool = Field(
+        False, description="Post the goodput summary to Slack when a run ends (per job: `stallwatch:summary=true`)."
+    )
 
     def stop_permitted(self, tags: dict[str, str]) -> bool:
         """Whether a resource with `tags` may be stopped at all: the code's twin of the IAM tag condition."""

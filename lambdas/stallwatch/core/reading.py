@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
-from stallwatch.core.contract import JOB_METRICS
+from stallwatch.core import contract
 
 LOOKBACK_SECONDS = 3 * 3600  # history the engine sees: baselines before the stall and the stall itself
 METRIC_PERIOD_SECONDS = 60
 LOG_LINES_PER_HOST = 20
+LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
 ERROR_LINES_PER_HOST = 10
 # Statistic per agent metric: counts are summed, markers take the maximum, the rest are averaged.
 AGENT_STATISTICS = {
@@ -21,11 +22,12 @@ AGENT_STATISTICS = {
     "Heartbeat": "Sum",
     "Step": "Maximum",
     "LastStepAge": "Maximum",
+    contract.LOG_IDLE_SECONDS: "Maximum",
 }
 # The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
 # agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
 # 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
-HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts")
+HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts", "StepTime")  # StepTime: the straggler check
 SAGEMAKER_HOST_METRICS_READ = ("gpu_util",)  # HostSignals fields, from SageMaker's per-host metrics
 HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds
 DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datapoints a call, and pages the rest
@@ -33,9 +35,9 @@ DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datap
 
 def host_period(hosts: int, period: int) -> int:
     """The period of a job's per-host series: the job's own (`period`), or, for a job of so many hosts that one
-    GetMetricData answer would not hold them (above 136 hosts at 60 s), the smallest multiple of it that does
-    (512 hosts: 240 s). The job's own series keep `period`."""
-    room = DATAPOINTS_PER_ANSWER - len(JOB_METRICS) * (LOOKBACK_SECONDS // period)
+    GetMetricData answer would not hold them (above 109 hosts at 60 s), the smallest multiple of it that does
+    (512 hosts: 300 s). The job's own series keep `period`."""
+    room = DATAPOINTS_PER_ANSWER - len(contract.JOB_METRICS) * (LOOKBACK_SECONDS // period)
     multiple = 1
     while hosts * HOST_SERIES_READ * (LOOKBACK_SECONDS // (period * multiple)) > room:
         multiple += 1

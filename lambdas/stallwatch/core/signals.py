@@ -87,6 +87,8 @@ class HostSignals:
     log_last_t: float | None = None  # newest event on any of the host's streams
     log_tail: tuple[LogLine, ...] = ()  # the newest lines, oldest first
     error_lines: tuple[LogLine, ...] = ()  # lines that matched a fatal-error pattern
+    # The sweeper's LogIdleSeconds (contract.LOG_IDLE_SECONDS): a sawtooth whose resets mark the log gaps it saw.
+    log_idle: Series = Series()
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,14 @@ class Expectation(_Model):
     window_s: tuple[float, float] | None = None
     # Optional: a diagnosis some decision must reach (e.g. "data_starvation" for an alert-only case).
     diagnosis: str | None = None
+    # How many Slack alerts and stop warnings the replay may send at most; unset: 0 on a "none" trace, any on "stop".
+    alerts: int | None = Field(None, ge=0)
+    warnings: int | None = Field(None, ge=0)
+
+    def allowed(self, field: Literal["alerts", "warnings"]) -> int | None:
+        """The most `field` the replay may send (None: no limit). A healthy trace gets none unless its label says."""
+        value = getattr(self, field)
+        return 0 if value is None and self.action == "none" else value
 
     @model_validator(mode="after")
     def _check(self) -> Expectation:

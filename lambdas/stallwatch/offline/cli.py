@@ -5,6 +5,7 @@
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an EC2 job is named by its instance id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
+    stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
 a new subcommand is one more entry in `COMMANDS`.
@@ -22,12 +23,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
 from stallwatch.core.trace import TraceError
-from stallwatch.offline import ops
+from stallwatch.offline import ops, report
 from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
 
 EXIT_OK = 0
@@ -38,12 +40,7 @@ ACTION_STYLES = {Action.STOP: "bold red", Action.WARN: "yellow", Action.ALERT: "
 VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
 
 
-def _clock(seconds: float | None) -> str:
-    """Trace seconds as h:mm:ss."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+_clock = report.hms  # trace seconds as h:mm:ss
 
 
 def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
@@ -65,9 +62,10 @@ def _trigger(trigger: str, prefix: str) -> str:
 
 
 def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None:
+    """The replay as a table. Everything from the trace (its path, job name, reasons quoting log lines) is plain
+    `Text`, never console markup: a ``[rank 3]`` in a log line or a path must print as written."""
     verdict = "unlabeled" if result.verdict is None else str(result.verdict).upper()
-    style = VERDICT_STYLES.get(result.verdict, "")
-    console.print(f"[bold]{result.trace}[/bold]  job {result.job}  mode {result.mode}")
+    console.print(Text.assemble((result.trace, "bold"), f"  job {result.job}  mode {result.mode}"))
     table = Table(show_header=True, header_style="bold", expand=False)
     for column in ("t", "action", "would", "diagnosis", "trigger", "reasons"):
         table.add_column(column, overflow="fold")
@@ -78,20 +76,23 @@ def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None
             Text(str(decision.action), style=ACTION_STYLES.get(decision.action, "")),
             str(decision.would) if decision.would is not Action.NONE else "",
             str(decision.diagnosis),
-            _trigger(d.trigger, prefix),
-            Text("; ".join(decision.reasons)),  # plain text: log lines may hold [brackets]
+            Text(_trigger(d.trigger, prefix)),
+            Text("; ".join(decision.reasons)),
         )
     if result.decisions:
         console.print(table)
     else:
         console.print("  no alert, warning or stop")
-    summary = (
-        f"  first alert {_clock(result.first_alert_s)}, warning {_clock(result.first_warn_s)}, "
-        f"stop {_clock(result.first_stop_s)}  ->  [{style}]{verdict}[/] ({result.verdict_reason})"
+    console.print(
+        Text.assemble(
+            f"  first alert {_clock(result.first_alert_s)}, warning {_clock(result.first_warn_s)}, "
+            f"stop {_clock(result.first_stop_s)}; {result.alerts} alerts, {result.warnings} warnings  ->  ",
+            (verdict, VERDICT_STYLES.get(result.verdict, "")),
+            f" ({result.verdict_reason})",
+        )
     )
-    console.print(summary)
     for error in result.tag_errors:
-        console.print(f"  [yellow]tag ignored:[/] {error}")
+        console.print(Text.assemble(("  tag ignored: ", "yellow"), error))
     console.print()
 
 
@@ -143,7 +144,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
 
 
 # Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register, report.register]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stallwatch`` console script; returns the exit code."""
+    cap_library_loggers()
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

@@ -27,13 +27,14 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
 
-DEFAULT_STACK = "Stallwatch"
+DEFAULT_STACK = "stallwatch"
 TABLE_ENV = "STALLWATCH_TABLE"
 TABLE_RESOURCE_TYPE = "AWS::DynamoDB::Table"
 FUNCTION_RESOURCE_TYPE = "AWS::Lambda::Function"
@@ -48,7 +49,7 @@ class OpsError(ValueError):
     """What an ops command cannot do: no such stack, table, config or job, or AWS refused (the CLI exits 2)."""
 
 
-def _reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def reported(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """AWS errors and unknown jobs as `OpsError`, so the CLI prints one line instead of a traceback."""
 
     @functools.wraps(run)
@@ -180,7 +181,7 @@ def _incident(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@_reported
+@reported
 def run_incidents(args: argparse.Namespace) -> int:
     deployment = Deployment.from_args(args)
     rows = incidents(deployment, args.job, args.platform, time.time() - args.since)
@@ -196,7 +197,7 @@ def run_incidents(args: argparse.Namespace) -> int:
             f"[{STATUS_STYLES.get(row['status'], '')}]{row['status']}[/]",
             row["diagnosis"],
             closed,
-            "; ".join(row["reasons"]),
+            Text("; ".join(row["reasons"])),  # plain text: reasons quote tags and log-derived evidence
         )
     Console().print(table)
     return 0
@@ -224,13 +225,11 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
     }
     ttl_days = deployment.config.incident_ttl_days if deployment.config_file else None
     store = deployment.store(ttl_days)
-    store.change_state(
-        job_key(platform, job), lambda s: s.with_(snoozed_until=until), audit, now, f"cli#{uuid.uuid4().hex}"
-    )
+    store.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
     return until
 
 
-@_reported
+@reported
 def run_snooze(args: argparse.Namespace) -> int:
     until = snooze(Deployment.from_args(args), args.job, args.platform, args.duration, time.time())
     Console().print(f"[bold]{args.job}[/] snoozed until {_when(until)} (no stop before then; alerts continue)")
@@ -266,7 +265,7 @@ def policy_rows(effective: EffectivePolicy, tags: dict[str, str]) -> list[tuple[
     return rows
 
 
-@_reported
+@reported
 def run_policy_show(args: argparse.Namespace) -> int:
     effective, tags = effective_policy(Deployment.from_args(args), args.job, args.platform)
     title = f"Effective policy of {args.job}" if args.job else "Deployed policy (no job tags applied)"
@@ -278,14 +277,14 @@ def run_policy_show(args: argparse.Namespace) -> int:
     console = Console()
     console.print(table)
     for error in effective.tag_errors:
-        console.print(f"[yellow]tag ignored:[/] {error}")
+        console.print(Text.assemble(("tag ignored: ", "yellow"), error))  # the tag's value as written
     return 0
 
 
 # ---- argparse ---------------------------------------------------------------------------------------------------
 
 
-def _deployment_flags(parser: argparse.ArgumentParser) -> None:
+def deployment_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--region", help="AWS region of the deployment (default: the environment's)")
     parser.add_argument("--profile", help="AWS profile (default: the environment's credentials)")
     parser.add_argument("--stack", default=DEFAULT_STACK, help=f"the Stallwatch stack (default {DEFAULT_STACK})")
@@ -307,14 +306,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--since", type=parse_duration, default=parse_duration("24h"), metavar="DURATION", help="default 24h"
     )
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_incidents)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
     parser.add_argument("job", metavar="JOB", help="SageMaker training job name or EC2 instance id")
     parser.add_argument("--for", dest="duration", type=parse_duration, required=True, metavar="DURATION")
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_snooze)
 
     policy = subparsers.add_parser("policy", help="the deployed policy").add_subparsers(
@@ -323,5 +322,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = policy.add_parser("show", help="the effective policy, after JOB's stallwatch:* tags")
     parser.add_argument("job", nargs="?", metavar="JOB", help="apply this job's tags")
     _job_flags(parser)
-    _deployment_flags(parser)
+    deployment_flags(parser)
     parser.set_defaults(handler=run_policy_show)

@@ -5,9 +5,11 @@
 
 The replay walks the road the Lambdas walk, with the trace in place of AWS: the alarms `render_alarms`
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
-alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness; the engine decides on
-every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (open incident, pending warning,
-expired snooze); `next_state` is kept between decisions; a STOP stops the replay's job.
+alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
+source, which reads its history back as AWS does); the engine decides on
+every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (`engine.sweeper_due`: an open
+incident, a pending warning, an expired snooze, a recheck the engine asked for, a check-up); `next_state` is kept
+between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -76,6 +78,8 @@ class ReplayResult:
     first_alert_s: float | None  # first Slack message: an alert or a warning
     first_warn_s: float | None
     first_stop_s: float | None
+    alerts: int  # Slack alerts sent (Action.ALERT decisions)
+    warnings: int  # stop warnings sent (Action.WARN decisions)
     verdict: Verdict | None  # None when the trace has no label
     verdict_reason: str = ""
     tag_errors: tuple[str, ...] = field(default_factory=tuple)
@@ -89,6 +93,8 @@ class ReplayResult:
             "first_alert_s": self.first_alert_s,
             "first_warn_s": self.first_warn_s,
             "first_stop_s": self.first_stop_s,
+            "alerts": self.alerts,
+            "warnings": self.warnings,
             "decisions": [d.to_json() for d in self.decisions],
             "diagnoses": list(self.diagnoses),
             "verdict": None if self.verdict is None else str(self.verdict),
@@ -101,7 +107,13 @@ def _first(decisions: list[ReplayDecision], actions: frozenset[Action]) -> float
     return next((d.t for d in decisions if d.decision.action in actions), None)
 
 
-def _judge(header: TraceHeader, diagnoses: list[str], first_stop: float | None) -> tuple[Verdict | None, str]:
+def _count(decisions: list[ReplayDecision], action: Action) -> int:
+    return sum(1 for d in decisions if d.decision.action is action)
+
+
+def _judge(
+    header: TraceHeader, diagnoses: list[str], first_stop: float | None, sent: dict[str, int]
+) -> tuple[Verdict | None, str]:
     expect = header.expect
     if expect is None:
         return None, "unlabeled"
@@ -116,6 +128,10 @@ def _judge(header: TraceHeader, diagnoses: list[str], first_stop: float | None) 
             failures.append(f"expected a stop in [{lo:g}, {hi:g}]s, stopped at {first_stop:g}s")
     if expect.diagnosis is not None and expect.diagnosis not in diagnoses:
         failures.append(f"expected diagnosis {expect.diagnosis!r}, saw {diagnoses or 'no decision'}")
+    for kind, count in sent.items():
+        allowed = expect.allowed(kind)
+        if allowed is not None and count > allowed:
+            failures.append(f"expected at most {allowed} {kind}, sent {count}")
     if failures:
         return Verdict.FAIL, "; ".join(failures)
     return Verdict.PASS, f"{expect.action}" + (f" in {list(expect.window_s)}" if expect.window_s else "")
@@ -138,6 +154,8 @@ class _Run:
         ended = [t for t, status in source.status_times() if status in TERMINAL_STATUSES]
         self.ended_at = ended[0] if ended else math.inf
         self.sweep_every = config.sweeper_minutes * 60
+        self.checkup_every = config.checkup_minutes * 60
+        self.last_decision_at: float | None = None
         self.state = JobState()
         self.incident_open = False
         self.decisions: list[ReplayDecision] = []
@@ -158,6 +176,7 @@ class _Run:
                 self.evaluator.add_datapoint(
                     metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims), now, now - last
                 )
+                self.source.publish_log_idle(host, now, now - last)
 
     def decide(self, now: float, trigger: str) -> bool:
         """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
@@ -165,6 +184,7 @@ class _Run:
         self.state = engine.next_state(self.state, decision)
         self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
         self.decision_count += 1
+        self.last_decision_at = now
         if decision.diagnosis.value not in self.diagnoses:
             self.diagnoses.append(decision.diagnosis.value)
         if decision.action is not Action.NONE or decision.would is not Action.NONE:
@@ -172,9 +192,8 @@ class _Run:
         return decision.action is Action.STOP
 
     def sweeper_due(self, now: float) -> bool:
-        """The watchdog's rule: an open incident, a warning waiting to become a stop, or an expired snooze."""
-        snooze_expired = self.state.snoozed_until is not None and self.state.snoozed_until <= now
-        return self.incident_open or self.state.warned_at is not None or snooze_expired
+        """The watchdog's rule (`engine.sweeper_due`)."""
+        return engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
 
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""
@@ -214,7 +233,8 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
     run = _Run(source, policy or REPLAY_POLICY, config or StallwatchConfig())
     run.run()
     first_stop = _first(run.decisions, frozenset({Action.STOP}))
-    verdict, reason = _judge(source.header, run.diagnoses, first_stop)
+    sent = {"alerts": _count(run.decisions, Action.ALERT), "warnings": _count(run.decisions, Action.WARN)}
+    verdict, reason = _judge(source.header, run.diagnoses, first_stop, sent)
     expect = source.header.expect
     return ReplayResult(
         trace=source.source_name,
@@ -227,6 +247,8 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         first_alert_s=_first(run.decisions, NOTIFYING),
         first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
         first_stop_s=first_stop,
+        alerts=sent["alerts"],
+        warnings=sent["warnings"],
         verdict=verdict,
         verdict_reason=reason,
         tag_errors=tuple(run.effective.tag_errors),

@@ -5,7 +5,8 @@
 
 It shows the engine what `aws.source` would at the same moment: datapoints aggregated into the same
 1-minute periods with the same statistics, the same lookback, per-device platform metrics, the agent's
-metrics, per-host log freshness and tails with fatal-error lines, and the secondary status history.
+metrics, per-host log freshness and tails with fatal-error lines, the sweeper's `LogIdleSeconds` as the replay
+publishes them (`publish_log_idle`), and the secondary status history.
 Trace time ``t`` (seconds since InProgress) maps to epoch seconds as ``TRACE_EPOCH + t``.
 """
 
@@ -22,6 +23,7 @@ from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
     LOG_LINES_PER_HOST,
+    LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
     METRIC_PERIOD_SECONDS,
     SAGEMAKER_STREAM,
@@ -155,6 +157,14 @@ class TraceSource:
         history = tuple((t, sec) for t, _, sec in seen if sec is not None)
         return self._facts_at(status, secondary, history)
 
+    def publish_log_idle(self, host: str, now: float, seconds: float) -> None:
+        """The sweeper's `LogIdleSeconds` datapoint for `host`, read back with the job's other metrics."""
+        dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
+        points = self._metrics[metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims)]
+        at = bisect.bisect_right(points.times, now)  # in time order, among any the trace itself carries
+        points.times.insert(at, now)
+        points.values.insert(at, seconds)
+
     def log_last_t(self, host: str, now: float) -> float | None:
         """The newest log event of `host` at or before `now` (what the sweeper reads as stream freshness)."""
         times = self._log_times.get(host, [])
@@ -207,7 +217,7 @@ class TraceSource:
             "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
         }
 
-    def _host(self, host: str, now: float) -> HostSignals:
+    def _host(self, host: str, now: float, tail_start: float) -> HostSignals:
         host_dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
         agent = {
             name: self._host_series(
@@ -218,12 +228,16 @@ class TraceSource:
         lines, times = self._logs.get(host, []), self._log_times.get(host, [])
         upto = bisect.bisect_right(times, now)
         recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
+        # As aws.source reads them: the lines since LOG_TAIL_SECONDS before the quietest host's last event.
+        tail_from = bisect.bisect_left(times, tail_start, hi=upto)
+        log_idle = metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, host_dims)
         return HostSignals(
             host=host,
             agent=agent,
             log_last_t=lines[upto - 1].t if upto else None,
-            log_tail=tuple(lines[max(upto - LOG_LINES_PER_HOST, 0) : upto]),
+            log_tail=tuple(lines[max(tail_from, upto - LOG_LINES_PER_HOST) : upto]),
             error_lines=tuple([line for line in recent if line.pattern][-ERROR_LINES_PER_HOST:]),
+            log_idle=self._host_series(log_idle, now, AGENT_STATISTICS[contract.LOG_IDLE_SECONDS]),
             **self._platform(host, now),
         )
 
@@ -238,9 +252,11 @@ class TraceSource:
             )
             for name in contract.JOB_METRICS
         }
+        lasts = [t for host in self.hosts if (t := self.log_last_t(host, now)) is not None]
+        tail_start = min(lasts, default=now) - LOG_TAIL_SECONDS
         return JobSignals(
             facts=self.facts(now),
             now=now,
-            hosts={host: self._host(host, now) for host in self.hosts},
+            hosts={host: self._host(host, now, tail_start) for host in self.hosts},
             agent=agent,
         )

@@ -6,7 +6,13 @@
 Only the winner of the commit (state at the version read + audit + event claim, one DynamoDB transaction) acts,
 so a duplicated event or two alarms of one job racing never stop twice or post twice; the stop goes before
 Slack, and a Slack failure is recorded, never raised: the message is kept, and the sweeper posts it again
-(`repost.resend_pending_posts`).
+(`repost.resend_pending_posts`). A decision that acts is committed as unfinished; one transaction records what
+acting did and finishes it. One left unfinished (its Lambda timed out) is decided again by the sweeper, from the
+state before it. A stop that fails says so, and its retries update that message (bot token) or stay silent
+until the stop succeeds (webhook): one message per failed stop, never one per sweep.
+
+A job that has ended, or no longer exists, is never decided: no state item is written, its alarms are deleted (and
+an ended job's open incident closed, as its end event would).
 """
 
 from __future__ import annotations
@@ -27,12 +33,17 @@ from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.signals import JobSignals
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 # An alarm of a job decided (or being decided) less than this ago is coalesced into that decision: a hang fires
 # every host's alarms within an alarm period or two. One it skips is still seen: the sweeper decides a job whose
 # alarm went to ALARM after its last decision.
 COALESCE_SECONDS = 120
+ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
+# The longest a deciding Lambda runs (the sweeper's timeout, stacks/constants.py): an unfinished decision older
+# than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
+ABANDONED_AFTER_SECONDS = 300 + 60
 
 
 @dataclass
@@ -62,14 +73,21 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         logger.warning("ignoring an alarm Stallwatch did not create", extra={"error": str(exc)})
         return Outcome(job="", status="ignored", details={"reason": str(exc)}).as_dict()
     now = rt.clock()
-    read = rt.store.claim(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
+    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
     try:
         signals = rt.source(ref.platform).job_signals(ref.job, now)
     except JobNotFoundError as exc:
-        return Outcome(job=ref.job, status="not_found", details={"reason": str(exc)}).as_dict()
+        rt.store.release_claim(job_key(ref.platform, ref.job))
+        deleted = delete_job_alarms(rt, ref.platform, ref.job)
+        return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
+    if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
+        rt.store.release_claim(job_key(ref.platform, ref.job))
+        retired = retire_job(rt, ref.platform, ref.job, signals.facts.status)
+        details = {"reason": f"job {signals.facts.status}", "alarms_deleted": retired["alarms_deleted"]}
+        return Outcome(job=ref.job, status="ended", details=details).as_dict()
     outcome = decide_and_act(
         signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key, read=read, hold_until=now + COALESCE_SECONDS
     )
@@ -93,6 +111,9 @@ def decide_and_act(
         return Outcome(job=facts.name, status="off")
     key = job_key(facts.platform, facts.name)
     read = read if read is not None else rt.store.load(key)
+    if abandoned(read, signals.now):
+        logger.warning("deciding again after an unfinished decision", extra={"job": facts.name, **read.unfinished})
+        read = read.before_unfinished()
     decision = engine.decide(signals, effective, read.state, signals.now)
     written, close = _next_stored(read, decision)
     audit = {
@@ -111,8 +132,17 @@ def decide_and_act(
         "tag_errors": effective.tag_errors,
     }
     try:
+        acting = decision.action in POSTED_ACTIONS
         audit_sk = rt.store.commit(
-            key, read, written, audit, signals.now, event_key=event_key, close_incident=close, hold_until=hold_until
+            key,
+            read,
+            written,
+            audit,
+            signals.now,
+            event_key=event_key,
+            close_incident=close,
+            acting=acting,
+            hold_until=hold_until,
         )
     except ConcurrentDecisionError as exc:
         logger.info("decision not committed: duplicate event or concurrent decision", extra={"error": str(exc)})
@@ -133,7 +163,14 @@ def _next_stored(read: StoredState, decision: Decision) -> tuple[StoredState, st
     if decision.diagnosis in engine.NOT_PROBLEMS:
         return StoredState(state, read.version, None), read.incident
     incident = read.incident or f"incident#{decision.at:017.3f}"
-    return StoredState(state, read.version, incident), None
+    return StoredState(state, read.version, incident, stop_post=read.stop_post), None
+
+
+def abandoned(stored: StoredState, now: float) -> bool:
+    """A decision committed to act whose Lambda ended (timed out) before it recorded what it did."""
+    if stored.unfinished is None or stored.updated_at is None:
+        return False
+    return now - stored.updated_at > ABANDONED_AFTER_SECONDS
 
 
 def _act(
@@ -145,47 +182,74 @@ def _act(
     audit_sk: str,
     outcome: Outcome,
 ) -> None:
-    """Stop first, then Slack; record both results. Never raises: the decision is committed (and its event claimed)
-    already, so a raise would turn Lambda's retry into a duplicate and lose the action. A stop that fails or raises
-    is released for the sweeper to retry; a message that rendered but was not delivered is kept for the sweeper to
-    post again.
+    """Stop first, then Slack; record both results and finish the decision in one write. Never raises: the
+    decision is committed (and its event claimed) already, so a raise would turn Lambda's retry into a duplicate
+    and lose the action. A stop that fails or raises is released for the sweeper to retry; a message that rendered
+    but was not delivered is kept for the sweeper to post again.
 
     The engine repeats no action (`JobState.alerted`, `warned_at`, `stopped_at`), so each one happens once."""
     if decision.action not in POSTED_ACTIONS:
         return
     job = signals.facts.name
     result: dict[str, Any] = {}
-    stop_result = _stop(rt, signals, written, key) if decision.action is Action.STOP else None
+    stop_result = _stop(rt, signals) if decision.action is Action.STOP else None
+    stop_post = written.stop_post
     if stop_result is not None:
         outcome.stopped = stop_result.ok
         result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
     message: dict[str, Any] | None = None
     try:
         evidence = Evidence.of(decision, signals, written.state.stall_since)
-        message = AlertMessage(decision, signals.facts, evidence, stop_result, written.incident).render()
-        post = rt.notifier.post(message)
+        attempts = (stop_post or {}).get("failures", 0) + 1
+        message = AlertMessage(
+            decision, signals.facts, evidence, stop_result, written.incident, rt.deployment_id, attempts
+        ).render()
+        post, stop_post = _deliver(rt, message, stop_result, stop_post)
     except Exception as exc:  # a bug in rendering or posting: recorded like a failed post, never raised
         step = "post" if message is not None else "render"
         logger.exception("Slack message failed to render or post", extra={"job": job, "step": step})
         post = PostResult(ok=False, detail=f"{step}: {type(exc).__name__}: {exc}")
     outcome.posted = post.ok
     result["slack"] = {"ok": post.ok, "detail": post.detail}
+    if post.ts:  # follow-ups (resumed, gave up) go in this message's thread
+        result["slack"]["ts"] = post.ts
     outcome.details.update(result)
-    if not post.ok:
+    unsent = message if not post.ok and message is not None else None
+    if unsent is not None:
         metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+        logger.error("Slack post failed; the sweeper will post it again", extra={"job": job, "detail": post.detail})
+        result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
+    released = stop_result is not None and not stop_result.ok
     try:
-        if post.ok or message is None:  # delivered, or nothing rendered that could be posted again
-            rt.store.record_outcome(key, audit_sk, result)
-        else:
-            logger.error("Slack post failed; the sweeper will post it again", extra={"job": job, "detail": post.detail})
-            result["slack_attempts"] = [{"at": signals.now, "ok": False, "detail": post.detail}]
-            rt.store.record_unsent_post(key, audit_sk, result, message, signals.now)
-    except Exception:  # the actions happened; only their record in the audit trail is missing
+        finished = StoredState(written.state, written.version, written.incident, stop_post=stop_post)
+        rt.store.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
+    except Exception:  # the actions happened; the sweeper completes the unfinished decision
         logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
 
 
-def _stop(rt: Runtime, signals: JobSignals, written: StoredState, key: str) -> actions.StopResult:
-    """`actions.stop`, with any failure (returned or raised) counted, logged, and released for the sweeper to retry."""
+def _deliver(
+    rt: Runtime, message: dict[str, Any], stop: actions.StopResult | None, stop_post: dict[str, Any] | None
+) -> tuple[PostResult, dict[str, Any] | None]:
+    """Post the message; for a stop after failed ones, update the failure message (bot token) or post once more
+    when the stop went through (webhook), and stay silent while it keeps failing. Returns the post and the failed
+    stop's message to remember (None once the stop went through)."""
+    if stop is None or stop_post is None:
+        post = rt.notifier.post(message)
+        if stop is None or stop.ok:
+            return post, stop_post if stop is None else None
+        return post, {"channel": post.channel, "ts": post.ts, "failures": 1}
+    failures = stop_post["failures"] + (0 if stop.ok else 1)
+    if stop_post.get("ts") and rt.notifier.can_update():
+        post = rt.notifier.update(message, stop_post["channel"], stop_post["ts"])
+    elif stop.ok:
+        post = rt.notifier.post(message)
+    else:
+        post = PostResult(ok=True, detail=f"not posted: failed stop {failures} of this incident, reported already")
+    return post, None if stop.ok else {**stop_post, "failures": failures}
+
+
+def _stop(rt: Runtime, signals: JobSignals) -> actions.StopResult:
+    """`actions.stop`, with any failure (returned or raised) counted and logged; `_act` releases it."""
     job = signals.facts.name
     try:
         stopped = actions.stop(rt.clients, signals.facts)
@@ -195,12 +259,6 @@ def _stop(rt: Runtime, signals: JobSignals, written: StoredState, key: str) -> a
     metrics.add_metric(
         name=contract.JOBS_STOPPED if stopped.ok else contract.STOP_FAILURES, unit=MetricUnit.Count, value=1
     )
-    if stopped.ok:
-        return stopped
-    logger.error("stop failed; the sweeper will retry", extra={"job": job, "detail": stopped.detail})
-    try:
-        # `written` carries the version read; the commit wrote the next one
-        rt.store.release_stop(key, written.state, version=written.version + 1)
-    except Exception:  # the stop stays recorded as done: an operator must stop the job
-        logger.exception("could not release the failed stop: the sweeper will not retry it", extra={"job": job})
+    if not stopped.ok:
+        logger.error("stop failed; the sweeper will retry", extra={"job": job, "detail": stopped.detail})
     return stopped

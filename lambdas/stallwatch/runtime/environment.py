@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
+from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
@@ -63,6 +64,11 @@ class Runtime:
             notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
             alarm_action_arn=env.alarm_action_arn,
         )
+
+    @functools.cached_property
+    def deployment_id(self) -> str:
+        """This deployment's id, carried by the Slack buttons and checked when they are pressed."""
+        return deployment_id(self.clients.session.region_name or "", self.store.table)
 
     def source(self, platform: Platform) -> AwsSignalSource:
         return AwsSignalSource(self.clients, platform, self.config.policy)

@@ -1,17 +1,27 @@
 """Operators in the loop: the buttons on a Slack warning, verified, authorized, applied and audited.
 
-    reply = endpoint().handle(body, headers)                  # the Function URL handler answers a press
+    reply = endpoint().handle(body, headers, method)          # the Function URL answers Slack at once
+    reply = endpoint().complete(DeferredPress(...))           # ... and this deployment's own async invocation acts
 
-A press walks: Slack signature (5-minute window) -> payload -> allow-list -> one DynamoDB transaction
-(JobState at the version read + audit record with the Slack user + a claim on the request, so a replay
-changes nothing) -> stop (Stop now) -> the message updated in place (bot token: chat.update; webhook:
-response_url). Users off the allow-list get an ephemeral "not allowed" and nothing else happens.
+Slack wants its answer within 3 s, cold start included, so the request is only checked before the answer: POST,
+the Slack signature (5-minute window; every header value of any bytes or size is refused with a 401, never an
+exception), the payload, and a claim on the signature (a replay gets a 409). The work is handed to an asynchronous
+invocation of this same function (`lambda:InvokeFunction` on itself), which verifies the signature again and
+walks: allow-list -> the button's deployment -> a job this deployment watches (running, or known in its table) ->
+one DynamoDB transaction (JobState at the version read + audit record with the Slack user + a claim on this button
+of this alert, so a second press of it changes nothing) -> stop (Stop now) -> the message updated in place (bot
+token: chat.update; webhook: response_url). Users off the allow-list, foreign buttons and jobs not watched get an
+ephemeral answer and nothing else happens.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
+import json
+import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,25 +33,37 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
-from slack_sdk.signature import Clock, SignatureVerifier
 from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.slack import slack_retries
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
-from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
+from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.provision import monitored_instance
 
-SIGNATURE_WINDOW_SECONDS = 5 * 60  # slack_sdk's SignatureVerifier window; checked first to name the failure
+SIGNATURE_WINDOW_SECONDS = 5 * 60  # Slack's replay window
+REQUEST_CLAIM_SECONDS = 2 * SIGNATURE_WINDOW_SECONDS  # a request's claim outlives the window it can be replayed in
+TIMESTAMP = re.compile(r"[0-9]{1,12}")  # epoch seconds; a longer value is refused before int() ever sees it
+SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # ASCII only: hmac.compare_digest raises on anything else
+TIMESTAMP_HEADER = "x-slack-request-timestamp"
+SIGNATURE_HEADER = "x-slack-signature"
+ACCEPTED_METHOD = "POST"
+DEFERRED_EVENT_KEY = "stallwatch_deferred_press"  # the async self-invocation's event: {key: DeferredPress}
+DEFERRED_BODY_MAX = 240 * 1024  # Lambda's asynchronous payload limit is 256 KB
+FUNCTION_NAME_ENV = "AWS_LAMBDA_FUNCTION_NAME"  # set by Lambda
 NOT_STALLED_FACTOR = 2.0
 GROUP_CACHE_SECONDS = 300
-SLACK_TIMEOUT_SECONDS = 3  # Slack waits 3 s for the acknowledgement
+SLACK_TIMEOUT_SECONDS = 3
+SLACK_MAX_RETRY_AFTER_SECONDS = 2
 AUDIT_TRIGGER = "slack"
 NOT_ALLOWED_TEXT = "You are not allowed to act on Stallwatch alerts. Ask an admin to add you to the allow-list."
 
@@ -60,8 +82,16 @@ class ExpiredRequestError(RejectedRequestError):
     status = 401
 
 
+class MethodNotAllowedError(RejectedRequestError):
+    status = 405
+
+
 class ReplayedRequestError(RejectedRequestError):
     status = 409
+
+
+class PayloadTooLargeError(RejectedRequestError):
+    status = 413
 
 
 class MalformedPayloadError(RejectedRequestError):
@@ -131,33 +161,40 @@ def parse_payload(body: str) -> BlockActionsPayload:
 # ---- verification -----------------------------------------------------------------------------------------------
 
 
-class _RuntimeClock(Clock):
-    """slack_sdk's clock, driven by the runtime's (tests pin it)."""
-
-    def __init__(self, now: Callable[[], float]) -> None:
-        self._now = now
-
-    def now(self) -> float:
-        return self._now()
-
-
-def verify_signature(signing_secret: str, body: str, headers: Mapping[str, str], now: Callable[[], float]) -> str:
-    """Check the Slack signature over the 5-minute window; returns the signature (the request's identity)."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    timestamp, signature = lowered.get("x-slack-request-timestamp"), lowered.get("x-slack-signature")
-    if not timestamp or not signature:
-        raise InvalidSignatureError("headers x-slack-request-timestamp and x-slack-signature are required")
-    if not timestamp.isdigit():
-        raise InvalidSignatureError(f"x-slack-request-timestamp is not an integer: {timestamp[:20]!r}")
+def verify_signature(
+    signing_secret: str, body: bytes | str, headers: Mapping[str, Any], now: Callable[[], float]
+) -> str:
+    """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window; returns the
+    signature (the request's identity). Any header of any type, bytes or size is an `InvalidSignatureError`."""
+    body = _bytes(body)
+    lowered = {str(k).lower(): v for k, v in headers.items()}
+    timestamp, signature = lowered.get(TIMESTAMP_HEADER), lowered.get(SIGNATURE_HEADER)
+    if not isinstance(timestamp, str) or not isinstance(signature, str):
+        raise InvalidSignatureError(f"headers {TIMESTAMP_HEADER} and {SIGNATURE_HEADER} are required")
+    if not TIMESTAMP.fullmatch(timestamp):
+        raise InvalidSignatureError(f"{TIMESTAMP_HEADER} is not epoch seconds: {timestamp[:20]!r}")
+    if not SIGNATURE.fullmatch(signature):
+        raise InvalidSignatureError(f"{SIGNATURE_HEADER} is not a v0 signature: {signature[:20]!r}")
     age = now() - int(timestamp)
     if abs(age) > SIGNATURE_WINDOW_SECONDS:
-        raise ExpiredRequestError(
-            f"x-slack-request-timestamp is {age:.0f} s from now (window {SIGNATURE_WINDOW_SECONDS} s)"
-        )
-    verifier = SignatureVerifier(signing_secret, clock=_RuntimeClock(now))
-    if not verifier.is_valid(body=body, timestamp=timestamp, signature=signature):
-        raise InvalidSignatureError("x-slack-signature does not match the body")
+        raise ExpiredRequestError(f"{TIMESTAMP_HEADER} is {age:.0f} s from now (window {SIGNATURE_WINDOW_SECONDS} s)")
+    digest = hmac.new(signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256)
+    if not hmac.compare_digest(f"v0={digest.hexdigest()}", signature):
+        raise InvalidSignatureError(f"{SIGNATURE_HEADER} does not match the body")
     return signature
+
+
+class DeferredPress(BaseModel):
+    """The signed request, handed to this function's asynchronous invocation after Slack got its answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    body: str = Field(max_length=DEFERRED_BODY_MAX)
+    timestamp: str = Field(max_length=12)
+    signature: str = Field(max_length=67)
+
+    def headers(self) -> dict[str, str]:
+        return {TIMESTAMP_HEADER: self.timestamp, SIGNATURE_HEADER: self.signature}
 
 
 # ---- the interactions -------------------------------------------------------------------------------------------
@@ -178,27 +215,61 @@ class Interactions:
     rt: Runtime
     slack_api_url: str = WebClient.BASE_URL
     monotonic: Callable[[], float] = time.monotonic
+    defer: Callable[[DeferredPress], None] | None = None  # default: this function's async self-invocation
     _groups: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
 
-    def handle(self, body: str, headers: Mapping[str, str]) -> Reply:
-        """Verify, authorize and apply one request; every rejection changes nothing."""
+    def handle(self, body: bytes | str, headers: Mapping[str, Any], method: str = ACCEPTED_METHOD) -> Reply:
+        """Slack's answer: check the request (every rejection changes nothing), claim it, hand the work on."""
+        body = _bytes(body)
+        try:
+            if method != ACCEPTED_METHOD:
+                raise MethodNotAllowedError(f"method {method[:10]!r} not allowed: Slack sends POST")
+            signature = verify_signature(self._signing_secret(), body, headers, self.rt.clock)
+            if len(body) > DEFERRED_BODY_MAX:
+                raise PayloadTooLargeError(f"body of {len(body)} bytes (at most {DEFERRED_BODY_MAX})")
+            text = _text(body)
+            parse_payload(text)
+            if not self.rt.store.claim_event(_request_key(signature), self.rt.clock(), REQUEST_CLAIM_SECONDS):
+                raise ReplayedRequestError("this request was already handled")
+        except RejectedRequestError as exc:
+            return _rejected(exc)
+        lowered = {str(k).lower(): v for k, v in headers.items()}
+        press = DeferredPress(body=text, timestamp=lowered[TIMESTAMP_HEADER], signature=signature)
+        try:
+            (self.defer or self._invoke_self)(press)
+        except Exception:  # the press must not be lost: act now, even if Slack's 3 s are at risk
+            logger.exception("could not hand the press to an async invocation; applying it now")
+            return self.complete(press)
+        return Reply(200, {"status": "accepted"})
+
+    def complete(self, press: DeferredPress) -> Reply:
+        """The deferred work: the signature checked again (the event alone is never trusted), then authorize,
+        check the job and apply."""
         try:
             secret = self.rt.notifier.credentials()
-            signing_secret = secret.get("signing_secret")
-            if not signing_secret:
-                raise SigningSecretMissingError(f"Slack secret {self.rt.notifier.secret_arn}: no 'signing_secret'")
-            signature = verify_signature(signing_secret, body, headers, self.rt.clock)
-            payload = parse_payload(body)
+            verify_signature(self._signing_secret(), press.body.encode(), press.headers(), self.rt.clock)
+            payload = parse_payload(press.body)
             if not self._allowed(payload.user.id, secret):
                 logger.warning("operator not on the allow-list", extra={"user": payload.user.id})
                 metrics.add_metric(name=contract.OPERATOR_ACTIONS_DENIED, unit=MetricUnit.Count, value=1)
                 self._tell(payload, NOT_ALLOWED_TEXT)
                 return Reply(200, {"status": "not_allowed", "user": payload.user.id})
-            return self._apply(payload, signature, secret)
+            return self._apply(payload, press.signature, secret)
         except RejectedRequestError as exc:
-            logger.warning("Slack request rejected", extra={"reason": type(exc).__name__, "error": str(exc)})
-            metrics.add_metric(name=contract.SLACK_REQUESTS_REJECTED, unit=MetricUnit.Count, value=1)
-            return Reply(exc.status, {"status": "rejected", "error": str(exc)})
+            return _rejected(exc)
+
+    def _signing_secret(self) -> str:
+        signing_secret = self.rt.notifier.credentials().get("signing_secret")
+        if not signing_secret:
+            raise SigningSecretMissingError(f"Slack secret {self.rt.notifier.secret_arn}: no 'signing_secret'")
+        return signing_secret
+
+    def _invoke_self(self, press: DeferredPress) -> None:
+        self.rt.clients.lambda_.invoke(
+            FunctionName=os.environ[FUNCTION_NAME_ENV],
+            InvocationType="Event",
+            Payload=json.dumps({DEFERRED_EVENT_KEY: press.model_dump()}).encode(),
+        )
 
     # -- authorization --
 
@@ -226,12 +297,37 @@ class Interactions:
         self._groups[group] = (self.monotonic(), users)
         return users
 
+    def _unwatched(self, target: ButtonValue) -> str | None:
+        """Why this deployment may not act on the button's job, or None: the button must be this deployment's,
+        and its job running here (this account and region, monitored, not mode off) or known in the table."""
+        if not hmac.compare_digest(target.deployment, self.rt.deployment_id):
+            return "this alert was posted by another Stallwatch deployment"
+        if self.rt.store.load(job_key(target.platform, target.job)).version:
+            return None
+        try:
+            facts = self.rt.source(target.platform).facts(target.job)
+        except JobNotFoundError:
+            return f"`{target.job}` is not a job in this account and region"
+        policy = self.rt.config.policy
+        if target.platform is Platform.SAGEMAKER:
+            monitored = policy.monitor_sagemaker
+        else:
+            monitored = policy.monitor_ec2 and monitored_instance(facts.tags)
+        if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
+            return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
+        return None
+
     # -- applying --
 
     def _apply(self, payload: BlockActionsPayload, signature: str, secret: Mapping[str, str]) -> Reply:
         press, user, now = payload.press, payload.user.id, self.rt.clock()
         target = press.value
         key = job_key(target.platform, target.job)
+        refusal = self._unwatched(target)
+        if refusal:
+            logger.warning("button for a job not watched here", extra={"job": target.job, "reason": refusal})
+            self._tell(payload, f"Nothing was done: {refusal}.")
+            return Reply(200, {"status": "not_watched", "job": target.job, "reason": refusal})
         facts = None
         if press.action_id is OperatorAction.STOP_NOW:
             try:
@@ -243,7 +339,6 @@ class Interactions:
                 tag = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE}"
                 self._tell(payload, f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it")
                 return Reply(200, {"status": "not_permitted", "job": target.job})
-        event_key = f"slack#{hashlib.sha256(signature.encode()).hexdigest()[:32]}"
         audit = {
             "at": now,
             "job": target.job,
@@ -256,10 +351,11 @@ class Interactions:
         }
         try:
             state, audit_sk = self.rt.store.change_state(
-                key, lambda s: _changed(s, press.action_id, now), audit, now, event_key
+                key, lambda s: _changed(s, press.action_id, now), audit, now, _press_key(payload, key, signature)
             )
-        except AlreadyHandledError as exc:
-            raise ReplayedRequestError(str(exc)) from exc
+        except AlreadyHandledError:
+            self._tell(payload, "This button was already pressed on this alert: nothing more was done.")
+            return Reply(200, {"status": "already_applied", "job": target.job, "action": press.action_id.value})
         line = _outcome_line(press.action_id, state, user, now)
         result: dict[str, Any] = {
             "state": {"snoozed_until": state.snoozed_until, "threshold_factor": state.threshold_factor}
@@ -301,9 +397,8 @@ class Interactions:
     def _respond(self, response_url: str, message: dict[str, Any]) -> dict[str, Any]:
         """POST to the interaction's response_url; failures are logged and returned, never raised."""
         try:
-            response = WebhookClient(response_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=_retries()).send_dict(
-                message
-            )
+            webhook = WebhookClient(response_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=_retries())
+            response = webhook.send_dict(message)
         except (SlackClientError, OSError) as exc:  # applied and audited already; only the message is lost
             logger.error("response_url post failed", extra={"error": _slack_error(exc)})
             return {"ok": False, "detail": f"response_url: {_slack_error(exc)}"}
@@ -319,6 +414,36 @@ class Interactions:
         )
 
 
+def _bytes(body: bytes | str) -> bytes:
+    """The body as signed; text of any code points (lone surrogates too) becomes bytes the signature then refuses."""
+    return body if isinstance(body, bytes) else body.encode(errors="surrogatepass")
+
+
+def _text(body: bytes) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError as exc:
+        raise MalformedPayloadError("the body is not UTF-8") from exc
+
+
+def _rejected(exc: RejectedRequestError) -> Reply:
+    logger.warning("Slack request rejected", extra={"reason": type(exc).__name__, "error": str(exc)})
+    metrics.add_metric(name=contract.SLACK_REQUESTS_REJECTED, unit=MetricUnit.Count, value=1)
+    return Reply(exc.status, {"status": "rejected", "error": str(exc)})
+
+
+def _request_key(signature: str) -> str:
+    """One request, by its signature: Slack signs each delivery afresh."""
+    return f"slack#{hashlib.sha256(signature.encode()).hexdigest()[:32]}"
+
+
+def _press_key(payload: BlockActionsPayload, key: str, signature: str) -> str:
+    """One button of one alert: the same press again (a second click, another client) claims the same key."""
+    alert = payload.container.message_ts or payload.press.value.incident or signature
+    identity = f"{key}|{payload.press.action_id.value}|{payload.container.channel_id}|{alert}"
+    return f"slack#press#{hashlib.sha256(identity.encode()).hexdigest()[:32]}"
+
+
 def _slack_error(exc: Exception) -> str:
     """Slack's error code for an API error, else the exception."""
     if isinstance(exc, SlackApiError):
@@ -327,13 +452,13 @@ def _slack_error(exc: Exception) -> str:
 
 
 def _retries() -> list[Any]:
-    return [ConnectionErrorRetryHandler(max_retry_count=1), RateLimitErrorRetryHandler(max_retry_count=1)]
+    return slack_retries(SLACK_MAX_RETRY_AFTER_SECONDS)
 
 
 def _changed(state: JobState, action: OperatorAction, now: float) -> JobState:
     """The job's state after the operator's answer."""
     if action in SNOOZE_SECONDS:
-        return state.with_(snoozed_until=now + SNOOZE_SECONDS[action])
+        return state.snoozed(now + SNOOZE_SECONDS[action])
     if action is OperatorAction.NOT_STALLED:
         # The current stall, its warning and alerts are void; a stall at the doubled thresholds starts afresh.
         factor = state.threshold_factor * NOT_STALLED_FACTOR

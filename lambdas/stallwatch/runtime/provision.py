@@ -1,4 +1,7 @@
-"""A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends."""
+"""A job's alarms: put when it starts (rendered from the policy after its tags), deleted when it ends.
+
+Alarms are put only for a job the platform says is running now: a late or retried start event of a job that has
+ended deletes its alarms instead of bringing them back."""
 
 from __future__ import annotations
 
@@ -11,12 +14,16 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
+from stallwatch.runtime.resume import resume_after_stop
+from stallwatch.runtime.summary import post_run_summary
 
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
 # PutMetricAlarm calls one invocation makes, at its default quota of 3 a second: on_job_state's timeout is 60 s.
@@ -25,7 +32,9 @@ MONITOR_TAG_VALUE = "true"
 
 
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
-    """A job started or ended: create or delete its alarms; an ended job's incident is closed."""
+    """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
+    stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
+    its goodput when it opted in (`summary.post_run_summary`)."""
     if isinstance(event, TrainingJobStateChange):
         if not rt.config.policy.monitor_sagemaker:
             return {"status": "ignored", "reason": "monitor_sagemaker is false"}
@@ -34,7 +43,12 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         if detail.training_job_status == "InProgress":
             return provision_alarms(rt, platform, name)
         if detail.training_job_status in ENDED_SAGEMAKER:
-            return retire_job(rt, platform, name, detail.training_job_status)
+            retired = retire_job(rt, platform, name, detail.training_job_status)
+            if detail.training_job_status == STOPPED_SAGEMAKER:
+                retired["resume"] = resume_after_stop(rt, platform, name)
+            if retired.get("resume", {}).get("status") != "resumed":  # the run ends here
+                retired["summary"] = post_run_summary(rt, name, detail.tags)
+            return retired
         return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
     if not rt.config.policy.monitor_ec2:
         return {"status": "ignored", "reason": "monitor_ec2 is false"}
@@ -42,7 +56,10 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     if state == "running":
         return provision_alarms(rt, Platform.EC2, instance)
     if state in ENDED_EC2:
-        return retire_job(rt, Platform.EC2, instance, state)
+        retired = retire_job(rt, Platform.EC2, instance, state)
+        if state == STOPPED_EC2:
+            retired["resume"] = resume_after_stop(rt, Platform.EC2, instance)
+        return retired
     return {"status": "ignored", "job": instance, "reason": f"state {state}"}
 
 
@@ -58,6 +75,9 @@ def provision_alarms(
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
         return {"status": "not_found", "job": name, "reason": str(exc)}
+    if facts.status != RUNNING_STATUS:
+        deleted = delete_job_alarms(rt, platform, name)
+        return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
     if platform is Platform.EC2 and not monitored_instance(facts.tags):
         return {"status": "ignored", "job": name, "reason": f"not tagged {EC2_MONITOR_TAG}={MONITOR_TAG_VALUE}"}
     effective = rt.config.policy.for_job(facts.tags)
@@ -68,7 +88,7 @@ def provision_alarms(
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
     key = job_key(platform, name)
     if not definitions:
-        deleted = _delete_alarms(rt, platform, name)
+        deleted = delete_job_alarms(rt, platform, name)
         rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": deleted}
     todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
@@ -88,7 +108,7 @@ def provision_alarms(
 
 def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
     """The job ended: delete its alarms and close its open incident."""
-    deleted = _delete_alarms(rt, platform, name)
+    deleted = delete_job_alarms(rt, platform, name)
     closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
@@ -111,7 +131,8 @@ def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
     return [a["AlarmName"] for a in describe_alarms(rt, prefix)]
 
 
-def _delete_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
+    """Delete every alarm under the job's name prefix; how many there were."""
     names = _alarm_names(rt, alarms.job_alarm_prefix(rt.config.alarm_prefix, platform, name))
     for offset in range(0, len(names), DELETE_ALARMS_LIMIT):
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])

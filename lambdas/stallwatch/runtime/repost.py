@@ -1,4 +1,5 @@
-"""Slack messages that failed to post, posted again by the sweeper until delivered or given up."""
+"""A post's record in the audit trail, and the Slack messages that failed to post, posted again by the sweeper until
+delivered or given up."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.slack import PostResult
 from stallwatch.aws.store import PendingPost
 from stallwatch.core import contract
 from stallwatch.runtime.environment import Runtime
@@ -16,8 +18,45 @@ RESENDS_PER_SWEEP = 10  # oldest first; bounds a sweep's time while Slack hangs 
 POST_CLAIM_SECONDS = 300  # the sweeper's Lambda timeout: a claim on a resend outlives the run that holds it
 
 
+def record_post(
+    rt: Runtime,
+    key: str,
+    audit_sk: str,
+    result: dict[str, Any],
+    message: dict[str, Any] | None,
+    post: PostResult,
+    now: float,
+) -> None:
+    """Add a post's result (`slack`) to `result` and record it as the audit record's outcome; a message that was
+    not delivered is kept for the sweeper to post again. Never raises: what was done is done, only its record
+    would be missing."""
+    result["slack"] = {"ok": post.ok, "detail": post.detail}
+    if post.ts:  # follow-ups (resumed, gave up) go in this message's thread
+        result["slack"]["ts"] = post.ts
+    if not post.ok:
+        metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
+    try:
+        if post.ok or message is None:  # delivered, or nothing rendered that could be posted again
+            rt.store.record_outcome(key, audit_sk, result)
+        else:
+            logger.error("Slack post failed; the sweeper will post it again", extra={"job": key, "detail": post.detail})
+            result["slack_attempts"] = [{"at": now, "ok": False, "detail": post.detail}]
+            rt.store.record_unsent_post(key, audit_sk, result, message, now)
+    except Exception:  # the actions happened; only their record in the audit trail is missing
+        logger.exception("could not record the outcome", extra={"job": key, "audit": audit_sk, "outcome": result})
+
+
+def post_safely(rt: Runtime, message: dict[str, Any]) -> PostResult:
+    """`notifier.post`, with anything it raises returned as a failed post."""
+    try:
+        return rt.notifier.post(message)
+    except Exception as exc:  # a bug in posting: recorded like a failed post, never raised
+        logger.exception("Slack post raised")
+        return PostResult(ok=False, detail=f"post: {type(exc).__name__}: {exc}")
+
+
 def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
-    """Post again the Slack messages that failed (kept by `_act`), oldest first, as they were rendered.
+    """Post again the Slack messages that failed (kept by `decide`), oldest first, as they were rendered.
 
     Each attempt is claimed first on the message's pending item (`Store.claim_post`), so a duplicated sweeper run
     never posts a message twice; each is added to the audit outcome (`slack`, `slack_attempts`). A delivered
@@ -33,6 +72,8 @@ def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
     post = rt.notifier.post(pending.message)
     given_up = not post.ok and attempts >= MAX_SLACK_ATTEMPTS
     slack: dict[str, Any] = {"ok": post.ok, "detail": post.detail, "attempts": attempts}
+    if post.ts:  # follow-ups go in this message's thread
+        slack["ts"] = post.ts
     if given_up:
         slack["given_up"] = True
     history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]

@@ -1,5 +1,7 @@
 """The scheduled safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops,
-alarms in ALARM that no decision followed, and Slack messages not delivered yet."""
+rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
+followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
+are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -16,14 +18,16 @@ from stallwatch.aws.log_reads import LogQueryError, newest_events
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, engine
+from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.reading import LOOKBACK_SECONDS
 from stallwatch.core.signals import Platform
-from stallwatch.runtime.decide import decide_and_act
+from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import alarms_in_alarm, monitored_instance, provision_alarms
+from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, monitored_instance, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
+from stallwatch.runtime.resume import report_progress
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
@@ -46,14 +50,24 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     started, now = time.monotonic(), rt.clock()
     running = _running_jobs(rt)
     keys = {(p, name): job_key(p, name) for p, name in running}
+    # Every alarm, for issue 11's clean-up of jobs no longer running (and the alarms in ALARM that no decision
+    # followed): 100 a page. Missing alarms come from the markers, not from this listing.
+    existing = describe_alarms(rt, rt.config.alarm_prefix)
+    alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
+    with_alarms = {
+        (r.platform, r.job) for r in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix)
+    }
+    retired = sum(_retire_if_ended(rt, p, name) for p, name in with_alarms - set(running))
     newest = _newest_log_lines(rt, now) if _sagemaker(running) else {}
     published = _publish_log_idle(rt, {name for p, name in running if p is Platform.SAGEMAKER}, newest, now)
     states = rt.store.load_many(list(keys.values()))
-    alarmed_at = _alarmed_at(alarms_in_alarm(rt), rt.config.alarm_prefix)
+    checkup_s = rt.config.checkup_minutes * 60
     due = [
         job
         for job in running
-        if _needs_decision(states[keys[job]], now) or _missed_alarm(states[keys[job]], alarmed_at.get(job))
+        if _needs_decision(states[keys[job]], now, checkup_s)
+        or abandoned(states[keys[job]], now)
+        or _missed_alarm(states[keys[job]], alarmed_at.get(job))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
     freshness: dict[str, dict[str, float]] = defaultdict(dict)
@@ -62,6 +76,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     outcomes = _concurrently(
         lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
     )
+    progressed = report_progress(rt, now)
     markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
     done = {job: markers[keys[job]].put for job in running if keys[job] in markers}
@@ -75,9 +90,11 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
         "left_to_provision": len(missing)
         - sum(1 for p in provisioned if p["status"] != "error" and not p.get("alarms_left")),
+        "orphan_alarms_deleted": retired,
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
+        "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
     return summary
@@ -149,6 +166,21 @@ def _provision_isolated(rt: Runtime, platform: Platform, name: str, budget: int,
         logger.exception("could not provision alarms", extra={"job": name, "platform": platform.value})
         metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
         return {"status": "error", "job": name, "reason": str(exc)}
+
+
+def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
+    """Alarms of a job not listed as running: deleted by the job's prefix if the platform confirms it is not running
+    (or gone); their number. A job that started after the listing keeps its alarms."""
+    try:
+        if rt.source(platform).facts(name).status == RUNNING_STATUS:
+            return 0
+    except JobNotFoundError:
+        pass
+    except Exception:
+        logger.exception("could not check a job with alarms", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return 0
+    return delete_job_alarms(rt, platform, name)
 
 
 def _running_jobs(rt: Runtime) -> list[tuple[Platform, str]]:
@@ -225,8 +257,6 @@ def _missed_alarm(stored: StoredState, alarmed_at: float | None) -> bool:
     return alarmed_at is not None and (stored.updated_at is None or stored.updated_at < alarmed_at)
 
 
-def _needs_decision(stored: StoredState, now: float) -> bool:
-    """An open incident, a warning waiting to become a stop, or a snooze that has run out."""
-    state = stored.state
-    snooze_expired = state.snoozed_until is not None and state.snoozed_until <= now
-    return stored.incident is not None or state.warned_at is not None or snooze_expired
+def _needs_decision(stored: StoredState, now: float, checkup_s: float) -> bool:
+    """The engine's watchdog rule over the stored state (`engine.sweeper_due`)."""
+    return engine.sweeper_due(stored.state, stored.incident is not None, stored.updated_at, now, checkup_s)

@@ -1,0 +1,244 @@
+"""Goodput of a run: how much of the wall time and the GPU time paid for did useful work, and where the rest went.
+
+A run is a chain of jobs (the first one and its resumes). Its wall time, from the first job's creation to the last
+one's end, is split into categories that add up to it:
+
+- productive: windows with steps, except the steps a restart trained again (goodput);
+- redone: steps trained again after a restart, from the checkpoint back up to the step the run had reached;
+- startup: from a job's creation to its first step or phase (instances, image, data download), or to its Training
+  status for a job without the agent;
+- phases: declared phases (checkpoint, eval) within their budget;
+- stalls: from a stall's onset (the last step) to Stallwatch's stop;
+- restart gaps: from Stallwatch's stop to the next attempt's creation (the stopping job's shutdown included);
+- other: the rest (windows without a step outside a stall, the last job's shutdown and upload).
+
+GPU-hours and dollars are counted while a job holds its instances (nothing between jobs).
+
+    goodput = measure_goodput("llama-8b", [JobSpan(...), JobSpan(...)])
+    goodput.ratio, goodput.totals[Category.STALLS].gpu_hours
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from stallwatch.core.pricing import estimate_burn, instance_spec
+
+SUMMARY_TAG = "stallwatch:summary"  # "true": post the run's goodput to Slack when it ends (policy: run_summary)
+
+
+class Category(StrEnum):
+    PRODUCTIVE = "productive"
+    REDONE = "redone"
+    STARTUP = "startup"
+    PHASES = "phases"
+    STALLS = "stalls"
+    RESTART_GAPS = "restart_gaps"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Window:
+    """One agent window (or metric period) of a job: `steps` completed in [start, end), `step` reached at its end."""
+
+    start: float
+    end: float
+    steps: float
+    step: float | None = None
+    in_phase: bool = False  # a declared phase within its budget (PhaseBudgetRemaining > 0)
+    tflops_per_gpu: float | None = None
+    mfu: float | None = None
+
+
+@dataclass(frozen=True)
+class JobSpan:
+    """One job of the run: while it held its instances, its windows, and Stallwatch's stop if there was one."""
+
+    name: str
+    instance_type: str
+    hosts: int
+    created: float
+    ended: float  # its end, or now while it runs
+    windows: tuple[Window, ...] = ()
+    stall: tuple[float, float] | None = None  # (onset, Stallwatch's stop)
+    training_started: float | None = None  # SageMaker's "Training" status: ends the startup of a job without windows
+
+
+@dataclass(frozen=True)
+class Total:
+    seconds: float = 0.0
+    gpu_hours: float = 0.0
+    dollars: float | None = None
+
+    def plus(self, seconds: float, gpu_hours: float, dollars: float | None) -> Total:
+        both = None if self.dollars is None and dollars is None else (self.dollars or 0.0) + (dollars or 0.0)
+        return Total(self.seconds + seconds, self.gpu_hours + gpu_hours, both)
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """A run's split of wall time, GPU-hours and dollars by `Category`, and its efficiency while stepping."""
+
+    run: str
+    jobs: tuple[str, ...]
+    wall_s: float
+    totals: dict[Category, Total] = field(default_factory=dict)
+    mean_tflops_per_gpu: float | None = None  # time-weighted over windows with steps
+    mean_mfu: float | None = None  # percent
+    stalls_caught: int = 0
+    final_step: float | None = None
+    redone_steps: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        """Goodput: productive step time over wall time."""
+        return self.totals[Category.PRODUCTIVE].seconds / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def restarts(self) -> int:
+        return len(self.jobs) - 1
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(t.gpu_hours for t in self.totals.values())
+
+    @property
+    def dollars(self) -> float | None:
+        known = [t.dollars for t in self.totals.values() if t.dollars is not None]
+        return sum(known) if known else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "jobs": list(self.jobs),
+            "wall_s": self.wall_s,
+            "goodput": self.ratio,
+            "gpu_hours": self.gpu_hours,
+            "dollars": self.dollars,
+            "categories": {c.value: vars(t) for c, t in self.totals.items()},
+            "mean_tflops_per_gpu": self.mean_tflops_per_gpu,
+            "mean_mfu": self.mean_mfu,
+            "stalls_caught": self.stalls_caught,
+            "restarts": self.restarts,
+            "final_step": self.final_step,
+            "redone_steps": self.redone_steps,
+        }
+
+
+def summary_wanted(tags: dict[str, str], default: bool) -> bool:
+    """Whether the run's end posts its goodput to Slack: the `stallwatch:summary` tag, else the policy."""
+    raw = tags.get(SUMMARY_TAG)
+    return default if raw is None else raw.strip().lower() in ("true", "yes", "on", "1")
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: float
+    end: float
+    category: Category
+
+
+def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
+    """Split the run's wall time by `Category`; `jobs` in any order (they are taken by creation time)."""
+    if not jobs:
+        raise ValueError(f"run {run!r} has no jobs")
+    ordered = sorted(jobs, key=lambda j: j.created)
+    priced = all(instance_spec(j.instance_type).usd_per_hour for j in ordered)
+    totals = {c: Total(dollars=0.0 if priced else None) for c in Category}
+    best: float | None = None  # the highest step reached by the jobs before this one
+    redone_steps = 0.0
+    for index, job in enumerate(ordered):
+        restarts_after = index + 1 < len(ordered)
+        spans, redone = _job_spans(job, best, restarts_after)
+        redone_steps += redone
+        for span in spans:
+            burn = estimate_burn(job.instance_type, job.hosts, span.end - span.start)
+            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, burn.dollars)
+        if restarts_after:
+            gap = max(ordered[index + 1].created - job.ended, 0.0)
+            totals[Category.RESTART_GAPS] = totals[Category.RESTART_GAPS].plus(gap, 0.0, None)
+        steps = [w.step for w in job.windows if w.step is not None]
+        best = max([*steps, *([best] if best is not None else [])], default=None)
+    stepping = [w for job in ordered for w in job.windows if w.steps > 0]
+    return Goodput(
+        run=run,
+        jobs=tuple(j.name for j in ordered),
+        wall_s=max(ordered[-1].ended - ordered[0].created, 0.0),
+        totals=totals,
+        mean_tflops_per_gpu=_weighted([(w.end - w.start, w.tflops_per_gpu) for w in stepping]),
+        mean_mfu=_weighted([(w.end - w.start, w.mfu) for w in stepping]),
+        stalls_caught=sum(1 for j in ordered if j.stall is not None),
+        final_step=best,
+        redone_steps=redone_steps,
+    )
+
+
+def _job_spans(job: JobSpan, best: float | None, restarts_after: bool) -> tuple[list[_Span], float]:
+    """The job's time, [created, ended), as categorized spans; and how many steps it trained again."""
+    active: list[_Span] = []
+    redone_steps = 0.0
+    cursor = job.created
+    for window in sorted(job.windows, key=lambda w: w.start):
+        start, end = max(window.start, cursor, job.created), min(window.end, job.ended)
+        if end <= start:
+            continue
+        if window.steps > 0:
+            redone = _redone(window, best)
+            redone_steps += redone
+            split = start + (end - start) * redone / window.steps
+            active += [_Span(start, split, Category.REDONE), _Span(split, end, Category.PRODUCTIVE)]
+        elif window.in_phase:
+            active.append(_Span(start, end, Category.PHASES))
+        else:
+            continue
+        cursor = end
+    first_activity = min((s.start for s in active), default=job.training_started or job.ended)
+    spans: list[_Span] = []
+    edge = job.created
+    for span in [*active, _Span(job.ended, job.ended, Category.OTHER)]:
+        spans += _idle_spans(job, edge, span.start, first_activity, restarts_after)
+        spans.append(span)
+        edge = span.end
+    return [s for s in spans if s.end > s.start], redone_steps
+
+
+def _redone(window: Window, best: float | None) -> float:
+    """Steps of `window` at or below `best`: trained again from the checkpoint after a restart."""
+    if best is None or window.step is None:
+        return 0.0
+    first = window.step - window.steps  # the step the window started from
+    return min(max(best - first, 0.0), window.steps)
+
+
+def _idle_spans(job: JobSpan, start: float, end: float, first_activity: float, restarts_after: bool) -> list[_Span]:
+    """[start, end) without steps or phases, cut where its category changes: startup, stall, after the stop."""
+    cuts = {start, end}
+    if job.stall is not None:
+        cuts |= {t for t in job.stall if start < t < end}
+    if start < first_activity < end:
+        cuts.add(first_activity)
+    points = sorted(cuts)
+    return [
+        _Span(a, b, _idle_category(job, (a + b) / 2, first_activity, restarts_after))
+        for a, b in itertools.pairwise(points)
+    ]
+
+
+def _idle_category(job: JobSpan, t: float, first_activity: float, restarts_after: bool) -> Category:
+    if job.stall is not None:
+        onset, stop = job.stall
+        if onset <= t < stop:
+            return Category.STALLS
+        if t >= stop:
+            return Category.RESTART_GAPS if restarts_after else Category.OTHER
+    return Category.STARTUP if t < first_activity else Category.OTHER
+
+
+def _weighted(values: list[tuple[float, float | None]]) -> float | None:
+    known = [(weight, value) for weight, value in values if value is not None and weight > 0]
+    total = sum(weight for weight, _ in known)
+    return sum(weight * value for weight, value in known) / total if total else None

@@ -1,0 +1,106 @@
+"""``stallwatch report JOB``: the goodput of the run JOB belongs to, as a table or JSON.
+
+    stallwatch report llama-8b-r1                     # the whole run: llama-8b, llama-8b-r1, ...
+    stallwatch report llama-8b --json --period 60
+
+Jobs and times come from SageMaker, the agent's windows from CloudWatch (read at ``--period`` seconds, so a
+category is exact to one period), Stallwatch's stops from the deployment's table (see `ops.Deployment`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from stallwatch.core.goodput import Category, Goodput
+from stallwatch.core.reading import METRIC_PERIOD_SECONDS
+from stallwatch.offline import ops
+
+LABELS = {
+    Category.PRODUCTIVE: "productive steps (goodput)",
+    Category.REDONE: "steps redone after a restart",
+    Category.STARTUP: "startup and download",
+    Category.PHASES: "declared phases (checkpoint, eval)",
+    Category.STALLS: "stalls (onset to stop)",
+    Category.RESTART_GAPS: "restart gaps",
+    Category.OTHER: "other",
+}
+PERIODS = (1, 5, 10, 30, 60, 300)  # CloudWatch's periods for high-resolution and standard metrics
+
+
+def hms(seconds: float | None) -> str:
+    """Seconds as h:mm:ss ("-" for None)."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
+
+
+def _money(dollars: float | None) -> str:
+    return "n/a" if dollars is None else f"${dollars:,.2f}"
+
+
+def goodput_table(goodput: Goodput) -> Table:
+    """The run's split of time, GPU-hours and dollars, one row per category, and its figures in the caption."""
+    jobs = ", ".join(goodput.jobs)
+    table = Table(title=f"Goodput of run {goodput.run} ({jobs})", title_justify="left", header_style="bold")
+    for column in ("category", "wall time", "share", "GPU-hours", "cost"):
+        table.add_column(column, justify="left" if column == "category" else "right")
+    for category, total in goodput.totals.items():
+        share = total.seconds / goodput.wall_s if goodput.wall_s else 0.0
+        style = "green" if category is Category.PRODUCTIVE else ""
+        table.add_row(
+            LABELS[category],
+            hms(total.seconds),
+            f"{share:.1%}",
+            f"{total.gpu_hours:,.2f}",
+            _money(total.dollars),
+            style=style,
+        )
+    table.add_section()
+    table.add_row("total", hms(goodput.wall_s), "100.0%", f"{goodput.gpu_hours:,.2f}", _money(goodput.dollars))
+    tflops = "n/a" if goodput.mean_tflops_per_gpu is None else f"{goodput.mean_tflops_per_gpu:.4g}"
+    mfu = "n/a" if goodput.mean_mfu is None else f"{goodput.mean_mfu:.1f}%"
+    step = "n/a" if goodput.final_step is None else f"{goodput.final_step:,.0f}"
+    table.caption = (
+        f"goodput {goodput.ratio:.1%} · mean {tflops} TFLOPs/GPU · MFU {mfu} · stalls caught {goodput.stalls_caught}"
+        f" · restarts {goodput.restarts} · step {step} ({goodput.redone_steps:,.0f} redone)"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+@ops.reported
+def run_report(args: argparse.Namespace) -> int:
+    # imported here: the replay commands need no AWS SDK
+    from stallwatch.aws.goodput import run_spans
+    from stallwatch.core.goodput import measure_goodput
+
+    deployment = ops.Deployment.from_args(args)
+    run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period)
+    goodput = measure_goodput(run, spans)
+    if args.json:
+        print(json.dumps(goodput.as_json(), indent=2))
+    else:
+        Console().print(goodput_table(goodput))
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``report`` to the ``stallwatch`` CLI."""
+    parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes)")
+    parser.add_argument("job", metavar="JOB", help="a SageMaker training job of the run (the first or a resume)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--period",
+        type=int,
+        choices=PERIODS,
+        default=METRIC_PERIOD_SECONDS,
+        help=f"seconds per metric period read (default {METRIC_PERIOD_SECONDS})",
+    )
+    ops.deployment_flags(parser)
+    parser.set_defaults(handler=run_report)

@@ -1,0 +1,163 @@
+"""After Stallwatch's stop: resume the run from its checkpoint, and tell Slack when it has made up the lost ground.
+
+    resume_after_stop(rt, Platform.SAGEMAKER, "llama-pretrain")   # on_job_state, once the job is Stopped
+    report_progress(rt, now)                                       # the sweeper: resumed jobs past their best step
+
+Only a run that opted in (`stallwatch:resume=<max restarts>`) and was stopped by Stallwatch itself for a hang or a
+crashed rank is resumed (`core.resume` decides). What follows one stop is claimed in the store with its audit record,
+so a duplicated Stopped event resumes once; the Slack follow-up goes in the stop message's thread (bot mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from stallwatch.aws import resume as relaunch
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.slack import follow_up
+from stallwatch.aws.source import JobNotFoundError
+from stallwatch.aws.store import ProgressWatch, job_key
+from stallwatch.core import contract
+from stallwatch.core import resume as planning
+from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
+from stallwatch.core.signals import Platform, Series
+from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.repost import post_safely, record_post
+
+PROGRESS_WATCHES_PER_SWEEP = 20
+AUDIT_TRIGGER = "job-state"
+RUNNING = "InProgress"
+
+
+def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """The job is Stopped: start its next attempt if the run opted in and Stallwatch stopped it for a stall a restart
+    fixes; alert when it opted in and cannot be resumed. Claimed once per stop."""
+    key = job_key(platform, name)
+    stops = rt.store.stops(key)
+    stop = stops[-1] if stops else None
+    if stop is None:  # the common case (a job's own end, a human's stop) costs one query, no platform call
+        return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
+    now = rt.clock()
+    if platform is Platform.SAGEMAKER:
+        described, tags = relaunch.describe_training_job(rt.clients, name)
+        verdict = planning.plan_resume(described, tags, stop, rt.config.policy.resume_max_restarts)
+    else:
+        verdict = _plan_instances(rt, key, name, stop)
+    if isinstance(verdict, NoResume) and not verdict.alert:
+        return {"status": "not_resumed", "job": name, "reason": verdict.reason}
+    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
+    if isinstance(verdict, NoResume):
+        audit |= {"action": "no_resume", "reasons": [verdict.reason]}
+    else:
+        audit |= {"action": "resume", "resumed_as": verdict.name, "attempt": verdict.attempt}
+    audit_sk = rt.store.claim_resume(key, stop.at, audit, now)
+    if audit_sk is None:
+        logger.info("resume already claimed: a duplicated event", extra={"job": name})
+        return {"status": "duplicate", "job": name}
+    if isinstance(verdict, NoResume):
+        return _tell(rt, key, audit_sk, planning.not_resumed_text(name, verdict), stop, {"status": "gave_up"}, now)
+    return _resume(rt, platform, name, key, audit_sk, verdict, stop, now)
+
+
+def _resume(
+    rt: Runtime,
+    platform: Platform,
+    name: str,
+    key: str,
+    audit_sk: str,
+    plan: ResumePlan,
+    stop: StopRecord,
+    now: float,
+) -> dict[str, Any]:
+    if platform is Platform.SAGEMAKER:
+        started = relaunch.create_training_job(rt.clients, plan.request)
+        resumed_key = job_key(platform, plan.name)
+    else:
+        started = relaunch.start_instances(rt.clients, rt.source(platform).facts(name).instance_ids)
+        resumed_key = key
+    metrics.add_metric(
+        name=contract.JOBS_RESUMED if started.ok else contract.RESUME_FAILURES, unit=MetricUnit.Count, value=1
+    )
+    result: dict[str, Any] = {
+        "status": "resumed" if started.ok else "resume_failed",
+        "job": name,
+        "resumed_as": plan.name,
+        "attempt": plan.attempt,
+        "resume": {"ok": started.ok, "detail": started.detail},
+    }
+    if not started.ok:
+        logger.error("resume failed", extra={"job": name, "detail": started.detail})
+        return _tell(rt, key, audit_sk, planning.resume_failed_text(name, plan.name, started.detail), stop, result, now)
+    if plan.best_step is not None:
+        rt.store.watch_progress(ProgressWatch(resumed_key, plan.best_step, now, stop.slack_ts), now)
+    return _tell(rt, key, audit_sk, planning.resumed_text(name, plan), stop, result, now)
+
+
+def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
+    """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
+    tags = rt.source(Platform.EC2).facts(name).tags
+    earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
+    verdict = planning.next_attempt(
+        tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
+    )
+    if isinstance(verdict, NoResume):
+        return verdict
+    if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it
+        return NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
+    attempt, allowed = verdict
+    best = max([*earlier, *([stop.step] if stop and stop.step is not None else [])], default=None)
+    return ResumePlan(name=name, attempt=attempt, max_restarts=allowed, request={}, best_step=best)
+
+
+def _tell(
+    rt: Runtime,
+    key: str,
+    audit_sk: str,
+    text: str,
+    stop: StopRecord,
+    result: dict[str, Any],
+    now: float,
+) -> dict[str, Any]:
+    """Post `text` in the stop message's thread and record the outcome; never raises."""
+    message = follow_up(text, stop.slack_ts)
+    post = post_safely(rt, message)
+    outcome = {k: v for k, v in result.items() if k in ("resume", "resumed_as", "attempt")}
+    record_post(rt, key, audit_sk, outcome, message, post, now)
+    return result | {"posted": post.ok}
+
+
+def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
+    """Resumed jobs that passed the step their run had reached: Slack hears how long after the restart (once).
+    A watched job that ended first is dropped (its own stop says why)."""
+    reports = []
+    for watch in rt.store.progress_watches(PROGRESS_WATCHES_PER_SWEEP):
+        _, platform, name = watch.job_key.split("#", 2)
+        try:
+            signals = rt.source(Platform(platform)).job_signals(name, now)
+        except JobNotFoundError:
+            rt.store.end_watch(watch, None, now)
+            reports.append({"job": name, "status": "not_found"})
+            continue
+        except Exception:  # one job's read failing must not end the sweep; the next sweep looks again
+            logger.exception("could not read a resumed job's progress", extra={"job": name})
+            metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+            continue
+        steps = signals.agent.get("Step", Series()).points
+        passed = [(t, step) for t, step in steps if step > watch.best_step]
+        if not passed:
+            if signals.facts.status != RUNNING:
+                rt.store.end_watch(watch, None, now)
+                reports.append({"job": name, "status": "ended"})
+            continue
+        t, step = passed[0]
+        audit = {"at": now, "job": name, "trigger": "sweeper", "action": "progress", "step": step, "reached_at": t}
+        audit_sk = rt.store.end_watch(watch, audit, now)
+        if audit_sk is None:
+            continue  # another sweep reported it
+        message = follow_up(planning.progress_text(name, step, t - watch.restarted_at), watch.thread_ts)
+        post = post_safely(rt, message)
+        record_post(rt, watch.job_key, audit_sk, {"step": step}, message, post, now)
+        reports.append({"job": name, "status": "progressed", "step": step, "posted": post.ok})
+    return reports

@@ -1,0 +1,39 @@
+"""The end-of-run Slack summary: when a run's last job ends, its goodput (opt-in: `stallwatch:summary=true`, or the
+policy's `run_summary`). Claimed once per job, so a duplicated end event posts once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stallwatch.aws.goodput import run_spans
+from stallwatch.aws.observability import logger
+from stallwatch.aws.slack import goodput_message
+from stallwatch.aws.store import job_key
+from stallwatch.core.goodput import measure_goodput, summary_wanted
+from stallwatch.core.signals import Platform
+from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.repost import post_safely, record_post
+
+SUMMARY_SK = "summary"
+
+
+def post_run_summary(rt: Runtime, name: str, tags: dict[str, str]) -> dict[str, Any]:
+    """The SageMaker job `name` ended and no attempt follows it: post its run's goodput, if the run opted in."""
+    if not summary_wanted(tags, rt.config.policy.run_summary):
+        return {"status": "off"}
+    now = rt.clock()
+    key = job_key(Platform.SAGEMAKER, name)
+    audit = {"at": now, "job": name, "platform": Platform.SAGEMAKER.value, "trigger": "job-state", "action": "summary"}
+    audit_sk = rt.store.claim(key, SUMMARY_SK, audit, now)
+    if audit_sk is None:
+        return {"status": "duplicate"}
+    try:
+        goodput = measure_goodput(*run_spans(rt.clients, rt.store, name, now))
+        message = goodput_message(goodput)
+    except Exception as exc:  # the run ended either way; a summary that cannot be measured is recorded, not raised
+        logger.exception("run summary failed", extra={"job": name})
+        rt.store.record_outcome(key, audit_sk, {"summary": {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}})
+        return {"status": "failed", "detail": str(exc)}
+    post = post_safely(rt, message)
+    record_post(rt, key, audit_sk, {"goodput": goodput.ratio}, message, post, now)
+    return {"status": "posted" if post.ok else "post_failed", "goodput": goodput.ratio}

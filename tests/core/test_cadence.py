@@ -1,0 +1,236 @@
+"""Decision quality: the log cadence learned across decisions, lone signals that never nag, the evidence ladder's
+rechecks, the straggler, and the sweeper's rule for deciding without an alarm."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from stallwatch.core import measures
+from stallwatch.core.decision import Action, Diagnosis, JobState
+from stallwatch.core.engine import decide, next_state, sweeper_due
+from stallwatch.core.policy import Mode, Policy
+from stallwatch.core.signals import HostSignals, JobSignals, Series
+from tests.core.signals_builder import SignalsBuilder
+
+MIN = 60.0
+HOUR = 3_600.0
+SWEEP = 5 * MIN
+ENFORCE = Policy(mode=Mode.ENFORCE).for_job({"stallwatch:mode": "enforce"})
+
+
+def rare_logger(every: float = 20 * MIN, end: float = 5 * HOUR) -> SignalsBuilder:
+    """No agent: GPUs busy throughout, one log line every `every` seconds."""
+    return SignalsBuilder(hosts=1).gpu(0, end, 97.0).logs(0, end, every)
+
+
+def with_sawtooth(signals: JobSignals, every: float = SWEEP) -> JobSignals:
+    """The signals plus the sweeper's LogIdleSeconds, published every `every` seconds from each host's log lines."""
+    hosts = {}
+    for name, host in signals.hosts.items():
+        times = sorted(line.t for line in host.log_tail)
+        points = []
+        t = every
+        while t <= signals.now:
+            seen = [x for x in times if x <= t]
+            if seen:
+                points.append((t, t - seen[-1]))
+            t += every
+        hosts[name] = dataclasses.replace(host, log_idle=Series(tuple(points)))
+    return dataclasses.replace(signals, hosts=hosts)
+
+
+def tail_of_one_burst(signals: JobSignals) -> JobSignals:
+    """What the AWS source reads: the log lines of the last 10 minutes before the quietest host's last event."""
+    hosts = {
+        name: dataclasses.replace(
+            host, log_tail=tuple(line for line in host.log_tail if line.t >= host.log_last_t - 600)
+        )
+        for name, host in signals.hosts.items()
+    }
+    return dataclasses.replace(signals, hosts=hosts)
+
+
+# --- the learned log cadence -------------------------------------------------------------------------------------
+
+
+def test_the_sawtooths_resets_are_the_log_gaps() -> None:
+    # Given LogIdleSeconds sampled every 5 min from a host logging every 20 min (lines at 0, 20, 40 min)
+    host = HostSignals("algo-1", log_idle=Series(tuple((t * MIN, (t % 20) * MIN) for t in range(5, 56, 5))))
+    # Then the longest gap it saw end is 20 minutes; the silence still going on (since 40 min) is not a gap yet
+    assert measures.sawtooth_gap([host]) == pytest.approx(20 * MIN)
+
+
+def test_the_job_is_silent_only_when_every_host_is() -> None:
+    # Given two hosts: one silent for 30 min at a time, the other logging every 5 min (its idle never passes 5 min)
+    quiet = HostSignals("algo-1", log_idle=Series(tuple((t * MIN, (t % 30) * MIN) for t in range(5, 91, 5))))
+    chatty = HostSignals("algo-2", log_idle=Series(tuple((t * MIN, 0.0) for t in range(5, 91, 5))))
+    # Then the job's gaps are the chatty host's
+    assert measures.sawtooth_gap([quiet, chatty]) == pytest.approx(5 * MIN)
+
+
+def test_a_rare_logger_is_not_a_hang_once_its_gaps_are_learned() -> None:
+    # Given a job without the agent, busy GPUs, one line every 20 min; 16 min into a gap, 3 hours in
+    now = 3 * HOUR + 16 * MIN
+    full = rare_logger().build(now)
+    signals = tail_of_one_burst(full)
+
+    # When only the last 10 minutes of lines are known, one burst: the 15-minute floor decides (an alert)
+    alone = decide(signals, ENFORCE, JobState(), now)
+    assert (alone.diagnosis, alone.action) == (Diagnosis.HANG, Action.ALERT)
+
+    # When the sweeper's 3-hour sawtooth holds the earlier gaps: 1.5 x 20 min is normal silence for this job
+    learned = decide(tail_of_one_burst(with_sawtooth(full)), ENFORCE, JobState(), now)
+    assert (learned.diagnosis, learned.action) == (Diagnosis.HEALTHY, Action.NONE)
+    assert learned.evidence["logs"]["learned_gap_s"] == pytest.approx(20 * MIN)
+    assert learned.evidence["logs"]["threshold_s"] == pytest.approx(30 * MIN)
+    # And the state keeps the learned gap, so it outlives the lookback
+    assert next_state(JobState(), learned).log_gap_s == pytest.approx(20 * MIN)
+
+
+def test_the_remembered_gap_raises_the_threshold_and_only_ever_grows() -> None:
+    # Given the state remembers a 20-minute gap and the metrics no longer hold it
+    now = 3 * HOUR + 16 * MIN
+    state = JobState(log_gap_s=20 * MIN)
+    decision = decide(tail_of_one_burst(rare_logger().build(now)), ENFORCE, state, now)
+    assert decision.diagnosis is Diagnosis.HEALTHY
+    # And a decision that learned a shorter gap does not shrink it
+    shorter = dataclasses.replace(decision, cadence=dataclasses.replace(decision.cadence, log_gap_s=5 * MIN))
+    assert next_state(state, shorter).log_gap_s == pytest.approx(20 * MIN)
+
+
+def test_a_warned_silence_that_recovers_teaches_the_threshold() -> None:
+    # Given a job that logs every minute, then once is silent for 25 min on idle GPUs and comes back
+    builder = SignalsBuilder(hosts=1).gpu(0, HOUR, 97.0).logs(0, HOUR, MIN)
+    builder.gpu(HOUR, HOUR + 25 * MIN, 0.5).gpu(HOUR + 25 * MIN, 5 * HOUR, 97.0).logs(HOUR + 25 * MIN, 5 * HOUR, MIN)
+    state, decisions = JobState(), []
+    for now in (HOUR + 12 * MIN, HOUR + 30 * MIN):
+        decision = decide(with_sawtooth(builder.build(now)), ENFORCE, state, now)
+        state = next_state(state, decision)
+        decisions.append(decision)
+
+    # Then the silence is warned, the recovery clears the incident and remembers the 25-minute gap
+    assert [(d.diagnosis, d.action) for d in decisions] == [
+        (Diagnosis.IDLE, Action.WARN),
+        (Diagnosis.HEALTHY, Action.NONE),
+    ]
+    assert state.warned_at is None
+    assert state.log_gap_s == pytest.approx(25 * MIN, abs=SWEEP)
+
+
+# --- lone signals and the evidence ladder ------------------------------------------------------------------------
+
+
+def test_busy_gpus_with_silent_logs_are_alerted_and_stopped_only_after_four_thresholds() -> None:
+    # Given a job without the agent whose logs stop at 1 h while its GPUs stay busy (an evaluation, or a hang)
+    builder = SignalsBuilder(hosts=2).gpu(0, 5 * HOUR, 97.0).logs(0, HOUR, MIN)
+    state, decisions = JobState(), []
+    for minutes in (16, 40, 61, 67):
+        now = HOUR + minutes * MIN
+        decision = decide(builder.build(now), ENFORCE, state, now)
+        state = next_state(state, decision)
+        decisions.append(decision)
+
+    # Then one alert (not a warning) while a long evaluation is as likely; the warning and stop after 4 x 15 min
+    assert [d.action for d in decisions] == [Action.ALERT, Action.NONE, Action.WARN, Action.STOP]
+    assert "may be a long evaluation" in decisions[0].reasons[-1]
+    assert not decisions[0].stoppable
+
+
+def test_a_lone_silence_asks_to_be_decided_again_at_its_full_threshold() -> None:
+    # Given busy GPUs and logs silent 11 minutes (the log-idle alarm fires at 2/3 of 15)
+    builder = SignalsBuilder(hosts=1).gpu(0, 3 * HOUR, 97.0).logs(0, HOUR, MIN)
+    decision = decide(builder.build(HOUR + 11 * MIN), ENFORCE, JobState(), HOUR + 11 * MIN)
+    # Then nothing yet, and a recheck when the silence reaches 15 minutes
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HEALTHY, Action.NONE)
+    assert decision.recheck_at == pytest.approx(HOUR + 15 * MIN)
+
+
+def test_an_agreement_fraction_of_one_turns_the_ladder_off() -> None:
+    # Given steps stopped and power fell on every host, 11 minutes ago
+    builder = SignalsBuilder(hosts=2).progress(0, HOUR).no_progress(HOUR, 3 * HOUR).gpu(0, 3 * HOUR, 99.0)
+    builder.power(0, HOUR, 350.0).power(HOUR, 3 * HOUR, 110.0)
+    now = HOUR + 11 * MIN
+    ladder_off = Policy(mode=Mode.ENFORCE, thresholds={"agreement_fraction": 1.0}).for_job(
+        {"stallwatch:mode": "enforce"}
+    )
+    # Then the default ladder decides, and without it the full 15 minutes are waited for
+    assert decide(builder.build(now), ENFORCE, JobState(), now).diagnosis is Diagnosis.HANG
+    assert decide(builder.build(now), ladder_off, JobState(), now).diagnosis is Diagnosis.HEALTHY
+
+
+# --- the straggler -----------------------------------------------------------------------------------------------
+
+
+def straggling(factor: float, minutes: float, metric: str = "StepTime", base: float = 2.0) -> SignalsBuilder:
+    """8 hosts stepping every 2 s; algo-6's own metric is `factor` x (StepTime) or / (power) the others' lately."""
+    builder = SignalsBuilder(hosts=8).progress(0, 2 * HOUR, step_time=base).gpu(0, 2 * HOUR, 97.0)
+    onset = 2 * HOUR - minutes * MIN
+    builder.host_metric(metric, 0, 2 * HOUR, base, hosts=[h for h in builder.host_names if h != "algo-6"])
+    lag = base * factor if metric == "StepTime" else base / factor
+    builder.host_metric(metric, 0, onset, base, hosts=["algo-6"]).host_metric(metric, onset, 2 * HOUR, lag, ["algo-6"])
+    return builder
+
+
+@pytest.mark.parametrize("metric", ["StepTime", "GPUPowerWatts"])
+def test_a_host_far_from_the_others_for_15_minutes_is_a_straggler_alerted_never_stopped(metric: str) -> None:
+    decision = decide(straggling(1.8, 20, metric).build(2 * HOUR), ENFORCE, JobState(), 2 * HOUR)
+    assert (decision.diagnosis, decision.action, decision.stoppable) == (Diagnosis.STRAGGLER, Action.ALERT, False)
+    lagging = decision.evidence["straggler"]
+    assert (lagging["host"], lagging["metric"], lagging["ratio"]) == ("algo-6", metric, pytest.approx(1.8))
+    assert len(lagging["values"]) == 8
+    assert "straggler algo-6" in decision.reasons[0]
+    assert "algo-1 2 " in decision.reasons[0]  # the spread names every host
+
+
+@pytest.mark.parametrize(("factor", "minutes"), [(1.4, 30), (1.8, 10)])
+def test_a_small_or_short_lag_is_no_straggler(factor: float, minutes: float) -> None:
+    decision = decide(straggling(factor, minutes).build(2 * HOUR), ENFORCE, JobState(), 2 * HOUR)
+    assert decision.diagnosis is Diagnosis.HEALTHY
+
+
+# --- the sweeper's rule ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "incident", "last", "due"),
+    [
+        (JobState(), False, 1_000.0, False),  # decided 100 s ago, nothing pending
+        (JobState(), True, 1_000.0, True),  # an open incident
+        (JobState(warned_at=900.0), False, 1_000.0, True),  # a warning waiting to become a stop
+        (JobState(snoozed_until=1_050.0), False, 1_000.0, True),  # a snooze ran out
+        (JobState(recheck_at=1_100.0), False, 1_000.0, True),  # a recheck the engine asked for
+        (JobState(recheck_at=1_200.0), False, 1_000.0, False),  # ... not yet
+        (JobState(), False, 1_100.0 - 1_800.0, True),  # a check-up: 30 min since the last decision
+        (JobState(), False, None, False),  # never decided: its alarms' first decision comes first
+    ],
+)
+def test_the_sweeper_decides_without_an_alarm_when(
+    state: JobState, incident: bool, last: float | None, due: bool
+) -> None:
+    assert sweeper_due(state, incident, last, now=1_100.0, checkup_s=1_800.0) is due
+
+
+def test_check_ups_can_be_turned_off() -> None:
+    assert not sweeper_due(JobState(), False, 0.0, now=10 * HOUR, checkup_s=0)
+
+
+def test_a_warned_stall_without_steps_that_recovers_is_not_warned_again() -> None:
+    # Given steps stop for 14 min twice (an undeclared evaluation, GPU power down), at 1 h and at 2 h
+    builder = SignalsBuilder(hosts=2).gpu(0, 4 * HOUR, 97.0).progress(0, HOUR).power(0, HOUR, 350.0)
+    for start, end in ((HOUR, 2 * HOUR), (2 * HOUR, 4 * HOUR)):  # in time order: the builder counts the steps
+        builder.no_progress(start, start + 14 * MIN).power(start, start + 14 * MIN, 110.0)
+        builder.progress(start + 14 * MIN, end).power(start + 14 * MIN, end, 350.0)
+    state, decisions = JobState(), []
+    for now in (HOUR + 11 * MIN, HOUR + 20 * MIN, 2 * HOUR + 11 * MIN, 2 * HOUR + 13 * MIN):
+        decision = decide(builder.build(now), ENFORCE, state, now)
+        state = next_state(state, decision)
+        decisions.append(decision)
+
+    # Then the first is warned (two signals agree after 10 min) and recovers; the state keeps the stall it came back
+    # from, and the second, as long, is normal for this job
+    assert [d.action for d in decisions] == [Action.WARN, Action.NONE, Action.NONE, Action.NONE]
+    assert decisions[1].diagnosis is Diagnosis.HEALTHY
+    assert state.step_gap_s == pytest.approx(20 * MIN)  # at most: from the last step to the recovery decision
+    assert decisions[2].evidence["agent"]["stall_threshold_s"] == pytest.approx(1.5 * 20 * MIN)

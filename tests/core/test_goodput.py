@@ -1,0 +1,116 @@
+"""Goodput against a run whose split of time is known by construction: a hang, a stop, a restart, redone steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.core.goodput import Category, JobSpan, Window, measure_goodput
+from stallwatch.core.pricing import instance_spec
+
+TYPE = "ml.p4d.24xlarge"  # 8 GPUs, priced
+PERIOD = 60.0
+
+
+def stepping(start: float, count: int, first_step: float, steps: float = 10.0, tflops: float = 100.0) -> list[Window]:
+    """`count` one-minute windows from `start`, `steps` steps each, from `first_step` on."""
+    return [
+        Window(
+            start + k * PERIOD,
+            start + (k + 1) * PERIOD,
+            steps,
+            first_step + steps * (k + 1),
+            tflops_per_gpu=tflops,
+            mfu=tflops / 3.12,
+        )
+        for k in range(count)
+    ]
+
+
+def quiet(start: float, count: int, step: float, in_phase: bool = False) -> list[Window]:
+    return [Window(start + k * PERIOD, start + (k + 1) * PERIOD, 0.0, step, in_phase=in_phase) for k in range(count)]
+
+
+def known_run() -> list[JobSpan]:
+    """Job 1: 600 s startup, 1800 s of steps (0 -> 300), a 120 s checkpoint, 360 s of steps (-> 360), a hang from
+    2880 to Stallwatch's stop at 3600, 400 s stopping. A 300 s gap. Job 2 (from the checkpoint at step 300):
+    600 s startup, 660 s of steps (300 -> 410: 60 redone, 50 new), then 440 s without a step."""
+    first = JobSpan(
+        name="llama",
+        instance_type=TYPE,
+        hosts=1,
+        created=0.0,
+        ended=4000.0,
+        windows=(
+            *stepping(600, 30, 0),
+            *quiet(2400, 2, 300, in_phase=True),
+            *stepping(2520, 6, 300),
+            *quiet(2880, 12, 360),
+        ),
+        stall=(2880.0, 3600.0),
+    )
+    second = JobSpan(
+        name="llama-r1",
+        instance_type=TYPE,
+        hosts=1,
+        created=4300.0,
+        ended=6000.0,
+        windows=(*stepping(4900, 11, 300, tflops=120.0), *quiet(5560, 7, 410)),
+    )
+    return [second, first]  # any order
+
+
+def test_the_split_of_a_known_run() -> None:
+    goodput = measure_goodput("llama", known_run())
+
+    seconds = {c: t.seconds for c, t in goodput.totals.items()}
+    assert seconds == pytest.approx(
+        {
+            Category.PRODUCTIVE: 1800 + 360 + 300,
+            Category.REDONE: 360,
+            Category.STARTUP: 1200,
+            Category.PHASES: 120,
+            Category.STALLS: 720,
+            Category.RESTART_GAPS: 400 + 300,
+            Category.OTHER: 440,
+        }
+    )
+    assert sum(seconds.values()) == pytest.approx(goodput.wall_s)
+    assert goodput.wall_s == 6000
+    assert goodput.ratio == pytest.approx(2460 / 6000)
+    assert (goodput.jobs, goodput.restarts, goodput.stalls_caught) == (("llama", "llama-r1"), 1, 1)
+    assert (goodput.redone_steps, goodput.final_step) == (60, 410)
+
+
+def test_gpu_hours_and_dollars_count_only_while_instances_are_held() -> None:
+    goodput = measure_goodput("llama", known_run())
+    spec = instance_spec(TYPE)
+
+    # the 300 s between the jobs is wall time, but nobody pays for it
+    assert goodput.gpu_hours == pytest.approx(5700 * spec.devices / 3600)
+    assert goodput.dollars == pytest.approx(5700 * spec.usd_per_hour / 3600)
+    stalls = goodput.totals[Category.STALLS]
+    assert stalls.gpu_hours == pytest.approx(720 * spec.devices / 3600)
+    assert stalls.dollars == pytest.approx(720 * spec.usd_per_hour / 3600)
+    gaps = goodput.totals[Category.RESTART_GAPS]
+    assert gaps.gpu_hours == pytest.approx(400 * spec.devices / 3600)
+
+
+def test_throughput_is_averaged_over_the_time_with_steps() -> None:
+    goodput = measure_goodput("llama", known_run())
+    assert goodput.mean_tflops_per_gpu == pytest.approx((36 * 100 + 11 * 120) / 47)
+    assert goodput.mean_mfu == pytest.approx((36 * 100 + 11 * 120) / 47 / 3.12)
+
+
+def test_a_run_without_the_agent_is_startup_then_other_and_unknown_types_cost_nothing() -> None:
+    job = JobSpan("plain", "ml.unknown.2xlarge", hosts=2, created=0, ended=100, training_started=30)
+    goodput = measure_goodput("plain", [job])
+    assert goodput.totals[Category.STARTUP].seconds == 30
+    assert goodput.totals[Category.OTHER].seconds == 70
+    assert goodput.ratio == 0
+    assert goodput.dollars is None
+    assert goodput.mean_tflops_per_gpu is None
+
+
+def test_a_run_without_jobs_is_an_error() -> None:
+    with pytest.raises(ValueError, match="no jobs"):
+        measure_goodput("none", [])
