@@ -702,10 +702,12 @@ def generate(out: Path, select: Callable[[Scenario], bool] = lambda _: True) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=TRACES_DIR, help="directory for the corpus traces")
-    parser.add_argument("--benchmark", type=Path, help="write only the 6-hour, 8-host benchmark trace to this file")
+    parser.add_argument("--benchmark", type=Path, help="write only the benchmark trace (a healthy job) to this file")
+    parser.add_argument("--hours", type=float, default=6.0, help="the benchmark trace's length (default 6)")
+    parser.add_argument("--hosts", type=int, default=8, help="the benchmark trace's hosts (default 8)")
     args = parser.parse_args(argv)
     if args.benchmark:
-        write_scenario(benchmark_scenario(), args.benchmark)
+        write_scenario(benchmark_scenario(hours=args.hours, hosts=args.hosts), args.benchmark)
         print(args.benchmark)
         return 0
     for path in generate(args.out):

@@ -55,6 +55,7 @@ class WatchdogPermissions:
         ]
         if self.policy.monitor_sagemaker:
             statements.append(self._in_this_region("ListTrainingJobs", ["sagemaker:ListTrainingJobs"]))
+            statements += self._query_logs()
         statements.append(self._publish_metrics())
         return statements
 
@@ -99,20 +100,37 @@ class WatchdogPermissions:
 
     def _read_logs(self) -> list[iam.PolicyStatement]:
         statements = []
-        read = ["logs:DescribeLogStreams", "logs:GetLogEvents", "logs:FilterLogEvents"]
         if self.policy.monitor_sagemaker:
-            log_group = self.stack.format_arn(
-                service="logs",
-                resource="log-group",
-                resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
-                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ReadTrainingJobLogs", actions=["logs:FilterLogEvents"], resources=[self._training_log_group()]
+                )
             )
-            statements.append(iam.PolicyStatement(sid="ReadTrainingJobLogs", actions=read, resources=[log_group]))
         if self.policy.monitor_ec2:
-            # The configured group and the groups under it, which a job's stallwatch:log-group tag may name.
+            # EC2 hosts' logs are read by stream (instance id): the configured group and the groups under it, which a
+            # job's stallwatch:log-group tag may name.
+            read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
             ec2_groups = log_group_arns(self.stack, self.config.ec2_log_group)
             statements.append(iam.PolicyStatement(sid="ReadEc2TrainingLogs", actions=read, resources=ec2_groups))
         return statements
+
+    def _query_logs(self) -> list[iam.PolicyStatement]:
+        """The sweeper's one Logs Insights query a sweep (each host's newest line)."""
+        return [
+            iam.PolicyStatement(
+                sid="QueryTrainingJobLogs", actions=["logs:StartQuery"], resources=[self._training_log_group()]
+            ),
+            # GetQueryResults has no resource-level permissions.
+            self._in_this_region("QueryResults", ["logs:GetQueryResults"]),
+        ]
+
+    def _training_log_group(self) -> str:
+        return self.stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{SAGEMAKER_LOG_GROUP}:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
 
     def _stop(self) -> list[iam.PolicyStatement]:
         conditions = STOP_OPT_IN_CONDITION if self.policy.stop_requires_tag else None

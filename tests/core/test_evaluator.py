@@ -309,3 +309,40 @@ def test_percentile_statistic_takes_the_nearest_rank() -> None:
     # When evaluated: Then p90 of 0..9 is 8, below 9, so it alarms
     evaluator.evaluate(T0 + 180)
     assert evaluator.state("a") is AlarmState.ALARM
+
+
+def test_a_late_datapoint_in_a_period_already_read_is_counted() -> None:
+    # Given a 3-of-3 alarm (missing data not breaching) evaluated each minute over steps, one minute missing
+    evaluator = AlarmEvaluator([simple_alarm(treat="notBreaching", n=3, m=3)])
+    feed(evaluator, [5, 0, None, 0])
+    evaluator.evaluate(T0 + 180)
+    evaluator.evaluate(T0 + 240)
+    assert evaluator.state("a") is AlarmState.OK
+
+    # When the missing minute's datapoint arrives late, with the next minute's, and it is evaluated again
+    evaluator.add_datapoint(STEPS, T0 + 60 * 2 + 5, 0)
+    evaluator.add_datapoint(STEPS, T0 + 60 * 4 + 5, 0)
+    evaluator.evaluate(T0 + 300)
+
+    # Then it counts, as for an evaluator that had it all along: three breaching minutes
+    assert evaluator.state("a") is AlarmState.ALARM
+    assert state_after(simple_alarm(treat="notBreaching", n=3, m=3), [5, 0, 0, 0, 0]) is AlarmState.ALARM
+
+
+def test_shared_datapoints_beyond_now_are_not_seen_and_never_written() -> None:
+    # Given an alarm reading a caller's datapoints, which already hold the future (a steady 5, then zeros)
+    times = [T0 + 60 * i + 5 for i in range(10)]
+    values = [5.0] * 3 + [0.0] * 7
+    evaluator = AlarmEvaluator([simple_alarm(n=3, m=3)])
+    evaluator.share_series(STEPS, times, values)
+
+    # When it is evaluated minute by minute, and a datapoint is then added to that metric
+    states = []
+    for minute in range(1, 9):
+        evaluator.evaluate(T0 + 60 * minute)
+        states.append(evaluator.state("a"))
+    evaluator.add_datapoint(STEPS, T0 + 60 * 20, 1.0)
+
+    # Then it alarms only once three ended minutes breach, and the caller's lists are untouched
+    assert states.index(AlarmState.ALARM) == 5
+    assert len(times) == len(values) == 10

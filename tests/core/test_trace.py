@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from stallwatch.core import contract
+from stallwatch.core.reading import HOST_SERIES_READ, host_period
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
     EndEvent,
@@ -16,9 +18,11 @@ from stallwatch.core.trace import (
     MetricDatum,
     MetricEvent,
     StatusEvent,
+    Trace,
     TraceError,
     TraceHeader,
     TraceJob,
+    parse_event,
     read_trace,
 )
 from stallwatch.offline.trace_file import load_trace, write_trace
@@ -249,3 +253,64 @@ def test_ec2_trace_source_reads_the_cloudwatch_agent_and_ignores_logs() -> None:
     assert host.gpu_util.values() == [97.0]
     assert host.gpu_mem_util.values() == [75.0]
     assert host.log_last_t is None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"t": 5, "metric": {"namespace": "Stallwatch", "name": "Steps", "dimensions": {"JobName": "j"}, "value": 3}},
+        {"t": 5.5, "log": {"stream": "j/algo-1-1700000000", "message": "step 1"}},
+        {"t": 5.5, "metric": {"namespace": "n", "name": "m", "dimensions": {}, "value": "2.5"}},
+        {"t": 1, "metric": {"namespace": "n", "name": "m", "dimensions": {"a": "b"}, "value": True}},
+    ],
+)
+def test_plain_events_parse_as_the_models_validate_them(raw: dict) -> None:
+    # Given an event line, in the plain shape or one the models coerce
+    # When it is parsed
+    event = parse_event(raw, "t.jsonl:2")
+
+    # Then it equals the validated model, field for field and type for type
+    expected = type(event).model_validate(raw)
+    assert event == expected
+    assert event.model_dump() == expected.model_dump()
+    assert type(event.t) is float
+
+
+@pytest.mark.parametrize(("hosts", "period"), [(1, 60), (64, 60), (109, 60), (110, 120), (392, 240), (512, 300)])
+def test_a_job_of_very_many_hosts_reads_its_host_series_at_a_coarser_period(hosts: int, period: int) -> None:
+    # Given a job of `hosts` hosts read at 60 s
+    # When the period of its per-host series is chosen
+    chosen = host_period(hosts, 60)
+
+    # Then it is the job's own until one GetMetricData answer (100,800 datapoints) could not hold them all
+    assert chosen == period
+    series = len(contract.JOB_METRICS) * 180 + hosts * HOST_SERIES_READ * (3 * 3600 // chosen)
+    assert series <= 100_800
+    assert (
+        chosen == 60
+        or len(contract.JOB_METRICS) * 180 + hosts * HOST_SERIES_READ * (3 * 3600 // (chosen - 60)) > 100_800
+    )
+
+
+def test_the_trace_source_reads_a_big_jobs_hosts_at_the_coarser_period_too() -> None:
+    # Given a 512-host trace with one host's GPU utilization every minute for 20 minutes
+    job = TraceJob.model_validate(HEADER["job"] | {"instance_count": 512})
+    dims = {"Host": f"{JOB}/algo-7"}
+    events = [
+        MetricEvent(
+            t=60.0 * m,
+            metric=MetricDatum(
+                namespace="/aws/sagemaker/TrainingJobs", name="GPUUtilization", dimensions=dims, value=800.0
+            ),
+        )
+        for m in range(20)
+    ]
+    source = TraceSource(Trace(TraceHeader(stallwatch_trace=1, job=job), tuple(events)))
+
+    # When it is looked at, 20 minutes in
+    host = source.job_signals(JOB, TRACE_EPOCH + 1200).hosts["algo-7"]
+
+    # Then the host's datapoints are 300 s periods (stamped at their start), as the AWS source reads them
+    assert all(t % 300 == 0 for t, _ in host.gpu_util.points)
+    assert len(host.gpu_util) == 4
+    assert host.gpu_util.values() == [100.0] * 4

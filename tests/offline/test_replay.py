@@ -12,7 +12,7 @@ from stallwatch.core.decision import Action
 from stallwatch.core.policy import Mode, Policy
 from stallwatch.core.trace import Expectation, StatusEvent, Trace
 from stallwatch.offline.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from stallwatch.offline.replay import SWEEPER, Verdict, replay
+from stallwatch.offline.replay import SWEEPER, Verdict, replay, replay_file
 from stallwatch.offline.trace_file import load_trace, write_trace
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "traces"
@@ -187,6 +187,16 @@ def test_cli_policy_file_applies(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == EXIT_FAILED
     assert result["first_stop_s"] is None
     assert result["decisions"][0]["would"] == "warn"
+
+
+@pytest.mark.parametrize("path", sorted(CORPUS.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_a_trace_read_one_event_at_a_time_replays_as_the_whole_trace(path: Path) -> None:
+    # Given a corpus trace, replayed from memory and from its file (no event kept)
+    whole = replay(load_trace(path))
+    streamed = replay_file(path)
+
+    # Then both replays decide the same, at the same moments
+    assert streamed.to_json() == whole.to_json()
 
 
 def test_json_counts_alerts_and_warnings_and_a_label_bounds_them(capsys: pytest.CaptureFixture[str]) -> None:

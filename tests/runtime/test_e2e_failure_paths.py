@@ -128,7 +128,7 @@ def test_a_stop_that_raises_is_recorded_and_retried_by_the_next_sweep(
 
     # When Lambda retries the event, and the sweeper runs with stop working again
     broken[0] = False
-    assert on_alarm.handler(event, context)["status"] == "duplicate"
+    assert on_alarm.handler(event, context)["status"] == "coalesced"  # within the job's claim
     rt.clock.advance(5 * MINUTE)
     (outcome,) = sweeper.handler(scheduled_event(), context)["redecided"]
 
@@ -169,8 +169,10 @@ def test_a_message_that_fails_to_render_still_stops_and_records_the_outcome(
 def test_one_job_that_fails_to_render_its_alarms_does_not_stop_the_sweep(
     rt, world, slack, context, monkeypatch, counted, caplog
 ) -> None:
-    # Given a job whose alarms fail to render, and a hung enforced job past its warning; neither has alarms yet
+    # Given a job whose alarms fail to render, a healthy job, and a hung enforced job past its warning; none has
+    # alarms yet
     world.create_job("broken-job", hosts=1)
+    world.create_job("ok-job", hosts=1)
     world.logs("broken-job", "algo-1", [(3, "step 1")])
     seed_nccl_hang(world, JOB, ENFORCE)
     on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
@@ -187,14 +189,15 @@ def test_one_job_that_fails_to_render_its_alarms_does_not_stop_the_sweep(
     # When the sweeper runs
     summary = sweeper.handler(scheduled_event(), context)
 
-    # Then the other job still gets its alarms, its log idleness and its decision, and the error is reported
-    assert (summary["running"], summary["alarms_provisioned"], summary["provisioning_errors"]) == (2, 1, 1)
+    # Then the hung job is decided (and stopped: no alarms for it), the healthy job still gets its alarms, and the
+    # error is reported
+    assert (summary["running"], summary["alarms_provisioned"], summary["provisioning_errors"]) == (3, 1, 1)
     assert summary["log_idle_published"] == 3
     (outcome,) = summary["redecided"]
     assert (outcome["job"], outcome["action"], outcome["stopped"]) == (JOB, "stop", True)
     names = [a["AlarmName"] for a in rt.clients.cloudwatch.describe_alarms()["MetricAlarms"]]
     assert names
-    assert all(f".{JOB}." in name for name in names)
+    assert all(".ok-job." in name for name in names)
     assert counted[contract.SWEEP_ERRORS] == 1
     assert any(
         r.levelname == "ERROR" and r.exc_info and "could not provision alarms" in r.getMessage() for r in caplog.records

@@ -127,6 +127,7 @@ def test_an_alarm_after_an_end_event_that_was_lost_retires_the_job(rt, world, sl
     on_job_state.handler(job_state_event(JOB, "InProgress"), context)
     on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
     moto_sagemaker.set_training_job_status(JOB, "Failed", "Failed")
+    rt.clock.advance(decide.COALESCE_SECONDS + 1)  # past the first decision's claim
 
     # When another of its alarms fires
     result = on_alarm.handler(alarm_event(_alarm(rt, JOB, alarms.GPU_IDLE, "algo-1")), context)

@@ -13,6 +13,7 @@ from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms
 from stallwatch.core.decision import JobState
+from stallwatch.runtime import decide
 from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
@@ -65,12 +66,17 @@ def test_duplicated_alarm_events_stop_once_and_post_once(rt, world, slack, conte
     results = [on_alarm.handler(event, context) for _ in range(3)]
     results.append(on_alarm.handler(alarm_event(_alarm(rt, JOB, alarms.LOG_IDLE, "algo-2")), context))
 
-    # Then exactly one stop and one stop message happened; the duplicate was recognised as such
+    # Then exactly one stop and one stop message happened; the others were coalesced into that decision
     assert [r.get("stopped") for r in results].count(True) == 1
-    assert [r["status"] for r in results][1] == "duplicate"
+    assert [r["status"] for r in results] == ["decided", "coalesced", "coalesced", "coalesced"]
     assert sum("Stopped stalled job" in text for text in slack.texts()) == 1
     assert len(slack.posts) == 2  # the warning, then the stop
     assert [a["action"] for a in audits(rt, JOB)].count("stop") == 1
+
+    # And once the job's claim has run out, a redelivery of the decided transition is still a duplicate
+    rt.clock.advance(decide.COALESCE_SECONDS + 1)
+    assert on_alarm.handler(event, context)["status"] == "duplicate"
+    assert len(slack.posts) == 2
 
 
 @pytest.mark.parametrize(

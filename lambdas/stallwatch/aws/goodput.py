@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from stallwatch.aws.metric_reads import MetricRef, read_series
 from stallwatch.aws.resume import describe_training_job
-from stallwatch.aws.source import JobNotFoundError, MetricRef, read_series
+from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from stallwatch.core.goodput import JobSpan, Window

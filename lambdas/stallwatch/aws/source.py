@@ -1,23 +1,30 @@
-"""Signals from AWS: SageMaker/EC2 facts, CloudWatch metrics (batched GetMetricData) and CloudWatch Logs.
+"""Signals from AWS: SageMaker/EC2 facts, CloudWatch metrics (GetMetricData) and CloudWatch Logs.
 
     clients = AwsClients()                                  # lazy boto3 clients, adaptive retries
     source = AwsSignalSource(clients, Platform.SAGEMAKER)
     signals = source.job_signals("my-job", now=time.time())
-    batch = source.many_job_signals(["a", "b"], now)        # one GetMetricData call per 500 series
+    batch = source.many_job_signals(["a", "b"], now)        # read together, 500 queries per GetMetricData call
+
+A SageMaker job's reads do not grow with its hosts: each host metric is one SEARCH over all of them
+(`metric_reads`), each host's log freshness is the sweeper's `LogIdleSeconds`, and its log tail is at most two pages
+(`log_reads`). An EC2 job's platform metrics are read per instance by name, its logs from its hosts' instance-id
+streams in the job's log group.
 
 Platform metrics are normalized per device: SageMaker publishes GPU/CPU utilization summed over a host's
-devices; EC2 hosts use the CloudWatch agent's nvidia_smi_* metrics aggregated by InstanceId (see docs/lambdas.md).
+devices (divided after the read by each host's own type's devices, as a heterogeneous job's hosts differ); EC2 hosts
+use the CloudWatch agent's nvidia_smi_* metrics aggregated by InstanceId (see docs/lambdas.md).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.log_reads import HostLog, read_tails
+from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
 from stallwatch.core import alarms, clusters, contract, log_patterns
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.policy import EC2_MONITOR_TAG, Policy
@@ -27,17 +34,21 @@ from stallwatch.core.reading import (
     EC2_STREAM,
     ERROR_LINES_PER_HOST,
     FILTER_STREAMS_LIMIT,
+    HOST_AGENT_METRICS_READ,
     LOG_LINES_PER_HOST,
     LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
-    METRIC_PERIOD_SECONDS,
-    SAGEMAKER_STREAM,
+    SAGEMAKER_HOST_METRICS_READ,
+    host_period,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 
-MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
-LOG_TAIL_PAGES = 2
+LOG_TAIL_PAGES = 2  # EC2: FilterLogEvents pages of a job's streams
 RECENT_STREAM_PAGES = 2  # EC2: pages of a log group's most recently written streams read before asking per host
+AGENT_DIMENSIONS = (contract.DIM_JOB, contract.DIM_HOST)
+AGENT_LABEL = "${PROP('Dim.JobName')} ${PROP('Dim.Host')}"  # job names have no spaces
+SAGEMAKER_HOST_LABEL = "${PROP('Dim.Host')}"  # "<job>/algo-N"
+MAX_EXCLUDED_PER_SEARCH = 24  # hosts a SEARCH names to leave out (its expression stays short); more: one more call
 
 # Platform metrics per host, keyed by what `_assemble` reads: SageMaker name, or EC2 (namespace, name).
 SAGEMAKER_HOST_METRICS = {
@@ -64,67 +75,25 @@ class JobNotFoundError(LookupError):
 
 
 @dataclass(frozen=True)
-class MetricRef:
-    """One series to read: where it lives, how to aggregate it, and what to divide it by."""
-
-    namespace: str
-    name: str
-    dimensions: tuple[tuple[str, str], ...]
-    statistic: str = "Average"
-    divisor: float = 1.0
-
-    def query(self, query_id: str, period: int) -> dict[str, Any]:
-        metric = {
-            "Namespace": self.namespace,
-            "MetricName": self.name,
-            "Dimensions": [{"Name": k, "Value": v} for k, v in self.dimensions],
-        }
-        return {"Id": query_id, "MetricStat": {"Metric": metric, "Period": period, "Stat": self.statistic}}
-
-
-def read_series(
-    cloudwatch: Any, refs: list[MetricRef], start: float, end: float, period: int = METRIC_PERIOD_SECONDS
-) -> dict[MetricRef, Series]:
-    """Datapoints of every ref, oldest first, in as few GetMetricData calls as the 500-query limit allows."""
-    out: dict[MetricRef, Series] = {}
-    unique = list(dict.fromkeys(refs))
-    for offset in range(0, len(unique), MAX_QUERIES_PER_CALL):
-        chunk = unique[offset : offset + MAX_QUERIES_PER_CALL]
-        points: dict[str, list[tuple[float, float]]] = {f"q{i}": [] for i in range(len(chunk))}
-        request = {
-            "MetricDataQueries": [ref.query(f"q{i}", period) for i, ref in enumerate(chunk)],
-            "StartTime": datetime.fromtimestamp(start, UTC),
-            "EndTime": datetime.fromtimestamp(end, UTC),
-            "ScanBy": "TimestampAscending",
-        }
-        while True:
-            response = cloudwatch.get_metric_data(**request)
-            for result in response["MetricDataResults"]:
-                points[result["Id"]].extend(
-                    (ts.timestamp(), value) for ts, value in zip(result["Timestamps"], result["Values"], strict=True)
-                )
-            if not response.get("NextToken"):
-                break
-            request["NextToken"] = response["NextToken"]
-        for i, ref in enumerate(chunk):
-            series = sorted(points[f"q{i}"])
-            out[ref] = Series(tuple((t, v / ref.divisor) for t, v in series))
-    return out
-
-
-@dataclass(frozen=True)
-class _JobRefs:
-    """The metric refs of one job, keyed by what the signals need."""
+class _JobReads:
+    """What one job's signals read: the job's series by name, and each host metric as one SEARCH over all of the
+    job's hosts (EC2 platform metrics, per instance, by name)."""
 
     job: dict[str, MetricRef] = field(default_factory=dict)  # JOB_METRICS name -> ref
-    platform: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, HostSignals field) -> ref
-    # (host, HOST_METRICS name) -> ref; on SageMaker also (host, LOG_IDLE_SECONDS): the sweeper's sawtooth
-    agent: dict[tuple[str, str], MetricRef] = field(default_factory=dict)
+    agent: dict[str, SearchRef] = field(default_factory=dict)  # HOST_METRICS name -> search, labelled "job host"
+    platform: dict[str, SearchRef] = field(default_factory=dict)  # SageMaker: HostSignals field -> search
+    instances: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # EC2: (host, field) -> ref
+    log_idle: SearchRef | None = None  # SageMaker: the sweeper's LogIdleSeconds, labelled "job host"
+    named: dict[MetricRef, tuple[SearchRef, str]] = field(default_factory=dict)  # hosts a SEARCH leaves out
 
-    def all(self) -> Iterator[MetricRef]:
+    def all(self) -> Iterator[MetricQuery]:
         yield from self.job.values()
-        yield from self.platform.values()
+        yield from self.named
         yield from self.agent.values()
+        yield from self.platform.values()
+        yield from self.instances.values()
+        if self.log_idle:
+            yield self.log_idle
 
 
 class AwsSignalSource:
@@ -142,21 +111,38 @@ class AwsSignalSource:
         self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
         self.ec2_log_group = ec2_log_group
 
-    def job_signals(self, job_name: str, now: float) -> JobSignals:
-        return self.many_job_signals([job_name], now)[job_name]
+    def job_signals(self, job_name: str, now: float, freshness: dict[str, float] | None = None) -> JobSignals:
+        """`freshness`: each host's newest log event, if the caller knows it (the sweeper's query)."""
+        return self.many_job_signals([job_name], now, {job_name: freshness or {}})[job_name]
 
-    def many_job_signals(self, job_names: Iterable[str], now: float) -> dict[str, JobSignals]:
-        """Signals of several jobs; their metrics are read together, 500 series per GetMetricData call."""
+    def many_job_signals(
+        self, job_names: Iterable[str], now: float, freshness: dict[str, dict[str, float]] | None = None
+    ) -> dict[str, JobSignals]:
+        """Signals of several jobs; their metrics are read together (one SEARCH per host metric and job, whatever
+        its hosts), 500 queries per GetMetricData call."""
         facts = {name: self.facts(name) for name in job_names}
-        refs = {name: self._refs(f) for name, f in facts.items()}
-        start = now - LOOKBACK_SECONDS
-        by_period: dict[int, list[MetricRef]] = defaultdict(list)
-        for name, job_facts in facts.items():
-            by_period[self.policy.for_job(job_facts.tags).thresholds.alarm_period_seconds].extend(refs[name].all())
-        series: dict[MetricRef, Series] = {}
-        for period, wanted in by_period.items():
-            series |= read_series(self.clients.cloudwatch, wanted, start, now, period)
-        return {name: self._assemble(facts[name], refs[name], series, now) for name in facts}
+        reads = {name: self._reads(f) for name, f in facts.items()}
+        periods = {name: self.policy.for_job(f.tags).thresholds.alarm_period_seconds for name, f in facts.items()}
+        found = self._read({name: r.all() for name, r in reads.items()}, periods, now)
+        extra = {name: self._beyond_search(facts[name], reads[name], found) for name in facts}
+        if any(extra.values()):  # jobs of more hosts than one SEARCH returns: the rest by name, one more call
+            found |= self._read({name: list(refs) for name, refs in extra.items()}, periods, now)
+        return {
+            name: self._assemble(facts[name], reads[name], found, extra[name], (freshness or {}).get(name, {}), now)
+            for name in facts
+        }
+
+    def _read(
+        self, wanted: dict[str, Iterable[MetricQuery]], periods: dict[str, int], now: float
+    ) -> dict[MetricQuery, dict[str, Series]]:
+        by_period: dict[int, list[MetricQuery]] = defaultdict(list)
+        for name, queries in wanted.items():
+            by_period[periods[name]].extend(queries)
+        found: dict[MetricQuery, dict[str, Series]] = {}
+        for period, queries in by_period.items():
+            if queries:
+                found |= read_metrics(self.clients.cloudwatch, queries, now - LOOKBACK_SECONDS, now, period)
+        return found
 
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job; `JobNotFoundError` if it does not exist."""
@@ -258,69 +244,106 @@ class AwsSignalSource:
             log_group=log_group,
         )
 
-    def _refs(self, facts: JobFacts) -> _JobRefs:
+    def _reads(self, facts: JobFacts) -> _JobReads:
         job_dim = ((contract.DIM_JOB, facts.name),)
-        refs = _JobRefs(
+        period = self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+        coarser = host_period(len(alarms.host_names(facts)), period)
+        hosts_period = coarser if coarser != period else None  # a job of many hosts: one answer still holds them
+        reads = _JobReads(
             job={
                 name: MetricRef(contract.NAMESPACE, name, job_dim, AGENT_STATISTICS.get(name, "Average"))
                 for name in contract.JOB_METRICS
-            }
+            },
+            agent={
+                name: _agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"), hosts_period)
+                for name in HOST_AGENT_METRICS_READ
+            },
         )
-        for host in alarms.host_names(facts):
-            host_dims = (*job_dim, (contract.DIM_HOST, host))
-            for name in contract.HOST_METRICS:
-                statistic = AGENT_STATISTICS.get(name, "Average")
-                refs.agent[host, name] = MetricRef(contract.NAMESPACE, name, host_dims, statistic)
-            refs.platform.update(self._platform_refs(facts, host))
-            if facts.platform is Platform.SAGEMAKER:
-                log_idle = contract.LOG_IDLE_SECONDS
-                refs.agent[host, log_idle] = MetricRef(
-                    contract.NAMESPACE, log_idle, host_dims, AGENT_STATISTICS[log_idle]
+        if facts.platform is Platform.EC2:
+            for host in alarms.host_names(facts):
+                dims = ((alarms.CWAGENT_DIM_INSTANCE, host),)
+                reads.instances.update(
+                    {(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in EC2_HOST_METRICS.items()}
                 )
-        return refs
-
-    def _platform_refs(self, facts: JobFacts, host: str) -> dict[tuple[str, str], MetricRef]:
-        if facts.platform is Platform.SAGEMAKER:
-            dims = (("Host", f"{facts.name}/{host}"),)
-            gpus = facts.gpus_on(host) or 1  # a CPU-only host (a heterogeneous cluster's data group) has no GPU data
-            divisors = {"gpu_util": gpus, "gpu_mem_util": gpus}
-            return {
-                (host, fld): MetricRef(
-                    contract.SAGEMAKER_NAMESPACE, name, dims, divisor=divisors.get(fld, facts.vcpus_on(host))
+            return reads
+        # Undivided: `_assemble` divides each host by its own devices (a heterogeneous job's hosts differ).
+        reads.platform.update(
+            {
+                fld: SearchRef(
+                    contract.SAGEMAKER_NAMESPACE,
+                    name,
+                    ("Host",),
+                    (),
+                    "Average",
+                    SAGEMAKER_HOST_LABEL,
+                    phrase=f"{facts.name}/",
+                    period=hosts_period,
                 )
                 for fld, name in SAGEMAKER_HOST_METRICS.items()
+                if fld in SAGEMAKER_HOST_METRICS_READ
             }
-        dims = ((alarms.CWAGENT_DIM_INSTANCE, host),)
-        return {(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in EC2_HOST_METRICS.items()}
+        )
+        idle = _agent_search(contract.LOG_IDLE_SECONDS, job_dim, "Maximum", hosts_period)
+        return _beyond_one_search(replace(reads, log_idle=idle), facts)
 
-    def _assemble(self, facts: JobFacts, refs: _JobRefs, series: dict[MetricRef, Series], now: float) -> JobSignals:
-        logs = self.host_logs(facts, now)
+    def _beyond_search(
+        self, facts: JobFacts, reads: _JobReads, found: dict[MetricQuery, dict[str, Series]]
+    ) -> dict[MetricRef, tuple[SearchRef, str]]:
+        """Named series for the hosts a SEARCH could not return (a job of more than 500 hosts)."""
+        hosts = alarms.host_names(facts)
+        if len(hosts) <= MAX_SERIES_PER_SEARCH:
+            return {}
+        extra: dict[MetricRef, tuple[SearchRef, str]] = {}
+        named = set(reads.named.values())
+        for search in [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]:
+            if len(found.get(search, {})) < MAX_SERIES_PER_SEARCH:
+                continue  # not cut short: a host missing from it has no such series
+            seen = _by_host(found.get(search, {}), facts.name)
+            for host in hosts:
+                if host not in seen and (search, host) not in named:
+                    extra[search.named(_host_dimensions(search, facts.name, host))] = (search, host)
+        return extra
+
+    def _assemble(
+        self,
+        facts: JobFacts,
+        reads: _JobReads,
+        found: dict[MetricQuery, dict[str, Series]],
+        extra: dict[MetricRef, tuple[SearchRef, str]],
+        freshness: dict[str, float],
+        now: float,
+    ) -> JobSignals:
+        searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
+        per_host = {search: _by_host(found.get(search, {}), facts.name) for search in searches}
+        for ref, (search, host) in {**reads.named, **extra}.items():
+            per_host[search][host] = found[ref][""]
         hosts: dict[str, HostSignals] = {}
-        for host in alarms.host_names(facts):
-            log = logs.get(host, _HostLog())
-            platform = {fld: series[ref] for (ref_host, fld), ref in refs.platform.items() if ref_host == host}
-            if "gpu_mem_used" in platform:
+        names = alarms.host_names(facts)
+        logs = self._host_logs(facts, names, per_host, reads, freshness, now)
+        for host in names:
+            log = logs.get(host, HostLog())
+            if facts.platform is Platform.EC2:
+                platform = {fld: found[ref][""] for (ref_host, fld), ref in reads.instances.items() if ref_host == host}
                 platform["gpu_mem_util"] = _percent(platform.pop("gpu_mem_used"), platform.pop("gpu_mem_total"))
+            else:  # only what the engine reads (core.reading): the other fields stay empty
+                platform = dict.fromkeys(SAGEMAKER_HOST_METRICS, Series())
+                platform |= {
+                    fld: _divided(per_host[search].get(host, Series()), _sagemaker_divisor(facts, host, fld))
+                    for fld, search in reads.platform.items()
+                }
             hosts[host] = HostSignals(
                 host=host,
                 gpu_util=platform["gpu_util"],
                 gpu_mem_util=platform["gpu_mem_util"],
                 cpu_util=platform["cpu_util"],
-                agent={name: series[refs.agent[host, name]] for name in contract.HOST_METRICS},
+                agent={name: per_host[search].get(host, Series()) for name, search in reads.agent.items()},
                 log_last_t=log.last_t,
                 log_tail=tuple(log.lines[-LOG_LINES_PER_HOST:]),
                 error_lines=tuple([line for line in log.lines if line.pattern][-ERROR_LINES_PER_HOST:]),
-                log_idle=series[idle_ref]
-                if (idle_ref := refs.agent.get((host, contract.LOG_IDLE_SECONDS)))
-                else Series(),
+                log_idle=per_host[reads.log_idle].get(host, Series()) if reads.log_idle else Series(),
             )
-        agent = {name: series[ref] for name, ref in refs.job.items()}
+        agent = {name: found[ref][""] for name, ref in reads.job.items()}
         return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)
-
-    def log_freshness(self, job_name: str) -> dict[str, float]:
-        """Each SageMaker host's newest log event time (epoch seconds), from its log streams."""
-        streams = self._streams(contract.SAGEMAKER_LOG_GROUP, f"{job_name}/")
-        return _newest(streams, lambda stream: _sagemaker_host(stream, job_name))
 
     def ec2_log_freshness(self, facts: JobFacts) -> dict[str, float]:
         """Each EC2 host's newest log event time, from its streams (named by instance id) in the job's log group."""
@@ -359,38 +382,56 @@ class AwsSignalSource:
         except self.clients.logs.exceptions.ResourceNotFoundException:
             return []
 
-    def host_logs(self, facts: JobFacts, now: float) -> dict[str, _HostLog]:
-        """Per host: the newest event time and the log lines around the quietest host's last event."""
-        if facts.platform is Platform.SAGEMAKER:
-            freshness = self.log_freshness(facts.name)
-            host_of = lambda stream: _sagemaker_host(stream, facts.name)  # noqa: E731 - one line, used twice
-            selections = [{"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{facts.name}/"}]
-        else:
-            hosts = set(facts.instance_ids)
-            host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731
-            group = facts.log_group or self.ec2_log_group
-            found = self.ec2_streams(facts)
-            freshness = _newest(found, host_of)
-            streams = [s["logStreamName"] for s in found]
-            selections = [
-                {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-                for i in range(0, len(streams), FILTER_STREAMS_LIMIT)
-            ]
+    def _host_logs(
+        self,
+        facts: JobFacts,
+        hosts: list[str],
+        per_host: dict[MetricQuery, dict[str, Series]],
+        reads: _JobReads,
+        freshness: dict[str, float],
+        now: float,
+    ) -> dict[str, HostLog]:
+        """Hosts' log tails. SageMaker: each host's newest event as the sweeper last published it (its
+        `LogIdleSeconds`) or as the caller knows it, raised by the lines read."""
+        if facts.platform is Platform.EC2:
+            return self._ec2_host_logs(facts, now)
+        if reads.log_idle is None:
+            return {}
+        period = reads.log_idle.period or self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+        known = {
+            host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end is an upper bound
+            for host, series in per_host[reads.log_idle].items()
+            if series.points
+            for t, idle in [series.points[-1]]
+        }
+        for host, t in freshness.items():
+            known[host] = max(known.get(host, t), t)
+        return read_tails(self.clients.logs, facts.name, hosts, known, now)
+
+    def _ec2_host_logs(self, facts: JobFacts, now: float) -> dict[str, HostLog]:
+        """EC2 hosts' newest event times (their streams) and the lines around the quietest host's last event."""
+        hosts = set(facts.instance_ids)
+        host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731 - one line, used twice
+        group = facts.log_group or self.ec2_log_group
+        found = self.ec2_streams(facts)
+        freshness = _newest(found, host_of)
         if not freshness:
             return {}
+        streams = [s["logStreamName"] for s in found]
         window = {
             "startTime": max(int((min(freshness.values()) - LOG_TAIL_SECONDS) * 1000), 0),
             "endTime": int(now * 1000),
         }
-        logs = {host: _HostLog(last_t=t) for host, t in freshness.items()}
-        for selection in selections:
+        logs = {host: HostLog(last_t=t) for host, t in freshness.items()}
+        for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
+            selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
             self._read_lines(selection | window, host_of, logs)
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
         return logs
 
     def _read_lines(
-        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, _HostLog]
+        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog]
     ) -> None:
         for _ in range(LOG_TAIL_PAGES):
             response = self.clients.logs.filter_log_events(**request)
@@ -408,9 +449,48 @@ class AwsSignalSource:
             request["nextToken"] = response["nextToken"]
 
 
-def _sagemaker_host(stream: str, job_name: str) -> str | None:
-    match = SAGEMAKER_STREAM.match(stream)
-    return match["host"] if match and match["job"] == job_name else None
+def _agent_search(
+    name: str, job_dim: tuple[tuple[str, str], ...], statistic: str, period: int | None = None
+) -> SearchRef:
+    """One metric of every host of the job, in the Stallwatch namespace (the agent's, and `LogIdleSeconds`)."""
+    return SearchRef(contract.NAMESPACE, name, AGENT_DIMENSIONS, job_dim, statistic, AGENT_LABEL, period=period)
+
+
+def _by_host(found: dict[str, Series], job: str) -> dict[str, Series]:
+    """A SEARCH's series by host, from their labels (``job host``, or SageMaker's ``job/host``); other jobs' series
+    (a SEARCH matches phrases, not whole names) are dropped."""
+    out: dict[str, Series] = {}
+    for label, series in found.items():
+        owner, _, host = label.partition(" ") if " " in label else label.partition("/")
+        if owner == job and host:
+            out[host] = series
+    return out
+
+
+def _host_dimensions(search: SearchRef, job: str, host: str) -> tuple[tuple[str, str], ...]:
+    if search.namespace == contract.SAGEMAKER_NAMESPACE:
+        return (("Host", f"{job}/{host}"),)
+    return ((contract.DIM_JOB, job), (contract.DIM_HOST, host))
+
+
+def _beyond_one_search(reads: _JobReads, facts: JobFacts) -> _JobReads:
+    """A job of more hosts than one SEARCH returns: the first `MAX_SERIES_PER_SEARCH` hosts by SEARCH, the next
+    ones (up to `MAX_EXCLUDED_PER_SEARCH`) left out of it by name and read by name in the same call."""
+    beyond = alarms.host_names(facts)[MAX_SERIES_PER_SEARCH:][:MAX_EXCLUDED_PER_SEARCH]
+    if not beyond:
+        return reads
+    named: dict[MetricRef, tuple[SearchRef, str]] = {}
+
+    def split(search: SearchRef) -> SearchRef:
+        host_dim = [(name, value) for host in beyond for name, value in _host_dimensions(search, facts.name, host)]
+        excluded = replace(search, excluded=tuple(d for d in host_dim if d[0] == "Host"))
+        named.update({excluded.named(_host_dimensions(search, facts.name, host)): (excluded, host) for host in beyond})
+        return excluded
+
+    agent = {name: split(search) for name, search in reads.agent.items()}
+    platform = {fld: split(search) for fld, search in reads.platform.items()}
+    idle = split(reads.log_idle) if reads.log_idle else None
+    return replace(reads, agent=agent, platform=platform, log_idle=idle, named=named)
 
 
 def _ec2_host(stream: str, hosts: set[str]) -> str | None:
@@ -433,13 +513,18 @@ def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
 
 
+def _sagemaker_divisor(facts: JobFacts, host: str, field_name: str) -> int:
+    """SageMaker sums a host's devices: GPU fields over its GPUs, CPU over its vCPUs (the host's own type's)."""
+    if field_name == "cpu_util":
+        return facts.vcpus_on(host)
+    return facts.gpus_on(host) or 1  # a CPU-only host (a heterogeneous cluster's data group) has no GPU data
+
+
+def _divided(series: Series, divisor: float) -> Series:
+    return Series(tuple((t, v / divisor) for t, v in series.points))
+
+
 def _percent(part: Series, whole: Series) -> Series:
     """100 x part / whole at the timestamps both have."""
     totals = dict(whole.points)
     return Series(tuple((t, 100 * v / totals[t]) for t, v in part.points if totals.get(t)))
-
-
-@dataclass
-class _HostLog:
-    last_t: float | None = None
-    lines: list[LogLine] = field(default_factory=list)

@@ -3,7 +3,8 @@
 One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
 
     pk = "job#sagemaker#my-job"  sk = "state"                  JobState (JSON), version, open incident,
-                                                              unfinished decision, failed-stop message
+                                                              unfinished decision, failed-stop message, claim
+    pk = "job#sagemaker#my-job"  sk = "alarms"                 how many of the job's alarms are in place
     pk = "job#sagemaker#my-job"  sk = "incident#<opened_at>"   status open/closed, diagnosis, actions
     pk = "job#sagemaker#my-job"  sk = "audit#<at>#<key>"        one record per decision, then its outcome
     pk = "event#<dedup key>"     sk = "event"                  an alarm transition already handled
@@ -28,6 +29,7 @@ from stallwatch.core.decision import JobState
 from stallwatch.core.resume import StopRecord, stop_of
 
 STATE_SK = "state"
+ALARMS_SK = "alarms"  # the job's alarms are in place (how many, since when)
 EVENT_SK = "event"
 # One partition for every undelivered Slack message: the sweeper reads it with one Query, and finds the posts of jobs
 # that have ended too (their state item is deleted and they are no longer listed as running). Empty unless Slack failed.
@@ -58,6 +60,18 @@ class PendingPost:
     message: dict[str, Any]  # the rendered message, posted again as it was
     outcome: dict[str, Any]  # the audit record's outcome so far (stop result, Slack attempts)
     attempts: int  # posts tried so far, the first one included
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """A job's alarm marker: `put` of its `alarms` are in place."""
+
+    put: int
+    alarms: int
+
+    @property
+    def complete(self) -> bool:
+        return self.put >= self.alarms
 
 
 @dataclass(frozen=True)
@@ -123,22 +137,78 @@ class Store:
         ).get("Item")
         return _stored(item) if item else StoredState()
 
-    def load_many(self, keys: list[str]) -> dict[str, StoredState]:
-        """States of many jobs, 100 keys per BatchGetItem call; jobs never seen get an empty state."""
-        found: dict[str, StoredState] = {key: StoredState() for key in keys}
+    def claim_decision(self, key: str, now: float, hold_seconds: float) -> StoredState | None:
+        """Claim the job for one decision and read its state, in one call: None if another invocation holds a
+        claim (it reads the job's signals now, or decided less than `hold_seconds` ago), so the alarms of one job
+        firing together cost one signal read. The commit keeps or replaces the claim; an invocation that dies
+        before committing lets it run out."""
+        try:
+            response = self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+                UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
+                ConditionExpression="attribute_not_exists(claimed_until) OR claimed_until < :now",
+                ExpressionAttributeValues={
+                    ":until": {"N": f"{now + hold_seconds:.3f}"},
+                    ":now": {"N": f"{now:.3f}"},
+                    ":expires": self._expires(now),
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return None
+        return _stored(response["Attributes"])
+
+    def release_claim(self, key: str) -> None:
+        """Give back a claim taken for a job that will not be decided (gone, or ended): the item it created, if
+        no decision was ever committed, goes; otherwise only the claim."""
+        item_key = {"pk": {"S": key}, "sk": {"S": STATE_SK}}
+        try:
+            self.dynamodb.delete_item(
+                TableName=self.table, Key=item_key, ConditionExpression="attribute_not_exists(version)"
+            )
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            self.dynamodb.update_item(TableName=self.table, Key=item_key, UpdateExpression="REMOVE claimed_until")
+
+    def provisioned(self, keys: list[str]) -> dict[str, Provisioned]:
+        """How many of their alarms the jobs (of `keys`) have in place, from their markers (jobs without one have
+        none): 100 keys per BatchGetItem call."""
+        return {
+            key: Provisioned(int(item["put"]["N"]), int(item["alarms"]["N"]))
+            for key, item in self._batch_get(keys, ALARMS_SK).items()
+        }
+
+    def mark_provisioned(self, key: str, put: int, alarms: int, now: float) -> None:
+        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know."""
+        item = {
+            "pk": {"S": key},
+            "sk": {"S": ALARMS_SK},
+            "put": {"N": str(put)},
+            "alarms": {"N": str(alarms)},
+            "at": {"N": f"{now:.3f}"},
+            "expires_at": self._expires(now),
+        }
+        self.dynamodb.put_item(TableName=self.table, Item=item)
+
+    def forget_provisioned(self, key: str) -> None:
+        self.dynamodb.delete_item(TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": ALARMS_SK}})
+
+    def _batch_get(self, keys: list[str], sk: str) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         for offset in range(0, len(keys), BATCH_GET_LIMIT):
-            request = {
-                self.table: {
-                    "Keys": [{"pk": {"S": k}, "sk": {"S": STATE_SK}} for k in keys[offset : offset + BATCH_GET_LIMIT]],
-                    "ConsistentRead": True,
-                }
-            }
+            chunk = keys[offset : offset + BATCH_GET_LIMIT]
+            request = {self.table: {"Keys": [{"pk": {"S": k}, "sk": {"S": sk}} for k in chunk], "ConsistentRead": True}}
             while request:
                 response = self.dynamodb.batch_get_item(RequestItems=request)
                 for item in response["Responses"].get(self.table, []):
-                    found[item["pk"]["S"]] = _stored(item)
+                    found[item["pk"]["S"]] = item
                 request = response.get("UnprocessedKeys") or {}
         return found
+
+    def load_many(self, keys: list[str]) -> dict[str, StoredState]:
+        """States of many jobs, 100 keys per BatchGetItem call; jobs never seen get an empty state."""
+        found = self._batch_get(keys, STATE_SK)
+        return {key: _stored(found[key]) if key in found else StoredState() for key in keys}
 
     def commit(
         self,
@@ -150,10 +220,12 @@ class Store:
         event_key: str | None = None,
         close_incident: str | None = None,
         acting: bool = False,
+        hold_until: float | None = None,
     ) -> str:
         """Write the new state (if still at the version read), its audit record, the event claim, and the opened
         or closed incident, atomically. Returns the audit record's sort key; `ConcurrentDecisionError` if lost.
-        `acting`: actions follow, so the decision is marked unfinished until `finish_decision`."""
+        `acting`: actions follow, so the decision is marked unfinished until `finish_decision`. `hold_until` keeps
+        the job's claim (`claim_decision`) after the decision, so an alarm burst is decided once."""
         audit_sk = f"audit#{now:017.3f}#{event_key or 'sweep'}"
         expires = self._expires(now)
         state_item = {
@@ -171,7 +243,10 @@ class Store:
         if acting:
             unfinished = {"audit": audit_sk, "before": _state_to_json(read.state)}
             state_item["unfinished"] = {"S": json.dumps(unfinished)}
-        condition = "attribute_not_exists(pk)" if read.version == 0 else "version = :v"
+        if hold_until is not None:
+            state_item["claimed_until"] = {"N": f"{hold_until:.3f}"}
+        # a first decision's item may already hold its claim (`claim_decision`), never a version
+        condition = "attribute_not_exists(version)" if read.version == 0 else "version = :v"
         put_state: dict[str, Any] = {"TableName": self.table, "Item": state_item, "ConditionExpression": condition}
         if read.version:
             put_state["ExpressionAttributeValues"] = {":v": {"N": str(read.version)}}
@@ -510,6 +585,9 @@ class Store:
 
 
 def _stored(item: dict[str, Any]) -> StoredState:
+    """A state item as read; one that holds only a claim (no decision committed yet) is the empty state."""
+    if "state" not in item:
+        return StoredState()
     return StoredState(
         state=_state_from_json(item["state"]["S"]),
         version=int(item["version"]["N"]),

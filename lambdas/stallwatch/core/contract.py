@@ -48,6 +48,7 @@ CONTROL_PLANE_NAMESPACE = "Stallwatch/ControlPlane"
 SERVICE = "stallwatch"
 DECISIONS = "Decisions"
 DUPLICATE_DECISIONS = "DuplicateDecisions"  # a duplicated event or a concurrent decision that lost the commit
+COALESCED_ALARMS = "CoalescedAlarms"  # an alarm of a job another invocation was deciding (an alarm burst)
 JOBS_STOPPED = "JobsStopped"
 STOP_FAILURES = "StopFailures"
 JOBS_RESUMED = "JobsResumed"  # a run restarted from its checkpoint after Stallwatch's stop

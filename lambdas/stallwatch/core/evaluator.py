@@ -85,13 +85,23 @@ def _aggregate(values: list[float], stat: str) -> float:
 
 
 class _Series:
-    """One metric's raw datapoints, kept sorted by time."""
+    """One metric's raw datapoints, kept sorted by time, and the aggregates of periods already read (a period's
+    aggregate is kept until a datapoint arrives before the end of one kept: replays read each period many times)."""
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self.values: list[float] = []
+    CACHE_LIMIT = 4096  # kept aggregates; all forgotten at once beyond it
+
+    def __init__(self, times: list[float] | None = None, values: list[float] | None = None) -> None:
+        self.times: list[float] = times if times is not None else []
+        self.values: list[float] = values if values is not None else []
+        self._cache: dict[tuple[float, float, str], float | None] = {}
+        self._cached_until = -math.inf
+        self.generation = 0  # counts the times a datapoint arrived before the end of a period already read
 
     def add(self, t: float, value: float) -> None:
+        if t < self._cached_until:
+            self._cache.clear()
+            self._cached_until = -math.inf
+            self.generation += 1
         if not self.times or t >= self.times[-1]:
             self.times.append(t)
             self.values.append(value)
@@ -101,9 +111,17 @@ class _Series:
         self.values.insert(i, value)
 
     def aggregate(self, start: float, end: float, stat: str) -> float | None:
+        key = (start, end, stat)
+        if key in self._cache:
+            return self._cache[key]
         lo = bisect.bisect_left(self.times, start)
         hi = bisect.bisect_left(self.times, end)
-        return _aggregate(self.values[lo:hi], stat) if hi > lo else None
+        value = _aggregate(self.values[lo:hi], stat) if hi > lo else None
+        self._cached_until = max(self._cached_until, end)
+        if len(self._cache) >= self.CACHE_LIMIT:
+            self._cache.clear()
+        self._cache[key] = value
+        return value
 
 
 # --- metric math -------------------------------------------------------------------------------------------------
@@ -270,6 +288,9 @@ class _Alarm:
             raise ValueError(f"alarm {name}: unsupported TreatMissingData {self.treat_missing!r}")
         self.queries: dict[str, _Query] = {}
         self.expression: _Expression | None = None
+        # The per-query vectors of the last evaluation, its last period's end, and the series they were read from
+        # (each with its generation): a minute later only the newest period needs reading.
+        self._last: tuple[float, dict[str, Vector], dict[str, tuple[int, int] | None]] | None = None
         if "Metrics" in definition:
             self._read_metrics(definition["Metrics"])
         else:
@@ -306,10 +327,19 @@ class _Alarm:
         count = self.evaluation_periods + EXTRA_EVALUATION_PERIODS
         last_end = math.floor(now / self.period) * self.period
         starts = [last_end - (count - i) * self.period for i in range(count)]
+        read = {metric_id: series.get(query.key) for metric_id, query in self.queries.items()}
+        seen = {metric_id: (id(data), data.generation) if data else None for metric_id, data in read.items()}
+        slide = self._last is not None and self._last[0] == last_end - self.period and self._last[2] == seen
         vectors: dict[str, Vector] = {}
         for metric_id, query in self.queries.items():
-            data = series.get(query.key)
-            vectors[metric_id] = [data.aggregate(s, s + self.period, query.stat) if data else None for s in starts]
+            data = read[metric_id]
+            if slide:  # the older periods are as they were: read the newest only
+                assert self._last is not None
+                newest = data.aggregate(starts[-1], last_end, query.stat) if data else None
+                vectors[metric_id] = [*self._last[1][metric_id][1:], newest]
+            else:
+                vectors[metric_id] = [data.aggregate(s, s + self.period, query.stat) if data else None for s in starts]
+        self._last = (last_end, vectors, seen)
         if self.expression is None:
             return vectors[self.output]
         # An expression has a datapoint only where one of its metrics has one.
@@ -355,6 +385,7 @@ class AlarmEvaluator:
     def __init__(self, alarms: Iterable[Mapping[str, Any]] = ()) -> None:
         self._alarms: dict[str, _Alarm] = {}
         self._series: dict[MetricKey, _Series] = {}
+        self._shared: set[MetricKey] = set()
         for definition in alarms:
             self.put_alarm(definition)
 
@@ -369,7 +400,18 @@ class AlarmEvaluator:
 
     def add_datapoint(self, key: MetricKey, t: float, value: float) -> None:
         """Record one datapoint of a metric at epoch seconds `t`."""
+        if key in self._shared:  # never write into a caller's lists
+            series = self._series[key]
+            self._series[key] = _Series(list(series.times), list(series.values))
+            self._shared.discard(key)
         self._series.setdefault(key, _Series()).add(t, value)
+
+    def share_series(self, key: MetricKey, times: list[float], values: list[float]) -> None:
+        """Read a metric's datapoints from the caller's sorted lists, without copying them (a replay's trace
+        holds its whole future: alarms read only periods that have ended by `now`, so they see no more than if
+        each datapoint had been added at its time). The caller must only append to them."""
+        self._series[key] = _Series(times, values)
+        self._shared.add(key)
 
     def add_datapoints(
         self, namespace: str, name: str, dimensions: Mapping[str, str], points: Iterable[tuple[float, float]]

@@ -24,6 +24,26 @@ AGENT_STATISTICS = {
     "LastStepAge": "Maximum",
     contract.LOG_IDLE_SECONDS: "Maximum",
 }
+# The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
+# agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
+# 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
+HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts", "StepTime")  # StepTime: the straggler check
+SAGEMAKER_HOST_METRICS_READ = ("gpu_util",)  # HostSignals fields, from SageMaker's per-host metrics
+HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds
+DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datapoints a call, and pages the rest
+
+
+def host_period(hosts: int, period: int) -> int:
+    """The period of a job's per-host series: the job's own (`period`), or, for a job of so many hosts that one
+    GetMetricData answer would not hold them (above 109 hosts at 60 s), the smallest multiple of it that does
+    (512 hosts: 300 s). The job's own series keep `period`."""
+    room = DATAPOINTS_PER_ANSWER - len(contract.JOB_METRICS) * (LOOKBACK_SECONDS // period)
+    multiple = 1
+    while hosts * HOST_SERIES_READ * (LOOKBACK_SECONDS // (period * multiple)) > room:
+        multiple += 1
+    return period * multiple
+
+
 SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
 # EC2 streams are named by instance id (the CloudWatch agent's {instance_id}), optionally with a suffix per file.
 EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")

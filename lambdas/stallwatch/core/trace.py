@@ -12,7 +12,8 @@ Log streams are as on the platform: SageMaker's ``<job>/algo-N-<epoch>``, EC2's 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -131,6 +132,8 @@ class EndEvent(_Model):
 
 Event = StatusEvent | MetricEvent | LogEvent | EndEvent
 _EVENT_KINDS: dict[str, type[Event]] = {"status": StatusEvent, "metric": MetricEvent, "log": LogEvent, "end": EndEvent}
+_METRIC_FIELDS = {"namespace", "name", "dimensions", "value"}
+_LOG_FIELDS = {"stream", "message"}
 
 
 @dataclass(frozen=True)
@@ -157,8 +160,34 @@ def _error_text(exc: ValidationError) -> str:
     return f"field {field}: {first['msg']}"
 
 
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _plain_event(raw: dict) -> Event | None:
+    """A metric or log event already in exactly the validated shape, built without validating it again (a long
+    trace is mostly these); None for anything else, which the models validate."""
+    t = raw.get("t")
+    if len(raw) != 2 or not _number(t) or t < 0:
+        return None
+    metric, log = raw.get("metric"), raw.get("log")
+    if type(metric) is dict and metric.keys() == _METRIC_FIELDS:
+        dims, value = metric["dimensions"], metric["value"]
+        names = (metric["namespace"], metric["name"])
+        plain_dims = type(dims) is dict and all(type(k) is str and type(v) is str for k, v in dims.items())
+        if plain_dims and all(type(n) is str for n in names) and _number(value):
+            datum = MetricDatum.model_construct(namespace=names[0], name=names[1], dimensions=dims, value=float(value))
+            return MetricEvent.model_construct(t=float(t), metric=datum)
+    if type(log) is dict and log.keys() == _LOG_FIELDS and all(type(v) is str for v in log.values()):
+        return LogEvent.model_construct(t=float(t), log=LogRecord.model_construct(**log))
+    return None
+
+
 def parse_event(raw: dict, where: str) -> Event:
     """One event line (already JSON-decoded); TraceError names `where` and the field."""
+    plain = _plain_event(raw)
+    if plain is not None:
+        return plain
     kinds = [k for k in _EVENT_KINDS if k in raw]
     if len(kinds) != 1:
         raise TraceError(f"{where}: an event has exactly one of {sorted(_EVENT_KINDS)}, got keys {sorted(raw)}")
@@ -170,33 +199,45 @@ def parse_event(raw: dict, where: str) -> Event:
 
 def read_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
     """Parse trace lines; blank lines are skipped."""
-    header: TraceHeader | None = None
-    events: list[Event] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{source}:{number}"
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from exc
-        if not isinstance(raw, dict):
-            raise TraceError(f"{where}: expected a JSON object, got {type(raw).__name__}")
-        if header is None:
-            try:
-                header = TraceHeader.model_validate(raw)
-            except ValidationError as exc:
-                raise TraceError(f"{where}: header: {_error_text(exc)}") from exc
-            continue
-        event = parse_event(raw, where)
-        if events and event.t < events[-1].t:
-            raise TraceError(f"{where}: field t: {event.t} is before the previous event's {events[-1].t}")
-        if events and isinstance(events[-1], EndEvent):
-            raise TraceError(f"{where}: event after the end event")
-        events.append(event)
-    if header is None:
-        raise TraceError(f"{source}: empty trace, expected a header line")
+    header, events = scan_trace(lines, source)
     return Trace(header=header, events=tuple(events), source=source)
+
+
+def scan_trace(lines: Iterable[str], source: str = "<trace>") -> tuple[TraceHeader, Iterator[Event]]:
+    """The header, and the events one at a time, checked as `read_trace` checks them (a `TraceError` comes when
+    the bad line is reached): a long trace need not be held in memory."""
+    numbered = ((n, line) for n, line in enumerate(lines, start=1) if line.strip())
+    number, line = next(numbered, (0, ""))
+    if not number:
+        raise TraceError(f"{source}: empty trace, expected a header line")
+    try:
+        header = TraceHeader.model_validate(_json_object(line, f"{source}:{number}"))
+    except ValidationError as exc:
+        raise TraceError(f"{source}:{number}: header: {_error_text(exc)}") from exc
+    return header, _events(numbered, source)
+
+
+def _events(numbered: Iterator[tuple[int, str]], source: str) -> Iterator[Event]:
+    previous: Event | None = None
+    for number, line in numbered:
+        where = f"{source}:{number}"
+        event = parse_event(_json_object(line, where), where)
+        if previous is not None and event.t < previous.t:
+            raise TraceError(f"{where}: field t: {event.t} is before the previous event's {previous.t}")
+        if isinstance(previous, EndEvent):
+            raise TraceError(f"{where}: event after the end event")
+        previous = event
+        yield event
+
+
+def _json_object(line: str, where: str) -> dict:
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from exc
+    if not isinstance(raw, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    return raw
 
 
 def _line(model: BaseModel) -> str:

@@ -32,8 +32,7 @@ from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
 from stallwatch.offline import ops, report
-from stallwatch.offline.replay import ReplayResult, Verdict, replay
-from stallwatch.offline.trace_file import load_trace
+from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a labeled trace failed its label
@@ -104,7 +103,7 @@ def run_replay(args: argparse.Namespace) -> int:
     console = Console()
     failed = False
     for path in args.traces:
-        result = replay(load_trace(path), policy=policy, config=config)
+        result = replay_file(path, policy=policy, config=config)
         failed |= result.verdict is Verdict.FAIL
         if args.json:
             print(json.dumps(result.to_json()))

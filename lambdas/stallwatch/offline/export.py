@@ -25,14 +25,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.source import (
-    EC2_HOST_METRICS,
-    SAGEMAKER_HOST_METRICS,
-    AwsSignalSource,
-    JobNotFoundError,
-    MetricRef,
-    read_series,
-)
+from stallwatch.aws.metric_reads import MetricRef, read_series
+from stallwatch.aws.source import EC2_HOST_METRICS, SAGEMAKER_HOST_METRICS, AwsSignalSource, JobNotFoundError
 from stallwatch.core import clusters, contract
 from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
 from stallwatch.core.config import EC2_LOG_GROUP

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from stallwatch.core import contract, engine
@@ -27,7 +28,7 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.trace import MetricEvent, StatusEvent, Trace
+from stallwatch.core.trace import Trace, TraceHeader, scan_trace
 from stallwatch.offline.trace_source import TraceSource
 
 REPLAY_POLICY = Policy(mode=Mode.ENFORCE, stop_requires_tag=False)
@@ -111,9 +112,9 @@ def _count(decisions: list[ReplayDecision], action: Action) -> int:
 
 
 def _judge(
-    trace: Trace, diagnoses: list[str], first_stop: float | None, sent: dict[str, int]
+    header: TraceHeader, diagnoses: list[str], first_stop: float | None, sent: dict[str, int]
 ) -> tuple[Verdict | None, str]:
-    expect = trace.header.expect
+    expect = header.expect
     if expect is None:
         return None, "unlabeled"
     failures = []
@@ -139,18 +140,22 @@ def _judge(
 class _Run:
     """One replay in progress: the simulated control plane's clock, alarms and memory of the job."""
 
-    def __init__(self, trace: Trace, policy: Policy, config: StallwatchConfig) -> None:
-        self.trace = trace
-        self.source = TraceSource(trace)
-        self.effective = policy.for_job(trace.job.tags)
+    def __init__(self, source: TraceSource, policy: Policy, config: StallwatchConfig) -> None:
+        self.source = source
+        self.effective = policy.for_job(source.job.tags)
         self.start = self.source.epoch(0)
         self.evaluator = AlarmEvaluator(
             render_alarms(self.source.facts(self.start), self.effective, config.alarm_prefix, [])
         )
+        # The alarms read the trace's datapoints where the source keeps them: only periods ended by `now` count,
+        # so they see what they would had each datapoint been handed to them at its time.
+        for key, times, values in source.metric_points():
+            self.evaluator.share_series(key, times, values)
+        ended = [t for t, status in source.status_times() if status in TERMINAL_STATUSES]
+        self.ended_at = ended[0] if ended else math.inf
         self.sweep_every = config.sweeper_minutes * 60
         self.checkup_every = config.checkup_minutes * 60
         self.last_decision_at: float | None = None
-        self.next_event = 0
         self.state = JobState()
         self.incident_open = False
         self.decisions: list[ReplayDecision] = []
@@ -158,19 +163,9 @@ class _Run:
         self.decision_count = 0
         self.transitions = 0
 
-    def feed(self, now: float) -> bool:
-        """Hand the evaluator every datapoint up to `now`; False once the job has ended."""
-        events = self.trace.events
-        while self.next_event < len(events) and self.source.epoch(events[self.next_event].t) <= now:
-            event = events[self.next_event]
-            self.next_event += 1
-            if isinstance(event, MetricEvent):
-                m = event.metric
-                key = metric_key(m.namespace, m.name, m.dimensions)
-                self.evaluator.add_datapoint(key, self.source.epoch(event.t), m.value)
-            elif isinstance(event, StatusEvent) and event.status in TERMINAL_STATUSES:
-                return False
-        return True
+    def running(self, now: float) -> bool:
+        """False once the job has ended (a terminal status at or before `now`)."""
+        return self.ended_at > now
 
     def publish_log_idle(self, now: float) -> None:
         """The sweeper's `LogIdleSeconds`, for each host that has a log stream."""
@@ -203,9 +198,9 @@ class _Run:
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""
         tick = min(self.effective.thresholds.alarm_period_seconds, CLOUDWATCH_EVALUATION_SECONDS)
-        end = self.source.epoch(self.trace.duration_s)
+        end = self.source.epoch(self.source.last_t)
         now = math.ceil(self.start / tick) * tick
-        while now <= end and self.feed(now):
+        while now <= end and self.running(now):
             sweeping = now % self.sweep_every == 0
             if sweeping:
                 self.publish_log_idle(now)
@@ -223,15 +218,27 @@ class _Run:
 
 def replay(trace: Trace, policy: Policy | None = None, config: StallwatchConfig | None = None) -> ReplayResult:
     """Replay `trace` under `policy` (default: enforce everything) with the sweeper cadence of `config`."""
-    run = _Run(trace, policy or REPLAY_POLICY, config or StallwatchConfig())
+    return _replay(TraceSource(trace), policy, config)
+
+
+def replay_file(path: str | Path, policy: Policy | None = None, config: StallwatchConfig | None = None) -> ReplayResult:
+    """`replay` of a trace file, read one event at a time: the events are not kept (see `TraceSource.streamed`)."""
+    with open(path, encoding="utf-8") as lines:
+        header, events = scan_trace(lines, source=str(path))
+        source = TraceSource.streamed(header, events, str(path))
+    return _replay(source, policy, config)
+
+
+def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig | None) -> ReplayResult:
+    run = _Run(source, policy or REPLAY_POLICY, config or StallwatchConfig())
     run.run()
     first_stop = _first(run.decisions, frozenset({Action.STOP}))
     sent = {"alerts": _count(run.decisions, Action.ALERT), "warnings": _count(run.decisions, Action.WARN)}
-    verdict, reason = _judge(trace, run.diagnoses, first_stop, sent)
-    expect = trace.header.expect
+    verdict, reason = _judge(source.header, run.diagnoses, first_stop, sent)
+    expect = source.header.expect
     return ReplayResult(
-        trace=trace.source,
-        job=trace.job.name,
+        trace=source.source_name,
+        job=source.job_name,
         mode=run.effective.mode,
         decisions=tuple(run.decisions),
         decision_count=run.decision_count,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from stallwatch.core import alarms, contract, log_patterns
 from stallwatch.core.evaluator import MetricKey, metric_key
@@ -28,9 +28,10 @@ from stallwatch.core.reading import (
     LOOKBACK_SECONDS,
     METRIC_PERIOD_SECONDS,
     SAGEMAKER_STREAM,
+    host_period,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
-from stallwatch.core.trace import EndEvent, LogEvent, MetricEvent, StatusEvent, Trace
+from stallwatch.core.trace import EndEvent, Event, LogEvent, MetricEvent, StatusEvent, Trace, TraceHeader
 
 # Trace t = 0 (the job entered InProgress) is this epoch second; the corpus's stream names use it too.
 TRACE_EPOCH = 1_700_000_000.0
@@ -49,11 +50,11 @@ class _Points:
         return self.times[lo:hi], self.values[lo:hi]
 
 
-def _periods(times: list[float], values: list[float], statistic: str, divisor: float) -> Series:
-    """Datapoints aggregated into METRIC_PERIOD_SECONDS periods (stamped at the period start), as GetMetricData."""
+def _periods(times: list[float], values: list[float], statistic: str, divisor: float, period: int) -> Series:
+    """Datapoints aggregated into `period`-second periods (stamped at the period start), as GetMetricData."""
     buckets: dict[float, list[float]] = defaultdict(list)
     for t, v in zip(times, values, strict=True):
-        buckets[math.floor(t / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS].append(v)
+        buckets[math.floor(t / period) * period].append(v)
     aggregate = {"Sum": sum, "Maximum": max, "Minimum": min}.get(statistic, lambda vs: sum(vs) / len(vs))
     return Series(tuple((start, aggregate(vs) / divisor) for start, vs in sorted(buckets.items())))
 
@@ -62,22 +63,42 @@ class TraceSource:
     """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
 
     def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
-        self.trace = trace
+        self._index(trace.header, trace.events, trace.source, epoch)
+
+    @classmethod
+    def streamed(
+        cls, header: TraceHeader, events: Iterable[Event], source: str = "<trace>", epoch: float = TRACE_EPOCH
+    ) -> TraceSource:
+        """The source of a trace read one event at a time (`scan_trace`): no event is kept, only what the
+        signals read (a 24-hour, 64-host trace is half a million events)."""
+        built = cls.__new__(cls)
+        built._index(header, events, source, epoch)
+        return built
+
+    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float) -> None:
+        self.header = header
+        self.source_name = source
         self.base = epoch
-        job = trace.job
-        self.job_name = job.name
+        self.job = header.job
+        self.job_name = self.job.name
         self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
         self.hosts = alarms.host_names(self._layout)
+        self.host_period = host_period(len(self.hosts), METRIC_PERIOD_SECONDS)
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
         self._statuses: list[tuple[float, str, str | None]] = []
         self.end: float | None = None
-        for event in trace.events:
+        self.last_t = 0.0  # trace time of the last event (the trace's duration)
+        keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], MetricKey] = {}
+        for event in events:
             t = self.epoch(event.t)
+            self.last_t = event.t
             if isinstance(event, MetricEvent):
                 m = event.metric
-                points = self._metrics[metric_key(m.namespace, m.name, m.dimensions)]
+                raw = (m.namespace, m.name, tuple(m.dimensions.items()))
+                key = keys.get(raw) or keys.setdefault(raw, metric_key(m.namespace, m.name, m.dimensions))
+                points = self._metrics[key]
                 points.times.append(t)
                 points.values.append(m.value)
             elif isinstance(event, LogEvent):
@@ -91,6 +112,15 @@ class TraceSource:
             elif isinstance(event, EndEvent):
                 self.end = t
 
+    def metric_points(self) -> Iterator[tuple[MetricKey, list[float], list[float]]]:
+        """Every metric's datapoints: (key, epoch times, values), sorted by time; the lists are the source's own."""
+        for key, points in self._metrics.items():
+            yield key, points.times, points.values
+
+    def status_times(self) -> list[tuple[float, str]]:
+        """(epoch seconds, status) of every status change, in order."""
+        return [(t, status) for t, status, _ in self._statuses]
+
     def epoch(self, t: float) -> float:
         """Epoch seconds of trace time `t`."""
         return self.base + t
@@ -98,7 +128,7 @@ class TraceSource:
     def host_of_stream(self, stream: str) -> str | None:
         """The host a log stream belongs to: SageMaker's ``<job>/algo-N-<epoch>``, or on EC2 the instance id
         (``i-...`` or ``i-.../<file>``, as the CloudWatch agent names them); None for other streams."""
-        if self.trace.job.platform is Platform.EC2:
+        if self.job.platform is Platform.EC2:
             match = EC2_STREAM.match(stream)
             return match["host"] if match is not None and match["host"] in self._logs else None
         match = SAGEMAKER_STREAM.match(stream)
@@ -106,7 +136,7 @@ class TraceSource:
         return match["host"] if ours else None
 
     def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
-        job = self.trace.job
+        job = self.job
         return JobFacts(
             name=job.name,
             platform=job.platform,
@@ -144,66 +174,79 @@ class TraceSource:
         i = bisect.bisect_right(times, now)
         return times[i - 1] if i else None
 
-    def _series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
+    def _series(
+        self,
+        key: MetricKey,
+        now: float,
+        statistic: str = "Average",
+        divisor: float = 1.0,
+        period: int = METRIC_PERIOD_SECONDS,
+    ) -> Series:
         points = self._metrics.get(key)
         if points is None or divisor <= 0:
             return Series()
         # Only periods that have ended by `now` are complete, as in CloudWatch.
         start = now - LOOKBACK_SECONDS
-        end = math.floor(now / METRIC_PERIOD_SECONDS) * METRIC_PERIOD_SECONDS
+        end = math.floor(now / period) * period
         times, values = points.window(start, end - 1e-9)
-        return _periods(times, values, statistic, divisor)
+        return _periods(times, values, statistic, divisor, period)
+
+    def _host_series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
+        """A host's series, at the hosts' period (`reading.host_period`: coarser for a job of very many hosts)."""
+        return self._series(key, now, statistic, divisor, self.host_period)
 
     def _platform(self, host: str, now: float) -> Mapping[str, Series]:
-        job = self.trace.job
+        job = self.job
         if job.platform is Platform.SAGEMAKER:
             dims = {"Host": f"{job.name}/{host}"}
             ns = contract.SAGEMAKER_NAMESPACE
             gpus, vcpus = self._layout.gpus_on(host), self._layout.vcpus_on(host)
             return {
-                "gpu_util": self._series(metric_key(ns, "GPUUtilization", dims), now, divisor=gpus),
-                "gpu_mem_util": self._series(metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=gpus),
-                "cpu_util": self._series(metric_key(ns, "CPUUtilization", dims), now, divisor=vcpus),
+                "gpu_util": self._host_series(metric_key(ns, "GPUUtilization", dims), now, divisor=gpus),
+                "gpu_mem_util": self._host_series(metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=gpus),
+                "cpu_util": self._host_series(metric_key(ns, "CPUUtilization", dims), now, divisor=vcpus),
             }
         dims = {alarms.CWAGENT_DIM_INSTANCE: host}
-        used = self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
+        used = self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
         total = dict(
-            self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
+            self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
         )
         return {
-            "gpu_util": self._series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now),
+            "gpu_util": self._host_series(
+                metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now
+            ),
             "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
-            "cpu_util": self._series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
+            "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
         }
 
     def _host(self, host: str, now: float, tail_start: float) -> HostSignals:
         host_dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
         agent = {
-            name: self._series(
+            name: self._host_series(
                 metric_key(contract.NAMESPACE, name, host_dims), now, AGENT_STATISTICS.get(name, "Average")
             )
             for name in contract.HOST_METRICS
         }
-        lines = self._logs.get(host, [])
-        upto = lines[: bisect.bisect_right(self._log_times.get(host, []), now)]
-        recent = [line for line in upto if line.t >= now - LOOKBACK_SECONDS]
+        lines, times = self._logs.get(host, []), self._log_times.get(host, [])
+        upto = bisect.bisect_right(times, now)
+        recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
         # As aws.source reads them: the lines since LOG_TAIL_SECONDS before the quietest host's last event.
-        tail = [line for line in upto if line.t >= tail_start]
+        tail_from = bisect.bisect_left(times, tail_start, hi=upto)
         log_idle = metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, host_dims)
         return HostSignals(
             host=host,
             agent=agent,
-            log_last_t=upto[-1].t if upto else None,
-            log_tail=tuple(tail[-LOG_LINES_PER_HOST:]),
+            log_last_t=lines[upto - 1].t if upto else None,
+            log_tail=tuple(lines[max(tail_from, upto - LOG_LINES_PER_HOST) : upto]),
             error_lines=tuple([line for line in recent if line.pattern][-ERROR_LINES_PER_HOST:]),
-            log_idle=self._series(log_idle, now, AGENT_STATISTICS[contract.LOG_IDLE_SECONDS]),
+            log_idle=self._host_series(log_idle, now, AGENT_STATISTICS[contract.LOG_IDLE_SECONDS]),
             **self._platform(host, now),
         )
 
     def job_signals(self, job_name: str, now: float) -> JobSignals:
         """The job as `aws.source` would show it at `now` (epoch seconds)."""
         if job_name != self.job_name:
-            raise KeyError(f"trace {self.trace.source} holds job {self.job_name!r}, not {job_name!r}")
+            raise KeyError(f"trace {self.source_name} holds job {self.job_name!r}, not {job_name!r}")
         job_dims = {contract.DIM_JOB: self.job_name}
         agent = {
             name: self._series(

@@ -36,6 +36,10 @@ from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
+# An alarm of a job decided (or being decided) less than this ago is coalesced into that decision: a hang fires
+# every host's alarms within an alarm period or two. One it skips is still seen: the sweeper decides a job whose
+# alarm went to ALARM after its last decision.
+COALESCE_SECONDS = 120
 ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
 # The longest a deciding Lambda runs (the sweeper's timeout, stacks/constants.py): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
@@ -47,7 +51,7 @@ class Outcome:
     """What one decision did: the handler's return value, and logged with the audit record."""
 
     job: str
-    status: str  # decided, duplicate, ignored, off, not_found
+    status: str  # decided, duplicate, coalesced, ignored, off, not_found
     diagnosis: str | None = None
     action: str | None = None
     stopped: bool | None = None
@@ -68,29 +72,45 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
     except ValueError as exc:
         logger.warning("ignoring an alarm Stallwatch did not create", extra={"error": str(exc)})
         return Outcome(job="", status="ignored", details={"reason": str(exc)}).as_dict()
-    source = rt.source(ref.platform)
     now = rt.clock()
+    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
+    if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
+        metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
+        return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
     try:
-        signals = source.job_signals(ref.job, now)
+        signals = rt.source(ref.platform).job_signals(ref.job, now)
     except JobNotFoundError as exc:
+        rt.store.release_claim(job_key(ref.platform, ref.job))
         deleted = delete_job_alarms(rt, ref.platform, ref.job)
         return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
     if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
+        rt.store.release_claim(job_key(ref.platform, ref.job))
         retired = retire_job(rt, ref.platform, ref.job, signals.facts.status)
         details = {"reason": f"job {signals.facts.status}", "alarms_deleted": retired["alarms_deleted"]}
         return Outcome(job=ref.job, status="ended", details=details).as_dict()
-    outcome = decide_and_act(signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key)
+    outcome = decide_and_act(
+        signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key, read=read, hold_until=now + COALESCE_SECONDS
+    )
     return outcome.as_dict()
 
 
-def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: str | None = None) -> Outcome:
-    """Decide on one job and, if this invocation wins the commit, stop and/or alert."""
+def decide_and_act(
+    signals: JobSignals,
+    rt: Runtime,
+    trigger: str,
+    event_key: str | None = None,
+    read: StoredState | None = None,
+    hold_until: float | None = None,
+) -> Outcome:
+    """Decide on one job and, if this invocation wins the commit, stop and/or alert. `read`: the job's state, if
+    the caller has read it already (the sweeper, in batches; on_alarm, with its claim); `hold_until`: how long the
+    job's claim outlives the decision."""
     facts = signals.facts
     effective = rt.config.policy.for_job(facts.tags)
     if effective.mode is Mode.OFF:
         return Outcome(job=facts.name, status="off")
     key = job_key(facts.platform, facts.name)
-    read = rt.store.load(key)
+    read = read if read is not None else rt.store.load(key)
     if abandoned(read, signals.now):
         logger.warning("deciding again after an unfinished decision", extra={"job": facts.name, **read.unfinished})
         read = read.before_unfinished()
@@ -114,7 +134,15 @@ def decide_and_act(signals: JobSignals, rt: Runtime, trigger: str, event_key: st
     try:
         acting = decision.action in POSTED_ACTIONS
         audit_sk = rt.store.commit(
-            key, read, written, audit, signals.now, event_key=event_key, close_incident=close, acting=acting
+            key,
+            read,
+            written,
+            audit,
+            signals.now,
+            event_key=event_key,
+            close_incident=close,
+            acting=acting,
+            hold_until=hold_until,
         )
     except ConcurrentDecisionError as exc:
         logger.info("decision not committed: duplicate event or concurrent decision", extra={"error": str(exc)})

@@ -28,6 +28,9 @@ ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
+ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
+# PutMetricAlarm calls one invocation makes, at its default quota of 3 a second: on_job_state's timeout is 60 s.
+ALARMS_PER_INVOCATION = 120
 
 
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
@@ -77,11 +80,21 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
 
 
 def provision_alarms(
-    rt: Runtime, platform: Platform, name: str, leaving: str | None = None, ended: str = STOPPED_EC2
+    rt: Runtime,
+    platform: Platform,
+    name: str,
+    leaving: str | None = None,
+    ended: str = STOPPED_EC2,
+    budget: int | None = None,
+    done: int = 0,
 ) -> dict[str, Any]:
     """Put the job's alarms as the policy (after its tags) renders them, and delete those it no longer renders (a
     host that left); none for mode off or unmonitored EC2. An EC2 job whose instance `leaving` was its last running
-    one is retired (`ended` is that instance's state)."""
+    one is retired (`ended` is that instance's state).
+
+    At most `budget` alarms (default `ALARMS_PER_INVOCATION`), from the `done`-th on (PutMetricAlarm's quota is
+    3 a second: a 512-host job's 1,539 alarms take more than eight minutes); the job's marker keeps how many are in
+    place, and the sweeper puts the rest."""
     try:
         facts = rt.source(platform).facts(name)
     except JobNotFoundError as exc:
@@ -105,18 +118,26 @@ def provision_alarms(
     if not rt.alarm_action_arn:
         raise ConfigurationError("ALARM_ACTION_ARN is not set: the alarms' action is the on_alarm function")
     definitions = alarms.render_alarms(facts, effective, rt.config.alarm_prefix, [rt.alarm_action_arn])
-    wanted = {d["AlarmName"] for d in definitions}
-    stale = [n for n in _alarm_names(rt, _job_prefix(rt, platform, name)) if n not in wanted]
-    _delete(rt, stale)  # hosts that left the job, or a policy that renders fewer alarms now
+    key = job_key(platform, name)
+    stale: list[str] = []
+    if not done:  # the first batch: hosts that left the job, or a policy that renders fewer alarms now
+        wanted = {d["AlarmName"] for d in definitions}
+        stale = [n for n in _alarm_names(rt, _job_prefix(rt, platform, name)) if n not in wanted]
+        _delete(rt, stale)
     if not definitions:
+        rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": len(stale)}
-    for definition in definitions:
+    todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
+    for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
-    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(definitions))
+    put = done + len(todo)
+    rt.store.mark_provisioned(key, put, len(definitions), rt.clock())
+    metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(todo))
     return {
         "status": "alarms_put",
         "job": name,
-        "alarms": len(definitions),
+        "alarms": len(todo),
+        "alarms_left": len(definitions) - put,
         "alarms_deleted": len(stale),
         "tag_errors": tag_errors,
     }
@@ -129,10 +150,18 @@ def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
 
-def describe_alarms(rt: Runtime, prefix: str) -> list[dict[str, Any]]:
+def describe_alarms(rt: Runtime, prefix: str, **filters: Any) -> list[dict[str, Any]]:
+    """Stallwatch's metric alarms under `prefix`, 100 a page (DescribeAlarms' most)."""
     paginator = rt.clients.cloudwatch.get_paginator("describe_alarms")
-    pages = paginator.paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
+    pages = paginator.paginate(
+        AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"], PaginationConfig={"PageSize": ALARMS_PER_PAGE}, **filters
+    )
     return [a for page in pages for a in page["MetricAlarms"]]
+
+
+def alarms_in_alarm(rt: Runtime) -> list[dict[str, Any]]:
+    """Only the alarms now in ALARM (the sweeper's check for alarms no decision followed), not every alarm."""
+    return describe_alarms(rt, rt.config.alarm_prefix, StateValue="ALARM")
 
 
 def _alarm_names(rt: Runtime, prefix: str) -> list[str]:
@@ -152,6 +181,7 @@ def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
     """Delete every alarm under the job's name prefix; how many there were."""
     names = _alarm_names(rt, _job_prefix(rt, platform, name))
     _delete(rt, names)
+    rt.store.forget_provisioned(job_key(platform, name))
     return len(names)
 
 

@@ -6,18 +6,22 @@ are no longer running, and resumed runs' progress."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from stallwatch.aws.log_reads import LogQueryError, newest_events
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.reading import LOOKBACK_SECONDS
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
@@ -26,47 +30,73 @@ from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
+SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
+# PutMetricAlarm's default quota is 3 a second: a job of 8 hosts is 27 alarms, 9 s. Missing alarms are put after
+# the decisions, at most this many per sweep and not past this far into it (the sweeper's timeout is 300 s).
+PROVISION_ALARMS_PER_SWEEP = 450
+PROVISION_UNTIL_SECONDS = 180
+SAGEMAKER_MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 
 
 def sweep(rt: Runtime) -> dict[str, Any]:
     """The safety net over every running job: log idleness, missing alarms, expired snoozes, pending stops, and
     alarms in ALARM that no decision followed (their on_alarm invocation failed); and Slack messages not delivered
-    yet, of running and ended jobs alike."""
-    now = rt.clock()
+    yet, of running and ended jobs alike.
+
+    Its calls do not grow with the running jobs that need nothing (see docs/lambdas.md, "Scale"): one Logs
+    Insights query gives every host's newest log line, one DescribeAlarms reads only the alarms in ALARM, and the
+    alarms' markers say which jobs have theirs. Due jobs are decided first, concurrently; jobs without alarms are
+    provisioned after, a bounded number per sweep (PutMetricAlarm is slow), the rest by the next sweeps."""
+    started, now = time.monotonic(), rt.clock()
     running = _running_jobs(rt)
+    keys = {(p, name): job_key(p, name) for p, name in running}
+    # Every alarm, for issue 11's clean-up of jobs no longer running (and the alarms in ALARM that no decision
+    # followed): 100 a page. Missing alarms come from the markers, not from this listing.
     existing = describe_alarms(rt, rt.config.alarm_prefix)
     alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
     alarmed_hosts: dict[tuple[Platform, str], set[str | None]] = defaultdict(set)
     for ref in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix):
         alarmed_hosts[ref.platform, ref.job].add(ref.host)
-    provisioned = [
-        _provision_isolated(rt, p, name)
-        for (p, name), facts in running.items()
-        if (p, name) not in alarmed_hosts or _hosts_changed(facts, alarmed_hosts[p, name])
-    ]
     retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running))
-    published = _publish_log_idle(rt, running, now)
-    states = rt.store.load_many([job_key(p, name) for p, name in running])
+    newest = _newest_log_lines(rt, now) if _sagemaker(running) else {}
+    sagemaker_jobs = {name for p, name in running if p is Platform.SAGEMAKER}
+    published = _publish_log_idle(rt, [*_sagemaker_log_idle(newest, sagemaker_jobs), *_ec2_log_idle(rt, running)], now)
+    states = rt.store.load_many(list(keys.values()))
     checkup_s = rt.config.checkup_minutes * 60
     due = [
-        (p, name)
-        for p, name in running
-        if _needs_decision(states[job_key(p, name)], now, checkup_s)
-        or abandoned(states[job_key(p, name)], now)
-        or _missed_alarm(states[job_key(p, name)], alarmed_at.get((p, name)))
+        job
+        for job in running
+        if _needs_decision(states[keys[job]], now, checkup_s)
+        or abandoned(states[keys[job]], now)
+        or _missed_alarm(states[keys[job]], alarmed_at.get(job))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
-    outcomes = []
-    for platform in Platform:
-        names = [name for p, name in due if p is platform]
-        if names:
-            batch = rt.source(platform).many_job_signals(names, now)
-            outcomes += [decide_and_act(s, rt, trigger="sweeper").as_dict() for s in batch.values()]
+    freshness: dict[str, dict[str, float]] = defaultdict(dict)
+    for (job, host), t in newest.items():
+        freshness[job][host] = t
+    outcomes = _concurrently(
+        lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
+    )
     progressed = report_progress(rt, now)
+    markers = rt.store.provisioned(list(keys.values()))
+    stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
+    # An EC2 job whose alarms watch other hosts than its running instances: re-rendered from its first alarm.
+    changed = {
+        job for job, facts in running.items() if job in alarmed_hosts and _hosts_changed(facts, alarmed_hosts[job])
+    }
+    done = {job: markers[keys[job]].put for job in running if keys[job] in markers and job not in changed}
+    missing = [
+        job
+        for job in running
+        if job not in stopped and (job in changed or not (keys[job] in markers and markers[keys[job]].complete))
+    ]
+    provisioned = _provision_some(rt, missing, done, started)
     summary = {
         "running": len(running),
         "alarms_provisioned": sum(1 for p in provisioned if p["status"] == "alarms_put"),
         "provisioning_errors": sum(1 for p in provisioned if p["status"] == "error"),
+        "left_to_provision": len(missing)
+        - sum(1 for p in provisioned if p["status"] != "error" and not p.get("alarms_left")),
         "orphan_alarms_deleted": retired,
         "log_idle_published": published,
         "redecided": outcomes,
@@ -77,11 +107,66 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     return summary
 
 
-def _provision_isolated(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+def _newest_log_lines(rt: Runtime, now: float) -> dict[tuple[str, str], float]:
+    """Every SageMaker host's newest log line; a query that fails costs this sweep's log idleness, not the sweep
+    (decisions fall back on the last published `LogIdleSeconds` and their own tail)."""
+    try:
+        return newest_events(rt.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep)
+    except LogQueryError:
+        logger.exception("the log freshness query failed; no log idleness published this sweep")
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {}
+
+
+def _sagemaker(running: Iterable[tuple[Platform, str]]) -> bool:
+    return any(p is Platform.SAGEMAKER for p, _ in running)
+
+
+def _concurrently(work: Callable[[Any], dict[str, Any]], items: list[Any]) -> list[dict[str, Any]]:
+    """`work` on every item, `SWEEP_WORKERS` at a time (boto3 clients are thread-safe), results in order."""
+    if len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(max_workers=SWEEP_WORKERS, thread_name_prefix="sweep") as pool:
+        return list(pool.map(work, items))
+
+
+def _decide_isolated(
+    rt: Runtime, job: tuple[Platform, str], now: float, read: StoredState, freshness: dict[str, float]
+) -> dict[str, Any]:
+    """Re-decide one due job from the state the sweep read; one job's failure is logged and counted, never the
+    sweep's."""
+    platform, name = job
+    try:
+        signals = rt.source(platform).job_signals(name, now, freshness)
+        return decide_and_act(signals, rt, trigger="sweeper", read=read).as_dict()
+    except JobNotFoundError as exc:
+        return {"job": name, "status": "not_found", "details": {"reason": str(exc)}}
+    except Exception as exc:
+        logger.exception("could not re-decide", extra={"job": name, "platform": platform.value})
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return {"job": name, "status": "error", "details": {"reason": str(exc)}}
+
+
+def _provision_some(
+    rt: Runtime, missing: list[tuple[Platform, str]], done: dict[tuple[Platform, str], int], started: float
+) -> list[dict[str, Any]]:
+    """The alarms of jobs that lack some, in order, up to `PROVISION_ALARMS_PER_SWEEP` alarms and
+    `PROVISION_UNTIL_SECONDS` into the sweep (PutMetricAlarm's quota, not the calls' latency, is the bound: one
+    after another); a job's remaining alarms and the remaining jobs are the next sweeps'."""
+    budget, results = PROVISION_ALARMS_PER_SWEEP, []
+    for platform, name in missing:
+        if budget <= 0 or time.monotonic() - started > PROVISION_UNTIL_SECONDS:
+            break
+        results.append(_provision_isolated(rt, platform, name, budget, done.get((platform, name), 0)))
+        budget -= results[-1].get("alarms", 0)
+    return results
+
+
+def _provision_isolated(rt: Runtime, platform: Platform, name: str, budget: int, done: int) -> dict[str, Any]:
     """`provision_alarms` for one job of many: whatever it raises (an API error, a bad job's rendering) is logged
     and counted, and the sweep goes on with the other jobs. A configuration error is every job's, and is raised."""
     try:
-        return provision_alarms(rt, platform, name)
+        return provision_alarms(rt, platform, name, budget=budget, done=done)
     except ConfigurationError:
         raise
     except Exception as exc:
@@ -109,7 +194,11 @@ def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
     """Every running job; EC2 jobs with their facts (one DescribeInstances lists and groups them all)."""
     jobs: dict[tuple[Platform, str], JobFacts | None] = {}
     if rt.config.policy.monitor_sagemaker:
-        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals="InProgress")
+        # Filtered by status, and bounded to the jobs that can still be running: never the account's whole history
+        created_after = datetime.fromtimestamp(rt.clock(), UTC) - timedelta(seconds=SAGEMAKER_MAX_RUNTIME_SECONDS)
+        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(
+            StatusEquals="InProgress", CreationTimeAfter=created_after, PaginationConfig={"PageSize": 100}
+        )
         jobs |= {
             (Platform.SAGEMAKER, j["TrainingJobName"]): None for page in pages for j in page["TrainingJobSummaries"]
         }
@@ -133,23 +222,41 @@ def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
     return refs
 
 
-def _publish_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None], now: float) -> int:
-    """Each host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input)."""
-    data = []
+def _sagemaker_log_idle(newest: dict[tuple[str, str], float], jobs: set[str]) -> list[tuple[str, str, float]]:
+    """Each running SageMaker host's newest log line (job, host, t), from the sweep's one Logs Insights query."""
+    return [(job, host, t) for (job, host), t in sorted(newest.items()) if job in jobs]
+
+
+def _ec2_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None]) -> list[tuple[str, str, float]]:
+    """Each EC2 host's newest log line (job, host, t), from its instance-id streams in the job's log group (one
+    DescribeLogStreams a job when every node logs); one job's failure costs its log idleness, not the sweep."""
+    found = []
     for (platform, job), facts in running.items():
-        source = rt.source(platform)
-        freshness = source.ec2_log_freshness(facts) if facts is not None else source.log_freshness(job)
-        for host, last_t in freshness.items():
-            dims = [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}]
-            data.append(
-                {
-                    "MetricName": contract.LOG_IDLE_SECONDS,
-                    "Dimensions": dims,
-                    "Value": max(now - last_t, 0.0),
-                    "Unit": "Seconds",
-                    "Timestamp": datetime.fromtimestamp(now, UTC),
-                }
-            )
+        if platform is not Platform.EC2 or facts is None:
+            continue
+        try:
+            freshness = rt.source(platform).ec2_log_freshness(facts)
+        except Exception:
+            logger.exception("could not read an EC2 job's log streams", extra={"job": job})
+            metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+            continue
+        found += [(job, host, t) for host, t in sorted(freshness.items())]
+    return found
+
+
+def _publish_log_idle(rt: Runtime, newest: list[tuple[str, str, float]], now: float) -> int:
+    """Each running host's seconds since its last log line, as `LogIdleSeconds` (the log-idle alarms' input, and
+    the decisions' log freshness)."""
+    data = [
+        {
+            "MetricName": contract.LOG_IDLE_SECONDS,
+            "Dimensions": [{"Name": contract.DIM_JOB, "Value": job}, {"Name": contract.DIM_HOST, "Value": host}],
+            "Value": max(now - last_t, 0.0),
+            "Unit": "Seconds",
+            "Timestamp": datetime.fromtimestamp(now, UTC),
+        }
+        for job, host, last_t in newest
+    ]
     for offset in range(0, len(data), PUT_METRIC_DATA_LIMIT):
         rt.clients.cloudwatch.put_metric_data(
             Namespace=contract.NAMESPACE, MetricData=data[offset : offset + PUT_METRIC_DATA_LIMIT]

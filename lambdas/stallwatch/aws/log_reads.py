@@ -1,0 +1,135 @@
+"""CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
+
+    last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most two FilterLogEvents
+
+The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
+publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
+events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
+write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from stallwatch.core import contract, log_patterns
+from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
+from stallwatch.core.signals import LogLine
+
+LOG_RECENT_SECONDS = 120  # the fresh window: 512 hosts at a line per 10 s are 6,144 events, one page
+PAGE_EVENTS = 10_000  # FilterLogEvents' page
+PAGE_FILL = 0.8  # of a page, the second window aims to fill
+LAST_EVENT_FIELD = "last"
+LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
+QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
+QUERY_POLL_MAX_SECONDS = 8.0
+QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
+QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
+
+
+class LogQueryError(RuntimeError):
+    """A Logs Insights query failed, was cancelled, or did not finish in time."""
+
+
+@dataclass
+class HostLog:
+    """One host's newest event time and the lines read around it, oldest first."""
+
+    last_t: float | None = None
+    lines: list[LogLine] = field(default_factory=list)
+
+
+def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
+    """Each SageMaker host's newest event between `start` and `end` (epoch seconds), keyed (job, host), from one
+    Logs Insights query over the training jobs' log group: StartQuery, then GetQueryResults until it completes."""
+    try:
+        query_id = logs.start_query(
+            logGroupName=contract.SAGEMAKER_LOG_GROUP,
+            startTime=int(start),
+            endTime=int(end),
+            queryString=LAST_EVENT_QUERY,
+        )["queryId"]
+    except logs.exceptions.ResourceNotFoundException:
+        return {}  # no training job has logged yet
+    waited, wait = 0.0, QUERY_POLL_SECONDS
+    while True:
+        response = logs.get_query_results(queryId=query_id)
+        if response["status"] in QUERY_DONE:
+            break
+        if waited >= QUERY_WAIT_SECONDS:
+            raise LogQueryError(f"Logs Insights query {query_id} still {response['status']} after {waited:.0f} s")
+        sleep(wait)
+        waited, wait = waited + wait, min(wait * 2, QUERY_POLL_MAX_SECONDS)
+    if response["status"] != "Complete":
+        raise LogQueryError(f"Logs Insights query {query_id}: {response['status']}")
+    newest: dict[tuple[str, str], float] = {}
+    for row in response["results"]:
+        fields = {f["field"]: f["value"] for f in row}
+        match = SAGEMAKER_STREAM.match(fields.get("@logStream", ""))
+        if match and LAST_EVENT_FIELD in fields:
+            key, t = (match["job"], match["host"]), _query_time(fields[LAST_EVENT_FIELD])
+            newest[key] = max(newest.get(key, t), t)
+    return newest
+
+
+def _query_time(text: str) -> float:
+    """A Logs Insights timestamp (``2026-11-30 10:00:00.000``, UTC) in epoch seconds."""
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
+
+
+def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
+    """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
+    quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
+    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read.
+
+    The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
+    holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
+    is full ends at the quiet hosts' last lines, not 10 minutes before them. A host whose freshness is unknown (a
+    job the sweeper has not seen yet) has the window reach back to the lookback."""
+    found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
+    recent = now - LOG_RECENT_SECONDS
+    seen = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
+    quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
+    if quiet:
+        if None in quiet:
+            start, end = now - LOOKBACK_SECONDS, recent
+        else:
+            known = [t for t in quiet if t is not None]
+            rate = seen / LOG_RECENT_SECONDS  # events a second, of the hosts still writing
+            span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
+            start, end = min(known) - span, min(max(known) + 0.001, recent)
+        start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
+        _read_window(logs, job, start_ms, int(end * 1000) - 1, found)
+    for log in found.values():
+        log.lines.sort(key=lambda line: line.t)
+    return found
+
+
+def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> int:
+    """One FilterLogEvents page over the job's streams, oldest first, both ends included; the events it held."""
+    try:
+        response = logs.filter_log_events(
+            logGroupName=contract.SAGEMAKER_LOG_GROUP,
+            logStreamNamePrefix=f"{job}/",
+            startTime=max(start_ms, 0),
+            endTime=end_ms,
+            limit=PAGE_EVENTS,
+            interleaved=True,  # what CloudWatch Logs always does (the flag is ignored there); moto needs it
+        )
+    except logs.exceptions.ResourceNotFoundException:
+        return 0
+    events = response.get("events", [])
+    for event in events:
+        match = SAGEMAKER_STREAM.match(event["logStreamName"])
+        if not match or match["job"] != job or match["host"] not in found:
+            continue
+        t = event["timestamp"] / 1000
+        message = event["message"].rstrip("\n")
+        log = found[match["host"]]
+        log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
+        log.last_t = max(log.last_t or t, t)
+    return len(events)

@@ -1,0 +1,125 @@
+"""CloudWatch metric reads: named series (MetricStat) and SEARCH expressions, in as few GetMetricData calls as the
+500-query limit allows.
+
+    refs = [MetricRef("Stallwatch", "Steps", (("JobName", "job"),), "Sum")]
+    job = (("JobName", "job"),)
+    searches = [SearchRef("Stallwatch", "Heartbeat", ("JobName", "Host"), job, "Sum", "${PROP('Dim.Host')}")]
+    found = read_metrics(cloudwatch, [*refs, *searches], start, end)   # {ref: {label: Series}}
+
+A SEARCH reads one metric of every host of a job in one query, however many hosts there are (CloudWatch returns
+at most 500 series per SEARCH, each labelled by the dynamic label given, here the host).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from stallwatch.core.reading import METRIC_PERIOD_SECONDS
+from stallwatch.core.signals import Series
+
+MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
+MAX_SERIES_PER_SEARCH = 500  # CloudWatch returns at most this many series from one SEARCH
+
+
+@dataclass(frozen=True)
+class MetricRef:
+    """One series to read: where it lives, how to aggregate it, and what to divide it by."""
+
+    namespace: str
+    name: str
+    dimensions: tuple[tuple[str, str], ...]
+    statistic: str = "Average"
+    divisor: float = 1.0
+    period: int | None = None  # its own period, instead of the read's
+
+    def query(self, query_id: str, period: int) -> dict[str, Any]:
+        metric = {
+            "Namespace": self.namespace,
+            "MetricName": self.name,
+            "Dimensions": [{"Name": k, "Value": v} for k, v in self.dimensions],
+        }
+        stat = {"Metric": metric, "Period": self.period or period, "Stat": self.statistic}
+        return {"Id": query_id, "MetricStat": stat}
+
+
+@dataclass(frozen=True)
+class SearchRef:
+    """Every series of one metric whose dimensions are `dimension_names` and match `exact` (plus, optionally, a
+    `phrase` found in a dimension value), each labelled by the dynamic `label`."""
+
+    namespace: str
+    name: str
+    dimension_names: tuple[str, ...]
+    exact: tuple[tuple[str, str], ...]
+    statistic: str
+    label: str
+    phrase: str | None = None
+    divisor: float = 1.0
+    period: int | None = None  # its own period, instead of the read's
+    excluded: tuple[tuple[str, str], ...] = ()  # series left out (dimension, value): read by name instead
+
+    def query(self, query_id: str, period: int) -> dict[str, Any]:
+        terms = [f'MetricName="{self.name}"', *(f'{k}="{v}"' for k, v in self.exact)]
+        if self.phrase:
+            terms.append(f'"{self.phrase}"')
+        if self.excluded:
+            terms.append("NOT (" + " OR ".join(f'{k}="{v}"' for k, v in self.excluded) + ")")
+        schema = ",".join((self.namespace, *self.dimension_names))
+        expression = f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {self.period or period})"
+        return {"Id": query_id, "Expression": expression, "Label": self.label, "ReturnData": True}
+
+    def named(self, dimensions: tuple[tuple[str, str], ...]) -> MetricRef:
+        """The one series of this metric with `dimensions`, read by name."""
+        return MetricRef(self.namespace, self.name, dimensions, self.statistic, self.divisor, self.period)
+
+
+MetricQuery = MetricRef | SearchRef
+Point = tuple[float, float]
+
+
+def read_metrics(
+    cloudwatch: Any, wanted: list[MetricQuery], start: float, end: float, period: int = METRIC_PERIOD_SECONDS
+) -> dict[MetricQuery, dict[str, Series]]:
+    """Datapoints of every query, oldest first, per result label (a `MetricRef` has one, ``""``), divided by the
+    query's divisor; 500 queries per GetMetricData call, every page read."""
+    out: dict[MetricQuery, dict[str, Series]] = {}
+    unique = list(dict.fromkeys(wanted))
+    for offset in range(0, len(unique), MAX_QUERIES_PER_CALL):
+        chunk = unique[offset : offset + MAX_QUERIES_PER_CALL]
+        points: dict[str, dict[str, list[Point]]] = {f"q{i}": defaultdict(list) for i in range(len(chunk))}
+        request = {
+            "MetricDataQueries": [q.query(f"q{i}", period) for i, q in enumerate(chunk)],
+            "StartTime": datetime.fromtimestamp(start, UTC),
+            "EndTime": datetime.fromtimestamp(end, UTC),
+            "ScanBy": "TimestampAscending",
+        }
+        while True:
+            response = cloudwatch.get_metric_data(**request)
+            for result in response["MetricDataResults"]:
+                label = result.get("Label", "") if isinstance(chunk[int(result["Id"][1:])], SearchRef) else ""
+                points[result["Id"]][label].extend(
+                    (ts.timestamp(), value) for ts, value in zip(result["Timestamps"], result["Values"], strict=True)
+                )
+            if not response.get("NextToken"):
+                break
+            request["NextToken"] = response["NextToken"]
+        for i, query in enumerate(chunk):
+            found = points[f"q{i}"]
+            if isinstance(query, MetricRef):
+                found.setdefault("", [])
+            out[query] = {label: _series(series, query.divisor) for label, series in found.items()}
+    return out
+
+
+def _series(points: list[Point], divisor: float) -> Series:
+    return Series(tuple((t, v / divisor) for t, v in sorted(points)))
+
+
+def read_series(
+    cloudwatch: Any, refs: list[MetricRef], start: float, end: float, period: int = METRIC_PERIOD_SECONDS
+) -> dict[MetricRef, Series]:
+    """Datapoints of every named series, oldest first."""
+    return {ref: found[""] for ref, found in read_metrics(cloudwatch, list(refs), start, end, period).items()}

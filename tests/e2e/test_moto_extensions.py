@@ -1,0 +1,137 @@
+"""The moto extensions the tests, the bench and the demo share: requests served one at a time, SEARCH in
+GetMetricData, and the Logs Insights last-event query (anything else still goes to moto's own code)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import boto3
+import moto
+import pytest
+
+from localrun import moto_logs_insights, moto_metric_search, moto_threads
+from localrun.resources import create_table
+from stallwatch.aws.store import Store, StoredState
+from stallwatch.core.decision import JobState
+
+moto_threads.install()
+moto_metric_search.install()
+moto_logs_insights.install()
+
+
+@pytest.fixture(autouse=True)
+def aws(monkeypatch: pytest.MonkeyPatch):
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "x",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with moto.mock_aws():
+        yield
+
+
+def test_concurrent_transactions_on_one_table_all_commit() -> None:
+    # Given one table and 8 threads committing 25 decisions each, as the sweeper's workers do
+    dynamodb = boto3.client("dynamodb")
+    create_table(dynamodb, "t")
+    store, errors = Store(dynamodb, "t", 1), []
+
+    def decide(worker: int) -> None:
+        try:
+            for i in range(25):
+                store.commit(f"job#sagemaker#{worker}-{i}", StoredState(), StoredState(JobState()), {}, 1.0)
+        except Exception as exc:  # what moto raised unserialized: dictionary changed size during iteration
+            errors.append(exc)
+
+    threads = [threading.Thread(target=decide, args=(w,)) for w in range(8)]
+
+    # When they run at once
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    # Then every decision committed
+    assert errors == []
+    assert len(store.load_many([f"job#sagemaker#{w}-{i}" for w in range(8) for i in range(25)])) == 200
+    assert all(s.version == 1 for s in store.load_many([f"job#sagemaker#{w}-0" for w in range(8)]).values())
+
+
+def test_search_labels_each_series_and_plain_queries_still_work() -> None:
+    # Given two hosts' metric and one unrelated metric, a minute ago
+    cloudwatch = boto3.client("cloudwatch")
+    at = datetime.fromtimestamp(time.time() - 120, UTC)
+    for host, value in (("job/algo-1", 1.0), ("job/algo-2", 2.0), ("other/algo-1", 9.0)):
+        cloudwatch.put_metric_data(
+            Namespace="ns",
+            MetricData=[
+                {"MetricName": "m", "Dimensions": [{"Name": "Host", "Value": host}], "Timestamp": at, "Value": value}
+            ],
+        )
+    search = {
+        "Id": "s",
+        "Expression": "SEARCH('{ns,Host} MetricName=\"m\" \"job/\"', 'Average', 60)",
+        "Label": "${PROP('Dim.Host')}",
+    }
+    plain = {
+        "Id": "p",
+        "MetricStat": {
+            "Metric": {"Namespace": "ns", "MetricName": "m", "Dimensions": [{"Name": "Host", "Value": "other/algo-1"}]},
+            "Period": 60,
+            "Stat": "Sum",
+        },
+    }
+
+    # When both are read in one call
+    results = cloudwatch.get_metric_data(
+        MetricDataQueries=[search, plain],
+        StartTime=datetime.fromtimestamp(time.time() - 600, UTC),
+        EndTime=datetime.fromtimestamp(time.time(), UTC),
+    )["MetricDataResults"]
+
+    # Then the SEARCH gave one series per matching host, labelled by host, and the plain query its own
+    by_label = {(r["Id"], r["Label"]): r["Values"] for r in results}
+    assert by_label == {("s", "job/algo-1"): [1.0], ("s", "job/algo-2"): [2.0], ("p", "m Sum"): [9.0]}
+
+
+def test_other_logs_insights_queries_go_to_moto() -> None:
+    # Given a log stream with two lines
+    logs = boto3.client("logs")
+    logs.create_log_group(logGroupName="g")
+    logs.create_log_stream(logGroupName="g", logStreamName="s")
+    now_ms = int(time.time() * 1000)
+    logs.put_log_events(
+        logGroupName="g",
+        logStreamName="s",
+        logEvents=[{"timestamp": now_ms - 1000, "message": "a"}, {"timestamp": now_ms, "message": "b"}],
+    )
+
+    # When a fields/sort/limit query runs, and the last-event query with a stream filter
+    other = logs.start_query(
+        logGroupName="g",
+        startTime=0,
+        endTime=now_ms // 1000 + 1,
+        queryString="fields @message | sort @timestamp desc | limit 1",
+    )
+    last = logs.start_query(
+        logGroupName="g",
+        startTime=0,
+        endTime=now_ms // 1000 + 1,
+        queryString="filter @logStream like /^s$/ | stats max(@timestamp) as last by @logStream",
+    )
+
+    # Then moto answered the first, and the extension the second
+    assert [
+        f["value"]
+        for row in logs.get_query_results(queryId=other["queryId"])["results"]
+        for f in row
+        if f["field"] == "@message"
+    ] == ["b"]
+    rows = logs.get_query_results(queryId=last["queryId"])["results"]
+    assert rows == [
+        [{"field": "@logStream", "value": "s"}, {"field": "last", "value": moto_logs_insights.timestamp_text(now_ms)}]
+    ]
