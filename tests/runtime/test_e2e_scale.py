@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from handlers import on_alarm, on_job_state, sweeper
+from localrun import moto_sagemaker
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.signals import Platform
@@ -69,6 +70,34 @@ def test_the_sweeper_trusts_the_alarm_markers(rt, world, context) -> None:
     assert requests[0]["MaxRecords"] == 100
     assert cloudwatch["PutMetricAlarm"] == 0
     assert (summary["alarms_provisioned"], summary["left_to_provision"]) == (0, 0)
+
+
+def test_every_alarm_is_listed_once_an_hour_the_other_sweeps_read_only_alarms_in_alarm(rt, world, context):
+    # Given a running job with its alarms, and one that stopped while its end event was lost
+    world.create_job(JOB, hosts=2, tags=ENFORCE)
+    world.create_job("ended-job", hosts=1)
+    for job, hosts in ((JOB, 2), ("ended-job", 1)):
+        on_job_state.handler(job_state_event(job, "InProgress", hosts=hosts), context)
+    moto_sagemaker.set_training_job_status("ended-job", "Stopped", "Stopped")
+    requests = []
+    rt.clients.cloudwatch.meta.events.register(
+        "provide-client-params.cloudwatch.DescribeAlarms", lambda params, **_: requests.append(dict(params))
+    )
+
+    # When the sweeper runs three times: now, 5 minutes later, and once the hour has passed
+    first = sweeper.handler(scheduled_event(), context)
+    rt.clock.advance(5 * MINUTE)
+    moto_sagemaker.set_training_job_status(JOB, "Stopped", "Stopped")  # a second end event lost
+    second = sweeper.handler(scheduled_event(), context)
+    rt.clock.advance(sweep.ALARM_AUDIT_SECONDS)
+    third = sweeper.handler(scheduled_event(), context)
+
+    # Then the first and the third list every alarm and delete the ended jobs'; the one between reads only the
+    # alarms in ALARM and leaves the lost end to the next hourly listing
+    listings = [r for r in requests if r["AlarmNamePrefix"] == rt.config.alarm_prefix]  # not one job's alarms
+    assert [r.get("StateValue") for r in listings] == [None, "ALARM", None]
+    assert [s["orphan_alarms_deleted"] for s in (first, second, third)] == [6, 0, 9]
+    assert _alarm_count(rt) == 0
 
 
 def test_a_cold_sweep_decides_first_and_provisions_in_batches_over_sweeps(rt, world, slack, context, monkeypatch):

@@ -36,6 +36,7 @@ EVENT_SK = "event"
 PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
 RESUME_WATCH_PK = "resume-watch"
+ALARM_AUDIT_PK = "alarm-audit"  # when the sweeper last listed every alarm
 NOT_EXISTS = "attribute_not_exists(pk)"
 RESUME_SK_PREFIX = "resume#"
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
@@ -276,6 +277,20 @@ class Store:
         item = {"pk": {"S": f"event#{event_key}"}, "sk": {"S": EVENT_SK}, "expires_at": expires}
         try:
             self.dynamodb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def claim_alarm_audit(self, now: float, every_seconds: float) -> bool:
+        """True for the one sweep that may list every alarm now: none did in the last `every_seconds`."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key={"pk": {"S": ALARM_AUDIT_PK}, "sk": {"S": ALARM_AUDIT_PK}},
+                UpdateExpression="SET audited_at = :now",
+                ConditionExpression="attribute_not_exists(audited_at) OR audited_at <= :due",
+                ExpressionAttributeValues={":now": {"N": str(now)}, ":due": {"N": str(now - every_seconds)}},
+            )
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return False
         return True

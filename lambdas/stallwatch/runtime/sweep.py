@@ -25,7 +25,7 @@ from stallwatch.core.reading import LOOKBACK_SECONDS
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
-from stallwatch.runtime.provision import delete_job_alarms, describe_alarms, provision_alarms
+from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 
@@ -35,6 +35,9 @@ SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each wo
 # the decisions, at most this many per sweep and not past this far into it (the sweeper's timeout is 300 s).
 PROVISION_ALARMS_PER_SWEEP = 450
 PROVISION_UNTIL_SECONDS = 180
+# Listing every alarm (100 a page) finds the alarms of ended jobs whose end event was lost, and EC2 jobs whose
+# nodes changed unseen: one sweep an hour does it; the others list only the alarms in ALARM.
+ALARM_AUDIT_SECONDS = 3600
 SAGEMAKER_MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 
 
@@ -44,20 +47,21 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     yet, of running and ended jobs alike.
 
     Its calls do not grow with the running jobs that need nothing (see docs/lambdas.md, "Scale"): one Logs
-    Insights query gives every host's newest log line, one DescribeAlarms reads only the alarms in ALARM, and the
-    alarms' markers say which jobs have theirs. Due jobs are decided first, concurrently; jobs without alarms are
-    provisioned after, a bounded number per sweep (PutMetricAlarm is slow), the rest by the next sweeps."""
+    Insights query gives every host's newest log line, DescribeAlarms reads only the alarms in ALARM (every alarm
+    once an hour, `ALARM_AUDIT_SECONDS`), and the alarms' markers say which jobs have theirs. Due jobs are decided
+    first, concurrently; jobs without alarms are provisioned after, a bounded number per sweep (PutMetricAlarm is
+    slow), the rest by the next sweeps."""
     started, now = time.monotonic(), rt.clock()
     running = _running_jobs(rt)
     keys = {(p, name): job_key(p, name) for p, name in running}
-    # Every alarm, for issue 11's clean-up of jobs no longer running (and the alarms in ALARM that no decision
-    # followed): 100 a page. Missing alarms come from the markers, not from this listing.
-    existing = describe_alarms(rt, rt.config.alarm_prefix)
+    # Missing alarms come from the markers, not from this listing.
+    audit = rt.store.claim_alarm_audit(now, ALARM_AUDIT_SECONDS)
+    existing = describe_alarms(rt, rt.config.alarm_prefix) if audit else alarms_in_alarm(rt)
     alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
     alarmed_hosts: dict[tuple[Platform, str], set[str | None]] = defaultdict(set)
     for ref in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix):
         alarmed_hosts[ref.platform, ref.job].add(ref.host)
-    retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running))
+    retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running)) if audit else 0
     newest = _newest_log_lines(rt, now) if _sagemaker(running) else {}
     sagemaker_jobs = {name for p, name in running if p is Platform.SAGEMAKER}
     published = _publish_log_idle(rt, [*_sagemaker_log_idle(newest, sagemaker_jobs), *_ec2_log_idle(rt, running)], now)
@@ -82,7 +86,9 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
     # An EC2 job whose alarms watch other hosts than its running instances: re-rendered from its first alarm.
     changed = {
-        job for job, facts in running.items() if job in alarmed_hosts and _hosts_changed(facts, alarmed_hosts[job])
+        job
+        for job, facts in running.items()
+        if audit and job in alarmed_hosts and _hosts_changed(facts, alarmed_hosts[job])
     }
     done = {job: markers[keys[job]].put for job in running if keys[job] in markers and job not in changed}
     missing = [
