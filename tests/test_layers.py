@@ -185,8 +185,7 @@ def test_an_adapter_importing_the_runtime_and_offline_importing_the_runtime_are_
 
 def test_the_tree_has_the_four_rooms_and_every_module_sits_in_one() -> None:
     graph = import_graph(LAMBDAS)
-    rooms = {room_of(m) for m in graph if m.count(".") >= 1 or m.startswith("handlers")}
-    assert rooms == {"core", "aws", "runtime", "offline", "handlers"}
+    assert {room_of(m) for m in graph} - {None} == {"core", "aws", "runtime", "offline", "handlers"}
     homeless = [m for m in graph if room_of(m) is None and m not in ("stallwatch",)]
     assert homeless == []
 

@@ -82,9 +82,6 @@ class JobFacts:
     # Where the hosts' logs are (EC2: streams named by instance id); None: the platform's own place.
     log_group: str | None = None
 
-    def instance_type_of(self, host: str) -> str:
-        return self.host_types.get(host, self.instance_type)
-
     def gpus_on(self, host: str) -> int:
         """Accelerator devices on `host` (its type's, where the hosts differ)."""
         return instance_spec(self.host_types[host]).devices if host in self.host_types else self.gpus_per_host
