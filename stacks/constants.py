@@ -8,6 +8,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
+from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+
 SERVICE_NAME = "stallwatch"
 CONFIG_CONTEXT_KEY = "stallwatch"
 CONFIG_FILE_CONTEXT_KEY = "stallwatch:config-file"
@@ -39,7 +41,7 @@ LAMBDA_MEMORY_MB = 512
 LAMBDA_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
 ON_ALARM_TIMEOUT = Duration.minutes(2)
-SWEEPER_TIMEOUT = Duration.minutes(5)
+SWEEPER_TIMEOUT = Duration.seconds(SWEEPER_TIMEOUT_SECONDS)
 SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"

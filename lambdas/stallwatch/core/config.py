@@ -20,6 +20,8 @@ CONFIG_ENV = "STALLWATCH_CONFIG"
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"
 TABLE_TTL_ATTRIBUTE = "expires_at"
+# The sweeper function's timeout: the stacks set it, and the runtime's claims and clean-ups outlast it.
+SWEEPER_TIMEOUT_SECONDS = 300
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"

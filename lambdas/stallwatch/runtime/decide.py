@@ -29,6 +29,7 @@ from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms, contract, engine
+from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.signals import JobSignals
@@ -41,9 +42,9 @@ POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 # alarm went to ALARM after its last decision.
 COALESCE_SECONDS = 120
 ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
-# The longest a deciding Lambda runs (the sweeper's timeout, stacks/constants.py): an unfinished decision older
+# The longest a deciding Lambda runs (the sweeper's timeout): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
-ABANDONED_AFTER_SECONDS = 300 + 60
+ABANDONED_AFTER_SECONDS = SWEEPER_TIMEOUT_SECONDS + 60
 
 
 @dataclass

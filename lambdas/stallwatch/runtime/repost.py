@@ -11,11 +11,12 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import PostResult
 from stallwatch.aws.store import PendingPost
 from stallwatch.core import contract
+from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.runtime.environment import Runtime
 
 MAX_SLACK_ATTEMPTS = 12  # posts of one message, the first included: an hour of Slack outage at 5-minute sweeps
 RESENDS_PER_SWEEP = 10  # oldest first; bounds a sweep's time while Slack hangs (5 s timeout, 1 retry per post)
-POST_CLAIM_SECONDS = 300  # the sweeper's Lambda timeout: a claim on a resend outlives the run that holds it
+POST_CLAIM_SECONDS = SWEEPER_TIMEOUT_SECONDS  # a claim on a resend outlives the sweeper run that holds it
 
 
 def record_post(
