@@ -61,6 +61,13 @@ class SlowSink:
         pass
 
 
+def publish(path: Path, text: str) -> None:
+    """Write whole, then rename: the test polls for the name and must never read a half-written file."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.rename(path)
+
+
 def counting_agent(out: Path, clock: FrozenClock) -> TrainerAgent:
     sink = JsonlSink(out / "windows.jsonl")
     return TrainerAgent(interval_s=3600, sinks=[sink], flops_per_token=FLOPS_PER_TOKEN, peak_tflops=1.0, clock=clock)
@@ -72,7 +79,7 @@ def finish_count(out: Path, agent: TrainerAgent, clock: FrozenClock, tokens: int
     dist.all_reduce(counts)
     if dist.get_rank() == 0:
         expected = {"tokens": counts[0].item(), "samples": counts[1].item(), "world_size": dist.get_world_size()}
-        (out / "expected.json").write_text(json.dumps(expected))
+        publish(out / "expected.json", json.dumps(expected))
     clock.now = WINDOW_S
     agent.close()
 
@@ -86,7 +93,7 @@ def hang(out: Path, blocked_in: str) -> None:
     for _ in range(2):
         with agent.step(tokens=SEQ):
             model(torch.randn(2, 8)).sum().backward()
-    (out / f"blocked-{rank}").write_text(str(os.getpid()))
+    publish(out / f"blocked-{rank}", str(os.getpid()))
     if rank != 0:
         dist.recv(torch.empty(4), src=0, tag=7)
         return
@@ -105,7 +112,7 @@ def dataloader(out: Path) -> None:
         with agent.step(samples=len(batch)):
             time.sleep(0.01)
         if step == 5:
-            (out / "running").write_text(str(os.getpid()))
+            publish(out / "running", str(os.getpid()))
 
 
 def counts(out: Path, sharded: bool) -> None:
