@@ -44,6 +44,7 @@ class SignalsBuilder:
     training_at: float = 0.0  # when the secondary status became Training
     gpus_per_host: int = 8
     tags: dict[str, str] = field(default_factory=dict)
+    host_types: dict[str, str] = field(default_factory=dict)  # a heterogeneous cluster's hosts and their types
     _job: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _host_agent: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _gpu: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
@@ -171,6 +172,7 @@ class SignalsBuilder:
             tags=dict(self.tags),
             status_history=history if self.secondary_status == "Training" else (),
             instance_ids=tuple(self.host_names) if self.platform is Platform.EC2 else (),
+            host_types=dict(self.host_types),
         )
 
     def build(self, now: float) -> JobSignals:

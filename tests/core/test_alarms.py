@@ -6,6 +6,7 @@ import pytest
 
 from stallwatch.core import alarms, contract
 from stallwatch.core.policy import Policy
+from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, Platform
 
 PREFIX = "stallwatch-"
@@ -94,6 +95,29 @@ def test_sagemaker_job_gets_host_alarms_per_host_and_job_alarms() -> None:
         assert d["AlarmActions"] == [ARN]
         assert "OKActions" not in d
         assert {"Key": alarms.TAG_JOB, "Value": "llm-pretrain-7b"} in d["Tags"]
+
+
+def test_a_cpu_only_group_gets_log_alarms_and_no_gpu_alarms() -> None:
+    # Given a heterogeneous job: 2 p4d hosts and a c5 data host (a type the price table does not list)
+    host_types = {"algo-1": "ml.p4d.24xlarge", "algo-2": "ml.p4d.24xlarge", "algo-3": "ml.c5.18xlarge"}
+    facts = sagemaker_job(hosts=3, host_types=host_types)
+
+    # When its alarms are rendered
+    rendered = alarms.render_alarms(facts, Policy(mode="enforce").for_job({}), PREFIX, [ARN])
+
+    # Then the data host has its log alarm only, and the GPU hosts' GPU alarms divide by their 8 GPUs
+    refs = [alarms.parse_alarm_name(d["AlarmName"], PREFIX) for d in rendered]
+    assert sorted(r.kind for r in refs if r.host == "algo-3") == ["log-idle"]
+    assert sorted(r.kind for r in refs if r.host == "algo-1") == sorted(alarms.HOST_KINDS)
+    assert facts.gpu_host_count() == 2
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "devices"),
+    [("ml.c5.18xlarge", 0), ("m7i.48xlarge", 0), ("ml.p3.16xlarge", 1), ("gr6.4xlarge", 1), ("ml.inf2.xlarge", 1)],
+)
+def test_unlisted_types_count_a_device_only_in_accelerated_families(instance_type: str, devices: int) -> None:
+    assert instance_spec(instance_type).devices == devices
 
 
 @pytest.mark.parametrize(("agreement", "periods"), [(2 / 3, 14), (1.0, 20)])

@@ -248,6 +248,45 @@ def test_quiet_rank_whose_last_line_is_a_traceback_is_not_taken_for_crashed() ->
     assert diagnose(builder, ONSET + 30 * MIN).diagnosis is Diagnosis.HEALTHY
 
 
+# --- a heterogeneous cluster with a CPU-only group ------------------------------------------------------------------
+
+GPU_HOSTS = ["algo-1", "algo-2"]
+WITH_DATA_GROUP = {"algo-1": "ml.p4d.24xlarge", "algo-2": "ml.p4d.24xlarge", "algo-3": "ml.c5.18xlarge"}
+
+
+def test_a_cpu_only_group_is_judged_by_its_logs_and_never_holds_back_an_idle_job_without_the_agent() -> None:
+    # Given 2 GPU hosts and a CPU-only data host (no GPU metrics there): GPUs idle and every log silent after ONSET
+    builder = SignalsBuilder(hosts=3, host_types=WITH_DATA_GROUP).logs(0, ONSET, 30)
+    builder.gpu(0, ONSET, 97.0, hosts=GPU_HOSTS).gpu(ONSET, 3 * HOUR, 0.5, hosts=GPU_HOSTS)
+    # When idle and silent 11 min / Then idle: the GPU hosts agree with the silent logs, as on an all-GPU job
+    decision = diagnose(builder, ONSET + 11 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.IDLE, Action.WARN)
+    assert "on all 2 hosts" in " ".join(decision.reasons)
+    # But when the data host still logs, the job is not silent
+    talking = builder.logs(ONSET, 3 * HOUR, 60, hosts=["algo-3"])
+    assert diagnose(talking, ONSET + HOUR).diagnosis is Diagnosis.HEALTHY
+
+
+def test_a_cpu_only_group_without_gpu_data_does_not_slow_the_agents_hang_decision() -> None:
+    # Given the agent's steps stopped at ONSET and power fell on both GPU hosts; the data host reports no GPU
+    builder = SignalsBuilder(hosts=3, host_types=WITH_DATA_GROUP).progress(0, ONSET).no_progress(ONSET, 3 * HOUR)
+    builder.gpu(0, 3 * HOUR, 99.0, hosts=GPU_HOSTS).logs(0, 3 * HOUR, 30)
+    builder.power(0, ONSET, 350.0, hosts=GPU_HOSTS).power(ONSET, 3 * HOUR, 110.0, hosts=GPU_HOSTS)
+    # When 11 min have passed / Then the two signals agree as on an all-GPU job
+    decision = diagnose(builder, ONSET + 11 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
+    assert "fell on every host too" in decision.reasons[0]
+
+
+def test_a_job_without_gpus_is_never_taken_for_idle_gpus() -> None:
+    # Given a CPU-only job (no accelerator on any host) whose logs fell silent, without the agent
+    builder = SignalsBuilder(hosts=2, gpus_per_host=0).logs(0, ONSET, 30)
+    # Then its silence alone is never an idle-GPU stop
+    decision = diagnose(builder, ONSET + 2 * HOUR)
+    assert not decision.stoppable
+    assert decision.diagnosis is not Diagnosis.IDLE
+
+
 # --- all idle and silent without the agent ---------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from stallwatch.core import log_patterns, measures
 from stallwatch.core.decision import Action, Cadence, Decision, Diagnosis, JobState
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
-from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
 
 RUNNING_STATUS = "InProgress"
 UPLOADING_STATUS = "Uploading"
@@ -322,10 +322,10 @@ def _with_agent(
     # The evidence ladder: no step alone waits the full threshold; with GPU activity fallen on every host as well
     # (power below its baseline, or idle), the two agree and decide after `agreement_fraction` of it.
     early_s = max(thresholds.agreement_fraction * progress.stall_s, min(confirm_s, progress.stall_s))
-    fallen = _gpus_fallen(evidence["hosts"], thresholds)
+    hosts = _with_gpus(evidence["hosts"], signals.facts)
+    fallen = _gpus_fallen(hosts, thresholds)
     stall_s = early_s if fallen else progress.stall_s
     if now - since > stall_s:
-        hosts = evidence["hosts"]
         all_idle = bool(hosts) and all(
             h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent for h in hosts.values()
         )
@@ -359,6 +359,12 @@ def _with_agent(
     if now - since > early_s:  # a lone signal: no alarm fires again when it reaches the full threshold
         return replace(finding, recheck_at=since + progress.stall_s)
     return finding
+
+
+def _with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:
+    """The hosts whose GPUs speak for the job: a heterogeneous cluster's CPU-only hosts have no GPU metrics, and only
+    their logs count."""
+    return {name: host for name, host in hosts.items() if facts.gpus_on(name)}
 
 
 def _gpus_fallen(hosts: dict[str, dict], thresholds: Thresholds) -> bool:
@@ -421,7 +427,7 @@ def _without_agent(
     notes: tuple[str, ...],
 ) -> _Finding:
     """Host GPU utilization and log silence decide; every host must show the same picture."""
-    hosts = list(signals.hosts.values())
+    hosts = list(_with_gpus(signals.hosts, signals.facts).values())
     utils = [measures.gpu_util(h) for h in hosts]
     never_active = all(all(v < thresholds.idle_gpu_percent for v in u.values()) for u in utils)
     if never_active and now - training_since <= limits.startup_s:
@@ -448,7 +454,7 @@ def _without_agent(
     agree = thresholds.agreement_fraction
     if logs.silence_s < agree * logs.threshold_s:
         return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
-    complete = len(hosts) >= max(signals.facts.instance_count, 1)
+    complete = len(hosts) >= max(signals.facts.gpu_host_count(), 1)
     idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
     if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
         reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(idle))}"

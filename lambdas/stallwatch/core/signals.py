@@ -86,6 +86,12 @@ class JobFacts:
         """Accelerator devices on `host` (its type's, where the hosts differ)."""
         return instance_spec(self.host_types[host]).devices if host in self.host_types else self.gpus_per_host
 
+    def gpu_host_count(self) -> int:
+        """How many of the job's hosts have accelerators (a heterogeneous cluster's CPU-only group has none)."""
+        if self.host_types:
+            return sum(1 for instance_type in self.host_types.values() if instance_spec(instance_type).devices)
+        return self.instance_count if self.gpus_per_host else 0
+
     def vcpus_on(self, host: str) -> int:
         return instance_spec(self.host_types[host]).vcpus if host in self.host_types else self.vcpus_per_host
 
