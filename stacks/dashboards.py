@@ -104,6 +104,7 @@ class Dashboards(Construct):
                 "Sum",
                 _FLEET_PERIOD,
                 namespace=CONTROL_PLANE_NAMESPACE,
+                term=f'service="{self.deployment}"',
             ),
             self._graph("Invocations", [function.metric_invocations(period=_FLEET_PERIOD) for function in functions]),
             self._graph(

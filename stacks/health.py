@@ -26,8 +26,11 @@ class ControlPlaneHealth(Construct):
         functions: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         topic: sns.ITopic,
+        service: str = SERVICE,
     ) -> None:
+        """`service` is the deployment's name: the `service` dimension its functions publish their metrics under."""
         super().__init__(scope, construct_id)
+        self.service = service
         self.action = actions.SnsAction(topic)
         self.alarms: list[cloudwatch.Alarm] = []
         for function in functions:
@@ -51,7 +54,7 @@ class ControlPlaneHealth(Construct):
             metric = cloudwatch.Metric(
                 namespace=CONTROL_PLANE_NAMESPACE,
                 metric_name=name,
-                dimensions_map={"service": SERVICE},
+                dimensions_map={"service": self.service},
                 statistic=cloudwatch.Stats.SUM,
                 period=HEALTH_ALARM_PERIOD,
             )

@@ -53,9 +53,12 @@ class SlackEndpoint(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         job_statements: Sequence[iam.PolicyStatement],
+        service: str = SERVICE_NAME,
     ) -> None:
-        """`job_statements` let the function read a job and stop it, with the same tag conditions as the watchdog."""
+        """`job_statements` let the function read a job and stop it, with the same tag conditions as the watchdog;
+        `service` (the deployment's name) is the `service` dimension of its metrics."""
         super().__init__(scope, construct_id)
+        self.service = service
         self.role = self._build_role(table, slack_secret, job_statements)
         self.function = self._build_function(code, config, table, slack_secret)
         self.url = self.function.add_function_url(
@@ -104,7 +107,7 @@ class SlackEndpoint(Construct):
                 CONFIG_ENV: config.model_dump_json(),
                 "TABLE_NAME": table.table_name,
                 "SLACK_SECRET_ARN": slack_secret.secret_arn,
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_SERVICE_NAME": self.service,
             },
         )
 

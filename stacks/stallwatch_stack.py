@@ -49,6 +49,7 @@ class StallwatchStack(Stack):
             table=self.state.table,
             slack_secret=self.notifications.slack_secret,
             bundle_dependencies=bundle_dependencies,
+            service=deployment,
         )
         self.slack_endpoint = SlackEndpoint(
             self,
@@ -58,6 +59,7 @@ class StallwatchStack(Stack):
             table=self.state.table,
             slack_secret=self.notifications.slack_secret,
             job_statements=self.watchdog.permissions.slack_interactions(),
+            service=deployment,
         )
         functions = [*self.watchdog.functions, self.slack_endpoint.function]
         self.health = ControlPlaneHealth(
@@ -66,6 +68,7 @@ class StallwatchStack(Stack):
             functions=functions,
             dead_letter_queue=self.watchdog.dead_letter_queue,
             topic=self.notifications.topic,
+            service=deployment,
         )
         self.dashboards = Dashboards(
             self,

@@ -72,8 +72,11 @@ class Watchdog(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         bundle_dependencies: bool,
+        service: str = SERVICE_NAME,
     ) -> None:
+        """`service` (the deployment's name) is the `service` dimension of the control plane's metrics."""
         super().__init__(scope, construct_id)
+        self.service = service
         self.config = config
         self.table = table
         self.slack_secret = slack_secret
@@ -133,7 +136,7 @@ class Watchdog(Construct):
                 CONFIG_ENV: self.config.model_dump_json(),
                 "TABLE_NAME": self.table.table_name,
                 "SLACK_SECRET_ARN": self.slack_secret.secret_arn,
-                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_SERVICE_NAME": self.service,
                 **extra_env,
             },
         )

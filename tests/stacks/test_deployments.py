@@ -3,6 +3,8 @@ prefix, so nothing the two create shares a name, and both pass cdk-nag."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from stacks.application import add_deployment
 from stacks.config_source import load_config
 from stacks.constants import DEPLOYMENT_TAG
 from stacks.stallwatch_stack import StallwatchStack
+from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE
 
 from .conftest import CDK_JSON, as_list, cdk_json_context, iam_statements, logical_id
 
@@ -101,3 +104,24 @@ def test_the_outputs_link_each_deployments_own_dashboards(deployments: dict[str,
 def test_the_synthesized_templates_are_one_per_deployment(deployments: dict[str, StallwatchStack]) -> None:
     outdir = Path(next(iter(deployments.values())).node.root.outdir)  # type: ignore[attr-defined]
     assert {p.name for p in outdir.glob("*.template.json")} == {f"{name}.template.json" for name in DEPLOYMENTS}
+
+
+def test_each_deployment_alarms_on_its_own_health_metrics(deployments: dict[str, StallwatchStack]) -> None:
+    for name, stack in deployments.items():
+        template = Template.from_stack(stack)
+        # Then every function publishes its health metrics under the deployment's name (Powertools' service)
+        functions = template.find_resources("AWS::Lambda::Function").values()
+        services = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_SERVICE_NAME") for f in functions}
+        assert services == {name}
+        # And its failed-stop, Slack and resume alarms read only those
+        health = [
+            a["Properties"]
+            for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+            if a["Properties"].get("Namespace") == CONTROL_PLANE_NAMESPACE
+        ]
+        assert len(health) == 3
+        assert all(a["Dimensions"] == [{"Name": "service", "Value": name}] for a in health)
+        # And the fleet dashboard's control-plane graph searches only its own
+        fleet = template.find_resources("AWS::CloudWatch::Dashboard")[logical_id(stack.dashboards.fleet)]
+        body = json.dumps(fleet["Properties"]["DashboardBody"]).replace("\\", "")
+        assert re.search(rf'ControlPlane"?,service}} service="{name}"', body)

@@ -6,14 +6,17 @@ from stallwatch.aws.observability import logger, metrics, tracer
 from __future__ import annotations
 
 import logging
+import os
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, SERVICE
 
-logger = Logger(service=SERVICE)
-metrics = Metrics(namespace=CONTROL_PLANE_NAMESPACE, service=SERVICE)
-tracer = Tracer(service=SERVICE)
+# The deployment's name (the stack sets it), so two deployments in one account and region keep their health apart.
+service = os.environ.get("POWERTOOLS_SERVICE_NAME") or SERVICE
+logger = Logger(service=service)
+metrics = Metrics(namespace=CONTROL_PLANE_NAMESPACE, service=service)
+tracer = Tracer(service=service)
 
 # Libraries that log secrets below WARNING: botocore the GetSecretValue response (signing secret, bot token,
 # webhook URL), urllib3 and slack_sdk the request URL (a webhook URL is a secret). Capped whatever the root level.

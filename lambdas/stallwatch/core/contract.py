@@ -43,7 +43,8 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 CWAGENT_NAMESPACE = "CWAgent"
 EC2_NAMESPACE = "AWS/EC2"
 
-# The control plane's own health metrics (Powertools EMF, dimension `service`), for its alarms and dashboards.
+# The control plane's own health metrics (Powertools EMF, dimension `service`: the deployment's name, SERVICE by
+# default), for its alarms and dashboards.
 CONTROL_PLANE_NAMESPACE = "Stallwatch/ControlPlane"
 SERVICE = "stallwatch"
 DECISIONS = "Decisions"
