@@ -1,6 +1,7 @@
 """Resuming a stopped job: a new SageMaker training job cloned from the stopped one, or the EC2 group started again.
 
-As with `actions.stop`, API errors are returned, never raised, so the caller can record them and tell Slack.
+As with `actions.stop`, API errors are returned, never raised, so the caller can record them, tell Slack, and retry
+the transient ones (`core.resume_retry`).
 
     described, tags = describe_training_job(clients, "llama-pretrain")
     started = create_training_job(clients, plan.request)   # ResumeResult(ok=True, detail="CreateTrainingJob ...")
@@ -12,15 +13,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from stallwatch.core import resume_retry
+from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG
+
+NAME_IN_USE = "ResourceInUse"
 
 
 @dataclass(frozen=True)
 class ResumeResult:
-    """Whether the new attempt was started, and what the platform said."""
+    """Whether the new attempt was started, what the platform said, and whether a later try may succeed."""
 
     ok: bool
     detail: str
+    code: str = ""  # the error code ("" when started)
+    transient: bool = False
 
 
 def describe_training_job(clients: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -38,16 +47,27 @@ def describe_training_job(clients: Any, name: str) -> tuple[dict[str, Any], dict
 
 
 def create_training_job(clients: Any, request: dict[str, Any]) -> ResumeResult:
-    """CreateTrainingJob of the next attempt."""
+    """CreateTrainingJob of the next attempt. A job of that name that carries this attempt's chain tags was created
+    by an earlier call whose answer was lost (a timeout, a 5xx after SageMaker took it): started, not failed."""
     name = request["TrainingJobName"]
     try:
         arn = clients.sagemaker.create_training_job(**request)["TrainingJobArn"]
-    except ClientError as exc:
-        error = exc.response["Error"]  # ResourceInUse: a job of that name exists (the claim makes it not ours)
-        return ResumeResult(ok=False, detail=f"CreateTrainingJob {name}: {error['Code']}: {error.get('Message', '')}")
-    except BotoCoreError as exc:
-        return ResumeResult(ok=False, detail=f"CreateTrainingJob {name}: {type(exc).__name__}: {exc}")
+    except (ClientError, BotoCoreError) as exc:
+        failed = _failure(f"CreateTrainingJob {name}", exc)
+        if failed.code == NAME_IN_USE and _created_by(clients, request):
+            return ResumeResult(ok=True, detail=f"CreateTrainingJob {name}: created by an earlier try ({NAME_IN_USE})")
+        return failed
     return ResumeResult(ok=True, detail=f"CreateTrainingJob {arn}")
+
+
+def _created_by(clients: Any, request: dict[str, Any]) -> bool:
+    """Whether the existing job named in `request` is the one `request` creates (the same chain tags)."""
+    wanted = {t["Key"]: t["Value"] for t in request.get("Tags", []) if t["Key"] in (RESUMED_FROM_TAG, ATTEMPT_TAG)}
+    try:
+        _, tags = describe_training_job(clients, request["TrainingJobName"])
+    except (ClientError, BotoCoreError):
+        return False
+    return len(wanted) == 2 and all(tags.get(k) == v for k, v in wanted.items())
 
 
 def start_instances(clients: Any, instance_ids: tuple[str, ...]) -> ResumeResult:
@@ -56,12 +76,21 @@ def start_instances(clients: Any, instance_ids: tuple[str, ...]) -> ResumeResult
         raise ValueError("instance_ids is empty: an EC2 job needs the instances to start")
     try:
         response = clients.ec2.start_instances(InstanceIds=list(instance_ids))
-    except ClientError as exc:
-        error = exc.response["Error"]
-        return ResumeResult(
-            ok=False, detail=f"StartInstances {list(instance_ids)}: {error['Code']}: {error.get('Message', '')}"
-        )
-    except BotoCoreError as exc:
-        return ResumeResult(ok=False, detail=f"StartInstances {list(instance_ids)}: {type(exc).__name__}: {exc}")
+    except (ClientError, BotoCoreError) as exc:
+        return _failure(f"StartInstances {list(instance_ids)}", exc)
     states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in response.get("StartingInstances", [])}
     return ResumeResult(ok=True, detail=f"StartInstances: {states}")
+
+
+def _failure(call: str, exc: ClientError | BotoCoreError) -> ResumeResult:
+    """A failed call as a result: its code, and whether it is transient (a connection or read timeout is)."""
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", "Unknown"))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        detail = f"{call}: {code}: {error.get('Message', '')}"
+        return ResumeResult(ok=False, detail=detail, code=code, transient=resume_retry.transient(code, status))
+    no_answer = isinstance(exc, (BotoConnectionError, HTTPClientError))
+    code = resume_retry.CONNECTION_FAILURE if no_answer else type(exc).__name__
+    detail = f"{call}: {type(exc).__name__}: {exc}"
+    return ResumeResult(ok=False, detail=detail, code=code, transient=resume_retry.transient(code, None))

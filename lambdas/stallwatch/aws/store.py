@@ -12,6 +12,7 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "resume#<stop at>"        the claim on resuming after one of Stallwatch's stops
     pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
     pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
+    pk = "resume-retry"          sk = "<stop at>#<job key>"     a resume being tried (the sweeper retries a failure)
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from stallwatch.aws.observability import logger
 from stallwatch.core.decision import JobState
-from stallwatch.core.resume import StopRecord, stop_of
+from stallwatch.core.resume import ResumePlan, StopRecord, stop_of
 
 STATE_SK = "state"
 ALARMS_SK = "alarms"  # the job's alarms are in place (how many, since when)
@@ -36,6 +37,9 @@ EVENT_SK = "event"
 PENDING_POST_PK = "pending-post"
 SECONDS_PER_DAY = 86_400
 RESUME_WATCH_PK = "resume-watch"
+# One partition for every resume being tried: the stopped job is no longer listed as running, and one Query a sweep
+# finds them all. Empty unless a resume is in flight or failed for a reason a later try can fix.
+RESUME_RETRY_PK = "resume-retry"
 ALARM_AUDIT_PK = "alarm-audit"  # when the sweeper last listed every alarm
 NOT_EXISTS = "attribute_not_exists(pk)"
 RESUME_SK_PREFIX = "resume#"
@@ -83,6 +87,27 @@ class ProgressWatch:
     best_step: float
     restarted_at: float
     thread_ts: str | None = None
+
+
+@dataclass(frozen=True)
+class ResumeRetry:
+    """A resume's tries: the first (on_job_state) and, after a transient failure, the sweeper's
+    (`runtime.resume_retry`). Every try starts the same attempt: `plan` as the first try made it."""
+
+    job_key: str  # the stopped job
+    stop_at: float  # Stallwatch's stop that the resume follows
+    plan: ResumePlan
+    first_at: float
+    thread_ts: str | None = None  # the stop message, for the follow-ups' thread (bot mode)
+    tries: int = 1  # tries taken so far, the one in flight included
+    next_at: float = 0.0  # when the next try is due
+
+    @property
+    def sk(self) -> str:
+        return f"{self.stop_at:017.3f}#{self.job_key}"
+
+    def with_tries(self, tries: int) -> ResumeRetry:
+        return replace(self, tries=tries)
 
 
 def job_key(platform: str, job: str) -> str:
@@ -464,14 +489,30 @@ class Store:
             TransactItems=[{"Update": self._set_outcome(post.job_key, post.audit_sk, outcome)}, pending]
         )
 
-    def claim_resume(self, key: str, stop_at: float, audit: dict[str, Any], now: float) -> str | None:
+    def claim_resume(
+        self,
+        key: str,
+        stop_at: float,
+        audit: dict[str, Any],
+        now: float,
+        tries: ResumeRetry | None = None,
+        hold_until: float = 0.0,
+    ) -> str | None:
         """Claim what follows Stallwatch's stop at `stop_at` (a resume, or the alert that there is none) and audit
-        it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event)."""
-        return self.claim(key, f"{RESUME_SK_PREFIX}{stop_at:017.3f}", audit, now)
+        it, in one transaction; the audit record's sort key, or None if claimed before (a duplicated event).
+        A resume's `tries` item goes in the same transaction, held by this invocation until `hold_until`: if it
+        dies before its call, the sweeper tries once the hold has run out, so no resume is lost."""
+        also = []
+        if tries is not None:
+            item = self._retry_item(tries, now) | {"claimed_until": {"N": f"{hold_until:.3f}"}}
+            also.append({"Put": {"TableName": self.table, "Item": item}})
+        return self.claim(key, f"{RESUME_SK_PREFIX}{stop_at:017.3f}", audit, now, also)
 
-    def claim(self, key: str, sk: str, audit: dict[str, Any], now: float) -> str | None:
-        """Claim a once-only step of a job (item `sk`) and audit it, in one transaction; the audit record's sort
-        key, or None if claimed before."""
+    def claim(
+        self, key: str, sk: str, audit: dict[str, Any], now: float, also: list[dict[str, Any]] | None = None
+    ) -> str | None:
+        """Claim a once-only step of a job (item `sk`) and audit it (and write `also`), in one transaction; the
+        audit record's sort key, or None if claimed before."""
         audit_sk = f"audit#{now:017.3f}#{sk.split('#', 1)[0]}"
         expires = self._expires(now)
         claim = {"pk": {"S": key}, "sk": {"S": sk}, "expires_at": expires}
@@ -480,11 +521,89 @@ class Store:
                 TransactItems=[
                     {"Put": {"TableName": self.table, "Item": claim, "ConditionExpression": NOT_EXISTS}},
                     {"Put": {"TableName": self.table, "Item": _audit_item(key, audit_sk, audit, expires)}},
+                    *(also or []),
                 ]
             )
         except self.dynamodb.exceptions.TransactionCanceledException:
             return None
         return audit_sk
+
+    def _retry_item(self, retry: ResumeRetry, now: float) -> dict[str, Any]:
+        fixed = {k: v for k, v in asdict(retry).items() if k not in ("tries", "next_at")}
+        return {
+            "pk": {"S": RESUME_RETRY_PK},
+            "sk": {"S": retry.sk},
+            "retry": {"S": json.dumps(fixed)},
+            "tries": {"N": str(retry.tries)},
+            "next_at": {"N": f"{retry.next_at:.3f}"},
+            "expires_at": self._expires(now),
+        }
+
+    def resume_retries(self, limit: int) -> list[ResumeRetry]:
+        """The oldest `limit` resumes being tried (their sort key starts with the stop's time)."""
+        items = self.dynamodb.query(
+            TableName=self.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": RESUME_RETRY_PK}},
+            ConsistentRead=True,
+            Limit=limit,
+        )["Items"]
+        retries = []
+        for item in items:
+            fixed = json.loads(item["retry"]["S"])
+            fixed["plan"] = ResumePlan(**fixed["plan"])
+            retries.append(ResumeRetry(**fixed, tries=int(item["tries"]["N"]), next_at=float(item["next_at"]["N"])))
+        return retries
+
+    def claim_resume_try(self, retry: ResumeRetry, audit: dict[str, Any], now: float, hold_s: float) -> str | None:
+        """Take the next try of a resume, and audit it, in one transaction: only if it is due, no one took a try
+        since it was read and no hold is live, so two sweeper runs never try at once. The audit record's sort key,
+        or None if another run has it."""
+        audit_sk = f"audit#{now:017.3f}#resume-retry"
+        update = {
+            "TableName": self.table,
+            "Key": {"pk": {"S": RESUME_RETRY_PK}, "sk": {"S": retry.sk}},
+            "UpdateExpression": "SET tries = :next, claimed_until = :until",
+            "ConditionExpression": (
+                "tries = :seen AND next_at <= :now AND (attribute_not_exists(claimed_until) OR claimed_until < :now)"
+            ),
+            "ExpressionAttributeValues": {
+                ":seen": {"N": str(retry.tries)},
+                ":next": {"N": str(retry.tries + 1)},
+                ":until": {"N": f"{now + hold_s:.3f}"},
+                ":now": {"N": f"{now:.3f}"},
+            },
+        }
+        audit_item = _audit_item(retry.job_key, audit_sk, audit, self._expires(now))
+        try:
+            self.dynamodb.transact_write_items(
+                TransactItems=[{"Update": update}, {"Put": {"TableName": self.table, "Item": audit_item}}]
+            )
+        except self.dynamodb.exceptions.TransactionCanceledException:
+            return None
+        return audit_sk
+
+    def finish_resume_try(
+        self, retry: ResumeRetry, audit_sk: str, outcome: dict[str, Any], next_at: float | None
+    ) -> None:
+        """After a try: its audit outcome and, in the same transaction, the resume released for its next try at
+        `next_at`, or (None) removed: started, failed for good, or given up."""
+        key = {"pk": {"S": RESUME_RETRY_PK}, "sk": {"S": retry.sk}}
+        retry_change: dict[str, Any]
+        if next_at is None:
+            retry_change = {"Delete": {"TableName": self.table, "Key": key}}
+        else:
+            retry_change = {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": key,
+                    "UpdateExpression": "SET next_at = :next REMOVE claimed_until",
+                    "ExpressionAttributeValues": {":next": {"N": f"{next_at:.3f}"}},
+                }
+            }
+        self.dynamodb.transact_write_items(
+            TransactItems=[{"Update": self._set_outcome(retry.job_key, audit_sk, outcome)}, retry_change]
+        )
 
     def resume_claims(self, key: str) -> int:
         """How many of a job's stops were followed up (its resumes, for a job that restarts under its own name)."""

@@ -90,12 +90,13 @@ class StopRecord:
 
 @dataclass(frozen=True)
 class ResumePlan:
-    """Start `name` as attempt `attempt` of `max_restarts`; `request` is its CreateTrainingJob call."""
+    """Start `name` as attempt `attempt` of `max_restarts`; `request` is its CreateTrainingJob call (SageMaker) or
+    its StartInstances call (EC2, which starts the same instances again)."""
 
     name: str
     attempt: int
     max_restarts: int
-    request: dict[str, Any]  # empty for EC2, which starts the same instances again
+    request: dict[str, Any]
     best_step: float | None = None  # the highest step the run had reached: Slack hears when it is passed
 
 

@@ -48,7 +48,7 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
             retired = retire_job(rt, platform, name, detail.training_job_status)
             if detail.training_job_status == STOPPED_SAGEMAKER:
                 retired["resume"] = resume_after_stop(rt, platform, name)
-            if retired.get("resume", {}).get("status") != "resumed":  # the run ends here
+            if retired.get("resume", {}).get("status") not in ("resumed", "retrying"):  # the run ends here
                 retired["summary"] = post_run_summary(rt, name, detail.tags)
             return retired
         return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}

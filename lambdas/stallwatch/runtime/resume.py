@@ -5,7 +5,8 @@
 
 Only a run that opted in (`stallwatch:resume=<max restarts>`) and was stopped by Stallwatch itself for a hang or a
 crashed rank is resumed (`core.resume` decides). What follows one stop is claimed in the store with its audit record,
-so a duplicated Stopped event resumes once; the Slack follow-up goes in the stop message's thread (bot mode).
+so a duplicated Stopped event resumes once; the Slack follow-up goes in the stop message's thread (bot mode). A resume
+that fails for a reason a later try can fix is tried again by the sweeper (`resume_retry`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from stallwatch.aws import resume as relaunch
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import follow_up
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ProgressWatch, job_key
+from stallwatch.aws.store import ResumeRetry, job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
+from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, start_attempt
 
 PROGRESS_WATCHES_PER_SWEEP = 20
 AUDIT_TRIGGER = "job-state"
@@ -50,54 +52,25 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
     audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if isinstance(verdict, NoResume):
         audit |= {"action": "no_resume", "reasons": [verdict.reason]}
+        tries = None
     else:
         audit |= {"action": "resume", "resumed_as": verdict.name, "attempt": verdict.attempt}
-    audit_sk = rt.store.claim_resume(key, stop.at, audit, now)
+        tries = ResumeRetry(key, stop.at, verdict, first_at=now, thread_ts=stop.slack_ts, next_at=now)
+    audit_sk = rt.store.claim_resume(key, stop.at, audit, now, tries, hold_until=now + TRY_HOLD_SECONDS)
     if audit_sk is None:
         logger.info("resume already claimed: a duplicated event", extra={"job": name})
         return {"status": "duplicate", "job": name}
-    if isinstance(verdict, NoResume):
+    if tries is None:
+        assert isinstance(verdict, NoResume)
         return _tell(rt, key, audit_sk, planning.not_resumed_text(name, verdict), stop, {"status": "gave_up"}, now)
-    return _resume(rt, platform, name, key, audit_sk, verdict, stop, now)
-
-
-def _resume(
-    rt: Runtime,
-    platform: Platform,
-    name: str,
-    key: str,
-    audit_sk: str,
-    plan: ResumePlan,
-    stop: StopRecord,
-    now: float,
-) -> dict[str, Any]:
-    if platform is Platform.SAGEMAKER:
-        started = relaunch.create_training_job(rt.clients, plan.request)
-        resumed_key = job_key(platform, plan.name)
-    else:
-        started = relaunch.start_instances(rt.clients, rt.source(platform).facts(name).instance_ids)
-        resumed_key = key
-    metrics.add_metric(
-        name=contract.JOBS_RESUMED if started.ok else contract.RESUME_FAILURES, unit=MetricUnit.Count, value=1
-    )
-    result: dict[str, Any] = {
-        "status": "resumed" if started.ok else "resume_failed",
-        "job": name,
-        "resumed_as": plan.name,
-        "attempt": plan.attempt,
-        "resume": {"ok": started.ok, "detail": started.detail},
-    }
-    if not started.ok:
-        logger.error("resume failed", extra={"job": name, "detail": started.detail})
-        return _tell(rt, key, audit_sk, planning.resume_failed_text(name, plan.name, started.detail), stop, result, now)
-    if plan.best_step is not None:
-        rt.store.watch_progress(ProgressWatch(resumed_key, plan.best_step, now, stop.slack_ts), now)
-    return _tell(rt, key, audit_sk, planning.resumed_text(name, plan), stop, result, now)
+    started = start_attempt(rt, platform, tries.plan)
+    return conclude_try(rt, tries, audit_sk, started, now)
 
 
 def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
     """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
-    tags = rt.source(Platform.EC2).facts(name).tags
+    facts = rt.source(Platform.EC2).facts(name)
+    tags = facts.tags
     earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
     verdict = planning.next_attempt(
         tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
@@ -108,7 +81,8 @@ def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -
         return NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
     attempt, allowed = verdict
     best = max([*earlier, *([stop.step] if stop and stop.step is not None else [])], default=None)
-    return ResumePlan(name=name, attempt=attempt, max_restarts=allowed, request={}, best_step=best)
+    request = {"InstanceIds": list(facts.instance_ids)}
+    return ResumePlan(name=name, attempt=attempt, max_restarts=allowed, request=request, best_step=best)
 
 
 def _tell(

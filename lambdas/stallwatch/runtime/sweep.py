@@ -2,7 +2,7 @@
 match the job's running instances), expired snoozes, pending stops,
 rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
 followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
-are no longer running, and resumed runs' progress."""
+are no longer running, resumes that failed for a reason a later try can fix, and resumed runs' progress."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
+from stallwatch.runtime.resume_retry import retry_resumes
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
@@ -81,6 +82,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     outcomes = _concurrently(
         lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
     )
+    retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
     progressed = report_progress(rt, now)
     markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
@@ -107,6 +109,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "log_idle_published": published,
         "redecided": outcomes,
         "slack_resent": resent,
+        "resume_retries": retried,
         "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
@@ -134,6 +137,16 @@ def _concurrently(work: Callable[[Any], dict[str, Any]], items: list[Any]) -> li
         return [work(item) for item in items]
     with ThreadPoolExecutor(max_workers=SWEEP_WORKERS, thread_name_prefix="sweep") as pool:
         return list(pool.map(work, items))
+
+
+def _isolated(work: Callable[[], list[dict[str, Any]]], what: str) -> list[dict[str, Any]]:
+    """`work`, whose failure is logged and counted, never the sweep's (the next sweep does it again)."""
+    try:
+        return work()
+    except Exception:
+        logger.exception(what)
+        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return []
 
 
 def _decide_isolated(
