@@ -6,21 +6,26 @@ moves a job along, and StopTrainingJob moves it to ``Stopping``; the next Descri
 reports ``Stopped``, as SageMaker does once the instances are released. CreateTrainingJob keeps what a
 resume clones that moto drops (``Environment``, ``RetryStrategy``), rejects a name in use (``ResourceInUse``)
 and a CheckpointConfig without an S3 URI, as SageMaker does; an ended job reports ``TrainingTimeInSeconds``.
+`fail_create_training_job` makes the next CreateTrainingJob calls fail with a given error code (capacity short,
+a throttle, a 5xx), and optionally only after creating the job, as when SageMaker took a call whose answer was lost.
 The patch is on moto's backend and response classes, so it works in-process (``mock_aws``) and in a
 ``ThreadedMotoServer`` alike.
 
     from localrun import moto_sagemaker
     moto_sagemaker.install()
     moto_sagemaker.set_training_job_status("my-job", "InProgress", "Training")
+    moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", times=2)
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import moto
 from moto.core.common_types import TYPE_RESPONSE
+from moto.core.exceptions import JsonRESTError
 from moto.sagemaker.exceptions import ResourceInUseException, ValidationError
 from moto.sagemaker.models import FakeTrainingJob, SageMakerModelBackend, sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
@@ -116,7 +121,33 @@ def _stop_training_job_response(self: SageMakerResponse) -> TYPE_RESPONSE:
     return 200, {}, "{}"
 
 
+@dataclass(frozen=True)
+class CreateFailure:
+    """One CreateTrainingJob call answered with `code` (HTTP `status`); `after_create`: the job is created first."""
+
+    code: str
+    status: int
+    after_create: bool
+
+
 def _create_training_job_response(self: SageMakerResponse) -> Any:
+    failures: list[CreateFailure] = getattr(self.sagemaker_backend, "create_failures", [])
+    failure = failures.pop(0) if failures else None
+    if failure is not None and not failure.after_create:
+        raise _error(failure)
+    response = _create_and_keep(self)
+    if failure is not None:
+        raise _error(failure)
+    return response
+
+
+def _error(failure: CreateFailure) -> JsonRESTError:
+    error = JsonRESTError(failure.code, f"{failure.code} (injected by localrun.moto_sagemaker)")
+    error.code = failure.status
+    return error
+
+
+def _create_and_keep(self: SageMakerResponse) -> Any:
     name = self._get_param("TrainingJobName")
     if name in self.sagemaker_backend.training_jobs:
         arn = FakeTrainingJob.arn_formatter(name, self.current_account, self.region)
@@ -164,3 +195,22 @@ def set_training_job_status(
     _set_status(
         job, status, secondary_status, None if at is None else datetime.fromtimestamp(at, UTC).replace(tzinfo=None)
     )
+
+
+def fail_create_training_job(
+    code: str,
+    times: int = 1,
+    status: int = 400,
+    after_create: bool = False,
+    account_id: str = DEFAULT_ACCOUNT,
+    region: str = DEFAULT_REGION,
+) -> None:
+    """Answer the next `times` CreateTrainingJob calls with error `code` and HTTP `status` (400 for
+    ``ResourceLimitExceeded``; a 5xx or ``ThrottlingException`` is retried by botocore, each retry a call).
+    `after_create`: the job is created before the error, as when SageMaker took a call whose answer was lost.
+    The failures live on moto's backend, so a reset of moto clears them."""
+    if times < 1 or not 400 <= status <= 599:
+        raise ValueError(f"times must be >= 1 and status an HTTP error (400-599): got times={times}, status={status}")
+    backend = sagemaker_backends[account_id][region]
+    failures = backend.__dict__.setdefault("create_failures", [])
+    failures.extend([CreateFailure(code, status, after_create)] * times)

@@ -9,6 +9,7 @@ from typing import Any
 import boto3
 import moto
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
@@ -153,3 +154,47 @@ def test_a_stopped_job_reports_its_training_time(sagemaker: Any) -> None:
     described = sagemaker.describe_training_job(TrainingJobName=JOB)
     assert described["TrainingTimeInSeconds"] == 500
     assert described["TrainingEndTime"].timestamp() == pytest.approx(started + 500, abs=1)
+
+
+def test_create_training_job_fails_the_next_calls_with_the_given_code_then_creates(sagemaker: Any) -> None:
+    # Given CreateTrainingJob set to fail twice for capacity
+    moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", times=2)
+
+    # When it is called three times, Then the first two are refused (HTTP 400) and create nothing; the third creates
+    for _ in range(2):
+        with pytest.raises(ClientError) as refused:
+            _create(sagemaker)
+        error = refused.value.response
+        assert (error["Error"]["Code"], error["ResponseMetadata"]["HTTPStatusCode"]) == ("ResourceLimitExceeded", 400)
+        assert sagemaker.list_training_jobs()["TrainingJobSummaries"] == []
+    _create(sagemaker)
+    assert sagemaker.describe_training_job(TrainingJobName=JOB)["TrainingJobStatus"] == "InProgress"
+
+
+def test_a_failure_after_create_leaves_the_job_created_and_a_second_call_finds_it_in_use(sagemaker: Any) -> None:
+    # Given a CreateTrainingJob whose answer is lost after SageMaker took it (a 500, not retried here)
+    moto_sagemaker.fail_create_training_job("InternalFailure", status=500, after_create=True)
+    once = boto3.client("sagemaker", region_name="us-east-1", config=Config(retries={"total_max_attempts": 1}))
+
+    # When it is called, Then it fails with the 500, yet the job exists
+    with pytest.raises(ClientError) as failed:
+        _create(once)
+    assert failed.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500, failed.value.response
+    assert sagemaker.describe_training_job(TrainingJobName=JOB)["TrainingJobName"] == JOB
+
+    # And a second call for the same name is refused as in use
+    with pytest.raises(ClientError) as in_use:
+        _create(sagemaker)
+    assert in_use.value.response["Error"]["Code"] == "ResourceInUse"
+
+
+def test_injected_failures_end_with_moto_s_reset_and_bad_arguments_are_refused() -> None:
+    moto_sagemaker.install()
+    with moto.mock_aws():
+        moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", times=5)
+    with moto.mock_aws():  # a fresh moto: the failures were its predecessor's
+        _create(boto3.client("sagemaker", region_name="us-east-1"))
+    with pytest.raises(ValueError, match="times must be >= 1"):
+        moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", times=0)
+    with pytest.raises(ValueError, match="status an HTTP error"):
+        moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", status=200)

@@ -58,6 +58,9 @@ def _inject(client: Any, operation: str, code: str, times: int = 1) -> None:
             return None
         answered[0] += 1
         botocore_stubber.enabled = False
+        if client.meta.service_model.protocol == "ec2":  # EC2 answers errors in XML
+            xml = f"<Response><Errors><Error><Code>{code}</Code><Message>{code} (injected)</Message></Error></Errors>"
+            return AWSResponse(request.url, 400, {"Content-Type": "text/xml"}, MockRawResponse(f"{xml}</Response>"))
         body = json.dumps({"__type": code, "message": f"{code} (injected)"}).encode()
         headers = {"x-amzn-errortype": code, "Content-Type": "application/x-amz-json-1.1"}
         return AWSResponse(request.url, 400, headers, MockRawResponse(body))
