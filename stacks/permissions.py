@@ -45,13 +45,15 @@ class WatchdogPermissions:
         return [*self._read_jobs(), self._describe_alarms(), self._read_metrics(), *self._read_logs(), *self._stop()]
 
     def sweeper(self) -> list[iam.PolicyStatement]:
-        """The periodic pass: find jobs, reconcile their alarms, publish log idleness, decide like `on_alarm`."""
+        """The periodic pass: find jobs, reconcile their alarms, publish log idleness, decide like `on_alarm`, and
+        try again the resumes that failed for a reason a later try can fix (the same grants as `on_job_state`'s)."""
         statements = [
             *self._read_jobs(),
             *self._manage_alarms(),
             self._read_metrics(),
             *self._read_logs(),
             *self._stop(),
+            *self._resume(),
         ]
         if self.policy.monitor_sagemaker:
             statements.append(self._in_this_region("ListTrainingJobs", ["sagemaker:ListTrainingJobs"]))

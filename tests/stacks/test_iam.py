@@ -115,17 +115,20 @@ def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(tem
 
 
 def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
-    # CreateTrainingJob only of jobs that carry the resume chain's tag
-    [create] = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]
-    assert create["Condition"] == {"Null": {"aws:RequestTag/stallwatch:resumed-from": "false"}}
-    assert _grants(create, "sagemaker:AddTags")
-    # PassRole only to SageMaker, only of roles opted in with the resume tag
-    [passrole] = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
-    assert passrole["Condition"] == {
-        "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
-        "Null": {"aws:ResourceTag/stallwatch:resume": "false"},
-    }
-    assert passrole["Resource"]["Fn::Join"][1][-1] == ":role/*"
-    # StartInstances only of instances tagged for resume
-    [start] = [s for s in iam_statements(template) if _grants(s, "ec2:StartInstances")]
-    assert start["Condition"] == {"Null": {"aws:ResourceTag/stallwatch:resume": "false"}}
+    # on_job_state resumes and the sweeper retries: each role has the same grants, and no other
+    creates = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]
+    passes = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
+    starts = [s for s in iam_statements(template) if _grants(s, "ec2:StartInstances")]
+    assert len(creates) == len(passes) == len(starts) == 2
+    for create, passrole, start in zip(creates, passes, starts, strict=True):
+        # CreateTrainingJob only of jobs that carry the resume chain's tag
+        assert create["Condition"] == {"Null": {"aws:RequestTag/stallwatch:resumed-from": "false"}}
+        assert _grants(create, "sagemaker:AddTags")
+        # PassRole only to SageMaker, only of roles opted in with the resume tag
+        assert passrole["Condition"] == {
+            "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+            "Null": {"aws:ResourceTag/stallwatch:resume": "false"},
+        }
+        assert passrole["Resource"]["Fn::Join"][1][-1] == ":role/*"
+        # StartInstances only of instances tagged for resume
+        assert start["Condition"] == {"Null": {"aws:ResourceTag/stallwatch:resume": "false"}}
