@@ -427,15 +427,19 @@ class Store:
             "expires_at": self._expires(now),
         }
 
-    def pending_posts(self, limit: int) -> list[PendingPost]:
-        """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
-        items = self.dynamodb.query(
+    def _first_items(self, pk: str, limit: int) -> list[dict[str, Any]]:
+        """The first `limit` items of a shared partition (pending posts, resume tries, progress watches)."""
+        return self.dynamodb.query(
             TableName=self.table,
             KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": PENDING_POST_PK}},
+            ExpressionAttributeValues={":pk": {"S": pk}},
             ConsistentRead=True,
             Limit=limit,
         )["Items"]
+
+    def pending_posts(self, limit: int) -> list[PendingPost]:
+        """The oldest `limit` undelivered Slack messages (their sort key starts with the decision's time)."""
+        items = self._first_items(PENDING_POST_PK, limit)
         return [
             PendingPost(
                 sk=item["sk"]["S"],
@@ -541,13 +545,7 @@ class Store:
 
     def resume_retries(self, limit: int) -> list[ResumeRetry]:
         """The oldest `limit` resumes being tried (their sort key starts with the stop's time)."""
-        items = self.dynamodb.query(
-            TableName=self.table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": RESUME_RETRY_PK}},
-            ConsistentRead=True,
-            Limit=limit,
-        )["Items"]
+        items = self._first_items(RESUME_RETRY_PK, limit)
         retries = []
         for item in items:
             fixed = json.loads(item["retry"]["S"])
@@ -619,13 +617,7 @@ class Store:
         self.dynamodb.put_item(TableName=self.table, Item=item)
 
     def progress_watches(self, limit: int) -> list[ProgressWatch]:
-        items = self.dynamodb.query(
-            TableName=self.table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": RESUME_WATCH_PK}},
-            ConsistentRead=True,
-            Limit=limit,
-        )["Items"]
+        items = self._first_items(RESUME_WATCH_PK, limit)
         return [ProgressWatch(**json.loads(item["watch"]["S"])) for item in items]
 
     def end_watch(self, watch: ProgressWatch, audit: dict[str, Any] | None, now: float) -> str | None:
