@@ -20,6 +20,7 @@ from stallwatch.core import resume_retry
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG
 
 NAME_IN_USE = "ResourceInUse"
+ALREADY_EXISTS = "already exists"  # SageMaker's message for a name in use
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,8 @@ def create_training_job(clients: Any, request: dict[str, Any]) -> ResumeResult:
         arn = clients.sagemaker.create_training_job(**request)["TrainingJobArn"]
     except (ClientError, BotoCoreError) as exc:
         failed = _failure(f"CreateTrainingJob {name}", exc)
-        if failed.code == NAME_IN_USE and _created_by(clients, request):
-            return ResumeResult(ok=True, detail=f"CreateTrainingJob {name}: created by an earlier try ({NAME_IN_USE})")
+        if (failed.code == NAME_IN_USE or ALREADY_EXISTS in failed.detail) and _created_by(clients, request):
+            return ResumeResult(ok=True, detail=f"CreateTrainingJob {name}: created by an earlier try ({failed.code})")
         return failed
     return ResumeResult(ok=True, detail=f"CreateTrainingJob {arn}")
 
