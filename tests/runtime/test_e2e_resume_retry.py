@@ -4,6 +4,7 @@ Slack hears the first failure and the end, never once per sweep; a run never get
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -207,3 +208,34 @@ def test_an_ec2_start_refused_for_capacity_is_retried_by_the_sweeper(rt, slack, 
     assert _state(rt, instance) in ("pending", "running")
     assert slack.texts()[-1].endswith(f"`{instance}` resumed as `{instance}` (attempt 1 of 1) after 2 tries")
     assert rt.store.resume_claims(job_key("ec2", instance)) == 1
+
+
+def test_in_bot_mode_later_tries_update_the_retrying_message_in_place(rt, world, slack, context) -> None:
+    # Given Slack in bot mode, and a stopped hang whose CreateTrainingJob is refused three times for capacity
+    rt.clients.secretsmanager.put_secret_value(
+        SecretId=rt.notifier.secret_arn, SecretString=json.dumps({"bot_token": "xoxb-1", "channel": "C0ALERTS"})
+    )
+    rt.notifier.api_url = f"{slack.base}/api/"
+    slack.reply = b'{"ok": true, "channel": "C0ALERTS", "ts": "1764496800.000100"}'
+    posts = _stopped_hang(rt, world, slack, context)
+    moto_sagemaker.fail_create_training_job("ResourceLimitExceeded", times=3)
+    slack.reply = b'{"ok": true, "channel": "C0ALERTS", "ts": "1764496800.000200"}'  # the next message's ts
+
+    # When the job is Stopped and the sweeper tries three more times
+    on_job_state.handler(job_state_event(JOB, "Stopped"), context)
+    reports = [report for _ in range(3) for report in _sweep(rt, context)]
+
+    # Then the retrying message went in the stop's thread, the two failed retries updated it, and the success is a
+    # new reply in the thread
+    assert [r["status"] for r in reports] == ["retrying", "retrying", "resumed"]
+    assert slack.paths[posts:] == [
+        "/api/chat.postMessage",
+        "/api/chat.update",
+        "/api/chat.update",
+        "/api/chat.postMessage",
+    ]
+    retrying, first_update, second_update, resumed = slack.posts[posts:]
+    assert retrying["thread_ts"] == resumed["thread_ts"] == "1764496800.000100"
+    assert (first_update["ts"], first_update["channel"]) == ("1764496800.000200", "C0ALERTS")
+    assert second_update["text"].endswith("retrying every 5 min for up to 1 h (try 3 of 13 failed)")
+    assert resumed["text"].endswith(f"resumed as `{R1}` (attempt 1 of 2) after 4 tries")

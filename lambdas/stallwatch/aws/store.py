@@ -101,6 +101,7 @@ class ResumeRetry:
     thread_ts: str | None = None  # the stop message, for the follow-ups' thread (bot mode)
     tries: int = 1  # tries taken so far, the one in flight included
     next_at: float = 0.0  # when the next try is due
+    post: dict[str, str] | None = None  # the "retrying" message ({"channel", "ts"}, bot mode): later tries update it
 
     @property
     def sk(self) -> str:
@@ -533,7 +534,7 @@ class Store:
         return audit_sk
 
     def _retry_item(self, retry: ResumeRetry, now: float) -> dict[str, Any]:
-        fixed = {k: v for k, v in asdict(retry).items() if k not in ("tries", "next_at")}
+        fixed = {k: v for k, v in asdict(retry).items() if k not in ("tries", "next_at", "post")}
         return {
             "pk": {"S": RESUME_RETRY_PK},
             "sk": {"S": retry.sk},
@@ -550,7 +551,9 @@ class Store:
         for item in items:
             fixed = json.loads(item["retry"]["S"])
             fixed["plan"] = ResumePlan(**fixed["plan"])
-            retries.append(ResumeRetry(**fixed, tries=int(item["tries"]["N"]), next_at=float(item["next_at"]["N"])))
+            post = json.loads(item["post"]["S"]) if "post" in item else None
+            tries, next_at = int(item["tries"]["N"]), float(item["next_at"]["N"])
+            retries.append(ResumeRetry(**fixed, tries=tries, next_at=next_at, post=post))
         return retries
 
     def claim_resume_try(self, retry: ResumeRetry, audit: dict[str, Any], now: float, hold_s: float) -> str | None:
@@ -582,21 +585,31 @@ class Store:
         return audit_sk
 
     def finish_resume_try(
-        self, retry: ResumeRetry, audit_sk: str, outcome: dict[str, Any], next_at: float | None
+        self,
+        retry: ResumeRetry,
+        audit_sk: str,
+        outcome: dict[str, Any],
+        next_at: float | None,
+        post: dict[str, str] | None = None,
     ) -> None:
         """After a try: its audit outcome and, in the same transaction, the resume released for its next try at
-        `next_at`, or (None) removed: started, failed for good, or given up."""
+        `next_at` (with the "retrying" message to update, `post`), or (None) removed: started, failed for good, or
+        given up."""
         key = {"pk": {"S": RESUME_RETRY_PK}, "sk": {"S": retry.sk}}
         retry_change: dict[str, Any]
         if next_at is None:
             retry_change = {"Delete": {"TableName": self.table, "Key": key}}
         else:
+            values = {":next": {"N": f"{next_at:.3f}"}}
+            if post:
+                values[":post"] = {"S": json.dumps(post)}
+            sets = "SET next_at = :next" + (", post = :post" if post else "")
             retry_change = {
                 "Update": {
                     "TableName": self.table,
                     "Key": key,
-                    "UpdateExpression": "SET next_at = :next REMOVE claimed_until",
-                    "ExpressionAttributeValues": {":next": {"N": f"{next_at:.3f}"}},
+                    "UpdateExpression": f"{sets} REMOVE claimed_until",
+                    "ExpressionAttributeValues": values,
                 }
             }
         self.dynamodb.transact_write_items(

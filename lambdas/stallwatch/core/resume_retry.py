@@ -70,12 +70,14 @@ def next_try_at(last: float, first: float, tries: int, sweep_s: float) -> float 
     return due
 
 
-def retrying_text(job: str, name: str, code: str, sweep_s: float) -> str:
+def retrying_text(job: str, name: str, code: str, sweep_s: float, tries: int = 1) -> str:
+    """The first failure's message; with `tries` > 1, as later tries update it in place (bot mode)."""
     every = f"{sweep_s / 60:.0f} min"
-    return (
+    text = (
         f":hourglass_flowing_sand: `{job}`: resume as `{name}` failed: {code}; "
         f"retrying every {every} for up to {_hours(RETRY_FOR_SECONDS)}"
     )
+    return text if tries == 1 else f"{text} (try {tries} of {MAX_TRIES} failed)"
 
 
 def retried_text(resumed: str, tries: int) -> str:

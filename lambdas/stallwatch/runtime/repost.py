@@ -45,9 +45,12 @@ def record_post(
         logger.exception("could not record the outcome", extra={"job": key, "audit": audit_sk, "outcome": result})
 
 
-def post_safely(rt: Runtime, message: dict[str, Any]) -> PostResult:
-    """`notifier.post`, with anything it raises returned as a failed post."""
+def post_safely(rt: Runtime, message: dict[str, Any], replacing: dict[str, str] | None = None) -> PostResult:
+    """`notifier.post` (or, `replacing` a message posted before, {"channel", "ts"}, `notifier.update`), with anything
+    it raises returned as a failed post."""
     try:
+        if replacing is not None:
+            return rt.notifier.update(message, replacing["channel"], replacing["ts"])
         return rt.notifier.post(message)
     except Exception as exc:  # a bug in posting: recorded like a failed post, never raised
         logger.exception("Slack post raised")

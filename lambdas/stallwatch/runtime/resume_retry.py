@@ -8,7 +8,7 @@ can fix (capacity, quotas, throttles, 5xx: `core.resume_retry`), one each sweep 
 Every try is claimed on the resume's `resume-retry` item with its own audit record, so a duplicated or overlapping
 sweeper run never tries twice at once; a CreateTrainingJob that went through before its answer was lost is found by
 the next try (`aws.resume.create_training_job`), so a run never gets two jobs. Slack hears the first failure (with
-the retry schedule), then once more: resumed, or given up.
+the retry schedule; in bot mode later tries update that message in place), then once more: resumed, or given up.
 """
 
 from __future__ import annotations
@@ -91,8 +91,12 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
     if next_at is not None:
         result["next_try_at"] = next_at
     outcome = {k: v for k, v in result.items() if k in ("resume", "resumed_as", "attempt", "tries", "next_try_at")}
-    rt.store.finish_resume_try(retry, audit_sk, outcome, next_at)
     text = _slack_text(rt, retry, started, next_at, now)
+    message = follow_up(text, retry.thread_ts) if text is not None else None
+    in_place = retry.post if next_at is not None and tries > 1 else None  # later tries update the first message
+    post = post_safely(rt, message, in_place) if message is not None else None
+    kept = retry.post or ({"channel": post.channel, "ts": post.ts} if post and post.channel and post.ts else None)
+    rt.store.finish_resume_try(retry, audit_sk, outcome, next_at, kept)
     if started.ok:
         metrics.add_metric(name=contract.JOBS_RESUMED, unit=MetricUnit.Count, value=1)
         if plan.best_step is not None:
@@ -103,10 +107,8 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
         logger.error("resume failed for good", extra={"job": name, "tries": tries, "detail": started.detail})
     else:
         logger.warning("resume failed; the sweeper tries again", extra={"job": name, "tries": tries, **result})
-    if text is not None:
-        message = follow_up(text, retry.thread_ts)
-        post = post_safely(rt, message)
-        record_post(rt, retry.job_key, audit_sk, outcome, message, post, now)
+    if post is not None:  # a failed update is not sent again: the next try's update, or the end's post, follows
+        record_post(rt, retry.job_key, audit_sk, outcome, None if in_place else message, post, now)
         result["posted"] = post.ok
     if next_at is None and not started.ok and tries > 1 and platform == Platform.SAGEMAKER.value:
         result["summary"] = _summary_of_ended_run(rt, name)
@@ -116,14 +118,15 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
 def _slack_text(
     rt: Runtime, retry: ResumeRetry, started: ResumeResult, next_at: float | None, now: float
 ) -> str | None:
-    """What Slack hears after a try: the first failure, and the end; nothing while the retries go on."""
+    """What Slack hears after a try: the first failure (which later tries update in place, bot mode), and the end."""
     job, plan, tries = retry.job_key.split("#", 2)[2], retry.plan, retry.tries
     if started.ok:
         resumed = planning.resumed_text(job, plan)
         return resumed if tries == 1 else retrying.retried_text(resumed, tries)
     if next_at is not None:
-        sweep_s = rt.config.sweeper_minutes * 60
-        return retrying.retrying_text(job, plan.name, started.code, sweep_s) if tries == 1 else None
+        if tries > 1 and not (retry.post and rt.notifier.can_update()):
+            return None
+        return retrying.retrying_text(job, plan.name, started.code, rt.config.sweeper_minutes * 60, tries)
     detail = started.detail if started.transient else f"{started.detail} ({retrying.why_not_retried(started.code)})"
     if tries == 1:
         return planning.resume_failed_text(job, plan.name, detail)
