@@ -164,7 +164,8 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
         redone_steps += redone
         for span in spans:
             burn = estimate_fleet_burn(job.instance_types(), span.end - span.start)
-            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, burn.dollars)
+            dollars = burn.dollars if priced else None  # a price for part of the fleet would understate it
+            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, dollars)
         if restarts_after:
             gap = max(ordered[index + 1].created - job.ended, 0.0)
             totals[Category.RESTART_GAPS] = totals[Category.RESTART_GAPS].plus(gap, 0.0, None)
