@@ -122,26 +122,21 @@ def ec2_run() -> list[JobSpan]:
     instance); StartInstances 120 s later; 300 s startup, 600 s of steps from the checkpoint at 200 (200 -> 400:
     100 redone), 120 s until the group is stopped."""
     fleet = {"p4d.24xlarge": 2, "p5.48xlarge": 1}
-    first = JobSpan(
-        name="llm-70b",
-        instance_type="p4d.24xlarge",
-        hosts=3,
-        created=0.0,
-        ended=4800.0,
-        windows=(*stepping(600, 50, 0, steps=6.0), *quiet(3600, 20, 300)),
-        stall=(3600.0, 4800.0),
-        fleet=fleet,
-    )
-    second = JobSpan(
-        name="llm-70b (restart 1)",
-        instance_type="p4d.24xlarge",
-        hosts=3,
-        created=4920.0,
-        ended=5940.0,
-        windows=tuple(stepping(5220, 10, 200, steps=20.0)),
-        fleet=fleet,
-    )
-    return [first, second]
+    return [
+        JobSpan(
+            "llm-70b",
+            "p4d.24xlarge",
+            hosts=3,
+            created=0.0,
+            ended=4800.0,
+            windows=(*stepping(600, 50, 0, steps=6.0), *quiet(3600, 20, 300)),
+            stall=(3600.0, 4800.0),
+            fleet=fleet,
+        ),
+        JobSpan(
+            "llm-70b (restart 1)", "p4d.24xlarge", 3, 4920.0, 5940.0, tuple(stepping(5220, 10, 200, 20.0)), fleet=fleet
+        ),
+    ]
 
 
 def test_an_ec2_run_of_a_heterogeneous_group_is_priced_per_type_and_unbilled_between_attempts() -> None:

@@ -18,7 +18,6 @@ What an attempt is built from (docs/resume.md, "Goodput on EC2"):
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -48,13 +47,14 @@ def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, perio
     """The EC2 job's latest run as `JobSpan`s, one per attempt; `JobNotFoundError` if no instance is the job's."""
     instances = AwsSignalSource(clients, Platform.EC2).ec2_group(job)
     states = {i["InstanceId"]: i["State"]["Name"] for i in instances}
-    members = [i for i in instances if i["InstanceId"] in clusters.ec2_hosts(states)]
+    hosts = set(clusters.ec2_hosts(states))
+    members = [i for i in instances if i["InstanceId"] in hosts]
     key = job_key(Platform.EC2, job)
     stops = [s for s in store.stops(key) if s.ok is not False] if store is not None else []
     resumes = resumes_of(store.records(key, "audit")) if store is not None else []
     starts = attempt_starts(min(i["LaunchTime"].timestamp() for i in members), resumes)
     live = any(states[i["InstanceId"]] in clusters.LIVE_EC2_STATES for i in members)
-    types = Counter(i["InstanceType"] for i in members)
+    layout = clusters.ec2_layout({i["InstanceId"]: i["InstanceType"] for i in members})
     spans = []
     for index, start in enumerate(starts):
         following = starts[index + 1] if index + 1 < len(starts) else None
@@ -67,13 +67,13 @@ def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, perio
         spans.append(
             JobSpan(
                 name=job if index == 0 else f"{job} (restart {index})",
-                instance_type=max(sorted(types), key=lambda t: types[t]),
-                hosts=len(members),
+                instance_type=layout.instance_type,
+                hosts=layout.instance_count,
                 created=start,
                 ended=max(end, start),
                 windows=found,
                 stall=_stall(stops, start, following),
-                fleet=dict(types) if len(types) > 1 else {},
+                fleet=layout.mixed_fleet(),
             )
         )
     return job, spans

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from stallwatch.aws.agent_windows import windows
@@ -97,7 +96,7 @@ def _span(clients: Any, store: Store | None, described: dict[str, Any], now: flo
         windows=windows(clients, name, created, ended, period),
         stall=_stall(store, name) if store is not None else None,
         training_started=training[0].timestamp() if training else None,
-        fleet=dict(Counter(layout.host_types.values())),
+        fleet=layout.mixed_fleet(),
     )
 
 
