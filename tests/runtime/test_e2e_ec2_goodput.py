@@ -59,8 +59,9 @@ def run_known_ec2_run(rt, context) -> tuple[list[str], list[dict]]:
     (stopped,) = sweeper.handler(scheduled_event(), context)["redecided"]
     assert (stopped["diagnosis"], stopped["action"], stopped["stopped"]) == ("hang", "stop", True)
     rt.clock.advance(2 * MINUTE)
-    resumed = [r["resume"]["status"] for r in stop_states(rt, context, instances) if "resume" in r]
-    assert resumed[0] == "resumed"
+    stopped_events = stop_states(rt, context, instances)
+    assert stopped_events[0]["resume"]["status"] == "resumed"
+    assert not any("summary" in r for r in stopped_events)  # the run goes on: no summary yet
     moto_ec2.set_instance_times(instances, launched=rt.clock())  # EC2's LaunchTime of that StartInstances
 
     # from the checkpoint at step 50, one step a minute from +13 to +43; stopped by its launch script at +45
