@@ -58,7 +58,8 @@ class Training:
     def windows(self, scope: str = "job") -> list[dict]:
         if not self.jsonl.exists():
             return []
-        records = [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+        complete = self.jsonl.read_text().split("\n")[:-1]  # a line still being written has no newline yet
+        records = [json.loads(line) for line in complete if line.strip()]
         return [record for record in records if record["scope"] == scope]
 
     def wait_for_windows(self, condition) -> list[dict]:
