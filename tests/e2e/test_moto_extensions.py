@@ -12,7 +12,7 @@ import boto3
 import moto
 import pytest
 
-from localrun import moto_alarm_filters, moto_logs_insights, moto_metric_search, moto_threads
+from localrun import moto_alarm_filters, moto_ec2, moto_logs_insights, moto_metric_search, moto_threads
 from localrun.resources import create_table
 from stallwatch.aws.store import Store, StoredState
 from stallwatch.core.decision import JobState
@@ -165,3 +165,29 @@ def test_describe_alarms_applies_every_filter_together_and_pages() -> None:
     assert (len(first["MetricAlarms"]), len(rest["MetricAlarms"]), "NextToken" in rest) == (100, 20, False)
     # And without MaxRecords a page is 50, as on CloudWatch
     assert len(cloudwatch.describe_alarms()["MetricAlarms"]) == 50
+
+
+def test_start_instances_moves_launch_time_and_times_can_be_set() -> None:
+    # Given an instance launched, then stopped (moto keeps its first LaunchTime; EC2 reports the latest start)
+    moto_ec2.install()
+    ec2 = boto3.client("ec2")
+    (instance,) = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)[
+        "Instances"
+    ]
+    instance_id = instance["InstanceId"]
+    moto_ec2.set_instance_times([instance_id], launched=1_790_000_000.0)
+    ec2.stop_instances(InstanceIds=[instance_id])
+    moto_ec2.set_instance_times([instance_id], stopped=1_790_003_600.0)
+
+    def described() -> dict:
+        return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+
+    # Then the stop's time is in StateTransitionReason, as EC2 writes it
+    stopped = described()
+    assert stopped["LaunchTime"].timestamp() == 1_790_000_000.0
+    assert stopped["StateTransitionReason"] == "User initiated (2026-09-21 15:13:20 GMT)"
+
+    # When it is started again, Then its LaunchTime is the new start
+    before = time.time()
+    ec2.start_instances(InstanceIds=[instance_id])
+    assert described()["LaunchTime"].timestamp() >= int(before)

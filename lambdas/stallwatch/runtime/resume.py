@@ -40,18 +40,21 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
     if stop is None:  # the common case (a job's own end, a human's stop) costs one query, no platform call
         return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
     now = rt.clock()
+    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if platform is Platform.SAGEMAKER:
         described, tags = relaunch.describe_training_job(rt.clients, name)
         verdict = planning.plan_resume(described, tags, stop, rt.config.policy.resume_max_restarts)
     else:
-        verdict = _plan_instances(rt, key, name, stop)
+        facts = rt.source(Platform.EC2).facts(name)
+        verdict = _plan_instances(rt, key, name, facts.tags, stop)
+        # EC2 moves LaunchTime on every start: the stopped attempt's start is kept for the goodput report
+        audit[planning.LAUNCHED_FIELD] = facts.start_time
     if isinstance(verdict, NoResume) and not verdict.alert:
         return {"status": "not_resumed", "job": name, "reason": verdict.reason}
-    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if isinstance(verdict, NoResume):
         audit |= {"action": "no_resume", "reasons": [verdict.reason]}
     else:
-        audit |= {"action": "resume", "resumed_as": verdict.name, "attempt": verdict.attempt}
+        audit |= {"action": planning.RESUME_ACTION, "resumed_as": verdict.name, "attempt": verdict.attempt}
     audit_sk = rt.store.claim_resume(key, stop.at, audit, now)
     if audit_sk is None:
         logger.info("resume already claimed: a duplicated event", extra={"job": name})
@@ -95,9 +98,10 @@ def _resume(
     return _tell(rt, key, audit_sk, planning.resumed_text(name, plan), stop, result, now)
 
 
-def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
+def _plan_instances(
+    rt: Runtime, key: str, name: str, tags: dict[str, str], stop: StopRecord | None
+) -> ResumePlan | NoResume:
     """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
-    tags = rt.source(Platform.EC2).facts(name).tags
     earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
     verdict = planning.next_attempt(
         tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
