@@ -21,7 +21,7 @@ import boto3
 from botocore.config import Config
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from localrun import moto_logs_insights, moto_metric_search, moto_sagemaker, moto_threads
+from localrun import moto_alarm_filters, moto_ec2, moto_logs_insights, moto_metric_search, moto_sagemaker, moto_threads
 
 REGION = moto_sagemaker.DEFAULT_REGION
 ACCOUNT_ID = moto_sagemaker.DEFAULT_ACCOUNT
@@ -77,9 +77,11 @@ class LocalAws:
     def start(self) -> LocalAws:
         """Start the server (port chosen by the OS) and point this process's environment at it."""
         moto_sagemaker.install()
+        moto_ec2.install()
         moto_metric_search.install()
         moto_logs_insights.install()
         moto_threads.install()
+        moto_alarm_filters.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
         self._server.start()

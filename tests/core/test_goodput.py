@@ -114,3 +114,56 @@ def test_a_run_without_the_agent_is_startup_then_other_and_unknown_types_cost_no
 def test_a_run_without_jobs_is_an_error() -> None:
     with pytest.raises(ValueError, match="no jobs"):
         measure_goodput("none", [])
+
+
+def ec2_run() -> list[JobSpan]:
+    """An EC2 group (2 x p4d.24xlarge, 1 x p5.48xlarge) as two attempts of one run: 600 s startup, 3000 s of steps
+    (0 -> 300), a hang from 3600 to Stallwatch's stop at 4800 (which ends the attempt: EC2 bills no stopping
+    instance); StartInstances 120 s later; 300 s startup, 600 s of steps from the checkpoint at 200 (200 -> 400:
+    100 redone), 120 s until the group is stopped."""
+    fleet = {"p4d.24xlarge": 2, "p5.48xlarge": 1}
+    return [
+        JobSpan(
+            "llm-70b",
+            "p4d.24xlarge",
+            hosts=3,
+            created=0.0,
+            ended=4800.0,
+            windows=(*stepping(600, 50, 0, steps=6.0), *quiet(3600, 20, 300)),
+            stall=(3600.0, 4800.0),
+            fleet=fleet,
+        ),
+        JobSpan(
+            "llm-70b (restart 1)", "p4d.24xlarge", 3, 4920.0, 5940.0, tuple(stepping(5220, 10, 200, 20.0)), fleet=fleet
+        ),
+    ]
+
+
+def test_an_ec2_run_of_a_heterogeneous_group_is_priced_per_type_and_unbilled_between_attempts() -> None:
+    goodput = measure_goodput("llm-70b", ec2_run())
+
+    seconds = {c: t.seconds for c, t in goodput.totals.items()}
+    assert seconds == pytest.approx(
+        {
+            Category.PRODUCTIVE: 3000 + 300,
+            Category.REDONE: 300,
+            Category.STARTUP: 600 + 300,
+            Category.PHASES: 0,
+            Category.STALLS: 1200,
+            Category.RESTART_GAPS: 120,
+            Category.OTHER: 120,
+        }
+    )
+    assert goodput.wall_s == 5940
+    assert (goodput.restarts, goodput.stalls_caught, goodput.redone_steps, goodput.final_step) == (1, 1, 100, 400)
+    per_hour = 2 * instance_spec("p4d.24xlarge").usd_per_hour + instance_spec("p5.48xlarge").usd_per_hour
+    billed = 5940 - 120
+    assert goodput.gpu_hours == pytest.approx(billed * 24 / 3600)
+    assert goodput.dollars == pytest.approx(billed * per_hour / 3600)
+    assert goodput.totals[Category.RESTART_GAPS].gpu_hours == 0
+    assert goodput.totals[Category.STALLS].dollars == pytest.approx(1200 * per_hour / 3600)
+
+
+def test_one_unpriced_type_in_the_group_leaves_the_dollars_unknown() -> None:
+    job = JobSpan("mixed", "p4d.24xlarge", hosts=2, created=0, ended=3600, fleet={"p4d.24xlarge": 1, "x9.weird": 1})
+    assert measure_goodput("mixed", [job]).dollars is None

@@ -1,5 +1,6 @@
 """The moto extensions the tests, the bench and the demo share: requests served one at a time, SEARCH in
-GetMetricData, and the Logs Insights last-event query (anything else still goes to moto's own code)."""
+GetMetricData, the Logs Insights last-event query, and DescribeAlarms' filters and pages (anything else still goes
+to moto's own code)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import boto3
 import moto
 import pytest
 
-from localrun import moto_logs_insights, moto_metric_search, moto_threads
+from localrun import moto_alarm_filters, moto_ec2, moto_logs_insights, moto_metric_search, moto_threads
 from localrun.resources import create_table
 from stallwatch.aws.store import Store, StoredState
 from stallwatch.core.decision import JobState
@@ -19,6 +20,7 @@ from stallwatch.core.decision import JobState
 moto_threads.install()
 moto_metric_search.install()
 moto_logs_insights.install()
+moto_alarm_filters.install()
 
 
 @pytest.fixture(autouse=True)
@@ -135,3 +137,57 @@ def test_other_logs_insights_queries_go_to_moto() -> None:
     assert rows == [
         [{"field": "@logStream", "value": "s"}, {"field": "last", "value": moto_logs_insights.timestamp_text(now_ms)}]
     ]
+
+
+def test_describe_alarms_applies_every_filter_together_and_pages() -> None:
+    # Given 120 alarms under one prefix, one of them in ALARM, and an alarm in ALARM under another prefix
+    cloudwatch = boto3.client("cloudwatch")
+    for name in [*(f"sw-{i:03d}" for i in range(120)), "other-1"]:
+        cloudwatch.put_metric_alarm(
+            AlarmName=name,
+            MetricName="m",
+            Namespace="n",
+            Statistic="Sum",
+            Period=60,
+            EvaluationPeriods=1,
+            Threshold=1,
+            ComparisonOperator="GreaterThanThreshold",
+        )
+    for name in ("sw-007", "other-1"):
+        cloudwatch.set_alarm_state(AlarmName=name, StateValue="ALARM", StateReason="test")
+
+    # When the prefix and the state are asked together / Then only the prefix's alarm in ALARM answers
+    in_alarm = cloudwatch.describe_alarms(AlarmNamePrefix="sw-", StateValue="ALARM")
+    assert [a["AlarmName"] for a in in_alarm["MetricAlarms"]] == ["sw-007"]
+    # And the prefix alone answers 100 a page at most, then the rest after the NextToken
+    first = cloudwatch.describe_alarms(AlarmNamePrefix="sw-", MaxRecords=100)
+    rest = cloudwatch.describe_alarms(AlarmNamePrefix="sw-", MaxRecords=100, NextToken=first["NextToken"])
+    assert (len(first["MetricAlarms"]), len(rest["MetricAlarms"]), "NextToken" in rest) == (100, 20, False)
+    # And without MaxRecords a page is 50, as on CloudWatch
+    assert len(cloudwatch.describe_alarms()["MetricAlarms"]) == 50
+
+
+def test_start_instances_moves_launch_time_and_times_can_be_set() -> None:
+    # Given an instance launched, then stopped (moto keeps its first LaunchTime; EC2 reports the latest start)
+    moto_ec2.install()
+    ec2 = boto3.client("ec2")
+    (instance,) = ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)[
+        "Instances"
+    ]
+    instance_id = instance["InstanceId"]
+    moto_ec2.set_instance_times([instance_id], launched=1_790_000_000.0)
+    ec2.stop_instances(InstanceIds=[instance_id])
+    moto_ec2.set_instance_times([instance_id], stopped=1_790_003_600.0)
+
+    def described() -> dict:
+        return ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+
+    # Then the stop's time is in StateTransitionReason, as EC2 writes it
+    stopped = described()
+    assert stopped["LaunchTime"].timestamp() == 1_790_000_000.0
+    assert stopped["StateTransitionReason"] == "User initiated (2026-09-21 15:13:20 GMT)"
+
+    # When it is started again, Then its LaunchTime is the new start
+    before = time.time()
+    ec2.start_instances(InstanceIds=[instance_id])
+    assert described()["LaunchTime"].timestamp() >= int(before)

@@ -16,6 +16,7 @@ from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store, StoredState, job_key
 from stallwatch.core.decision import JobState
 from stallwatch.core.goodput import Category, measure_goodput
+from stallwatch.core.pricing import instance_spec
 from stallwatch.offline import cli
 from tests.fixtures.world import World
 
@@ -133,3 +134,23 @@ def test_an_unknown_job_is_a_clear_error(clients: AwsClients, capsys: pytest.Cap
     create_table(clients.dynamodb, TABLE)
     assert cli.main(["report", "no-such-job", "--table", TABLE]) == cli.EXIT_USAGE
     assert "no-such-job" in capsys.readouterr().err
+
+
+def test_a_heterogeneous_sagemaker_job_is_priced_per_instance_group(clients: AwsClients) -> None:
+    # Given a job of two instance groups (ResourceConfig.InstanceGroups has no InstanceType), ended after an hour
+    t0 = (int(1_795_000_000 // HOUR) - 3) * HOUR
+    world = World(clients, now=t0)
+    groups = [
+        {"InstanceGroupName": "gpu", "InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2},
+        {"InstanceGroupName": "small", "InstanceType": "ml.g5.12xlarge", "InstanceCount": 1},
+    ]
+    world.create_job("hetero", groups=groups, training_since=t0)
+    moto_sagemaker.set_training_job_status("hetero", "Completed", "Completed", at=t0 + HOUR)
+
+    # When it is measured
+    goodput = measure_goodput(*run_spans(clients, None, "hetero", now=t0 + 2 * HOUR, period=60))
+
+    # Then each group's instances count at their own type's price and devices
+    p4d, g5 = instance_spec("ml.p4d.24xlarge"), instance_spec("ml.g5.12xlarge")
+    assert goodput.gpu_hours == pytest.approx(2 * p4d.devices + g5.devices)
+    assert goodput.dollars == pytest.approx(2 * p4d.usd_per_hour + g5.usd_per_hour)

@@ -18,6 +18,7 @@ from tests.fixtures.world import (
     MINUTE,
     World,
     alarm_event,
+    all_alarms,
     instance_state_event,
     job_state_event,
     scheduled_event,
@@ -286,7 +287,7 @@ def test_a_heterogeneous_sagemaker_job_gets_alarms_for_every_host_and_is_stopped
 
 def _described(rt, job: str) -> list[dict[str, Any]]:
     prefix = alarms.job_alarm_prefix(rt.config.alarm_prefix, "sagemaker", job)
-    return rt.clients.cloudwatch.describe_alarms(AlarmNamePrefix=prefix)["MetricAlarms"]
+    return all_alarms(rt.clients.cloudwatch, AlarmNamePrefix=prefix)
 
 
 def _expression(alarm: dict[str, Any]) -> str:

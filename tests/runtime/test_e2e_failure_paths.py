@@ -14,7 +14,7 @@ from stallwatch.aws.slack import AlertMessage
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.decision import JobState
-from tests.fixtures.world import MINUTE, alarm_event, scheduled_event
+from tests.fixtures.world import MINUTE, alarm_event, all_alarms, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "falcon-40b-sft"
@@ -195,7 +195,7 @@ def test_one_job_that_fails_to_render_its_alarms_does_not_stop_the_sweep(
     assert summary["log_idle_published"] == 3
     (outcome,) = summary["redecided"]
     assert (outcome["job"], outcome["action"], outcome["stopped"]) == (JOB, "stop", True)
-    names = [a["AlarmName"] for a in rt.clients.cloudwatch.describe_alarms()["MetricAlarms"]]
+    names = [a["AlarmName"] for a in all_alarms(rt.clients.cloudwatch)]
     assert names
     assert all(".ok-job." in name for name in names)
     assert counted[contract.SWEEP_ERRORS] == 1
@@ -218,7 +218,7 @@ def test_ec2_monitor_tag_is_matched_in_any_case_by_the_sweeper(rt, context, valu
 
     # When the sweeper runs, Then it is swept (and its alarms created) exactly when on_job_state would watch it
     summary = sweeper.handler(scheduled_event(), context)
-    names = [a["AlarmName"] for a in rt.clients.cloudwatch.describe_alarms()["MetricAlarms"]]
+    names = [a["AlarmName"] for a in all_alarms(rt.clients.cloudwatch)]
     assert summary["running"] == int(swept)
     assert summary["alarms_provisioned"] == int(swept)
     assert bool(names) is swept

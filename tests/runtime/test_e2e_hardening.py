@@ -19,7 +19,7 @@ from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.runtime import decide, environment
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
+from tests.fixtures.world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "gemma-27b-pretrain"
@@ -28,7 +28,7 @@ API_BUDGET = 10  # AWS API calls one decision may make, failure paths included
 
 
 def _alarm_names(rt) -> list[str]:
-    return sorted(a["AlarmName"] for a in rt.clients.cloudwatch.describe_alarms()["MetricAlarms"])
+    return sorted(a["AlarmName"] for a in all_alarms(rt.clients.cloudwatch))
 
 
 def _state_item(rt, job: str = JOB) -> dict[str, Any] | None:

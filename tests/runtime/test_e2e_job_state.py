@@ -15,7 +15,7 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
-from tests.fixtures.world import MINUTE, alarm_event, instance_state_event, job_state_event, scheduled_event
+from tests.fixtures.world import MINUTE, alarm_event, all_alarms, instance_state_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
 
 JOB = "whisper-large-ft"
@@ -23,7 +23,7 @@ EXAMPLE_AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
 def _alarm_names(rt) -> list[str]:
-    return sorted(a["AlarmName"] for a in rt.clients.cloudwatch.describe_alarms()["MetricAlarms"])
+    return sorted(a["AlarmName"] for a in all_alarms(rt.clients.cloudwatch))
 
 
 def test_in_progress_job_gets_per_host_alarms_from_its_tags(rt, world, context) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from handlers import on_job_state, sweeper
 from localrun import moto_sagemaker
+from stallwatch.aws.ec2_goodput import resumes_of
 from stallwatch.aws.store import job_key
 from stallwatch.core import resume_retry
 from tests.fixtures.world import MINUTE, instance_state_event, job_state_event, scheduled_event
@@ -46,7 +47,7 @@ def _sweep(rt, context, minutes: float = 5) -> list[dict[str, Any]]:
 
 def _tries(rt, job: str = JOB) -> list[dict[str, Any]]:
     records = rt.store.records(job_key("sagemaker", job), "audit")
-    return [r for r in records if r["record"]["action"] in ("resume", "resume_retry")]
+    return [r for r in records if r["record"]["action"] == "resume"]
 
 
 def test_a_resume_refused_for_capacity_is_retried_by_the_sweeper_and_resumes_once(rt, world, slack, context) -> None:
@@ -208,6 +209,10 @@ def test_an_ec2_start_refused_for_capacity_is_retried_by_the_sweeper(rt, slack, 
     assert _state(rt, instance) in ("pending", "running")
     assert slack.texts()[-1].endswith(f"`{instance}` resumed as `{instance}` (attempt 1 of 1) after 2 tries")
     assert rt.store.resume_claims(job_key("ec2", instance)) == 1
+    # And the goodput report sees one resume, the try that started the group, with the stopped attempt's launch
+    (resumed,) = resumes_of(rt.store.records(job_key("ec2", instance), "audit"))
+    assert resumed.at == rt.clock()
+    assert resumed.launched is not None
 
 
 def test_in_bot_mode_later_tries_update_the_retrying_message_in_place(rt, world, slack, context) -> None:

@@ -14,7 +14,7 @@ from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms
 from stallwatch.core.decision import JobState
 from stallwatch.runtime import decide
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
+from tests.fixtures.world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "mistral-7b-ft"
@@ -48,7 +48,7 @@ def test_off_mode_does_nothing_at_all(rt, world, slack, context) -> None:
 
     # Then no alarm is created, nothing is decided, posted, stopped or audited
     assert provisioned["status"] == "off"
-    assert rt.clients.cloudwatch.describe_alarms(AlarmNamePrefix=rt.config.alarm_prefix)["MetricAlarms"] == []
+    assert all_alarms(rt.clients.cloudwatch, AlarmNamePrefix=rt.config.alarm_prefix) == []
     assert result["status"] == "off"
     assert slack.posts == []
     assert world.status(JOB) == "InProgress"
@@ -111,7 +111,7 @@ def test_malformed_events_raise_a_clear_error_and_change_nothing(
     assert any(r.levelname == "ERROR" and "malformed event" in r.getMessage() for r in caplog.records)
     assert world.status(JOB) == "InProgress"
     assert slack.posts == []
-    assert rt.clients.cloudwatch.describe_alarms()["MetricAlarms"] == []
+    assert all_alarms(rt.clients.cloudwatch) == []
     assert rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"] == []
 
 

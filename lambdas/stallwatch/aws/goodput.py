@@ -1,34 +1,27 @@
 """A run's history from AWS, for `core.goodput`: its jobs (the first one and its resumes), their agent windows
-(CloudWatch) and Stallwatch's stops (the audit trail).
+(CloudWatch) and Stallwatch's stops (the audit trail). An EC2 job's run is read by `ec2_goodput`.
 
     spans = run_spans(clients, store, "llama-8b-r1", now=time.time())   # (run name, [JobSpan, ...])
     goodput = measure_goodput(*spans)
+    run_spans(clients, store, "llm-70b", now)   # no platform given: SageMaker, else EC2 (an instance id: EC2 first)
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from stallwatch.aws.metric_reads import MetricRef, read_series
+from stallwatch.aws.agent_windows import windows
+from stallwatch.aws.ec2_goodput import ec2_run_spans
 from stallwatch.aws.resume import describe_training_job
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import Store, job_key
-from stallwatch.core import contract
-from stallwatch.core.goodput import JobSpan, Window
+from stallwatch.core.clusters import INSTANCE_ID, sagemaker_layout
+from stallwatch.core.goodput import JobSpan
 from stallwatch.core.policy import MAX_RESTARTS_LIMIT
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.resume import resume_name, run_name
 from stallwatch.core.signals import Platform
 
-# What each window needs, and the statistic a period of several agent windows is read with.
-WINDOW_METRICS = {
-    "Steps": "Sum",
-    "Step": "Maximum",
-    "PhaseBudgetRemaining": "Maximum",
-    "TFLOPsPerGPU": "Average",
-    "MFU": "Average",
-}
 NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 
 
@@ -56,9 +49,33 @@ def _describe(clients: Any, name: str) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def run_spans(
-    clients: Any, store: Store | None, job: str, now: float, period: int = METRIC_PERIOD_SECONDS
+    clients: Any,
+    store: Store | None,
+    job: str,
+    now: float,
+    period: int = METRIC_PERIOD_SECONDS,
+    platform: Platform | None = None,
 ) -> tuple[str, list[JobSpan]]:
-    """The run `job` belongs to, as `JobSpan`s: windows read at `period` seconds, stops from `store` (if given)."""
+    """The run `job` belongs to, as `JobSpan`s: windows read at `period` seconds, stops from `store` (if given).
+    `platform` None: a SageMaker training job, else an EC2 job of that name (an instance id is looked up on EC2
+    first); `JobNotFoundError` names both when neither has it."""
+    if platform is not None:
+        return _platform_spans(clients, store, job, now, period, platform)
+    order = [Platform.EC2, Platform.SAGEMAKER] if INSTANCE_ID.match(job) else [Platform.SAGEMAKER, Platform.EC2]
+    missing = []
+    for candidate in order:
+        try:
+            return _platform_spans(clients, store, job, now, period, candidate)
+        except JobNotFoundError as exc:
+            missing.append(f"{candidate.value}: {exc}")
+    raise JobNotFoundError(f"{job!r} is neither a SageMaker training job nor an EC2 job ({'; '.join(missing)})")
+
+
+def _platform_spans(
+    clients: Any, store: Store | None, job: str, now: float, period: int, platform: Platform
+) -> tuple[str, list[JobSpan]]:
+    if platform is Platform.EC2:
+        return ec2_run_spans(clients, store, job, now, period)
     run, jobs = run_jobs(clients, job)
     return run, [_span(clients, store, described, now, period) for described, _ in jobs]
 
@@ -69,40 +86,17 @@ def _span(clients: Any, store: Store | None, described: dict[str, Any], now: flo
     end = described.get("TrainingEndTime")
     ended = end.timestamp() if end else now if described["TrainingJobStatus"] == "InProgress" else created
     training = [t["StartTime"] for t in described.get("SecondaryStatusTransitions", []) if t["Status"] == "Training"]
-    resources = described["ResourceConfig"]
+    layout = sagemaker_layout(described["ResourceConfig"])
     return JobSpan(
         name=name,
-        instance_type=resources["InstanceType"],
-        hosts=resources["InstanceCount"],
+        instance_type=layout.instance_type,
+        hosts=layout.instance_count,
         created=created,
         ended=max(ended, created),
         windows=windows(clients, name, created, ended, period),
         stall=_stall(store, name) if store is not None else None,
         training_started=training[0].timestamp() if training else None,
-    )
-
-
-def windows(clients: Any, job: str, start: float, end: float, period: int) -> tuple[Window, ...]:
-    """The agent's job metrics over [start, end), one `Window` per period that has a Steps datapoint."""
-    dims = ((contract.DIM_JOB, job),)
-    refs = {name: MetricRef(contract.NAMESPACE, name, dims, statistic) for name, statistic in WINDOW_METRICS.items()}
-    series = read_series(clients.cloudwatch, list(refs.values()), start - period, end + period, period)
-    by_time: dict[float, dict[str, float]] = defaultdict(dict)
-    for name, ref in refs.items():
-        for t, value in series[ref].points:
-            by_time[t][name] = value
-    return tuple(
-        Window(
-            start=t,
-            end=t + period,
-            steps=values["Steps"],
-            step=values.get("Step"),
-            in_phase=values.get("PhaseBudgetRemaining", 0.0) > 0,
-            tflops_per_gpu=values.get("TFLOPsPerGPU"),
-            mfu=values.get("MFU"),
-        )
-        for t, values in sorted(by_time.items())
-        if "Steps" in values
+        fleet=layout.mixed_fleet(),
     )
 
 

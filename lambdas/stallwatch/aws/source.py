@@ -179,17 +179,21 @@ class AwsSignalSource:
         )
 
     def _ec2_facts(self, job_name: str) -> JobFacts:
-        """An EC2 job: the instances tagged `stallwatch:job=<job_name>`, or the untagged instance `job_name`."""
+        return self._ec2_group_facts(job_name, self.ec2_group(job_name))
+
+    def ec2_group(self, job_name: str) -> list[dict[str, Any]]:
+        """An EC2 job's instances (DescribeInstances): those tagged `stallwatch:job=<job_name>`, or the untagged
+        instance `job_name`; `JobNotFoundError` if there are none."""
         if not clusters.INSTANCE_ID.match(job_name):
             instances = self._describe_instances(Filters=[{"Name": f"tag:{clusters.JOB_TAG}", "Values": [job_name]}])
             if not instances:
                 raise JobNotFoundError(f"no EC2 instance is tagged {clusters.JOB_TAG}={job_name!r}")
-            return self._ec2_group_facts(job_name, instances)
+            return instances
         instance = self.ec2_instance(job_name)
         owner = clusters.job_of(_tags(instance), job_name)
         if owner not in (None, job_name):
             raise JobNotFoundError(f"EC2 instance {job_name!r} belongs to job {owner!r}")
-        return self._ec2_group_facts(job_name, [instance])
+        return [instance]
 
     def ec2_instance(self, instance_id: str) -> dict[str, Any]:
         """DescribeInstances of one instance; `JobNotFoundError` if EC2 does not know it."""

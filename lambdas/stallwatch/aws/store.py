@@ -98,6 +98,7 @@ class ResumeRetry:
     stop_at: float  # Stallwatch's stop that the resume follows
     plan: ResumePlan
     first_at: float
+    audit: dict[str, Any] = field(default_factory=dict)  # what every try's audit record repeats (job, attempt, ...)
     thread_ts: str | None = None  # the stop message, for the follow-ups' thread (bot mode)
     tries: int = 1  # tries taken so far, the one in flight included
     next_at: float = 0.0  # when the next try is due

@@ -173,6 +173,10 @@ class InstanceLayout:
     instance_count: int
     host_types: dict[str, str] = field(default_factory=dict)
 
+    def mixed_fleet(self) -> dict[str, int]:
+        """Instance type -> hosts of it where the hosts differ; empty when all are `instance_type`."""
+        return dict(Counter(self.host_types.values()))
+
 
 def sagemaker_layout(resource_config: Mapping[str, Any]) -> InstanceLayout:
     """Hosts algo-1..algo-N of a training job's ResourceConfig: one instance type, or heterogeneous

@@ -12,7 +12,9 @@ one's end, is split into categories that add up to it:
 - restart gaps: from Stallwatch's stop to the next attempt's creation (the stopping job's shutdown included);
 - other: the rest (windows without a step outside a stall, the last job's shutdown and upload).
 
-GPU-hours and dollars are counted while a job holds its instances (nothing between jobs).
+GPU-hours and dollars are counted while a job holds its instances (nothing between jobs), per instance type for a
+heterogeneous job. On EC2 a run is one job name: each start of its instance group is an attempt, given as a `JobSpan`
+(`aws.ec2_goodput`).
 
     goodput = measure_goodput("llama-8b", [JobSpan(...), JobSpan(...)])
     goodput.ratio, goodput.totals[Category.STALLS].gpu_hours
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from stallwatch.core.pricing import estimate_burn, instance_spec
+from stallwatch.core.pricing import estimate_fleet_burn, instance_spec
 
 SUMMARY_TAG = "stallwatch:summary"  # "true": post the run's goodput to Slack when it ends (policy: run_summary)
 
@@ -66,6 +68,11 @@ class JobSpan:
     windows: tuple[Window, ...] = ()
     stall: tuple[float, float] | None = None  # (onset, Stallwatch's stop)
     training_started: float | None = None  # SageMaker's "Training" status: ends the startup of a job without windows
+    fleet: dict[str, int] = field(default_factory=dict)  # instance type -> hosts where they differ; else hosts x type
+
+    def instance_types(self) -> dict[str, int]:
+        """Instance type -> hosts of it, for the job's burn."""
+        return self.fleet or {self.instance_type: self.hosts}
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
     if not jobs:
         raise ValueError(f"run {run!r} has no jobs")
     ordered = sorted(jobs, key=lambda j: j.created)
-    priced = all(instance_spec(j.instance_type).usd_per_hour for j in ordered)
+    priced = all(instance_spec(t).usd_per_hour for j in ordered for t in j.instance_types())
     totals = {c: Total(dollars=0.0 if priced else None) for c in Category}
     best: float | None = None  # the highest step reached by the jobs before this one
     redone_steps = 0.0
@@ -156,8 +163,9 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
         spans, redone = _job_spans(job, best, restarts_after)
         redone_steps += redone
         for span in spans:
-            burn = estimate_burn(job.instance_type, job.hosts, span.end - span.start)
-            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, burn.dollars)
+            burn = estimate_fleet_burn(job.instance_types(), span.end - span.start)
+            dollars = burn.dollars if priced else None  # a price for part of the fleet would understate it
+            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, dollars)
         if restarts_after:
             gap = max(ordered[index + 1].created - job.ended, 0.0)
             totals[Category.RESTART_GAPS] = totals[Category.RESTART_GAPS].plus(gap, 0.0, None)

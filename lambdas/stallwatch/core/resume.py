@@ -27,6 +27,8 @@ RESUMED_FROM_TAG = "stallwatch:resumed-from"
 ATTEMPT_TAG = "stallwatch:resume-attempt"
 BEST_STEP_TAG = "stallwatch:resume-best-step"  # the highest step the run had reached before this attempt
 CHAIN_TAGS = frozenset({RUN_TAG, RESUMED_FROM_TAG, ATTEMPT_TAG, BEST_STEP_TAG})
+RESUME_ACTION = "resume"  # the audit record of a resume
+LAUNCHED_FIELD = "launched"  # in an EC2 resume's audit record: when the group it restarted had started (LaunchTime)
 AWS_TAG_PREFIX = "aws:"  # reserved: set by AWS, never by a CreateTrainingJob
 MAX_JOB_NAME = 63
 # Stallwatch's own stops that a restart can fix; idle means the work is done, and an overrun phase is the job's.

@@ -2,9 +2,12 @@
 
     stallwatch report llama-8b-r1                     # the whole run: llama-8b, llama-8b-r1, ...
     stallwatch report llama-8b --json --period 60
+    stallwatch report llm-70b --platform ec2          # the instances tagged stallwatch:job=llm-70b (or i-0abc...)
 
-Jobs and times come from SageMaker, the agent's windows from CloudWatch (read at ``--period`` seconds, so a
-category is exact to one period), Stallwatch's stops from the deployment's table (see `ops.Deployment`).
+Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
+(`aws.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance id: EC2
+first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
+period), Stallwatch's stops from the deployment's table (see `ops.Deployment`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from rich.table import Table
 
 from stallwatch.core.goodput import Category, Goodput
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
+from stallwatch.core.signals import Platform
 from stallwatch.offline import ops
 
 LABELS = {
@@ -81,7 +85,8 @@ def run_report(args: argparse.Namespace) -> int:
     from stallwatch.core.goodput import measure_goodput
 
     deployment = ops.Deployment.from_args(args)
-    run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period)
+    platform = Platform(args.platform) if args.platform else None
+    run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period, platform)
     goodput = measure_goodput(run, spans)
     if args.json:
         print(json.dumps(goodput.as_json(), indent=2))
@@ -92,8 +97,15 @@ def run_report(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` to the ``stallwatch`` CLI."""
-    parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes)")
-    parser.add_argument("job", metavar="JOB", help="a SageMaker training job of the run (the first or a resume)")
+    parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes, or an EC2 job)")
+    parser.add_argument(
+        "job", metavar="JOB", help="a SageMaker training job of the run (the first or a resume), or an EC2 job"
+    )
+    parser.add_argument(
+        "--platform",
+        choices=[p.value for p in Platform],
+        help="where JOB runs (default: SageMaker, else EC2: its stallwatch:job tag, or an instance id)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument(
         "--period",

@@ -19,7 +19,7 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import EC2_MONITOR_TAG
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.resume import resume_after_stop
 from stallwatch.runtime.summary import post_run_summary
@@ -27,6 +27,9 @@ from stallwatch.runtime.summary import post_run_summary
 ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
 ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
+# A resume that started, or that the sweeper tries again (a SageMaker run's give-up posts its summary): not over.
+RUN_GOES_ON = frozenset({"resumed", "retrying"})
+GROUP_ENDED_EC2 = frozenset({STOPPED_EC2, "terminated"})  # an EC2 job's run may end (resume or summary)
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
 # PutMetricAlarm calls one invocation makes, at its default quota of 3 a second: on_job_state's timeout is 60 s.
@@ -36,7 +39,8 @@ ALARMS_PER_INVOCATION = 120
 def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
     """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
     stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
-    its goodput when it opted in (`summary.post_run_summary`)."""
+    its goodput when it opted in (`summary.post_run_summary`; an EC2 job's when every instance has stopped or
+    terminated and no resume follows)."""
     if isinstance(event, TrainingJobStateChange):
         if not rt.config.policy.monitor_sagemaker:
             return {"status": "ignored", "reason": "monitor_sagemaker is false"}
@@ -48,7 +52,7 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
             retired = retire_job(rt, platform, name, detail.training_job_status)
             if detail.training_job_status == STOPPED_SAGEMAKER:
                 retired["resume"] = resume_after_stop(rt, platform, name)
-            if retired.get("resume", {}).get("status") not in ("resumed", "retrying"):  # the run ends here
+            if retired.get("resume", {}).get("status") not in RUN_GOES_ON:  # the run ends here
                 retired["summary"] = post_run_summary(rt, name, detail.tags)
             return retired
         return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
@@ -73,9 +77,15 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     # One instance left the job: its alarms go; the job ends with its last running instance. DescribeInstances may
     # still show the instance running just after the event, so the event's word is taken for it.
     result = provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
-    # A resume starts the job's instances: a cluster's once every one of them has stopped.
-    if result["status"] == "retired" and state == STOPPED_EC2 and (job == instance or _all_stopped(rt, job)):
+    if result["status"] != "retired" or state not in GROUP_ENDED_EC2:
+        return result
+    # A resume starts the job's instances: a cluster's once every one of them has stopped. The run ends when its
+    # group has ended and no resume follows: its summary is claimed once per start of the group.
+    ended = _ended_group(rt, job)
+    if state == STOPPED_EC2 and (job == instance or ended is not None):
         result["resume"] = resume_after_stop(rt, Platform.EC2, job)
+    if ended is not None and result.get("resume", {}).get("status") not in RUN_GOES_ON:
+        result["summary"] = post_run_summary(rt, job, ended.tags, Platform.EC2, ended_run=ended.start_time)
     return result
 
 
@@ -185,9 +195,10 @@ def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
     return len(names)
 
 
-def _all_stopped(rt: Runtime, job: str) -> bool:
-    """Every instance of the EC2 job is stopped (none still stopping): what a resume can start again."""
+def _ended_group(rt: Runtime, job: str) -> JobFacts | None:
+    """The EC2 job's facts when every instance is stopped or terminated (none still stopping), else None."""
     try:
-        return rt.source(Platform.EC2).facts(job).status == "Stopped"
+        facts = rt.source(Platform.EC2).facts(job)
     except JobNotFoundError:
-        return False
+        return None
+    return facts if facts.status == "Stopped" else None

@@ -23,7 +23,7 @@ from stallwatch.aws.store import ResumeRetry, job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import Platform, Series
+from stallwatch.core.signals import JobFacts, Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, start_attempt
@@ -42,20 +42,24 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
     if stop is None:  # the common case (a job's own end, a human's stop) costs one query, no platform call
         return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
     now = rt.clock()
+    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if platform is Platform.SAGEMAKER:
         described, tags = relaunch.describe_training_job(rt.clients, name)
         verdict = planning.plan_resume(described, tags, stop, rt.config.policy.resume_max_restarts)
     else:
-        verdict = _plan_instances(rt, key, name, stop)
+        facts = rt.source(Platform.EC2).facts(name)
+        verdict = _plan_instances(rt, key, name, facts, stop)
+        # EC2 moves LaunchTime on every start: the stopped attempt's start is kept for the goodput report
+        audit[planning.LAUNCHED_FIELD] = facts.start_time
     if isinstance(verdict, NoResume) and not verdict.alert:
         return {"status": "not_resumed", "job": name, "reason": verdict.reason}
-    audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
     if isinstance(verdict, NoResume):
         audit |= {"action": "no_resume", "reasons": [verdict.reason]}
         tries = None
     else:
-        audit |= {"action": "resume", "resumed_as": verdict.name, "attempt": verdict.attempt}
-        tries = ResumeRetry(key, stop.at, verdict, first_at=now, thread_ts=stop.slack_ts, next_at=now)
+        audit |= {"action": planning.RESUME_ACTION, "resumed_as": verdict.name, "attempt": verdict.attempt}
+        repeated = {k: v for k, v in audit.items() if k not in ("at", "trigger")}  # every try's audit record has them
+        tries = ResumeRetry(key, stop.at, verdict, first_at=now, audit=repeated, thread_ts=stop.slack_ts, next_at=now)
     audit_sk = rt.store.claim_resume(key, stop.at, audit, now, tries, hold_until=now + TRY_HOLD_SECONDS)
     if audit_sk is None:
         logger.info("resume already claimed: a duplicated event", extra={"job": name})
@@ -67,9 +71,10 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
     return conclude_try(rt, tries, audit_sk, started, now)
 
 
-def _plan_instances(rt: Runtime, key: str, name: str, stop: StopRecord | None) -> ResumePlan | NoResume:
+def _plan_instances(
+    rt: Runtime, key: str, name: str, facts: JobFacts, stop: StopRecord | None
+) -> ResumePlan | NoResume:
     """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
-    facts = rt.source(Platform.EC2).facts(name)
     tags = facts.tags
     earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
     verdict = planning.next_attempt(

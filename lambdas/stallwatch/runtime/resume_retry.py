@@ -56,16 +56,7 @@ def retry_resumes(rt: Runtime, now: float) -> list[dict[str, Any]]:
 def _try_again(rt: Runtime, retry: ResumeRetry, now: float) -> dict[str, Any]:
     _, platform, name = retry.job_key.split("#", 2)
     tries = retry.tries + 1
-    audit = {
-        "at": now,
-        "job": name,
-        "platform": platform,
-        "trigger": "sweeper",
-        "action": "resume_retry",
-        "resumed_as": retry.plan.name,
-        "attempt": retry.plan.attempt,
-        "try": tries,
-    }
+    audit = retry.audit | {"at": now, "trigger": "sweeper", "try": tries}  # the first try's record, with its number
     audit_sk = rt.store.claim_resume_try(retry, audit, now, TRY_HOLD_SECONDS)
     if audit_sk is None:
         return {"job": name, "status": "claimed_elsewhere"}

@@ -1,5 +1,6 @@
 """The end-of-run Slack summary: when a run's last job ends, its goodput (opt-in: `stallwatch:summary=true`, or the
-policy's `run_summary`). Claimed once per job, so a duplicated end event posts once."""
+policy's `run_summary`). Claimed once per job (an EC2 job, which restarts under its name: once per start of its
+group, `ended_run`), so a duplicated end event posts once."""
 
 from __future__ import annotations
 
@@ -17,18 +18,26 @@ from stallwatch.runtime.repost import post_safely, record_post
 SUMMARY_SK = "summary"
 
 
-def post_run_summary(rt: Runtime, name: str, tags: dict[str, str]) -> dict[str, Any]:
-    """The SageMaker job `name` ended and no attempt follows it: post its run's goodput, if the run opted in."""
+def post_run_summary(
+    rt: Runtime,
+    name: str,
+    tags: dict[str, str],
+    platform: Platform = Platform.SAGEMAKER,
+    ended_run: float | None = None,
+) -> dict[str, Any]:
+    """The job `name` ended and no attempt follows it: post its run's goodput, if the run opted in. `ended_run`: the
+    EC2 group's latest start (LaunchTime), which tells one end of the job from the next."""
     if not summary_wanted(tags, rt.config.policy.run_summary):
         return {"status": "off"}
     now = rt.clock()
-    key = job_key(Platform.SAGEMAKER, name)
-    audit = {"at": now, "job": name, "platform": Platform.SAGEMAKER.value, "trigger": "job-state", "action": "summary"}
-    audit_sk = rt.store.claim(key, SUMMARY_SK, audit, now)
+    key = job_key(platform, name)
+    audit = {"at": now, "job": name, "platform": platform.value, "trigger": "job-state", "action": "summary"}
+    claim = SUMMARY_SK if ended_run is None else f"{SUMMARY_SK}#{ended_run:017.3f}"
+    audit_sk = rt.store.claim(key, claim, audit, now)
     if audit_sk is None:
         return {"status": "duplicate"}
     try:
-        goodput = measure_goodput(*run_spans(rt.clients, rt.store, name, now))
+        goodput = measure_goodput(*run_spans(rt.clients, rt.store, name, now, platform=platform))
         message = goodput_message(goodput)
     except Exception as exc:  # the run ended either way; a summary that cannot be measured is recorded, not raised
         logger.exception("run summary failed", extra={"job": name})
