@@ -1,17 +1,19 @@
 """Scale: the AWS calls of one sweep over 10, 100 and 1,000 running jobs, of a cold sweep, of on_alarm on 1 to 512
 hosts, and of an alarm burst on a 64-host hang, on moto.
 
-    .venv/bin/python bench/scale.py                 # everything (about 10 minutes on 2 cores)
+    .venv/bin/python bench/scale.py                 # everything (about 13 minutes on 2 cores)
     .venv/bin/python bench/scale.py --only on_alarm --hosts 1 64
 
 Calls are counted by operation with botocore ``before-call`` hooks on every client the runtime uses (one per API
-call, each page its own call; DescribeAlarms asks 100 alarms a page, AWS's most). GetMetricData's datapoints are
-counted too: AWS answers at most 100,800 a call and pages the rest (``aws_pages``), which moto does not. The
+call, each page its own call; DescribeAlarms asks 100 alarms a page, AWS's most). Moto answers some pages whole, so
+pages are also counted as AWS would answer them: DescribeAlarms' alarms (100 a page; `localrun.moto_alarm_filters`
+pages them already) and GetMetricData's datapoints (100,800 a call; ``aws_pages``). The
 critical path counts the calls made one after another (the sweep's own thread's, and the busiest worker's: the 16
 workers run side by side), at 80 ms a call; moto's own time is not AWS's, and moto serves one call at a time. The
 bench exits non-zero if a goal is missed:
 
-- one sweep at 10 % due makes <= 150 + 6 x due calls, and its critical path at 80 ms a call stays under 60 s;
+- one sweep at 10 % due, the hourly one that lists every alarm and the others alike, makes <= 150 + 6 x due calls
+  as AWS pages, and its critical path at 80 ms a call stays under 60 s;
 - a cold sweep over 1,000 jobs decides before it puts any alarm, puts at most 450 alarms (150 s at
   PutMetricAlarm's 3 a second), and the sweeps that follow put the rest;
 - on_alarm (warn, then stop) makes <= 10 calls for every cluster size, a warm container;

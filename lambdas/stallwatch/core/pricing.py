@@ -7,7 +7,7 @@ Used to normalize platform metrics per device and to estimate what a stall burns
 
 Prices are public on-demand list prices (SageMaker Training and EC2 Linux, us-east-1) as published in 2025;
 they exclude discounts, Savings Plans and spot. Unknown types cost nothing; an unknown type of an accelerated family
-(p, g, trn, inf, dl) counts one device per host, any other family (c5, m7i, ...: a heterogeneous cluster's data
+(p, g, gr, trn, inf, dl) counts one device per host, any other family (c5, m7i, ...: a heterogeneous cluster's data
 loaders) none.
 """
 
