@@ -6,7 +6,7 @@ import pytest
 
 from stallwatch.core import alarms, contract
 from stallwatch.core.policy import Policy
-from stallwatch.core.pricing import instance_spec
+from stallwatch.core.pricing import accelerated, instance_spec
 from stallwatch.core.signals import JobFacts, Platform
 
 PREFIX = "stallwatch-"
@@ -113,11 +113,12 @@ def test_a_cpu_only_group_gets_log_alarms_and_no_gpu_alarms() -> None:
 
 
 @pytest.mark.parametrize(
-    ("instance_type", "devices"),
-    [("ml.c5.18xlarge", 0), ("m7i.48xlarge", 0), ("ml.p3.16xlarge", 1), ("gr6.4xlarge", 1), ("ml.inf2.xlarge", 1)],
+    ("instance_type", "expected"),
+    [("ml.c5.18xlarge", False), ("m7i.48xlarge", False), ("ml.p3.16xlarge", True), ("gr6.4xlarge", True)],
 )
-def test_unlisted_types_count_a_device_only_in_accelerated_families(instance_type: str, devices: int) -> None:
-    assert instance_spec(instance_type).devices == devices
+def test_accelerated_families_are_told_by_name_and_unlisted_types_count_one_device(instance_type, expected) -> None:
+    assert accelerated(instance_type) is expected
+    assert instance_spec(instance_type).devices == 1  # a homogeneous job of any unlisted type is watched as before
 
 
 @pytest.mark.parametrize(("agreement", "periods"), [(2 / 3, 14), (1.0, 20)])

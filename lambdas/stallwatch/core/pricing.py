@@ -6,9 +6,8 @@ Used to normalize platform metrics per device and to estimate what a stall burns
     estimate_burn("ml.p5.48xlarge", hosts=8, seconds=3600).dollars  # 904.56
 
 Prices are public on-demand list prices (SageMaker Training and EC2 Linux, us-east-1) as published in 2025;
-they exclude discounts, Savings Plans and spot. Unknown types cost nothing; an unknown type of an accelerated family
-(p, g, gr, trn, inf, dl) counts one device per host, any other family (c5, m7i, ...: a heterogeneous cluster's data
-loaders) none.
+they exclude discounts, Savings Plans and spot. Unknown types cost nothing and count one device per host; beside
+accelerated hosts (a heterogeneous cluster's data loaders on c5, m7i, ...), `accelerated` tells a CPU-only group.
 """
 
 from __future__ import annotations
@@ -63,18 +62,18 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
     **{f"g6.{size}": InstanceSpec(*_G_SIZES[size], price) for size, price in _G6_EC2.items()},
 }
 UNKNOWN_INSTANCE = InstanceSpec(devices=1, vcpus=1, usd_per_hour=0.0)
-CPU_INSTANCE = InstanceSpec(devices=0, vcpus=1, usd_per_hour=0.0)
-# Instance families with accelerators: GPUs (p, g), Trainium, Inferentia, Gaudi.
+# Instance families with accelerators: GPUs (p, g, gr), Trainium, Inferentia, Gaudi.
 ACCELERATED_FAMILIES = re.compile(r"(p|gr?|trn|inf|dl)[0-9]")
 
 
 def instance_spec(instance_type: str) -> InstanceSpec:
-    """The spec of `instance_type`; for types not in the table `UNKNOWN_INSTANCE` (no price, one device) in an
-    accelerated family, else `CPU_INSTANCE` (no device)."""
-    if instance_type in INSTANCE_SPECS:
-        return INSTANCE_SPECS[instance_type]
-    family = instance_type.removeprefix("ml.").partition(".")[0]
-    return UNKNOWN_INSTANCE if ACCELERATED_FAMILIES.match(family) else CPU_INSTANCE
+    """The spec of `instance_type`, or `UNKNOWN_INSTANCE` (no price) for types not in the table."""
+    return INSTANCE_SPECS.get(instance_type, UNKNOWN_INSTANCE)
+
+
+def accelerated(instance_type: str) -> bool:
+    """Whether `instance_type` (EC2's or SageMaker's `ml.` name) is of a family with accelerators."""
+    return bool(ACCELERATED_FAMILIES.match(instance_type.removeprefix("ml.")))
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from stallwatch.core.pricing import instance_spec
+from stallwatch.core.pricing import accelerated, instance_spec
 
 
 @dataclass(frozen=True)
@@ -83,13 +83,16 @@ class JobFacts:
     log_group: str | None = None
 
     def gpus_on(self, host: str) -> int:
-        """Accelerator devices on `host` (its type's, where the hosts differ)."""
-        return instance_spec(self.host_types[host]).devices if host in self.host_types else self.gpus_per_host
+        """Accelerator devices on `host`: its type's where the hosts differ (none on a CPU-only group's host)."""
+        if host not in self.host_types:
+            return self.gpus_per_host
+        instance_type = self.host_types[host]
+        return instance_spec(instance_type).devices if accelerated(instance_type) else 0
 
     def gpu_host_count(self) -> int:
         """How many of the job's hosts have accelerators (a heterogeneous cluster's CPU-only group has none)."""
         if self.host_types:
-            return sum(1 for instance_type in self.host_types.values() if instance_spec(instance_type).devices)
+            return sum(1 for instance_type in self.host_types.values() if accelerated(instance_type))
         return self.instance_count if self.gpus_per_host else 0
 
     def vcpus_on(self, host: str) -> int:
