@@ -18,7 +18,8 @@ from localrun import moto_sagemaker
 JOB = "bert-large-42"
 
 
-def _create(sagemaker: Any, name: str = JOB) -> None:
+def _create(sagemaker: Any, name: str = JOB, **extra: Any) -> None:
+    """CreateTrainingJob of a 2-host job; `extra` adds request fields (CheckpointConfig, Environment, ...)."""
     sagemaker.create_training_job(
         TrainingJobName=name,
         AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
@@ -26,6 +27,7 @@ def _create(sagemaker: Any, name: str = JOB) -> None:
         OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
         ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
         StoppingCondition={"MaxRuntimeInSeconds": 3600},
+        **extra,
     )
 
 
@@ -113,13 +115,8 @@ def test_stop_works_through_a_threaded_moto_server(monkeypatch: pytest.MonkeyPat
 
 def test_create_keeps_checkpoint_config_and_environment_and_rejects_a_name_in_use(sagemaker: Any) -> None:
     # Given a job created with what a resume clones (CheckpointConfig, Environment)
-    sagemaker.create_training_job(
-        TrainingJobName=JOB,
-        AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
-        RoleArn="arn:aws:iam::123456789012:role/training",
-        OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
-        ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100},
-        StoppingCondition={"MaxRuntimeInSeconds": 3600},
+    _create(
+        sagemaker,
         CheckpointConfig={"S3Uri": "s3://bucket/ckpt", "LocalPath": "/opt/ml/checkpoints"},
         Environment={"NCCL_DEBUG": "WARN"},
     )
@@ -134,15 +131,7 @@ def test_create_keeps_checkpoint_config_and_environment_and_rejects_a_name_in_us
         _create(sagemaker)
     assert in_use.value.response["Error"]["Code"] == "ResourceInUse"
     with pytest.raises(ClientError) as bad:
-        sagemaker.create_training_job(
-            TrainingJobName="other",
-            AlgorithmSpecification={"TrainingImage": "train:latest", "TrainingInputMode": "File"},
-            RoleArn="arn:aws:iam::123456789012:role/training",
-            OutputDataConfig={"S3OutputPath": "s3://bucket/out"},
-            ResourceConfig={"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
-            StoppingCondition={"MaxRuntimeInSeconds": 3600},
-            CheckpointConfig={"S3Uri": "/local/only"},
-        )
+        _create(sagemaker, "other", CheckpointConfig={"S3Uri": "/local/only"})
     assert bad.value.response["Error"]["Code"] == "ValidationException"
 
 
