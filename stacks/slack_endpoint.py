@@ -27,12 +27,12 @@ from stacks.constants import (
     LAMBDA_LOG_RETENTION,
     LAMBDA_MEMORY_MB,
     LAMBDA_RUNTIME,
-    SERVICE_NAME,
     SLACK_INTERACTIONS_HANDLER,
     SLACK_INTERACTIONS_TIMEOUT,
 )
 from stacks.nag import arn_template
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.contract import SERVICE
 
 # The items the function may touch: a job's state and audit records, and its own request claims (store.py).
 TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
@@ -53,7 +53,7 @@ class SlackEndpoint(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         job_statements: Sequence[iam.PolicyStatement],
-        service: str = SERVICE_NAME,
+        service: str = SERVICE,
     ) -> None:
         """`job_statements` let the function read a job and stop it, with the same tag conditions as the watchdog;
         `service` (the deployment's name) is the `service` dimension of its metrics."""

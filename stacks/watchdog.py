@@ -35,12 +35,12 @@ from stacks.constants import (
     ON_ALARM_TIMEOUT,
     ON_JOB_STATE_HANDLER,
     ON_JOB_STATE_TIMEOUT,
-    SERVICE_NAME,
     SWEEPER_HANDLER,
     SWEEPER_TIMEOUT,
 )
 from stacks.permissions import WatchdogPermissions
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.contract import SERVICE
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class Watchdog(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         bundle_dependencies: bool,
-        service: str = SERVICE_NAME,
+        service: str = SERVICE,
     ) -> None:
         """`service` (the deployment's name) is the `service` dimension of the control plane's metrics."""
         super().__init__(scope, construct_id)
