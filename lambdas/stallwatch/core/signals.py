@@ -92,7 +92,7 @@ class JobFacts:
     def gpu_host_count(self) -> int:
         """How many of the job's hosts have accelerators (a heterogeneous cluster's CPU-only group has none)."""
         if self.host_types:
-            return sum(1 for instance_type in self.host_types.values() if accelerated(instance_type))
+            return sum(1 for host in self.host_types if self.gpus_on(host))
         return self.instance_count if self.gpus_per_host else 0
 
     def vcpus_on(self, host: str) -> int:
