@@ -7,9 +7,10 @@ The replay walks the road the Lambdas walk, with the trace in place of AWS: the 
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
 alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
 source, which reads its history back as AWS does); the engine decides on
-every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (`engine.sweeper_due`: an open
-incident, a pending warning, an expired snooze, a recheck the engine asked for, a check-up); `next_state` is kept
-between decisions; a STOP stops the replay's job.
+every alarm transition to ALARM, at the recheck it asked for (`Decision.recheck_at`, scheduled as the runtime
+schedules it: EventBridge Scheduler fires within the minute it is set to, the next whole minute), and, at sweeper
+ticks, by the watchdog's rule (`engine.sweeper_due`: an open incident, a pending warning, an expired snooze, a
+recheck that passed, a check-up); `next_state` is kept between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -33,6 +34,11 @@ from stallwatch.offline.trace_source import TraceSource
 
 REPLAY_POLICY = Policy(mode=Mode.ENFORCE, stop_requires_tag=False)
 CLOUDWATCH_EVALUATION_SECONDS = 60  # standard alarms are evaluated every minute
+RECHECK = "recheck"
+# EventBridge Scheduler invokes a one-time schedule within the minute it names (60-second precision); the runtime
+# names the minute after the recheck time, and the replay fires it this far into that minute (half its precision).
+SCHEDULER_MINUTE_S = 60
+SCHEDULER_DELAY_S = 30.0
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
 SWEEPER = "sweeper"
 # Decisions that reached a person (Slack) or the job.
@@ -191,6 +197,13 @@ class _Run:
             self.decisions.append(ReplayDecision(now - self.start, trigger, decision))
         return decision.action is Action.STOP
 
+    def recheck_fires_at(self) -> float | None:
+        """When the recheck the last decision asked for fires (None: none asked)."""
+        at = self.state.recheck_at
+        if at is None:
+            return None
+        return math.ceil(at / SCHEDULER_MINUTE_S) * SCHEDULER_MINUTE_S + SCHEDULER_DELAY_S
+
     def sweeper_due(self, now: float) -> bool:
         """The watchdog's rule (`engine.sweeper_due`)."""
         return engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
@@ -201,6 +214,12 @@ class _Run:
         end = self.source.epoch(self.source.last_t)
         now = math.ceil(self.start / tick) * tick
         while now <= end and self.running(now):
+            fires = self.recheck_fires_at()
+            while fires is not None and fires <= now and self.running(fires):
+                if self.decide(fires, RECHECK):
+                    return
+                later = self.recheck_fires_at()
+                fires = later if later is not None and later > fires else None
             sweeping = now % self.sweep_every == 0
             if sweeping:
                 self.publish_log_idle(now)
