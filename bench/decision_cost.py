@@ -44,7 +44,13 @@ import boto3  # noqa: E402
 import moto  # noqa: E402
 
 from handlers import on_alarm  # noqa: E402
-from localrun import moto_alarm_filters, moto_logs_insights, moto_metric_search, moto_sagemaker  # noqa: E402
+from localrun import (  # noqa: E402
+    moto_alarm_filters,
+    moto_logs_filter,
+    moto_logs_insights,
+    moto_metric_search,
+    moto_sagemaker,
+)
 from localrun.resources import create_table  # noqa: E402
 from stallwatch.core import alarms  # noqa: E402
 from stallwatch.runtime import environment  # noqa: E402
@@ -158,6 +164,7 @@ def main() -> int:
     moto_metric_search.install()  # SEARCH and the Logs Insights query, which moto lacks
     moto_logs_insights.install()
     moto_alarm_filters.install()
+    moto_logs_filter.install()
     stock = run()
     moto_metric_index.install()
     moto_metric_search.install()  # over the index

@@ -158,12 +158,33 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     # When the tails are read
     tails = log_reads.read_tails(rt.clients.logs, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
 
-    # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence
-    assert calls == ["FilterLogEvents", "FilterLogEvents"]
+    # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence, and a
+    # third the notable lines (none here)
+    assert calls == ["FilterLogEvents", "FilterLogEvents", "FilterLogEvents"]
     assert tails["algo-1"].lines[-1].message == "algo-1 step 0"
     assert tails["algo-1"].last_t == pytest.approx(world.now, abs=0.001)
     assert tails["algo-3"].lines[-1].message == "algo-3 step 40"
     assert tails["algo-3"].last_t == pytest.approx(world.now - 40 * MINUTE, abs=0.001)
+
+
+def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, world: World) -> None:
+    # Given 63 hosts writing a line a minute for 3 hours (more than a page of FilterLogEvents) and one that died 10
+    # minutes ago with a CUDA error, and no sweep yet (no freshness known: the quiet window reaches to the lookback)
+    hosts = [f"algo-{i}" for i in range(1, 65)]
+    for host in hosts[:-1]:
+        world.logs("big", host, [(m, f"{host} step {m}") for m in range(179, -1, -1)])
+    crash = "[rank504]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    world.logs("big", hosts[-1], [(m, f"{hosts[-1]} step {m}") for m in range(179, 10, -1)] + [(10, crash)])
+    calls = []
+    rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
+
+    # When the tails are read
+    tails = log_reads.read_tails(rt.clients.logs, "big", hosts, {}, world.now)
+
+    # Then the dead host's error line is among its notable lines, in three FilterLogEvents calls whatever the noise
+    assert [line.message for line in tails[hosts[-1]].notable] == [crash]
+    assert tails[hosts[-1]].notable[0].pattern == "illegal_memory_access"
+    assert calls == ["FilterLogEvents"] * 3
 
 
 def test_a_claim_reads_the_state_and_holds_off_a_second_reader_until_it_runs_out(rt) -> None:

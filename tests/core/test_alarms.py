@@ -157,7 +157,7 @@ def test_gpu_memory_alarm_takes_a_host_without_datapoints_for_one_that_let_go() 
         "stallwatch-sagemaker.llm-pretrain-7b.gpu-memory.algo-2"
     ]
     assert alarm["TreatMissingData"] == "breaching"
-    assert alarm["EvaluationPeriods"] == 3
+    assert alarm["EvaluationPeriods"] == alarms.GPU_MEMORY_PERIODS
 
 
 def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:

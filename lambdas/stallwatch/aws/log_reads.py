@@ -1,12 +1,14 @@
 """CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
-    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most two FilterLogEvents
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most three FilterLogEvents
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
 events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
-write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones.
+write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones. A third read asks
+CloudWatch Logs for the notable lines alone over the lookback (`log_patterns.FILTER_PATTERN`: fatal errors and
+checkpoint markers), so a crashed rank's error among 512 busy hosts is one page away, however much they write.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ class LogQueryError(RuntimeError):
 
 @dataclass
 class HostLog:
-    """One host's newest event time and the lines read around it, oldest first."""
+    """One host's newest event time, the lines read around it and its notable lines, oldest first."""
 
     last_t: float | None = None
     lines: list[LogLine] = field(default_factory=list)
+    notable: list[LogLine] = field(default_factory=list)  # fatal and checkpoint lines over the lookback
 
 
 def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
@@ -104,13 +107,19 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
         _read_window(logs, job, start_ms, int(end * 1000) - 1, found)
+    _read_window(logs, job, int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000), found, notable=True)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
+        log.notable.sort(key=lambda line: line.t)
     return found
 
 
-def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> int:
-    """One FilterLogEvents page over the job's streams, oldest first, both ends included; the events it held."""
+def _read_window(
+    logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog], notable: bool = False
+) -> int:
+    """One FilterLogEvents page over the job's streams, oldest first, both ends included; the events it held.
+    `notable`: only the lines `log_patterns.FILTER_PATTERN` keeps, into each host's `notable`."""
+    filtered = {"filterPattern": log_patterns.FILTER_PATTERN} if notable else {}
     try:
         response = logs.filter_log_events(
             logGroupName=contract.SAGEMAKER_LOG_GROUP,
@@ -119,6 +128,7 @@ def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[st
             endTime=end_ms,
             limit=PAGE_EVENTS,
             interleaved=True,  # what CloudWatch Logs always does (the flag is ignored there); moto needs it
+            **filtered,
         )
     except logs.exceptions.ResourceNotFoundException:
         return 0
@@ -127,9 +137,12 @@ def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[st
         match = SAGEMAKER_STREAM.match(event["logStreamName"])
         if not match or match["job"] != job or match["host"] not in found:
             continue
-        t = event["timestamp"] / 1000
-        message = event["message"].rstrip("\n")
+        line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
         log = found[match["host"]]
-        log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
-        log.last_t = max(log.last_t or t, t)
+        if notable:
+            if line.pattern or line.marker:
+                log.notable.append(line)
+        else:
+            log.lines.append(line)
+        log.last_t = max(log.last_t or line.t, line.t)
     return len(events)

@@ -14,8 +14,9 @@ names (``Decision.recheck_at``), and the runtime decides again then. Kinds:
 
 - ``gpu-idle`` (per host): GPU utilization per device below ``idle_gpu_percent`` for ``crash_confirm_minutes``.
 - ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent``, or no datapoint at all, for
-  ``crash_confirm_minutes``: the training process on that host let go of its GPUs (a crashed rank, every process
-  gone), or the host vanished.
+  `GPU_MEMORY_PERIODS` periods: the training process on that host let go of its GPUs (a crashed rank, every process
+  gone after NCCL's watchdog tore a hang down: evidence with a fatal line that decides within a minute), or the
+  host vanished.
 - ``log-idle`` (per host): ``LogIdleSeconds`` (published by the sweeper) above ``agreement_fraction`` x
   ``log_silence_minutes``.
 - ``progress`` (job): the agent's ``Steps`` stayed 0 for ``crash_confirm_minutes``; a declared phase within its
@@ -59,6 +60,8 @@ TAG_PLATFORM = "stallwatch:platform"
 TAG_KIND = "stallwatch:kind"
 TAG_HOST = "stallwatch:host"
 
+# GPU memory let go of (or no datapoint) for this many periods: the processes left (a training job holds it throughout).
+GPU_MEMORY_PERIODS = 2
 # CloudWatch refuses alarms whose EvaluationPeriods x Period exceeds one day.
 MAX_EVALUATION_SECONDS = 86_400
 
@@ -66,6 +69,7 @@ MAX_EVALUATION_SECONDS = 86_400
 CWAGENT_GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
 CWAGENT_GPU_MEMORY_USED = "nvidia_smi_memory_used"
 CWAGENT_GPU_MEMORY_TOTAL = "nvidia_smi_memory_total"
+CWAGENT_GPU_POWER = "nvidia_smi_power_draw"  # watts, read where the engine has no power from the training agent
 CWAGENT_DIM_INSTANCE = "InstanceId"
 
 
@@ -217,10 +221,10 @@ class _Renderer:
         return self._alarm(
             GPU_MEMORY,
             host,
-            f"GPU memory per device below {t.idle_gpu_percent}%, or no datapoint, for {t.crash_confirm_minutes:g} "
-            "min (the process left the GPUs, or the host vanished).",
+            f"GPU memory per device below {t.idle_gpu_percent}%, or no datapoint, for {GPU_MEMORY_PERIODS} periods "
+            "(the process left the GPUs, or the host vanished).",
             Metrics=self._host_gpu_metrics(host, "GPUMemoryUtilization"),
-            periods=self._periods(t.crash_confirm_minutes),
+            periods=min(GPU_MEMORY_PERIODS, self._periods(t.crash_confirm_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="breaching",
@@ -255,8 +259,7 @@ class _Renderer:
         return self._alarm(
             PROGRESS,
             None,
-            f"no training step for {t.crash_confirm_minutes:g} min outside a declared phase, "
-            "or the agent went silent.",
+            f"no training step for {t.crash_confirm_minutes:g} min outside a declared phase, or the agent went silent.",
             Metrics=[
                 _stat("m1", self._job_metric("Steps"), self.period, "Sum"),
                 _stat("m2", self._job_metric("PhaseBudgetRemaining"), self.period, "Maximum"),

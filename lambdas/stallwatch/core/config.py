@@ -22,6 +22,9 @@ TABLE_SORT_KEY = "sk"
 TABLE_TTL_ATTRIBUTE = "expires_at"
 # The sweeper function's timeout: the stacks set it, and the runtime's claims and clean-ups outlast it.
 SWEEPER_TIMEOUT_SECONDS = 300
+# An alarm of a job decided by an alarm less than this ago is coalesced into that decision (a hang fires every host's
+# alarms within a period or two); the sweeper decides a job whose alarm went to ALARM after its last decision.
+ALARM_COALESCE_SECONDS = 120
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"

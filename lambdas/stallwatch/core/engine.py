@@ -311,24 +311,24 @@ def _conclusive(
 ) -> _Finding | None:
     """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
     GPUs let go of) decides once `crash_confirm_minutes` (and 2 step intervals) passed with no progress since."""
-    found = evidence.death(
+    deaths = evidence.death(
         hosts,
         last_step_t,
-        ctx.logs.last_t,
         ctx.training_since,
         ctx.thresholds,
         ctx.limits,
         ctx.period,
         ctx.now,
     )
-    if found is None:
+    intervals = _intervals_s(ctx, progress)
+    decisive = [d for d in deaths if ctx.now >= d.onset + max(d.confirm_s, intervals)]
+    for death in deaths:
+        ctx.deadlines.add(death.onset + max(death.confirm_s, intervals))
+    if not decisive:
         return None
-    confirm = max(found.confirm_s, _intervals_s(ctx, progress))
-    decisive = found.onset + confirm
+    found = decisive[0]
+    confirm = max(found.confirm_s, intervals)
     ctx.evidence["death"] = {"kind": found.diagnosis.value, "onset_t": found.onset, "hosts": list(found.hosts)}
-    if ctx.now < decisive:
-        ctx.deadlines.add(decisive)
-        return None
     reasons = list(found.reasons)
     if found.lines:
         reasons.append(_error_summary(found.lines))

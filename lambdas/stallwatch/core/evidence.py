@@ -12,6 +12,7 @@ progress since, so that a rank restarted by its launcher (new lines, GPUs taken 
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ FATAL_BURST_S = 120.0  # fatal lines this close before a host's last fatal line 
 VANISHED_PERIODS = 4  # no datapoint from a host for this many periods, while another host's is at most
 FRESH_PERIODS = 3  # ... this many old: the host vanished (its datapoints are stamped at their period's start)
 ALL_FATAL_CONFIRM_S = 60.0  # every host's log ended with fatal lines (NCCL watchdog timeouts, ...): one period confirms
+MARKER_RUN_S = 300.0  # checkpoint start lines this close together belong to one checkpoint (a line per shard)
 POWER_REPORTING_SHARE = 0.5  # a spinning collective needs GPU power from at least this share of the hosts
 
 
@@ -45,6 +47,7 @@ class Host:
     reports_power: bool
     last_words: tuple[LogLine, ...]  # the fatal lines its log ended with (no other line after them)
     checkpoint_since: float | None  # its newest checkpoint marker is a start, nothing after it: writing since then
+    said_t: float | None  # its newest line that is not among its fatal last words: when its log last showed life
 
     @property
     def last_words_t(self) -> float | None:
@@ -68,6 +71,7 @@ def _host(host: HostSignals, gpus: bool, since: float, thresholds: Thresholds, l
     power_now = _recent(power, since, now, limits).mean()
     baseline = statistics.median(power_before) if power_before else None
     idle = thresholds.idle_gpu_percent
+    words = _last_words(host)
     return Host(
         name=host.host,
         gpus=gpus,
@@ -80,8 +84,9 @@ def _host(host: HostSignals, gpus: bool, since: float, thresholds: Thresholds, l
         and power_now is not None
         and power_now < thresholds.power_drop_ratio * baseline,
         reports_power=power_now is not None,
-        last_words=_last_words(host),
+        last_words=words,
         checkpoint_since=_checkpoint_since(host),
+        said_t=_said_t(host, words),
     )
 
 
@@ -129,6 +134,14 @@ def _last_words(host: HostSignals) -> tuple[LogLine, ...]:
     return tuple(line for line in lines if line.t >= newest - FATAL_BURST_S)
 
 
+def _said_t(host: HostSignals, words: tuple[LogLine, ...]) -> float | None:
+    """The host's newest line but its fatal last words (from its tail; None if the tail holds no other)."""
+    if not words:
+        return host.log_last_t
+    earlier = [line.t for line in host.log_tail if line.t < words[0].t]
+    return max(earlier, default=None)
+
+
 def _checkpoint_since(host: HostSignals) -> float | None:
     """When the checkpoint the host is writing began: its newest marker is a start and no other line came after
     it; the first start after the last end marker."""
@@ -140,9 +153,13 @@ def _checkpoint_since(host: HostSignals) -> float | None:
         later = [line for line in host.log_tail if line.t > newest + LAST_WORDS_S and line.marker is None]
         if later:
             return None
+    # The first start line of this checkpoint: back over start lines no further apart than MARKER_RUN_S (a line per
+    # shard written), and never before an ordinary line of the tail.
+    ordinary = [line.t for line in host.log_tail if line.marker is None and line.pattern is None and line.t < newest]
+    boundary = max(ordinary, default=-math.inf)
     start = newest
     for line in reversed(markers):
-        if line.marker != log_patterns.CHECKPOINT_START:
+        if line.marker != log_patterns.CHECKPOINT_START or line.t <= boundary or start - line.t > MARKER_RUN_S:
             break
         start = line.t
     return start
@@ -181,26 +198,27 @@ def vanished(hosts: dict[str, Host], period: float, now: float) -> dict[str, flo
 def death(
     hosts: dict[str, Host],
     last_step_t: float | None,
-    last_line_t: float | None,
     training_since: float,
     thresholds: Thresholds,
     limits: Limits,
     period: float,
     now: float,
-) -> Death | None:
-    """Conclusive evidence, first found first: ranks whose last words were fatal and whose GPUs died with them,
-    fatal last words on every host (NCCL watchdog timeouts after a hang), hosts that vanished, a host whose processes let go of its
-    GPUs while the others hold theirs, or every process gone from its GPUs.
+) -> list[Death]:
+    """Conclusive evidence, most specific first: fatal last words on every host (NCCL watchdog timeouts after a hang),
+    ranks whose last words were fatal and whose GPUs died with them, hosts that vanished, a host whose
+    processes let go of its GPUs while the others hold theirs, or every process gone from its GPUs.
 
     `last_step_t`: the agent's last step (None without the agent): fatal lines before it are old news, and the
     evidence without a fatal line needs no step since. Without the agent, that evidence needs the logs silent since
-    (`last_line_t`, the job's newest line); so do GPUs let go of everywhere, with the agent too (a launcher that
-    restarts its ranks writes lines). A rank's fatal last words with its GPUs dead need nothing more, whatever the
-    other hosts' logging habits."""
+    (but for fatal last words, which are no progress); so do GPUs let go of everywhere, with the agent too (a
+    launcher that restarts its ranks writes lines). A rank's fatal last words with its GPUs dead need nothing more,
+    whatever the other hosts' logging habits."""
     confirm = limits.crash_s
     after = last_step_t if last_step_t is not None else training_since
     gpu_hosts = {n: h for n, h in hosts.items() if h.gpus}
     gone = vanished(gpu_hosts, period, now)
+    last_line_t = max((t for h in hosts.values() if (t := h.said_t) is not None), default=None)
+    found: list[Death] = []
 
     def still(onset: float, logs_too: bool = False) -> bool:
         """No progress since the metric-borne evidence at `onset` (a datapoint is stamped at its period's start)."""
@@ -210,14 +228,6 @@ def death(
         return steps and (silent if logs_too or last_step_t is None else True)
 
     spoke = {n: h for n, h in gpu_hosts.items() if h.last_words_t is not None and h.last_words_t >= after}
-    dead = {n: h for n, h in spoke.items() if _died_with_it(h, gpu_hosts, gone, thresholds, period)}
-    if dead:
-        lines = {n: list(h.last_words) for n, h in dead.items()}
-        patterns = {fatal(line) for ls in lines.values() for line in ls}
-        diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
-        onset = min(h.last_words_t for h in dead.values() if h.last_words_t is not None)
-        reason = f"{_names(dead)}: fatal last words, then its GPUs went idle, let go of their memory or vanished"
-        return Death(diagnosis, onset, confirm, tuple(sorted(dead)), (reason,), lines)
     if gpu_hosts and len(spoke) == len(gpu_hosts):
         lines = {n: list(h.last_words) for n, h in spoke.items()}
         patterns = {fatal(line) for ls in lines.values() for line in ls}
@@ -225,26 +235,34 @@ def death(
         onset = max(ls[0].t for ls in lines.values())
         what = "NCCL watchdog timeouts" if diagnosis is Diagnosis.HANG else "fatal lines"
         reason = f"{what} are the last words of all {_count(gpu_hosts)}"
-        return Death(diagnosis, onset, ALL_FATAL_CONFIRM_S, tuple(sorted(spoke)), (reason,), lines)
+        found.append(Death(diagnosis, onset, ALL_FATAL_CONFIRM_S, tuple(sorted(spoke)), (reason,), lines))
+    dead = {n: h for n, h in spoke.items() if _died_with_it(h, gpu_hosts, gone, thresholds, period)}
+    if dead:
+        lines = {n: list(h.last_words) for n, h in dead.items()}
+        patterns = {fatal(line) for ls in lines.values() for line in ls}
+        diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
+        onset = min(h.last_words_t for h in dead.values() if h.last_words_t is not None)
+        reason = f"{_names(dead)}: fatal last words, then its GPUs went idle, let go of their memory or vanished"
+        found.append(Death(diagnosis, onset, confirm, tuple(sorted(dead)), (reason,), lines))
     lost = {n: t for n, t in gone.items() if still(t)}
     if lost:
         onset = min(lost.values())
         reason = f"{_names(lost)} vanished: no metric from it for {_ago(now, onset)} while the others report"
-        return Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(lost)), (reason,), {})
+        found.append(Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(lost)), (reason,), {}))
     released = {n: h.released_since for n, h in gpu_hosts.items() if h.released_since is not None}
     if gpu_hosts and len(released) == len(gpu_hosts) and all(h.idle_since is not None for h in gpu_hosts.values()):
         onset = max(t for t in released.values() if t is not None)
         if still(onset, logs_too=True):
             reason = f"every process left its GPUs on all {_count(gpu_hosts)}: memory released, utilization idle"
-            return Death(Diagnosis.IDLE, onset, confirm, tuple(sorted(gpu_hosts)), (reason,), {})
+            found.append(Death(Diagnosis.IDLE, onset, confirm, tuple(sorted(gpu_hosts)), (reason,), {}))
     holding = [
         n for n, h in gpu_hosts.items() if n not in released and (h.memory_now or 0.0) >= thresholds.idle_gpu_percent
     ]
     if released and holding and all(still(t) for t in released.values() if t is not None):
         onset = min(t for t in released.values() if t is not None)
         reason = f"{_names(released)}: its processes let go of the GPUs while the others still hold theirs"
-        return Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(released)), (reason,), {})
-    return None
+        found.append(Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(released)), (reason,), {}))
+    return found
 
 
 def _died_with_it(

@@ -160,9 +160,8 @@ FILTER_PATTERN = " ".join(f'?"{term}"' for term in FILTER_TERMS)
 
 
 def marker(message: str) -> str | None:
-    """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start or end line, else None (fatal lines are none)."""
-    if match(message) is not None:
-        return None
+    """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start or end line, else None (ask `match` first: a
+    fatal line is never a marker)."""
     for name, pattern in MARKERS:
         if pattern.search(message):
             return name
@@ -172,3 +171,12 @@ def marker(message: str) -> str | None:
 def notable(message: str) -> bool:
     """Whether the server-side filter keeps `message` (a superset of the fatal and marker lines)."""
     return any(term in message for term in FILTER_TERMS)
+
+
+def classify(message: str) -> tuple[str | None, str | None]:
+    """(fatal pattern, checkpoint marker) of a line; (None, None) for the ordinary ones, which `FILTER_PATTERN`
+    would not even return."""
+    if not notable(message):
+        return None, None
+    pattern = match(message)
+    return pattern, None if pattern else marker(message)

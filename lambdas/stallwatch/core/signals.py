@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from stallwatch.core import log_patterns
 from stallwatch.core.pricing import accelerated, instance_spec
 
 
@@ -56,6 +57,11 @@ class LogLine:
     message: str
     pattern: str | None = None
     marker: str | None = None
+
+    @classmethod
+    def read(cls, t: float, stream: str, message: str) -> LogLine:
+        """A line as the sources read it: named by its fatal pattern or its checkpoint marker (`log_patterns`)."""
+        return cls(t, stream, message, *log_patterns.classify(message))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ The replay walks the road the Lambdas walk, with the trace in place of AWS: the 
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
 alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
 source, which reads its history back as AWS does); the engine decides on
-every alarm transition to ALARM, at the recheck it asked for (`Decision.recheck_at`, scheduled as the runtime
+every alarm transition to ALARM (one alarm-triggered decision each `ALARM_COALESCE_SECONDS`, as on_alarm's claim
+coalesces an alarm burst; the sweeper decides a job whose alarm went to ALARM after its last decision), at the
+recheck it asked for (`Decision.recheck_at`, scheduled as the runtime
 schedules it: EventBridge Scheduler fires within the minute it is set to, the next whole minute), and, at sweeper
 ticks, by the watchdog's rule (`engine.sweeper_due`: an open incident, a pending warning, an expired snooze, a
 recheck that passed, a check-up); `next_state` is kept between decisions; a STOP stops the replay's job.
@@ -18,6 +20,7 @@ Without a policy the replay enforces (stops need no opt-in tag); the trace's tag
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -25,11 +28,11 @@ from typing import Any
 
 from stallwatch.core import contract, engine
 from stallwatch.core.alarms import render_alarms
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.config import ALARM_COALESCE_SECONDS, StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.trace import Trace, TraceHeader, scan_trace
+from stallwatch.core.trace import Event, Trace, TraceHeader, scan_trace
 from stallwatch.offline.trace_source import TraceSource
 
 REPLAY_POLICY = Policy(mode=Mode.ENFORCE, stop_requires_tag=False)
@@ -162,6 +165,8 @@ class _Run:
         self.sweep_every = config.sweeper_minutes * 60
         self.checkup_every = config.checkup_minutes * 60
         self.last_decision_at: float | None = None
+        self.claimed_until = -math.inf  # on_alarm's claim: alarms of the job until then are coalesced
+        self.coalesced_at: float | None = None  # the newest alarm coalesced since the last decision
         self.state = JobState()
         self.incident_open = False
         self.decisions: list[ReplayDecision] = []
@@ -204,9 +209,19 @@ class _Run:
             return None
         return math.ceil(at / SCHEDULER_MINUTE_S) * SCHEDULER_MINUTE_S + SCHEDULER_DELAY_S
 
+    def alarmed(self, now: float, name: str) -> bool:
+        """on_alarm for one alarm: True when it stops the job; an alarm of a job claimed by another is coalesced."""
+        if now < self.claimed_until:
+            self.coalesced_at = now
+            return False
+        self.claimed_until = now + ALARM_COALESCE_SECONDS
+        return self.decide(now, name)
+
     def sweeper_due(self, now: float) -> bool:
-        """The watchdog's rule (`engine.sweeper_due`)."""
-        return engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
+        """The watchdog's rule (`engine.sweeper_due`), and an alarm coalesced after the last decision."""
+        missed = self.coalesced_at is not None and (self.last_decision_at or -math.inf) < self.coalesced_at
+        due = engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
+        return due or missed
 
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""
@@ -227,7 +242,7 @@ class _Run:
             self.transitions += len(transitions)
             alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
             for name in alarmed:  # one on_alarm invocation per alarm
-                if self.decide(now, name):
+                if self.alarmed(now, name):
                     return
             # a decision made this very minute already holds what the sweeper would see
             if sweeping and not alarmed and self.sweeper_due(now) and self.decide(now, SWEEPER):
@@ -244,8 +259,19 @@ def replay_file(path: str | Path, policy: Policy | None = None, config: Stallwat
     """`replay` of a trace file, read one event at a time: the events are not kept (see `TraceSource.streamed`)."""
     with open(path, encoding="utf-8") as lines:
         header, events = scan_trace(lines, source=str(path))
-        source = TraceSource.streamed(header, events, str(path))
-    return _replay(source, policy, config)
+        return replay_events(header, events, str(path), policy, config)
+
+
+def replay_events(
+    header: TraceHeader,
+    events: Iterable[Event],
+    name: str = "<trace>",
+    policy: Policy | None = None,
+    config: StallwatchConfig | None = None,
+) -> ReplayResult:
+    """`replay` of a trace given as its header and its events in time order, one at a time (a file being read, a
+    simulator): only what the signals read is kept."""
+    return _replay(TraceSource.streamed(header, events, name), policy, config)
 
 
 def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig | None) -> ReplayResult:

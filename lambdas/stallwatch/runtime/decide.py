@@ -29,7 +29,7 @@ from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms, contract, engine
-from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.signals import JobSignals
@@ -37,10 +37,7 @@ from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
-# An alarm of a job decided (or being decided) less than this ago is coalesced into that decision: a hang fires
-# every host's alarms within an alarm period or two. One it skips is still seen: the sweeper decides a job whose
-# alarm went to ALARM after its last decision.
-COALESCE_SECONDS = 120
+COALESCE_SECONDS = ALARM_COALESCE_SECONDS  # an alarm of a job decided (or being decided) this recently is coalesced
 ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
 # The longest a deciding Lambda runs (the sweeper's timeout): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
