@@ -31,10 +31,10 @@ from stallwatch.core.policy import EC2_MONITOR_TAG, Policy
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
+    EC2_HOST_AGENT_METRICS_READ,
     EC2_STREAM,
     ERROR_LINES_PER_HOST,
     FILTER_STREAMS_LIMIT,
-    EC2_HOST_AGENT_METRICS_READ,
     HOST_AGENT_METRICS_READ,
     LOG_LINES_PER_HOST,
     LOG_TAIL_SECONDS,
