@@ -145,6 +145,7 @@ def _state_to_json(state: JobState) -> str:
 def _state_from_json(raw: str) -> JobState:
     data = json.loads(raw)
     data["alerted"] = tuple(data.get("alerted", ()))
+    data["stragglers"] = tuple(data.get("stragglers", ()))
     return JobState(**data)
 
 

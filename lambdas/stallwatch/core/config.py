@@ -69,7 +69,7 @@ class StallwatchConfig(BaseModel):
     )
     sweeper_minutes: int = Field(5, ge=1, le=60, description="How often the sweeper runs.")
     checkup_minutes: int = Field(
-        30,
+        20,
         ge=0,
         le=1440,
         description="The sweeper also decides a job whose last decision is this old (0: never): stragglers and "

@@ -52,6 +52,7 @@ UNDECLARED_PHASE_FACTOR = 4.0
 # No step (without the agent: no log line) for more than this many periods: the job is stalling, and the decision
 # names the times its later rungs turn decisive (no alarm fires again once the first has).
 STALLING_PERIODS = 2
+STARVED_WINDOWS = 3  # data starvation is seen in at least this many recent windows that completed steps
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
@@ -92,6 +93,8 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     deadlines = _Deadlines(now)
     finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, found, deadlines)
     action, would, notes, stop_at = _act(finding, policy, state, now, limits)
+    if finding.diagnosis is Diagnosis.STRAGGLER and found["straggler"]["host"] in state.stragglers:
+        action, would = Action.NONE, Action.NONE  # a host is named once a run; the evidence still says it lags
     deadlines.add(stop_at)
     return Decision(
         job=facts.name,
@@ -120,6 +123,8 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         log_gap_s=max(gaps, default=None),
         recheck_at=decision.recheck_at,
     )
+    if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
+        state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
         state = _learn_recovery(state, decision)
         return JobState(
@@ -129,6 +134,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             log_gap_s=state.log_gap_s,
             step_gap_s=state.step_gap_s,
             recheck_at=state.recheck_at,
+            stragglers=state.stragglers,
         )
     alerted = state.alerted
     if decision.action is not Action.NONE:
@@ -518,12 +524,12 @@ def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
     if nonfinite > 0:
         reason = f"{nonfinite:g} non-finite losses in the last {_min(ctx.limits.recent_s)}"
         return _Finding(Diagnosis.NONFINITE_LOSS, (reason,), stoppable=thresholds.stop_on_nonfinite_loss)
-    data_wait = agent.get("DataWaitFraction", Series()).since(recent_since).mean()
+    data_wait = _stepping_data_wait(agent, recent_since)
     if data_wait is not None and data_wait > thresholds.data_wait_percent:
         evidence_["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
-    lagging = measures.straggler(ctx.signals.hosts, thresholds, ctx.limits, now)
+    lagging = measures.straggler(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now)
     if lagging is not None:
         evidence_["straggler"] = lagging
         summary = _straggler_summary(lagging, ctx.limits.straggler_s)
@@ -544,6 +550,14 @@ def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
             )
     age = "no step yet" if progress.last_step_t is None else f"last step {_min(now - progress.last_step_t)} ago"
     return _Finding(Diagnosis.HEALTHY, (f"progressing: {age} (stall threshold {_min(progress.stall_s)})",))
+
+
+def _stepping_data_wait(agent: dict[str, Series], since: float) -> float | None:
+    """The mean DataWaitFraction of the recent windows in which steps completed (at least `STARVED_WINDOWS`): a
+    pause (an undeclared checkpoint, an evaluation) is all waiting to the agent, and no starvation."""
+    stepped = {t for t, v in agent.get("Steps", Series()).since(since).points if v > 0}
+    waits = [v for t, v in agent.get("DataWaitFraction", Series()).since(since).points if t in stepped]
+    return statistics.mean(waits) if len(waits) >= STARVED_WINDOWS else None
 
 
 def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[str, ...]) -> _Finding:

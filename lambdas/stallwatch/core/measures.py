@@ -17,7 +17,7 @@ from typing import Any
 
 from stallwatch.core import log_patterns
 from stallwatch.core.policy import Thresholds
-from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
 
 TRAINING_STATUS = "Training"
 STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
@@ -253,11 +253,25 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
 
 
 def straggler(
+    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float
+) -> dict[str, Any] | None:
+    """One host far from the others of its instance type for `straggler_minutes`: its StepTime above their median,
+    or its GPU power below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half
+    that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value."""
+    groups: dict[str, dict[str, HostSignals]] = {}
+    for name, host in hosts.items():
+        groups.setdefault(facts.host_types.get(name, facts.instance_type), {})[name] = host
+    for group in groups.values():
+        found = _straggler_in(group, thresholds, limits, now)
+        if found is not None:
+            return found
+    return None
+
+
+def _straggler_in(
     hosts: dict[str, HostSignals], thresholds: Thresholds, limits: Limits, now: float
 ) -> dict[str, Any] | None:
-    """One host far from the others for `straggler_minutes`: its StepTime above the others' median, or its GPU power
-    below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half that excess in
-    every period. Evidence: host, metric, ratio, the others' median and every host's value."""
+    """`straggler` among hosts of one instance type (a heterogeneous cluster's groups draw different power)."""
     since = now - limits.straggler_s
     floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
     for metric, slow in (("StepTime", True), ("GPUPowerWatts", False)):
