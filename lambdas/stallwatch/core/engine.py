@@ -328,9 +328,9 @@ def _conclusive(
     )
     intervals = _intervals_s(ctx, progress)
     decisive = [d for d in deaths if ctx.now >= d.onset + max(d.confirm_s, intervals)]
-    for death in deaths:
-        ctx.deadlines.add(death.onset + max(death.confirm_s, intervals))
     if not decisive:
+        for death in deaths:
+            ctx.deadlines.add(death.onset + max(death.confirm_s, intervals))
         return None
     found = decisive[0]
     confirm = max(found.confirm_s, intervals)
