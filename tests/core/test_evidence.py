@@ -21,7 +21,10 @@ ABORT = "[rank24]:[E ProcessGroupNCCL.cpp:1182] [PG 0 Rank 24] NCCL communicator
 XID = "NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus."
 
 
-def at(builder: SignalsBuilder, now: float, state: JobState = JobState()):
+FRESH = JobState()
+
+
+def at(builder: SignalsBuilder, now: float, state: JobState = FRESH):
     return decide(builder.build(now), ENFORCE, state, now)
 
 

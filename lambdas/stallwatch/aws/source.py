@@ -439,8 +439,8 @@ class AwsSignalSource:
         }
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES)
-            self._read_lines(selection | notable, host_of, logs, 1)
+            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES):
+                self._read_lines(selection | notable, host_of, logs, 1)  # the pages did not reach now
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
             log.notable.sort(key=lambda line: line.t)
@@ -448,8 +448,9 @@ class AwsSignalSource:
 
     def _read_lines(
         self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog], pages: int
-    ) -> None:
-        """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines."""
+    ) -> bool:
+        """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
+        held the whole window."""
         for _ in range(pages):
             response = self.clients.logs.filter_log_events(**request)
             for event in response.get("events", []):
@@ -464,8 +465,9 @@ class AwsSignalSource:
                     log.notable.append(line)
                 log.last_t = max(log.last_t or line.t, line.t)
             if not response.get("nextToken"):
-                break
+                return True
             request["nextToken"] = response["nextToken"]
+        return False
 
 
 def _agent_search(
