@@ -156,6 +156,33 @@ def test_a_new_time_replaces_the_pending_recheck_with_a_whole_request(rt, adapte
     assert json.loads(schedule["Target"]["Input"])["at"] == NOW + 1800
 
 
+def test_a_recheck_known_to_be_pending_is_updated_in_one_call(rt, adapter) -> None:
+    # Given a job's pending recheck at 10:15
+    adapter.schedule(Platform.SAGEMAKER, "job-1", NOW + 870, NOW)
+    sent = _requests(rt.clients.scheduler)
+
+    # When the caller, knowing it has not fired, asks for 10:30 instead
+    scheduled = adapter.schedule(Platform.SAGEMAKER, "job-1", NOW + 1800, NOW + 60, pending=True)
+
+    # Then one UpdateSchedule replaces it
+    assert [op for op, _ in sent] == ["UpdateSchedule"]
+    assert scheduled.call == "UpdateSchedule"
+    assert [s["ScheduleExpression"] for s in _schedules(rt)] == ["at(2026-11-30T10:30:00)"]
+
+
+def test_a_recheck_thought_pending_that_is_not_there_is_created(rt, adapter) -> None:
+    # Given no schedule for the job (its first CreateSchedule failed, or it fired), though its state says one is due
+    sent = _requests(rt.clients.scheduler)
+
+    # When a new time is asked
+    scheduled = adapter.schedule(Platform.SAGEMAKER, "job-1", NOW + 1800, NOW, pending=True)
+
+    # Then UpdateSchedule finds none, and CreateSchedule puts it in place
+    assert [op for op, _ in sent] == ["UpdateSchedule", "CreateSchedule"]
+    assert scheduled.call == "CreateSchedule"
+    assert [s["ScheduleExpression"] for s in _schedules(rt)] == ["at(2026-11-30T10:30:00)"]
+
+
 def test_a_recheck_that_fired_and_deleted_itself_meanwhile_is_created_again(rt, adapter) -> None:
     # Given a pending recheck that Scheduler fires and deletes between CreateSchedule's conflict and UpdateSchedule
     adapter.schedule(Platform.SAGEMAKER, "job-1", NOW + 120, NOW)

@@ -6,11 +6,11 @@ decisive (`Decision.recheck_at`), instead of at the next sweep.
     # -> at(2026-11-30T10:54:00) in the group, invoking on_alarm with a `RecheckEvent`
 
 Each job has one schedule (`schedule_name`) in the deployment's schedule group; a new time replaces the pending one
-(CreateSchedule, or UpdateSchedule when the name is taken; UpdateSchedule replaces every field, so both send the
-whole request). Scheduler invokes within the minute it is given (60-second precision), so the time is rounded up
-to a whole minute and is never less than `MIN_LEAD_SECONDS` ahead: the request never names a time that has passed
-by the time Scheduler reads it. The schedule deletes itself once it has invoked its target
-(`ActionAfterCompletion=DELETE`).
+(CreateSchedule, or UpdateSchedule when the name is taken, or first when the caller knows one is pending;
+UpdateSchedule replaces every field, so both send the whole request). Scheduler invokes within the minute it is
+given (60-second precision), so the time is rounded up to a whole minute and is never less than `MIN_LEAD_SECONDS`
+ahead: the request never names a time that has passed by the time Scheduler reads it. The schedule deletes itself
+once it has invoked its target (`ActionAfterCompletion=DELETE`).
 """
 
 from __future__ import annotations
@@ -89,26 +89,38 @@ class RecheckScheduler:
         """The same schedules, invoking `function_arn`."""
         return RecheckScheduler(self.clients, replace(self.target, function_arn=function_arn))
 
-    def schedule(self, platform: Platform, job: str, at: float, now: float) -> Scheduled:
-        """Decide on the job again at `at` (epoch seconds), replacing its pending recheck if it has one. Raises what
-        Scheduler answers (botocore's ClientError), and ValueError when no target is known."""
+    def schedule(self, platform: Platform, job: str, at: float, now: float, pending: bool = False) -> Scheduled:
+        """Decide on the job again at `at` (epoch seconds), replacing its pending recheck if it has one. `pending`:
+        the caller knows one has not fired yet, so UpdateSchedule goes first (one call where CreateSchedule would
+        find the name taken). Raises what Scheduler answers (botocore's ClientError), and ValueError when no target
+        is known."""
         if not self.target.function_arn:
             raise ValueError("no recheck target: on_alarm's ARN is not known")
         name = schedule_name(platform, job)
         fires_at = fire_time(at, now)
         request = self._request(name, fires_at, RecheckEvent(source=RECHECK_SOURCE, platform=platform, job=job, at=at))
+        return Scheduled(name, fires_at, self._upsert(request, pending))
+
+    def _upsert(self, request: dict[str, Any], pending: bool) -> str:
+        """The schedule created or replaced; the call that did it."""
         scheduler = self.clients.scheduler
+        if pending:
+            try:
+                scheduler.update_schedule(**request)
+                return "UpdateSchedule"
+            except scheduler.exceptions.ResourceNotFoundException:  # never created (it failed) or fired meanwhile
+                pass
         try:
             scheduler.create_schedule(**request)
-            return Scheduled(name, fires_at, "CreateSchedule")
+            return "CreateSchedule"
         except scheduler.exceptions.ConflictException:  # the job's earlier recheck is pending: replaced
             pass
         try:
             scheduler.update_schedule(**request)
-            return Scheduled(name, fires_at, "UpdateSchedule")
+            return "UpdateSchedule"
         except scheduler.exceptions.ResourceNotFoundException:  # it fired and deleted itself in between
             scheduler.create_schedule(**request)
-            return Scheduled(name, fires_at, "CreateSchedule")
+            return "CreateSchedule"
 
     def _request(self, name: str, fires_at: float, event: RecheckEvent) -> dict[str, Any]:
         """CreateSchedule's (and UpdateSchedule's) request, every field given."""

@@ -262,7 +262,8 @@ def _schedule_recheck(
     if rt.rechecks is None or at is None or at == scheduled_at or decision.action is Action.STOP:
         return
     try:
-        scheduled = rt.rechecks.schedule(facts.platform, facts.name, at, decision.at)
+        pending = scheduled_at is not None and scheduled_at > decision.at  # fires at or after its time: not yet
+        scheduled = rt.rechecks.schedule(facts.platform, facts.name, at, decision.at, pending=pending)
     except Exception as exc:  # an API error or a bug: the recheck is the sweeper's
         logger.exception("could not schedule the recheck; the sweeper decides it", extra={"job": facts.name, "at": at})
         metrics.add_metric(name=contract.RECHECK_SCHEDULE_FAILURES, unit=MetricUnit.Count, value=1)
