@@ -66,7 +66,8 @@ def _update_schedule(self: EventBridgeSchedulerResponse) -> str:
 
 
 def install() -> None:
-    """Patch moto (idempotent): a missing group, and UpdateSchedule's ActionAfterCompletion, as Scheduler answers."""
+    """Patch moto (idempotent): a missing group, and UpdateSchedule's ActionAfterCompletion and State, as Scheduler
+    answers."""
     global _original_create
     if _original_create is None:
         _original_create = EventBridgeSchedulerBackend.create_schedule
@@ -93,16 +94,16 @@ class OneTimeSchedules:
         self._fired: set[tuple[str, datetime]] = set()  # (name, last modified): a kept schedule fires once
 
     def fire_due(self, now: float) -> list[Fired]:
-        """Every enabled one-time schedule due at `now`, earliest first: invoked, then deleted per its
-        ActionAfterCompletion."""
+        """Every enabled one-time schedule due at `now`, earliest first: deleted per its ActionAfterCompletion, then
+        its target invoked."""
         described = self._described()
         due = sorted((t, name) for name, s in described.items() if (t := _due_at(s)) is not None and t <= now)
         fired = []
         for due_at, name in due:
             schedule = described[name]
             self._fired.add((name, schedule["LastModificationDate"]))
-            # Deleted before the target runs: a Lambda target runs after Scheduler's asynchronous Invoke, which
-            # Scheduler's deletion follows at once, so the function never finds its own schedule in place.
+            # Deleted before the target runs, as it most likely is on AWS: a Lambda target runs after Scheduler's
+            # asynchronous Invoke, which the deletion follows (docs/lambdas.md, Rechecks: the race left open).
             if (schedule.get("ActionAfterCompletion") or DEFAULT_ACTION_AFTER_COMPLETION) == "DELETE":
                 self.scheduler.delete_schedule(Name=name, GroupName=self.group)
             target = schedule["Target"]
