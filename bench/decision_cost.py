@@ -58,6 +58,8 @@ from tests.fixtures import moto_metric_index  # noqa: E402
 from tests.fixtures.world import (  # noqa: E402
     ALARM_ACTION_ARN,
     MINUTE,
+    RECHECK_GROUP,
+    RECHECK_ROLE_ARN,
     TABLE,
     Clock,
     LambdaContext,
@@ -73,7 +75,7 @@ HOSTS = 8
 CALL_BUDGET = 10
 SECONDS_BUDGET = 1.0
 REPEATS = 3
-SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager")
+SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager", "scheduler")
 
 
 def _setup(slack: SlackReceiver) -> environment.Runtime:
@@ -81,7 +83,14 @@ def _setup(slack: SlackReceiver) -> environment.Runtime:
     secret = boto3.client("secretsmanager").create_secret(
         Name="slack", SecretString=json.dumps({"webhook_url": slack.url})
     )
-    os.environ.update(TABLE_NAME=TABLE, SLACK_SECRET_ARN=secret["ARN"], ALARM_ACTION_ARN=ALARM_ACTION_ARN)
+    boto3.client("scheduler").create_schedule_group(Name=RECHECK_GROUP)  # rechecks scheduled as deployed
+    os.environ.update(
+        TABLE_NAME=TABLE,
+        SLACK_SECRET_ARN=secret["ARN"],
+        ALARM_ACTION_ARN=ALARM_ACTION_ARN,
+        RECHECK_SCHEDULE_GROUP=RECHECK_GROUP,
+        RECHECK_ROLE_ARN=RECHECK_ROLE_ARN,
+    )
     rt = environment.Runtime.from_env()
     rt.clock = Clock(time.time())
     environment.runtime = lambda: rt  # the handler's runtime is this one

@@ -28,6 +28,7 @@ from localrun import (
     moto_logs_insights,
     moto_metric_search,
     moto_sagemaker,
+    moto_scheduler,
     moto_threads,
 )
 
@@ -91,6 +92,7 @@ class LocalAws:
         moto_threads.install()
         moto_alarm_filters.install()
         moto_logs_filter.install()
+        moto_scheduler.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
         self._server.start()

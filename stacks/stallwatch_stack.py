@@ -13,6 +13,7 @@ from stacks.ec2_training import Ec2TrainingPolicy
 from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
+from stacks.rechecks import Rechecks
 from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
@@ -50,6 +51,14 @@ class StallwatchStack(Stack):
             slack_secret=self.notifications.slack_secret,
             bundle_dependencies=bundle_dependencies,
             service=deployment,
+        )
+        self.rechecks = Rechecks(
+            self,
+            "Rechecks",
+            deployment=deployment,
+            target=self.watchdog.on_alarm,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
+            deciders=[self.watchdog.on_alarm, self.watchdog.sweeper],
         )
         self.slack_endpoint = SlackEndpoint(
             self,
@@ -159,6 +168,7 @@ class StallwatchStack(Stack):
                 service="iam", resource="role/*"
             ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
             "training roles of jobs that opted in to resume; see docs/resume.md)",
+            **self.rechecks.nag_findings,
         }
         Validations.of(self.watchdog).acknowledge(
             *(
