@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.utilities.parameters import base as parameters_base
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
@@ -135,6 +137,47 @@ def test_notifier_reports_a_bad_secret_and_an_unreachable_webhook_without_raisin
     results = [notifier.post({"text": "t", "blocks": []}) for _ in range(2)]
     assert not any(r.ok for r in results)
     assert secrets.reads == 1
+
+
+def test_a_secret_fixed_after_a_failed_post_is_read_again_and_a_good_one_stays_cached(slack: SlackReceiver) -> None:
+    # Given a secret saved without its webhook URL
+    secrets = _Secrets({"signing_secret": "s"})
+    notifier = SlackNotifier(secrets, "arn:secret")
+    assert not notifier.post({"text": "t", "blocks": []}).ok
+
+    # When the operator fixes it, Then the next post reads it again and is delivered
+    secrets.secret = {"webhook_url": slack.url}
+    assert notifier.post({"text": "t", "blocks": []}).ok
+    assert secrets.reads == 2
+
+    # And a secret that holds credentials is kept: more posts read nothing more
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 2
+
+
+def test_the_secret_is_read_again_once_five_minutes_have_passed(
+    slack: SlackReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a notifier that read its secret at 12:00 (Powertools' cache reads datetime.now())
+    clock = {"now": datetime(2026, 11, 30, 12, 0, 0)}
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:
+            return clock["now"]
+
+    monkeypatch.setattr(parameters_base, "datetime", Frozen)
+    secrets = _Secrets({"webhook_url": slack.url})
+    notifier = SlackNotifier(secrets, "arn:secret")
+    notifier.post({"text": "t", "blocks": []})
+
+    # When posts follow a minute and then 5 min 1 s later, Then only the second reads the secret again
+    clock["now"] += timedelta(minutes=1)
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 1
+    clock["now"] += timedelta(minutes=4, seconds=1)
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 2
 
 
 def test_price_table_covers_the_accelerated_types() -> None:

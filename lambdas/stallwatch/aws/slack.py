@@ -12,14 +12,13 @@ limits first (`SectionBlock.text_max_length`, ...). Warnings and alerts carry th
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import RetryHandler, RetryState
@@ -354,27 +353,20 @@ class SlackNotifier:
 
     Failures are returned, never raised: an alert must never keep a stop from happening or being recorded."""
 
-    def __init__(
-        self,
-        secretsmanager: Any,
-        secret_arn: str | None,
-        api_url: str = WebClient.BASE_URL,
-        clock: Any = time.monotonic,
-    ) -> None:
-        self.secretsmanager = secretsmanager
+    def __init__(self, secretsmanager: Any, secret_arn: str | None, api_url: str = WebClient.BASE_URL) -> None:
+        # Powertools' cache, over the runtime's own client (its retries and endpoint)
+        self.secrets = SecretsProvider(boto3_client=secretsmanager)
         self.secret_arn = secret_arn
         self.api_url = api_url  # Slack's Web API; GovSlack and tests use another
-        self.clock = clock
-        self._secret: tuple[float, dict[str, str]] | None = None
 
     def credentials(self) -> dict[str, str]:
-        if self._secret and self.clock() - self._secret[0] < SECRET_CACHE_SECONDS:
-            return self._secret[1]
-        raw = self.secretsmanager.get_secret_value(SecretId=self.secret_arn)["SecretString"]
-        secret = json.loads(raw)
-        if not secret.get("webhook_url") and not (secret.get("bot_token") and secret.get("channel")):
+        """The secret's JSON, read at most once per `SECRET_CACHE_SECONDS` while it holds credentials."""
+        secret = self.secrets.get(self.secret_arn, transform="json", max_age=SECRET_CACHE_SECONDS)
+        if not isinstance(secret, dict) or not (
+            secret.get("webhook_url") or (secret.get("bot_token") and secret.get("channel"))
+        ):
+            self.secrets.clear_cache()  # read again next time: the secret may be fixed any moment
             raise SlackSecretError(f"secret {self.secret_arn}: needs 'webhook_url', or 'bot_token' and 'channel'")
-        self._secret = (self.clock(), secret)
         return secret
 
     def can_update(self) -> bool:
