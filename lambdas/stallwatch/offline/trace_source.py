@@ -60,23 +60,30 @@ def _periods(times: list[float], values: list[float], statistic: str, divisor: f
 
 
 class TraceSource:
-    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
+    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``). `lookback`: how far back the
+    signals reach, AWS's reads' by default (``math.inf``: the whole trace, as a chart shows it)."""
 
-    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
-        self._index(trace.header, trace.events, trace.source, epoch)
+    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH, lookback: float = LOOKBACK_SECONDS) -> None:
+        self._index(trace.header, trace.events, trace.source, epoch, lookback)
 
     @classmethod
     def streamed(
-        cls, header: TraceHeader, events: Iterable[Event], source: str = "<trace>", epoch: float = TRACE_EPOCH
+        cls,
+        header: TraceHeader,
+        events: Iterable[Event],
+        source: str = "<trace>",
+        epoch: float = TRACE_EPOCH,
+        lookback: float = LOOKBACK_SECONDS,
     ) -> TraceSource:
         """The source of a trace read one event at a time (`scan_trace`): no event is kept, only what the
         signals read (a 24-hour, 64-host trace is half a million events)."""
         built = cls.__new__(cls)
-        built._index(header, events, source, epoch)
+        built._index(header, events, source, epoch, lookback)
         return built
 
-    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float) -> None:
+    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float, lookback: float) -> None:
         self.header = header
+        self.lookback = lookback
         self.source_name = source
         self.base = epoch
         self.job = header.job
@@ -186,7 +193,7 @@ class TraceSource:
         if points is None or divisor <= 0:
             return Series()
         # Only periods that have ended by `now` are complete, as in CloudWatch.
-        start = now - LOOKBACK_SECONDS
+        start = now - self.lookback
         end = math.floor(now / period) * period
         times, values = points.window(start, end - 1e-9)
         return _periods(times, values, statistic, divisor, period)
@@ -229,7 +236,7 @@ class TraceSource:
         }
         lines, times = self._logs.get(host, []), self._log_times.get(host, [])
         upto = bisect.bisect_right(times, now)
-        recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
+        recent = lines[bisect.bisect_left(times, now - self.lookback, hi=upto) : upto]
         # As aws.source reads them: the lines since LOG_TAIL_SECONDS before the quietest host's last event.
         tail_from = bisect.bisect_left(times, tail_start, hi=upto)
         log_idle = metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, host_dims)
