@@ -34,6 +34,7 @@ from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
 from stallwatch.offline import ops, plots, report
 from stallwatch.offline.formats import hms
+from stallwatch.offline.progress import WorkProgress
 from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
 
 EXIT_OK = 0
@@ -111,16 +112,17 @@ def run_replay(args: argparse.Namespace) -> int:
     policy, config = _read_policy(args.policy) if args.policy else (None, StallwatchConfig())
     console = Console()
     failed = False
-    for path in args.traces:
-        result = replay_file(path, policy=policy, config=config)
-        failed |= result.verdict is Verdict.FAIL
-        if args.json:
-            print(json.dumps(result.to_json()))
-        else:
-            _print_timeline(console, result, config.alarm_prefix)
-        if args.plot:
-            chart = plots.replay_chart(result, path, config.alarm_prefix)
-            print(f"wrote {chart.save(_plot_path(args.plot, path, len(args.traces)))}", file=sys.stderr)
+    with WorkProgress(quiet=args.json) as progress:
+        for path in progress.over(args.traces, "replaying", name=lambda p: p.name):
+            result = replay_file(path, policy=policy, config=config)
+            failed |= result.verdict is Verdict.FAIL
+            if args.json:
+                print(json.dumps(result.to_json()))
+            else:
+                _print_timeline(console, result, config.alarm_prefix)
+            if args.plot:
+                chart = plots.replay_chart(result, path, config.alarm_prefix)
+                print(f"wrote {chart.save(_plot_path(args.plot, path, len(args.traces)))}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -130,7 +132,9 @@ def run_export(args: argparse.Namespace) -> int:
     from stallwatch.offline.export import export_trace
 
     out = args.out or Path(f"{args.job}.jsonl")
-    trace = export_trace(args.job, AwsClients(region=args.region), out, platform=args.platform)
+    clients = AwsClients(region=args.region)
+    with WorkProgress() as progress, progress.aws_calls(clients.session, f"exporting {args.job}"):
+        trace = export_trace(args.job, clients, out, platform=args.platform)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 

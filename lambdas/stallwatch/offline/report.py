@@ -8,7 +8,8 @@
 Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
 (`aws.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance id: EC2
 first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
-period), Stallwatch's stops from the deployment's table (see `ops.Deployment`).
+period), Stallwatch's stops from the deployment's table (see `ops.Deployment`). On a terminal the AWS calls are
+counted as they are made (`progress.WorkProgress`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import Platform
 from stallwatch.offline import ops, plots
 from stallwatch.offline.formats import LABELS, hms, money
+from stallwatch.offline.progress import WorkProgress
 
 PERIODS = (1, 5, 10, 30, 60, 300)  # CloudWatch's periods for high-resolution and standard metrics
 
@@ -71,7 +73,11 @@ def run_report(args: argparse.Namespace) -> int:
         plots.require_matplotlib()  # before any AWS call
     deployment = ops.Deployment.from_args(args)
     platform = Platform(args.platform) if args.platform else None
-    run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period, platform)
+    with (
+        WorkProgress(quiet=args.json) as progress,
+        progress.aws_calls(deployment.clients.session, f"reading the run of {args.job}"),
+    ):
+        run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period, platform)
     goodput = measure_goodput(run, spans)
     if args.json:
         print(json.dumps(goodput.as_json(), indent=2))
