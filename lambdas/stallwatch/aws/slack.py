@@ -312,8 +312,9 @@ def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
     return message
 
 
-def goodput_message(goodput: Goodput) -> dict[str, Any]:
-    """The end-of-run summary: goodput, and where the rest of the time and money went."""
+def goodput_message(goodput: Goodput, dashboard_url: str | None = None) -> dict[str, Any]:
+    """The end-of-run summary: goodput, where the rest of the time and money went, and where to look further: the
+    report and its chart, and the deployment's job dashboard when its URL is known (its Job list picks the run)."""
     title = f":bar_chart: Run summary: {goodput.run}"
     dollars = "n/a" if goodput.dollars is None else f"${goodput.dollars:,.2f}"
     fields = [
@@ -327,12 +328,10 @@ def goodput_message(goodput: Goodput) -> dict[str, Any]:
         for category, total in goodput.totals.items()
         if total.seconds > 0
     ]
-    blocks: list[Block] = [
-        _header(title),
-        _fields(fields),
-        _section("\n".join(lines)),
-        context_block(f"`stallwatch report {goodput.run}`"),
-    ]
+    further = f"`stallwatch report {goodput.run} --plot {goodput.run}.png`"
+    if dashboard_url:
+        further += f" · <{dashboard_url}|CloudWatch dashboard> (pick `{goodput.run}` in Job)"
+    blocks: list[Block] = [_header(title), _fields(fields), _section("\n".join(lines)), context_block(further)]
     return _message(f"{title}: goodput {goodput.ratio:.1%}", blocks)
 
 

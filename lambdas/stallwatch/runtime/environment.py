@@ -19,7 +19,7 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
-from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, StallwatchConfig
 from stallwatch.core.signals import Platform
 
 
@@ -32,6 +32,7 @@ class LambdaEnvironment(BaseModel):
     slack_secret_arn: str | None = Field(None, alias="SLACK_SECRET_ARN")
     alarm_action_arn: str = Field("", alias="ALARM_ACTION_ARN")
     config: Json[StallwatchConfig] | None = Field(None, alias=CONFIG_ENV)
+    job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
 
 
 class ConfigurationError(RuntimeError):
@@ -48,6 +49,7 @@ class Runtime:
     notifier: SlackNotifier
     alarm_action_arn: str
     clock: Callable[[], float] = time.time
+    job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -63,6 +65,7 @@ class Runtime:
             store=Store(clients.dynamodb, env.table_name, config.incident_ttl_days),
             notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
             alarm_action_arn=env.alarm_action_arn,
+            job_dashboard_url=env.job_dashboard_url,
         )
 
     @functools.cached_property
