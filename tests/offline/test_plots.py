@@ -3,6 +3,7 @@ the figure's artists) are what the replay and the report say."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import struct
@@ -30,7 +31,7 @@ from stallwatch.core.trace import MetricEvent
 from stallwatch.offline import cli
 from stallwatch.offline.formats import money
 from stallwatch.offline.plots import goodput_chart, replay_chart
-from stallwatch.offline.replay import replay_file
+from stallwatch.offline.replay import AlarmChange, replay_file
 from stallwatch.offline.trace_file import load_trace
 from stallwatch.offline.trace_source import TRACE_EPOCH
 from tests.core.test_goodput import known_run
@@ -130,6 +131,31 @@ def test_the_replay_chart_of_a_corpus_hang_is_a_png_of_the_replays_signals_alarm
     assert bars == sorted((name, s, e) for name, spans in chart.alarms.items() for s, e in spans)
     # And what the trace holds after the stop, which the stop saved, is shaded
     assert [bar for bar in patches if bar[0] == "after-stop"] == [("after-stop", result.first_stop_s, chart.end)]
+
+
+def test_a_big_clusters_alarms_are_drawn_one_row_per_kind_over_the_time_any_host_was_in_alarm() -> None:
+    # Given a replay in which 20 hosts' gpu-idle alarms went to ALARM at staggered times, and the job's progress alarm
+    result = replay_file(HANG)
+    changes = [
+        change
+        for host in range(1, 21)
+        for change in (
+            AlarmChange(100.0 * host, f"{PREFIX}sagemaker.{result.job}.gpu-idle.algo-{host}", AlarmState.ALARM),
+            AlarmChange(100.0 * host + 150, f"{PREFIX}sagemaker.{result.job}.gpu-idle.algo-{host}", AlarmState.OK),
+        )
+    ]
+    changes.append(AlarmChange(4600.0, f"{PREFIX}sagemaker.{result.job}.progress", AlarmState.ALARM))
+    busy = dataclasses.replace(result, alarm_changes=tuple(sorted(changes, key=lambda c: c.t)))
+
+    # When it is charted, Then the 21 alarms are 2 rows: each kind, while any of its alarms was in ALARM
+    chart = replay_chart(busy, HANG, PREFIX)
+    assert chart.alarms == {"gpu-idle (any of 20 hosts)": ((100.0, 2150.0),), "progress": ((4600.0, 4900.0),)}
+
+    # And a few alarms keep a row each, hosts in number order
+    few = dataclasses.replace(
+        result, alarm_changes=tuple(c for c in busy.alarm_changes if c.alarm[-3:] in ("o-2", "-10"))
+    )
+    assert list(replay_chart(few, HANG, PREFIX).alarms) == ["gpu-idle algo-2", "gpu-idle algo-10"]
 
 
 def test_several_traces_are_drawn_one_chart_each_in_the_folder(tmp_path: Path) -> None:

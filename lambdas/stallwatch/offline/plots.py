@@ -11,6 +11,7 @@ the run's or the trace's start), then a figure drawn from exactly that data (`fi
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,8 @@ CATEGORY_COLORS = {
     Category.OTHER: "#bdbdbd",
 }
 ACTION_COLORS = {Action.ALERT: "#00838f", Action.WARN: "#f9a825", Action.STOP: "#c62828", Action.AUDIT: "#757575"}
-MAX_HOSTS_IN_LEGEND = 8
+MAX_HOSTS_IN_LEGEND = 8  # and above it, thinner lines
+MAX_ALARM_ROWS = 16  # above it, one row per alarm kind
 TICK_STEPS = (60, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400)  # seconds between time ticks
 MAX_TICKS = 14
 TITLE_SIZE = 10
@@ -273,7 +275,8 @@ class ReplayChart:
             return
         for host, s in drawn.items():
             times, values = zip(*s.points, strict=True)
-            ax.plot(times, [v / unit for v in values], linewidth=1.1, label=host, gid=host)
+            width = 1.1 if len(drawn) <= MAX_HOSTS_IN_LEGEND else 0.5
+            ax.plot(times, [v / unit for v in values], linewidth=width, label=host, gid=host)
         if len(drawn) <= MAX_HOSTS_IN_LEGEND:
             ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1), frameon=False, fontsize=8)
 
@@ -345,26 +348,54 @@ def _silence(source: TraceSource, host: str) -> Series:
 
 
 def _alarm_spans(result: ReplayResult, prefix: str, end: float) -> dict[str, tuple[tuple[float, float], ...]]:
-    """When each alarm was in ALARM, by its kind and host; one still in ALARM when the replay ended runs to `end`
-    (the replay's stop, else the trace's end)."""
+    """When each alarm was in ALARM, one row per alarm by its kind and host (``gpu-idle algo-3``), hosts in number
+    order; past `MAX_ALARM_ROWS` rows, one per kind (``gpu-idle (any of 64 hosts)``) over the time any host's was.
+    An alarm still in ALARM when the replay ended runs to `end` (the replay's stop, else the trace's end)."""
     until = result.first_stop_s if result.first_stop_s is not None else end
-    spans: dict[str, list[tuple[float, float]]] = {}
-    since: dict[str, float] = {}
+    spans: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    since: dict[tuple[str, str], float] = {}
     for change in result.alarm_changes:
-        name = _alarm_label(change.alarm, prefix)
+        alarm = _alarm_of(change.alarm, prefix)
         if change.state is AlarmState.ALARM:
-            since.setdefault(name, change.t)
-        elif name in since:
-            spans.setdefault(name, []).append((since.pop(name), change.t))
-    for name, start in since.items():
-        spans.setdefault(name, []).append((start, until))
-    return {name: tuple(sorted(found)) for name, found in sorted(spans.items())}
+            since.setdefault(alarm, change.t)
+        elif alarm in since:
+            spans.setdefault(alarm, []).append((since.pop(alarm), change.t))
+    for alarm, start in since.items():
+        spans.setdefault(alarm, []).append((start, until))
+    ordered = sorted(spans, key=lambda a: (a[0], _number_order(a[1])))
+    if len(ordered) <= MAX_ALARM_ROWS:
+        return {" ".join(filter(None, alarm)): tuple(sorted(spans[alarm])) for alarm in ordered}
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    hosts: dict[str, set[str]] = {}
+    for kind, host in ordered:
+        kinds.setdefault(kind, []).extend(spans[(kind, host)])
+        hosts.setdefault(kind, set()).add(host)
+    return {
+        kind if hosts[kind] == {""} else f"{kind} (any of {len(hosts[kind])} hosts)": _union(found)
+        for kind, found in kinds.items()
+    }
 
 
-def _alarm_label(name: str, prefix: str) -> str:
-    """An alarm as its kind and host (``gpu-idle algo-3``); a name not of this prefix as itself."""
+def _alarm_of(name: str, prefix: str) -> tuple[str, str]:
+    """An alarm as (kind, host) (host "" for a job's alarm); a name not of this prefix as itself."""
     try:
         ref = parse_alarm_name(name, prefix)
     except ValueError:
-        return name
-    return f"{ref.kind} {ref.host}" if ref.host else ref.kind
+        return name, ""
+    return ref.kind, ref.host or ""
+
+
+def _number_order(text: str) -> tuple[Any, ...]:
+    """``algo-2`` before ``algo-10``: digits compared as numbers."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _union(spans: Iterable[tuple[float, float]]) -> tuple[tuple[float, float], ...]:
+    """Overlapping or touching spans as one."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
