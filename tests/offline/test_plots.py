@@ -106,12 +106,11 @@ def test_the_replay_chart_of_a_corpus_hang_is_a_png_of_the_replays_signals_alarm
         assert series.values() == pytest.approx([v for _, v in raw])
 
     # And its decisions and alarms are the replay's: a warning then the stop, the progress alarm in ALARM at the warning
-    assert [(m.t, m.action) for m in chart.decisions] == [(d.t, d.decision.action) for d in result.decisions]
-    assert [m.action for m in chart.decisions] == [Action.WARN, Action.STOP]
+    assert [d.decision.action for d in chart.result.decisions] == [Action.WARN, Action.STOP]
     alarmed = {c.t for c in result.alarm_changes if c.state is AlarmState.ALARM}
     assert alarmed
     assert {start for spans in chart.alarms.values() for start, _ in spans} == alarmed
-    warned = chart.decisions[0].t
+    warned = result.decisions[0].t
     assert any(start <= warned <= end for start, end in chart.alarms["progress"])
 
     # And the figure draws exactly that data
@@ -124,7 +123,7 @@ def test_the_replay_chart_of_a_corpus_hang_is_a_png_of_the_replays_signals_alarm
     for name in ("gpu_util", "gpu_power", "steps", "log_silence", "alarms"):
         lines = [line for line in panels[name].lines if (line.get_gid() or "").startswith("decision:")]
         assert [(line.get_xdata()[0], line.get_gid()) for line in lines] == [
-            (m.t, f"decision:{m.action.value}") for m in chart.decisions
+            (d.t, f"decision:{d.decision.action.value}") for d in result.decisions
         ]
     patches = [(p.get_gid(), p.get_x(), p.get_x() + p.get_width()) for p in panels["alarms"].patches]
     bars = sorted(bar for bar in patches if bar[0] in chart.alarms)

@@ -194,18 +194,10 @@ def _bars(segments: Iterable[Segment], origin: float) -> list[Bar]:
 
 
 @dataclass(frozen=True)
-class Mark:
-    """A decision of the replay, at `t` trace seconds."""
-
-    t: float
-    action: Action
-    diagnosis: str
-
-
-@dataclass(frozen=True)
 class ReplayChart:
     """A replay on the trace's time axis (seconds since InProgress): each host's GPU utilization (per device, as
-    the engine reads it) and power, the steps, each host's log silence, the alarms while in ALARM, the decisions."""
+    the engine reads it) and power, the steps, each host's log silence, the alarms while in ALARM; the decisions are
+    the replay's (`result.decisions`)."""
 
     result: ReplayResult
     end: float  # the trace's end
@@ -214,7 +206,6 @@ class ReplayChart:
     steps: Series  # steps completed per period (the agent's)
     log_silence: dict[str, Series]  # seconds since the host's last log line, each minute
     alarms: dict[str, tuple[tuple[float, float], ...]]  # alarm (kind, host) -> [start, end) spans in ALARM
-    decisions: tuple[Mark, ...]
 
     def figure(self) -> Figure:
         r = self.result
@@ -244,8 +235,8 @@ class ReplayChart:
         self._alarms(alarms)
         for ax in panels:
             self._marks(ax)
-        for mark in self.decisions:  # what each line is, once, above the top panel
-            label = f"{mark.action.value} ({mark.diagnosis})"
+        for mark in self.result.decisions:  # what each line is, once, above the top panel
+            label = f"{mark.decision.action.value} ({mark.decision.diagnosis.value})"
             util.annotate(
                 label, (mark.t, 1.01), xycoords=("data", "axes fraction"), rotation=90, fontsize=8, va="bottom"
             )
@@ -261,7 +252,7 @@ class ReplayChart:
         return _save(self.figure(), path)
 
     def _has(self, action: Action) -> bool:
-        return any(m.action is action for m in self.decisions)
+        return any(m.decision.action is action for m in self.result.decisions)
 
     def _hosts(
         self, ax: Axes, label: str, series: dict[str, Series], unit: float, ylabel: str, missing: str = "no data"
@@ -297,9 +288,11 @@ class ReplayChart:
         stop = self.result.first_stop_s
         if stop is not None and stop < self.end:
             ax.axvspan(stop, self.end, color=AFTER_STOP_COLOR, zorder=0, gid="after-stop")
-        for mark in self.decisions:
-            color = ACTION_COLORS.get(mark.action, "black")
-            ax.axvline(mark.t, color=color, linewidth=1.4, linestyle="--", gid=f"decision:{mark.action.value}")
+        for mark in self.result.decisions:
+            action = mark.decision.action
+            ax.axvline(
+                mark.t, color=ACTION_COLORS[action], linewidth=1.4, linestyle="--", gid=f"decision:{action.value}"
+            )
 
 
 def _empty(ax: Axes, text: str) -> None:
@@ -332,7 +325,6 @@ def replay_chart(result: ReplayResult, trace: str | Path, alarm_prefix: str) -> 
         steps=since(signals.agent.get("Steps", Series())),
         log_silence={h: _silence(source, h) for h in source.hosts},
         alarms=_alarm_spans(result, alarm_prefix, source.last_t),
-        decisions=tuple(Mark(d.t, d.decision.action, d.decision.diagnosis.value) for d in result.decisions),
     )
 
 
