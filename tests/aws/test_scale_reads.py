@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
@@ -239,25 +241,27 @@ def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
 
 
 def test_metric_reads_keep_every_page() -> None:
-    # Given a CloudWatch that answers a SEARCH in two pages
-    class CloudWatch:
-        def __init__(self) -> None:
-            self.requests: list[dict] = []
-
-        def get_metric_data(self, **request: object) -> dict:
-            self.requests.append(request)
-            ts = datetime.fromtimestamp(60 * (len(self.requests)), UTC)
-            page = {"MetricDataResults": [{"Id": "q0", "Label": "j algo-1", "Timestamps": [ts], "Values": [1.0]}]}
-            return page | ({"NextToken": "t"} if len(self.requests) == 1 else {})
-
+    # Given a CloudWatch client that answers a SEARCH in two pages (botocore's Stubber checks each request)
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="s")
     search = SearchRef("ns", "m", ("JobName", "Host"), (("JobName", "j"),), "Sum", "label")
-    cloudwatch = CloudWatch()
+    request = {
+        "MetricDataQueries": [search.query("q0", 60)],
+        "StartTime": datetime.fromtimestamp(0, UTC),
+        "EndTime": datetime.fromtimestamp(600, UTC),
+        "ScanBy": "TimestampAscending",
+    }
+    stubber = Stubber(cloudwatch)
+    for page, extra_request, extra_answer in ((1, {}, {"NextToken": "t"}), (2, {"NextToken": "t"}, {})):
+        result = {"Id": "q0", "Label": "j algo-1", "Timestamps": [datetime.fromtimestamp(60 * page, UTC)]}
+        answer = {"MetricDataResults": [result | {"Values": [1.0]}], **extra_answer}
+        stubber.add_response("get_metric_data", answer, request | extra_request)
 
     # When it is read
-    found = metric_reads.read_metrics(cloudwatch, [search], 0, 600)
+    with stubber:
+        found = metric_reads.read_metrics(cloudwatch, [search], 0, 600)
 
-    # Then both pages' points are in the one series, oldest first
-    assert len(cloudwatch.requests) == 2
+    # Then both pages were asked for, one call each, and their points are in the one series, oldest first
+    stubber.assert_no_pending_responses()
     assert found[search]["j algo-1"].points == ((60.0, 1.0), (120.0, 1.0))
 
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from stallwatch.core.policy import Policy
 
 CONFIG_ENV = "STALLWATCH_CONFIG"
+# The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
+JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
 # The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"

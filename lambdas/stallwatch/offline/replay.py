@@ -74,6 +74,15 @@ class ReplayDecision:
 
 
 @dataclass(frozen=True)
+class AlarmChange:
+    """An alarm's move to `state` in the replay, at `t` (trace seconds)."""
+
+    t: float
+    alarm: str
+    state: AlarmState
+
+
+@dataclass(frozen=True)
 class ReplayResult:
     """What happened in one replay, and whether it matched the trace's label."""
 
@@ -93,6 +102,7 @@ class ReplayResult:
     verdict_reason: str = ""
     tag_errors: tuple[str, ...] = field(default_factory=tuple)
     expect: dict[str, Any] | None = None  # the trace's label, as written
+    alarm_changes: tuple[AlarmChange, ...] = ()  # every alarm transition, in time order
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,7 +182,7 @@ class _Run:
         self.decisions: list[ReplayDecision] = []
         self.diagnoses: list[str] = []
         self.decision_count = 0
-        self.transitions = 0
+        self.transitions: list[AlarmChange] = []
 
     def running(self, now: float) -> bool:
         """False once the job has ended (a terminal status at or before `now`)."""
@@ -239,7 +249,7 @@ class _Run:
             if sweeping:
                 self.publish_log_idle(now)
             transitions = self.evaluator.evaluate(now)
-            self.transitions += len(transitions)
+            self.transitions += [AlarmChange(now - self.start, t.alarm_name, t.new) for t in transitions]
             alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
             for name in alarmed:  # one on_alarm invocation per alarm
                 if self.alarmed(now, name):
@@ -288,7 +298,7 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         decisions=tuple(run.decisions),
         decision_count=run.decision_count,
         diagnoses=tuple(run.diagnoses),
-        alarm_transitions=run.transitions,
+        alarm_transitions=len(run.transitions),
         first_alert_s=_first(run.decisions, NOTIFYING),
         first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
         first_stop_s=first_stop,
@@ -298,4 +308,5 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         verdict_reason=reason,
         tag_errors=tuple(run.effective.tag_errors),
         expect=None if expect is None else expect.model_dump(mode="json", exclude_none=True),
+        alarm_changes=tuple(run.transitions),
     )

@@ -68,9 +68,9 @@ class _Points:
         """The datapoints in [start, end) aggregated into `period`-second periods stamped at their start, as
         GetMetricData answers (a period cut by `start` holds only the datapoints after it)."""
         times, values = self._whole(statistic, period)
-        first = math.floor(start / period) * period
+        first = math.floor(start / period) * period if math.isfinite(start) else -math.inf
         head_times, head_values = self.window(start, min(first + period, end) - 1e-9)
-        points = [(first, _aggregate(statistic, head_values))] if head_times else []
+        points = [(first, _aggregate(statistic, head_values))] if head_times and math.isfinite(first) else []
         lo = bisect.bisect_left(times, first + period)
         hi = bisect.bisect_left(times, end)
         points += zip(times[lo:hi], values[lo:hi], strict=True)
@@ -98,23 +98,30 @@ class _Points:
 
 
 class TraceSource:
-    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
+    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``). `lookback`: how far back the
+    signals reach, AWS's reads' by default (``math.inf``: the whole trace, as a chart shows it)."""
 
-    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
-        self._index(trace.header, trace.events, trace.source, epoch)
+    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH, lookback: float = LOOKBACK_SECONDS) -> None:
+        self._index(trace.header, trace.events, trace.source, epoch, lookback)
 
     @classmethod
     def streamed(
-        cls, header: TraceHeader, events: Iterable[Event], source: str = "<trace>", epoch: float = TRACE_EPOCH
+        cls,
+        header: TraceHeader,
+        events: Iterable[Event],
+        source: str = "<trace>",
+        epoch: float = TRACE_EPOCH,
+        lookback: float = LOOKBACK_SECONDS,
     ) -> TraceSource:
         """The source of a trace read one event at a time (`scan_trace`): no event is kept, only what the
         signals read (a 24-hour, 64-host trace is half a million events)."""
         built = cls.__new__(cls)
-        built._index(header, events, source, epoch)
+        built._index(header, events, source, epoch, lookback)
         return built
 
-    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float) -> None:
+    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float, lookback: float) -> None:
         self.header = header
+        self.lookback = lookback
         self.source_name = source
         self.base = epoch
         self.job = header.job
@@ -220,7 +227,7 @@ class TraceSource:
         if points is None or divisor <= 0:
             return Series()
         # Only periods that have ended by `now` are complete, as in CloudWatch.
-        return points.periods(now - LOOKBACK_SECONDS, math.floor(now / period) * period, statistic, divisor, period)
+        return points.periods(now - self.lookback, math.floor(now / period) * period, statistic, divisor, period)
 
     def _host_series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
         """A host's series, at the hosts' period (`reading.host_period`: coarser for a job of very many hosts)."""
@@ -261,7 +268,7 @@ class TraceSource:
         }
         lines, times = self._logs.get(host, []), self._log_times.get(host, [])
         upto = bisect.bisect_right(times, now)
-        recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
+        recent = lines[bisect.bisect_left(times, now - self.lookback, hi=upto) : upto]
         # As aws.source reads them: the lines since LOG_TAIL_SECONDS before the quietest host's last event.
         tail_from = bisect.bisect_left(times, tail_start, hi=upto)
         log_idle = metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, host_dims)

@@ -20,7 +20,7 @@ from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
-from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, StallwatchConfig
 from stallwatch.core.signals import Platform
 
 
@@ -45,6 +45,7 @@ class LambdaEnvironment(BaseModel):
         return RecheckTarget(
             self.recheck_group, self.recheck_role_arn, self.alarm_action_arn, self.recheck_dead_letter_arn or None
         )
+    job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
 
 
 class ConfigurationError(RuntimeError):
@@ -62,6 +63,7 @@ class Runtime:
     alarm_action_arn: str
     clock: Callable[[], float] = time.time
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
+    job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -79,6 +81,7 @@ class Runtime:
             notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
             alarm_action_arn=env.alarm_action_arn,
             rechecks=RecheckScheduler(clients, target) if target else None,
+            job_dashboard_url=env.job_dashboard_url,
         )
 
     def invoked_as(self, function_arn: str) -> Runtime:
