@@ -367,8 +367,7 @@ def _phase(ctx: _Context, progress: measures.Progress) -> _Finding | None:
     now, allowance = ctx.now, ctx.limits.overrun_s
     deadline = t + remaining
     ctx.evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
-    ctx.deadlines.add(deadline)
-    ctx.deadlines.add(deadline + allowance)
+    ctx.deadlines.add(deadline + allowance)  # the budget's end changes nothing but the words: its allowance's does
     if now <= deadline:
         return _Finding(Diagnosis.PHASE, (f"in a declared phase with {_min(deadline - now)} of its budget left",))
     overrun = now - deadline

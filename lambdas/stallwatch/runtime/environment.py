@@ -45,6 +45,7 @@ class LambdaEnvironment(BaseModel):
         return RecheckTarget(
             self.recheck_group, self.recheck_role_arn, self.alarm_action_arn, self.recheck_dead_letter_arn or None
         )
+
     job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
 
 
