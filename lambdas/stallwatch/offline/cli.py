@@ -19,11 +19,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch import __version__
 from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
 from stallwatch.core.config import StallwatchConfig
@@ -43,6 +45,18 @@ VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
 
 
 _clock = report.hms  # trace seconds as h:mm:ss
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``stallwatch report: argument JOB: ...``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: object) -> str:
+    """An error's text on one line (botocore's and pydantic's messages have several)."""
+    return " ".join(str(message).split())
 
 
 def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
@@ -138,6 +152,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "job",
         metavar="JOB",
+        type=ops.job_name,
         help="the SageMaker training job name; an EC2 job's stallwatch:job tag (with --platform ec2), or the id "
         "(i-...) of an untagged instance",
     )
@@ -154,9 +169,8 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _ad
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stallwatch", description="Stallwatch: backtest and operate the stall watchdog."
-    )
+    parser = OneLineParser(prog="stallwatch", description="Stallwatch: backtest and operate the stall watchdog.")
+    parser.add_argument("--version", action="version", version=f"stallwatch {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
@@ -170,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (TraceError, OSError, ValueError) as exc:
-        print(f"stallwatch {args.command}: {exc}", file=sys.stderr)
+        print(f"stallwatch {args.command}: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
+from stallwatch.core.clusters import job_name_error
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
@@ -73,6 +74,14 @@ def parse_duration(text: str) -> float:
     if not match or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"not a positive duration like 30m, 2h or 7d: {text!r}")
     return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+def job_name(text: str) -> str:
+    """A job argument: a name SageMaker or EC2 allows, checked before anything is asked of AWS."""
+    error = job_name_error(text)
+    if error is not None:
+        raise argparse.ArgumentTypeError(error)
+    return text
 
 
 def _when(t: float | None) -> str:
@@ -303,7 +312,7 @@ def _job_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``incidents``, ``snooze`` and ``policy show`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("incidents", help="incidents of the deployed Stallwatch, newest first")
-    parser.add_argument("--job", help="only this job (SageMaker name or EC2 instance id)")
+    parser.add_argument("--job", type=job_name, help="only this job (SageMaker name or EC2 instance id)")
     parser.add_argument(
         "--since", type=parse_duration, default=parse_duration("24h"), metavar="DURATION", help="default 24h"
     )
@@ -312,7 +321,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_incidents)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
-    parser.add_argument("job", metavar="JOB", help="SageMaker training job name or EC2 instance id")
+    parser.add_argument("job", metavar="JOB", type=job_name, help="SageMaker training job name or EC2 instance id")
     parser.add_argument("--for", dest="duration", type=parse_duration, required=True, metavar="DURATION")
     _job_flags(parser)
     deployment_flags(parser)
@@ -322,7 +331,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="policy_command", required=True, metavar="COMMAND"
     )
     parser = policy.add_parser("show", help="the effective policy, after JOB's stallwatch:* tags")
-    parser.add_argument("job", nargs="?", metavar="JOB", help="apply this job's tags")
+    parser.add_argument("job", nargs="?", metavar="JOB", type=job_name, help="apply this job's tags")
     _job_flags(parser)
     deployment_flags(parser)
     parser.set_defaults(handler=run_policy_show)

@@ -99,7 +99,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes, or an EC2 job)")
     parser.add_argument(
-        "job", metavar="JOB", help="a SageMaker training job of the run (the first or a resume), or an EC2 job"
+        "job",
+        metavar="JOB",
+        type=ops.job_name,
+        help="a SageMaker training job of the run (the first or a resume), or an EC2 job",
     )
     parser.add_argument(
         "--platform",
