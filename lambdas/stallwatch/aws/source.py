@@ -111,16 +111,24 @@ class AwsSignalSource:
         self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
         self.ec2_log_group = ec2_log_group
 
-    def job_signals(self, job_name: str, now: float, freshness: dict[str, float] | None = None) -> JobSignals:
-        """`freshness`: each host's newest log event, if the caller knows it (the sweeper's query)."""
-        return self.many_job_signals([job_name], now, {job_name: freshness or {}})[job_name]
+    def job_signals(
+        self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None
+    ) -> JobSignals:
+        """`freshness`: each host's newest log event, if the caller knows it (the sweeper's query); `facts`: the
+        job's, if the caller has just read them."""
+        known = {job_name: facts} if facts is not None else None
+        return self.many_job_signals([job_name], now, {job_name: freshness or {}}, known)[job_name]
 
     def many_job_signals(
-        self, job_names: Iterable[str], now: float, freshness: dict[str, dict[str, float]] | None = None
+        self,
+        job_names: Iterable[str],
+        now: float,
+        freshness: dict[str, dict[str, float]] | None = None,
+        known: dict[str, JobFacts] | None = None,
     ) -> dict[str, JobSignals]:
         """Signals of several jobs; their metrics are read together (one SEARCH per host metric and job, whatever
-        its hosts), 500 queries per GetMetricData call."""
-        facts = {name: self.facts(name) for name in job_names}
+        its hosts), 500 queries per GetMetricData call. `known`: facts the caller read already."""
+        facts = {name: (known or {}).get(name) or self.facts(name) for name in job_names}
         reads = {name: self._reads(f) for name, f in facts.items()}
         periods = {name: self.policy.for_job(f.tags).thresholds.alarm_period_seconds for name, f in facts.items()}
         found = self._read({name: r.all() for name, r in reads.items()}, periods, now)
