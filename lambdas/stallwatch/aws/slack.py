@@ -28,6 +28,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
+from stallwatch.core.config import SlackMode, slack_mode_of
 from stallwatch.core.decision import Action, Decision, stall_onset
 from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import Burn, estimate_fleet_burn
@@ -347,7 +348,7 @@ class SlackNotifier:
             return self._secret[1]
         raw = self.secretsmanager.get_secret_value(SecretId=self.secret_arn)["SecretString"]
         secret = json.loads(raw)
-        if not secret.get("webhook_url") and not (secret.get("bot_token") and secret.get("channel")):
+        if slack_mode_of(secret) is None:
             raise SlackSecretError(f"secret {self.secret_arn}: needs 'webhook_url', or 'bot_token' and 'channel'")
         self._secret = (self.clock(), secret)
         return secret
@@ -358,7 +359,7 @@ class SlackNotifier:
             secret = self.credentials() if self.secret_arn else {}
         except Exception:  # the next post reports the secret's problem
             return False
-        return bool(secret.get("bot_token")) and not secret.get("webhook_url")
+        return slack_mode_of(secret) is SlackMode.BOT
 
     def post(self, message: dict[str, Any]) -> PostResult:
         """Post a new message (webhook, or chat.postMessage with the bot token)."""
