@@ -487,16 +487,26 @@ def _host_dimensions(search: SearchRef, job: str, host: str) -> tuple[tuple[str,
 
 def _beyond_one_search(reads: _JobReads, facts: JobFacts) -> _JobReads:
     """A job of more hosts than one SEARCH returns: the first `MAX_SERIES_PER_SEARCH` hosts by SEARCH, the next
-    ones (up to `MAX_EXCLUDED_PER_SEARCH`) left out of it by name and read by name in the same call."""
+    ones (up to `MAX_EXCLUDED_PER_SEARCH`, and as many as keep the SEARCH within CloudWatch's 1,024 characters: fewer
+    for a long job name, whose hosts SageMaker names ``<job>/algo-N``) left out of it by name and read by name in the
+    same call; any others are read by name after it (`_beyond_search`)."""
     beyond = alarms.host_names(facts)[MAX_SERIES_PER_SEARCH:][:MAX_EXCLUDED_PER_SEARCH]
     if not beyond:
         return reads
     named: dict[MetricRef, tuple[SearchRef, str]] = {}
 
     def split(search: SearchRef) -> SearchRef:
-        host_dim = [(name, value) for host in beyond for name, value in _host_dimensions(search, facts.name, host)]
-        excluded = replace(search, excluded=tuple(d for d in host_dim if d[0] == "Host"))
-        named.update({excluded.named(_host_dimensions(search, facts.name, host)): (excluded, host) for host in beyond})
+        def host_dimension(host: str) -> tuple[str, str]:
+            return ("Host", dict(_host_dimensions(search, facts.name, host))["Host"])
+
+        excluded = search
+        for count in range(1, len(beyond) + 1):
+            wider = replace(search, excluded=tuple(host_dimension(host) for host in beyond[:count]))
+            if not wider.fits():
+                break
+            excluded = wider
+        for host in beyond[: len(excluded.excluded)]:
+            named[excluded.named(_host_dimensions(search, facts.name, host))] = (excluded, host)
         return excluded
 
     agent = {name: split(search) for name, search in reads.agent.items()}

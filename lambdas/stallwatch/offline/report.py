@@ -33,7 +33,7 @@ LABELS = {
     Category.RESTART_GAPS: "restart gaps",
     Category.OTHER: "other",
 }
-PERIODS = (1, 5, 10, 30, 60, 300)  # CloudWatch's periods for high-resolution and standard metrics
+PERIODS = (1, 5, 10, 20, 30, 60, 300)  # periods CloudWatch takes: high-resolution (under 60) and standard
 
 
 def hms(seconds: float | None) -> str:
