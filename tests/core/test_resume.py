@@ -164,7 +164,7 @@ def test_a_bad_resume_tag_alerts_and_a_used_up_runtime_gives_up() -> None:
     assert "MaxRuntimeInSeconds" in used.reason
 
 
-SAGEMAKER_JOB_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateTrainingJob's TrainingJobName
+SAGEMAKER_JOB_NAME = re.compile(r"(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateTrainingJob's TrainingJobName
 
 
 def test_names_fit_63_characters_and_an_algorithm_resource_keeps_no_image() -> None:

@@ -41,8 +41,8 @@ def _unconditional_writes(requests: list[tuple[str, dict[str, Any]]]) -> list[st
 
 @pytest.mark.parametrize(
     "job",
-    ["nul\x00job", "has space", "caf\u00e9-job", "x" * 64, "-leading-hyphen", "under_score"],
-    ids=["nul", "space", "unicode", "64-chars", "leading-hyphen", "underscore-on-sagemaker"],
+    ["nul\x00job", "has space", "caf\u00e9-job", "x" * 64, "a-" * 32 + "b", "-leading-hyphen", "under_score"],
+    ids=["nul", "space", "unicode", "64-chars", "65-chars-of-hyphens", "leading-hyphen", "underscore-on-sagemaker"],
 )
 def test_an_alarm_naming_a_job_no_platform_allows_is_ignored_before_any_read_or_write(rt, context, job) -> None:
     # Given an alarm under this deployment's prefix whose job part SageMaker would never accept

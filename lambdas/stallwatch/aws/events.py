@@ -80,7 +80,7 @@ class ResourceConfig(_Model):
 class TrainingJobDetail(_Model):
     """The `detail` of a SageMaker training job state change (only the fields Stallwatch reads)."""
 
-    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME)
+    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME, max_length=63)
     training_job_status: Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"] = Field(
         alias="TrainingJobStatus"
     )

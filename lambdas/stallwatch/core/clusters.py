@@ -26,8 +26,8 @@ MONITOR_TAG_VALUE = "true"
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}\Z")
 # A job tag value becomes alarm names and the JobName dimension: no '.', at most 63 characters, as SageMaker's.
 JOB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]){0,62}\Z")
-# CreateTrainingJob's TrainingJobName pattern.
-SAGEMAKER_JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
+# CreateTrainingJob's TrainingJobName: its pattern, and at most 63 characters (the pattern alone allows more hyphens).
+SAGEMAKER_JOB_NAME = re.compile(r"^(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 LIVE_EC2_STATES = frozenset({"pending", "running"})
 STOPPING_EC2_STATES = frozenset({"stopping", "shutting-down"})
 # The modes from least to most acting: disagreeing mode tags take the first.
