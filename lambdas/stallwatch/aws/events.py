@@ -3,6 +3,7 @@
 - `JobStateEvent`: EventBridge "SageMaker Training Job State Change" or "EC2 Instance State-change Notification".
 - `AlarmEvent`: a CloudWatch alarm's direct Lambda action, or the EventBridge "CloudWatch Alarm State Change".
 - `ScheduledEvent`: the sweeper's EventBridge schedule.
+- `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -165,6 +166,21 @@ class AlarmStateChange(EventBridgeModel):
 AlarmEvent = AlarmActionEvent | AlarmStateChange
 
 
+TEST_ALERT_KEY = "stallwatch_test_alert"  # on_alarm's event from `stallwatch doctor --send-test-alert`
+
+
+class TestAlertRequest(_Model):
+    """Who asked for a test alert (their IAM identity, from sts:GetCallerIdentity)."""
+
+    requested_by: str = Field(min_length=1, max_length=ARN_MAX, pattern=r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:")
+
+
+class TestAlertEvent(_Model):
+    """The event `stallwatch doctor --send-test-alert` invokes on_alarm with."""
+
+    request: TestAlertRequest = Field(alias=TEST_ALERT_KEY)
+
+
 class ScheduledEvent(EventBridgeModel):
     """The sweeper's schedule (EventBridge rule or Scheduler); its content is not used."""
 
@@ -172,7 +188,7 @@ class ScheduledEvent(EventBridgeModel):
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
-    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent)
+    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent, TestAlertEvent)
 }
 
 
@@ -192,4 +208,5 @@ def parse_event(event: Any, model: Any) -> Any:
 
 
 def _name(model: Any) -> str:
-    return {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled"}.get(model, str(model))
+    names = {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled", TestAlertEvent: "test alert"}
+    return names.get(model, str(model))

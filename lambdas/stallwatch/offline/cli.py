@@ -7,6 +7,7 @@
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
     stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
+    stallwatch doctor [--send-test-alert]                # is the deployment working? (`doctor.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
 a new subcommand is one more entry in `COMMANDS`.
@@ -33,7 +34,7 @@ from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
-from stallwatch.offline import ops, report
+from stallwatch.offline import doctor, ops, report
 from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
 
 EXIT_OK = 0
@@ -165,7 +166,13 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
 
 
 # Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register, report.register]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_replay,
+    _add_export,
+    ops.register,
+    report.register,
+    doctor.register,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

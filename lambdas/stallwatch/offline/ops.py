@@ -113,7 +113,8 @@ class Deployment:
         clients.session = boto3.Session(profile_name=self.profile, region_name=self.region)
         return clients
 
-    def _resources(self, resource_type: str) -> list[str]:
+    def resources(self, resource_type: str) -> list[str]:
+        """The physical ids of the stack's resources of `resource_type`."""
         cloudformation = self.clients.session.client("cloudformation", config=self.clients.config)
         try:
             resources = cloudformation.describe_stack_resources(StackName=self.stack)["StackResources"]
@@ -125,7 +126,7 @@ class Deployment:
     def table(self) -> str:
         if self.table_name:
             return self.table_name
-        tables = self._resources(TABLE_RESOURCE_TYPE)
+        tables = self.resources(TABLE_RESOURCE_TYPE)
         if len(tables) != 1:
             raise OpsError(f"stack {self.stack!r} has {len(tables)} tables; pass --table")
         return tables[0]
@@ -136,7 +137,7 @@ class Deployment:
         if self.config_file is not None:
             return StallwatchConfig.model_validate_json(self.config_file.read_text(encoding="utf-8"))
         lambda_client = self.clients.session.client("lambda", config=self.clients.config)
-        for function in self._resources(FUNCTION_RESOURCE_TYPE):
+        for function in self.resources(FUNCTION_RESOURCE_TYPE):
             env = lambda_client.get_function_configuration(FunctionName=function).get("Environment", {})
             raw = env.get("Variables", {}).get(CONFIG_ENV)
             if raw:
