@@ -16,6 +16,7 @@ from localrun import moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
 from localrun.resources import create_resources
 from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
+from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.moto_stack import deploy_on_moto
 from tests.fixtures.request_limits import recording
 from tests.fixtures.world import SlackReceiver, scheduled_event
@@ -45,16 +46,7 @@ def slack() -> Iterator[SlackReceiver]:
 @pytest.fixture
 def deployed(template: dict[str, Any], slack: SlackReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The demo's deployment: its table and webhook secret, and the stack around them, with one sweep run."""
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "POWERTOOLS_TRACE_DISABLED": "1",
-        "POWERTOOLS_METRICS_DISABLED": "1",
-        "COLUMNS": "200",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")  # the report's lines unwrapped
     with moto.mock_aws():
         resources = create_resources(boto3.client("dynamodb"), boto3.client("secretsmanager"), slack.url)
         secrets = boto3.client("secretsmanager")
