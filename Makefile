@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
 
-.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock
+.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock images
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -54,6 +54,12 @@ wheel-check: setup
 # lambdas/requirements.lock: every package of the Lambda asset, pinned with hashes for python3.12 arm64.
 lambda-lock: setup
 	$(PY) -m stacks.lock
+
+# The README's charts, from a corpus trace: the replay's, and the goodput report's of the trace played onto moto.
+IMAGE_TRACE := corpus/traces/sm-hang-8host-agent.jsonl
+images: setup
+	$(VENV)/bin/stallwatch replay $(IMAGE_TRACE) --plot docs/images/replay-sm-hang-8host-agent.png
+	$(PY) -m localrun.trace_run $(IMAGE_TRACE) --plot docs/images/report-sm-hang-8host-agent.png
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache $(DIST) build

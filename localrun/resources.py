@@ -1,4 +1,5 @@
-"""The stack's runtime resources, created in moto: the incident table, the Slack secret, the functions' environment.
+"""The stack's runtime resources, created in moto: the incident table, the Slack secret, the recheck schedule group,
+the functions' environment.
 
 The table follows the schema in ``stallwatch.core.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
 environment is named by ``stallwatch.runtime.environment.LambdaEnvironment``, with the config built by
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from localrun.lambda_runtime import function_arn
+from localrun.local_aws import ACCOUNT_ID
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.core.config import (
     CONFIG_ENV,
@@ -29,6 +31,8 @@ SECRET_NAME = "stallwatch/slack"
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
+RECHECK_GROUP = "stallwatch-rechecks"
+RECHECK_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/stallwatch-rechecks"  # moto does not check who assumes it
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,17 @@ class RuntimeResources:
     config: StallwatchConfig
     table_name: str
     secret_arn: str
+    recheck_group: str
 
-    def function_env(self) -> dict[str, str]:
-        """The Lambda functions' environment variables, named by the model the functions read them with."""
+    def function_env(self) -> dict[str, str | None]:
+        """The Lambda functions' environment variables, named by the model the functions read them with (None:
+        not set)."""
         names = LambdaEnvironment(
-            table_name=self.table_name, slack_secret_arn=self.secret_arn, alarm_action_arn=function_arn(ON_ALARM)
+            table_name=self.table_name,
+            slack_secret_arn=self.secret_arn,
+            alarm_action_arn=function_arn(ON_ALARM),
+            recheck_group=self.recheck_group,
+            recheck_role_arn=RECHECK_ROLE_ARN,
         ).model_dump(by_alias=True)
         return {**names, CONFIG_ENV: self.config.model_dump_json(), "POWERTOOLS_SERVICE_NAME": SERVICE}
 
@@ -73,8 +83,11 @@ def create_table(dynamodb: Any, table_name: str) -> None:
     )
 
 
-def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> RuntimeResources:
-    """Create the table (with TTL) and the Slack webhook secret."""
+def create_resources(dynamodb: Any, secretsmanager: Any, scheduler: Any, webhook_url: str) -> RuntimeResources:
+    """Create the table (with TTL), the Slack webhook secret and the recheck schedule group."""
     create_table(dynamodb, TABLE_NAME)
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
-    return RuntimeResources(config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"])
+    scheduler.create_schedule_group(Name=RECHECK_GROUP)
+    return RuntimeResources(
+        config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"], recheck_group=RECHECK_GROUP
+    )

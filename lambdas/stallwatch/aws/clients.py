@@ -57,5 +57,9 @@ class AwsClients:
         return self._client("secretsmanager")
 
     @cached_property
+    def scheduler(self) -> Any:
+        return self._client("scheduler")
+
+    @cached_property
     def lambda_(self) -> Any:
         return self._client("lambda")
