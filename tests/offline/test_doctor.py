@@ -48,7 +48,9 @@ def deployed(template: dict[str, Any], slack: SlackReceiver, monkeypatch: pytest
     """The demo's deployment: its table and webhook secret, and the stack around them, with one sweep run."""
     monkeypatch.setenv("COLUMNS", "200")  # the report's lines unwrapped
     with moto.mock_aws():
-        resources = create_resources(boto3.client("dynamodb"), boto3.client("secretsmanager"), slack.url)
+        resources = create_resources(
+            boto3.client("dynamodb"), boto3.client("secretsmanager"), boto3.client("scheduler"), slack.url
+        )
         secrets = boto3.client("secretsmanager")
         secrets.put_secret_value(
             SecretId=resources.secret_arn,
