@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import trainer_agent
 from tests.packaging.distribution import DIST_ENV, build_distribution, require_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +123,7 @@ def test_the_wheel_installs_and_runs_in_a_clean_venv_without_torch(
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["python"] == version
     assert (report["torch_installed"], report["boto3_installed"]) == (False, False)
-    assert report["version"] == PYPROJECT["version"]
+    assert report["version"] == trainer_agent.__version__
     assert any(path.endswith("licenses/LICENSE") for path in report["files"])
     [job] = [r for r in report["records"] if r["scope"] == "job"]
     assert (job["job"], job["Step"], job["Loss"]) == ("wheel-smoke", 3.0, 1.5)
@@ -132,8 +133,6 @@ def test_the_wheel_installs_and_runs_in_a_clean_venv_without_torch(
 
 
 def test_the_wheel_is_versioned_as_the_agent_says(dist: tuple[Path, Path]) -> None:
-    import trainer_agent
-
     _, fields = _metadata(dist[0])
     assert fields["Version"] == [trainer_agent.__version__]
     assert dist[0].name == f"trainer_agent-{trainer_agent.__version__}-py3-none-any.whl"
@@ -159,7 +158,6 @@ def test_the_control_plane_wheel_installs_stallwatch_alone_not_a_top_level_handl
 
 def test_both_packages_say_their_version() -> None:
     import stallwatch
-    import trainer_agent
 
     for module, expected in (("stallwatch.offline.cli", "stallwatch"), ("trainer_agent", "trainer-agent")):
         shown = subprocess.run(
