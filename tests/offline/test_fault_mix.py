@@ -34,7 +34,9 @@ def job(name: str, fault: Fault | None = None, episodes: tuple[Episode, ...] = (
 
 FAULTS = [
     job("crash-agent", Fault("crash", "faulty GPU", 2 * HOUR, host=2)),
-    job("crash-noagent-rank0-logs", Fault("crash", "software bug", 2 * HOUR, host=3), agent=False, rank0_only_logs=True),
+    job(
+        "crash-noagent-rank0-logs", Fault("crash", "software bug", 2 * HOUR, host=3), agent=False, rank0_only_logs=True
+    ),
     job("hang-agent-ec2", Fault("hang", "network switch or cable", 2 * HOUR), platform=Platform.EC2),
     job("hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False),
     job("lost-rank0-agent", Fault("lost", "host maintenance", 2 * HOUR, host=0)),
@@ -47,7 +49,8 @@ def test_every_kind_of_fault_is_stopped_soon_after_its_onset(stalled: Job) -> No
     # Given a job whose fault leaves it running / When replayed
     outcome = faultmix.run_job(stalled)
     # Then it is stopped after the onset, within the goals' p95 (15 min with the agent, 25 without)
-    assert outcome.stop_s is not None and not outcome.false_stop
+    assert outcome.stop_s is not None
+    assert not outcome.false_stop
     minutes = (outcome.stop_s - stalled.fault.onset_s) / 60
     assert minutes <= (15 if stalled.agent else 25)
 
@@ -82,4 +85,5 @@ def test_the_draw_is_seeded_and_follows_the_mix() -> None:
     assert [j.name for j in jobs] == [j.name for j in draw_jobs(seed=3, job_days=20)]
     assert sum(j.days for j in jobs) >= 20
     kinds = {j.fault.kind for j in jobs if j.fault}
-    assert kinds <= {"crash", "hang", "lost", "slow"} and "crash" in kinds
+    assert kinds <= {"crash", "hang", "lost", "slow"}
+    assert "crash" in kinds
