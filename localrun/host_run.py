@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from localrun import request_log
 from localrun.host_metrics import HostMetricsSimulator
 from localrun.log_shipper import LogShipper
 from localrun.periodic import Periodic
@@ -101,7 +102,7 @@ class HostRun:
             "MKL_NUM_THREADS": str(TRAINING_THREADS),
         }
         argv = [sys.executable, str(TRAIN_SCRIPT), *train_args]
-        self.process = TrainingProcess(argv, env, on_line=self._on_line)
+        self.process = TrainingProcess(argv, request_log.child_env(env), on_line=self._on_line)
 
     def activity(self) -> HostActivity:
         """What the host's GPUs are doing now, as far as SageMaker's metrics would tell."""

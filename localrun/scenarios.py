@@ -55,7 +55,9 @@ CHECKPOINT_EVERY_STEPS = 100
 STEPS_AFTER_RESUME = 100
 CHECKPOINT_S3_URI = "s3://stallwatch-demo/checkpoints"
 RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to completion
-REPORT_PERIOD_S = 2  # the goodput report reads the agent's windows at their own length
+# The goodput report's period: the shortest CloudWatch takes (1, 5, 10, 20, 30 or a multiple of 60, MetricStat.Period)
+# that holds whole agent windows.
+REPORT_PERIOD_S = 5
 
 
 class HostActivity(StrEnum):
