@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workers", type=int, default=2, help="processes replaying jobs side by side")
     parser.add_argument("--json", action="store_true", help="the summary as JSON")
+    parser.add_argument("--save", type=Path, help="also write the JSON summary to this file")
     args = parser.parse_args(argv)
     jobs = draw_jobs(args.seed, args.job_days)
     if args.workers > 1:
@@ -219,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(outcomes)
     missed = goals_missed(summary)
     summary["goals_missed"] = missed
+    if args.save:
+        args.save.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

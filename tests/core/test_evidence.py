@@ -191,9 +191,12 @@ def test_a_loop_waiting_for_input_is_data_starvation_not_a_hang() -> None:
     builder = SignalsBuilder(hosts=2).progress(0, ONSET).no_progress(ONSET, 3 * HOUR).gpu(0, ONSET, 97.0)
     builder.gpu(ONSET, 3 * HOUR, 2.0).power(0, ONSET, 380).power(ONSET, 3 * HOUR, 80).gpu_memory(0, 3 * HOUR, 80.0)
     builder.agent("DataWaitFraction", ONSET, 3 * HOUR, 100.0)
-    # Then data starvation (alerted, not stopped) for up to an hour
+    # Then data starvation (alerted, not stopped) for up to twice the stall threshold, then idle (a script that idles
+    # outside step() after its work looks the same)
     decision = at(builder, ONSET + 20 * MIN)
     assert (decision.diagnosis, decision.stoppable) == (Diagnosis.DATA_STARVATION, False)
+    assert decision.recheck_at == pytest.approx(ONSET + 30 * MIN)
+    assert (at(builder, ONSET + 31 * MIN).diagnosis, at(builder, ONSET + 31 * MIN).stoppable) == (Diagnosis.IDLE, True)
 
 
 def test_a_pause_does_not_count_as_data_starvation_once_steps_resume() -> None:

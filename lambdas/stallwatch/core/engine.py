@@ -46,9 +46,11 @@ CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step inter
 # Without the agent, busy GPUs and silent logs are one signal (busy GPUs are what training and a long evaluation look
 # like): alerted at the log threshold, stopped only after this many times it.
 BUSY_SILENCE_FACTOR = 4.0
-# No progress that a live job explains (an undeclared checkpoint being written, the loop waiting for input) is never
-# stopped before this many times the stall (without the agent, the log-silence) threshold.
-UNDECLARED_PHASE_FACTOR = 4.0
+# No progress a live job explains is never stopped before this many times the stall (without the agent, the
+# log-silence) threshold: an undeclared checkpoint being written (its start line), the loop waiting for input
+# (outside step(): a data stall, or a script idling after its work, which the wait must not hide for long).
+CHECKPOINT_FACTOR = 4.0
+DATA_WAIT_FACTOR = 2.0
 # No step (without the agent: no log line) for more than this many periods: the job is stalling, and the decision
 # names the times its later rungs turn decisive (no alarm fires again once the first has).
 STALLING_PERIODS = 2
@@ -479,14 +481,15 @@ def _with_agent(ctx: _Context, hosts: dict[str, evidence.Host], progress: measur
 
 def _benign_wait(ctx: _Context, hosts: dict[str, evidence.Host], since: float, threshold_s: float) -> _Finding | None:
     """No progress, explained by something a live job does: a checkpoint being written (its start line, nothing
-    since), or, with the agent, the loop waiting outside step() for input. Never stopped before
-    `UNDECLARED_PHASE_FACTOR` x the threshold from the last progress; then it is a stall like any other."""
-    now, limit = ctx.now, UNDECLARED_PHASE_FACTOR * threshold_s
+    since), or, with the agent, the loop waiting outside step() for input. Never stopped before `CHECKPOINT_FACTOR`
+    (`DATA_WAIT_FACTOR`) x the threshold from the last progress; then it is a stall like any other."""
+    now = ctx.now
     checkpoint = evidence.checkpoint_since(hosts, since)
     wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(since).mean()
     waiting = wait is not None and wait > ctx.thresholds.data_wait_percent
     if checkpoint is None and not waiting:
         return None
+    limit = (CHECKPOINT_FACTOR if checkpoint is not None else DATA_WAIT_FACTOR) * threshold_s
     ctx.deadlines.add(since + limit)
     if checkpoint is not None:
         ctx.evidence["checkpoint"] = {"since_t": checkpoint}
