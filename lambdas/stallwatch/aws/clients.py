@@ -57,5 +57,13 @@ class AwsClients:
         return self._client("secretsmanager")
 
     @cached_property
+    def ssm(self) -> Any:
+        return self._client("ssm")
+
+    @cached_property
+    def autoscaling(self) -> Any:
+        return self._client("autoscaling")
+
+    @cached_property
     def lambda_(self) -> Any:
         return self._client("lambda")
