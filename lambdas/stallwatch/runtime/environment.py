@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
-from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV, StallwatchConfig
 from stallwatch.core.signals import Platform
 
 
@@ -32,6 +33,8 @@ class LambdaEnvironment(BaseModel):
     slack_secret_arn: str | None = Field(None, alias="SLACK_SECRET_ARN")
     alarm_action_arn: str = Field("", alias="ALARM_ACTION_ARN")
     config: Json[StallwatchConfig] | None = Field(None, alias=CONFIG_ENV)
+    health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
+    restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
 
 
 class ConfigurationError(RuntimeError):
@@ -48,6 +51,9 @@ class Runtime:
     notifier: SlackNotifier
     alarm_action_arn: str
     clock: Callable[[], float] = time.time
+    # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
+    health_check_document: str = ""
+    restart_document: str = ""
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -63,7 +69,14 @@ class Runtime:
             store=Store(clients.dynamodb, env.table_name, config.incident_ttl_days),
             notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
             alarm_action_arn=env.alarm_action_arn,
+            health_check_document=env.health_check_document,
+            restart_document=env.restart_document,
         )
+
+    @functools.cached_property
+    def recoveries(self) -> Recoveries:
+        """Recovery in place's items in the table."""
+        return Recoveries(self.store)
 
     @functools.cached_property
     def deployment_id(self) -> str:
