@@ -1,4 +1,5 @@
-"""The stack's runtime resources, created in moto: the incident table, the Slack secret, the functions' environment.
+"""The stack's runtime resources, created in moto: the incident table, the Slack secret, recovery in place's SSM
+documents (deploy/ssm, as the stack creates them) and the functions' environment.
 
 The table follows the schema in ``stallwatch.core.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
 environment is named by ``stallwatch.runtime.environment.LambdaEnvironment``, with the config built by
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from localrun.lambda_runtime import function_arn
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
@@ -26,6 +30,10 @@ from stallwatch.runtime.environment import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
 SECRET_NAME = "stallwatch/slack"
+DOCUMENTS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "ssm"
+HEALTH_CHECK_DOCUMENT = "stallwatch-health-check"
+RESTART_DOCUMENT = "stallwatch-restart-training"
+DOCUMENT_FILES = {HEALTH_CHECK_DOCUMENT: "health-check.yaml", RESTART_DOCUMENT: "restart-training.yaml"}
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
@@ -38,11 +46,16 @@ class RuntimeResources:
     config: StallwatchConfig
     table_name: str
     secret_arn: str
+    documents: bool = False  # recovery in place's SSM documents were created
 
     def function_env(self) -> dict[str, str]:
         """The Lambda functions' environment variables, named by the model the functions read them with."""
         names = LambdaEnvironment(
-            table_name=self.table_name, slack_secret_arn=self.secret_arn, alarm_action_arn=function_arn(ON_ALARM)
+            table_name=self.table_name,
+            slack_secret_arn=self.secret_arn,
+            alarm_action_arn=function_arn(ON_ALARM),
+            health_check_document=HEALTH_CHECK_DOCUMENT if self.documents else "",
+            restart_document=RESTART_DOCUMENT if self.documents else "",
         ).model_dump(by_alias=True)
         return {**names, CONFIG_ENV: self.config.model_dump_json(), "POWERTOOLS_SERVICE_NAME": SERVICE}
 
@@ -73,8 +86,19 @@ def create_table(dynamodb: Any, table_name: str) -> None:
     )
 
 
-def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str) -> RuntimeResources:
-    """Create the table (with TTL) and the Slack webhook secret."""
+def create_documents(ssm: Any) -> None:
+    """Recovery in place's SSM Command documents, from deploy/ssm (the stack creates them from the same files)."""
+    for name, filename in DOCUMENT_FILES.items():
+        content = yaml.safe_load((DOCUMENTS_DIR / filename).read_text())
+        ssm.create_document(Name=name, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON")
+
+
+def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str, ssm: Any = None) -> RuntimeResources:
+    """Create the table (with TTL), the Slack webhook secret and, given an SSM client, the recovery documents."""
     create_table(dynamodb, TABLE_NAME)
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
-    return RuntimeResources(config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"])
+    if ssm is not None:
+        create_documents(ssm)
+    return RuntimeResources(
+        config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"], documents=ssm is not None
+    )
