@@ -21,7 +21,16 @@ import boto3
 from botocore.config import Config
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from localrun import moto_alarm_filters, moto_ec2, moto_logs_insights, moto_metric_search, moto_sagemaker, moto_threads
+from localrun import (
+    moto_alarm_filters,
+    moto_autoscaling,
+    moto_ec2,
+    moto_logs_insights,
+    moto_metric_search,
+    moto_sagemaker,
+    moto_ssm,
+    moto_threads,
+)
 
 REGION = moto_sagemaker.DEFAULT_REGION
 ACCOUNT_ID = moto_sagemaker.DEFAULT_ACCOUNT
@@ -82,6 +91,8 @@ class LocalAws:
         moto_logs_insights.install()
         moto_threads.install()
         moto_alarm_filters.install()
+        moto_ssm.install()
+        moto_autoscaling.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
         self._server.start()

@@ -129,7 +129,7 @@ def test_a_hung_cluster_whose_nodes_pass_is_restarted_in_place_and_slack_hears_t
 
     # Then Slack hears by when the first new step came (within the minute it was in), the engine watches the job
     # anew, and nothing was stopped
-    assert (watched["status"], watched["step"]) == ("restarted", 61.0)
+    assert (watched["status"], watched["step"]) == ("progressed", 61.0)
     assert 5 * MINUTE + 30 < watched["seconds_after_restart"] <= 5 * MINUTE + 30 + MINUTE
     assert slack.texts()[-1].endswith("training again after the restart in place: step 61 within 6 min of the restart")
     assert stops == []
@@ -400,7 +400,7 @@ def _restarted_then_hung_again(
     _stop_decision(rt, context)
     restart_t = _sweep(rt, context)["recoveries"][0]["restarted_at"]
     _steps_after(world, restart_t + MINUTE, first_step=60)
-    assert _sweep(rt, context)["recoveries"][0]["status"] == "restarted"
+    assert _sweep(rt, context)["recoveries"][0]["status"] == "progressed"
     rt.clock.advance(60 * MINUTE)
     world.now = rt.clock()
     base = next_stall_step - 70
@@ -477,7 +477,7 @@ def test_a_restart_in_place_is_an_attempt_of_the_run_in_the_goodput_report(
     steps = [c0 + (16 + k) * MINUTE for k in range(30)]
     world.agent_job(JOB, "Steps", [(t, 1.0) for t in steps])
     world.agent_job(JOB, "Step", [(t, 51.0 + k) for k, t in enumerate(steps)])
-    assert _sweep(rt, context, minutes=9)["recoveries"][0]["status"] == "restarted"
+    assert _sweep(rt, context, minutes=9)["recoveries"][0]["status"] == "progressed"
     rt.clock.now = c0 + 48 * MINUTE
     rt.clients.ec2.stop_instances(InstanceIds=instances)
     moto_ec2.set_instance_times(instances, stopped=rt.clock())

@@ -221,11 +221,12 @@ def _advance(rt: Runtime, recovery: Recovery, now: float) -> dict[str, Any]:
         facts = rt.source(Platform.EC2).facts(recovery.job)
     except JobNotFoundError:
         facts = None
-    if facts is None or facts.status != RUNNING_STATUS:
+    running = facts is not None and facts.status == RUNNING_STATUS
+    if recovery.phase == RESTARTING and facts is not None:  # a short run may step, then end, between two sweeps
+        return _watch(rt, recovery, facts, now, running)
+    if facts is None or not running:
         return _end(rt, recovery, now, "the job is no longer running")
-    if recovery.phase == CHECKING:
-        return _after_checks(rt, recovery, facts, now)
-    return _watch(rt, recovery, facts, now)
+    return _after_checks(rt, recovery, facts, now)
 
 
 def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) -> dict[str, Any]:
@@ -373,14 +374,16 @@ def _hold(rt: Runtime, recovery: Recovery, now: float) -> Recovery | None:
     return replace(held, version=recovery.version + 1)
 
 
-def _watch(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) -> dict[str, Any]:
-    """After the restart: the restart commands' answers, then the first step (or, without the agent, log line)."""
+def _watch(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float, running: bool) -> dict[str, Any]:
+    """After the restart: the restart commands' answers, then the first step (or, without the agent, log line);
+    a job that ended since (`running` False) is reported if it stepped, else its recovery ends quietly."""
     assert recovery.restarted_at is not None
-    answers = ssm.invocations(rt.clients, recovery.commands)
-    states = rules.command_states(answers, recovery.keep, now - recovery.phase_at >= rules.RESTART_WAIT_S)
-    failed = rules.restart_failures(states)
-    if failed is not None:
-        return _fall_back(rt, recovery, now, failed)
+    if running:
+        answers = ssm.invocations(rt.clients, recovery.commands)
+        states = rules.command_states(answers, recovery.keep, now - recovery.phase_at >= rules.RESTART_WAIT_S)
+        failed = rules.restart_failures(states)
+        if failed is not None:
+            return _fall_back(rt, recovery, now, failed)
     signals = rt.source(Platform.EC2).job_signals(recovery.job, now)
     period = rt.config.policy.for_job(facts.tags).thresholds.alarm_period_seconds
     logs = [h.log_last_t for h in signals.hosts.values() if h.log_last_t is not None]
@@ -388,6 +391,8 @@ def _watch(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) -> dict
     progress = rules.first_progress(
         agent.get("Steps", _EMPTY), agent.get("Step", _EMPTY), max(logs, default=None), recovery.restarted_at, period
     )
+    if progress is None and not running:
+        return _end(rt, recovery, now, "the job is no longer running")
     if progress is None:
         grace_s = rt.config.policy.for_job(facts.tags).thresholds.startup_grace_minutes * 60
         if now - recovery.restarted_at > grace_s:
@@ -404,7 +409,7 @@ def _watch(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) -> dict
     metrics.add_metric(name=contract.JOBS_RECOVERED, unit=MetricUnit.Count, value=1)
     text = rules.progress_text(recovery.job, step, after)
     _tell(rt, recovery, step_sk, text, {"first_step": step, "seconds_after_restart": after}, now)
-    return {"job": recovery.job, "status": RESTARTED, "step": step, "seconds_after_restart": after}
+    return {"job": recovery.job, "status": "progressed", "step": step, "seconds_after_restart": after}
 
 
 def _fall_back(
