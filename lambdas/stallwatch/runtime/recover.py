@@ -90,6 +90,8 @@ def instead_of_stop(
         if not rules.recovers_in_place(facts.tags):
             return None
         return _begin(rt, signals, decision, state, audit_sk)
+    except rules.TagError as exc:
+        return _not_recovered(str(exc))
     except Exception as exc:  # before its claim, a recovery that cannot start leaves the stop to go ahead
         logger.exception("recovery in place could not start; stopping instead", extra={"job": facts.name})
         return _not_recovered(f"{type(exc).__name__}: {exc}")
@@ -155,13 +157,7 @@ def _claimed_before(job: str, claim: Claim | None) -> InsteadOfStop:
 def _send_check(rt: Runtime, recovery: Recovery, step_sk: str, now: float, reasons: tuple[str, ...]) -> InsteadOfStop:
     """The health check to every node; a check SSM cannot deliver ends the recovery here, and the stop goes ahead."""
     try:
-        sent = ssm.send(
-            rt.clients,
-            rt.health_check_document,
-            recovery.nodes,
-            _comment(recovery, CHECK),
-            rules.HEALTH_DELIVERY_TIMEOUT_S,
-        )
+        sent = _send_health_check(rt, recovery)
     except Exception as exc:  # a bug: the stop goes ahead, as for a check that could not be sent
         logger.exception("the health check raised", extra={"job": recovery.job})
         sent = ssm.Sent((), f"{type(exc).__name__}: {exc}")
@@ -180,6 +176,11 @@ def _send_check(rt: Runtime, recovery: Recovery, step_sk: str, now: float, reaso
     text = rules.checking_text(recovery.job, recovery.diagnosis, nodes, recovery.attempt, recovery.allowed, reasons)
     audited = {"status": CHECKING, "attempt": recovery.attempt, "nodes": nodes, "commands": list(sent.command_ids)}
     return InsteadOfStop(audited=audited, message=follow_up(text))
+
+
+def _send_health_check(rt: Runtime, recovery: Recovery) -> ssm.Sent:
+    document, timeout_s = rt.health_check_document, rules.HEALTH_DELIVERY_TIMEOUT_S
+    return ssm.send(rt.clients, document, recovery.nodes, _comment(recovery, CHECK), timeout_s)
 
 
 def restarts_so_far(rt: Runtime, key: str, until: float | None) -> tuple[int, list[float]]:
@@ -231,13 +232,7 @@ def _advance(rt: Runtime, recovery: Recovery, now: float) -> dict[str, Any]:
 
 def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) -> dict[str, Any]:
     if not recovery.commands:  # its Lambda died before it sent the check: a health check only reads, send it again
-        sent = ssm.send(
-            rt.clients,
-            rt.health_check_document,
-            recovery.nodes,
-            _comment(recovery, CHECK),
-            rules.HEALTH_DELIVERY_TIMEOUT_S,
-        )
+        sent = _send_health_check(rt, recovery)
         if sent.error:
             return _fall_back(rt, recovery, now, f"the health check could not be delivered: {sent.error}")
         rt.recoveries.advance(recovery, replace(recovery, commands=sent.command_ids, phase_at=now), now)
