@@ -13,6 +13,8 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
     pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
     pk = "resume-retry"          sk = "<stop at>#<job key>"     a resume being tried (the sweeper retries a failure)
+    pk = "job#ec2#my-job"        sk = "recover#<stall since>"   the claim on recovering one stall in place
+    pk = "recovery"              sk = "<started at>#<job key>"  a recovery in place under way (aws.recoveries)
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
