@@ -92,6 +92,7 @@ class LocalAws:
         moto_threads.install()
         moto_alarm_filters.install()
         moto_ssm.install()
+        moto_ssm.run_in_background(True)  # the server serves one request at a time: a node's script must not hold it
         moto_autoscaling.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
@@ -107,6 +108,7 @@ class LocalAws:
         if self._server is not None:
             self._server.stop()
             self._server = None
+            moto_ssm.run_in_background(False)
         if self._environ is not None:
             self._environ.close()
             self._environ = None

@@ -14,8 +14,9 @@ instance id (and, without Targets, for every instance of the account), and has n
 - ListCommandInvocations filters by CommandId and InstanceId, pages (MaxResults, NextToken) and gives the plugins'
   details with ``Details``.
 
-Commands run when they are sent (the agent's work is a fraction of a second here); callers still read the result
-later, as they must on AWS.
+Commands run when they are sent, one after the other, so a test reads a settled result; with
+`run_in_background(True)` (the demo, whose moto server serves one request at a time) each invocation is InProgress
+while its script runs on a thread of its own, as on AWS. Callers read the result later either way, as they must.
 
     from localrun import moto_ssm
     moto_ssm.install()
@@ -64,6 +65,13 @@ _lock = threading.Lock()
 _default: Callable[[str], ManagedNode | None] | None = None
 _plugins: dict[tuple[str, str], dict[str, Any]] = {}  # (command id, instance id) -> the plugin's details
 _original_send: Any = None
+_background = False
+
+
+def run_in_background(enabled: bool) -> None:
+    """Run each invocation on a thread of its own (InProgress until its script ends), or at once (the default)."""
+    global _background
+    _background = enabled
 
 
 def manage(instance_id: str, node: ManagedNode) -> None:
@@ -118,12 +126,21 @@ def _send_command(self: SimpleSystemManagerBackend, **request: Any) -> Command:
     for invocation in command.invocations:
         node = node_of(invocation["InstanceId"])
         assert node is not None
-        _run(command, invocation, node, step["name"], script, step["timeout"])
+        work = (command, invocation, node, step["name"], script, step["timeout"])
+        if _background:
+            _finish(command, invocation, step["name"], "InProgress", "InProgress", -1, "", "")
+            threading.Thread(target=_run, args=work, name="ssm-agent", daemon=True).start()
+        else:
+            _run(*work)
+    return command
+
+
+def _settle(command: Command) -> None:
+    """The command's status from its invocations'."""
     statuses = {i["Status"] for i in command.invocations}
     command.status = "InProgress" if "InProgress" in statuses else "Success" if statuses == {"Success"} else "Failed"
     command.status_details = command.status
     command.error_count = sum(1 for i in command.invocations if i["Status"] not in ("Success", "InProgress"))
-    return command
 
 
 def _shell_step(content: str, document_format: str) -> dict[str, Any]:
@@ -167,13 +184,7 @@ def _run(command: Command, invocation: dict[str, Any], node: ManagedNode, step: 
 def _finish(
     command: Command, invocation: dict[str, Any], step: str, status: str, details: str, code: int, out: str, err: str
 ) -> None:
-    invocation.update(
-        Status=status,
-        StatusDetails=details,
-        ResponseCode=code,
-        StandardOutputContent=out[:STDOUT_LIMIT],
-        StandardErrorContent=err[:STDERR_LIMIT],
-    )
+    """The invocation's answer: its plugin's details first, then (one update) its status, which readers go by."""
     output = out + (PLUGIN_ERROR_MARK + err if err else "")
     plugin_status = "Failed" if details == "Undeliverable" else status
     _plugins[command.command_id, invocation["InstanceId"]] = {
@@ -188,6 +199,14 @@ def _finish(
         "OutputS3BucketName": "",
         "OutputS3KeyPrefix": "",
     }
+    invocation.update(
+        Status=status,
+        StatusDetails=details,
+        ResponseCode=code,
+        StandardOutputContent=out[:STDOUT_LIMIT],
+        StandardErrorContent=err[:STDERR_LIMIT],
+    )
+    _settle(command)
 
 
 def _list_command_invocations(self: SimpleSystemManagerResponse) -> ActionResult:

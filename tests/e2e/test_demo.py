@@ -163,13 +163,13 @@ def test_recover_restart_health_checks_the_hung_cluster_and_restarts_it_in_place
 
 @pytest.mark.slow
 def test_recover_restart_takes_out_the_node_with_an_xid_and_restarts_on_the_others() -> None:
-    # When the hang runs on 3 EC2 nodes that may train on 2, the second one's kernel having logged Xid 79
+    # When the hang runs on 2 EC2 nodes that may train on 1, the second one's kernel having logged Xid 79
     code, result, log = _demo("--platform", "ec2", "--scenario", "xid", "--recover", "restart")
-    # Then it passes: that node alone is stopped, Slack names it and its Xid, the two others restart in place
+    # Then it passes: that node alone is stopped, Slack names it and its Xid, the other restarts in place
     assert code == 0, log[-4000:]
     [bad] = result["taken_out"]
-    assert len(result["restarted_in_place"]) == 2
-    assert bad not in result["restarted_in_place"]
+    [restarted] = result["restarted_in_place"]
+    assert restarted != bad
     assert result["stop_requested_at"] is None
     assert result["job_status"] == "Completed"
     taken_out = next(text for text in result["follow_ups"] if "failed its health check" in text)
