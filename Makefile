@@ -7,7 +7,7 @@ DIST ?= dist
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock
+.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock images
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -56,6 +56,12 @@ wheel-check: setup
 # lambdas/requirements.lock: every package of the Lambda asset, pinned with hashes for python3.12 arm64.
 lambda-lock: setup
 	$(PY) -m stacks.lock
+
+# The README's charts, from a corpus trace: the replay's, and the goodput report's of the trace played onto moto.
+IMAGE_TRACE := corpus/traces/sm-hang-8host-agent.jsonl
+images: setup
+	$(VENV)/bin/stallwatch replay $(IMAGE_TRACE) --plot docs/images/replay-sm-hang-8host-agent.png
+	$(PY) -m localrun.trace_run $(IMAGE_TRACE) --plot docs/images/report-sm-hang-8host-agent.png
 
 clean:
 	rm -rf $(VENV) node_modules cdk.out .pytest_cache .ruff_cache $(DIST) build

@@ -44,7 +44,13 @@ import boto3  # noqa: E402
 import moto  # noqa: E402
 
 from handlers import on_alarm  # noqa: E402
-from localrun import moto_alarm_filters, moto_logs_insights, moto_metric_search, moto_sagemaker  # noqa: E402
+from localrun import (  # noqa: E402
+    moto_alarm_filters,
+    moto_logs_filter,
+    moto_logs_insights,
+    moto_metric_search,
+    moto_sagemaker,
+)
 from localrun.resources import create_table  # noqa: E402
 from stallwatch.core import alarms  # noqa: E402
 from stallwatch.runtime import environment  # noqa: E402
@@ -52,6 +58,8 @@ from tests.fixtures import moto_metric_index  # noqa: E402
 from tests.fixtures.world import (  # noqa: E402
     ALARM_ACTION_ARN,
     MINUTE,
+    RECHECK_GROUP,
+    RECHECK_ROLE_ARN,
     TABLE,
     Clock,
     LambdaContext,
@@ -67,7 +75,7 @@ HOSTS = 8
 CALL_BUDGET = 10
 SECONDS_BUDGET = 1.0
 REPEATS = 3
-SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager")
+SERVICES = ("cloudwatch", "logs", "sagemaker", "ec2", "dynamodb", "secretsmanager", "scheduler")
 
 
 def _setup(slack: SlackReceiver) -> environment.Runtime:
@@ -75,7 +83,14 @@ def _setup(slack: SlackReceiver) -> environment.Runtime:
     secret = boto3.client("secretsmanager").create_secret(
         Name="slack", SecretString=json.dumps({"webhook_url": slack.url})
     )
-    os.environ.update(TABLE_NAME=TABLE, SLACK_SECRET_ARN=secret["ARN"], ALARM_ACTION_ARN=ALARM_ACTION_ARN)
+    boto3.client("scheduler").create_schedule_group(Name=RECHECK_GROUP)  # rechecks scheduled as deployed
+    os.environ.update(
+        TABLE_NAME=TABLE,
+        SLACK_SECRET_ARN=secret["ARN"],
+        ALARM_ACTION_ARN=ALARM_ACTION_ARN,
+        RECHECK_SCHEDULE_GROUP=RECHECK_GROUP,
+        RECHECK_ROLE_ARN=RECHECK_ROLE_ARN,
+    )
     rt = environment.Runtime.from_env()
     rt.clock = Clock(time.time())
     environment.runtime = lambda: rt  # the handler's runtime is this one
@@ -158,6 +173,7 @@ def main() -> int:
     moto_metric_search.install()  # SEARCH and the Logs Insights query, which moto lacks
     moto_logs_insights.install()
     moto_alarm_filters.install()
+    moto_logs_filter.install()
     stock = run()
     moto_metric_index.install()
     moto_metric_search.install()  # over the index

@@ -45,6 +45,7 @@ from bench.decision_cost import SERVICES, _setup  # noqa: E402  (its import sets
 from handlers import on_alarm, sweeper  # noqa: E402
 from localrun import (  # noqa: E402
     moto_alarm_filters,
+    moto_logs_filter,
     moto_logs_insights,
     moto_metric_search,
     moto_sagemaker,
@@ -383,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     moto_metric_search.install()
     moto_logs_insights.install()
     moto_alarm_filters.install()
+    moto_logs_filter.install()
     moto_threads.install()
     results = {}
     for name in args.only:

@@ -113,6 +113,10 @@ class Scenario:
     straggler: tuple[float, int, float] | None = None
     # A heterogeneous cluster: (instance type, hosts) per group, in order; `instance_type` and `hosts` are the totals'.
     groups: tuple[tuple[str, int], ...] = ()
+    # Only these hosts log after start-up (torchrun scripts where global rank 0 alone prints); None: every host.
+    log_hosts: tuple[int, ...] | None = None
+    vanish: tuple[float, int] | None = None  # (t, host index): from then on nothing comes from that host
+    lines: tuple[tuple[float, int, str], ...] = ()  # (t, host index, message): lines at given times
 
     def host_types(self) -> list[str]:
         """Each host's instance type, in host order."""
@@ -163,7 +167,12 @@ class Simulation:
         lag = self.sc.straggler
         return lag[2] if lag is not None and host == lag[1] and t >= lag[0] else 1.0
 
+    def vanished(self, t: float, host: int) -> bool:
+        return self.sc.vanish is not None and host == self.sc.vanish[1] and t >= self.sc.vanish[0]
+
     def host_minute(self, t: float, host: int, activity: str) -> None:
+        if self.vanished(t, host):
+            return
         if self.crashed(t, host):
             activity = DEAD
         gpu, mem, cpu = ACTIVITY[activity]
@@ -238,7 +247,9 @@ class Simulation:
         if int(t / MINUTE) % seg.log_every_min:
             return
         for host in range(len(self.hosts)):
-            if self.crashed(t, host) or not seg.logs:
+            if self.crashed(t, host) or self.vanished(t, host) or not seg.logs:
+                continue
+            if self.sc.log_hosts is not None and host not in self.sc.log_hosts and seg.activity != DOWNLOAD:
                 continue
             at = t + 20 + host * 0.37
             rank = host * self.gpus
@@ -271,7 +282,7 @@ class Simulation:
                 self.step += len(steps)
                 self.last_step_t = steps[-1]
                 self.loss = max(1.2, self.loss - 0.0004 * len(steps) + self.rng.uniform(-0.01, 0.01))
-            if sc.agent and seg.activity != DOWNLOAD:
+            if sc.agent and seg.activity != DOWNLOAD and not self.vanished(t, 0):  # global rank 0 reports the job
                 self.agent_window(t + MINUTE + AGENT_OFFSET_S, seg, steps)
                 if sc.straggler is not None:
                     self.host_step_times(t + MINUTE + AGENT_OFFSET_S, seg, steps)
@@ -279,6 +290,9 @@ class Simulation:
             if sc.crash and sc.crash[0] <= t + MINUTE and sc.crash[0] > t:
                 for i, line in enumerate(sc.crash[2]):
                     self.log(sc.crash[0] + i * 0.01, sc.crash[1], line)
+            for at, host, line in sc.lines:
+                if t <= at < t + MINUTE:
+                    self.log(at, host, line)
             t += MINUTE
         events = [e for e in self.events if e.t < sc.duration_s]
         return [*events, EndEvent(t=sc.duration_s, end=True)]
@@ -665,6 +679,131 @@ def decision_quality_scenarios() -> list[Scenario]:
     ]
 
 
+# --- issue 21: evidence the corpus never showed (late or blind decisions) --------------------------------------------
+
+OOM_AND_ABORT = [
+    "[rank24]: Traceback (most recent call last):",
+    "[rank24]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+    "39.39 GiB of which 1.21 GiB is free.",
+    "[rank24]:[E ProcessGroupNCCL.cpp:1182] [PG 0 Rank 24] NCCL communicator was aborted on rank 24.",
+]
+XID_79 = [
+    "[Tue Dec  1 09:14:22 2026] NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus."
+]
+NCCL_WATCHDOG = (
+    "[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=5121, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600031 milliseconds "
+    "before timing out."
+)
+
+
+def evidence_scenarios() -> list[Scenario]:
+    """Faults whose evidence is a host's, not the job's: a hung declared phase, a crash where only rank 0 logs, a
+    lost reporting host, a fatal line from a rare logger; and a live job that looks idle (an undeclared checkpoint)
+    and a mild straggler."""
+    sm, ec2 = Platform.SAGEMAKER, Platform.EC2
+    eval_deadline = 3_600.0 + 900.0
+    return [
+        Scenario(
+            name="sm-eval-phase-hangs-2host-agent",
+            summary="2 p4d hosts with the agent: phase('eval', budget_s=900) hangs in a collective and never ends; "
+            "stopped about 15 min after its budget (10-min allowance, 5-min grace).",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=2,
+            agent=True,
+            segments=[*_start(300.0), Segment(eval_deadline - 900.0, HUNG, phase_budget_s=900.0, logs=False)],
+            duration_s=eval_deadline + 2_400,
+            seed=401,
+            expect=_stop_within(eval_deadline, minutes=20.0, diagnosis="phase_overrun"),
+        ),
+        Scenario(
+            name="ec2-crash-rank0-logs-4node-noagent",
+            summary="4 EC2 p4d nodes without the agent, only node 1 logs after start-up: node 3 dies of a CUDA OOM "
+            "(traceback, NCCL abort), its GPUs fall to 0 % while the other three spin at 100 % in the collective.",
+            platform=ec2,
+            instance_type="p4d.24xlarge",
+            hosts=4,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=2.1), Segment(2_400.0, HUNG, logs=False)],
+            duration_s=2_400.0 + 5_400,
+            seed=402,
+            crash=(2_400.0, 2, OOM_AND_ABORT),
+            log_hosts=(0,),
+            tags={clusters.JOB_TAG: "ec2-crash-rank0-logs"},
+            expect=_stop_within(2_400.0, minutes=15.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="sm-rank0-host-lost-4host-agent",
+            summary="4 p5 hosts with the agent: the host of global rank 0 vanishes (no metric, no line), so the job "
+            "metrics stop; the others' heartbeats go on, their power fallen by three quarters, no log line anywhere.",
+            platform=sm,
+            instance_type="ml.p5.48xlarge",
+            hosts=4,
+            agent=True,
+            segments=[*_start(420.0, step_s=2.8), Segment(3_000.0, HUNG, logs=False)],
+            duration_s=3_000.0 + 5_400,
+            seed=403,
+            gpu=H100,
+            vanish=(3_000.0, 0),
+            expect=_stop_within(3_000.0, minutes=15.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="sm-xid-rare-logger-noagent",
+            summary="4 p4d hosts without the agent, a line every 20 minutes: an Xid 79 on algo-2 (fallen off the "
+            "bus), the others spin, then their NCCL watchdogs tear them down; never held back by the learned cadence.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=4,
+            agent=False,
+            segments=[
+                Segment(0.0, DOWNLOAD, secondary="Downloading"),
+                Segment(60.0, BUSY, step_s=1.9, secondary="Training", log_every_min=20),
+                Segment(14_430.0, HUNG, logs=False),
+                Segment(14_430.0 + 600, DEAD, logs=False),
+            ],
+            duration_s=14_430.0 + 3_600,
+            seed=404,
+            crash=(14_430.0, 1, XID_79),
+            lines=tuple((14_430.0 + 600 + h * 0.1, h, NCCL_WATCHDOG.format(rank=8 * h)) for h in (0, 2, 3)),
+            expect=_stop_within(14_430.0, minutes=15.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="sm-undeclared-checkpoint-noagent",
+            summary="2 p4d hosts without the agent write a 25-minute checkpoint they did not declare: GPUs near 0 %, "
+            "memory held, logs silent between 'Saving checkpoint' and its end. A live job: never stopped.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=2,
+            agent=False,
+            segments=[*_start(300.0), Segment(3_600.0, CHECKPOINT, logs=False), Segment(5_100.0, BUSY, step_s=1.9)],
+            duration_s=7_200.0,
+            seed=405,
+            lines=(
+                *(
+                    (3_600.0 + h * 0.1, h, f"[rank {8 * h}] Saving checkpoint to s3://ckpt/run/step-1700")
+                    for h in (0, 1)
+                ),
+                *((5_100.0 + h * 0.1, h, f"[rank {8 * h}] Checkpoint saved in 1500 s") for h in (0, 1)),
+            ),
+            expect=_no_stop(),
+        ),
+        Scenario(
+            name="sm-straggler-30pct-8host-agent",
+            summary="8 p4d hosts with the agent; algo-4's GPUs throttle: its steps take 1.3x the others' (named).",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=8,
+            agent=True,
+            segments=[*_start(420.0), Segment(1_500.0, BUSY, step_s=1.9 * 1.3)],
+            duration_s=1_500.0 + 2_700,
+            seed=406,
+            straggler=(1_500.0, 3, 1.3),
+            expect=_no_stop(diagnosis="straggler", alerts=2),
+        ),
+    ]
+
+
 def benchmark_scenario(hours: float = 6.0, hosts: int = 8) -> Scenario:
     """The replay-speed benchmark: a healthy `hours`-long, `hosts`-host job with the agent (replayed to its end)."""
     return Scenario(
@@ -691,7 +830,7 @@ def generate(out: Path, select: Callable[[Scenario], bool] = lambda _: True) -> 
     """Write every corpus trace into `out`; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for sc in [*scenarios(), *decision_quality_scenarios()]:
+    for sc in [*scenarios(), *decision_quality_scenarios(), *evidence_scenarios()]:
         if select(sc):
             path = out / f"{sc.name}.jsonl"
             write_scenario(sc, path)

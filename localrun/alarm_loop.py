@@ -157,13 +157,13 @@ class AlarmLoop:
         for period, group in by_period.items():
             end = math.floor(evaluated_at / period) * period
             start = end - math.ceil(longest / period) * period
-            response = self._cloudwatch.get_metric_data(
+            pages = self._cloudwatch.get_paginator("get_metric_data").paginate(
                 MetricDataQueries=[q.request(f"q{i}") for i, q in enumerate(group)],
                 StartTime=datetime.fromtimestamp(start, UTC),
                 EndTime=datetime.fromtimestamp(end, UTC),
                 ScanBy="TimestampAscending",
             )
-            for result in response["MetricDataResults"]:
+            for result in (result for page in pages for result in page["MetricDataResults"]):
                 query = group[int(result["Id"][1:])]
                 for ts, value in sorted(zip(result["Timestamps"], result["Values"], strict=True)):
                     t = ts.timestamp()

@@ -25,9 +25,11 @@ from localrun import (
     moto_alarm_filters,
     moto_autoscaling,
     moto_ec2,
+    moto_logs_filter,
     moto_logs_insights,
     moto_metric_search,
     moto_sagemaker,
+    moto_scheduler,
     moto_ssm,
     moto_threads,
 )
@@ -91,6 +93,8 @@ class LocalAws:
         moto_logs_insights.install()
         moto_threads.install()
         moto_alarm_filters.install()
+        moto_logs_filter.install()
+        moto_scheduler.install()
         moto_ssm.install()
         moto_ssm.run_in_background(True)  # the server serves one request at a time: a node's script must not hold it
         moto_autoscaling.install()

@@ -1,5 +1,5 @@
-"""The stack's runtime resources, created in moto: the incident table, the Slack secret, recovery in place's SSM
-documents (deploy/ssm, as the stack creates them) and the functions' environment.
+"""The stack's runtime resources, created in moto: the incident table, the Slack secret, the recheck schedule group,
+recovery in place's SSM documents (deploy/ssm, as the stack creates them), the functions' environment.
 
 The table follows the schema in ``stallwatch.core.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
 environment is named by ``stallwatch.runtime.environment.LambdaEnvironment``, with the config built by
@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from localrun.lambda_runtime import function_arn
+from localrun.local_aws import ACCOUNT_ID
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.core.config import (
     CONFIG_ENV,
@@ -37,6 +38,8 @@ DOCUMENT_FILES = {HEALTH_CHECK_DOCUMENT: "health-check.yaml", RESTART_DOCUMENT: 
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
+RECHECK_GROUP = "stallwatch-rechecks"
+RECHECK_ROLE_ARN = f"arn:aws:iam::{ACCOUNT_ID}:role/stallwatch-rechecks"  # moto does not check who assumes it
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,18 @@ class RuntimeResources:
     config: StallwatchConfig
     table_name: str
     secret_arn: str
+    recheck_group: str
     documents: bool = False  # recovery in place's SSM documents were created
 
-    def function_env(self) -> dict[str, str]:
-        """The Lambda functions' environment variables, named by the model the functions read them with."""
+    def function_env(self) -> dict[str, str | None]:
+        """The Lambda functions' environment variables, named by the model the functions read them with (None:
+        not set)."""
         names = LambdaEnvironment(
             table_name=self.table_name,
             slack_secret_arn=self.secret_arn,
             alarm_action_arn=function_arn(ON_ALARM),
+            recheck_group=self.recheck_group,
+            recheck_role_arn=RECHECK_ROLE_ARN,
             health_check_document=HEALTH_CHECK_DOCUMENT if self.documents else "",
             restart_document=RESTART_DOCUMENT if self.documents else "",
         ).model_dump(by_alias=True)
@@ -93,12 +100,20 @@ def create_documents(ssm: Any) -> None:
         ssm.create_document(Name=name, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON")
 
 
-def create_resources(dynamodb: Any, secretsmanager: Any, webhook_url: str, ssm: Any = None) -> RuntimeResources:
-    """Create the table (with TTL), the Slack webhook secret and, given an SSM client, the recovery documents."""
+def create_resources(
+    dynamodb: Any, secretsmanager: Any, scheduler: Any, webhook_url: str, ssm: Any = None
+) -> RuntimeResources:
+    """Create the table (with TTL), the Slack webhook secret, the recheck schedule group and, given an SSM client,
+    the recovery documents."""
     create_table(dynamodb, TABLE_NAME)
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
+    scheduler.create_schedule_group(Name=RECHECK_GROUP)
     if ssm is not None:
         create_documents(ssm)
     return RuntimeResources(
-        config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"], documents=ssm is not None
+        config=demo_config(),
+        table_name=TABLE_NAME,
+        secret_arn=secret["ARN"],
+        recheck_group=RECHECK_GROUP,
+        documents=ssm is not None,
     )

@@ -7,8 +7,9 @@
 
 Order of events: moto and the Slack receiver start; the stack's runtime resources are created; the
 training job (a SageMaker training job, or tagged EC2 instances) is created in moto and goes InProgress
-(on_job_state puts its alarms); one training process per host starts; the local alarm evaluator, the sweeper
-schedule and the platform simulation run until the job ends. Everything started is stopped in reverse order, on
+(on_job_state puts its alarms); one training process per host starts; the local alarm evaluator (which also fires
+the rechecks that came due, as EventBridge Scheduler would), the sweeper schedule and the platform simulation run
+until the job ends. Everything started is stopped in reverse order, on
 success, failure or Ctrl-C.
 """
 
@@ -32,6 +33,7 @@ from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
 from localrun.local_aws import LocalAws, scoped_environ
 from localrun.moto_sagemaker import RUNNING, STOPPED, STOPPING
+from localrun.moto_scheduler import OneTimeSchedules
 from localrun.periodic import Periodic
 from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.sagemaker_job import COMPLETED, SageMakerJob
@@ -117,7 +119,11 @@ class LocalRun:
             self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}, Slack receiver on port {slack.port}")
             documents = aws.client("ssm") if self.recover else None
             resources = create_resources(
-                aws.client("dynamodb"), aws.client("secretsmanager"), slack.webhook_url, documents
+                aws.client("dynamodb"),
+                aws.client("secretsmanager"),
+                aws.client("scheduler"),
+                slack.webhook_url,
+                documents,
             )
             if self.recover:
                 self._checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-ckpt-"))
@@ -140,7 +146,8 @@ class LocalRun:
             self._start_hosts(aws, job, stack)
             self._deliver(job.start(time.time()))
             loop = AlarmLoop(aws.client("cloudwatch"), self._alarm_prefix, self._on_alarm_transition)
-            ticker = Periodic("alarm-evaluator", CONTROL_TICK_S, lambda: self._tick(loop), self._on_error)
+            rechecks = OneTimeSchedules(aws.client("scheduler"), resources.recheck_group, self._on_recheck)
+            ticker = Periodic("alarm-evaluator", CONTROL_TICK_S, lambda: self._tick(loop, rechecks), self._on_error)
             sweeper = Periodic("sweeper", SWEEPER_INTERVAL_S, self._sweep, self._on_error)
             stack.callback(ticker.stop)
             stack.callback(sweeper.stop)
@@ -319,8 +326,19 @@ class LocalRun:
             if resume.get("status") == "resumed" and self._job is not None and self._job.platform is Platform.SAGEMAKER:
                 self._resumed_as = resume["resumed_as"]
 
-    def _tick(self, loop: AlarmLoop) -> None:
+    def _tick(self, loop: AlarmLoop, rechecks: OneTimeSchedules) -> None:
         loop.tick(time.time())
+        rechecks.fire_due(time.time())
+
+    def _on_recheck(self, target_arn: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A recheck came due: on_alarm is invoked with its input, as EventBridge Scheduler does."""
+        outcome = self._invoke(ON_ALARM, payload).result
+        if outcome and outcome.get("status") != "decided":
+            reason = (outcome.get("details") or {}).get("reason", "")
+            self.timeline.event(Kind.DECISION, f"recheck: {outcome.get('status')} ({reason})")
+        elif outcome:
+            self._decided("recheck", outcome)
+        return outcome
 
     def _on_alarm_transition(self, alarm: dict[str, Any], state: AlarmStateRecord, previous: AlarmStateRecord) -> None:
         name = alarm["AlarmName"]

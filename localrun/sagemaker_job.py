@@ -51,7 +51,11 @@ def create_training_job(sagemaker: Any, scenario: Scenario, now: float, resume: 
 def job_record(sagemaker: Any, name: str) -> TrainingJobRecord:
     """A training job in moto (one the demo created, or one Stallwatch resumed) as the run plays it."""
     described = sagemaker.describe_training_job(TrainingJobName=name)
-    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"])["Tags"]
+    tags = [
+        t
+        for page in sagemaker.get_paginator("list_tags").paginate(ResourceArn=described["TrainingJobArn"])
+        for t in page["Tags"]
+    ]
     resources = described["ResourceConfig"]
     return TrainingJobRecord(
         name=name,

@@ -31,6 +31,12 @@ WIDGET_HEIGHT = 6
 _FLEET_PERIOD = Duration.minutes(5)
 
 
+def job_dashboard_name(deployment: str) -> str:
+    """The per-job dashboard's name (dashboard names are account-wide: the region is in it). A plain string, not the
+    dashboard's Ref, so that the functions the dashboard graphs can carry it too."""
+    return f"{deployment}-job-{Aws.REGION}"
+
+
 def _search(
     namespace: str, dimensions: list[str], metric: str | None, statistic: str, period: Duration, *, term: str
 ) -> str:
@@ -127,7 +133,7 @@ class Dashboards(Construct):
         dashboard = cloudwatch.Dashboard(
             self,
             "Job",
-            dashboard_name=f"{self.deployment}-job-{Aws.REGION}",
+            dashboard_name=job_dashboard_name(self.deployment),
             default_interval=Duration.hours(3),
             variables=[
                 cloudwatch.DashboardVariable(

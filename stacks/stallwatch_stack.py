@@ -8,16 +8,17 @@ from aws_cdk import Acknowledgment, Aws, CfnMapping, CfnOutput, Stack, Tags, Val
 from constructs import Construct
 
 from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
-from stacks.dashboards import Dashboards
+from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2TrainingPolicy
 from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
+from stacks.rechecks import Rechecks
 from stacks.recovery import RecoverInPlace
 from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.config import JOB_DASHBOARD_URL_ENV, StallwatchConfig
 from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE, SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
@@ -52,6 +53,14 @@ class StallwatchStack(Stack):
             bundle_dependencies=bundle_dependencies,
             service=deployment,
         )
+        self.rechecks = Rechecks(
+            self,
+            "Rechecks",
+            deployment=deployment,
+            target=self.watchdog.on_alarm,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
+            deciders=[self.watchdog.on_alarm, self.watchdog.sweeper],
+        )
         self.slack_endpoint = SlackEndpoint(
             self,
             "SlackEndpoint",
@@ -84,17 +93,29 @@ class StallwatchStack(Stack):
             self.recovery = RecoverInPlace(
                 self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper
             )
+        self.dashboard_console_url = self._dashboard_console_url()
+        self._link_job_dashboard()
         Tags.of(self).add("Service", SERVICE_NAME)
         Tags.of(self).add(DEPLOYMENT_TAG, deployment)
         self._build_outputs()
         self._acknowledge_nag_findings()
 
-    def _build_outputs(self) -> None:
-        """What the operator needs after deploy (docs/deploy.md, docs/operators.md), each with what to do with it."""
+    def _dashboard_console_url(self) -> str:
+        """The console URL a dashboard's name completes: this partition's console, this region."""
         console_host = CfnMapping(
             self, "ConsoleHosts", mapping={partition: {"host": host} for partition, host in CONSOLE_HOSTS.items()}
         ).find_in_map(Aws.PARTITION, "host")
-        dashboard_url = f"https://{console_host}/cloudwatch/home?region={Aws.REGION}#dashboards/dashboard/"
+        return f"https://{console_host}/cloudwatch/home?region={Aws.REGION}#dashboards/dashboard/"
+
+    def _link_job_dashboard(self) -> None:
+        """The functions that post the end-of-run summary link it to the job dashboard."""
+        url = f"{self.dashboard_console_url}{job_dashboard_name(self.deployment)}"
+        for function in (self.watchdog.on_job_state, self.watchdog.sweeper):
+            function.add_environment(JOB_DASHBOARD_URL_ENV, url)
+
+    def _build_outputs(self) -> None:
+        """What the operator needs after deploy (docs/deploy.md, docs/operators.md), each with what to do with it."""
+        dashboard_url = self.dashboard_console_url
         outputs = {
             "SlackSecretArn": (
                 self.notifications.slack_secret.secret_arn,
@@ -166,6 +187,7 @@ class StallwatchStack(Stack):
                 service="iam", resource="role/*"
             ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
             "training roles of jobs that opted in to resume; see docs/resume.md)",
+            **self.rechecks.nag_findings,
         }
         Validations.of(self.watchdog).acknowledge(
             *(

@@ -44,6 +44,8 @@ CORE_FORBIDDEN = {
     "time",
     "random",
 }
+# The CLI's libraries, not in the Lambda asset (lambdas/requirements.txt): only the laptop's room may import them.
+OFFLINE_ONLY = {"rich", "matplotlib"}
 STACKS_MAY_IMPORT = {"stallwatch.core.config", "stallwatch.core.contract", "stallwatch.core.policy"}
 CONTROL_PLANE = ("stallwatch", "handlers", "stacks")
 
@@ -92,6 +94,8 @@ def door_violations(graph: dict[str, set[str]]) -> list[str]:
             top = target.split(".")[0]
             if room == "core" and top in CORE_FORBIDDEN:
                 wrong.append(f"{module} imports {target}: core is pure")
+            elif room != "offline" and top in OFFLINE_ONLY:
+                wrong.append(f"{module} imports {target}: only offline may, it is not in the Lambda asset")
             elif top in ("aws_cdk", "stacks", "trainer_agent"):
                 wrong.append(f"{module} imports {target}: the runtime never imports CDK, stacks or the agent")
             elif top in ("stallwatch", "handlers"):
@@ -177,6 +181,25 @@ def test_an_adapter_importing_the_runtime_and_offline_importing_the_runtime_are_
     assert door_violations(import_graph(tmp_path)) == [
         "stallwatch.aws.slack imports stallwatch.runtime.interactions: aws may not import runtime",
         "stallwatch.offline.ops imports stallwatch.runtime.interactions: offline may not import runtime",
+    ]
+
+
+def test_a_lambda_room_importing_the_clis_chart_library_is_caught(tmp_path: Path) -> None:
+    # Given a tree whose Slack adapter draws a chart with matplotlib, and an offline command that does too
+    write_tree(
+        tmp_path,
+        {
+            "stallwatch/__init__.py": "",
+            "stallwatch/aws/__init__.py": "",
+            "stallwatch/aws/slack.py": "def chart():\n    from matplotlib.figure import Figure\n",
+            "stallwatch/offline/__init__.py": "",
+            "stallwatch/offline/plots.py": "from matplotlib.figure import Figure\n",
+            "handlers/__init__.py": "",
+        },
+    )
+    # Then only the adapter's import is wrong
+    assert door_violations(import_graph(tmp_path)) == [
+        "stallwatch.aws.slack imports matplotlib.figure: only offline may, it is not in the Lambda asset"
     ]
 
 

@@ -1,6 +1,7 @@
-"""The per-job alarms' action: decide on the alarm's job and act (stop, alert, audit).
+"""The per-job alarms' action, and the rechecks' target: decide on the job and act (stop, alert, audit).
 
-Invoked directly as a CloudWatch Lambda alarm action, or by the EventBridge "CloudWatch Alarm State Change".
+Invoked directly as a CloudWatch Lambda alarm action, by the EventBridge "CloudWatch Alarm State Change", or by a
+job's one-time EventBridge Scheduler schedule when the engine asked to decide again then (`RecheckEvent`).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from stallwatch.aws.events import AlarmEvent, parse_event
+from stallwatch.aws.events import OnAlarmEvent, RecheckEvent, parse_event
 from stallwatch.aws.observability import logger, metrics, tracer
 from stallwatch.runtime import decide, environment
 
@@ -18,4 +19,8 @@ from stallwatch.runtime import decide, environment
 @metrics.log_metrics
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return decide.handle_alarm(parse_event(event, AlarmEvent), environment.runtime())
+    parsed = parse_event(event, OnAlarmEvent)
+    rt = environment.runtime().invoked_as(context.invoked_function_arn)
+    if isinstance(parsed, RecheckEvent):
+        return decide.handle_recheck(parsed, rt)
+    return decide.handle_alarm(parsed, rt)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from aws_lambda_powertools.utilities.parameters import base as parameters_base
+from slack_sdk.models.blocks import Block, HeaderBlock, SectionBlock
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
@@ -135,6 +138,47 @@ def test_notifier_reports_a_bad_secret_and_an_unreachable_webhook_without_raisin
     results = [notifier.post({"text": "t", "blocks": []}) for _ in range(2)]
     assert not any(r.ok for r in results)
     assert secrets.reads == 1
+
+
+def test_a_secret_fixed_after_a_failed_post_is_read_again_and_a_good_one_stays_cached(slack: SlackReceiver) -> None:
+    # Given a secret saved without its webhook URL
+    secrets = _Secrets({"signing_secret": "s"})
+    notifier = SlackNotifier(secrets, "arn:secret")
+    assert not notifier.post({"text": "t", "blocks": []}).ok
+
+    # When the operator fixes it, Then the next post reads it again and is delivered
+    secrets.secret = {"webhook_url": slack.url}
+    assert notifier.post({"text": "t", "blocks": []}).ok
+    assert secrets.reads == 2
+
+    # And a secret that holds credentials is kept: more posts read nothing more
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 2
+
+
+def test_the_secret_is_read_again_once_five_minutes_have_passed(
+    slack: SlackReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a notifier that read its secret at 12:00 (Powertools' cache reads datetime.now())
+    clock = {"now": datetime(2026, 11, 30, 12, 0, 0)}
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:
+            return clock["now"]
+
+    monkeypatch.setattr(parameters_base, "datetime", Frozen)
+    secrets = _Secrets({"webhook_url": slack.url})
+    notifier = SlackNotifier(secrets, "arn:secret")
+    notifier.post({"text": "t", "blocks": []})
+
+    # When posts follow a minute and then 5 min 1 s later, Then only the second reads the secret again
+    clock["now"] += timedelta(minutes=1)
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 1
+    clock["now"] += timedelta(minutes=4, seconds=1)
+    notifier.post({"text": "t", "blocks": []})
+    assert secrets.reads == 2
 
 
 def test_price_table_covers_the_accelerated_types() -> None:
@@ -304,3 +348,38 @@ def test_a_straggler_alert_names_the_host_and_shows_the_spread() -> None:
     # And the straggler's own log lines come before the other hosts'
     logs = _text(message)
     assert logs.index("*algo-3*") < logs.index("*algo-1*")
+
+
+def test_oversized_text_is_fitted_to_block_kits_limits_and_every_block_is_a_valid_model() -> None:
+    # Given a 512-host straggler, 200 long reasons, a 63-character job name and 5,000-character log lines
+    values = {f"algo-{i}": 1.9 for i in range(1, 513)} | {"algo-7": 3.4}
+    straggler = {"host": "algo-7", "metric": "StepTime", "ratio": 1.79, "others_median": 1.9, "values": values}
+    reasons = tuple(f"reason {i}: " + "x" * 100 for i in range(200))
+    facts = replace(FACTS, name="j" * 63)
+    decision = Decision(
+        facts.name, NOW, Diagnosis.STRAGGLER, Action.ALERT, Mode.ENFORCE, reasons, {"straggler": straggler}
+    )
+    lines = tuple(LogLine(NOW - i, "s", f"line {i} " + "y" * 5000) for i in range(3))
+    signals = JobSignals(facts, NOW, {"algo-7": HostSignals("algo-7", log_tail=lines)})
+
+    # When the alert is rendered
+    evidence = Evidence.of(decision, signals, None)
+    message = AlertMessage(decision, facts, evidence, incident="incident#1", deployment=DEPLOYMENT).render()
+
+    # Then every block is one slack_sdk's models take and check as it is (its limits: section text 3,000 characters,
+    # header 150, 10 fields, button values 2,000, at most 50 blocks)
+    assert len(message["blocks"]) <= 50
+    for block in message["blocks"]:
+        assert Block.parse(block).to_dict() == block
+    sections = {b["text"]["text"].split("\n", 1)[0]: b["text"]["text"] for b in message["blocks"] if "text" in b}
+    # And the cut text says so, code blocks stay closed, the slowest hosts and the newest log line stay in
+    why = next(text for head, text in sections.items() if head == "*Why*")
+    assert (len(why), why[-1]) == (SectionBlock.text_max_length, "…")
+    spread = next(text for head, text in sections.items() if head.startswith("*Straggler*"))
+    assert spread.endswith("```")
+    assert len(spread) <= SectionBlock.text_max_length
+    assert "> algo-7" in spread
+    log = next(text for head, text in sections.items() if head.startswith("*algo-7*"))
+    assert log.endswith("y```")
+    assert len(log) == SectionBlock.text_max_length
+    assert len(message["blocks"][0]["text"]["text"]) <= HeaderBlock.text_max_length

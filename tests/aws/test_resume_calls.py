@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError, ReadTimeoutError
+from botocore.stub import Stubber
 
-from stallwatch.aws.resume import create_training_job, start_instances
+from stallwatch.aws.resume import create_training_job, describe_training_job, start_instances
 
 REQUEST = {"TrainingJobName": "llama-r1", "Tags": []}
 
@@ -48,3 +51,40 @@ def test_a_failed_call_is_returned_with_its_code_and_whether_to_retry(error, cod
         start_instances(SimpleNamespace(ec2=Refusing(error)), ("i-0abc",)),
     ):
         assert (started.ok, started.code, started.transient) == (False, code, transient)
+
+
+def test_a_jobs_tags_are_read_from_every_page_of_list_tags() -> None:
+    # Given a SageMaker client whose ListTags answers in two pages (botocore's Stubber checks each request)
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="s")
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-job/llama"
+    stubber = Stubber(sagemaker)
+    stubber.add_response("describe_training_job", _described(arn), {"TrainingJobName": "llama"})
+    pages = [
+        ({"Tags": [{"Key": "team", "Value": "nlp"}], "NextToken": "t"}, {}),
+        ({"Tags": [{"Key": "stallwatch:mode", "Value": "enforce"}]}, {"NextToken": "t"}),
+    ]
+    for answer, extra in pages:
+        stubber.add_response("list_tags", answer, {"ResourceArn": arn, **extra})
+
+    # When the job is described
+    with stubber:
+        described, tags = describe_training_job(SimpleNamespace(sagemaker=sagemaker), "llama")
+
+    # Then the tags of both pages are the job's, one call a page
+    stubber.assert_no_pending_responses()
+    assert (described["TrainingJobArn"], tags) == (arn, {"team": "nlp", "stallwatch:mode": "enforce"})
+
+
+def _described(arn: str) -> dict[str, Any]:
+    """The fields DescribeTrainingJob always answers with."""
+    return {
+        "TrainingJobName": "llama",
+        "TrainingJobArn": arn,
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://bucket/out/model.tar.gz"},
+        "TrainingJobStatus": "InProgress",
+        "SecondaryStatus": "Training",
+        "AlgorithmSpecification": {"TrainingInputMode": "File"},
+        "ResourceConfig": {"InstanceType": "ml.p4d.24xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 86_400},
+        "CreationTime": datetime(2026, 11, 30, tzinfo=UTC),
+    }

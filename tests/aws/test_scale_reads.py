@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import boto3
 import pytest
+from botocore.stub import Stubber
 
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
@@ -158,12 +160,34 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     # When the tails are read
     tails = log_reads.read_tails(rt.clients.logs, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
 
-    # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence
+    # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence (each
+    # window held on its page: no third read for the notable lines)
     assert calls == ["FilterLogEvents", "FilterLogEvents"]
     assert tails["algo-1"].lines[-1].message == "algo-1 step 0"
     assert tails["algo-1"].last_t == pytest.approx(world.now, abs=0.001)
     assert tails["algo-3"].lines[-1].message == "algo-3 step 40"
     assert tails["algo-3"].last_t == pytest.approx(world.now - 40 * MINUTE, abs=0.001)
+
+
+def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, world: World) -> None:
+    # Given 63 hosts writing a line a minute for 3 hours (more than a page of FilterLogEvents) and one that died 10
+    # minutes ago with a CUDA error, and no sweep yet (no freshness known: the quiet window reaches to the lookback)
+    hosts = [f"algo-{i}" for i in range(1, 65)]
+    for host in hosts[:-1]:
+        world.logs("big", host, [(m, f"{host} step {m}") for m in range(179, -1, -1)])
+    crash = "[rank504]: RuntimeError: CUDA error: an illegal memory access was encountered"
+    world.logs("big", hosts[-1], [(m, f"{hosts[-1]} step {m}") for m in range(179, 10, -1)] + [(10, crash)])
+    calls = []
+    rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
+
+    # When the tails are read
+    tails = log_reads.read_tails(rt.clients.logs, "big", hosts, {}, world.now)
+
+    # Then the dead host's error line is among its notable lines, in three FilterLogEvents calls whatever the noise
+    # (the quiet window's page could not hold three hours of it: the third read asks for the notable lines alone)
+    assert [line.message for line in tails[hosts[-1]].notable] == [crash]
+    assert tails[hosts[-1]].notable[0].pattern == "illegal_memory_access"
+    assert calls == ["FilterLogEvents"] * 3
 
 
 def test_a_claim_reads_the_state_and_holds_off_a_second_reader_until_it_runs_out(rt) -> None:
@@ -217,25 +241,27 @@ def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
 
 
 def test_metric_reads_keep_every_page() -> None:
-    # Given a CloudWatch that answers a SEARCH in two pages
-    class CloudWatch:
-        def __init__(self) -> None:
-            self.requests: list[dict] = []
-
-        def get_metric_data(self, **request: object) -> dict:
-            self.requests.append(request)
-            ts = datetime.fromtimestamp(60 * (len(self.requests)), UTC)
-            page = {"MetricDataResults": [{"Id": "q0", "Label": "j algo-1", "Timestamps": [ts], "Values": [1.0]}]}
-            return page | ({"NextToken": "t"} if len(self.requests) == 1 else {})
-
+    # Given a CloudWatch client that answers a SEARCH in two pages (botocore's Stubber checks each request)
+    cloudwatch = boto3.client("cloudwatch", region_name="us-east-1", aws_access_key_id="a", aws_secret_access_key="s")
     search = SearchRef("ns", "m", ("JobName", "Host"), (("JobName", "j"),), "Sum", "label")
-    cloudwatch = CloudWatch()
+    request = {
+        "MetricDataQueries": [search.query("q0", 60)],
+        "StartTime": datetime.fromtimestamp(0, UTC),
+        "EndTime": datetime.fromtimestamp(600, UTC),
+        "ScanBy": "TimestampAscending",
+    }
+    stubber = Stubber(cloudwatch)
+    for page, extra_request, extra_answer in ((1, {}, {"NextToken": "t"}), (2, {"NextToken": "t"}, {})):
+        result = {"Id": "q0", "Label": "j algo-1", "Timestamps": [datetime.fromtimestamp(60 * page, UTC)]}
+        answer = {"MetricDataResults": [result | {"Values": [1.0]}], **extra_answer}
+        stubber.add_response("get_metric_data", answer, request | extra_request)
 
     # When it is read
-    found = metric_reads.read_metrics(cloudwatch, [search], 0, 600)
+    with stubber:
+        found = metric_reads.read_metrics(cloudwatch, [search], 0, 600)
 
-    # Then both pages' points are in the one series, oldest first
-    assert len(cloudwatch.requests) == 2
+    # Then both pages were asked for, one call each, and their points are in the one series, oldest first
+    stubber.assert_no_pending_responses()
     assert found[search]["j algo-1"].points == ((60.0, 1.0), (120.0, 1.0))
 
 

@@ -18,7 +18,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from stallwatch.core.log_patterns import match
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
 
 WINDOW_S = 60.0  # the agent's emission window and CloudWatch's 1-minute period
@@ -48,6 +47,7 @@ class SignalsBuilder:
     _job: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _host_agent: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _gpu: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    _memory: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _logs: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
     _step: float = 0.0
     _last_step_t: float | None = None
@@ -133,12 +133,20 @@ class SignalsBuilder:
             self._gpu[host].extend((t, percent) for t in _grid(start, end, every))
         return self
 
+    def gpu_memory(
+        self, start: float, end: float, percent: float, hosts: Iterable[str] | None = None, every: float = WINDOW_S
+    ) -> SignalsBuilder:
+        """Host GPU memory utilization, per device."""
+        for host in self._pick(hosts):
+            self._memory[host].extend((t, percent) for t in _grid(start, end, every))
+        return self
+
     # --- logs -------------------------------------------------------------------------------------------------------
 
     def log(self, t: float, message: str, host: str | None = None) -> SignalsBuilder:
         """One log line on `host` (default: the first host)."""
         host = host or self.host_names[0]
-        self._logs[host].append(LogLine(t, f"{self.name}/{host}-1700000000", message, match(message)))
+        self._logs[host].append(LogLine.read(t, f"{self.name}/{host}-1700000000", message))
         return self
 
     def logs(
@@ -186,10 +194,12 @@ class SignalsBuilder:
             hosts[host] = HostSignals(
                 host=host,
                 gpu_util=cut(self._gpu[host]),
+                gpu_mem_util=cut(self._memory[host]),
                 agent=agent,
                 log_last_t=lines[-1].t if lines else None,
                 log_tail=tuple(lines[-20:]),
                 error_lines=tuple(line for line in lines if line.pattern)[-10:],
+                marker_lines=tuple(line for line in lines if line.marker)[-10:],
             )
         return JobSignals(
             facts=self.facts(), now=now, hosts=hosts, agent={name: cut(p) for name, p in self._job.items()}

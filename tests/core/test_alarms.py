@@ -121,11 +121,13 @@ def test_accelerated_families_are_told_by_name_and_unlisted_types_count_one_devi
     assert instance_spec(instance_type).devices == 1  # a homogeneous job of any unlisted type is watched as before
 
 
-@pytest.mark.parametrize(("agreement", "periods"), [(2 / 3, 14), (1.0, 20)])
-def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window(agreement: float, periods: int) -> None:
-    # Given a p4d job (8 GPUs) and idle after 20 min at 5 % per device, 60 s periods; the evidence ladder may decide
-    # after `agreement_fraction` of it
-    thresholds = {"idle_minutes": 20, "idle_gpu_percent": 5, "agreement_fraction": agreement}
+@pytest.mark.parametrize(("confirm", "periods"), [(3.0, 3), (4.5, 5)])
+def test_sagemaker_gpu_idle_normalizes_by_gpu_count_and_fires_when_evidence_may_first_decide(
+    confirm: float, periods: int
+) -> None:
+    # Given a p4d job (8 GPUs), idle at 5 % per device, 60 s periods; conclusive evidence (a dead rank's GPUs going
+    # idle while the others spin) decides after `crash_confirm_minutes`
+    thresholds = {"idle_minutes": 20, "idle_gpu_percent": 5, "crash_confirm_minutes": confirm}
     policy = Policy(thresholds=thresholds).for_job({})
 
     # When the gpu-idle alarm of algo-2 is rendered
@@ -133,8 +135,8 @@ def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window(agreeme
         "stallwatch-sagemaker.llm-pretrain-7b.gpu-idle.algo-2"
     ]
 
-    # Then it divides the host's summed utilization by 8 and fires at the ladder's first rung: 14 of 14 low minutes
-    # (2/3 of 20, rounded up), or 20 of 20 when the ladder is off
+    # Then it divides the host's summed utilization by 8 and fires after `crash_confirm_minutes` of low minutes
+    # (rounded up to whole periods); the engine names the later rungs itself (`Decision.recheck_at`)
     stat, expression = alarm["Metrics"]
     assert stat["MetricStat"]["Metric"] == {
         "Namespace": contract.SAGEMAKER_NAMESPACE,
@@ -148,6 +150,16 @@ def test_sagemaker_gpu_idle_normalizes_by_gpu_count_over_the_idle_window(agreeme
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5.0, "LessThanThreshold")
 
 
+def test_gpu_memory_alarm_takes_a_host_without_datapoints_for_one_that_let_go() -> None:
+    # Given a SageMaker job's gpu-memory alarm / Then a vanished host (no datapoint at all) breaches it, as a host
+    # whose processes let go of their GPU memory does
+    alarm = by_name(alarms.render_alarms(sagemaker_job(), Policy().for_job({}), PREFIX, []))[
+        "stallwatch-sagemaker.llm-pretrain-7b.gpu-memory.algo-2"
+    ]
+    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["EvaluationPeriods"] == alarms.GPU_MEMORY_PERIODS
+
+
 def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:
     # Given a job tagged with a 45-minute stall threshold and 30 s high-resolution periods
     policy = Policy(thresholds={"alarm_period_seconds": 30}).for_job({"stallwatch:stall-minutes": "45"})
@@ -157,15 +169,16 @@ def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:
         "stallwatch-sagemaker.llm-pretrain-7b.progress"
     ]
 
-    # Then Steps and PhaseBudgetRemaining feed one expression, missing data breaches, over 60 periods (2/3 of 45 min:
-    # the evidence ladder's first rung; a lone signal is re-decided at the full 45)
+    # Then Steps and PhaseBudgetRemaining feed one expression, missing data breaches, over 6 periods (the 3 minutes
+    # of `crash_confirm_minutes`, when conclusive evidence may first decide; the engine names each later rung, the
+    # 45-minute stall threshold too, as a recheck)
     metrics = {m["Id"]: m for m in alarm["Metrics"]}
     assert metrics["m1"]["MetricStat"]["Metric"]["MetricName"] == "Steps"
     assert metrics["m1"]["MetricStat"]["Stat"] == "Sum"
     assert metrics["m2"]["MetricStat"]["Metric"]["MetricName"] == "PhaseBudgetRemaining"
     assert metrics["e1"]["Expression"] == "IF(FILL(m2, 0) > 0, 1, m1)"
     assert alarm["TreatMissingData"] == "breaching"
-    assert alarm["EvaluationPeriods"] == 60
+    assert alarm["EvaluationPeriods"] == 6
     assert metrics["m1"]["MetricStat"]["Period"] == 30
 
 
@@ -207,8 +220,8 @@ def test_mode_off_renders_no_alarms() -> None:
 
 
 def test_evaluation_window_is_capped_at_one_day() -> None:
-    # Given an idle threshold of two days (by tag)
-    policy = Policy().for_job({"stallwatch:idle-minutes": "2880"})
+    # Given a confirmation of two days (by tag)
+    policy = Policy().for_job({"stallwatch:crash-confirm-minutes": "2880"})
 
     # When the gpu-idle alarm is rendered
     alarm = by_name(alarms.render_alarms(sagemaker_job(hosts=1), policy, PREFIX, []))[

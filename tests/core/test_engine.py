@@ -40,6 +40,21 @@ def hung(platform: Platform = Platform.SAGEMAKER, hosts: int = 2, end: float = 3
     )
 
 
+def stuck(platform: Platform = Platform.SAGEMAKER, hosts: int = 2, end: float = 3 * HOUR) -> SignalsBuilder:
+    """The agent's steps stop at ONSET; GPU utilization falls to 40% and power drops: two signals agree (no step, GPU
+    activity fallen on every host), but not the spinning collective of `hung` (GPUs busy)."""
+    return (
+        SignalsBuilder(hosts=hosts, platform=platform)
+        .progress(0, ONSET)
+        .no_progress(ONSET, end)
+        .gpu(0, ONSET, 99.0)
+        .gpu(ONSET, end, 40.0)
+        .power(0, ONSET, 350.0)
+        .power(ONSET, end, 110.0)
+        .logs(0, end, 30)
+    )
+
+
 def idle_without_agent(platform: Platform = Platform.SAGEMAKER, hosts: int = 2, end: float = 3 * HOUR):
     """No agent: GPUs busy and logs flowing until ONSET, then GPUs idle and logs silent."""
     return SignalsBuilder(hosts=hosts, platform=platform).gpu(0, ONSET, 97.0).gpu(ONSET, end, 0.5).logs(0, ONSET, 30)
@@ -88,11 +103,33 @@ def test_hang_with_busy_gpus_and_dropped_power_is_a_hang(platform: Platform) -> 
 
 def test_no_step_and_power_fallen_on_every_host_agree_after_two_thirds_of_the_threshold() -> None:
     # Given steps stopped at ONSET and power fell on both hosts: two independent signals agree
-    # When 9 minutes have passed / Then not yet; at 11 (past 2/3 of 15) it is a hang
-    assert diagnose(hung(), ONSET + 9 * MIN).diagnosis is Diagnosis.HEALTHY
-    decision = diagnose(hung(), ONSET + 11 * MIN)
+    # When 9 minutes have passed / Then not yet, and the decision names the time they agree
+    early = diagnose(stuck(), ONSET + 9 * MIN)
+    assert early.diagnosis is Diagnosis.HEALTHY
+    assert early.recheck_at == pytest.approx(ONSET + 10 * MIN)
+    # When 11 (past 2/3 of 15) / Then a hang, with the normal grace
+    decision = diagnose(stuck(), ONSET + 11 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
     assert "10.0 min as GPU activity fell on every host too" in decision.reasons[0]
+    assert decision.recheck_at == pytest.approx(ONSET + 16 * MIN)  # the stop, 5 minutes after the warning
+
+
+def test_a_collective_spinning_on_every_host_decides_after_crash_confirm_with_the_short_grace() -> None:
+    # Given steps stopped at ONSET, GPUs still busy at 99% and power fell on both hosts: three signals agree
+    # When 2 minutes have passed / Then not yet, and the decision names the time it will be decisive
+    early = diagnose(hung(), ONSET + 2 * MIN)
+    assert early.diagnosis is Diagnosis.HEALTHY
+    assert early.recheck_at == pytest.approx(ONSET + 3 * MIN)
+    # When 3 minutes (crash_confirm_minutes) / Then a hang, warned with the 2-minute grace of conclusive evidence
+    decisions, state = run(hung(), [ONSET + 3 * MIN, ONSET + 4.9 * MIN, ONSET + 5 * MIN])
+    assert [(d.diagnosis, d.action) for d in decisions] == [
+        (Diagnosis.HANG, Action.WARN),
+        (Diagnosis.HANG, Action.NONE),
+        (Diagnosis.HANG, Action.STOP),
+    ]
+    assert "a collective spins on every host" in decisions[0].reasons[0]
+    assert decisions[0].recheck_at == pytest.approx(ONSET + 5 * MIN)
+    assert state.stopped_at == ONSET + 5 * MIN
 
 
 def test_no_step_alone_waits_the_full_threshold_and_asks_to_be_decided_again() -> None:
@@ -180,10 +217,10 @@ def test_fatal_error_on_one_host_while_the_others_spin_is_a_crashed_rank(others_
     crashed = builder.host_names[2]
     builder.log(ONSET + 10, "Traceback (most recent call last):", crashed)
     builder.log(ONSET + 10, "RuntimeError: CUDA error: an illegal memory access was encountered", crashed)
-    # When the error is 4 minutes old / Then not yet (confirmation: 5 minutes without a step)
-    assert diagnose(builder, ONSET + 10 + 4 * MIN).diagnosis is Diagnosis.HEALTHY
-    # When it is 5 minutes old / Then a crashed rank, with that host's error lines as evidence
-    decision = diagnose(builder, ONSET + 10 + 5 * MIN)
+    # When the error is 2 minutes old / Then not yet (confirmation: 3 minutes without a step)
+    assert diagnose(builder, ONSET + 10 + 2 * MIN).diagnosis is Diagnosis.HEALTHY
+    # When it is 3 minutes old / Then a crashed rank, with that host's error lines as evidence
+    decision = diagnose(builder, ONSET + 10 + 3 * MIN)
     assert decision.diagnosis is Diagnosis.CRASHED_RANK
     assert decision.action is Action.WARN
     assert f"{crashed}: illegal_memory_access, traceback" in decision.reasons[0]
@@ -272,10 +309,10 @@ def test_a_cpu_only_group_without_gpu_data_does_not_slow_the_agents_hang_decisio
     builder = SignalsBuilder(hosts=3, host_types=WITH_DATA_GROUP).progress(0, ONSET).no_progress(ONSET, 3 * HOUR)
     builder.gpu(0, 3 * HOUR, 99.0, hosts=GPU_HOSTS).logs(0, 3 * HOUR, 30)
     builder.power(0, ONSET, 350.0, hosts=GPU_HOSTS).power(ONSET, 3 * HOUR, 110.0, hosts=GPU_HOSTS)
-    # When 11 min have passed / Then the two signals agree as on an all-GPU job
-    decision = diagnose(builder, ONSET + 11 * MIN)
+    # When 4 min have passed / Then the collective spins on every GPU host, as on an all-GPU job
+    decision = diagnose(builder, ONSET + 4 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
-    assert "fell on every host too" in decision.reasons[0]
+    assert "a collective spins on every host" in decision.reasons[0]
 
 
 def test_a_job_without_gpus_is_never_taken_for_idle_gpus() -> None:
@@ -561,14 +598,14 @@ def test_job_not_in_progress_is_finished(status: str) -> None:
 
 
 def test_off_mode_does_nothing_even_for_a_hang() -> None:
-    decision = diagnose(hung(), ONSET + HOUR, policy(Mode.OFF))
+    decision = diagnose(stuck(), ONSET + HOUR, policy(Mode.OFF))
     assert decision.diagnosis is Diagnosis.HANG
     assert (decision.action, decision.would) == (Action.NONE, Action.NONE)
 
 
 def test_observe_mode_audits_what_enforce_would_do() -> None:
     times = [ONSET + m * MIN for m in (16, 18, 21, 26)]
-    decisions, state = run(hung(), times, policy(Mode.OBSERVE))
+    decisions, state = run(stuck(), times, policy(Mode.OBSERVE))
     assert [(d.action, d.would) for d in decisions] == [
         (Action.AUDIT, Action.WARN),
         (Action.NONE, Action.WARN),
@@ -579,13 +616,13 @@ def test_observe_mode_audits_what_enforce_would_do() -> None:
 
 
 def test_notify_mode_alerts_once_with_what_enforce_would_do() -> None:
-    decisions, _ = run(hung(), [ONSET + 16 * MIN, ONSET + 18 * MIN], policy(Mode.NOTIFY))
+    decisions, _ = run(stuck(), [ONSET + 16 * MIN, ONSET + 18 * MIN], policy(Mode.NOTIFY))
     assert [(d.action, d.would) for d in decisions] == [(Action.ALERT, Action.WARN), (Action.NONE, Action.WARN)]
 
 
 def test_enforce_warns_then_stops_after_the_grace_period() -> None:
     times = [ONSET + m * MIN for m in (16, 18, 20.9, 21, 26)]
-    decisions, state = run(hung(), times)
+    decisions, state = run(stuck(), times)
     assert [d.action for d in decisions] == [Action.WARN, Action.NONE, Action.NONE, Action.STOP, Action.NONE]
     assert state.warned_at == ONSET + 16 * MIN
     assert state.stopped_at == ONSET + 21 * MIN
@@ -594,7 +631,7 @@ def test_enforce_warns_then_stops_after_the_grace_period() -> None:
 
 def test_enforce_without_the_stop_tag_alerts_once_and_never_stops() -> None:
     effective = Policy(mode=Mode.ENFORCE, stop_requires_tag=True).for_job({})
-    decisions, state = run(hung(), [ONSET + m * MIN for m in (16, 30, 60)], effective)
+    decisions, state = run(stuck(), [ONSET + m * MIN for m in (16, 30, 60)], effective)
     assert [d.action for d in decisions] == [Action.ALERT, Action.NONE, Action.NONE]
     assert "not tagged stallwatch:mode=enforce" in decisions[0].reasons[-1]
     assert (state.warned_at, state.stopped_at) == (None, None)
@@ -602,7 +639,7 @@ def test_enforce_without_the_stop_tag_alerts_once_and_never_stops() -> None:
 
 def test_recovery_during_grace_cancels_the_stop() -> None:
     # Given a warned hang that resumes stepping before the grace ends
-    builder = hung(end=ONSET + 18 * MIN).progress(ONSET + 18 * MIN, 3 * HOUR).logs(ONSET, 3 * HOUR, 30)
+    builder = stuck(end=ONSET + 18 * MIN).progress(ONSET + 18 * MIN, 3 * HOUR).logs(ONSET, 3 * HOUR, 30)
     decisions, state = run(builder, [ONSET + 16 * MIN, ONSET + 21 * MIN])
     assert [(d.diagnosis, d.action) for d in decisions] == [
         (Diagnosis.HANG, Action.WARN),
@@ -617,7 +654,7 @@ def test_snoozed_stall_is_audited_once_and_warned_afresh_when_the_snooze_ends() 
     warned = JobState(stall_since=ONSET + 16 * MIN, warned_at=ONSET + 16 * MIN, alerted=("hang",))
     state = warned.with_(snoozed_until=ONSET + 60 * MIN)
     times = [ONSET + m * MIN for m in (25, 40, 61, 63, 66)]
-    decisions, state = run(hung(), times, state=state)
+    decisions, state = run(stuck(), times, state=state)
     # Then nothing while snoozed (already alerted); a fresh warning when it ends; the stop only after a new grace
     assert [d.action for d in decisions] == [Action.NONE, Action.NONE, Action.WARN, Action.NONE, Action.STOP]
     assert "snoozed until" in decisions[0].reasons[-1]
@@ -626,22 +663,22 @@ def test_snoozed_stall_is_audited_once_and_warned_afresh_when_the_snooze_ends() 
 
 def test_stall_first_seen_while_snoozed_is_audited_once_never_warned() -> None:
     state = JobState(snoozed_until=ONSET + 3 * HOUR)
-    decisions, state = run(hung(), [ONSET + m * MIN for m in (16, 21, 40)], state=state)
+    decisions, state = run(stuck(), [ONSET + m * MIN for m in (16, 21, 40)], state=state)
     assert [d.action for d in decisions] == [Action.AUDIT, Action.NONE, Action.NONE]
     assert (state.warned_at, state.stopped_at) == (None, None)
 
 
 def test_snooze_in_notify_mode_mutes_alerts_to_an_audit() -> None:
     state = JobState(snoozed_until=ONSET + 2 * HOUR)
-    decision = diagnose(hung(), ONSET + 16 * MIN, policy(Mode.NOTIFY), state)
+    decision = diagnose(stuck(), ONSET + 16 * MIN, policy(Mode.NOTIFY), state)
     assert (decision.action, decision.would) == (Action.AUDIT, Action.WARN)
 
 
 def test_threshold_factor_scales_the_stall_threshold() -> None:
     # Given an operator said "not stalled" once: thresholds doubled
     state = JobState(threshold_factor=2.0)
-    assert diagnose(hung(), ONSET + 16 * MIN, state=state).diagnosis is Diagnosis.HEALTHY
-    decision = diagnose(hung(), ONSET + 31 * MIN, state=state)
+    assert diagnose(stuck(), ONSET + 16 * MIN, state=state).diagnosis is Diagnosis.HEALTHY
+    decision = diagnose(stuck(), ONSET + 31 * MIN, state=state)
     assert decision.diagnosis is Diagnosis.HANG
     assert decision.evidence["agent"]["stall_threshold_s"] == pytest.approx(30 * MIN)
 
@@ -654,7 +691,7 @@ def test_threshold_factor_scales_idle_and_log_silence_too() -> None:
 
 def test_tag_errors_are_carried_into_the_evidence() -> None:
     effective = Policy().for_job({"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "soon"})
-    decision = diagnose(hung(), ONSET + 16 * MIN, effective)
+    decision = diagnose(stuck(), ONSET + 16 * MIN, effective)
     assert decision.evidence["tag_errors"] == [
         "stallwatch:stall-minutes='soon': " + effective.tag_errors[0].split(": ", 1)[1]
     ]
@@ -694,7 +731,7 @@ def test_default_policy_stops_an_idle_job_without_agent_within_30_minutes(offset
 
 
 def test_next_state_records_the_incident_and_keeps_its_start() -> None:
-    decisions, state = run(hung(), [ONSET + 16 * MIN, ONSET + 18 * MIN])
+    decisions, state = run(stuck(), [ONSET + 16 * MIN, ONSET + 18 * MIN])
     assert state.stall_since == ONSET + 16 * MIN
     assert state.warned_at == ONSET + 16 * MIN
     assert state.alerted == ("hang",)

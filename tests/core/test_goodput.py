@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from stallwatch.core.goodput import Category, JobSpan, Window, measure_goodput
+from stallwatch.core.goodput import Category, JobSpan, Window, measure_goodput, run_timeline
 from stallwatch.core.pricing import instance_spec
 
 TYPE = "ml.p4d.24xlarge"  # 8 GPUs, priced
@@ -79,6 +81,22 @@ def test_the_split_of_a_known_run() -> None:
     assert goodput.ratio == pytest.approx(2460 / 6000)
     assert (goodput.jobs, goodput.restarts, goodput.stalls_caught) == (("llama", "llama-r1"), 1, 1)
     assert (goodput.redone_steps, goodput.final_step) == (60, 410)
+
+
+def test_the_timeline_is_the_split_in_time_covering_the_run_once() -> None:
+    # Given the known run, When its timeline is taken
+    segments = run_timeline(known_run())
+
+    # Then it covers the run from the first creation to the last end, each second once, in time order
+    assert (segments[0].start, segments[-1].end) == (0.0, 6000.0)
+    assert all(a.end == pytest.approx(b.start) for a, b in itertools.pairwise(segments))
+    # And its seconds per category are the totals; the gap between the jobs is the only time no job holds instances
+    goodput = measure_goodput("llama", known_run())
+    per_category = {c: sum(s.seconds for s in segments if s.category is c) for c in Category}
+    assert per_category == pytest.approx({c: t.seconds for c, t in goodput.totals.items()})
+    unheld = [(s.attempt, s.start, s.end, s.category) for s in segments if not s.held]
+    assert unheld == [(0, 4000.0, 4300.0, Category.RESTART_GAPS)]
+    assert {s.attempt for s in segments if s.start >= 4300} == {1}
 
 
 def test_gpu_hours_and_dollars_count_only_while_instances_are_held() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from stallwatch.core import log_patterns
 from stallwatch.core.log_patterns import PATTERN_NAMES, match
 
 FATAL_LINES = [
@@ -107,3 +108,46 @@ def test_specific_pattern_wins_over_the_traceback_it_comes_with() -> None:
     event = "Traceback (most recent call last):\n  File 'train.py', line 9\ntorch.OutOfMemoryError: CUDA out of memory."
     # Then the specific cause names it
     assert match(event) == "cuda_oom"
+
+
+CHECKPOINT_LINES = [
+    ("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500", "checkpoint_start"),  # Hugging Face Trainer
+    ("[Torch] Checkpoint global_step1200 is about to be saved!", "checkpoint_start"),  # DeepSpeed
+    ("[Torch] Checkpoint global_step1200 is ready now!", "checkpoint_end"),
+    ("saving checkpoint at iteration    1000 to /fsx/ckpt", "checkpoint_start"),  # Megatron-LM
+    ("  successfully saved checkpoint at iteration    1000 to /fsx/ckpt", "checkpoint_end"),
+    ("Saving the checkpoint (or staging if async is enabled).", "checkpoint_start"),  # torchtitan
+    ("Finished saving the checkpoint (or staging if async is enabled)in 12.31 seconds.", "checkpoint_end"),
+    ("checkpoint saved to s3://bucket/run-7/step-12000", "checkpoint_end"),
+    ("Epoch 0, global step 100: 'val_loss' reached 0.50, saving model to '/ckpt/e0.ckpt' as top 1", "checkpoint_start"),
+]
+NOT_MARKERS = [
+    "gradient_checkpointing=True",
+    "Loading checkpoint shards: 100%|##########| 4/4",
+    "resuming from checkpoint step 1200",
+    "step 1200 loss 2.31",
+]
+
+
+@pytest.mark.parametrize(("line", "expected"), CHECKPOINT_LINES)
+def test_checkpoint_start_and_end_lines_are_markers(line: str, expected: str) -> None:
+    assert log_patterns.classify(line) == (None, expected)
+
+
+@pytest.mark.parametrize("line", NOT_MARKERS)
+def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
+    assert log_patterns.classify(line) == (None, None)
+
+
+@pytest.mark.parametrize("line", [line for line, _ in FATAL_LINES + CHECKPOINT_LINES])
+def test_the_server_side_filter_keeps_every_line_the_patterns_name(line: str) -> None:
+    # Given a fatal or marker line / Then one of the filter's phrases is in it (CloudWatch Logs returns it)
+    assert log_patterns.notable(line)
+
+
+def test_the_filter_pattern_fits_filter_log_events_and_quotes_every_phrase() -> None:
+    # FilterLogEvents takes a filterPattern of at most 1,024 characters (CloudWatch Logs API reference)
+    pattern = log_patterns.FILTER_PATTERN
+    assert len(pattern) <= 1024
+    assert pattern.split(" ?")[0].startswith('?"')
+    assert all('"' not in term for term in log_patterns.FILTER_TERMS)

@@ -24,10 +24,10 @@ from localrun.alarm_loop import AlarmLoop
 from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_metrics import HostMetricsSimulator
 from localrun.host_run import parse_progress
-from localrun.lambda_runtime import LambdaRuntime
+from localrun.lambda_runtime import LambdaRuntime, function_arn
 from localrun.local_aws import LocalAws, scoped_environ
 from localrun.log_shipper import LogShipper
-from localrun.resources import create_resources
+from localrun.resources import ON_ALARM, create_resources
 from localrun.scenarios import COMPRESSED_TAGS, DEMO_ALARM_PERIOD_S, GPUS_PER_HOST, SCENARIOS, HostActivity
 from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.training import TrainingProcess
@@ -271,13 +271,20 @@ def test_runtime_resources_are_what_the_functions_read(aws: None) -> None:
     resources = create_resources(
         boto3.client("dynamodb", region_name="us-east-1"),
         boto3.client("secretsmanager", region_name="us-east-1"),
+        boto3.client("scheduler", region_name="us-east-1"),
         "http://127.0.0.1:9/services/x",
     )
     # When the functions build their runtime from that environment
     with scoped_environ(dict(resources.function_env())):
         runtime = Runtime.from_env()
-    # Then they find the table, the secret with the webhook, and a high-resolution policy
+    # Then they find the table, the secret with the webhook, the recheck group targeting on_alarm, and a
+    # high-resolution policy
     assert runtime.store.table == resources.table_name
+    assert runtime.rechecks is not None
+    assert runtime.rechecks.target.group == resources.recheck_group
+    assert runtime.rechecks.target.function_arn == function_arn(ON_ALARM)
+    groups = boto3.client("scheduler", region_name="us-east-1").list_schedule_groups()["ScheduleGroups"]
+    assert resources.recheck_group in {g["Name"] for g in groups}
     assert runtime.config.policy.thresholds.alarm_period_seconds == DEMO_ALARM_PERIOD_S
     secret = boto3.client("secretsmanager", region_name="us-east-1").get_secret_value(SecretId=resources.secret_arn)
     assert json.loads(secret["SecretString"]) == {"webhook_url": "http://127.0.0.1:9/services/x"}
@@ -314,6 +321,7 @@ def test_the_functions_find_the_recovery_documents_the_demo_creates(aws: None) -
     resources = create_resources(
         boto3.client("dynamodb", region_name="us-east-1"),
         boto3.client("secretsmanager", region_name="us-east-1"),
+        boto3.client("scheduler", region_name="us-east-1"),
         "http://127.0.0.1:9/services/x",
         boto3.client("ssm", region_name="us-east-1"),
     )

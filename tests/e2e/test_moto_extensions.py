@@ -1,6 +1,6 @@
 """The moto extensions the tests, the bench and the demo share: requests served one at a time, SEARCH in
-GetMetricData, the Logs Insights last-event query, and DescribeAlarms' filters and pages (anything else still goes
-to moto's own code)."""
+GetMetricData, the Logs Insights last-event query, DescribeAlarms' filters and pages, and FilterLogEvents' term
+patterns (anything else still goes to moto's own code)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ import boto3
 import moto
 import pytest
 
-from localrun import moto_alarm_filters, moto_ec2, moto_logs_insights, moto_metric_search, moto_threads
+from localrun import (
+    moto_alarm_filters,
+    moto_ec2,
+    moto_logs_filter,
+    moto_logs_insights,
+    moto_metric_search,
+    moto_threads,
+)
 from localrun.resources import create_table
 from stallwatch.aws.store import Store, StoredState
 from stallwatch.core.decision import JobState
@@ -21,6 +28,7 @@ moto_threads.install()
 moto_metric_search.install()
 moto_logs_insights.install()
 moto_alarm_filters.install()
+moto_logs_filter.install()
 
 
 @pytest.fixture(autouse=True)
@@ -191,3 +199,32 @@ def test_start_instances_moves_launch_time_and_times_can_be_set() -> None:
     before = time.time()
     ec2.start_instances(InstanceIds=[instance_id])
     assert described()["LaunchTime"].timestamp() >= int(before)
+
+
+def _log_group_with(lines: list[str]) -> None:
+    logs = boto3.client("logs")
+    logs.create_log_group(logGroupName="/g")
+    logs.create_log_stream(logGroupName="/g", logStreamName="s")
+    now_ms = int(time.time() * 1000)  # CloudWatch Logs refuses events older than 14 days
+    events = [{"timestamp": now_ms + i, "message": line} for i, line in enumerate(lines)]
+    logs.put_log_events(logGroupName="/g", logStreamName="s", logEvents=events)
+
+
+def _filtered(pattern: str) -> list[str]:
+    response = boto3.client("logs").filter_log_events(logGroupName="/g", filterPattern=pattern)
+    return [e["message"] for e in response["events"]]
+
+
+def test_filter_log_events_keeps_lines_holding_any_of_the_question_marked_terms() -> None:
+    # Given a stream of ordinary lines and two fatal ones
+    _log_group_with(["step 1 loss 2.3", "RuntimeError: CUDA error: boom", "step 2 loss 2.2", "Traceback (most"])
+    # When filtered by any of two phrases / Then only the lines holding one come back, case-sensitively
+    assert _filtered('?"CUDA error" ?"Traceback"') == ["RuntimeError: CUDA error: boom", "Traceback (most"]
+    assert _filtered('?"cuda error"') == []
+
+
+def test_filter_log_events_needs_every_plain_term_and_none_excluded() -> None:
+    _log_group_with(["ERROR disk full", "ERROR net down", "WARN disk slow"])
+    assert _filtered("ERROR disk") == ["ERROR disk full"]
+    assert _filtered('ERROR -"net"') == ["ERROR disk full"]
+    assert len(_filtered("")) == 3

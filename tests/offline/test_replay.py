@@ -12,7 +12,7 @@ from stallwatch.core.decision import Action
 from stallwatch.core.policy import Mode, Policy
 from stallwatch.core.trace import Expectation, StatusEvent, Trace
 from stallwatch.offline.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
-from stallwatch.offline.replay import SWEEPER, Verdict, replay, replay_file
+from stallwatch.offline.replay import RECHECK, SWEEPER, Verdict, replay, replay_file
 from stallwatch.offline.trace_file import load_trace, write_trace
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "traces"
@@ -31,11 +31,12 @@ def test_a_hang_is_warned_then_stopped_after_the_grace_period() -> None:
     # When it is replayed under the default replay policy (enforce)
     result = replay(trace)
 
-    # Then a warning comes first, the stop follows at least stop_grace later, within 30 min of the onset
+    # Then a warning comes first, the stop follows at least the grace later (a collective spinning on every host is
+    # conclusive: `confirmed_grace_minutes`), within 30 min of the onset
     actions = [d.decision.action for d in result.decisions]
     assert actions[0] is Action.WARN
     assert actions[-1] is Action.STOP
-    grace_s = Policy().thresholds.stop_grace_minutes * 60
+    grace_s = Policy().thresholds.confirmed_grace_minutes * 60
     assert result.first_stop_s - result.first_warn_s >= grace_s
     assert HANG_ONSET < result.first_stop_s <= HANG_ONSET + 1_800
     assert result.first_alert_s == result.first_warn_s
@@ -119,10 +120,17 @@ def test_a_job_that_completes_is_no_longer_judged() -> None:
     assert result.decisions == ()
 
 
-def test_the_sweeper_confirms_the_stop_after_the_alarm_warned() -> None:
+def test_the_recheck_the_warning_asked_for_stops_at_the_end_of_its_grace() -> None:
+    # Given the hang trace / When replayed
     result = replay(load_trace(HANG))
-    assert result.decisions[0].trigger.endswith(".progress")
-    assert result.decisions[-1].trigger == SWEEPER
+    warn, stop = result.decisions[0], result.decisions[-1]
+    # Then the progress alarm warns, and the recheck the warning named (its grace's end) stops, or a sweep that
+    # came first: never a sweep later than it
+    assert warn.trigger.endswith(".progress")
+    assert stop.trigger in (RECHECK, SWEEPER)
+    grace_s = Policy().thresholds.confirmed_grace_minutes * 60
+    assert warn.decision.recheck_at == pytest.approx(warn.decision.at + grace_s)
+    assert stop.t - warn.t <= grace_s + 90  # the grace, rounded up to Scheduler's minute, and half of its precision
 
 
 def test_cli_replay_json_has_the_documented_fields(capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,16 +260,16 @@ def test_cli_timeline_renders_every_corpus_trace(
     assert "straggler algo-6" in out
 
 
-def test_a_lone_signal_is_rechecked_by_the_sweeper_at_its_full_threshold() -> None:
+def test_a_lone_signal_is_rechecked_at_its_full_threshold() -> None:
     # Given the hang trace without its GPU power (no step is then a lone signal: nothing agrees with it)
     trace = load_trace(HANG)
     no_power = tuple(e for e in trace.events if getattr(e, "metric", None) is None or e.metric.name != "GPUPowerWatts")
     lone = replay(dataclasses.replace(trace, events=no_power))
     agreed = replay(trace)
 
-    # Then the early progress alarm finds it too young; the sweeper decides again once the full 15 minutes have
-    # passed (no alarm fires again), warns, and stops within 30 minutes; with power agreeing, the stop comes sooner
-    assert lone.decisions[0].trigger == SWEEPER
+    # Then the early progress alarm finds it too young; the recheck it asked for decides again once the full 15
+    # minutes have passed (no alarm fires again), warns, and stops within 30 minutes; with power agreeing, sooner
+    assert lone.decisions[0].trigger == RECHECK
     assert lone.first_warn_s - HANG_ONSET >= 15 * 60
     assert HANG_ONSET < lone.first_stop_s <= HANG_ONSET + 1_800
     assert agreed.first_stop_s < lone.first_stop_s

@@ -3,13 +3,10 @@ and when a failed stop is released after the job's state moved on."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from handlers import on_alarm, sweeper
 from stallwatch.aws import actions
-from stallwatch.aws.observability import metrics
 from stallwatch.aws.slack import AlertMessage
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract
@@ -19,20 +16,6 @@ from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_han
 
 JOB = "falcon-40b-sft"
 EXAMPLE_AMI = "ami-12c6146b"  # one of moto's built-in images
-
-
-@pytest.fixture
-def counted(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """The control plane's metrics, by name, as the code adds them."""
-    seen: Counter[str] = Counter()
-    add_metric = metrics.add_metric
-
-    def record(name: str, unit: object, value: float) -> None:
-        seen[name] += int(value)
-        add_metric(name=name, unit=unit, value=value)
-
-    monkeypatch.setattr(metrics, "add_metric", record)
-    return seen
 
 
 def _commit_stop(rt, key: str) -> tuple[JobState, int]:

@@ -343,7 +343,7 @@ def test_slack_429_asking_for_a_long_wait_is_left_to_the_sweeper(rt, world, slac
 def test_throttling_on_any_api_of_a_stop_is_retried(rt, world, slack, context, service, operation) -> None:
     # Given a warned job, and `operation` throttled once (a cold secret, so GetSecretValue is called)
     _warned(rt, world, context)
-    rt.notifier._secret = None
+    rt.notifier.secrets.clear_cache()
     code = "ThrottlingException" if service != "dynamodb" else "ProvisionedThroughputExceededException"
     _inject(getattr(rt.clients, service), operation, code)
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
 from stallwatch.aws.store import job_key
+from stallwatch.runtime import environment
 from tests.fixtures.world import (
     MINUTE,
     World,
@@ -236,6 +237,28 @@ def test_a_run_that_opted_in_gets_its_goodput_on_slack_when_it_ends_once(rt, wor
     assert summary["text"].startswith(f":bar_chart: Run summary: {JOB}: goodput ")
     assert "1 stalls caught" in str(summary["blocks"])
     assert "stalls: " in str(summary["blocks"])
+
+
+def test_the_summary_links_the_job_dashboard_the_stack_names(rt, world, slack, context, monkeypatch) -> None:
+    # Given the functions' environment naming the job dashboard (as the stack sets it), and a run that asked for its
+    # summary, hung and was stopped
+    url = (
+        "https://console.aws.amazon.com/cloudwatch/home?region=us-east-1#dashboards/dashboard/stallwatch-job-us-east-1"
+    )
+    monkeypatch.setenv("JOB_DASHBOARD_URL", url)
+    rt.job_dashboard_url = environment.Runtime.from_env().job_dashboard_url
+    tags = ENFORCE | {"stallwatch:summary": "true"}
+    seed_nccl_hang(world, JOB, tags)
+    stop_for_hang(rt, JOB, context)
+
+    # When it ends
+    on_job_state.handler(job_state_event(JOB, "Stopped", tags=tags), context)
+
+    # Then the summary's last line links that dashboard (the run picked in its Job list) and the report's chart
+    (summary,) = [p for p in slack.posts if p["text"].startswith(":bar_chart: Run summary")]
+    (line,) = summary["blocks"][-1]["elements"]
+    assert f"<{url}|CloudWatch dashboard> (pick `{JOB}` in Job)" in line["text"]
+    assert f"`stallwatch report {JOB} --plot {JOB}.png`" in line["text"]
 
 
 def test_no_summary_unless_asked(rt, world, slack, context) -> None:

@@ -134,7 +134,7 @@ def _payload(
     platform: Platform = Platform.SAGEMAKER,
 ) -> dict[str, Any]:
     facts = JobFacts(job, platform, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
-    buttons = action_buttons(facts, INCIDENT, deployment)
+    buttons = action_buttons(facts, INCIDENT, deployment).to_dict()
     (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
     header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
     return {
@@ -526,7 +526,7 @@ def test_action_buttons_carry_the_job_and_incident() -> None:
     facts = JobFacts("i-0abc12345", Platform.EC2, "InProgress", None, 0.0, "p5.48xlarge", 1, 8, 192)
 
     # When its buttons are rendered
-    block = action_buttons(facts, INCIDENT, DEPLOYMENT)
+    block = action_buttons(facts, INCIDENT, DEPLOYMENT).to_dict()
 
     # Then there are the four buttons, each naming the job, its platform and the incident; Stop asks to confirm
     assert block["block_id"] == ACTIONS_BLOCK_ID

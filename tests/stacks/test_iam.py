@@ -14,6 +14,7 @@ from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from .conftest import as_list, build_app, iam_statements
 
 STOP_ACTIONS = (STOP_TRAINING_JOB, STOP_INSTANCES)
+SAGEMAKER = "sagemaker.amazonaws.com"
 
 
 def _grants(statement: dict[str, Any], action: str) -> bool:
@@ -30,6 +31,15 @@ def _requires_opt_in_tag(statement: dict[str, Any]) -> bool:
         condition.get(operator, {}).get(key) == STOP_OPT_IN_VALUE
         for operator in ("StringEquals", "StringEqualsIgnoreCase")
     )
+
+
+def _passed_to(statement: dict[str, Any]) -> str | None:
+    return statement.get("Condition", {}).get("StringEquals", {}).get("iam:PassedToService")
+
+
+def test_roles_are_passed_only_to_sagemaker_for_resumes_and_to_scheduler_for_rechecks(template: Template) -> None:
+    passes = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
+    assert {_passed_to(s) for s in passes} == {SAGEMAKER, "scheduler.amazonaws.com"}
 
 
 def test_no_statement_has_a_wildcard_action(template: Template) -> None:
@@ -118,7 +128,7 @@ def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(tem
 def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
     # on_job_state resumes and the sweeper retries: each role has the same grants, and no other
     creates = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]
-    passes = [s for s in iam_statements(template) if _grants(s, "iam:PassRole")]
+    passes = [s for s in iam_statements(template) if _grants(s, "iam:PassRole") and _passed_to(s) == SAGEMAKER]
     starts = [s for s in iam_statements(template) if _grants(s, "ec2:StartInstances")]
     assert len(creates) == len(passes) == len(starts) == 2
     for create, passrole, start in zip(creates, passes, starts, strict=True):

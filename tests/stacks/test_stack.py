@@ -9,7 +9,7 @@ from aws_cdk.assertions import Match, Template
 from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
-from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, StallwatchConfig
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
     JOB_METRICS,
@@ -231,3 +231,36 @@ def test_every_output_says_what_it_is_for_and_the_dashboards_are_console_links(
                 ],
             ]
         }
+
+
+def test_the_functions_that_post_the_run_summary_link_the_job_dashboard(
+    template: Template, stack: StallwatchStack
+) -> None:
+    # Given the synthesized functions and the job dashboard
+    functions = template.find_resources("AWS::Lambda::Function")
+    dashboard = template.to_json()["Resources"][logical_id(stack.dashboards.job)]["Properties"]["DashboardName"]
+    console = [
+        "https://",
+        {"Fn::FindInMap": ["ConsoleHosts", {"Ref": "AWS::Partition"}, "host"]},
+        "/cloudwatch/home?region=",
+        {"Ref": "AWS::Region"},
+        "#dashboards/dashboard/",
+    ]
+    # Then on_job_state and the sweeper (which post it) carry the console URL of that very dashboard's name
+    for function in (stack.watchdog.on_job_state, stack.watchdog.sweeper):
+        url = functions[logical_id(function)]["Properties"]["Environment"]["Variables"][JOB_DASHBOARD_URL_ENV]
+        assert _joined(url["Fn::Join"][1]) == _joined([*console, *dashboard["Fn::Join"][1]])
+    # And on_alarm, which posts none, does not
+    on_alarm = functions[logical_id(stack.watchdog.on_alarm)]["Properties"]["Environment"]["Variables"]
+    assert JOB_DASHBOARD_URL_ENV not in on_alarm
+
+
+def _joined(parts: list) -> list:
+    """An Fn::Join's parts with adjacent strings merged, as CDK merges them."""
+    merged: list = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return merged

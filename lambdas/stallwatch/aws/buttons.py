@@ -1,6 +1,6 @@
 """The buttons on a Slack warning or alert (Block Kit), and what each carries back when pressed.
 
-blocks.append(action_buttons(facts, incident_id, rt.deployment_id))   # the alert builder adds them
+blocks.append(action_buttons(facts, incident_id, rt.deployment_id))   # an ActionsBlock: the alert builder adds it
 ButtonValue.model_validate_json(press["value"])                       # the endpoint reads them back
 
 Every value names its deployment, so an endpoint refuses the buttons of another Stallwatch's alerts (another
@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from slack_sdk.models.blocks import ActionsBlock, ButtonElement, ConfirmObject, MarkdownTextObject, PlainTextObject
 
 from stallwatch.aws.events import EC2_INSTANCE_ID, SAGEMAKER_JOB_NAME
 from stallwatch.core.clusters import JOB_NAME
@@ -70,31 +70,26 @@ class ButtonValue(BaseModel):
         return self
 
 
-def action_buttons(job: JobFacts, incident_id: str | None, deployment: str) -> dict[str, Any]:
+def action_buttons(job: JobFacts, incident_id: str | None, deployment: str) -> ActionsBlock:
     """The actions block appended to a warning or alert: Snooze 1 h, Snooze 4 h, Stop now, Not stalled."""
     value = ButtonValue(
         deployment=deployment, job=job.name, platform=job.platform, incident=incident_id
     ).model_dump_json()
-    elements = []
-    for action, label in BUTTON_LABELS.items():
-        button: dict[str, Any] = {
-            "type": "button",
-            "action_id": action.value,
-            "text": {"type": "plain_text", "text": label},
-            "value": value,
-        }
-        if action is OperatorAction.STOP_NOW:
-            button["style"] = "danger"
-            button["confirm"] = {
-                "title": {"type": "plain_text", "text": "Stop this job?"},
-                "text": {
-                    "type": "mrkdwn",
-                    "text": f"Stop `{job.name}` now? Its progress since the last checkpoint is lost.",
-                },
-                "confirm": {"type": "plain_text", "text": "Stop it"},
-                "deny": {"type": "plain_text", "text": "Cancel"},
-            }
-        elif action is OperatorAction.NOT_STALLED:
-            button["style"] = "primary"
-        elements.append(button)
-    return {"type": "actions", "block_id": ACTIONS_BLOCK_ID, "elements": elements}
+    confirm_stop = ConfirmObject(
+        title=PlainTextObject(text="Stop this job?"),
+        text=MarkdownTextObject(text=f"Stop `{job.name}` now? Its progress since the last checkpoint is lost."),
+        confirm=PlainTextObject(text="Stop it"),
+        deny=PlainTextObject(text="Cancel"),
+    )
+    styles = {OperatorAction.STOP_NOW: "danger", OperatorAction.NOT_STALLED: "primary"}
+    elements = [
+        ButtonElement(
+            text=PlainTextObject(text=label),
+            action_id=action.value,
+            value=value,
+            style=styles.get(action),
+            confirm=confirm_stop if action is OperatorAction.STOP_NOW else None,
+        )
+        for action, label in BUTTON_LABELS.items()
+    ]
+    return ActionsBlock(block_id=ACTIONS_BLOCK_ID, elements=elements)

@@ -57,6 +57,10 @@ class AwsClients:
         return self._client("secretsmanager")
 
     @cached_property
+    def scheduler(self) -> Any:
+        return self._client("scheduler")
+
+    @cached_property
     def ssm(self) -> Any:
         return self._client("ssm")
 

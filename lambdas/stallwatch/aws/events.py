@@ -3,6 +3,8 @@
 - `JobStateEvent`: EventBridge "SageMaker Training Job State Change" or "EC2 Instance State-change Notification".
 - `AlarmEvent`: a CloudWatch alarm's direct Lambda action, or the EventBridge "CloudWatch Alarm State Change".
 - `ScheduledEvent`: the sweeper's EventBridge schedule.
+- `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
+- `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -10,16 +12,30 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.core import contract
+from stallwatch.core.clusters import JOB_NAME as EC2_JOB_NAME
+from stallwatch.core.signals import Platform
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
 EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
@@ -40,6 +56,8 @@ ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2}
 AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
 SAGEMAKER_JOB_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 EC2_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
+RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave
 
 
 class InvalidEventError(ValueError):
@@ -171,8 +189,43 @@ class ScheduledEvent(EventBridgeModel):
     detail: dict[str, Any] | str = Field(default_factory=dict)
 
 
+class RecheckEvent(_Model):
+    """A one-time schedule's input (`aws.rechecks`): decide on the job again at `at` (epoch seconds), when the
+    engine said its evidence turns decisive (`Decision.recheck_at`)."""
+
+    source: Literal["stallwatch.recheck"]
+    platform: Platform
+    job: str = Field(min_length=1, max_length=63)
+    at: float = Field(gt=0, lt=RECHECK_AT_MAX, allow_inf_nan=False)
+
+    @field_validator("job")
+    @classmethod
+    def _job_name(cls, value: str, info: ValidationInfo) -> str:
+        # The names a job can have: SageMaker's, or an EC2 job tag's (an instance id included)
+        platform = info.data.get("platform")
+        if platform is None:  # the platform's own error says what is wrong
+            return value
+        pattern = SAGEMAKER_JOB_NAME if platform is Platform.SAGEMAKER else EC2_JOB_NAME.pattern
+        if not re.match(pattern, value):
+            raise ValueError(f"not a {platform.value} job name: {value!r}")
+        return value
+
+    @property
+    def dedup_key(self) -> str:
+        """One recheck, however often it is delivered."""
+        return f"recheck:{self.platform.value}:{self.job}@{self.at:.3f}"
+
+
+def _on_alarm_kind(event: Any) -> str:
+    return "recheck" if isinstance(event, dict) and event.get("source") == RECHECK_SOURCE else "alarm"
+
+
+OnAlarmEvent = Annotated[
+    Annotated[AlarmEvent, Tag("alarm")] | Annotated[RecheckEvent, Tag("recheck")], Discriminator(_on_alarm_kind)
+]
+
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
-    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent)
+    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent)
 }
 
 
@@ -192,4 +245,5 @@ def parse_event(event: Any, model: Any) -> Any:
 
 
 def _name(model: Any) -> str:
-    return {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled"}.get(model, str(model))
+    names = {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled", RecheckEvent: "recheck"}
+    return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))

@@ -1,12 +1,15 @@
 """CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
-    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, at most two FilterLogEvents
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or three
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
 events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
-write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones.
+write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones. When a window does not
+fit its page (a busy cluster, a job the sweeper has not seen), a third read asks CloudWatch Logs for the notable
+lines alone over the lookback (`log_patterns.FILTER_PATTERN`: fatal errors and checkpoint markers), so a crashed
+rank's error among 512 busy hosts is one page away, however much they write.
 """
 
 from __future__ import annotations
@@ -37,10 +40,11 @@ class LogQueryError(RuntimeError):
 
 @dataclass
 class HostLog:
-    """One host's newest event time and the lines read around it, oldest first."""
+    """One host's newest event time, the lines read around it and its notable lines, oldest first."""
 
     last_t: float | None = None
     lines: list[LogLine] = field(default_factory=list)
+    notable: list[LogLine] = field(default_factory=list)  # fatal and checkpoint lines over the lookback
 
 
 def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
@@ -92,7 +96,7 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
     job the sweeper has not seen yet) has the window reach back to the lookback."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
+    seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     if quiet:
         if None in quiet:
@@ -103,14 +107,22 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        _read_window(logs, job, start_ms, int(end * 1000) - 1, found)
+        complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found)[1]
+    if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
+        _read_window(logs, job, int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000), found, notable=True)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
+        log.notable.sort(key=lambda line: line.t)
     return found
 
 
-def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog]) -> int:
-    """One FilterLogEvents page over the job's streams, oldest first, both ends included; the events it held."""
+def _read_window(
+    logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog], notable: bool = False
+) -> tuple[int, bool]:
+    """One FilterLogEvents page over the job's streams, oldest first, both ends included: the events it held, and
+    whether it held the whole window (no nextToken). `notable`: only the lines `log_patterns.FILTER_PATTERN` keeps,
+    into each host's `notable`."""
+    filtered = {"filterPattern": log_patterns.FILTER_PATTERN} if notable else {}
     try:
         response = logs.filter_log_events(
             logGroupName=contract.SAGEMAKER_LOG_GROUP,
@@ -119,17 +131,21 @@ def _read_window(logs: Any, job: str, start_ms: int, end_ms: int, found: dict[st
             endTime=end_ms,
             limit=PAGE_EVENTS,
             interleaved=True,  # what CloudWatch Logs always does (the flag is ignored there); moto needs it
+            **filtered,
         )
     except logs.exceptions.ResourceNotFoundException:
-        return 0
+        return 0, True
     events = response.get("events", [])
     for event in events:
         match = SAGEMAKER_STREAM.match(event["logStreamName"])
         if not match or match["job"] != job or match["host"] not in found:
             continue
-        t = event["timestamp"] / 1000
-        message = event["message"].rstrip("\n")
+        line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
         log = found[match["host"]]
-        log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
-        log.last_t = max(log.last_t or t, t)
-    return len(events)
+        if notable:
+            if line.pattern or line.marker:
+                log.notable.append(line)
+        else:
+            log.lines.append(line)
+        log.last_t = max(log.last_t or line.t, line.t)
+    return len(events), "nextToken" not in response

@@ -96,16 +96,12 @@ def read_metrics(
             "EndTime": datetime.fromtimestamp(end, UTC),
             "ScanBy": "TimestampAscending",
         }
-        while True:
-            response = cloudwatch.get_metric_data(**request)
+        for response in cloudwatch.get_paginator("get_metric_data").paginate(**request):  # one call a page
             for result in response["MetricDataResults"]:
                 label = result.get("Label", "") if isinstance(chunk[int(result["Id"][1:])], SearchRef) else ""
                 points[result["Id"]][label].extend(
                     (ts.timestamp(), value) for ts, value in zip(result["Timestamps"], result["Values"], strict=True)
                 )
-            if not response.get("NextToken"):
-                break
-            request["NextToken"] = response["NextToken"]
         for i, query in enumerate(chunk):
             found = points[f"q{i}"]
             if isinstance(query, MetricRef):

@@ -37,14 +37,8 @@ def describe_training_job(clients: Any, name: str) -> tuple[dict[str, Any], dict
     """DescribeTrainingJob and the job's tags (ListTags, every page)."""
     sagemaker = clients.sagemaker
     described = sagemaker.describe_training_job(TrainingJobName=name)
-    tags: dict[str, str] = {}
-    request: dict[str, Any] = {"ResourceArn": described["TrainingJobArn"]}
-    while True:
-        page = sagemaker.list_tags(**request)
-        tags |= {t["Key"]: t["Value"] for t in page.get("Tags", [])}
-        if not page.get("NextToken"):
-            return described, tags
-        request["NextToken"] = page["NextToken"]
+    pages = sagemaker.get_paginator("list_tags").paginate(ResourceArn=described["TrainingJobArn"])
+    return described, {t["Key"]: t["Value"] for page in pages for t in page.get("Tags", [])}
 
 
 def create_training_job(clients: Any, request: dict[str, Any]) -> ResumeResult:

@@ -5,25 +5,27 @@
     SlackNotifier(clients.secretsmanager, secret_arn).post(message)                   # PostResult, never raises
 
 `AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_logs`, `_buttons`,
-`_footer`); warnings and alerts carry the operator buttons of ``interactions.action_buttons``.
+`_footer`) as slack_sdk's Block Kit models, whose `to_dict()` checks Slack's limits; text is fitted to the models' own
+limits first (`SectionBlock.text_max_length`, ...). Warnings and alerts carry the operator buttons of
+``buttons.action_buttons``.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from aws_lambda_powertools.utilities.parameters import SecretsProvider
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry import RetryHandler, RetryState
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.models.blocks import Block, ContextBlock, HeaderBlock, MarkdownTextObject, PlainTextObject, SectionBlock
 from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
@@ -36,7 +38,7 @@ from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 LOG_LINES_SHOWN = 5  # per host
 MAX_HOSTS_SHOWN = 4  # hosts with log excerpts; errors first
 EMF_LINE_START = '{"_aws"'  # the agent's CloudWatch EMF stdout line
-MAX_SECTION_CHARS = 2900  # Slack's limit is 3000 per text object
+CODE_FENCE = "```"
 SLACK_TIMEOUT_SECONDS = 5
 SECRET_CACHE_SECONDS = 300
 MAX_RETRY_AFTER_SECONDS = 10  # a 429 asking for a longer wait is left to the sweeper's re-post
@@ -155,7 +157,43 @@ def _straggler_text(straggler: dict[str, Any]) -> str:
         f"*Straggler*: `{host}` {metric} {straggler['values'][host]:g} {unit}, {straggler['ratio']:g}x off the "
         f"other hosts' median of {straggler['others_median']:g} {unit}: consider cordoning that node"
     )
-    return f"{head}\n```{spread}```"[:MAX_SECTION_CHARS]
+    return _code_section(head, spread, keep_end=False)
+
+
+def _fit(text: str, limit: int = SectionBlock.text_max_length) -> str:
+    """`text` within `limit` characters (a Block Kit model's own limit), cut at its end and marked."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _section(text: str) -> SectionBlock:
+    return SectionBlock(text=MarkdownTextObject(text=_fit(text)))
+
+
+def _fields(texts: list[str]) -> SectionBlock:
+    return SectionBlock(fields=[MarkdownTextObject(text=t) for t in texts])
+
+
+def _code_section(head: str, body: str, keep_end: bool = True) -> SectionBlock:
+    """`head` over `body` in a code block, the body cut (its end kept for a log tail, its start otherwise) so that
+    the section, fences included, stays within the section's limit."""
+    budget = max(SectionBlock.text_max_length - len(head) - len(f"\n{CODE_FENCE}{CODE_FENCE}"), 0)
+    if len(body) > budget:
+        body = body[len(body) - budget :] if keep_end else body[:budget]
+    return _section(f"{head}\n{CODE_FENCE}{body}{CODE_FENCE}")
+
+
+def _header(title: str) -> HeaderBlock:
+    return HeaderBlock(text=PlainTextObject(text=_fit(title, HeaderBlock.text_max_length), emoji=True))
+
+
+def context_block(text: str) -> ContextBlock:
+    """A line of small print: a footer, or who answered an alert's buttons."""
+    return ContextBlock(elements=[MarkdownTextObject(text=text)])
+
+
+def _message(text: str, blocks: list[Block]) -> dict[str, Any]:
+    """A message as Slack takes it: the notification text and the blocks, each checked by its model."""
+    return {"text": text, "blocks": [block.to_dict() for block in blocks]}
 
 
 @dataclass(frozen=True)
@@ -179,7 +217,7 @@ class AlertMessage:
             *self._buttons(),
             *self._footer(),
         ]
-        return {"text": self.text(), "blocks": blocks}
+        return _message(self.text(), blocks)
 
     def text(self) -> str:
         """The notification fallback: one line."""
@@ -208,11 +246,10 @@ class AlertMessage:
         would = f"; enforce would {d.would.value}" if d.would not in (Action.NONE, d.action) else ""
         return f"no stop (mode {d.mode.value}{would})"
 
-    def _header(self) -> list[dict[str, Any]]:
-        title = f"{self._headline()}: {self.facts.name}"
-        return [{"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}}]
+    def _header(self) -> list[Block]:
+        return [_header(f"{self._headline()}: {self.facts.name}")]
 
-    def _summary(self) -> list[dict[str, Any]]:
+    def _summary(self) -> list[Block]:
         d, f = self.decision, self.facts
         fields = [
             f"*Job*\n`{f.name}` ({f.platform.value})",
@@ -221,17 +258,13 @@ class AlertMessage:
             f"*Action*\n{self._action_line()}",
         ]
         reasons = "\n".join(f"- {r}" for r in d.reasons) or "- (none given)"
-        blocks: list[dict[str, Any]] = [
-            {"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": f"*Why*\n{reasons}"[:MAX_SECTION_CHARS]}},
-        ]
+        blocks: list[Block] = [_fields(fields), _section(f"*Why*\n{reasons}")]
         if self.stop_result is not None:
             status = "ok" if self.stop_result.ok else "FAILED"
-            text = f"*Stop*: {status} - {self.stop_result.detail}"[:MAX_SECTION_CHARS]
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+            blocks.append(_section(f"*Stop*: {status} - {self.stop_result.detail}"))
         return blocks
 
-    def _evidence(self) -> list[dict[str, Any]]:
+    def _evidence(self) -> list[Block]:
         e = self.evidence
         dollars = "n/a (no price for this type)" if e.burn.dollars is None else f"${e.burn.dollars:,.2f}"
         fields = [
@@ -241,53 +274,47 @@ class AlertMessage:
         ]
         if e.power_before is not None or e.power_now is not None:  # only the agent (NVML) reports power
             fields.insert(2, f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now")
-        blocks = [{"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]}]
+        blocks: list[Block] = [_fields(fields)]
         if e.straggler is not None:
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _straggler_text(e.straggler)}})
+            blocks.append(_straggler_text(e.straggler))
         return blocks
 
-    def _logs(self) -> list[dict[str, Any]]:
+    def _logs(self) -> list[Block]:
         e = self.evidence
         lagging = e.straggler["host"] if e.straggler else None
         first = lambda h: (h not in e.errors, h != lagging, h)  # noqa: E731 - errors, then the straggler, by name
         hosts = sorted(set(e.logs) | set(e.errors), key=first)[:MAX_HOSTS_SHOWN]
-        blocks = []
+        blocks: list[Block] = []
         for host in hosts:
             lines = [f"! {line.message}" for line in e.errors.get(host, ())]
             lines += [line.message for line in e.logs.get(host, ()) if not line.pattern]
-            body = "\n".join(lines)[-MAX_SECTION_CHARS + 40 :]
-            text = (
-                f"*{host}* (last log {_when(max((ln.t for ln in e.logs.get(host, ())), default=None))})\n```{body}```"
-            )
-            blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": text}})
+            last = _when(max((ln.t for ln in e.logs.get(host, ())), default=None))
+            blocks.append(_code_section(f"*{host}* (last log {last})", "\n".join(lines)))
         return blocks
 
-    def _buttons(self) -> list[dict[str, Any]]:
+    def _buttons(self) -> list[Block]:
         """Snooze / Stop now / Not stalled, on the messages an operator can still act on."""
         if self.decision.action not in BUTTON_ACTIONS or not self.deployment:
             return []
         return [action_buttons(self.facts, self.incident, self.deployment)]
 
-    def _footer(self) -> list[dict[str, Any]]:
+    def _footer(self) -> list[Block]:
         d = self.decision
-        text = f"Stallwatch · mode {d.mode.value} · decided {_when(d.at)}"
-        return [{"type": "context", "elements": [{"type": "mrkdwn", "text": text}]}]
+        return [context_block(f"Stallwatch · mode {d.mode.value} · decided {_when(d.at)}")]
 
 
 def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
     """A short message after an alert (resumed, progress, gave up): in the alert's thread when `thread_ts` is known
     (bot mode), else on its own (webhook mode). The thread rides in the message, so a re-send keeps it."""
-    message: dict[str, Any] = {
-        "text": text,
-        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_SECTION_CHARS]}}],
-    }
+    message = _message(text, [_section(text)])
     if thread_ts:
         message["thread_ts"] = thread_ts
     return message
 
 
-def goodput_message(goodput: Goodput) -> dict[str, Any]:
-    """The end-of-run summary: goodput, and where the rest of the time and money went."""
+def goodput_message(goodput: Goodput, dashboard_url: str | None = None) -> dict[str, Any]:
+    """The end-of-run summary: goodput, where the rest of the time and money went, and where to look further: the
+    report and its chart, and the deployment's job dashboard when its URL is known (its Job list picks the run)."""
     title = f":bar_chart: Run summary: {goodput.run}"
     dollars = "n/a" if goodput.dollars is None else f"${goodput.dollars:,.2f}"
     fields = [
@@ -301,15 +328,11 @@ def goodput_message(goodput: Goodput) -> dict[str, Any]:
         for category, total in goodput.totals.items()
         if total.seconds > 0
     ]
-    return {
-        "text": f"{title}: goodput {goodput.ratio:.1%}",
-        "blocks": [
-            {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}},
-            {"type": "section", "fields": [{"type": "mrkdwn", "text": t} for t in fields]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(lines)[:MAX_SECTION_CHARS]}},
-            {"type": "context", "elements": [{"type": "mrkdwn", "text": f"`stallwatch report {goodput.run}`"}]},
-        ],
-    }
+    further = f"`stallwatch report {goodput.run} --plot {goodput.run}.png`"
+    if dashboard_url:
+        further += f" · <{dashboard_url}|CloudWatch dashboard> (pick `{goodput.run}` in Job)"
+    blocks: list[Block] = [_header(title), _fields(fields), _section("\n".join(lines)), context_block(further)]
+    return _message(f"{title}: goodput {goodput.ratio:.1%}", blocks)
 
 
 @dataclass(frozen=True)
@@ -329,27 +352,20 @@ class SlackNotifier:
 
     Failures are returned, never raised: an alert must never keep a stop from happening or being recorded."""
 
-    def __init__(
-        self,
-        secretsmanager: Any,
-        secret_arn: str | None,
-        api_url: str = WebClient.BASE_URL,
-        clock: Any = time.monotonic,
-    ) -> None:
-        self.secretsmanager = secretsmanager
+    def __init__(self, secretsmanager: Any, secret_arn: str | None, api_url: str = WebClient.BASE_URL) -> None:
+        # Powertools' cache, over the runtime's own client (its retries and endpoint)
+        self.secrets = SecretsProvider(boto3_client=secretsmanager)
         self.secret_arn = secret_arn
         self.api_url = api_url  # Slack's Web API; GovSlack and tests use another
-        self.clock = clock
-        self._secret: tuple[float, dict[str, str]] | None = None
 
     def credentials(self) -> dict[str, str]:
-        if self._secret and self.clock() - self._secret[0] < SECRET_CACHE_SECONDS:
-            return self._secret[1]
-        raw = self.secretsmanager.get_secret_value(SecretId=self.secret_arn)["SecretString"]
-        secret = json.loads(raw)
-        if not secret.get("webhook_url") and not (secret.get("bot_token") and secret.get("channel")):
+        """The secret's JSON, read at most once per `SECRET_CACHE_SECONDS` while it holds credentials."""
+        secret = self.secrets.get(self.secret_arn, transform="json", max_age=SECRET_CACHE_SECONDS)
+        if not isinstance(secret, dict) or not (
+            secret.get("webhook_url") or (secret.get("bot_token") and secret.get("channel"))
+        ):
+            self.secrets.clear_cache()  # read again next time: the secret may be fixed any moment
             raise SlackSecretError(f"secret {self.secret_arn}: needs 'webhook_url', or 'bot_token' and 'channel'")
-        self._secret = (self.clock(), secret)
         return secret
 
     def can_update(self) -> bool:

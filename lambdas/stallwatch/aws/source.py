@@ -31,6 +31,7 @@ from stallwatch.core.policy import EC2_MONITOR_TAG, Policy
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
+    EC2_HOST_AGENT_METRICS_READ,
     EC2_STREAM,
     ERROR_LINES_PER_HOST,
     FILTER_STREAMS_LIMIT,
@@ -61,6 +62,7 @@ EC2_HOST_METRICS = {
     "gpu_mem_used": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED),
     "gpu_mem_total": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL),
     "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
+    "gpu_power": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER),
 }
 # The instances a sweep looks at: running, and tagged with a job or the monitor tag (EC2 filters match tag values
 # exactly, so the values are matched in code, as `clusters.job_of` does).
@@ -260,7 +262,7 @@ class AwsSignalSource:
             },
             agent={
                 name: _agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"), hosts_period)
-                for name in HOST_AGENT_METRICS_READ
+                for name in (EC2_HOST_AGENT_METRICS_READ if facts.platform is Platform.EC2 else HOST_AGENT_METRICS_READ)
             },
         )
         if facts.platform is Platform.EC2:
@@ -335,15 +337,18 @@ class AwsSignalSource:
                     fld: _divided(per_host[search].get(host, Series()), _sagemaker_divisor(facts, host, fld))
                     for fld, search in reads.platform.items()
                 }
+            notable = sorted({*log.notable, *(ln for ln in log.lines if ln.pattern or ln.marker)}, key=_line_order)
             hosts[host] = HostSignals(
                 host=host,
                 gpu_util=platform["gpu_util"],
                 gpu_mem_util=platform["gpu_mem_util"],
                 cpu_util=platform["cpu_util"],
+                gpu_power=platform.get("gpu_power", Series()),
                 agent={name: per_host[search].get(host, Series()) for name, search in reads.agent.items()},
                 log_last_t=log.last_t,
                 log_tail=tuple(log.lines[-LOG_LINES_PER_HOST:]),
-                error_lines=tuple([line for line in log.lines if line.pattern][-ERROR_LINES_PER_HOST:]),
+                error_lines=tuple([line for line in notable if line.pattern][-ERROR_LINES_PER_HOST:]),
+                marker_lines=tuple([line for line in notable if line.marker][-ERROR_LINES_PER_HOST:]),
                 log_idle=per_host[reads.log_idle].get(host, Series()) if reads.log_idle else Series(),
             )
         agent = {name: found[ref][""] for name, ref in reads.job.items()}
@@ -427,30 +432,42 @@ class AwsSignalSource:
             "endTime": int(now * 1000),
         }
         logs = {host: HostLog(last_t=t) for host, t in freshness.items()}
+        notable = {
+            "startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0),
+            "endTime": int(now * 1000),
+            "filterPattern": log_patterns.FILTER_PATTERN,
+        }
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            self._read_lines(selection | window, host_of, logs)
+            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES):
+                self._read_lines(selection | notable, host_of, logs, 1)  # the pages did not reach now
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
+            log.notable.sort(key=lambda line: line.t)
         return logs
 
     def _read_lines(
-        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog]
-    ) -> None:
-        for _ in range(LOG_TAIL_PAGES):
+        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog], pages: int
+    ) -> bool:
+        """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
+        held the whole window."""
+        for _ in range(pages):
             response = self.clients.logs.filter_log_events(**request)
             for event in response.get("events", []):
                 host = host_of(event["logStreamName"])
                 if host not in logs:
                     continue
-                t = event["timestamp"] / 1000
-                message = event["message"].rstrip("\n")
+                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
                 log = logs[host]
-                log.lines.append(LogLine(t, event["logStreamName"], message, log_patterns.match(message)))
-                log.last_t = max(log.last_t or t, t)
+                if "filterPattern" not in request:
+                    log.lines.append(line)
+                elif line.pattern or line.marker:
+                    log.notable.append(line)
+                log.last_t = max(log.last_t or line.t, line.t)
             if not response.get("nextToken"):
-                break
+                return True
             request["nextToken"] = response["nextToken"]
+        return False
 
 
 def _agent_search(
@@ -532,3 +549,7 @@ def _percent(part: Series, whole: Series) -> Series:
     """100 x part / whole at the timestamps both have."""
     totals = dict(whole.points)
     return Series(tuple((t, 100 * v / totals[t]) for t, v in part.points if totals.get(t)))
+
+
+def _line_order(line: LogLine) -> tuple[float, str, str]:
+    return line.t, line.stream, line.message

@@ -147,6 +147,7 @@ def _state_to_json(state: JobState) -> str:
 def _state_from_json(raw: str) -> JobState:
     data = json.loads(raw)
     data["alerted"] = tuple(data.get("alerted", ()))
+    data["stragglers"] = tuple(data.get("stragglers", ()))
     return JobState(**data)
 
 
@@ -167,22 +168,28 @@ class Store:
         ).get("Item")
         return _stored(item) if item else StoredState()
 
-    def claim_decision(self, key: str, now: float, hold_seconds: float) -> StoredState | None:
+    def claim_decision(
+        self, key: str, now: float, hold_seconds: float, undecided_since: float | None = None
+    ) -> StoredState | None:
         """Claim the job for one decision and read its state, in one call: None if another invocation holds a
         claim (it reads the job's signals now, or decided less than `hold_seconds` ago), so the alarms of one job
         firing together cost one signal read. The commit keeps or replaces the claim; an invocation that dies
-        before committing lets it run out."""
+        before committing lets it run out. `undecided_since` (a recheck's time): None only if a decision was
+        committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`)."""
+        values = {":until": {"N": f"{now + hold_seconds:.3f}"}, ":expires": self._expires(now)}
+        if undecided_since is None:
+            condition = "attribute_not_exists(claimed_until) OR claimed_until < :now"
+            values[":now"] = {"N": f"{now:.3f}"}
+        else:
+            condition = "attribute_not_exists(updated_at) OR updated_at < :since"
+            values[":since"] = {"N": f"{undecided_since:.3f}"}
         try:
             response = self.dynamodb.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
                 UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
-                ConditionExpression="attribute_not_exists(claimed_until) OR claimed_until < :now",
-                ExpressionAttributeValues={
-                    ":until": {"N": f"{now + hold_seconds:.3f}"},
-                    ":now": {"N": f"{now:.3f}"},
-                    ":expires": self._expires(now),
-                },
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
             )
         except self.dynamodb.exceptions.ConditionalCheckFailedException:

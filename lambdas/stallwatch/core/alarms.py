@@ -6,17 +6,21 @@
 Alarm names are ``{prefix}{platform}.{job}.{kind}[.{host}]``; ``.`` never occurs in SageMaker job
 names, EC2 instance ids or host names, so `parse_alarm_name` can split them back.
 
-Alarms are triggers, not verdicts: each one only makes the engine look at the job. The stall, idle and log
-alarms fire after ``agreement_fraction`` of their thresholds (the earliest the engine's evidence ladder may decide,
-when independent signals agree); a lone signal is decided again at its full threshold (``Decision.recheck_at``).
-Kinds, with "for X" meaning ``agreement_fraction`` x X:
+Alarms are triggers, not verdicts: each one only makes the engine look at the job. The progress and GPU alarms fire
+after ``crash_confirm_minutes``, the earliest the engine may decide (conclusive evidence: a rank dead with its GPUs,
+a vanished host, a collective spinning on every host); the log alarm after ``agreement_fraction`` of its threshold.
+Every later rung (signals that agree, a lone signal's full threshold, the warning's grace) is a time the decision
+names (``Decision.recheck_at``), and the runtime decides again then. Kinds:
 
-- ``gpu-idle`` (per host): GPU utilization per device below ``idle_gpu_percent`` for ``idle_minutes``.
-- ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent`` for ``idle_minutes``: the
-  training process on that host let go of its GPUs (a crashed rank, or nothing started).
-- ``log-idle`` (per host): ``LogIdleSeconds`` (published by the sweeper) above ``log_silence_minutes``.
-- ``progress`` (job): the agent's ``Steps`` stayed 0 for ``stall_minutes``; a declared phase within its budget
-  (``PhaseBudgetRemaining > 0``) counts as progress, and missing data (a dead agent) counts as no progress.
+- ``gpu-idle`` (per host): GPU utilization per device below ``idle_gpu_percent`` for ``crash_confirm_minutes``.
+- ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent``, or no datapoint at all, for
+  `GPU_MEMORY_PERIODS` periods: the training process on that host let go of its GPUs (a crashed rank, every process
+  gone after NCCL's watchdog tore a hang down: evidence with a fatal line that decides within a minute), or the
+  host vanished.
+- ``log-idle`` (per host): ``LogIdleSeconds`` (published by the sweeper) above ``agreement_fraction`` x
+  ``log_silence_minutes``.
+- ``progress`` (job): the agent's ``Steps`` stayed 0 for ``crash_confirm_minutes``; a declared phase within its
+  budget (``PhaseBudgetRemaining > 0``) counts as progress, and missing data (a dead agent) counts as no progress.
 - ``nonfinite-loss`` (job): the agent saw a NaN/inf loss.
 - ``data-starvation`` (job): ``DataWaitFraction`` above ``data_wait_percent`` for ``idle_minutes``.
 
@@ -56,6 +60,8 @@ TAG_PLATFORM = "stallwatch:platform"
 TAG_KIND = "stallwatch:kind"
 TAG_HOST = "stallwatch:host"
 
+# GPU memory let go of (or no datapoint) for this many periods: the processes left (a training job holds it throughout).
+GPU_MEMORY_PERIODS = 2
 # CloudWatch refuses alarms whose EvaluationPeriods x Period exceeds one day.
 MAX_EVALUATION_SECONDS = 86_400
 
@@ -63,6 +69,7 @@ MAX_EVALUATION_SECONDS = 86_400
 CWAGENT_GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
 CWAGENT_GPU_MEMORY_USED = "nvidia_smi_memory_used"
 CWAGENT_GPU_MEMORY_TOTAL = "nvidia_smi_memory_total"
+CWAGENT_GPU_POWER = "nvidia_smi_power_draw"  # watts, read where the engine has no power from the training agent
 CWAGENT_DIM_INSTANCE = "InstanceId"
 
 
@@ -201,9 +208,9 @@ class _Renderer:
         return self._alarm(
             GPU_IDLE,
             host,
-            f"GPU utilization per device below {t.idle_gpu_percent}% for {self._early(t.idle_minutes):g} min.",
+            f"GPU utilization per device below {t.idle_gpu_percent}% for {t.crash_confirm_minutes:g} min.",
             Metrics=self._host_gpu_metrics(host, "GPUUtilization"),
-            periods=self._periods(self._early(t.idle_minutes)),
+            periods=self._periods(t.crash_confirm_minutes),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="notBreaching",
@@ -214,13 +221,13 @@ class _Renderer:
         return self._alarm(
             GPU_MEMORY,
             host,
-            f"GPU memory per device below {t.idle_gpu_percent}% for {self._early(t.idle_minutes):g} min "
-            "(process left the GPUs).",
+            f"GPU memory per device below {t.idle_gpu_percent}%, or no datapoint, for {GPU_MEMORY_PERIODS} periods "
+            "(the process left the GPUs, or the host vanished).",
             Metrics=self._host_gpu_metrics(host, "GPUMemoryUtilization"),
-            periods=self._periods(self._early(t.idle_minutes)),
+            periods=min(GPU_MEMORY_PERIODS, self._periods(t.crash_confirm_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
-            TreatMissingData="notBreaching",
+            TreatMissingData="breaching",
         )
 
     def log_idle(self, host: str) -> dict[str, Any]:
@@ -252,14 +259,13 @@ class _Renderer:
         return self._alarm(
             PROGRESS,
             None,
-            f"no training step for {self._early(t.stall_minutes):g} min outside a declared phase, "
-            "or the agent went silent.",
+            f"no training step for {t.crash_confirm_minutes:g} min outside a declared phase, or the agent went silent.",
             Metrics=[
                 _stat("m1", self._job_metric("Steps"), self.period, "Sum"),
                 _stat("m2", self._job_metric("PhaseBudgetRemaining"), self.period, "Maximum"),
                 _expression("IF(FILL(m2, 0) > 0, 1, m1)", "steps, or 1 inside a phase budget"),
             ],
-            periods=self._periods(self._early(t.stall_minutes)),
+            periods=self._periods(t.crash_confirm_minutes),
             Threshold=1.0,
             ComparisonOperator="LessThanThreshold",
             TreatMissingData="breaching",

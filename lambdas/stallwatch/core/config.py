@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from stallwatch.core.policy import Policy
 
 CONFIG_ENV = "STALLWATCH_CONFIG"
+# The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
+JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
 # The names of the SSM documents of recovery in place (core.recovery): the stack creates them, the functions read them.
 HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
 RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
@@ -25,6 +27,9 @@ TABLE_SORT_KEY = "sk"
 TABLE_TTL_ATTRIBUTE = "expires_at"
 # The sweeper function's timeout: the stacks set it, and the runtime's claims and clean-ups outlast it.
 SWEEPER_TIMEOUT_SECONDS = 300
+# An alarm of a job decided by an alarm less than this ago is coalesced into that decision (a hang fires every host's
+# alarms within a period or two); the sweeper decides a job whose alarm went to ALARM after its last decision.
+ALARM_COALESCE_SECONDS = 120
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
@@ -69,7 +74,7 @@ class StallwatchConfig(BaseModel):
     )
     sweeper_minutes: int = Field(5, ge=1, le=60, description="How often the sweeper runs.")
     checkup_minutes: int = Field(
-        30,
+        20,
         ge=0,
         le=1440,
         description="The sweeper also decides a job whose last decision is this old (0: never): stragglers and "

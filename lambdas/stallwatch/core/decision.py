@@ -88,6 +88,7 @@ class JobState:
     step_gap_s: float | None = None  # the longest stall without a step the job recovered from after a warning
     stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
+    stragglers: tuple[str, ...] = ()  # hosts already named as stragglers in this run (each is alerted once)
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)

@@ -14,13 +14,15 @@ kept in `JobState`.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stallwatch.core import log_patterns, measures
+from stallwatch.core import evidence, log_patterns, measures
 from stallwatch.core.decision import Action, Cadence, Decision, Diagnosis, JobState
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
+from stallwatch.core.reading import host_period
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
 
 RUNNING_STATUS = "InProgress"
@@ -44,6 +46,13 @@ CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step inter
 # Without the agent, busy GPUs and silent logs are one signal (busy GPUs are what training and a long evaluation look
 # like): alerted at the log threshold, stopped only after this many times it.
 BUSY_SILENCE_FACTOR = 4.0
+# No progress that a live job explains (an undeclared checkpoint being written, the loop waiting for input) is never
+# stopped before this many times the stall (without the agent, the log-silence) threshold.
+UNDECLARED_PHASE_FACTOR = 4.0
+# No step (without the agent: no log line) for more than this many periods: the job is stalling, and the decision
+# names the times its later rungs turn decisive (no alarm fires again once the first has).
+STALLING_PERIODS = 2
+STARVED_WINDOWS = 3  # data starvation is seen in at least this many recent windows that completed steps
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
@@ -57,7 +66,7 @@ class _Finding:
     reasons: tuple[str, ...]
     stoppable: bool = False
     overdue: bool = False  # a benign state that has lasted suspiciously long (startup beyond its grace)
-    recheck_at: float | None = None  # a lone signal reaches its full threshold then
+    conclusive: bool = False  # independent evidence agrees: the shorter `confirmed_grace_minutes` applies
 
     @property
     def problem(self) -> bool:
@@ -67,9 +76,9 @@ class _Finding:
 def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: float) -> Decision:
     """Diagnose the job and choose the action its mode allows. Pure and deterministic."""
     facts = signals.facts
-    evidence: dict[str, Any] = {"status": facts.status, "secondary_status": facts.secondary_status}
+    found: dict[str, Any] = {"status": facts.status, "secondary_status": facts.secondary_status}
     if policy.tag_errors:
-        evidence["tag_errors"] = list(policy.tag_errors)
+        found["tag_errors"] = list(policy.tag_errors)
     if facts.status != RUNNING_STATUS:
         return Decision(
             job=facts.name,
@@ -78,11 +87,15 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
             action=Action.NONE,
             mode=policy.mode,
             reasons=(f"job is {facts.status}",),
-            evidence=evidence,
+            evidence=found,
         )
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
-    finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, evidence)
-    action, would, notes = _act(finding, policy, state, now, limits)
+    deadlines = _Deadlines(now)
+    finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, found, deadlines)
+    action, would, notes, stop_at = _act(finding, policy, state, now, limits)
+    if finding.diagnosis is Diagnosis.STRAGGLER and found["straggler"]["host"] in state.stragglers:
+        action, would = Action.NONE, Action.NONE  # a host is named once a run; the evidence still says it lags
+    deadlines.add(stop_at)
     return Decision(
         job=facts.name,
         at=now,
@@ -90,11 +103,11 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
         action=action,
         mode=policy.mode,
         reasons=finding.reasons + notes,
-        evidence=evidence,
+        evidence=found,
         would=would,
         stoppable=finding.stoppable,
         cadence=cadence,
-        recheck_at=finding.recheck_at,
+        recheck_at=deadlines.first(),
     )
 
 
@@ -110,6 +123,8 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         log_gap_s=max(gaps, default=None),
         recheck_at=decision.recheck_at,
     )
+    if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
+        state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
         state = _learn_recovery(state, decision)
         return JobState(
@@ -119,6 +134,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             log_gap_s=state.log_gap_s,
             step_gap_s=state.step_gap_s,
             recheck_at=state.recheck_at,
+            stragglers=state.stragglers,
         )
     alerted = state.alerted
     if decision.action is not Action.NONE:
@@ -175,25 +191,58 @@ def sweeper_due(
 # --- diagnosis ---------------------------------------------------------------------------------------------------
 
 
+class _Deadlines:
+    """The times at which a rule turns decisive if nothing changes; the decision asks to be made again at the first
+    one still ahead (`Decision.recheck_at`)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.times: list[float] = []
+
+    def add(self, t: float | None) -> None:
+        if t is not None and t > self.now:
+            self.times.append(t)
+
+    def first(self) -> float | None:
+        return min(self.times, default=None)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every rule of one decision reads."""
+
+    signals: JobSignals
+    thresholds: Thresholds
+    limits: measures.Limits
+    now: float
+    evidence: dict[str, Any]
+    deadlines: _Deadlines
+    training_since: float
+    logs: measures.Logs
+    period: float  # the hosts' datapoints' period (or the agent's window, if longer)
+
+
 def _diagnose(
     signals: JobSignals,
     thresholds: Thresholds,
     limits: measures.Limits,
     state: JobState,
     now: float,
-    evidence: dict[str, Any],
+    found: dict[str, Any],
+    deadlines: _Deadlines,
 ) -> tuple[_Finding, Cadence]:
     """The finding, and the job's cadence as learned so far (this decision's measurements, else the state's)."""
     facts = signals.facts
     training_since = measures.training_since(signals)
-    evidence["training_s"] = round(now - training_since, 1)
+    found["training_s"] = round(now - training_since, 1)
     remembered = Cadence(step_interval_s=state.step_interval_s, log_gap_s=state.log_gap_s)
     if facts.secondary_status in STARTUP_STATUSES:
+        deadlines.add(facts.start_time + limits.startup_s)
         return _startup(facts.secondary_status, now - facts.start_time, limits), remembered
     if facts.secondary_status == UPLOADING_STATUS:
         return _Finding(Diagnosis.HEALTHY, ("uploading model artifacts after training",)), remembered
     logs = measures.log_silence(signals, training_since, thresholds, limits, now, state.log_gap_s)
-    evidence["logs"] = {
+    found["logs"] = {
         "last_t": logs.last_t,
         "silence_s": round(logs.silence_s, 1),
         "interval_s": measures.rounded(logs.interval_s),
@@ -208,44 +257,96 @@ def _diagnose(
     )
     interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
     cadence = Cadence(step_interval_s=interval, log_gap_s=logs.learned_gap_s)
-    return _diagnose_running(signals, training_since, logs, progress, thresholds, limits, now, evidence), cadence
+    period = max(
+        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds)),
+        measures.agent_window(signals.agent) or 0.0,
+    )
+    ctx = _Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period)
+    return _diagnose_running(ctx, progress), cadence
 
 
-def _diagnose_running(
-    signals: JobSignals,
-    training_since: float,
-    logs: measures.Logs,
-    progress: measures.Progress | None,
-    thresholds: Thresholds,
-    limits: measures.Limits,
-    now: float,
-    evidence: dict[str, Any],
-) -> _Finding:
+def _diagnose_running(ctx: _Context, progress: measures.Progress | None) -> _Finding:
+    """Conclusive evidence first, whatever the agent says of phases; then the agent's progress, else the hosts'
+    GPUs and logs."""
+    last_step_t = None if progress is None else (progress.last_step_t or ctx.training_since)
     if progress is not None and progress.fresh:
-        since = progress.last_step_t if progress.last_step_t is not None else training_since
+        since = last_step_t or ctx.training_since
     else:
-        since = logs.last_t if logs.last_t is not None else training_since
-    evidence["hosts"] = {
-        name: measures.host_evidence(host, since, thresholds, limits, now) for name, host in signals.hosts.items()
+        since = ctx.logs.last_t if ctx.logs.last_t is not None else ctx.training_since
+    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, ctx.limits, ctx.now)
+    ctx.evidence["hosts"] = {
+        name: measures.host_evidence(host, since, ctx.thresholds, ctx.limits, ctx.now) | _life_signs(hosts[name])
+        for name, host in ctx.signals.hosts.items()
     }
+    if progress is not None:
+        ctx.evidence["agent"] = {
+            "last_step_t": progress.last_step_t,
+            "step": progress.step,
+            "step_age_s": None if progress.last_step_t is None else round(ctx.now - progress.last_step_t, 1),
+            "step_interval_s": measures.rounded(progress.interval_s),
+            "stall_threshold_s": round(progress.stall_s, 1),
+            "newest_t": progress.newest_t,
+            "fresh": progress.fresh,
+        }
+    conclusive = _conclusive(ctx, hosts, progress, last_step_t)
+    if conclusive is not None:
+        return conclusive
     if progress is None:
-        return _without_agent(signals, training_since, logs, thresholds, limits, now, ())
-    evidence["agent"] = {
-        "last_step_t": progress.last_step_t,
-        "step": progress.step,
-        "step_age_s": None if progress.last_step_t is None else round(now - progress.last_step_t, 1),
-        "step_interval_s": measures.rounded(progress.interval_s),
-        "stall_threshold_s": round(progress.stall_s, 1),
-        "newest_t": progress.newest_t,
-        "fresh": progress.fresh,
-    }
-    phase = _phase(signals.agent, progress, limits, now, evidence)
+        return _without_agent(ctx, hosts, ())
+    phase = _phase(ctx, progress)
     if phase is not None:
         return phase
     if progress.fresh:
-        return _with_agent(signals, progress, training_since, thresholds, limits, now, evidence)
-    vanished = (f"agent metrics stopped {_min(now - progress.newest_t)} ago; deciding from host metrics and logs",)
-    return _without_agent(signals, training_since, logs, thresholds, limits, now, vanished)
+        return _with_agent(ctx, hosts, progress)
+    vanished = (f"agent metrics stopped {_min(ctx.now - progress.newest_t)} ago; deciding from host metrics and logs",)
+    return _without_agent(ctx, hosts, vanished)
+
+
+def _life_signs(host: evidence.Host) -> dict[str, Any]:
+    """A host's life signs in the decision's evidence."""
+    return {
+        "gpu_memory_now": host.memory_now,
+        "memory_released_t": host.released_since,
+        "newest_data_t": host.newest_data_t,
+        "checkpoint_since_t": host.checkpoint_since,
+    }
+
+
+def _conclusive(
+    ctx: _Context, hosts: dict[str, evidence.Host], progress: measures.Progress | None, last_step_t: float | None
+) -> _Finding | None:
+    """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
+    GPUs let go of) decides once `crash_confirm_minutes` (and 2 step intervals) passed with no progress since."""
+    deaths = evidence.death(
+        hosts,
+        last_step_t,
+        ctx.training_since,
+        ctx.thresholds,
+        ctx.limits,
+        ctx.period,
+        ctx.now,
+    )
+    intervals = _intervals_s(ctx, progress)
+    decisive = [d for d in deaths if ctx.now >= d.onset + max(d.confirm_s, intervals)]
+    if not decisive:
+        for death in deaths:
+            ctx.deadlines.add(death.onset + max(death.confirm_s, intervals))
+        return None
+    found = decisive[0]
+    confirm = max(found.confirm_s, intervals)
+    ctx.evidence["death"] = {"kind": found.diagnosis.value, "onset_t": found.onset, "hosts": list(found.hosts)}
+    reasons = list(found.reasons)
+    if found.lines:
+        reasons.append(_error_summary(found.lines))
+    reasons.append(f"no progress for {_min(ctx.now - found.onset)} since (confirm {_min(confirm)})")
+    reasons.append(_utilization_summary(_with_gpus(ctx.evidence["hosts"], ctx.signals.facts)))
+    return _Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=True)
+
+
+def _intervals_s(ctx: _Context, progress: measures.Progress | None) -> float:
+    """`CRASH_STEP_INTERVALS` step intervals: no evidence decides before a slow step could have ended."""
+    interval = progress.interval_s if progress is not None else None
+    return CRASH_STEP_INTERVALS * (interval or 0.0) * ctx.limits.factor
 
 
 def _startup(secondary: str, elapsed_s: float, limits: measures.Limits) -> _Finding:
@@ -255,55 +356,52 @@ def _startup(secondary: str, elapsed_s: float, limits: measures.Limits) -> _Find
     return _Finding(Diagnosis.STARTING, (reason, "startup is never stopped; check the data download"), overdue=True)
 
 
-def _phase(
-    agent: dict[str, Series], progress: measures.Progress, limits: measures.Limits, now: float, evidence: dict[str, Any]
-) -> _Finding | None:
+def _phase(ctx: _Context, progress: measures.Progress) -> _Finding | None:
     """A declared phase (PhaseBudgetRemaining > 0) with no step since: within budget, or overrunning it."""
-    active = [(t, v) for t, v in agent.get("PhaseBudgetRemaining", Series()).points if v > 0]
+    active = [(t, v) for t, v in ctx.signals.agent.get("PhaseBudgetRemaining", Series()).points if v > 0]
     if not active:
         return None
     t, remaining = active[-1]
     if progress.last_step_t is not None and progress.last_step_t > t:
         return None  # steps resumed after the phase
+    now, allowance = ctx.now, ctx.limits.overrun_s
     deadline = t + remaining
-    evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
+    ctx.evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
+    ctx.deadlines.add(deadline)
+    ctx.deadlines.add(deadline + allowance)
     if now <= deadline:
         return _Finding(Diagnosis.PHASE, (f"in a declared phase with {_min(deadline - now)} of its budget left",))
     overrun = now - deadline
-    if overrun <= limits.overrun_s:
+    if overrun <= allowance:
         return _Finding(
             Diagnosis.PHASE,
-            (f"declared phase past its budget by {_min(overrun)}, within the {_min(limits.overrun_s)} allowance",),
+            (f"declared phase past its budget by {_min(overrun)}, within the {_min(allowance)} allowance",),
         )
     if not progress.fresh:
         return None  # the agent vanished: no proof that steps did not resume
     return _Finding(
         Diagnosis.PHASE_OVERRUN,
         (
-            f"declared phase overran its budget by {_min(overrun)} (allowance {_min(limits.overrun_s)})",
+            f"declared phase overran its budget by {_min(overrun)} (allowance {_min(allowance)})",
             "no step completed since the phase began",
         ),
         stoppable=True,
     )
 
 
-def _with_agent(
-    signals: JobSignals,
-    progress: measures.Progress,
-    training_since: float,
-    thresholds: Thresholds,
-    limits: measures.Limits,
-    now: float,
-    evidence: dict[str, Any],
-) -> _Finding:
-    """Progress decides; utilization, power and error lines explain."""
+def _with_agent(ctx: _Context, hosts: dict[str, evidence.Host], progress: measures.Progress) -> _Finding:
+    """Progress decides; utilization, power and error lines explain. The evidence ladder: no step alone waits the full
+    stall threshold; with GPU activity fallen on every host it decides after `agreement_fraction` of it; a collective
+    spinning on every host (no step, GPUs busy, power fallen) or a rank's fatal last words after `crash_confirm`."""
+    thresholds, limits, now, ev = ctx.thresholds, ctx.limits, ctx.now, ctx.evidence
     if progress.last_step_t is None:
-        if now - training_since <= limits.startup_s:
+        ctx.deadlines.add(ctx.training_since + limits.startup_s)
+        if now - ctx.training_since <= limits.startup_s:
             return _Finding(
                 Diagnosis.STARTING,
-                (f"no step yet, {_min(now - training_since)} into training (grace {_min(limits.startup_s)})",),
+                (f"no step yet, {_min(now - ctx.training_since)} into training (grace {_min(limits.startup_s)})",),
             )
-        since = training_since
+        since = ctx.training_since
         no_step = f"no step at all in {_min(now - since)} of training"
     else:
         since = progress.last_step_t
@@ -311,27 +409,46 @@ def _with_agent(
     threshold = f"threshold {_min(progress.stall_s)}"
     if progress.interval_s is not None:
         threshold += f" from a {_dur(progress.interval_s)} step interval"
-    confirm_s = max(limits.crash_s, CRASH_STEP_INTERVALS * (progress.interval_s or 0.0) * limits.factor)
-    errors = measures.errors_since(signals.hosts, since)
+    confirm_s = min(max(limits.crash_s, _intervals_s(ctx, progress)), progress.stall_s)
+    # A rank's fatal last words after the last step, its GPUs not (yet) seen dead: the line and the missing steps
+    # agree after `crash_confirm`.
+    errors = {name: list(h.last_words) for name, h in hosts.items() if (h.last_words_t or -math.inf) >= since}
     if errors:
-        first_error_t = min(line.t for lines in errors.values() for line in lines)
-        confirm = min(confirm_s, progress.stall_s)
-        if now - first_error_t >= confirm:
-            age = f"{no_step}; the first error is {_min(now - first_error_t)} old (confirm {_min(confirm)})"
-            return _error_finding(errors, (age, _utilization_summary(evidence["hosts"])))
-    # The evidence ladder: no step alone waits the full threshold; with GPU activity fallen on every host as well
-    # (power below its baseline, or idle), the two agree and decide after `agreement_fraction` of it.
-    early_s = max(thresholds.agreement_fraction * progress.stall_s, min(confirm_s, progress.stall_s))
-    hosts = _with_gpus(evidence["hosts"], signals.facts)
-    fallen = _gpus_fallen(hosts, thresholds)
+        first_error_t = min(lines[0].t for lines in errors.values())
+        ctx.deadlines.add(first_error_t + confirm_s)
+        if now - first_error_t >= confirm_s:
+            age = f"{no_step}; the first error is {_min(now - first_error_t)} old (confirm {_min(confirm_s)})"
+            return _error_finding(errors, (age, _utilization_summary(ev["hosts"])))
+    gpu_hosts = _with_gpus(ev["hosts"], ctx.signals.facts)
+    stalling = now - since >= STALLING_PERIODS * ctx.period  # steps stopped: no alarm announces the later rungs
+    logs_active = ev["logs"]["silence_s"] < ev["logs"]["threshold_s"]
+    # Three signals agree, but the stalls a job came back from (and its step interval) still count.
+    spin_s = max(confirm_s, progress.learned_s)
+    if progress.last_step_t is not None and evidence.spinning(hosts, thresholds):
+        if stalling:
+            ctx.deadlines.add(since + spin_s)
+        if now - since >= spin_s:
+            lines = measures.errors_since(ctx.signals.hosts, since)
+            reasons = (
+                *([_error_summary(lines)] if lines else []),
+                f"{no_step}: a collective spins on every host (GPUs busy, power fallen), confirm {_min(spin_s)}",
+                _utilization_summary(gpu_hosts),
+                *filter(None, [_power_summary(gpu_hosts)]),
+                *(["logs are still active, but the agent reports no steps"] if logs_active else []),
+            )
+            return _Finding(Diagnosis.HANG, reasons, stoppable=True, conclusive=True)
+    early_s = max(thresholds.agreement_fraction * progress.stall_s, confirm_s)
+    fallen = _gpus_fallen(gpu_hosts, thresholds)
     stall_s = early_s if fallen else progress.stall_s
+    if stalling:
+        ctx.deadlines.add(since + stall_s)
     if now - since > stall_s:
-        all_idle = bool(hosts) and all(
-            h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent for h in hosts.values()
+        all_idle = bool(gpu_hosts) and all(
+            h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent
+            for h in gpu_hosts.values()
         )
-        logs_active = evidence["logs"]["silence_s"] < evidence["logs"]["threshold_s"]
-        power = _power_summary(hosts)
-        power_dropped = any(h["power_dropped"] for h in hosts.values())
+        power = _power_summary(gpu_hosts)
+        power_dropped = any(h["power_dropped"] for h in gpu_hosts.values())
         if power and not (all_idle or power_dropped):
             # GPUs still draw their working power: compute runs (a step far longer than before), not a hang.
             return _Finding(
@@ -345,20 +462,44 @@ def _with_agent(
                 (f"{no_step}, yet GPUs are busy and logs active", "is agent.step() called? not stopping for this"),
                 overdue=True,
             )
+        benign = _benign_wait(ctx, hosts, since, progress.stall_s)
+        if benign is not None:
+            return benign
         if fallen:
             threshold = f"{threshold}, {_min(stall_s)} as GPU activity fell on every host too"
-        reasons = [f"{no_step}, {threshold}", _utilization_summary(hosts)]
-        if errors:
-            reasons.append(_error_summary(errors))
+        reasons = [f"{no_step}, {threshold}", _utilization_summary(gpu_hosts)]
         if power:
             reasons.append(power)
         if logs_active:
             reasons.append("logs are still active, but the agent reports no steps")
         return _Finding(Diagnosis.IDLE if all_idle else Diagnosis.HANG, tuple(reasons), stoppable=True)
-    finding = _progressing(signals, progress, thresholds, limits, now, evidence)
-    if now - since > early_s:  # a lone signal: no alarm fires again when it reaches the full threshold
-        return replace(finding, recheck_at=since + progress.stall_s)
-    return finding
+    return _progressing(ctx, progress)
+
+
+def _benign_wait(ctx: _Context, hosts: dict[str, evidence.Host], since: float, threshold_s: float) -> _Finding | None:
+    """No progress, explained by something a live job does: a checkpoint being written (its start line, nothing
+    since), or, with the agent, the loop waiting outside step() for input. Never stopped before
+    `UNDECLARED_PHASE_FACTOR` x the threshold from the last progress; then it is a stall like any other."""
+    now, limit = ctx.now, UNDECLARED_PHASE_FACTOR * threshold_s
+    checkpoint = evidence.checkpoint_since(hosts, since)
+    wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(since).mean()
+    waiting = wait is not None and wait > ctx.thresholds.data_wait_percent
+    if checkpoint is None and not waiting:
+        return None
+    ctx.deadlines.add(since + limit)
+    if checkpoint is not None:
+        ctx.evidence["checkpoint"] = {"since_t": checkpoint}
+        what = f"writing a checkpoint for {_min(now - checkpoint)} (its start line, nothing since)"
+        diagnosis, overrun = Diagnosis.PHASE, Diagnosis.PHASE_OVERRUN
+    else:
+        ctx.evidence["data_wait_percent"] = round(wait or 0.0, 1)
+        what = f"waiting for input {wait:.0f}% of the time since the last step"
+        diagnosis, overrun = Diagnosis.DATA_STARVATION, Diagnosis.IDLE
+    if now - since < limit:
+        return _Finding(
+            diagnosis, (f"no progress for {_min(now - since)}, {what}", f"not stopping before {_min(limit)}")
+        )
+    return _Finding(overrun, (f"no progress for {_min(now - since)}, {what}: past {_min(limit)}",), stoppable=True)
 
 
 def _with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:
@@ -375,36 +516,30 @@ def _gpus_fallen(hosts: dict[str, dict], thresholds: Thresholds) -> bool:
     )
 
 
-def _progressing(
-    signals: JobSignals,
-    progress: measures.Progress,
-    thresholds: Thresholds,
-    limits: measures.Limits,
-    now: float,
-    evidence: dict[str, Any],
-) -> _Finding:
+def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
     """A job that makes progress: healthy, or one of the problems that are never a stall."""
-    agent = signals.agent
-    recent_since = now - limits.recent_s
+    agent, thresholds, now, evidence_ = ctx.signals.agent, ctx.thresholds, ctx.now, ctx.evidence
+    recent_since = now - ctx.limits.recent_s
     nonfinite = sum(agent.get("NonFiniteLoss", Series()).since(recent_since).values())
     if nonfinite > 0:
-        reason = f"{nonfinite:g} non-finite losses in the last {_min(limits.recent_s)}"
+        reason = f"{nonfinite:g} non-finite losses in the last {_min(ctx.limits.recent_s)}"
         return _Finding(Diagnosis.NONFINITE_LOSS, (reason,), stoppable=thresholds.stop_on_nonfinite_loss)
-    data_wait = agent.get("DataWaitFraction", Series()).since(recent_since).mean()
+    data_wait = _stepping_data_wait(agent, recent_since)
     if data_wait is not None and data_wait > thresholds.data_wait_percent:
-        evidence["data_wait_percent"] = round(data_wait, 1)
+        evidence_["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
-    lagging = measures.straggler(signals.hosts, now)
+    lagging = measures.straggler(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now)
     if lagging is not None:
-        evidence["straggler"] = lagging
-        return _Finding(Diagnosis.STRAGGLER, (_straggler_summary(lagging), "still progressing: never stopped for this"))
+        evidence_["straggler"] = lagging
+        summary = _straggler_summary(lagging, ctx.limits.straggler_s)
+        return _Finding(Diagnosis.STRAGGLER, (summary, "still progressing: never stopped for this"))
     values = [v for _, v in measures.interval_samples(agent)]
     if len(values) > SLOW_SAMPLES:
         current = statistics.median(values[-SLOW_SAMPLES:])
         earlier = statistics.median(values[:-SLOW_SAMPLES])  # the pace over the lookback
-        evidence["step_interval_current_s"] = round(current, 3)
-        evidence["step_interval_earlier_s"] = round(earlier, 3)
+        evidence_["step_interval_current_s"] = round(current, 3)
+        evidence_["step_interval_earlier_s"] = round(earlier, 3)
         if current > SLOW_RATIO * earlier:
             return _Finding(
                 Diagnosis.SLOW,
@@ -417,61 +552,85 @@ def _progressing(
     return _Finding(Diagnosis.HEALTHY, (f"progressing: {age} (stall threshold {_min(progress.stall_s)})",))
 
 
-def _without_agent(
-    signals: JobSignals,
-    training_since: float,
-    logs: measures.Logs,
-    thresholds: Thresholds,
-    limits: measures.Limits,
-    now: float,
-    notes: tuple[str, ...],
-) -> _Finding:
+def _stepping_data_wait(agent: dict[str, Series], since: float) -> float | None:
+    """The mean DataWaitFraction of the recent windows in which steps completed (at least `STARVED_WINDOWS`): a
+    pause (an undeclared checkpoint, an evaluation) is all waiting to the agent, and no starvation."""
+    stepped = {t for t, v in agent.get("Steps", Series()).since(since).points if v > 0}
+    waits = [v for t, v in agent.get("DataWaitFraction", Series()).since(since).points if t in stepped]
+    return statistics.mean(waits) if len(waits) >= STARVED_WINDOWS else None
+
+
+def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[str, ...]) -> _Finding:
     """Host GPU utilization and log silence decide; every host must show the same picture."""
-    hosts = list(_with_gpus(signals.hosts, signals.facts).values())
-    utils = [measures.gpu_util(h) for h in hosts]
+    signals, thresholds, limits, now, logs = ctx.signals, ctx.thresholds, ctx.limits, ctx.now, ctx.logs
+    gpu_hosts = list(_with_gpus(signals.hosts, signals.facts).values())
+    utils = [measures.gpu_util(h) for h in gpu_hosts]
     never_active = all(all(v < thresholds.idle_gpu_percent for v in u.values()) for u in utils)
-    if never_active and now - training_since <= limits.startup_s:
+    if never_active and now - ctx.training_since <= limits.startup_s:
+        ctx.deadlines.add(ctx.training_since + limits.startup_s)
         return _Finding(
             Diagnosis.STARTING,
-            (*notes, f"GPUs not active yet, {_min(now - training_since)} in (grace {_min(limits.startup_s)})"),
+            (*notes, f"GPUs not active yet, {_min(now - ctx.training_since)} in (grace {_min(limits.startup_s)})"),
         )
     silence = "logs silent" if logs.last_t is not None else "no log line from any host"
     log_reason = f"{silence} for {_min(logs.silence_s)} (threshold {_min(logs.threshold_s)})"
+    # A rank's fatal last words, its GPUs not seen dead (no GPU data, or a CPU-only host): its silence confirms them,
+    # against its own cadence but never longer than the job's base log threshold (a learned gap never delays it).
     crashed: dict[str, list[LogLine]] = {}
     silences: list[str] = []
-    for h in hosts:
-        lines = measures.last_words(h)
-        if not lines or h.log_last_t is None:
+    for h in signals.hosts.values():
+        words = hosts[h.host].last_words
+        if not words or h.log_last_t is None:
             continue
-        needed = measures.crash_silence_s(h, thresholds, limits, logs.threshold_s)
+        needed = measures.crash_silence_s(h, thresholds, limits, limits.log_floor_s)
+        ctx.deadlines.add(h.log_last_t + needed)
         if now - h.log_last_t >= needed:
-            crashed[h.host] = lines
+            crashed[h.host] = list(words)
             silences.append(f"{h.host} silent for {_min(now - h.log_last_t)} after it (threshold {_min(needed)})")
     if crashed:
         return _error_finding(crashed, (*notes, *silences))
+    last = logs.last_t if logs.last_t is not None else ctx.training_since
+    silent = logs.silence_s >= STALLING_PERIODS * ctx.period  # no alarm announces the later rungs of a silence
+    if logs.last_t is not None and evidence.spinning(hosts, thresholds):
+        if silent:
+            ctx.deadlines.add(last + limits.crash_s)
+        if now - last >= limits.crash_s:
+            hosts_ev = _with_gpus(ctx.evidence["hosts"], signals.facts)
+            reasons = (
+                *notes,
+                f"a collective spins on every host (GPUs busy, power fallen) and {log_reason}",
+                *filter(None, [_power_summary(hosts_ev)]),
+            )
+            return _Finding(Diagnosis.HANG, reasons, stoppable=True, conclusive=True)
     # Idle GPUs and silent logs are two signals: when both agree they decide after `agreement_fraction` of their
     # thresholds. Neither alone ever stops a job without the agent.
     agree = thresholds.agreement_fraction
+    if silent:
+        ctx.deadlines.add(last + agree * logs.threshold_s)
     if logs.silence_s < agree * logs.threshold_s:
         return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
-    complete = len(hosts) >= max(signals.facts.gpu_host_count(), 1)
+    complete = len(gpu_hosts) >= max(signals.facts.gpu_host_count(), 1)
     idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
+    if silent and complete and all(d is not None for d in idle):
+        ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
     if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
-        reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(idle))}"
+        benign = _benign_wait(ctx, hosts, last, logs.threshold_s)
+        if benign is not None:
+            return replace(benign, reasons=(*notes, *benign.reasons))
+        reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(idle))}"
         ladder = f"idle GPUs and silent logs agree: each decides after {agree:.2g} of its threshold"
         return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason, ladder), stoppable=True)
     if logs.silence_s < logs.threshold_s:
-        # a lone silence: its early alarm does not fire again when it reaches the full threshold
-        recheck = None if logs.last_t is None else logs.last_t + logs.threshold_s
-        within = f"within the log-silence threshold: {log_reason}"
-        return _Finding(Diagnosis.HEALTHY, (*notes, within), recheck_at=recheck)
+        ctx.deadlines.add(last + logs.threshold_s)
+        return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
     # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
     # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.) Silence is then
     # the lone signal (a long evaluation looks the same): alerted now, stopped after BUSY_SILENCE_FACTOR x it.
     busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
     if logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy):
-        reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(hosts)} for {_min(min(busy))}"
+        reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(busy))}"
         stop_s = BUSY_SILENCE_FACTOR * logs.threshold_s
+        ctx.deadlines.add(last + stop_s)
         if logs.silence_s >= stop_s:
             return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
         lone = f"busy GPUs with silent logs may be a long evaluation: not stopping before {_min(stop_s)} of silence"
@@ -503,14 +662,14 @@ def _utilization_summary(hosts: dict[str, dict]) -> str:
     return "GPU utilization before -> now: " + (_first_hosts(parts) if parts else "no host metrics")
 
 
-def _straggler_summary(lagging: dict[str, Any]) -> str:
+def _straggler_summary(lagging: dict[str, Any], window_s: float) -> str:
     """Which host straggles, by how much, and every host's value (the spread a team cordons a node on)."""
     metric, host, values = lagging["metric"], lagging["host"], lagging["values"]
     unit, side = ("s", "slower") if metric == "StepTime" else ("W", "lower")
     spread = ", ".join(f"{h} {v:g} {unit}" for h, v in values.items())
     return (
         f"straggler {host}: {metric} {values[host]:g} {unit} against a median of {lagging['others_median']:g} {unit} "
-        f"on the other {len(values) - 1} hosts ({lagging['ratio']:g}x {side}) for {_min(measures.STRAGGLER_S)}; "
+        f"on the other {len(values) - 1} hosts ({lagging['ratio']:g}x {side}) for {_min(window_s)}; "
         f"per host: {spread}"
     )
 
@@ -556,34 +715,40 @@ def _fmt(value: float | None) -> str:
 
 def _act(
     finding: _Finding, policy: EffectivePolicy, state: JobState, now: float, limits: measures.Limits
-) -> tuple[Action, Action, tuple[str, ...]]:
-    """(action, would, notes): what the mode allows, what enforce would do, and why."""
+) -> tuple[Action, Action, tuple[str, ...], float | None]:
+    """(action, would, notes, stop_at): what the mode allows, what enforce would do, why, and when a warned stall
+    becomes a stop (the grace: `confirmed_grace_minutes` after conclusive evidence, else `stop_grace_minutes`)."""
     if policy.mode is Mode.OFF or not finding.problem:
-        return Action.NONE, Action.NONE, ()
+        return Action.NONE, Action.NONE, (), None
+    grace = limits.confirmed_grace_s if finding.conclusive else limits.grace_s
     snoozed = state.snoozed_until is not None and state.snoozed_until > now
     snooze_note = (f"snoozed until {state.snoozed_until:.0f}",) if snoozed else ()
+    until = state.snoozed_until if snoozed else None
     repeat = finding.diagnosis.value in state.alerted
     if policy.mode is Mode.ENFORCE:
         if not finding.stoppable:
             base = Action.AUDIT if snoozed else Action.ALERT
-            return (Action.NONE if repeat else base), Action.NONE, snooze_note
+            return (Action.NONE if repeat else base), Action.NONE, snooze_note, until
         if state.stopped_at is not None:
-            return Action.NONE, Action.NONE, (f"stop already requested at {state.stopped_at:.0f}",)
+            return Action.NONE, Action.NONE, (f"stop already requested at {state.stopped_at:.0f}",), None
         if snoozed:
-            return (Action.NONE if repeat else Action.AUDIT), Action.NONE, snooze_note
+            return (Action.NONE if repeat else Action.AUDIT), Action.NONE, snooze_note, until
         if not policy.may_stop:
             note = "not stopping: the job is not tagged stallwatch:mode=enforce"
-            return (Action.NONE if repeat else Action.ALERT), Action.NONE, (note,)
+            return (Action.NONE if repeat else Action.ALERT), Action.NONE, (note,), None
         if state.warned_at is None:
-            return Action.WARN, Action.NONE, (f"will stop in {_min(limits.grace_s)} unless it recovers or is snoozed",)
-        stop_at = state.warned_at + limits.grace_s
+            note = f"will stop in {_min(grace)} unless it recovers or is snoozed"
+            return Action.WARN, Action.NONE, (note,), now + grace
+        stop_at = state.warned_at + grace
         if now >= stop_at:
-            return Action.STOP, Action.NONE, (f"warned {_min(now - state.warned_at)} ago and still stalled",)
-        return Action.NONE, Action.NONE, (f"warned; stopping in {_min(stop_at - now)}",)
-    would = Action.ALERT
+            return Action.STOP, Action.NONE, (f"warned {_min(now - state.warned_at)} ago and still stalled",), None
+        return Action.NONE, Action.NONE, (f"warned; stopping in {_min(stop_at - now)}",), stop_at
+    would, stop_at = Action.ALERT, None
     if finding.stoppable:
-        overdue = state.stall_since is not None and now >= state.stall_since + limits.grace_s
-        would = Action.STOP if overdue else Action.WARN
+        stop_at = None if state.stall_since is None else state.stall_since + grace
+        would = Action.STOP if stop_at is not None and now >= stop_at else Action.WARN
+        if stop_at is None:
+            stop_at = now + grace
     key = WOULD_STOP if would is Action.STOP else finding.diagnosis.value
     base = Action.AUDIT if policy.mode is Mode.OBSERVE or snoozed else Action.ALERT
-    return (Action.NONE if key in state.alerted else base), would, snooze_note
+    return (Action.NONE if key in state.alerted else base), would, snooze_note, until or stop_at

@@ -18,6 +18,7 @@ heterogeneous job. On EC2 a run is one job name: each start of its instance grou
 
     goodput = measure_goodput("llama-8b", [JobSpan(...), JobSpan(...)])
     goodput.ratio, goodput.totals[Category.STALLS].gpu_hours
+    run_timeline([JobSpan(...), ...])   # the same split as segments in time: (attempt, start, end, category), ...
 """
 
 from __future__ import annotations
@@ -149,6 +150,44 @@ class _Span:
     category: Category
 
 
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of the run's wall time in one category: within attempt `attempt` (its index among the run's jobs by
+    creation), or, `held` False, the gap after it, while no job holds instances."""
+
+    attempt: int
+    start: float
+    end: float
+    category: Category
+    held: bool = True
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def run_timeline(jobs: Sequence[JobSpan]) -> tuple[Segment, ...]:
+    """The run's wall time as `Segment`s in time order, the split `measure_goodput` totals; `jobs` in any order."""
+    return _timeline(sorted(jobs, key=lambda j: j.created))[0]
+
+
+def _timeline(ordered: Sequence[JobSpan]) -> tuple[tuple[Segment, ...], float]:
+    """The segments of `ordered` (by creation), and the steps trained again after restarts."""
+    segments: list[Segment] = []
+    best: float | None = None  # the highest step reached by the jobs before this one
+    redone_steps = 0.0
+    for index, job in enumerate(ordered):
+        restarts_after = index + 1 < len(ordered)
+        spans, redone = _job_spans(job, best, restarts_after)
+        redone_steps += redone
+        segments += [Segment(index, s.start, s.end, s.category) for s in spans]
+        if restarts_after and ordered[index + 1].created > job.ended:
+            segments.append(Segment(index, job.ended, ordered[index + 1].created, Category.RESTART_GAPS, held=False))
+        steps = [w.step for w in job.windows if w.step is not None]
+        best = max([*steps, *([best] if best is not None else [])], default=None)
+    return tuple(segments), redone_steps
+
+
 def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
     """Split the run's wall time by `Category`; `jobs` in any order (they are taken by creation time)."""
     if not jobs:
@@ -156,21 +195,14 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
     ordered = sorted(jobs, key=lambda j: j.created)
     priced = all(instance_spec(t).usd_per_hour for j in ordered for t in j.instance_types())
     totals = {c: Total(dollars=0.0 if priced else None) for c in Category}
-    best: float | None = None  # the highest step reached by the jobs before this one
-    redone_steps = 0.0
-    for index, job in enumerate(ordered):
-        restarts_after = index + 1 < len(ordered)
-        spans, redone = _job_spans(job, best, restarts_after)
-        redone_steps += redone
-        for span in spans:
-            burn = estimate_fleet_burn(job.instance_types(), span.end - span.start)
-            dollars = burn.dollars if priced else None  # a price for part of the fleet would understate it
-            totals[span.category] = totals[span.category].plus(span.end - span.start, burn.device_hours, dollars)
-        if restarts_after:
-            gap = max(ordered[index + 1].created - job.ended, 0.0)
-            totals[Category.RESTART_GAPS] = totals[Category.RESTART_GAPS].plus(gap, 0.0, None)
-        steps = [w.step for w in job.windows if w.step is not None]
-        best = max([*steps, *([best] if best is not None else [])], default=None)
+    segments, redone_steps = _timeline(ordered)
+    for segment in segments:
+        if not segment.held:  # between jobs: no instance is paid for
+            totals[segment.category] = totals[segment.category].plus(segment.seconds, 0.0, None)
+            continue
+        burn = estimate_fleet_burn(ordered[segment.attempt].instance_types(), segment.seconds)
+        dollars = burn.dollars if priced else None  # a price for part of the fleet would understate it
+        totals[segment.category] = totals[segment.category].plus(segment.seconds, burn.device_hours, dollars)
     stepping = [w for job in ordered for w in job.windows if w.steps > 0]
     return Goodput(
         run=run,
@@ -180,7 +212,7 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
         mean_tflops_per_gpu=_weighted([(w.end - w.start, w.tflops_per_gpu) for w in stepping]),
         mean_mfu=_weighted([(w.end - w.start, w.mfu) for w in stepping]),
         stalls_caught=sum(1 for j in ordered if j.stall is not None),
-        final_step=best,
+        final_step=max((w.step for j in ordered for w in j.windows if w.step is not None), default=None),
         redone_steps=redone_steps,
     )
 

@@ -1,9 +1,12 @@
-"""Fatal-error patterns in training logs: the one table both signal sources match lines against.
+"""Notable lines in training logs: fatal errors and checkpoint markers, the one table both signal sources use.
 
     match("RuntimeError: CUDA error: an illegal memory access was encountered")  # "illegal_memory_access"
     match("step 120 loss 2.31")  # None
+    marker("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500")  # "checkpoint_start"
 
-The first pattern that matches names the line, so the specific ones come before the general ones.
+The first pattern that matches names the line, so the specific ones come before the general ones. The AWS source
+asks CloudWatch Logs for these lines only (`FILTER_PATTERN`, a superset of both tables), so a fatal line among
+512 busy hosts is one page away; the regexes here decide.
 """
 
 from __future__ import annotations
@@ -74,3 +77,106 @@ def match(message: str) -> str | None:
         if pattern.search(message):
             return name
     return None
+
+
+# Checkpoint markers: a checkpoint's start line and its end line. A host whose newest marker is a start, with no other
+# line since, is writing a checkpoint (a live job, even with idle GPUs and silent logs).
+CHECKPOINT_START = "checkpoint_start"
+CHECKPOINT_END = "checkpoint_end"
+_CHECKPOINT = r"(?:checkpoint|ckpt)"
+MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (CHECKPOINT_START, re.compile(rf"{_CHECKPOINT}\S*.{{0,80}}\bis about to be saved", re.IGNORECASE)),
+    (
+        CHECKPOINT_END,
+        re.compile(
+            rf"\b(?:saved|wrote|written|finished saving|done saving|uploaded)\b.{{0,60}}{_CHECKPOINT}"
+            rf"|{_CHECKPOINT}\S*\b.{{0,80}}\b(?:saved|written|completed?|done|finished|is ready now|uploaded)\b",
+            re.IGNORECASE,
+        ),
+    ),
+    (
+        CHECKPOINT_START,
+        re.compile(
+            rf"\b(?:saving|writing|storing|uploading|persisting|staging)\b.{{0,60}}{_CHECKPOINT}"
+            rf"|\b{_CHECKPOINT}\S*\b.{{0,40}}\b(?:saving|writing|in progress|started)\b"
+            r"|\bsaving (?:the )?model\b",
+            re.IGNORECASE,
+        ),
+    ),
+)
+
+# Literal phrases, one of which every fatal or marker line above contains (CloudWatch Logs matches them
+# case-sensitively): FilterLogEvents returns only the lines holding one, and the regexes decide among them.
+FILTER_TERMS: tuple[str, ...] = (
+    # NCCL and the process group's watchdog
+    "Watchdog caught collective operation timeout",
+    "NCCL operations have failed or timed out",
+    "ProcessGroupNCCL",
+    "Heartbeat monitor timed out",
+    "NCCL communicator was aborted",
+    # CUDA, the driver and the GPUs
+    "illegal memory access",
+    "cudaErrorIllegalAddress",
+    "CUDA_ERROR_ILLEGAL_ADDRESS",
+    "CUDA out of memory",
+    "OutOfMemoryError",
+    "CUDA error",
+    "NVRM: Xid",
+    "fallen off the bus",
+    "device-side assert",
+    "unspecified launch failure",
+    "CUBLAS_STATUS_",
+    "CUDNN_STATUS_",
+    "uncorrectable ECC error",
+    # the kernel and the launcher killing the process
+    "Killed",
+    "killed",
+    "KILLED",
+    "SIGKILL",
+    "signal 9",
+    "Signal 9",
+    "exitcode",
+    "ExitCode",
+    "exit code",
+    "Exit code",
+    "exit status",
+    "Exit status",
+    "exited with",
+    "oom-killer",
+    "Out of memory",
+    "Traceback",
+    # checkpoint markers
+    "checkpoint",
+    "Checkpoint",
+    "CHECKPOINT",
+    "ckpt",
+    "saving model",
+    "Saving model",
+    "saving the model",
+    "Saving the model",
+)
+# FilterLogEvents' filterPattern: any of the phrases (at most 1,024 characters, CloudWatch Logs API reference).
+FILTER_PATTERN = " ".join(f'?"{term}"' for term in FILTER_TERMS)
+
+
+def marker(message: str) -> str | None:
+    """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start or end line, else None (ask `match` first: a
+    fatal line is never a marker)."""
+    for name, pattern in MARKERS:
+        if pattern.search(message):
+            return name
+    return None
+
+
+def notable(message: str) -> bool:
+    """Whether the server-side filter keeps `message` (a superset of the fatal and marker lines)."""
+    return any(term in message for term in FILTER_TERMS)
+
+
+def classify(message: str) -> tuple[str | None, str | None]:
+    """(fatal pattern, checkpoint marker) of a line; (None, None) for the ordinary ones, which `FILTER_PATTERN`
+    would not even return."""
+    if not notable(message):
+        return None, None
+    pattern = match(message)
+    return pattern, None if pattern else marker(message)

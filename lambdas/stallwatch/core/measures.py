@@ -17,7 +17,7 @@ from typing import Any
 
 from stallwatch.core import log_patterns
 from stallwatch.core.policy import Thresholds
-from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
 
 TRAINING_STATUS = "Training"
 STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
@@ -29,9 +29,8 @@ EVIDENCE_ERROR_LINES = 3  # error lines kept per host
 EVIDENCE_MESSAGE_CHARS = 300
 PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
 LEARNED_GAP_MARGIN = 1.5  # a log gap the job came back from is normal: silence up to this many times it is too
-STRAGGLER_RATIO = 1.5  # a host whose StepTime is above (power below) this x / (1 /) the others' median straggles
-STRAGGLER_S = 900.0  # ... for this long
-STRAGGLER_COVERAGE = 0.8  # ... in periods spanning at least this share of it
+STRAGGLER_COVERAGE = 0.8  # a straggler's lag is seen in periods spanning at least this share of `straggler_minutes`
+STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `straggler_ratio`'s excess over 1
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 
 
@@ -48,6 +47,8 @@ class Limits:
     recent_s: float
     stale_s: float
     grace_s: float
+    confirmed_grace_s: float  # the grace after conclusive evidence (never more than `grace_s`)
+    straggler_s: float
     factor: float
 
     @classmethod
@@ -63,6 +64,8 @@ class Limits:
             recent_s=RECENT_PERIODS * period,
             stale_s=STALE_PERIODS * period,
             grace_s=thresholds.stop_grace_minutes * 60,
+            confirmed_grace_s=min(thresholds.confirmed_grace_minutes, thresholds.stop_grace_minutes) * 60,
+            straggler_s=thresholds.straggler_minutes * 60,
             factor=factor,
         )
 
@@ -75,6 +78,7 @@ class Progress:
     step: float | None  # the latest global step
     interval_s: float | None  # recent seconds per step
     stall_s: float  # the adaptive stall threshold
+    learned_s: float  # the part of it the job taught: k x its step interval, a stall it recovered from
     newest_t: float  # the newest agent datapoint
     fresh: bool
 
@@ -125,6 +129,7 @@ def progress(
         step=agent.get("Step", Series()).latest(),
         interval_s=interval,
         stall_s=stall,
+        learned_s=learned * limits.factor,
         newest_t=newest,
         fresh=now - newest <= limits.stale_s,
     )
@@ -247,17 +252,35 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     return max(gaps) if gaps else None
 
 
-def straggler(hosts: dict[str, HostSignals], now: float) -> dict[str, Any] | None:
-    """One host far from the others for `STRAGGLER_S`: its StepTime above `STRAGGLER_RATIO` x the others' median,
-    or its GPU power below it by that ratio, in every period. Evidence: host, metric, ratio, every host's value."""
-    since = now - STRAGGLER_S
+def straggler(
+    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float
+) -> dict[str, Any] | None:
+    """One host far from the others of its instance type for `straggler_minutes`: its StepTime above their median,
+    or its GPU power below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half
+    that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value."""
+    groups: dict[str, dict[str, HostSignals]] = {}
+    for name, host in hosts.items():
+        groups.setdefault(facts.host_types.get(name, facts.instance_type), {})[name] = host
+    for group in groups.values():
+        found = _straggler_in(group, thresholds, limits, now)
+        if found is not None:
+            return found
+    return None
+
+
+def _straggler_in(
+    hosts: dict[str, HostSignals], thresholds: Thresholds, limits: Limits, now: float
+) -> dict[str, Any] | None:
+    """`straggler` among hosts of one instance type (a heterogeneous cluster's groups draw different power)."""
+    since = now - limits.straggler_s
+    floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
     for metric, slow in (("StepTime", True), ("GPUPowerWatts", False)):
         per_host = {name: dict(h.agent.get(metric, Series()).since(since).points) for name, h in hosts.items()}
         per_host = {name: points for name, points in per_host.items() if points}
         if len(per_host) < STRAGGLER_MIN_HOSTS:
             continue
         times = sorted(set.intersection(*(set(p) for p in per_host.values())))
-        if not times or times[-1] - times[0] < STRAGGLER_COVERAGE * STRAGGLER_S:
+        if not times or times[-1] - times[0] < STRAGGLER_COVERAGE * limits.straggler_s:
             continue  # not seen for long enough
         for name, points in per_host.items():
             ratios = []
@@ -266,12 +289,16 @@ def straggler(hosts: dict[str, HostSignals], now: float) -> dict[str, Any] | Non
                 if others <= 0 or points[t] <= 0:
                     break
                 ratios.append(points[t] / others if slow else others / points[t])
-            if len(ratios) == len(times) and min(ratios) > STRAGGLER_RATIO:
+            if (
+                len(ratios) == len(times)
+                and min(ratios) > floor
+                and statistics.median(ratios) >= thresholds.straggler_ratio
+            ):
                 latest = times[-1]
                 return {
                     "host": name,
                     "metric": metric,
-                    "ratio": round(min(ratios), 2),
+                    "ratio": round(statistics.median(ratios), 2),
                     "others_median": rounded(statistics.median(p[latest] for n, p in per_host.items() if n != name)),
                     "values": {n: rounded(p[latest]) for n, p in sorted(per_host.items())},
                 }

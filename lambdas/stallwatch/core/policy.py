@@ -59,9 +59,11 @@ class Thresholds(BaseModel):
         15.0, gt=0, description="All GPUs idle (or, without the agent, pinned busy) this long, logs silent: a stall."
     )
     crash_confirm_minutes: float = Field(
-        5.0,
+        3.0,
         gt=0,
-        description="A fatal error line, then no step (without the agent: silence) this long: a crashed rank.",
+        description="Conclusive evidence decides after this long with no progress since: a rank's fatal last words "
+        "with its GPUs dead, a host that vanished, every process gone from its GPUs, a collective spinning on every "
+        "host (no step, GPUs busy, power fallen).",
     )
     agreement_fraction: float = Field(
         2 / 3,
@@ -80,8 +82,22 @@ class Thresholds(BaseModel):
         10.0, ge=0, description="A declared phase may overrun its budget by this much before it is a stall."
     )
     data_wait_percent: float = Field(50.0, gt=0, le=100, description="DataWaitFraction above this is starvation.")
+    straggler_ratio: float = Field(
+        1.2,
+        gt=1,
+        le=10,
+        description="A host whose StepTime is this many times the other hosts' median (or whose GPU power is this "
+        "many times below it) throughout straggler_minutes is a straggler (alerted, never stopped).",
+    )
+    straggler_minutes: float = Field(10.0, gt=0, le=180, description="How long a straggler must lag to be named.")
     stop_grace_minutes: float = Field(
         5.0, ge=0, description="Enforce: the stall must persist this long after the warning."
+    )
+    confirmed_grace_minutes: float = Field(
+        2.0,
+        ge=0,
+        description="Enforce: after conclusive evidence (see crash_confirm_minutes) the stall need only persist this "
+        "long after the warning; never more than stop_grace_minutes.",
     )
     stop_on_nonfinite_loss: bool = Field(False, description="Enforce: stop a job whose loss stays NaN/inf.")
     alarm_period_seconds: int = Field(

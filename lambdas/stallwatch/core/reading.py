@@ -27,8 +27,11 @@ AGENT_STATISTICS = {
 # The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
 # agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
 # 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
-HOST_AGENT_METRICS_READ = ("GPUUtilization", "GPUPowerWatts", "StepTime")  # StepTime: the straggler check
-SAGEMAKER_HOST_METRICS_READ = ("gpu_util",)  # HostSignals fields, from SageMaker's per-host metrics
+HOST_AGENT_METRICS_READ = ("GPUPowerWatts", "StepTime")  # StepTime: the straggler check
+# The agent's own NVML utilization stands in where the platform may have none: EC2 without the CloudWatch agent.
+EC2_HOST_AGENT_METRICS_READ = (*HOST_AGENT_METRICS_READ, "GPUUtilization")
+# HostSignals fields, from SageMaker's per-host metrics: memory says whether a host's processes still hold its GPUs
+SAGEMAKER_HOST_METRICS_READ = ("gpu_util", "gpu_mem_util")
 HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds
 DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datapoints a call, and pages the rest
 

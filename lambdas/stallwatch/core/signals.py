@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from stallwatch.core import log_patterns
 from stallwatch.core.pricing import accelerated, instance_spec
 
 
@@ -49,12 +50,18 @@ class Platform(StrEnum):
 
 @dataclass(frozen=True)
 class LogLine:
-    """One log event; `pattern` names the fatal-error pattern it matched, if any."""
+    """One log event; `pattern` names the fatal-error pattern it matched, if any; `marker` the checkpoint marker."""
 
     t: float
     stream: str
     message: str
     pattern: str | None = None
+    marker: str | None = None
+
+    @classmethod
+    def read(cls, t: float, stream: str, message: str) -> LogLine:
+        """A line as the sources read it: named by its fatal pattern or its checkpoint marker (`log_patterns`)."""
+        return cls(t, stream, message, *log_patterns.classify(message))
 
 
 @dataclass(frozen=True)
@@ -116,10 +123,12 @@ class HostSignals:
     gpu_util: Series = Series()  # percent per device
     gpu_mem_util: Series = Series()  # percent per device
     cpu_util: Series = Series()  # percent per vCPU
+    gpu_power: Series = Series()  # watts per device, from the platform (EC2: the CloudWatch agent's power_draw)
     agent: dict[str, Series] = field(default_factory=dict)  # contract.HOST_METRICS name -> series
     log_last_t: float | None = None  # newest event on any of the host's streams
     log_tail: tuple[LogLine, ...] = ()  # the newest lines, oldest first
     error_lines: tuple[LogLine, ...] = ()  # lines that matched a fatal-error pattern
+    marker_lines: tuple[LogLine, ...] = ()  # checkpoint start and end lines (`log_patterns.marker`)
     # The sweeper's LogIdleSeconds (contract.LOG_IDLE_SECONDS): a sawtooth whose resets mark the log gaps it saw.
     log_idle: Series = Series()
 

@@ -2,6 +2,7 @@
 
     stallwatch replay corpus/traces/*.jsonl            # a timeline of alerts, warnings and stops per trace
     stallwatch replay my-job.jsonl --json --policy config.json
+    stallwatch replay my-job.jsonl --plot my-job.png    # the signals, alarms and decisions on one time axis
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
     stallwatch export-trace llm-70b --platform ec2 --out llm-70b.jsonl   # EC2 instances tagged stallwatch:job=llm-70b
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
@@ -31,7 +32,9 @@ from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
-from stallwatch.offline import ops, report
+from stallwatch.offline import ops, plots, report
+from stallwatch.offline.formats import hms
+from stallwatch.offline.progress import WorkProgress
 from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
 
 EXIT_OK = 0
@@ -42,7 +45,7 @@ ACTION_STYLES = {Action.STOP: "bold red", Action.WARN: "yellow", Action.ALERT: "
 VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
 
 
-_clock = report.hms  # trace seconds as h:mm:ss
+_clock = hms  # trace seconds as h:mm:ss
 
 
 def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
@@ -98,17 +101,28 @@ def _print_timeline(console: Console, result: ReplayResult, prefix: str) -> None
     console.print()
 
 
+def _plot_path(plot: Path, trace: Path, traces: int) -> Path:
+    """Where a trace's chart goes: the file `plot` for one trace; for several, `<trace>.png` in the folder `plot`."""
+    return plot if traces == 1 else plot / f"{trace.stem}.png"
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    if args.plot:
+        plots.require_matplotlib()  # before any replay
     policy, config = _read_policy(args.policy) if args.policy else (None, StallwatchConfig())
     console = Console()
     failed = False
-    for path in args.traces:
-        result = replay_file(path, policy=policy, config=config)
-        failed |= result.verdict is Verdict.FAIL
-        if args.json:
-            print(json.dumps(result.to_json()))
-        else:
-            _print_timeline(console, result, config.alarm_prefix)
+    with WorkProgress(quiet=args.json) as progress:
+        for path in progress.over(args.traces, "replaying", name=lambda p: p.name):
+            result = replay_file(path, policy=policy, config=config)
+            failed |= result.verdict is Verdict.FAIL
+            if args.json:
+                print(json.dumps(result.to_json()))
+            else:
+                _print_timeline(console, result, config.alarm_prefix)
+            if args.plot:
+                chart = plots.replay_chart(result, path, config.alarm_prefix)
+                print(f"wrote {chart.save(_plot_path(args.plot, path, len(args.traces)))}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
 
 
@@ -118,7 +132,9 @@ def run_export(args: argparse.Namespace) -> int:
     from stallwatch.offline.export import export_trace
 
     out = args.out or Path(f"{args.job}.jsonl")
-    trace = export_trace(args.job, AwsClients(region=args.region), out, platform=args.platform)
+    clients = AwsClients(region=args.region)
+    with WorkProgress() as progress, progress.aws_calls(clients.session, f"exporting {args.job}"):
+        trace = export_trace(args.job, clients, out, platform=args.platform)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 
@@ -129,6 +145,12 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per trace instead of a timeline")
     parser.add_argument(
         "--policy", type=Path, metavar="FILE", help="Policy or StallwatchConfig JSON (default: enforce everything)"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="also draw each replay as a chart (needs the plot extra: matplotlib); with several traces, a folder",
     )
     parser.set_defaults(handler=run_replay)
 

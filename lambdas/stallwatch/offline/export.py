@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.metric_reads import MetricRef, read_series
+from stallwatch.aws.resume import describe_training_job
 from stallwatch.aws.source import EC2_HOST_METRICS, SAGEMAKER_HOST_METRICS, AwsSignalSource, JobNotFoundError
 from stallwatch.core import clusters, contract
 from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
@@ -182,12 +183,10 @@ def _export_sagemaker(
     job_name: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None
 ) -> Trace:
     """A SageMaker training job: status history, metrics and logs, from its creation."""
-    sagemaker = clients.sagemaker
     try:
-        described = sagemaker.describe_training_job(TrainingJobName=job_name)
-    except sagemaker.exceptions.ClientError as exc:
+        described, tags = describe_training_job(clients, job_name)
+    except clients.sagemaker.exceptions.ClientError as exc:
         raise ExportError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
-    tags = sagemaker.list_tags(ResourceArn=described["TrainingJobArn"]).get("Tags", [])
     layout = clusters.sagemaker_layout(described["ResourceConfig"])
     spec = instance_spec(layout.instance_type)
     job = TraceJob(
@@ -197,7 +196,7 @@ def _export_sagemaker(
         instance_count=layout.instance_count,
         gpus_per_host=spec.devices,
         vcpus_per_host=spec.vcpus,
-        tags={t["Key"]: t["Value"] for t in tags},
+        tags=tags,
         host_types=layout.host_types or None,
     )
     start = described["CreationTime"].timestamp()

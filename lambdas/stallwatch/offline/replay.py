@@ -7,9 +7,12 @@ The replay walks the road the Lambdas walk, with the trace in place of AWS: the 
 gives the job run in the local `AlarmEvaluator` (evaluated every minute, every period for high-resolution
 alarms); every sweeper tick publishes each host's ``LogIdleSeconds`` from log freshness (to the alarms, and to the
 source, which reads its history back as AWS does); the engine decides on
-every alarm transition to ALARM and, at sweeper ticks, by the watchdog's rule (`engine.sweeper_due`: an open
-incident, a pending warning, an expired snooze, a recheck the engine asked for, a check-up); `next_state` is kept
-between decisions; a STOP stops the replay's job.
+every alarm transition to ALARM (one alarm-triggered decision each `ALARM_COALESCE_SECONDS`, as on_alarm's claim
+coalesces an alarm burst; the sweeper decides a job whose alarm went to ALARM after its last decision), at the
+recheck it asked for (`Decision.recheck_at`, scheduled as the runtime
+schedules it: EventBridge Scheduler fires within the minute it is set to, the next whole minute), and, at sweeper
+ticks, by the watchdog's rule (`engine.sweeper_due`: an open incident, a pending warning, an expired snooze, a
+recheck that passed, a check-up); `next_state` is kept between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -17,6 +20,7 @@ Without a policy the replay enforces (stops need no opt-in tag); the trace's tag
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -24,15 +28,20 @@ from typing import Any
 
 from stallwatch.core import contract, engine
 from stallwatch.core.alarms import render_alarms
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.config import ALARM_COALESCE_SECONDS, StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.trace import Trace, TraceHeader, scan_trace
+from stallwatch.core.trace import Event, Trace, TraceHeader, scan_trace
 from stallwatch.offline.trace_source import TraceSource
 
 REPLAY_POLICY = Policy(mode=Mode.ENFORCE, stop_requires_tag=False)
 CLOUDWATCH_EVALUATION_SECONDS = 60  # standard alarms are evaluated every minute
+RECHECK = "recheck"
+# EventBridge Scheduler invokes a one-time schedule within the minute it names (60-second precision); the runtime
+# names the minute after the recheck time, and the replay fires it this far into that minute (half its precision).
+SCHEDULER_MINUTE_S = 60
+SCHEDULER_DELAY_S = 30.0
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
 SWEEPER = "sweeper"
 # Decisions that reached a person (Slack) or the job.
@@ -65,6 +74,15 @@ class ReplayDecision:
 
 
 @dataclass(frozen=True)
+class AlarmChange:
+    """An alarm's move to `state` in the replay, at `t` (trace seconds)."""
+
+    t: float
+    alarm: str
+    state: AlarmState
+
+
+@dataclass(frozen=True)
 class ReplayResult:
     """What happened in one replay, and whether it matched the trace's label."""
 
@@ -84,6 +102,7 @@ class ReplayResult:
     verdict_reason: str = ""
     tag_errors: tuple[str, ...] = field(default_factory=tuple)
     expect: dict[str, Any] | None = None  # the trace's label, as written
+    alarm_changes: tuple[AlarmChange, ...] = ()  # every alarm transition, in time order
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,12 +175,14 @@ class _Run:
         self.sweep_every = config.sweeper_minutes * 60
         self.checkup_every = config.checkup_minutes * 60
         self.last_decision_at: float | None = None
+        self.claimed_until = -math.inf  # on_alarm's claim: alarms of the job until then are coalesced
+        self.coalesced_at: float | None = None  # the newest alarm coalesced since the last decision
         self.state = JobState()
         self.incident_open = False
         self.decisions: list[ReplayDecision] = []
         self.diagnoses: list[str] = []
         self.decision_count = 0
-        self.transitions = 0
+        self.transitions: list[AlarmChange] = []
 
     def running(self, now: float) -> bool:
         """False once the job has ended (a terminal status at or before `now`)."""
@@ -191,9 +212,26 @@ class _Run:
             self.decisions.append(ReplayDecision(now - self.start, trigger, decision))
         return decision.action is Action.STOP
 
+    def recheck_fires_at(self) -> float | None:
+        """When the recheck the last decision asked for fires (None: none asked)."""
+        at = self.state.recheck_at
+        if at is None:
+            return None
+        return math.ceil(at / SCHEDULER_MINUTE_S) * SCHEDULER_MINUTE_S + SCHEDULER_DELAY_S
+
+    def alarmed(self, now: float, name: str) -> bool:
+        """on_alarm for one alarm: True when it stops the job; an alarm of a job claimed by another is coalesced."""
+        if now < self.claimed_until:
+            self.coalesced_at = now
+            return False
+        self.claimed_until = now + ALARM_COALESCE_SECONDS
+        return self.decide(now, name)
+
     def sweeper_due(self, now: float) -> bool:
-        """The watchdog's rule (`engine.sweeper_due`)."""
-        return engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
+        """The watchdog's rule (`engine.sweeper_due`), and an alarm coalesced after the last decision."""
+        missed = self.coalesced_at is not None and (self.last_decision_at or -math.inf) < self.coalesced_at
+        due = engine.sweeper_due(self.state, self.incident_open, self.last_decision_at, now, self.checkup_every)
+        return due or missed
 
     def run(self) -> None:
         """Tick until the trace ends, the job ends, or the job is stopped."""
@@ -201,14 +239,20 @@ class _Run:
         end = self.source.epoch(self.source.last_t)
         now = math.ceil(self.start / tick) * tick
         while now <= end and self.running(now):
+            fires = self.recheck_fires_at()
+            while fires is not None and fires <= now and self.running(fires):
+                if self.decide(fires, RECHECK):
+                    return
+                later = self.recheck_fires_at()
+                fires = later if later is not None and later > fires else None
             sweeping = now % self.sweep_every == 0
             if sweeping:
                 self.publish_log_idle(now)
             transitions = self.evaluator.evaluate(now)
-            self.transitions += len(transitions)
+            self.transitions += [AlarmChange(now - self.start, t.alarm_name, t.new) for t in transitions]
             alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
             for name in alarmed:  # one on_alarm invocation per alarm
-                if self.decide(now, name):
+                if self.alarmed(now, name):
                     return
             # a decision made this very minute already holds what the sweeper would see
             if sweeping and not alarmed and self.sweeper_due(now) and self.decide(now, SWEEPER):
@@ -225,8 +269,19 @@ def replay_file(path: str | Path, policy: Policy | None = None, config: Stallwat
     """`replay` of a trace file, read one event at a time: the events are not kept (see `TraceSource.streamed`)."""
     with open(path, encoding="utf-8") as lines:
         header, events = scan_trace(lines, source=str(path))
-        source = TraceSource.streamed(header, events, str(path))
-    return _replay(source, policy, config)
+        return replay_events(header, events, str(path), policy, config)
+
+
+def replay_events(
+    header: TraceHeader,
+    events: Iterable[Event],
+    name: str = "<trace>",
+    policy: Policy | None = None,
+    config: StallwatchConfig | None = None,
+) -> ReplayResult:
+    """`replay` of a trace given as its header and its events in time order, one at a time (a file being read, a
+    simulator): only what the signals read is kept."""
+    return _replay(TraceSource.streamed(header, events, name), policy, config)
 
 
 def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig | None) -> ReplayResult:
@@ -243,7 +298,7 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         decisions=tuple(run.decisions),
         decision_count=run.decision_count,
         diagnoses=tuple(run.diagnoses),
-        alarm_transitions=run.transitions,
+        alarm_transitions=len(run.transitions),
         first_alert_s=_first(run.decisions, NOTIFYING),
         first_warn_s=_first(run.decisions, frozenset({Action.WARN})),
         first_stop_s=first_stop,
@@ -253,4 +308,5 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         verdict_reason=reason,
         tag_errors=tuple(run.effective.tag_errors),
         expect=None if expect is None else expect.model_dump(mode="json", exclude_none=True),
+        alarm_changes=tuple(run.transitions),
     )

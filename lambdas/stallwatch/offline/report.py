@@ -1,20 +1,24 @@
-"""``stallwatch report JOB``: the goodput of the run JOB belongs to, as a table or JSON.
+"""``stallwatch report JOB``: the goodput of the run JOB belongs to, as a table or JSON, and as a chart.
 
     stallwatch report llama-8b-r1                     # the whole run: llama-8b, llama-8b-r1, ...
     stallwatch report llama-8b --json --period 60
+    stallwatch report llama-8b --plot llama-8b.png    # and its chart: each attempt in time, the split in dollars
     stallwatch report llm-70b --platform ec2          # the instances tagged stallwatch:job=llm-70b (or i-0abc...)
 
 Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
 (`aws.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance id: EC2
 first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
-period), Stallwatch's stops from the deployment's table (see `ops.Deployment`).
+period), Stallwatch's stops from the deployment's table (see `ops.Deployment`). On a terminal the AWS calls are
+counted as they are made (`progress.WorkProgress`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -22,30 +26,11 @@ from rich.table import Table
 from stallwatch.core.goodput import Category, Goodput
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import Platform
-from stallwatch.offline import ops
+from stallwatch.offline import ops, plots
+from stallwatch.offline.formats import LABELS, hms, money
+from stallwatch.offline.progress import WorkProgress
 
-LABELS = {
-    Category.PRODUCTIVE: "productive steps (goodput)",
-    Category.REDONE: "steps redone after a restart",
-    Category.STARTUP: "startup and download",
-    Category.PHASES: "declared phases (checkpoint, eval)",
-    Category.STALLS: "stalls (onset to stop)",
-    Category.RESTART_GAPS: "restart gaps",
-    Category.OTHER: "other",
-}
 PERIODS = (1, 5, 10, 30, 60, 300)  # CloudWatch's periods for high-resolution and standard metrics
-
-
-def hms(seconds: float | None) -> str:
-    """Seconds as h:mm:ss ("-" for None)."""
-    if seconds is None:
-        return "-"
-    whole = int(seconds)
-    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
-
-
-def _money(dollars: float | None) -> str:
-    return "n/a" if dollars is None else f"${dollars:,.2f}"
 
 
 def goodput_table(goodput: Goodput) -> Table:
@@ -62,11 +47,11 @@ def goodput_table(goodput: Goodput) -> Table:
             hms(total.seconds),
             f"{share:.1%}",
             f"{total.gpu_hours:,.2f}",
-            _money(total.dollars),
+            money(total.dollars),
             style=style,
         )
     table.add_section()
-    table.add_row("total", hms(goodput.wall_s), "100.0%", f"{goodput.gpu_hours:,.2f}", _money(goodput.dollars))
+    table.add_row("total", hms(goodput.wall_s), "100.0%", f"{goodput.gpu_hours:,.2f}", money(goodput.dollars))
     tflops = "n/a" if goodput.mean_tflops_per_gpu is None else f"{goodput.mean_tflops_per_gpu:.4g}"
     mfu = "n/a" if goodput.mean_mfu is None else f"{goodput.mean_mfu:.1f}%"
     step = "n/a" if goodput.final_step is None else f"{goodput.final_step:,.0f}"
@@ -84,14 +69,22 @@ def run_report(args: argparse.Namespace) -> int:
     from stallwatch.aws.goodput import run_spans
     from stallwatch.core.goodput import measure_goodput
 
+    if args.plot:
+        plots.require_matplotlib()  # before any AWS call
     deployment = ops.Deployment.from_args(args)
     platform = Platform(args.platform) if args.platform else None
-    run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period, platform)
+    with (
+        WorkProgress(quiet=args.json) as progress,
+        progress.aws_calls(deployment.clients.session, f"reading the run of {args.job}"),
+    ):
+        run, spans = run_spans(deployment.clients, deployment.store(), args.job, time.time(), args.period, platform)
     goodput = measure_goodput(run, spans)
     if args.json:
         print(json.dumps(goodput.as_json(), indent=2))
     else:
         Console().print(goodput_table(goodput))
+    if args.plot:
+        print(f"wrote {plots.goodput_chart(goodput, spans).save(args.plot)}", file=sys.stderr)
     return 0
 
 
@@ -107,6 +100,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="where JOB runs (default: SageMaker, else EC2: its stallwatch:job tag, or an instance id)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--plot", type=Path, metavar="FILE.png", help="also draw the run as a chart (needs the plot extra: matplotlib)"
+    )
     parser.add_argument(
         "--period",
         type=int,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import bisect
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from stallwatch.core import alarms, contract, log_patterns
+from stallwatch.core import alarms, contract
 from stallwatch.core.evaluator import MetricKey, metric_key
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
@@ -38,45 +38,90 @@ TRACE_EPOCH = 1_700_000_000.0
 RUNNING = "InProgress"
 
 
+_AGGREGATES: dict[str, Callable[[list[float]], float]] = {"Sum": sum, "Maximum": max, "Minimum": min}
+
+
+def _aggregate(statistic: str, values: list[float]) -> float:
+    return _AGGREGATES[statistic](values) if statistic in _AGGREGATES else sum(values) / len(values)
+
+
 class _Points:
-    """Sorted (t, value) datapoints with bisect slicing."""
+    """Sorted (t, value) datapoints with bisect slicing, and their whole periods aggregated once per (statistic,
+    period): a replay reads the same periods at every decision."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
         self.values: list[float] = []
+        self._periods: dict[tuple[str, int], tuple[int, list[float], list[float]]] = {}
 
     def window(self, start: float, end: float) -> tuple[list[float], list[float]]:
         lo, hi = bisect.bisect_left(self.times, start), bisect.bisect_right(self.times, end)
         return self.times[lo:hi], self.values[lo:hi]
 
+    def insert(self, t: float, value: float) -> None:
+        at = bisect.bisect_right(self.times, t)
+        self.times.insert(at, t)
+        self.values.insert(at, value)
+        self._periods.clear()
 
-def _periods(times: list[float], values: list[float], statistic: str, divisor: float, period: int) -> Series:
-    """Datapoints aggregated into `period`-second periods (stamped at the period start), as GetMetricData."""
-    buckets: dict[float, list[float]] = defaultdict(list)
-    for t, v in zip(times, values, strict=True):
-        buckets[math.floor(t / period) * period].append(v)
-    aggregate = {"Sum": sum, "Maximum": max, "Minimum": min}.get(statistic, lambda vs: sum(vs) / len(vs))
-    return Series(tuple((start, aggregate(vs) / divisor) for start, vs in sorted(buckets.items())))
+    def periods(self, start: float, end: float, statistic: str, divisor: float, period: int) -> Series:
+        """The datapoints in [start, end) aggregated into `period`-second periods stamped at their start, as
+        GetMetricData answers (a period cut by `start` holds only the datapoints after it)."""
+        times, values = self._whole(statistic, period)
+        first = math.floor(start / period) * period if math.isfinite(start) else -math.inf
+        head_times, head_values = self.window(start, min(first + period, end) - 1e-9)
+        points = [(first, _aggregate(statistic, head_values))] if head_times and math.isfinite(first) else []
+        lo = bisect.bisect_left(times, first + period)
+        hi = bisect.bisect_left(times, end)
+        points += zip(times[lo:hi], values[lo:hi], strict=True)
+        if divisor != 1.0:
+            return Series(tuple((t, v / divisor) for t, v in points))
+        return Series(tuple(points))
+
+    def _whole(self, statistic: str, period: int) -> tuple[list[float], list[float]]:
+        """Every whole period's aggregate, computed once and extended as datapoints arrive."""
+        key = (statistic, period)
+        done, starts, aggregates = self._periods.get(key, (0, [], []))
+        if done < len(self.times):
+            buckets: dict[float, list[float]] = defaultdict(list)
+            redo = starts.pop() if starts else None  # the last period may gain datapoints
+            if redo is not None:
+                aggregates.pop()
+                done = bisect.bisect_left(self.times, redo)
+            for t, v in zip(self.times[done:], self.values[done:], strict=True):
+                buckets[math.floor(t / period) * period].append(v)
+            for bucket_start, vs in sorted(buckets.items()):
+                starts.append(bucket_start)
+                aggregates.append(_aggregate(statistic, vs))
+            self._periods[key] = (len(self.times), starts, aggregates)
+        return starts, aggregates
 
 
 class TraceSource:
-    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``)."""
+    """`SignalSource` over one trace; `now` is epoch seconds (``TRACE_EPOCH + t``). `lookback`: how far back the
+    signals reach, AWS's reads' by default (``math.inf``: the whole trace, as a chart shows it)."""
 
-    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH) -> None:
-        self._index(trace.header, trace.events, trace.source, epoch)
+    def __init__(self, trace: Trace, epoch: float = TRACE_EPOCH, lookback: float = LOOKBACK_SECONDS) -> None:
+        self._index(trace.header, trace.events, trace.source, epoch, lookback)
 
     @classmethod
     def streamed(
-        cls, header: TraceHeader, events: Iterable[Event], source: str = "<trace>", epoch: float = TRACE_EPOCH
+        cls,
+        header: TraceHeader,
+        events: Iterable[Event],
+        source: str = "<trace>",
+        epoch: float = TRACE_EPOCH,
+        lookback: float = LOOKBACK_SECONDS,
     ) -> TraceSource:
         """The source of a trace read one event at a time (`scan_trace`): no event is kept, only what the
         signals read (a 24-hour, 64-host trace is half a million events)."""
         built = cls.__new__(cls)
-        built._index(header, events, source, epoch)
+        built._index(header, events, source, epoch, lookback)
         return built
 
-    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float) -> None:
+    def _index(self, header: TraceHeader, events: Iterable[Event], source: str, epoch: float, lookback: float) -> None:
         self.header = header
+        self.lookback = lookback
         self.source_name = source
         self.base = epoch
         self.job = header.job
@@ -104,8 +149,7 @@ class TraceSource:
             elif isinstance(event, LogEvent):
                 host = self.host_of_stream(event.log.stream)
                 if host is not None:
-                    line = LogLine(t, event.log.stream, event.log.message, log_patterns.match(event.log.message))
-                    self._logs[host].append(line)
+                    self._logs[host].append(LogLine.read(t, event.log.stream, event.log.message))
                     self._log_times[host].append(t)
             elif isinstance(event, StatusEvent):
                 self._statuses.append((t, event.status, event.secondary))
@@ -163,10 +207,7 @@ class TraceSource:
     def publish_log_idle(self, host: str, now: float, seconds: float) -> None:
         """The sweeper's `LogIdleSeconds` datapoint for `host`, read back with the job's other metrics."""
         dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}
-        points = self._metrics[metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims)]
-        at = bisect.bisect_right(points.times, now)  # in time order, among any the trace itself carries
-        points.times.insert(at, now)
-        points.values.insert(at, seconds)
+        self._metrics[metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, dims)].insert(now, seconds)
 
     def log_last_t(self, host: str, now: float) -> float | None:
         """The newest log event of `host` at or before `now` (what the sweeper reads as stream freshness)."""
@@ -186,10 +227,7 @@ class TraceSource:
         if points is None or divisor <= 0:
             return Series()
         # Only periods that have ended by `now` are complete, as in CloudWatch.
-        start = now - LOOKBACK_SECONDS
-        end = math.floor(now / period) * period
-        times, values = points.window(start, end - 1e-9)
-        return _periods(times, values, statistic, divisor, period)
+        return points.periods(now - self.lookback, math.floor(now / period) * period, statistic, divisor, period)
 
     def _host_series(self, key: MetricKey, now: float, statistic: str = "Average", divisor: float = 1.0) -> Series:
         """A host's series, at the hosts' period (`reading.host_period`: coarser for a job of very many hosts)."""
@@ -217,6 +255,7 @@ class TraceSource:
             ),
             "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
             "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
+            "gpu_power": self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER, dims), now),
         }
 
     def _host(self, host: str, now: float, tail_start: float) -> HostSignals:
@@ -229,7 +268,7 @@ class TraceSource:
         }
         lines, times = self._logs.get(host, []), self._log_times.get(host, [])
         upto = bisect.bisect_right(times, now)
-        recent = lines[bisect.bisect_left(times, now - LOOKBACK_SECONDS, hi=upto) : upto]
+        recent = lines[bisect.bisect_left(times, now - self.lookback, hi=upto) : upto]
         # As aws.source reads them: the lines since LOG_TAIL_SECONDS before the quietest host's last event.
         tail_from = bisect.bisect_left(times, tail_start, hi=upto)
         log_idle = metric_key(contract.NAMESPACE, contract.LOG_IDLE_SECONDS, host_dims)
@@ -239,6 +278,7 @@ class TraceSource:
             log_last_t=lines[upto - 1].t if upto else None,
             log_tail=tuple(lines[max(tail_from, upto - LOG_LINES_PER_HOST) : upto]),
             error_lines=tuple([line for line in recent if line.pattern][-ERROR_LINES_PER_HOST:]),
+            marker_lines=tuple([line for line in recent if line.marker][-ERROR_LINES_PER_HOST:]),
             log_idle=self._host_series(log_idle, now, AGENT_STATISTICS[contract.LOG_IDLE_SECONDS]),
             **self._platform(host, now),
         )

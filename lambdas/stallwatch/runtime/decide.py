@@ -1,7 +1,8 @@
 """Decide and act: one job's signals -> the engine's decision -> commit -> stop -> Slack -> audit.
 
     outcome = decide_and_act(rt.source(Platform.SAGEMAKER).job_signals(job, now), rt, trigger="sweeper")
-    handle_alarm(parse_event(raw, AlarmEvent), rt)   # on_alarm: the alarm's job, decided
+    handle_alarm(parse_event(raw, AlarmEvent), rt)     # on_alarm: the alarm's job, decided
+    handle_recheck(parse_event(raw, RecheckEvent), rt) # on_alarm: a recheck the engine asked for, come due
 
 Only the winner of the commit (state at the version read + audit + event claim, one DynamoDB transaction) acts,
 so a duplicated event or two alarms of one job racing never stop twice or post twice; the stop goes before
@@ -10,6 +11,10 @@ Slack, and a Slack failure is recorded, never raised: the message is kept, and t
 acting did and finishes it. One left unfinished (its Lambda timed out) is decided again by the sweeper, from the
 state before it. A stop that fails says so, and its retries update that message (bot token) or stay silent
 until the stop succeeds (webhook): one message per failed stop, never one per sweep.
+
+When a decision says a rule turns decisive at a known time (`Decision.recheck_at`) and that time moved, the winner
+schedules a recheck then (`aws.rechecks`, one call); a failure to schedule is logged and counted, never raised,
+and the sweeper's rule (`engine.sweeper_due`) decides the job at its next run instead.
 
 A job that has ended, or no longer exists, is never decided: no state item is written, its alarms are deleted (and
 an ended job's open incident closed, as its end event would).
@@ -23,26 +28,23 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws import actions
-from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange
+from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange, RecheckEvent
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms, contract, engine
-from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
 from stallwatch.core.resume import RECOVERY_OUTCOME
-from stallwatch.core.signals import JobSignals
+from stallwatch.core.signals import JobFacts, JobSignals, Platform
 from stallwatch.runtime import recover
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
-# An alarm of a job decided (or being decided) less than this ago is coalesced into that decision: a hang fires
-# every host's alarms within an alarm period or two. One it skips is still seen: the sweeper decides a job whose
-# alarm went to ALARM after its last decision.
-COALESCE_SECONDS = 120
+COALESCE_SECONDS = ALARM_COALESCE_SECONDS  # an alarm of a job decided (or being decided) this recently is coalesced
 ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
 # The longest a deciding Lambda runs (the sweeper's timeout): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
@@ -54,7 +56,7 @@ class Outcome:
     """What one decision did: the handler's return value, and logged with the audit record."""
 
     job: str
-    status: str  # decided, duplicate, coalesced, ignored, off, not_found
+    status: str  # decided, duplicate, coalesced, skipped (a recheck decided since), ignored, off, not_found, ended
     diagnosis: str | None = None
     action: str | None = None
     stopped: bool | None = None
@@ -80,19 +82,39 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
+    return _decide_claimed(rt, ref.platform, ref.job, read, now, alarm.alarm_name, alarm.dedup_key)
+
+
+def handle_recheck(event: RecheckEvent, rt: Runtime) -> dict[str, Any]:
+    """A recheck the engine asked for came due: decide on its job, unless a decision was committed at or after its
+    time (that one looked already). It is never coalesced into a claim held since before its time: an alarm decided
+    a minute before it did not see what it is for."""
+    now = rt.clock()
+    read = rt.store.claim_decision(job_key(event.platform, event.job), now, COALESCE_SECONDS, undecided_since=event.at)
+    if read is None:
+        details = {"reason": "decided at or after the recheck's time", "at": event.at}
+        return Outcome(job=event.job, status="skipped", details=details).as_dict()
+    return _decide_claimed(rt, event.platform, event.job, read, now, "recheck", event.dedup_key)
+
+
+def _decide_claimed(
+    rt: Runtime, platform: Platform, job: str, read: StoredState, now: float, trigger: str, event_key: str
+) -> dict[str, Any]:
+    """Decide on a job this invocation holds the claim of. One that no longer exists or has ended is not decided: its
+    claim is given back and its alarms deleted (an ended job retired, as its end event would)."""
     try:
-        signals = rt.source(ref.platform).job_signals(ref.job, now)
+        signals = rt.source(platform).job_signals(job, now)
     except JobNotFoundError as exc:
-        rt.store.release_claim(job_key(ref.platform, ref.job))
-        deleted = delete_job_alarms(rt, ref.platform, ref.job)
-        return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
+        rt.store.release_claim(job_key(platform, job))
+        deleted = delete_job_alarms(rt, platform, job)
+        return Outcome(job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
     if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
-        rt.store.release_claim(job_key(ref.platform, ref.job))
-        retired = retire_job(rt, ref.platform, ref.job, signals.facts.status)
+        rt.store.release_claim(job_key(platform, job))
+        retired = retire_job(rt, platform, job, signals.facts.status)
         details = {"reason": f"job {signals.facts.status}", "alarms_deleted": retired["alarms_deleted"]}
-        return Outcome(job=ref.job, status="ended", details=details).as_dict()
+        return Outcome(job=job, status="ended", details=details).as_dict()
     outcome = decide_and_act(
-        signals, rt, trigger=alarm.alarm_name, event_key=alarm.dedup_key, read=read, hold_until=now + COALESCE_SECONDS
+        signals, rt, trigger=trigger, event_key=event_key, read=read, hold_until=now + COALESCE_SECONDS
     )
     return outcome.as_dict()
 
@@ -156,6 +178,7 @@ def decide_and_act(
         job=facts.name, status="decided", diagnosis=decision.diagnosis.value, action=decision.action.value
     )
     _act(signals, rt, decision, written, key, audit_sk, outcome)
+    _schedule_recheck(rt, facts, decision, read.state.recheck_at, outcome)
     logger.info("decision", extra={"audit": audit, "outcome": outcome.as_dict()})
     return outcome
 
@@ -235,6 +258,26 @@ def _act(
         rt.store.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
     except Exception:  # the actions happened; the sweeper completes the unfinished decision
         logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
+
+
+def _schedule_recheck(
+    rt: Runtime, facts: JobFacts, decision: Decision, scheduled_at: float | None, outcome: Outcome
+) -> None:
+    """Have the job decided again at `decision.recheck_at`: one Scheduler call when that time moved from the one
+    scheduled before (`scheduled_at`), none after a stop. After the actions, so it never delays a stop or a post; a
+    failure is logged and counted, never raised (the sweeper decides a due recheck, `engine.sweeper_due`)."""
+    at = decision.recheck_at
+    if rt.rechecks is None or at is None or at == scheduled_at or decision.action is Action.STOP:
+        return
+    try:
+        pending = scheduled_at is not None and scheduled_at > decision.at  # fires at or after its time: not yet
+        scheduled = rt.rechecks.schedule(facts.platform, facts.name, at, decision.at, pending=pending)
+    except Exception as exc:  # an API error or a bug: the recheck is the sweeper's
+        logger.exception("could not schedule the recheck; the sweeper decides it", extra={"job": facts.name, "at": at})
+        metrics.add_metric(name=contract.RECHECK_SCHEDULE_FAILURES, unit=MetricUnit.Count, value=1)
+        outcome.details["recheck"] = {"at": at, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+        return
+    outcome.details["recheck"] = {"at": at, "ok": True, "fires_at": scheduled.fires_at, "schedule": scheduled.name}
 
 
 def _deliver(

@@ -16,11 +16,18 @@ from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
-from stallwatch.core.config import CONFIG_ENV, HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV, StallwatchConfig
+from stallwatch.core.config import (
+    CONFIG_ENV,
+    HEALTH_CHECK_DOCUMENT_ENV,
+    JOB_DASHBOARD_URL_ENV,
+    RESTART_DOCUMENT_ENV,
+    StallwatchConfig,
+)
 from stallwatch.core.signals import Platform
 
 
@@ -33,6 +40,20 @@ class LambdaEnvironment(BaseModel):
     slack_secret_arn: str | None = Field(None, alias="SLACK_SECRET_ARN")
     alarm_action_arn: str = Field("", alias="ALARM_ACTION_ARN")
     config: Json[StallwatchConfig] | None = Field(None, alias=CONFIG_ENV)
+    # Rechecks (`aws.rechecks`): without the group and the role (the replay, a deployment from before), none is
+    # scheduled and the sweeper alone decides again. Their target is on_alarm (`ALARM_ACTION_ARN`, or on_alarm's own).
+    recheck_group: str | None = Field(None, alias="RECHECK_SCHEDULE_GROUP")
+    recheck_role_arn: str | None = Field(None, alias="RECHECK_ROLE_ARN")
+    recheck_dead_letter_arn: str | None = Field(None, alias="RECHECK_DEAD_LETTER_ARN")
+
+    def recheck_target(self) -> RecheckTarget | None:
+        if not (self.recheck_group and self.recheck_role_arn):
+            return None
+        return RecheckTarget(
+            self.recheck_group, self.recheck_role_arn, self.alarm_action_arn, self.recheck_dead_letter_arn or None
+        )
+
+    job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
     health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
     restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
 
@@ -51,6 +72,8 @@ class Runtime:
     notifier: SlackNotifier
     alarm_action_arn: str
     clock: Callable[[], float] = time.time
+    rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
+    job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
     # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
     health_check_document: str = ""
     restart_document: str = ""
@@ -63,15 +86,26 @@ class Runtime:
             raise ConfigurationError(f"invalid Lambda environment: {exc}") from exc
         config = env.config or StallwatchConfig()
         clients = AwsClients()
+        target = env.recheck_target()
         return cls(
             config=config,
             clients=clients,
             store=Store(clients.dynamodb, env.table_name, config.incident_ttl_days),
             notifier=SlackNotifier(clients.secretsmanager, env.slack_secret_arn or config.slack.secret_arn),
             alarm_action_arn=env.alarm_action_arn,
+            rechecks=RecheckScheduler(clients, target) if target else None,
+            job_dashboard_url=env.job_dashboard_url,
             health_check_document=env.health_check_document,
             restart_document=env.restart_document,
         )
+
+    def invoked_as(self, function_arn: str) -> Runtime:
+        """This runtime, its rechecks targeting `function_arn` (the invoked function's own ARN, from the Lambda
+        context) where the environment names no target: on_alarm, whose environment cannot name on_alarm (a
+        function's environment may not refer to the function itself)."""
+        if self.rechecks is not None and not self.rechecks.target.function_arn:
+            self.rechecks = self.rechecks.targeting(function_arn)
+        return self
 
     @functools.cached_property
     def recoveries(self) -> Recoveries:

@@ -38,7 +38,7 @@ from slack_sdk.webhook import WebhookClient
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.observability import logger, metrics
-from stallwatch.aws.slack import slack_retries
+from stallwatch.aws.slack import context_block, slack_retries
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
 from stallwatch.core import clusters, contract
@@ -164,7 +164,12 @@ def verify_signature(
     signing_secret: str, body: bytes | str, headers: Mapping[str, Any], now: Callable[[], float]
 ) -> str:
     """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window; returns the
-    signature (the request's identity). Any header of any type, bytes or size is an `InvalidSignatureError`."""
+    signature (the request's identity). Any header of any type, bytes or size is an `InvalidSignatureError`.
+
+    Written here rather than with slack_sdk's `SignatureVerifier`, which raises where a request must get a 401:
+    ``int()`` on the timestamp header (a ValueError on text, or on more than 4,300 digits), ``hmac.compare_digest`` on
+    the signature header (a TypeError on non-ASCII text), and ``body.decode("utf-8")`` before signing (Slack signs
+    the body's bytes; any other bytes raise UnicodeDecodeError instead of failing the comparison)."""
     body = _bytes(body)
     lowered = {str(k).lower(): v for k, v in headers.items()}
     timestamp, signature = lowered.get(TIMESTAMP_HEADER), lowered.get(SIGNATURE_HEADER)
@@ -378,7 +383,7 @@ class Interactions:
         """Replace the buttons with who did what: chat.update with a bot token, else the response_url."""
         original = payload.message or Message()
         blocks = [b for b in original.blocks if b.get("block_id") != ACTIONS_BLOCK_ID]
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": line}]})
+        blocks.append(context_block(line).to_dict())
         text = f"{original.text} ({line})" if original.text else line
         channel, ts = payload.container.channel_id, payload.container.message_ts
         if secret.get("bot_token") and not secret.get("webhook_url") and channel and ts:

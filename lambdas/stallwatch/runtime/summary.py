@@ -38,7 +38,7 @@ def post_run_summary(
         return {"status": "duplicate"}
     try:
         goodput = measure_goodput(*run_spans(rt.clients, rt.store, name, now, platform=platform))
-        message = goodput_message(goodput)
+        message = goodput_message(goodput, rt.job_dashboard_url)
     except Exception as exc:  # the run ended either way; a summary that cannot be measured is recorded, not raised
         logger.exception("run summary failed", extra={"job": name})
         rt.store.record_outcome(key, audit_sk, {"summary": {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}})

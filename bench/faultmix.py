@@ -1,0 +1,236 @@
+"""The fault-mix benchmark: the decision engine on simulated jobs with faults from Llama 3's failure mix.
+
+    .venv/bin/python bench/faultmix.py                       # 300 job-days, seed 7, both cores (about 20 minutes)
+    .venv/bin/python bench/faultmix.py --job-days 20 --json  # a quick look, machine-readable
+
+Each job (`corpus.faults`: SageMaker, heterogeneous SageMaker and EC2, 1 to 512 hosts, with and without the agent)
+is replayed through the same alarms, rechecks, sweeper and engine as the Lambdas (`stallwatch.offline.replay`,
+enforce, no opt-in tag needed). It prints recall (stalls that leave the job running, stopped after their onset),
+precision, false stops per 1,000 job-days, warnings per healthy job-day, hang→stop p50/p95 per fault kind and per
+platform x agent, and the stragglers named (the slow node within 30 minutes, no healthy host ever), and exits 1 if a
+goal (docs/benchmarks.md, "Fault mix") is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[1] / "lambdas")]
+
+from corpus.faults import Job, draw_jobs, simulate  # noqa: E402
+from stallwatch.core.decision import Action, Diagnosis  # noqa: E402
+from stallwatch.offline.replay import replay_events  # noqa: E402
+
+STRAGGLER_WITHIN_S = 1800.0
+# The goals (issue 21): recall, false stops, nagging, stragglers, and the latency of each platform x agent.
+GOALS = {
+    "recall": 1.0,
+    "false_stops": 0,
+    "warnings_per_healthy_day": 0.1,
+    "agent_p50_min": 8.0,
+    "agent_p95_min": 15.0,
+    "noagent_p50_min": 15.0,
+    "noagent_p95_min": 25.0,
+}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the replay of one job did, in trace seconds."""
+
+    job: Job
+    stop_s: float | None
+    stop_diagnosis: str | None
+    warnings_healthy: int  # stop warnings while the job was healthy (no fault yet)
+    stragglers: tuple[tuple[float, str], ...]  # (t, host) of each straggler the engine named
+
+    @property
+    def healthy_days(self) -> float:
+        fault = self.job.fault
+        end = self.job.end_s if fault is None or not fault.stall else fault.onset_s
+        return end / 86_400
+
+    @property
+    def false_stop(self) -> bool:
+        fault = self.job.fault
+        if self.stop_s is None:
+            return False
+        return fault is None or not fault.stall or self.stop_s < fault.onset_s
+
+
+def run_job(job: Job) -> Outcome:
+    header, events = simulate(job)
+    result = replay_events(header, events, job.name)
+    fault = job.fault
+    onset = fault.onset_s if fault is not None and fault.stall else float("inf")
+    stop = next((d for d in result.decisions if d.decision.action is Action.STOP), None)
+    warnings = sum(1 for d in result.decisions if d.decision.action is Action.WARN and d.t < onset)
+    named = tuple(
+        (d.t, d.decision.evidence["straggler"]["host"])
+        for d in result.decisions
+        if d.decision.diagnosis is Diagnosis.STRAGGLER and "straggler" in d.decision.evidence
+    )
+    hosts = (
+        [f"algo-{i}" for i in range(1, job.hosts + 1)] if job.platform.value == "sagemaker" else header.job.instance_ids
+    )
+    return Outcome(
+        job=job,
+        stop_s=stop.t if stop else None,
+        stop_diagnosis=stop.decision.diagnosis.value if stop else None,
+        warnings_healthy=warnings,
+        stragglers=tuple((t, str(hosts.index(h)) if h in hosts else h) for t, h in named),
+    )
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _latencies(outcomes: Iterable[Outcome]) -> dict[str, Any]:
+    stalls = [o for o in outcomes if o.job.fault is not None and o.job.fault.stall]
+    caught = [o for o in stalls if o.stop_s is not None and o.stop_s >= o.job.fault.onset_s]  # type: ignore[union-attr]
+    minutes = [(o.stop_s - o.job.fault.onset_s) / 60 for o in caught]  # type: ignore[operator,union-attr]
+    return {
+        "stalls": len(stalls),
+        "stopped": len(caught),
+        "recall": round(len(caught) / len(stalls), 3) if stalls else None,
+        "p50_min": None if not minutes else round(statistics.median(minutes), 1),
+        "p95_min": None if not minutes else round(_percentile(minutes, 0.95) or 0.0, 1),
+    }
+
+
+def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
+    days = sum(o.job.days for o in outcomes)
+    healthy_days = sum(o.healthy_days for o in outcomes)
+    stops = [o for o in outcomes if o.stop_s is not None]
+    false_stops = [o for o in outcomes if o.false_stop]
+    slow = [o for o in outcomes if o.job.fault is not None and o.job.fault.kind == "slow"]
+    named_in_time = [
+        o
+        for o in slow
+        if any(
+            h == str(o.job.fault.host) and o.job.fault.onset_s <= t <= o.job.fault.onset_s + STRAGGLER_WITHIN_S  # type: ignore[union-attr]
+            for t, h in o.stragglers
+        )
+    ]
+    wrongly_named = [
+        o
+        for o in outcomes
+        if any(o.job.fault is None or o.job.fault.kind != "slow" or h != str(o.job.fault.host) for _, h in o.stragglers)
+    ]
+    by_kind: dict[str, list[Outcome]] = defaultdict(list)
+    by_shape: dict[str, list[Outcome]] = defaultdict(list)
+    for o in outcomes:
+        if o.job.fault is not None and o.job.fault.stall:
+            by_kind[o.job.fault.kind].append(o)
+            by_kind[o.job.fault.cause].append(o)
+            by_shape[f"{o.job.platform.value} {'agent' if o.job.agent else 'no agent'}"].append(o)
+    agent = _latencies(o for o in outcomes if o.job.agent)
+    no_agent = _latencies(o for o in outcomes if not o.job.agent)
+    return {
+        "jobs": len(outcomes),
+        "job_days": round(days, 1),
+        "hosts": sorted({o.job.hosts for o in outcomes}),
+        "all": _latencies(outcomes),
+        "agent": agent,
+        "no_agent": no_agent,
+        "precision": round((len(stops) - len(false_stops)) / len(stops), 3) if stops else None,
+        "false_stops": len(false_stops),
+        "false_stops_per_1000_job_days": round(1000 * len(false_stops) / days, 1) if days else None,
+        "false_stop_jobs": [o.job.name for o in false_stops],
+        "warnings_healthy": sum(o.warnings_healthy for o in outcomes),
+        "warnings_per_healthy_day": round(sum(o.warnings_healthy for o in outcomes) / healthy_days, 3),
+        "missed": [
+            o.job.name
+            for o in outcomes
+            if o.job.fault is not None and o.job.fault.stall and (o.stop_s is None or o.stop_s < o.job.fault.onset_s)
+        ],
+        "stragglers": {"slow_nodes": len(slow), "named_within_30_min": len(named_in_time), "wrong": len(wrongly_named)},
+        "wrong_stragglers": [o.job.name for o in wrongly_named],
+        "stall_jobs": [
+            [
+                o.job.name,
+                o.job.fault.kind,
+                None if o.stop_s is None else round((o.stop_s - o.job.fault.onset_s) / 60, 1),
+            ]
+            for o in outcomes
+            if o.job.fault is not None and o.job.fault.stall
+        ],
+        "by_kind": {k: _latencies(v) for k, v in sorted(by_kind.items())},
+        "by_platform_agent": {k: _latencies(v) for k, v in sorted(by_shape.items())},
+    }
+
+
+def goals_missed(summary: dict[str, Any]) -> list[str]:
+    missed = []
+    if summary["all"]["recall"] is not None and summary["all"]["recall"] < GOALS["recall"]:
+        missed.append(f"recall {summary['all']['recall']} < 1 (missed: {summary['missed']})")
+    if summary["false_stops"] > GOALS["false_stops"]:
+        missed.append(f"{summary['false_stops']} false stops: {summary['false_stop_jobs']}")
+    if summary["warnings_per_healthy_day"] > GOALS["warnings_per_healthy_day"]:
+        missed.append(f"{summary['warnings_per_healthy_day']} warnings per healthy job-day > 0.1")
+    stragglers = summary["stragglers"]
+    if stragglers["named_within_30_min"] < stragglers["slow_nodes"] or stragglers["wrong"]:
+        missed.append(f"stragglers: {stragglers} (wrong on {summary['wrong_stragglers']})")
+    for who, key in (("agent", "agent"), ("noagent", "no_agent")):
+        for q in ("p50", "p95"):
+            value = summary[key][f"{q}_min"]
+            if value is not None and value > GOALS[f"{who}_{q}_min"]:
+                missed.append(f"{key} hang→stop {q} {value} min > {GOALS[f'{who}_{q}_min']}")
+    return missed
+
+
+def _table(summary: dict[str, Any]) -> str:
+    rows = ["| group | stalls | stopped | recall | p50 (min) | p95 (min) |", "|---|---|---|---|---|---|"]
+    groups = {"all": summary["all"], "with the agent": summary["agent"], "without the agent": summary["no_agent"]}
+    groups |= summary["by_platform_agent"] | summary["by_kind"]
+    for name, row in groups.items():
+        cells = [row["stalls"], row["stopped"], row["recall"], row["p50_min"], row["p95_min"]]
+        rows.append(f"| {name} | " + " | ".join("-" if c is None else str(c) for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job-days", type=float, default=300.0, help="job-days to simulate (default 300)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workers", type=int, default=2, help="processes replaying jobs side by side")
+    parser.add_argument("--json", action="store_true", help="the summary as JSON")
+    args = parser.parse_args(argv)
+    jobs = draw_jobs(args.seed, args.job_days)
+    if args.workers > 1:
+        with ProcessPoolExecutor(args.workers) as pool:
+            outcomes = list(pool.map(run_job, jobs, chunksize=1))
+    else:
+        outcomes = [run_job(job) for job in jobs]
+    summary = summarize(outcomes)
+    missed = goals_missed(summary)
+    summary["goals_missed"] = missed
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['jobs']} jobs, {summary['job_days']} job-days, hosts {summary['hosts']}, seed {args.seed}")
+        print(_table(summary))
+        print(
+            f"precision {summary['precision']}, false stops {summary['false_stops']} "
+            f"({summary['false_stops_per_1000_job_days']} per 1,000 job-days), warnings per healthy job-day "
+            f"{summary['warnings_per_healthy_day']}, stragglers {summary['stragglers']}"
+        )
+        print("goals: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

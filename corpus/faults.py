@@ -1,0 +1,655 @@
+"""Simulated training jobs with faults drawn from a published failure mix, for the fault-mix benchmark.
+
+    jobs = draw_jobs(seed=7, job_days=300)                 # seeded: the same jobs every run
+    header, events = simulate(jobs[0])                     # trace format v1, one event at a time, in time order
+    jobs[0].fault                                          # what goes wrong, when, where (None: a healthy job)
+
+The mix is Meta's for Llama 3 405B pre-training (419 unexpected interruptions in 54 days on 16,384 H100s; "The
+Llama 3 Herd of Models", table 5): each cause is mapped to what it does to a job. A faulty GPU, HBM3, SRAM or a GPU
+system processor kills its rank (a CUDA error or an Xid; "fallen off the bus" takes the host's GPU metrics with it), a
+software bug kills a rank with a traceback, a network switch, cable, NIC or an NCCL bug hangs a collective, host
+maintenance and a host's power, chassis or board lose the host, thermal trouble slows a node. A dead rank's peers
+spin in their collective (GPUs busy, power fallen) until PyTorch's NCCL watchdog tears them down after 10 minutes,
+and the job stays up (a wrapper, or EC2 instances): a stall that leaves the job running. Faults are drawn more often
+than Meta saw them (about one job in two has one), so that there are enough to measure; the mix is theirs.
+
+Healthy jobs do what healthy jobs do: declared and undeclared checkpoints (some beyond their budget, some silent),
+evaluations, data stalls, restarts by the launcher after a rank failed (torchrun's `max_restarts`), long downloads,
+long steps, rank-0-only logging and rare loggers. The agent's behaviour follows trainer_agent: job metrics from
+global rank 0, host metrics and an EMF line a window from every host while its process lives, the time a blocked
+loop waits outside step() counted as data wait.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from stallwatch.core import alarms, clusters, contract
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.signals import Platform
+from stallwatch.core.trace import (
+    EndEvent,
+    Event,
+    LogEvent,
+    LogRecord,
+    MetricDatum,
+    MetricEvent,
+    StatusEvent,
+    TraceHeader,
+    TraceJob,
+)
+
+MINUTE = 60.0
+AGENT_OFFSET_S = 7.0  # the agent's windows close this far into each minute
+NCCL_TIMEOUT_S = 600.0  # PyTorch's default ProcessGroupNCCL timeout: the watchdog tears a hung collective down
+AFTER_ONSET_S = 5400.0  # a fault job's trace ends this long after the fault (a stop later than that is a miss)
+GPU_MEMORY_MIB = 81_559  # H100 80 GB, as nvidia-smi reports it
+STREAM_EPOCH = 1_700_000_000
+
+# (cause, share of interruptions, what it does): Llama 3's table 5, the causes the issue names and the rest.
+LLAMA3_MIX: tuple[tuple[str, float, str], ...] = (
+    ("faulty GPU", 30.1, "crash"),
+    ("GPU HBM3 memory", 17.2, "crash"),
+    ("software bug", 12.9, "crash"),
+    ("network switch or cable", 8.4, "hang"),
+    ("host maintenance", 7.6, "lost"),
+    ("GPU SRAM memory", 4.5, "crash"),
+    ("GPU system processor", 4.1, "crash"),
+    ("NIC", 1.7, "hang"),
+    ("NCCL watchdog timeout", 1.7, "hang"),
+    ("GPU thermal interface and sensor", 1.4, "slow"),
+    ("SSD", 0.7, "lost"),
+    ("power supply", 0.7, "lost"),
+    ("server chassis", 0.5, "lost"),
+    ("IO expansion board", 0.5, "lost"),
+    ("CPU", 0.5, "lost"),
+    ("system memory", 0.5, "lost"),
+)
+STALL_KINDS = ("crash", "hang", "lost")
+SLOW_FACTORS = (1.3, 1.4, 1.5, 1.65, 1.8, 2.0)
+FAULT_SHARE = 0.5  # of jobs, about this many have a fault
+SLOW_SHARE = 0.12  # ... and this many a node that turns slow (Meta's thermal share is small; stragglers are not)
+
+# The lines each cause leaves in the dead rank's log (the first is the rank's, the rest the launcher's report).
+CRASH_LINES: dict[str, tuple[str, ...]] = {
+    "faulty GPU": (
+        "[rank{rank}]: RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[rank{rank}]: Traceback (most recent call last):",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED",
+    ),
+    "GPU HBM3 memory": (
+        "[rank{rank}]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: 1) local_rank: 3",
+    ),
+    "software bug": (
+        "[rank{rank}]: Traceback (most recent call last):",
+        '[rank{rank}]:   File "/opt/ml/code/train.py", line 381, in <module>',
+        "[rank{rank}]: KeyError: 'attention_mask'",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: train.py FAILED",
+    ),
+    "GPU SRAM memory": ("[rank{rank}]: torch.AcceleratorError: CUDA error: unspecified launch failure",),
+    "GPU system processor": (
+        "NVRM: Xid (PCI:0000:53:00): 79, pid=4242, name=python, GPU has fallen off the bus.",
+        "[rank{rank}]: RuntimeError: CUDA error: unspecified launch failure",
+    ),
+}
+NCCL_LINES = (
+    "[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=81234, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600050 "
+    "milliseconds before timing out.",
+    "[rank{rank}]:[E ProcessGroupNCCL.cpp:1700] Some NCCL operations have failed or timed out. Due to the "
+    "asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One device's power draw by activity, watts."""
+
+    busy_w: float
+    idle_w: float
+
+
+A100 = Gpu(busy_w=380.0, idle_w=58.0)
+H100 = Gpu(busy_w=640.0, idle_w=75.0)
+GPUS = {"p4d.24xlarge": A100, "p5.48xlarge": H100, "g5.12xlarge": Gpu(busy_w=250.0, idle_w=35.0)}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What goes wrong: `kind` (crash, hang, lost, slow) from `cause`, at `onset_s`, on host `host`."""
+
+    kind: str
+    cause: str
+    onset_s: float
+    host: int = 0
+    factor: float = 1.0  # slow: the node's step time times this, its GPU power over it
+
+    @property
+    def stall(self) -> bool:
+        return self.kind in STALL_KINDS
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A healthy interruption of training: what, from `start_s`, for `length_s`."""
+
+    kind: str  # checkpoint, eval, data_stall, restart
+    start_s: float
+    length_s: float
+    declared_budget_s: float | None = None  # a checkpoint declared with agent.phase(budget_s=...)
+    start_line: bool = True  # the checkpoint or evaluation says so in its log
+    end_line: bool = True
+    host: int = 0  # restart: the rank whose failure the launcher restarts from
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.length_s
+
+
+@dataclass(frozen=True)
+class Job:
+    """One simulated job: its platform and shape, its habits, what it goes through, and its fault."""
+
+    name: str
+    platform: Platform
+    instance_type: str  # the EC2 name (SageMaker's is ml.<it>)
+    hosts: int
+    agent: bool
+    duration_s: float
+    seed: int
+    startup_s: float
+    step_s: float
+    log_every_s: float  # the logging hosts write a progress line this often
+    rank0_only_logs: bool  # only global rank 0's host logs after start-up
+    ec2_power: bool  # EC2: the CloudWatch agent publishes power_draw too
+    episodes: tuple[Episode, ...] = ()
+    fault: Fault | None = None
+    groups: tuple[tuple[str, int], ...] = ()  # a heterogeneous SageMaker cluster's groups (type, hosts)
+
+    @property
+    def end_s(self) -> float:
+        """Where the trace ends: the job's length, or `AFTER_ONSET_S` after a fault."""
+        if self.fault is None or self.fault.kind == "slow":
+            return self.duration_s
+        return min(self.duration_s, self.fault.onset_s + AFTER_ONSET_S)
+
+    @property
+    def days(self) -> float:
+        return self.end_s / 86_400
+
+    def host_types(self) -> list[str]:
+        return [t for t, n in self.groups for _ in range(n)] if self.groups else [self.instance_type] * self.hosts
+
+
+# --- drawing the jobs --------------------------------------------------------------------------------------------
+
+HOST_COUNTS = ((1, 10), (2, 10), (4, 14), (8, 20), (16, 14), (32, 10), (64, 9), (128, 4), (256, 2), (512, 2))
+
+
+def _duration_s(hosts: int) -> float:
+    """Long jobs for small clusters, shorter ones for big (the replay's cost grows with host-hours)."""
+    return 86_400.0 if hosts <= 16 else 43_200.0 if hosts <= 64 else 4 * 3600.0
+
+
+def draw_jobs(seed: int, job_days: float) -> list[Job]:
+    """Jobs until `job_days` of them (their traces' lengths) are drawn."""
+    rng = random.Random(seed)
+    jobs: list[Job] = []
+    days = 0.0
+    while days < job_days:
+        job = _draw_job(rng, len(jobs), rng.randrange(2**31))
+        jobs.append(job)
+        days += job.days
+    return jobs
+
+
+def _draw_job(rng: random.Random, index: int, seed: int) -> Job:
+    hosts = rng.choices([h for h, _ in HOST_COUNTS], weights=[w for _, w in HOST_COUNTS])[0]
+    platform = Platform.EC2 if rng.random() < 0.4 else Platform.SAGEMAKER
+    instance_type = rng.choice(("p4d.24xlarge", "p5.48xlarge"))
+    groups: tuple[tuple[str, int], ...] = ()
+    if platform is Platform.SAGEMAKER and hosts >= 4 and rng.random() < 0.15:
+        groups = ((instance_type, hosts // 2), ("g5.12xlarge", hosts - hosts // 2))
+    agent = rng.random() < 0.5
+    duration = _duration_s(hosts)
+    startup = rng.uniform(120, 900) if rng.random() < 0.85 else rng.uniform(900, 3000)  # a long download now and then
+    step_s = rng.uniform(0.8, 6.0) if rng.random() < 0.95 else rng.uniform(300, 1500)  # a few long-step jobs
+    log_every = 60.0 if rng.random() < 0.85 else 1200.0  # some log rarely (a line every 20 min)
+    rank0_only = hosts > 1 and rng.random() < 0.5
+    job = Job(
+        name=f"fm-{index:04d}-{platform.value[:2]}-{hosts}h-{'agent' if agent else 'noagent'}",
+        platform=platform,
+        instance_type=instance_type,
+        hosts=hosts,
+        agent=agent,
+        duration_s=duration,
+        seed=seed,
+        startup_s=startup,
+        step_s=step_s,
+        log_every_s=log_every,
+        rank0_only_logs=rank0_only,
+        ec2_power=platform is Platform.EC2 and rng.random() < 0.7,
+        groups=groups,
+    )
+    fault = _draw_fault(rng, job)
+    episodes = _draw_episodes(rng, job, fault)
+    return Job(**{**job.__dict__, "fault": fault, "episodes": episodes})
+
+
+def _draw_fault(rng: random.Random, job: Job) -> Fault | None:
+    gpu_hosts = [i for i, t in enumerate(job.host_types()) if t != "g5.12xlarge" or not job.groups] or [0]
+    if rng.random() < SLOW_SHARE and job.hosts >= 4 and job.agent and job.step_s < 60:
+        onset = rng.uniform(job.startup_s + 3600, job.duration_s - 5400)
+        return Fault("slow", "GPU thermal throttling", onset, rng.choice(gpu_hosts), rng.choice(SLOW_FACTORS))
+    if rng.random() >= FAULT_SHARE:
+        return None
+    causes = [(c, k) for c, _, k in LLAMA3_MIX if k != "slow"]
+    cause, kind = rng.choices(causes, weights=[w for _, w, k in LLAMA3_MIX if k != "slow"])[0]
+    if kind == "lost" and job.hosts == 1:
+        kind = "crash" if cause != "host maintenance" else "lost"
+    latest = job.duration_s - 2 * 3600
+    onset = rng.uniform(job.startup_s + 1800, max(latest, job.startup_s + 2400))
+    return Fault(kind, cause, onset, rng.choice(gpu_hosts))
+
+
+def _draw_episodes(rng: random.Random, job: Job, fault: Fault | None) -> tuple[Episode, ...]:
+    """Checkpoints every 30 to 120 minutes, and now and then an evaluation, a data stall or a launcher restart; none
+    overlapping each other or the fault's first hour."""
+    episodes: list[Episode] = []
+    every = rng.uniform(1800, 7200)
+    declared = job.agent and rng.random() < 0.6
+    t = job.startup_s + rng.uniform(600, every)
+    busy_until = 0.0
+    while t < job.duration_s - 600:
+        if fault is not None and fault.stall and fault.onset_s - 3600 < t < fault.onset_s + AFTER_ONSET_S:
+            t += every
+            continue
+        if t > busy_until:
+            episode = _draw_episode(rng, job, t, declared)
+            episodes.append(episode)
+            busy_until = episode.end_s + 300
+        t += every * rng.uniform(0.9, 1.1)
+    return tuple(episodes)
+
+
+def _draw_episode(rng: random.Random, job: Job, t: float, declared: bool) -> Episode:
+    roll = rng.random()
+    if roll < 0.65:  # a checkpoint: most are minutes; some run long, past their budget or past any threshold
+        length = rng.uniform(60, 600) if rng.random() < 0.7 else rng.uniform(600, 2400)
+        if declared:
+            budget = max(300.0, length * rng.uniform(0.8, 1.6))  # some overrun their budget (within the allowance)
+            return Episode("checkpoint", t, length, declared_budget_s=budget)
+        return Episode("checkpoint", t, length, start_line=rng.random() < 0.8, end_line=rng.random() < 0.6)
+    if roll < 0.80:  # an evaluation on the GPUs, undeclared, logging nothing until it ends
+        return Episode("eval", t, rng.uniform(300, 2400), start_line=rng.random() < 0.5)
+    if roll < 0.92:  # the input pipeline stalls (a slow bucket, a throttled file system)
+        return Episode("data_stall", t, rng.uniform(120, 1200), start_line=False)
+    return Episode("restart", t, rng.uniform(180, 600), host=rng.randrange(job.hosts))
+
+
+# --- simulating one job ----------------------------------------------------------------------------------------------
+
+BUSY, SPIN, IDLE_HELD, EVAL, DATA_WAIT, LOADING, DEAD, GONE, STARTUP = (
+    "busy",
+    "spin",
+    "idle_held",
+    "eval",
+    "data_wait",
+    "loading",
+    "dead",
+    "gone",
+    "startup",
+)
+
+
+@dataclass
+class _Sim:
+    job: Job
+    rng: random.Random
+    hosts: list[str]
+    name: str  # the job's name as Stallwatch knows it
+    step: int = 0
+    last_step_t: float = 0.0
+    next_step_t: float | None = None
+    agent_started_t: float = 0.0
+    events: list[Event] = field(default_factory=list)
+    emf: list[str] = field(default_factory=list)  # each host's EMF line (the heartbeat's; its values never change)
+
+
+def _episode_at(job: Job, t: float) -> Episode | None:
+    return next((e for e in job.episodes if e.start_s <= t < e.end_s), None)
+
+
+def _host_state(job: Job, t: float, host: int) -> str:
+    """What host `host` does in the minute starting at `t`."""
+    if t < job.startup_s:
+        return STARTUP
+    fault = job.fault
+    if fault is not None and fault.stall and t >= fault.onset_s:
+        if fault.kind == "lost" and host == fault.host:
+            return GONE
+        if fault.kind == "crash" and host == fault.host:
+            return DEAD
+        if t >= fault.onset_s + NCCL_TIMEOUT_S:
+            return DEAD  # the watchdog tore the collective down: the processes exited, the job stays up
+        return SPIN  # the others wait in the collective the dead or lost rank never joins
+    episode = _episode_at(job, t)
+    if episode is None:
+        return BUSY
+    if episode.kind == "checkpoint":
+        return IDLE_HELD
+    if episode.kind == "eval":
+        return EVAL
+    if episode.kind == "data_stall":
+        return DATA_WAIT
+    into = t - episode.start_s
+    return DEAD if into < 60 else LOADING  # restart: the launcher stops every rank, then loads the checkpoint
+
+
+def simulate(job: Job) -> tuple[TraceHeader, Iterator[Event]]:
+    """The job's trace: the header, and its events in time order, minute by minute."""
+    rng = random.Random(job.seed)
+    if job.platform is Platform.EC2:
+        hosts = [f"i-0{rng.randrange(16**16):016x}" for _ in range(job.hosts)]
+    else:
+        hosts = [f"algo-{i}" for i in range(1, job.hosts + 1)]
+    sim = _Sim(job, rng, hosts, job.name, emf=[_emf(job.name, host) for host in hosts])
+    return _header(sim), _events(sim)
+
+
+def _header(sim: _Sim) -> TraceHeader:
+    job = sim.job
+    sagemaker = job.platform is Platform.SAGEMAKER
+    spec = instance_spec(job.instance_type)
+    tags = {} if sagemaker else {clusters.JOB_TAG: sim.name}
+    host_types = None
+    if job.groups:
+        host_types = dict(zip(sim.hosts, [f"ml.{t}" for t in job.host_types()], strict=True))
+    return TraceHeader(
+        stallwatch_trace=1,
+        job=TraceJob(
+            name=sim.name,
+            platform=job.platform,
+            instance_type=f"ml.{job.instance_type}" if sagemaker else job.instance_type,
+            instance_count=job.hosts,
+            gpus_per_host=spec.devices,
+            vcpus_per_host=spec.vcpus,
+            tags=tags,
+            instance_ids=[] if sagemaker else sim.hosts,
+            host_types=host_types,
+        ),
+        scenario=f"fault-mix job: {job.fault.kind + ' (' + job.fault.cause + ')' if job.fault else 'healthy'}",
+    )
+
+
+def _events(sim: _Sim) -> Iterator[Event]:
+    job = sim.job
+    if job.platform is Platform.SAGEMAKER:
+        yield StatusEvent(t=0.0, status="InProgress", secondary="Downloading")
+    t = 0.0
+    while t < job.end_s:
+        if job.platform is Platform.SAGEMAKER and t <= job.startup_s < t + MINUTE:
+            yield StatusEvent(t=job.startup_s, status="InProgress", secondary="Training")
+        sim.events = []
+        _minute(sim, t)
+        yield from sorted((e for e in sim.events if e.t < job.end_s), key=lambda e: e.t)
+        t += MINUTE
+    yield EndEvent(t=job.end_s, end=True)
+
+
+def _minute(sim: _Sim, t: float) -> None:
+    job = sim.job
+    states = [_host_state(job, t, h) for h in range(job.hosts)]
+    steps = _steps(sim, t, states)
+    for host, state in enumerate(states):
+        _platform_metrics(sim, t, host, state)
+    if job.agent:
+        _agent(sim, t, states, steps)
+    _logs(sim, t, states, steps)
+
+
+def _pace(job: Job, t: float) -> float:
+    """Seconds a step takes at `t`: a slow node sets the pace of the whole job."""
+    fault = job.fault
+    if fault is not None and fault.kind == "slow" and t >= fault.onset_s:
+        return job.step_s * fault.factor
+    return job.step_s
+
+
+def _steps(sim: _Sim, t: float, states: list[str]) -> list[float]:
+    """Step completion times in [t, t + 60): only while every host trains."""
+    if any(s != BUSY for s in states):
+        sim.next_step_t = None
+        return []
+    pace = _pace(sim.job, t)
+    if sim.next_step_t is None:
+        sim.next_step_t = t + pace * sim.rng.uniform(0.5, 1.0)
+    done = []
+    while sim.next_step_t < t + MINUTE:
+        done.append(sim.next_step_t)
+        sim.next_step_t += pace * sim.rng.uniform(0.97, 1.03)
+    if done:
+        sim.step += len(done)
+        sim.last_step_t = done[-1]
+    return done
+
+
+def _metric(sim: _Sim, t: float, namespace: str, name: str, dims: dict[str, str], value: float) -> None:
+    datum = MetricDatum.model_construct(namespace=namespace, name=name, dimensions=dims, value=round(value, 2))
+    sim.events.append(MetricEvent.model_construct(t=round(t, 3), metric=datum))
+
+
+def _log(sim: _Sim, t: float, host: int, message: str) -> None:
+    name = sim.hosts[host]
+    stream = f"{sim.name}/{name}-{STREAM_EPOCH}" if sim.job.platform is Platform.SAGEMAKER else name
+    record = LogRecord.model_construct(stream=stream, message=message)
+    sim.events.append(LogEvent.model_construct(t=round(t, 3), log=record))
+
+
+# per state: (GPU utilization %, GPU memory %, CPU %, power as a share of busy, else None: idle power)
+LOOK = {
+    BUSY: (96.0, 80.0, 14.0, 1.0),
+    SPIN: (100.0, 80.0, 6.0, 0.28),
+    IDLE_HELD: (1.5, 80.0, 28.0, None),
+    EVAL: (93.0, 82.0, 12.0, 0.9),
+    DATA_WAIT: (3.0, 79.0, 55.0, None),
+    LOADING: (2.0, 40.0, 30.0, None),
+    DEAD: (0.0, 0.0, 0.5, None),
+    STARTUP: (0.0, 0.0, 5.0, None),
+}
+
+
+def _look(sim: _Sim, t: float, host: int, state: str) -> tuple[float, float, float, float]:
+    """(GPU %, memory %, CPU %, watts per device) of a host in `state`, with noise."""
+    gpu_type = GPUS.get(sim.job.host_types()[host], A100)
+    util, memory, cpu, power = LOOK[state]
+    rng = sim.rng
+    fault = sim.job.fault
+    watts = gpu_type.busy_w * power if power is not None else gpu_type.idle_w * rng.uniform(1.0, 1.3)
+    if fault is not None and fault.kind == "slow" and host == fault.host and t >= fault.onset_s and state == BUSY:
+        watts /= fault.factor
+    noisy = lambda v, d: min(100.0, max(0.0, v + rng.uniform(-d, d))) if v else 0.0  # noqa: E731
+    return (
+        noisy(util, 2.5 if state != SPIN else 0.0),
+        noisy(memory, 2.0),
+        noisy(cpu, 1.5),
+        watts * rng.uniform(0.96, 1.04),
+    )
+
+
+def _platform_metrics(sim: _Sim, t: float, host: int, state: str) -> None:
+    if state == GONE:
+        return
+    job = sim.job
+    util, memory, cpu, watts = _look(sim, t, host, state)
+    name = sim.hosts[host]
+    spec = instance_spec(job.host_types()[host])
+    if job.platform is Platform.SAGEMAKER:
+        dims = {"Host": f"{sim.name}/{name}"}
+        ns = contract.SAGEMAKER_NAMESPACE
+        _metric(sim, t, ns, "GPUUtilization", dims, util * spec.devices)
+        _metric(sim, t, ns, "GPUMemoryUtilization", dims, memory * spec.devices)
+        _metric(sim, t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
+        return
+    dims = {alarms.CWAGENT_DIM_INSTANCE: name}
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, util)
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, memory / 100 * GPU_MEMORY_MIB)
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, GPU_MEMORY_MIB)
+    if job.ec2_power:
+        _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER, dims, watts)
+    _metric(sim, t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
+
+
+def _alive(state: str) -> bool:
+    """Whether the host's training process (and so its agent) runs."""
+    return state not in (DEAD, GONE, STARTUP)
+
+
+def _agent(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
+    """The agent's windows ending at t + 60 + AGENT_OFFSET_S: rank 0's job metrics, every live host's host metrics."""
+    job = sim.job
+    end = t + MINUTE + AGENT_OFFSET_S
+    episode = _episode_at(job, t)
+    if episode is not None and episode.kind == "restart" and t - episode.start_s < MINUTE:
+        sim.agent_started_t = episode.end_s - episode.length_s + MINUTE  # the new processes' agents
+    for host, state in enumerate(states):
+        if not _alive(state):
+            continue
+        util, memory, _, watts = _look(sim, t, host, state)
+        dims = {contract.DIM_JOB: sim.name, contract.DIM_HOST: sim.hosts[host]}
+        _metric(sim, end, contract.NAMESPACE, "Heartbeat", dims, 1.0)
+        _metric(sim, end, contract.NAMESPACE, "GPUPowerWatts", dims, watts)
+        _metric(sim, end, contract.NAMESPACE, "GPUUtilization", dims, util)
+        _metric(sim, end, contract.NAMESPACE, "GPUMemoryUtilization", dims, memory)
+        if steps:
+            local = _pace(job, t) / (job.fault.factor if _slow_other(job, t, host) else 1.0)
+            _metric(sim, end, contract.NAMESPACE, "StepTime", dims, local * sim.rng.uniform(0.98, 1.02))
+        _log(sim, end + 0.2, host, sim.emf[host])
+    if not _alive(states[0]):
+        return  # global rank 0's process reports the job's metrics
+    dims = {contract.DIM_JOB: sim.name}
+    ns = contract.NAMESPACE
+    last = sim.last_step_t if sim.step else sim.agent_started_t
+    _metric(sim, end, ns, "Steps", dims, len(steps))
+    _metric(sim, end, ns, "Step", dims, sim.step)
+    _metric(sim, end, ns, "LastStepAge", dims, max(0.0, end - max(last, sim.agent_started_t)))
+    if steps:
+        _metric(sim, end, ns, "StepTime", dims, _pace(job, t) * sim.rng.uniform(0.98, 1.02))
+        _metric(sim, end, ns, "Loss", dims, 2.0 + sim.rng.uniform(-0.05, 0.05))
+        _metric(sim, end, ns, "NonFiniteLoss", dims, 0.0)
+    budget = 0.0
+    if episode is not None and episode.declared_budget_s is not None:
+        budget = max(0.0, episode.start_s + episode.declared_budget_s - end)
+    _metric(sim, end, ns, "PhaseBudgetRemaining", dims, budget)
+    # Time outside step() and any declared phase waits for input: a loop blocked in a collective is inside step().
+    state = states[0]
+    inside = state in (BUSY, SPIN) or (episode is not None and episode.declared_budget_s is not None)
+    _metric(sim, end, ns, "DataWaitFraction", dims, sim.rng.uniform(1, 6) if inside else 100.0)
+
+
+def _slow_other(job: Job, t: float, host: int) -> bool:
+    """Every host but a slow node computes its share faster than the pace the slow one sets."""
+    fault = job.fault
+    return fault is not None and fault.kind == "slow" and t >= fault.onset_s and host != fault.host
+
+
+def _emf(job: str, host: str) -> str:
+    """The agent's EMF line (its stdout sink), which CloudWatch Logs keeps with the training log."""
+    metrics = [{"Namespace": contract.NAMESPACE, "Dimensions": [[contract.DIM_JOB, contract.DIM_HOST]]}]
+    return json.dumps({"_aws": {"CloudWatchMetrics": metrics}, "JobName": job, "Host": host, "Heartbeat": 1})
+
+
+def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
+    job, fault = sim.job, sim.job.fault
+    loggers = [0] if job.rank0_only_logs else range(job.hosts)
+    minute = int(t // MINUTE)
+    every = max(1, int(job.log_every_s // MINUTE))
+    if t < job.startup_s:
+        if minute % 5 == 0:
+            for host in range(job.hosts):
+                _log(sim, t + 3 + host * 0.01, host, f"Downloading s3://corpus/shards/part-{minute:05d}.tar")
+        return
+    if t - MINUTE < job.startup_s <= t:
+        for host in range(job.hosts):
+            _log(
+                sim,
+                t + 1 + host * 0.01,
+                host,
+                f"[rank {host * 8}] initialized process group, world size {8 * job.hosts}",
+            )
+    for episode in job.episodes:
+        if t <= episode.start_s < t + MINUTE:
+            _episode_start_lines(sim, episode)
+        if t <= episode.end_s < t + MINUTE:
+            _episode_end_lines(sim, episode)
+    if steps and minute % every == 0:
+        for host in loggers:
+            if states[host] == BUSY:
+                _log(sim, t + 20 + host * 0.37, host, f"[rank {host * 8}] step {sim.step} loss 2.0{minute % 97:02d}")
+    if fault is not None and fault.stall:
+        _fault_lines(sim, t)
+
+
+def _episode_start_lines(sim: _Sim, episode: Episode) -> None:
+    writers = [0] if sim.job.rank0_only_logs else range(sim.job.hosts)
+    t = episode.start_s
+    if episode.kind == "checkpoint" and episode.start_line:
+        for host in writers:
+            _log(sim, t + 0.5 + host * 0.01, host, f"[rank {host * 8}] Saving checkpoint to s3://ckpt/step-{sim.step}")
+    elif episode.kind == "eval" and episode.start_line:
+        _log(sim, t + 0.5, 0, "***** Running Evaluation *****")
+    elif episode.kind == "restart":
+        rank = episode.host * 8
+        _log(sim, t, episode.host, f"[rank{rank}]: RuntimeError: CUDA error: an illegal memory access was encountered")
+        _log(sim, t + 1, episode.host, "[WARNING] Worker group FAILED. 3/3 attempts left; will restart worker group")
+        for host in range(sim.job.hosts):
+            _log(sim, t + 20 + host * 0.01, host, f"[rank {host * 8}] Rendezvous complete; restarting from checkpoint")
+            _log(sim, t + 60 + host * 0.01, host, f"[rank {host * 8}] Loading checkpoint from s3://ckpt/latest")
+
+
+def _episode_end_lines(sim: _Sim, episode: Episode) -> None:
+    if episode.kind == "checkpoint" and episode.end_line:
+        writers = [0] if sim.job.rank0_only_logs else range(sim.job.hosts)
+        for host in writers:
+            _log(sim, episode.end_s + 0.5, host, f"[rank {host * 8}] Checkpoint saved in {episode.length_s:.0f} s")
+
+
+def _fault_lines(sim: _Sim, t: float) -> None:
+    """The dead rank's last words at the onset; the survivors' NCCL watchdog when the timeout runs out."""
+    fault = sim.job.fault
+    assert fault is not None
+    if fault.kind == "crash" and t <= fault.onset_s < t + MINUTE:
+        lines = CRASH_LINES.get(fault.cause, CRASH_LINES["faulty GPU"])
+        for i, line in enumerate(lines):
+            _log(sim, fault.onset_s + i * 0.05, fault.host, line.format(rank=fault.host * 8))
+    timeout = fault.onset_s + NCCL_TIMEOUT_S
+    if t <= timeout < t + MINUTE:
+        for host in range(sim.job.hosts):
+            if fault.kind != "hang" and host == fault.host:
+                continue
+            for i, line in enumerate(NCCL_LINES):
+                _log(sim, timeout + host * 0.02 + i * 0.01, host, line.format(rank=host * 8))
+
+
+def describe(job: Job) -> dict[str, object]:
+    """A job's summary for the benchmark's report."""
+    return {
+        "job": job.name,
+        "platform": job.platform.value,
+        "hosts": job.hosts,
+        "agent": job.agent,
+        "days": round(job.days, 3),
+        "fault": None if job.fault is None else job.fault.__dict__,
+        "episodes": len(job.episodes),
+    }
+
+
+def onset_minutes(job: Job, t: float | None) -> float | None:
+    """Minutes from the fault's onset to `t`."""
+    if t is None or job.fault is None:
+        return None
+    return (t - job.fault.onset_s) / 60

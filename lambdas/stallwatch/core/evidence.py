@@ -1,0 +1,314 @@
+"""What the hosts say about life and death beyond progress: a rank's fatal last words, a host that vanished, GPUs
+every process let go of, a collective spinning on every host, a checkpoint being written. Pure: no I/O, no clock.
+
+    hosts = evidence.read_hosts(signals, since, thresholds, limits, now)
+    death = evidence.death(hosts, progress_since, logs_last_t, thresholds, limits, now)  # conclusive, or None
+    spin = evidence.spinning(hosts, thresholds)                                           # a collective spins
+
+Each piece is evidence at once: none waits for a cadence the job learned from its healthy gaps (that may widen the
+silence a job is allowed, never delay evidence of death). Confirming it takes `crash_confirm_minutes` with no
+progress since, so that a rank restarted by its launcher (new lines, GPUs taken again) is never taken for dead.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from stallwatch.core import log_patterns
+from stallwatch.core.decision import Diagnosis
+from stallwatch.core.measures import Limits, fatal, gpu_util, rounded
+from stallwatch.core.policy import Thresholds
+from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
+
+LAST_WORDS_S = 30.0  # a fatal burst (the traceback, the launcher's report) is over by then; a line after it is life
+FATAL_BURST_S = 120.0  # fatal lines this close before a host's last fatal line belong to its last words
+VANISHED_PERIODS = 4  # no datapoint from a host for this many periods, while another host's is at most
+FRESH_PERIODS = 3  # ... this many old: the host vanished (its datapoints are stamped at their period's start)
+ALL_FATAL_CONFIRM_S = 60.0  # every host's log ended with fatal lines (NCCL watchdog timeouts, ...): one period confirms
+MARKER_RUN_S = 300.0  # checkpoint start lines this close together belong to one checkpoint (a line per shard)
+POWER_REPORTING_SHARE = 0.5  # a spinning collective needs GPU power from at least this share of the hosts
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host's life signs as of `now`, with `since` the job's last progress (last step, else newest log line)."""
+
+    name: str
+    gpus: bool  # has accelerators (a heterogeneous cluster's CPU-only hosts have none)
+    newest_data_t: float | None  # its newest datapoint of any GPU or agent host metric
+    util_now: float | None  # mean GPU utilization per device over the recent periods
+    memory_now: float | None  # mean GPU memory per device over the recent periods
+    released_since: float | None  # its GPU memory, held before, below `idle_gpu_percent` since then
+    idle_since: float | None  # its GPU utilization below `idle_gpu_percent` since then
+    power_dropped: bool  # GPU power below `power_drop_ratio` x its baseline
+    reports_power: bool
+    last_words: tuple[LogLine, ...]  # the fatal lines its log ended with (no other line after them)
+    checkpoint_since: float | None  # its newest checkpoint marker is a start, nothing after it: writing since then
+    said_t: float | None  # its newest line that is not among its fatal last words: when its log last showed life
+
+    @property
+    def last_words_t(self) -> float | None:
+        return self.last_words[0].t if self.last_words else None
+
+
+def read_hosts(
+    signals: JobSignals, since: float, thresholds: Thresholds, limits: Limits, now: float
+) -> dict[str, Host]:
+    """Every host's life signs; `since` is the job's last progress (power before it is the baseline)."""
+    return {
+        name: _host(host, bool(signals.facts.gpus_on(name)), since, thresholds, limits, now)
+        for name, host in signals.hosts.items()
+    }
+
+
+def _host(host: HostSignals, gpus: bool, since: float, thresholds: Thresholds, limits: Limits, now: float) -> Host:
+    util, memory, power = gpu_util(host), gpu_memory(host), gpu_power(host)
+    newest = [s.points[-1][0] for s in (util, memory, power, *host.agent.values()) if len(s)]
+    power_before = power.between(float("-inf"), since).values()
+    power_now = _recent(power, since, now, limits).mean()
+    baseline = statistics.median(power_before) if power_before else None
+    idle = thresholds.idle_gpu_percent
+    words = _last_words(host)
+    return Host(
+        name=host.host,
+        gpus=gpus,
+        newest_data_t=max(newest, default=None),
+        util_now=rounded(_recent(util, since, now, limits).mean()),
+        memory_now=rounded(_recent(memory, since, now, limits).mean()),
+        released_since=_run_start(memory, lambda v: v < idle, now, limits.stale_s, held_before=idle),
+        idle_since=_run_start(util, lambda v: v < idle, now, limits.stale_s),
+        power_dropped=baseline is not None
+        and power_now is not None
+        and power_now < thresholds.power_drop_ratio * baseline,
+        reports_power=power_now is not None,
+        last_words=words,
+        checkpoint_since=_checkpoint_since(host),
+        said_t=_said_t(host, words),
+    )
+
+
+def _recent(series: Series, since: float, now: float, limits: Limits) -> Series:
+    """The datapoints after the last progress, within the recent periods: what the GPUs do now."""
+    start = now - limits.recent_s
+    return Series(tuple(p for p in series.points if p[0] > since and p[0] >= start))
+
+
+def gpu_memory(host: HostSignals) -> Series:
+    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
+    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
+
+
+def gpu_power(host: HostSignals) -> Series:
+    """Per-device GPU power: the agent's NVML reading, else the platform's (EC2: the CloudWatch agent's)."""
+    agent = host.agent.get("GPUPowerWatts", Series())
+    return agent if len(agent) else host.gpu_power
+
+
+def _run_start(series: Series, holds, now: float, stale_s: float, held_before: float | None = None) -> float | None:
+    """When the newest run of datapoints for which `holds` is true began (None: the newest fails, or is stale).
+    With `held_before`, the run counts only if an earlier datapoint was at or above it (memory let go, not never
+    taken)."""
+    points = series.points
+    if not points or now - points[-1][0] > stale_s or not holds(points[-1][1]):
+        return None
+    start, i = points[-1][0], len(points) - 1
+    while i >= 0 and holds(points[i][1]):
+        start, i = points[i][0], i - 1
+    if held_before is not None and not any(v >= held_before for _, v in points[: i + 1]):
+        return None
+    return start
+
+
+def _last_words(host: HostSignals) -> tuple[LogLine, ...]:
+    """The fatal lines a host's log ended with: its last fatal burst, with no other line after it (a rank restarted
+    by its launcher writes on, and so does one that caught its exception)."""
+    lines = [line for line in host.error_lines if fatal(line)]
+    if not lines:
+        return ()
+    newest = lines[-1].t
+    if host.log_last_t is not None and host.log_last_t > newest + LAST_WORDS_S:
+        return ()
+    return tuple(line for line in lines if line.t >= newest - FATAL_BURST_S)
+
+
+def _said_t(host: HostSignals, words: tuple[LogLine, ...]) -> float | None:
+    """The host's newest line but its fatal last words (from its tail; None if the tail holds no other)."""
+    if not words:
+        return host.log_last_t
+    earlier = [line.t for line in host.log_tail if line.t < words[0].t]
+    return max(earlier, default=None)
+
+
+def _checkpoint_since(host: HostSignals) -> float | None:
+    """When the checkpoint the host is writing began: its newest marker is a start and no other line came after
+    it; the first start after the last end marker."""
+    markers = host.marker_lines
+    if not markers or markers[-1].marker != log_patterns.CHECKPOINT_START:
+        return None
+    newest = markers[-1].t
+    if host.log_last_t is not None and host.log_last_t > newest + LAST_WORDS_S:
+        later = [line for line in host.log_tail if line.t > newest + LAST_WORDS_S and line.marker is None]
+        if later:
+            return None
+    # The first start line of this checkpoint: back over start lines no further apart than MARKER_RUN_S (a line per
+    # shard written), and never before an ordinary line of the tail.
+    ordinary = [line.t for line in host.log_tail if line.marker is None and line.pattern is None and line.t < newest]
+    boundary = max(ordinary, default=-math.inf)
+    start = newest
+    for line in reversed(markers):
+        if line.marker != log_patterns.CHECKPOINT_START or line.t <= boundary or start - line.t > MARKER_RUN_S:
+            break
+        start = line.t
+    return start
+
+
+# --- job-level evidence ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Death:
+    """Conclusive evidence that the job can no longer progress: what it is, since when, on which hosts, and why."""
+
+    diagnosis: Diagnosis
+    onset: float
+    confirm_s: float  # it decides once `onset + confirm_s` has passed with no progress since
+    hosts: tuple[str, ...]
+    reasons: tuple[str, ...]
+    lines: dict[str, list[LogLine]]
+
+
+def vanished(hosts: dict[str, Host], period: float, now: float) -> dict[str, float]:
+    """Hosts with no datapoint for `VANISHED_PERIODS` periods while another host's newest is at most `FRESH_PERIODS`
+    old (so a CloudWatch delay or a job-wide outage is never taken for a lost host): host -> its newest datapoint."""
+    fresh = [
+        h for h in hosts.values() if h.newest_data_t is not None and now - h.newest_data_t <= FRESH_PERIODS * period
+    ]
+    if not fresh:
+        return {}
+    return {
+        name: h.newest_data_t
+        for name, h in hosts.items()
+        if h.newest_data_t is not None and now - h.newest_data_t > VANISHED_PERIODS * period
+    }
+
+
+def death(
+    hosts: dict[str, Host],
+    last_step_t: float | None,
+    training_since: float,
+    thresholds: Thresholds,
+    limits: Limits,
+    period: float,
+    now: float,
+) -> list[Death]:
+    """Conclusive evidence, most specific first: fatal last words on every host (NCCL watchdog timeouts after a hang),
+    ranks whose last words were fatal and whose GPUs died with them, hosts that vanished, a host whose
+    processes let go of its GPUs while the others hold theirs, or every process gone from its GPUs.
+
+    `last_step_t`: the agent's last step (None without the agent): fatal lines before it are old news, and the
+    evidence without a fatal line needs no step since. Without the agent, that evidence needs the logs silent since
+    (but for fatal last words, which are no progress); so do GPUs let go of everywhere, with the agent too (a
+    launcher that restarts its ranks writes lines). A rank's fatal last words with its GPUs dead need nothing more,
+    whatever the other hosts' logging habits."""
+    confirm = limits.crash_s
+    after = last_step_t if last_step_t is not None else training_since
+    gpu_hosts = {n: h for n, h in hosts.items() if h.gpus}
+    gone = vanished(gpu_hosts, period, now)
+    last_line_t = max((t for h in hosts.values() if (t := h.said_t) is not None), default=None)
+    found: list[Death] = []
+
+    def still(onset: float, logs_too: bool = False) -> bool:
+        """No progress since the metric-borne evidence at `onset` (a datapoint is stamped at its period's start)."""
+        by = onset + period + LAST_WORDS_S
+        steps = last_step_t is None or last_step_t <= by
+        silent = last_line_t is None or last_line_t <= by
+        return steps and (silent if logs_too or last_step_t is None else True)
+
+    spoke = {n: h for n, h in gpu_hosts.items() if h.last_words_t is not None and h.last_words_t >= after}
+    if gpu_hosts and len(spoke) == len(gpu_hosts):
+        lines = {n: list(h.last_words) for n, h in spoke.items()}
+        patterns = {fatal(line) for ls in lines.values() for line in ls}
+        diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
+        onset = max(ls[0].t for ls in lines.values())
+        what = "NCCL watchdog timeouts" if diagnosis is Diagnosis.HANG else "fatal lines"
+        reason = f"{what} are the last words of all {_count(gpu_hosts)}"
+        found.append(Death(diagnosis, onset, ALL_FATAL_CONFIRM_S, tuple(sorted(spoke)), (reason,), lines))
+    dead = {n: h for n, h in spoke.items() if _died_with_it(h, gpu_hosts, gone, thresholds, period)}
+    if dead:
+        lines = {n: list(h.last_words) for n, h in dead.items()}
+        patterns = {fatal(line) for ls in lines.values() for line in ls}
+        diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
+        onset = min(h.last_words_t for h in dead.values() if h.last_words_t is not None)
+        reason = f"{_names(dead)}: fatal last words, then its GPUs went idle, let go of their memory or vanished"
+        found.append(Death(diagnosis, onset, confirm, tuple(sorted(dead)), (reason,), lines))
+    lost = {n: t for n, t in gone.items() if still(t)}
+    if lost:
+        onset = min(lost.values())
+        reason = f"{_names(lost)} vanished: no metric from it for {_ago(now, onset)} while the others report"
+        found.append(Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(lost)), (reason,), {}))
+    released = {n: h.released_since for n, h in gpu_hosts.items() if h.released_since is not None}
+    if gpu_hosts and len(released) == len(gpu_hosts) and all(h.idle_since is not None for h in gpu_hosts.values()):
+        onset = max(t for t in released.values() if t is not None)
+        if still(onset, logs_too=True):
+            reason = f"every process left its GPUs on all {_count(gpu_hosts)}: memory released, utilization idle"
+            found.append(Death(Diagnosis.IDLE, onset, confirm, tuple(sorted(gpu_hosts)), (reason,), {}))
+    holding = [
+        n for n, h in gpu_hosts.items() if n not in released and (h.memory_now or 0.0) >= thresholds.idle_gpu_percent
+    ]
+    if released and holding and all(still(t) for t in released.values() if t is not None):
+        onset = min(t for t in released.values() if t is not None)
+        reason = f"{_names(released)}: its processes let go of the GPUs while the others still hold theirs"
+        found.append(Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(released)), (reason,), {}))
+    return found
+
+
+def _died_with_it(
+    host: Host, hosts: dict[str, Host], gone: dict[str, float], thresholds: Thresholds, period: float
+) -> bool:
+    """The host's GPUs agree with its fatal last words: memory let go, metrics vanished, or utilization idle while
+    another host's GPUs still work (a collective spinning on them counts)."""
+    t = host.last_words_t or 0.0
+    if host.name in gone and gone[host.name] >= t - period:
+        return True
+    if host.released_since is not None and host.released_since <= t + 2 * period:
+        return True
+    idle = thresholds.idle_gpu_percent
+    others_work = any(h.util_now is not None and h.util_now >= idle for n, h in hosts.items() if n != host.name)
+    return host.idle_since is not None and host.idle_since <= t + 2 * period and others_work
+
+
+def spinning(hosts: dict[str, Host], thresholds: Thresholds) -> bool:
+    """A collective spins on every host: GPU utilization at or above `busy_gpu_percent` on each, and GPU power below
+    its baseline on each that reports it (most do): the signature of an NCCL hang. Three signals agreeing: an
+    `agreement_fraction` of 1 (the evidence ladder off) turns it off."""
+    if thresholds.agreement_fraction >= 1:
+        return False
+    gpu_hosts = [h for h in hosts.values() if h.gpus]
+    if not gpu_hosts or any(h.util_now is None or h.util_now < thresholds.busy_gpu_percent for h in gpu_hosts):
+        return False
+    reporting = [h for h in gpu_hosts if h.reports_power]
+    return len(reporting) >= POWER_REPORTING_SHARE * len(gpu_hosts) and all(h.power_dropped for h in reporting)
+
+
+def checkpoint_since(hosts: dict[str, Host], progress_since: float) -> float | None:
+    """When an undeclared checkpoint began that some host is still writing (its start line after the last
+    progress, nothing since), else None."""
+    starts = [h.checkpoint_since for h in hosts.values() if h.checkpoint_since is not None]
+    starts = [t for t in starts if t >= progress_since - LAST_WORDS_S]
+    return min(starts, default=None)
+
+
+def _names(hosts: Iterable[str]) -> str:
+    names = sorted(hosts)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _count(hosts: dict[str, Host]) -> str:
+    return "1 host" if len(hosts) == 1 else f"{len(hosts)} hosts"
+
+
+def _ago(now: float, t: float) -> str:
+    return f"{(now - t) / 60:.1f} min"

@@ -1,0 +1,233 @@
+"""Evidence the corpus never showed: a host's death (its last words, its GPUs, its vanishing) decides at once,
+whatever the other hosts' logging habits or the cadence the job learned; a live job's pauses are told apart; and
+every decision names when it turns decisive next."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.core.decision import Action, Diagnosis, JobState
+from stallwatch.core.engine import decide, next_state
+from stallwatch.core.policy import Mode, Policy
+from stallwatch.core.signals import Platform
+from tests.core.signals_builder import SignalsBuilder
+
+MIN = 60.0
+HOUR = 3600.0
+ONSET = HOUR
+ENFORCE = Policy(mode=Mode.ENFORCE).for_job({"stallwatch:mode": "enforce"})
+OOM = "[rank24]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB."
+ABORT = "[rank24]:[E ProcessGroupNCCL.cpp:1182] [PG 0 Rank 24] NCCL communicator was aborted on rank 24."
+XID = "NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus."
+
+
+FRESH = JobState()
+
+
+def at(builder: SignalsBuilder, now: float, state: JobState = FRESH):
+    return decide(builder.build(now), ENFORCE, state, now)
+
+
+# --- a declared phase that hangs -------------------------------------------------------------------------------------
+
+
+def test_a_phase_within_its_allowance_asks_to_be_decided_when_the_allowance_runs_out() -> None:
+    # Given a declared eval phase of 15 minutes from ONSET that never ends (no step since)
+    builder = SignalsBuilder(hosts=2).progress(0, ONSET).phase(ONSET, 15 * MIN, 3 * HOUR).gpu(0, 3 * HOUR, 99)
+    deadline = ONSET + 15 * MIN
+    # When an alarm decides 9.9 minutes past the budget (within the 10-minute allowance)
+    early = at(builder, deadline + 9.9 * MIN)
+    # Then not yet a stall, but the decision names the moment the allowance runs out
+    assert early.diagnosis is Diagnosis.PHASE
+    assert early.recheck_at == pytest.approx(deadline + 10 * MIN)
+    # And that recheck warns, and the one its warning names stops it 5 minutes later: 15 minutes past the budget
+    state = next_state(JobState(), early)
+    warn = at(builder, early.recheck_at + 1, state)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.PHASE_OVERRUN, Action.WARN)
+    stop = at(builder, warn.recheck_at, next_state(state, warn))
+    assert stop.action is Action.STOP
+    assert warn.recheck_at - deadline == pytest.approx(15 * MIN, abs=2)
+
+
+# --- a crashed rank, without the agent -------------------------------------------------------------------------------
+
+
+def crash_where_rank_zero_alone_logs() -> SignalsBuilder:
+    """4 EC2 nodes; only the first prints progress; node 3 dies at ONSET of a CUDA OOM and an NCCL abort: its GPUs fall
+    to 0 % and let go of their memory, while the other three spin at 100 %."""
+    builder = SignalsBuilder(hosts=4, platform=Platform.EC2)
+    nodes = builder.host_names
+    builder.logs(0, 2 * MIN, 10).logs(2 * MIN, ONSET, 60, hosts=nodes[:1])  # start-up lines, then rank 0 alone
+    builder.gpu(0, 3 * HOUR, 100.0, hosts=[n for n in nodes if n != nodes[2]])
+    builder.gpu(0, ONSET, 97.0, hosts=[nodes[2]]).gpu(ONSET, 3 * HOUR, 0.0, hosts=[nodes[2]])
+    builder.gpu_memory(0, 3 * HOUR, 80.0, hosts=[n for n in nodes if n != nodes[2]])
+    builder.gpu_memory(0, ONSET, 80.0, hosts=[nodes[2]]).gpu_memory(ONSET, 3 * HOUR, 0.0, hosts=[nodes[2]])
+    builder.log(ONSET + 1, "[rank24]: Traceback (most recent call last):", nodes[2])
+    builder.log(ONSET + 1.1, OOM, nodes[2]).log(ONSET + 1.2, ABORT, nodes[2])
+    return builder
+
+
+def test_a_crashed_rank_whose_peers_spin_is_found_whatever_the_others_logging_habits() -> None:
+    # Given the crash where only rank 0 logs (the others' start-up lines are no evidence either way)
+    builder = crash_where_rank_zero_alone_logs()
+    dead = builder.host_names[2]
+    # When 2 minutes have passed / Then not yet, and the decision names when the evidence is confirmed
+    early = at(builder, ONSET + 2 * MIN)
+    assert early.diagnosis is Diagnosis.HEALTHY
+    assert early.recheck_at == pytest.approx(ONSET + 1 + 3 * MIN)
+    # When 3 minutes (crash_confirm_minutes) / Then a crashed rank on that node, conclusive: the 2-minute grace
+    decision = at(builder, ONSET + 1 + 3 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == [dead]
+    assert f"{dead}: cuda_oom, nccl_timeout, traceback" in " ".join(decision.reasons)
+    assert decision.recheck_at == pytest.approx(decision.at + 2 * MIN)
+
+
+def test_a_fatal_line_is_never_held_back_by_a_learned_cadence() -> None:
+    # Given a rare logger whose learned log gap is 199 minutes; algo-2 writes an Xid 79 and its GPU falls off the bus
+    builder = SignalsBuilder(hosts=4).logs(0, ONSET, 20 * MIN).gpu(0, 3 * HOUR, 100.0, hosts=["algo-1", "algo-3"])
+    builder.gpu(0, 3 * HOUR, 100.0, hosts=["algo-4"]).gpu(0, ONSET, 98.0, hosts=["algo-2"])
+    builder.gpu_memory(0, 3 * HOUR, 80.0, hosts=["algo-1", "algo-3", "algo-4"]).gpu_memory(0, ONSET, 80.0, ["algo-2"])
+    builder.log(ONSET + 5, XID, "algo-2")
+    learned = JobState(log_gap_s=199 * MIN)
+    # When 4 minutes have passed (its GPU metrics vanished) / Then a crashed rank, the learned gap notwithstanding
+    decision = at(builder, ONSET + 5 + 5 * MIN, learned)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["logs"]["threshold_s"] >= 199 * MIN  # the silence it would otherwise have waited for
+
+
+def test_processes_gone_from_every_gpu_decide_at_once_not_at_the_learned_cadence() -> None:
+    # Given a job whose long checkpoints taught it a 2-hour log gap; at ONSET its processes die: GPUs 0 %, memory
+    # released, logs silent
+    builder = SignalsBuilder(hosts=2).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 0.0)
+    builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, 3 * HOUR, 0.5)
+    learned = JobState(log_gap_s=2 * HOUR)
+    # When 4 minutes have passed / Then idle, warned with the short grace
+    decision = at(builder, ONSET + 4 * MIN, learned)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.IDLE, Action.WARN)
+    assert "every process left its GPUs" in decision.reasons[0]
+
+
+def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:
+    # Given a rank that failed and was restarted by torchrun: a traceback, then restart lines from every host, GPU
+    # memory let go of for a minute, then taken again while the checkpoint loads
+    builder = SignalsBuilder(hosts=2).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 1.0)
+    builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, ONSET + MIN, 0.0).gpu_memory(ONSET + 2 * MIN, 3 * HOUR, 60.0)
+    builder.log(ONSET, "RuntimeError: CUDA error: an illegal memory access was encountered", "algo-2")
+    builder.logs(ONSET + 40, ONSET + 10 * MIN, 60, message="Rendezvous complete; loading checkpoint")
+    # When 5 minutes have passed / Then no stall: the rank speaks again and the GPUs are held
+    decision = at(builder, ONSET + 5 * MIN)
+    assert not decision.stalled
+
+
+# --- a vanished host -------------------------------------------------------------------------------------------------
+
+
+def rank_zero_host_lost() -> SignalsBuilder:
+    """4 hosts with the agent; at ONSET the host of global rank 0 (algo-1) vanishes: the job metrics stop with it,
+    the others' heartbeats and power go on, power fallen by three quarters; no log line anywhere."""
+    builder = SignalsBuilder(hosts=4).progress(0, ONSET)
+    others = builder.host_names[1:]
+    builder.gpu(0, ONSET, 97.0, hosts=["algo-1"]).gpu(0, 3 * HOUR, 100.0, hosts=others)
+    builder.power(0, ONSET, 600.0, hosts=["algo-1"]).power(0, ONSET, 600.0, hosts=others)
+    builder.power(ONSET, 3 * HOUR, 150.0, hosts=others).host_metric("Heartbeat", 0, 3 * HOUR, 1.0, hosts=others)
+    return builder
+
+
+def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data() -> None:
+    # When 6 minutes have passed / Then the vanished host is named, a crashed rank, warned with the short grace
+    decision = at(rank_zero_host_lost(), ONSET + 6 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-1"]
+    assert "algo-1 vanished" in decision.reasons[0]
+
+
+def test_a_host_that_vanishes_while_the_others_step_on_is_no_stall() -> None:
+    # Given 4 hosts; algo-4's metrics stop at ONSET, but the agent reports steps throughout
+    builder = SignalsBuilder(hosts=4).progress(0, 3 * HOUR).gpu(0, 3 * HOUR, 97.0, hosts=["algo-1", "algo-2", "algo-3"])
+    builder.gpu(0, ONSET, 97.0, hosts=["algo-4"])
+    # Then no stall: the job progresses without it (elastic training shrinks)
+    assert not at(builder, ONSET + 20 * MIN).stalled
+
+
+def test_a_delay_of_every_hosts_metrics_is_no_vanished_host() -> None:
+    # Given every host's GPU metrics stop at ONSET (CloudWatch late, not the hosts), logs flowing
+    builder = SignalsBuilder(hosts=4).gpu(0, ONSET, 97.0).logs(0, 3 * HOUR, 60)
+    # Then no host vanished
+    decision = at(builder, ONSET + 20 * MIN)
+    assert "death" not in decision.evidence
+    assert not decision.stalled
+
+
+# --- a live job's pauses ---------------------------------------------------------------------------------------------
+
+
+def undeclared_checkpoint(agent: bool) -> SignalsBuilder:
+    """2 hosts write a checkpoint they did not declare from ONSET: GPUs near 0 %, memory held, logs silent after a
+    'Saving checkpoint' line on each."""
+    builder = SignalsBuilder(hosts=2).gpu(0, ONSET, 97.0).gpu(ONSET, 5 * HOUR, 1.0).gpu_memory(0, 5 * HOUR, 80.0)
+    if agent:
+        builder.progress(0, ONSET).no_progress(ONSET, 5 * HOUR).power(0, ONSET, 380).power(ONSET, 5 * HOUR, 80)
+    builder.logs(0, ONSET - 1, 60)
+    for host in builder.host_names:
+        builder.log(ONSET, f"[{host}] Saving checkpoint to s3://ckpt/run-7/step-12000", host)
+    return builder
+
+
+@pytest.mark.parametrize("agent", [False, True])
+def test_an_undeclared_checkpoint_is_not_idle_after_training(agent: bool) -> None:
+    # When 25 minutes have passed / Then a phase (the checkpoint-start line, the memory held), never alerted
+    decision = at(undeclared_checkpoint(agent), ONSET + 25 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.PHASE, Action.NONE)
+    assert decision.evidence["checkpoint"]["since_t"] == pytest.approx(ONSET)
+    # When it has lasted 4 x the threshold (an hour) / Then it is a stall like any other
+    late = at(undeclared_checkpoint(agent), ONSET + 61 * MIN)
+    assert (late.diagnosis, late.stoppable) == (Diagnosis.PHASE_OVERRUN, True)
+
+
+def test_a_loop_waiting_for_input_is_data_starvation_not_a_hang() -> None:
+    # Given the agent's loop blocked outside step() from ONSET (a stalled input pipeline): no step, GPUs idle, power
+    # down, DataWaitFraction 100 %
+    builder = SignalsBuilder(hosts=2).progress(0, ONSET).no_progress(ONSET, 3 * HOUR).gpu(0, ONSET, 97.0)
+    builder.gpu(ONSET, 3 * HOUR, 2.0).power(0, ONSET, 380).power(ONSET, 3 * HOUR, 80).gpu_memory(0, 3 * HOUR, 80.0)
+    builder.agent("DataWaitFraction", ONSET, 3 * HOUR, 100.0)
+    # Then data starvation (alerted, not stopped) for up to an hour
+    decision = at(builder, ONSET + 20 * MIN)
+    assert (decision.diagnosis, decision.stoppable) == (Diagnosis.DATA_STARVATION, False)
+
+
+def test_a_pause_does_not_count_as_data_starvation_once_steps_resume() -> None:
+    # Given an undeclared 5-minute pause (all waiting to the agent) after which steps resume at 4 % data wait
+    builder = SignalsBuilder(hosts=2).gpu(0, 3 * HOUR, 97.0).progress(0, ONSET).agent("DataWaitFraction", 0, ONSET, 4)
+    builder.no_progress(ONSET, ONSET + 5 * MIN).agent("DataWaitFraction", ONSET, ONSET + 5 * MIN, 100.0)
+    builder.progress(ONSET + 5 * MIN, 3 * HOUR).agent("DataWaitFraction", ONSET + 5 * MIN, 3 * HOUR, 4.0)
+    # When decided 2 minutes after steps resumed / Then healthy, not starving
+    assert at(builder, ONSET + 7 * MIN).diagnosis is Diagnosis.HEALTHY
+
+
+# --- stragglers ------------------------------------------------------------------------------------------------------
+
+
+def throttled(factor: float, host_types: dict[str, str] | None = None) -> SignalsBuilder:
+    """8 hosts with the agent; from ONSET algo-6's GPU power is lower by `factor` (a throttled node)."""
+    builder = SignalsBuilder(hosts=8, host_types=host_types or {}).progress(0, 3 * HOUR).gpu(0, 3 * HOUR, 97.0)
+    others = [h for h in builder.host_names if h != "algo-6"]
+    builder.power(0, 3 * HOUR, 380.0, hosts=others).power(0, ONSET, 380.0, ["algo-6"])
+    return builder.power(ONSET, 3 * HOUR, 380.0 / factor, ["algo-6"])
+
+
+def test_a_node_slowed_by_a_third_is_named_within_its_window() -> None:
+    decision = at(throttled(1.3), ONSET + 11 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.STRAGGLER, Action.ALERT)
+    assert decision.evidence["straggler"]["host"] == "algo-6"
+    # And it is named once: the next decision that finds it says nothing
+    again = at(throttled(1.3), ONSET + 40 * MIN, next_state(JobState(), decision))
+    assert (again.diagnosis, again.action) == (Diagnosis.STRAGGLER, Action.NONE)
+
+
+def test_the_hosts_of_another_instance_type_are_no_stragglers() -> None:
+    # Given a heterogeneous cluster: algo-5..8 are g5 hosts drawing 250 W against the p4d hosts' 380 W, no lag
+    types = {f"algo-{i}": "ml.p4d.24xlarge" if i <= 4 else "ml.g5.12xlarge" for i in range(1, 9)}
+    builder = SignalsBuilder(hosts=8, host_types=types).progress(0, 3 * HOUR).gpu(0, 3 * HOUR, 97.0)
+    builder.power(0, 3 * HOUR, 380.0, hosts=list(types)[:4]).power(0, 3 * HOUR, 250.0, hosts=list(types)[4:])
+    assert at(builder, ONSET).diagnosis is Diagnosis.HEALTHY
