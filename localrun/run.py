@@ -453,7 +453,8 @@ class LocalRun:
             hosts |= {f"{self._resumed_as}/{h.host}": h for h in self._hosts}
         verdict = f"job {final_status}" + (f", {self._resumed_as} {resumed_status}" if self._resumed_as else "")
         if self._restarted:
-            verdict += f", restarted in place on {len(set(self._restarted))} nodes"
+            restarted = len(set(self._restarted))
+            verdict += f", restarted in place on {restarted} node{'s' if restarted != 1 else ''}"
             verdict += f" ({len(self._taken_out)} taken out)" if self._taken_out else ""
         return RunResult(
             scenario=self.scenario.name,

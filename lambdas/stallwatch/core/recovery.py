@@ -465,7 +465,8 @@ def taken_out_text(job: str, step: TakeOut, wait_s: float) -> str:
     if step.stop:
         parts.append(f"stopped {', '.join(step.stop)}")
     if not step.replace:
-        parts.append(f"restarting the training in place on the {len(step.keep)} others (`{TRAINING_UNIT}`)")
+        others = f"{len(step.keep)} other{'s' if len(step.keep) != 1 else ''}"
+        parts.append(f"restarting the training in place on the {others} (`{TRAINING_UNIT}`)")
     return f":hammer_and_wrench: `{job}`: " + "; ".join(parts)
 
 
