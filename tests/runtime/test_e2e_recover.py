@@ -19,6 +19,7 @@ from stallwatch.core import alarms
 from stallwatch.core import recovery as rules
 from stallwatch.offline import cli
 from tests.fixtures.world import EXAMPLE_AMI, MINUTE, TABLE, World, alarm_event, instance_state_event, scheduled_event
+from tests.runtime.test_e2e_hardening import _inject
 
 JOB = "llm-70b"
 RECOVER = {"stallwatch:job": JOB, "stallwatch:mode": "enforce", "stallwatch:recover": "restart"}
@@ -494,3 +495,29 @@ def test_a_restart_in_place_is_an_attempt_of_the_run_in_the_goodput_report(
     assert report["wall_s"] == IN_PLACE_WALL_MINUTES * 60
     assert (report["restarts"], report["stalls_caught"], report["redone_steps"], report["final_step"]) == (1, 1, 20, 80)
     assert report["gpu_hours"] == pytest.approx(IN_PLACE_WALL_MINUTES / 60 * 2 * 8)
+
+
+def test_a_fallback_stop_that_fails_is_given_back_to_the_engine_which_stops_the_job(
+    rt, world, slack, context, nodes, tmp_path
+) -> None:
+    # Given a hung cluster that cannot lose its bad node, whose fallback StopInstances EC2 refuses (all 3 calls: the
+    # job's, then each instance's)
+    instances = _cluster(rt, world, context, nodes, tmp_path, [NodeFault.XID, NodeFault.NONE])
+    _stop_decision(rt, context)
+    _inject(rt.clients.ec2, "StopInstances", "UnauthorizedOperation", times=3)
+
+    # When the health check is read and the job falls back to a stop
+    (fell_back,) = _sweep(rt, context)["recoveries"]
+
+    # Then the failure is said, and the engine has the stop again (its stop decision no longer stands)
+    assert (fell_back["status"], fell_back["stopped"]) == ("stopped", False)
+    assert "stopped the job instead (stop FAILED, will retry" in slack.texts()[-1]
+    assert rt.store.load(KEY).state.stopped_at is None
+    assert all(world.instance_state(i) == "running" for i in instances)
+
+    # When the sweeper decides the job again: it is stopped as any stop, without a second recovery
+    (again,) = _sweep(rt, context)["redecided"]
+    assert (again["action"], again["stopped"]) == ("stop", True)
+    assert again["details"]["recovery"]["reason"] == "its recovery in place fell back to a stop before"
+    assert all(world.instance_state(i) in ("stopping", "stopped") for i in instances)
+    assert [n.restarts for n in nodes.values()] == [0, 0]

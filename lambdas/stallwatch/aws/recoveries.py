@@ -66,11 +66,6 @@ class Recovery:
     def sk(self) -> str:
         return f"{self.started_at:017.3f}#{self.job_key}"
 
-    @property
-    def comment(self) -> str:
-        """The SSM commands' comment (100 characters at most): the recovery, so a lost send can be found."""
-        return f"stallwatch {self.phase} {self.job} {self.stall_since:.0f}"
-
     def at_phase(self, phase: str, now: float, **changes: Any) -> Recovery:
         return replace(self, phase=phase, phase_at=now, commands=(), **changes)
 

@@ -357,10 +357,6 @@ class Store:
         """A transaction's Put of an audit record."""
         return {"Put": {"TableName": self.table, "Item": _audit_item(key, sk, audit, self._expires(now))}}
 
-    def outcome_update(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> dict[str, Any]:
-        """A transaction's Update of an audit record's outcome."""
-        return {"Update": self._set_outcome(key, audit_sk, outcome)}
-
     def record_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> None:
         """Add what acting did (stop result, Slack result) to the decision's audit record."""
         self.dynamodb.update_item(**self._set_outcome(key, audit_sk, outcome))

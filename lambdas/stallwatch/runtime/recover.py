@@ -485,6 +485,7 @@ def _audit(recovery: Recovery, now: float, phase: str) -> dict[str, Any]:
 
 
 def _comment(recovery: Recovery, what: str) -> str:
+    """An SSM command's comment (100 characters at most): what it is, of which stall, so a lost send can be found."""
     return f"stallwatch {what} {recovery.job} {recovery.stall_since:.0f}"
 
 
