@@ -265,8 +265,8 @@ def _draw_episodes(rng: random.Random, job: Job, fault: Fault | None) -> tuple[E
     t = job.startup_s + rng.uniform(600, every)
     busy_until = 0.0
     while t < job.duration_s - 600:
-        if fault is not None and fault.stall and fault.onset_s - 3600 < t < fault.onset_s + AFTER_ONSET_S:
-            t += every
+        if fault is not None and fault.onset_s - 3600 < t < fault.onset_s + (AFTER_ONSET_S if fault.stall else 2400):
+            t += every  # a stall's first hour and a slow node's first 40 minutes are the fault's alone
             continue
         if t > busy_until:
             episode = _draw_episode(rng, job, t, declared)

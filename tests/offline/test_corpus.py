@@ -60,8 +60,8 @@ def test_the_corpus_covers_ec2_clusters_and_heterogeneous_sagemaker_clusters() -
 
 
 def test_the_corpus_stays_commit_sized() -> None:
-    # ~20 traces at one datapoint a minute, 8-host SageMaker and EC2 clusters among them
-    assert sum(p.stat().st_size for p in TRACES) < 8_000_000
+    # 30 traces at one datapoint a minute, 8-host SageMaker and EC2 clusters and a 5-hour rare logger among them
+    assert sum(p.stat().st_size for p in TRACES) < 12_000_000
 
 
 @pytest.fixture(scope="module")

@@ -143,12 +143,14 @@ def test_a_big_clusters_alarms_are_drawn_one_row_per_kind_over_the_time_any_host
             AlarmChange(100.0 * host + 150, f"{PREFIX}sagemaker.{result.job}.gpu-idle.algo-{host}", AlarmState.OK),
         )
     ]
-    changes.append(AlarmChange(4600.0, f"{PREFIX}sagemaker.{result.job}.progress", AlarmState.ALARM))
+    stop = result.first_stop_s
+    changes.append(AlarmChange(stop - 300, f"{PREFIX}sagemaker.{result.job}.progress", AlarmState.ALARM))
     busy = dataclasses.replace(result, alarm_changes=tuple(sorted(changes, key=lambda c: c.t)))
 
-    # When it is charted, Then the 21 alarms are 2 rows: each kind, while any of its alarms was in ALARM
+    # When it is charted, Then the 21 alarms are 2 rows: each kind, while any of its alarms was in ALARM (the last
+    # until the stop ends the replay)
     chart = replay_chart(busy, HANG, PREFIX)
-    assert chart.alarms == {"gpu-idle (any of 20 hosts)": ((100.0, 2150.0),), "progress": ((4600.0, 4900.0),)}
+    assert chart.alarms == {"gpu-idle (any of 20 hosts)": ((100.0, 2150.0),), "progress": ((stop - 300, stop),)}
 
     # And a few alarms keep a row each, hosts in number order
     few = dataclasses.replace(

@@ -27,8 +27,8 @@ def _alarm_names(rt) -> list[str]:
 
 
 def test_in_progress_job_gets_per_host_alarms_from_its_tags(rt, world, context) -> None:
-    # Given a running 4-host job that sets its own stall threshold (and one bad tag)
-    world.create_job(JOB, hosts=4, tags={"stallwatch:stall-minutes": "45", "stallwatch:idle-minutes": "soon"})
+    # Given a running 4-host job that sets its own confirmation (and one bad tag)
+    world.create_job(JOB, hosts=4, tags={"stallwatch:crash-confirm-minutes": "4", "stallwatch:idle-minutes": "soon"})
 
     # When SageMaker reports it InProgress
     result = on_job_state.handler(job_state_event(JOB, "InProgress", hosts=4), context)
@@ -38,7 +38,7 @@ def test_in_progress_job_gets_per_host_alarms_from_its_tags(rt, world, context) 
     assert result["alarms"] == len(names) == 4 * 3 + 3
     assert _alarm(rt, JOB, alarms.GPU_IDLE, "algo-4") in names
     progress = rt.clients.cloudwatch.describe_alarms(AlarmNames=[_alarm(rt, JOB)])["MetricAlarms"][0]
-    assert progress["EvaluationPeriods"] == 30  # 2/3 of 45 min: the evidence ladder's first rung
+    assert progress["EvaluationPeriods"] == 4  # crash_confirm_minutes: when conclusive evidence may first decide
     assert progress["AlarmActions"] == [rt.alarm_action_arn]
     assert "stallwatch:idle-minutes" in result["tag_errors"][0]
 

@@ -89,13 +89,17 @@ def test_a_lone_signal_is_warned_by_its_recheck_at_the_full_threshold(rt, world,
     rt.clock.now = fires_at + 20
     [fired] = rechecks.fire_due(rt.clock())
 
-    # Then the recheck decides the hang and warns at once, not at the next sweep; its schedule is gone
+    # Then the recheck decides the hang and warns at once, not at the next sweep; its schedule is gone, and the one
+    # left is the warning's: the grace's end, when the stop comes
     assert fired.name == schedule["Name"]
     assert (fired.result["status"], fired.result["diagnosis"], fired.result["action"]) == ("decided", "hang", "warn")
     assert len(slack.posts) == 1
     assert "will be stopped" in slack.texts()[0]
     assert [a["trigger"] for a in audits(rt, JOB)][-1] == "recheck"
-    assert _schedules(rt) == []
+    [stop] = _schedules(rt)
+    grace = fired.result["details"]["recheck"]
+    assert stop["Name"] == grace["schedule"]
+    assert grace["at"] == pytest.approx(rt.clock() + 5 * MINUTE, abs=1)
 
 
 def test_a_recheck_is_scheduled_once_per_time_the_engine_gives(rt, world, context, rechecks, monkeypatch) -> None:
