@@ -148,6 +148,21 @@ def test_application_xids_say_nothing_about_the_node_and_efa_is_checked_only_whe
     assert recovery.health_failures(report, "p4d.24xlarge", efa_expected=False) == ()
 
 
+def test_a_cpu_only_node_has_no_gpu_to_check_and_efa_is_expected_per_node_on_multi_node_jobs() -> None:
+    # Given a heterogeneous 2-node job: a p4d node and a CPU-only data loader, neither with an EFA provider
+    no_gpu = _line(nvidia_smi="absent", gpus=-1, efa="missing")
+    answers = {node: Invocation(node, "Success", "Success", no_gpu, 0) for node in ("i-gpu", "i-cpu")}
+    types = {"i-gpu": "p4d.24xlarge", "i-cpu": "c5.18xlarge"}
+    # When their reports are judged
+    checks = recovery.check_nodes(answers, ("i-gpu", "i-cpu"), types, deadline_passed=False)
+    # Then the GPU node fails for its GPUs and its EFA device, the data loader for nothing
+    assert checks["i-gpu"].failures == ("no nvidia-smi", "EFA device missing (fi_info -p efa)")
+    assert checks["i-cpu"].healthy
+    # ...and a one-node p4d job needs no EFA
+    alone = recovery.check_nodes({"i-gpu": answers["i-gpu"]}, ("i-gpu",), types, deadline_passed=False)
+    assert alone["i-gpu"].failures == ("no nvidia-smi",)
+
+
 def test_the_gpu_count_is_checked_only_against_a_type_whose_count_is_known() -> None:
     report = recovery.parse_health(_line(gpus=3))
     assert recovery.health_failures(report, "p9x.96xlarge", efa_expected=False) == ()
@@ -183,12 +198,12 @@ def test_the_checks_wait_for_a_node_then_its_unfinished_check_is_its_failure() -
     nodes = ("i-1", "i-2", "i-3", "i-4")
     types = dict.fromkeys(nodes, "p4d.24xlarge")
     # When the wait is not over, Then the unfinished ones are waited for
-    before = recovery.check_nodes(answers, nodes, types, efa=True, deadline_passed=False)
+    before = recovery.check_nodes(answers, nodes, types, deadline_passed=False)
     waiting = [NodeState.SUCCEEDED, NodeState.RUNNING, NodeState.WAITING, NodeState.WAITING]
     assert [before[n].state for n in nodes] == waiting
     assert recovery.after_checks(before, {}, None, deadline_passed=False) == Wait()
     # When it is over: the running check timed out (the node's failure); the others were never delivered
-    after = recovery.check_nodes(answers, nodes, types, efa=True, deadline_passed=True)
+    after = recovery.check_nodes(answers, nodes, types, deadline_passed=True)
     assert after["i-2"] == NodeCheck("i-2", NodeState.TIMED_OUT, ("timed out",), "InProgress: InProgress")
     assert after["i-3"].state is after["i-4"].state is NodeState.UNDELIVERABLE
     step = recovery.after_checks(after, {}, None, deadline_passed=True)
@@ -201,7 +216,7 @@ def test_a_report_that_cannot_be_read_and_a_script_that_failed_are_the_nodes_fai
         "i-1": Invocation("i-1", "Success", "Success", "nvidia-smi: not found", 0),
         "i-2": Invocation("i-2", "Failed", "Failed", "", 2),
     }
-    checks = recovery.check_nodes(answers, ("i-1", "i-2"), {}, efa=False, deadline_passed=False)
+    checks = recovery.check_nodes(answers, ("i-1", "i-2"), {}, deadline_passed=False)
     assert checks["i-1"].failures[0].startswith("unreadable health report: no stallwatch_health line")
     assert checks["i-2"].failures == ("exited 2",)
 

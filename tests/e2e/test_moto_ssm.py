@@ -70,7 +70,7 @@ def _health(nodes: dict[str, GpuNode]) -> dict[str, recovery.NodeCheck]:
     assert sent.error == ""
     answers = ssm.invocations(clients, sent.command_ids)
     types = dict.fromkeys(nodes, "p4d.24xlarge")
-    return recovery.check_nodes(answers, tuple(nodes), types, efa=True, deadline_passed=False)
+    return recovery.check_nodes(answers, tuple(nodes), types, deadline_passed=False)
 
 
 @pytest.mark.parametrize(
@@ -90,11 +90,15 @@ def _health(nodes: dict[str, GpuNode]) -> dict[str, recovery.NodeCheck]:
 def test_the_health_check_document_finds_each_fault_on_a_node(
     tmp_path: Path, fault: NodeFault, failures: tuple[str, ...]
 ) -> None:
-    # Given a managed node with `fault`, When Stallwatch's health-check document runs on it through SSM
-    [check] = _health(_managed(tmp_path, [fault])).values()
-    # Then its one JSON line says exactly what the node failed
+    # Given a managed node with `fault` in a 2-node job (EFA expected), When Stallwatch's health-check document runs
+    # on the nodes through SSM
+    nodes = _managed(tmp_path, [fault, NodeFault.NONE])
+    checks = _health(nodes)
+    check = checks[next(iter(nodes))]
+    # Then its one JSON line says exactly what the node failed, and the healthy node's nothing
     assert check.state is recovery.NodeState.SUCCEEDED
     assert check.failures == failures
+    assert list(checks.values())[1].healthy
 
 
 def test_an_older_drivers_nvidia_smi_and_application_xids_are_read_right(tmp_path: Path) -> None:

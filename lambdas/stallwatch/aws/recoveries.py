@@ -47,7 +47,6 @@ class Recovery:
     stall_onset: float
     nodes: tuple[str, ...]  # the job's nodes when it stalled
     types: dict[str, str]  # node -> instance type
-    efa: bool  # every node must have its EFA device
     phase: str = CHECKING
     phase_at: float = 0.0  # when the phase began (its waits count from here)
     commands: tuple[str, ...] = ()  # the phase's SSM commands

@@ -22,7 +22,7 @@ from typing import Any
 
 from stallwatch.core.decision import stall_onset
 from stallwatch.core.policy import RECOVER_RESTART, RECOVER_TAG
-from stallwatch.core.pricing import INSTANCE_SPECS, instance_spec
+from stallwatch.core.pricing import INSTANCE_SPECS, accelerated, instance_spec
 from stallwatch.core.resume import NoResume, StopRecord, next_attempt
 from stallwatch.core.signals import Series
 
@@ -179,7 +179,15 @@ def _report(data: dict[str, Any]) -> HealthReport:
 
 
 def health_failures(report: HealthReport, instance_type: str, efa_expected: bool) -> tuple[str, ...]:
-    """What the node failed, worded for Slack; empty for a healthy node."""
+    """What the node failed, worded for Slack; empty for a healthy node. A node of a CPU-only type (a heterogeneous
+    cluster's data loaders) has no GPU to check."""
+    failures = list(_gpu_failures(report, instance_type)) if accelerated(instance_type) else []
+    if efa_expected and report.efa != "present":
+        failures.append(f"EFA device {report.efa.replace('_', ' ')} (fi_info -p efa)")
+    return tuple(failures)
+
+
+def _gpu_failures(report: HealthReport, instance_type: str) -> list[str]:
     failures: list[str] = []
     if report.nvidia_smi != "ok":
         failures.append(NVIDIA_SMI_STATES.get(report.nvidia_smi, f"nvidia-smi -q failed ({report.nvidia_smi})"))
@@ -195,11 +203,9 @@ def health_failures(report: HealthReport, instance_type: str, efa_expected: bool
         (report.nvlink_inactive, "NVLink link{s} down"),
     )
     failures += [f"{n} {what.format(s='s' if n > 1 else '')}" for n, what in counted if n > 0]
-    if efa_expected and report.efa != "present":
-        failures.append(f"EFA device {report.efa.replace('_', ' ')} (fi_info -p efa)")
     if report.dcgm in ("fail", "timeout"):
         failures.append(f"dcgmi diag -r 1 {'failed' if report.dcgm == 'fail' else 'timed out'}")
-    return tuple(failures)
+    return failures
 
 
 # ---- a command's invocations ------------------------------------------------------------------------------------
@@ -292,17 +298,18 @@ def check_nodes(
     invocations: Mapping[str, Invocation],
     nodes: tuple[str, ...],
     types: Mapping[str, str],
-    efa: bool,
     deadline_passed: bool,
 ) -> dict[str, NodeCheck]:
     """Each node's health from its health-check invocation (`command_states`), and from the report of each that
-    answered, what it failed. `types`: node -> instance type."""
+    answered, what it failed (EFA on a multi-node job's nodes of EFA types). `types`: node -> instance type."""
     checks = command_states(invocations, nodes, deadline_passed)
     for node, check in checks.items():
         if check.state is not NodeState.SUCCEEDED:
             continue
+        instance_type = types.get(node, "")
         try:
-            failures = health_failures(parse_health(invocations[node].output), types.get(node, ""), efa)
+            report = parse_health(invocations[node].output)
+            failures = health_failures(report, instance_type, efa_expected(instance_type, len(nodes)))
         except HealthOutputError as exc:
             failures = (f"unreadable health report: {exc}",)
         checks[node] = NodeCheck(node, check.state, failures)

@@ -135,7 +135,6 @@ def _begin(rt: Runtime, signals: JobSignals, decision: Decision, state: JobState
         stall_onset=stop.stall_onset,
         nodes=nodes,
         types={node: facts.host_types.get(node, facts.instance_type) for node in nodes},
-        efa=rules.efa_expected(facts.instance_type, len(nodes)),
         phase_at=decision.at,
     )
     now = decision.at
@@ -239,7 +238,7 @@ def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) 
         return {"job": recovery.job, "status": CHECKING, "commands": list(sent.command_ids)}
     waited = now - recovery.phase_at >= rules.HEALTH_CHECK_WAIT_S
     answers = ssm.invocations(rt.clients, recovery.commands)
-    checks = rules.check_nodes(answers, recovery.nodes, recovery.types, recovery.efa, waited)
+    checks = rules.check_nodes(answers, recovery.nodes, recovery.types, waited)
     instances = rt.source(Platform.EC2).ec2_group(recovery.job)
     groups = {i["InstanceId"]: autoscaling.group_of(i) for i in instances}
     try:
