@@ -58,8 +58,9 @@ STEPS_AFTER_RESUME = 100
 CHECKPOINT_S3_URI = "s3://stallwatch-demo/checkpoints"
 RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to completion
 # --recover restart: the EC2 job opts in to recovery in place; its training restarts from its checkpoint (step 200)
-# on the nodes that pass the health check, and completes at step 350.
-RECOVER_TAGS = {RECOVER_TAG: RECOVER_RESTART}
+# on the nodes that pass the health check, and completes at step 350. Its first step must come within the startup
+# grace of the restart: 3 minutes, for a busy machine's Python and torch start-up (the job's other timings: above).
+RECOVER_TAGS = {RECOVER_TAG: RECOVER_RESTART, "stallwatch:startup-grace-minutes": "3"}
 RECOVER_DEADLINE_S = 300.0  # the hang, the health check, the restart and the training to completion
 REPORT_PERIOD_S = 2  # the goodput report reads the agent's windows at their own length
 
