@@ -158,14 +158,8 @@ class Recoveries:
         Lambda's own, `own_hold`), held until `hold_until` (None: released); with a step's `audit` record and the
         stall's `claim` updated, in one transaction. The audit record's sort key ("" without one), or None if another
         run moved the recovery first."""
-        condition = "version = :seen" + ("" if own_hold else " AND (attribute_not_exists(held) OR held < :now)")
-        values: dict[str, Any] = {
-            ":seen": {"N": str(seen.version)},
-            ":next": {"N": str(seen.version + 1)},
-            ":r": {"S": _dump(changed)},
-        }
-        if not own_hold:
-            values[":now"] = {"N": f"{now:.3f}"}
+        condition, values = _as_read(seen, now, own_hold)
+        values |= {":next": {"N": str(seen.version + 1)}, ":r": {"S": _dump(changed)}}
         expression = "SET recovery = :r, version = :next"
         if hold_until is None:
             expression += " REMOVE held"
@@ -183,27 +177,16 @@ class Recoveries:
                 }
             }
         ]
-        audit_sk = ""
-        if audit is not None:
-            audit_sk = f"audit#{now:017.3f}#recover-{changed.phase}"
-            items.append(self.store.audit_put(seen.job_key, audit_sk, audit, now))
         if claim is not None:
             items.append({"Update": self._claim_update(seen, claim)})
-        try:
-            self.dynamodb.transact_write_items(TransactItems=items)
-        except self.dynamodb.exceptions.TransactionCanceledException:
-            return None
-        return audit_sk
+        return self._write(seen, items, now, audit, changed.phase)
 
     def finish(
         self, seen: Recovery, claim: Claim, now: float, audit: dict[str, Any] | None = None, own_hold: bool = True
     ) -> str | None:
         """End the recovery: its item removed (if still at the version read), the stall's claim given its status, and
         its last audit record, in one transaction. The record's sort key ("" without one), or None if lost."""
-        condition = "version = :seen" + ("" if own_hold else " AND (attribute_not_exists(held) OR held < :now)")
-        values: dict[str, Any] = {":seen": {"N": str(seen.version)}}
-        if not own_hold:
-            values[":now"] = {"N": f"{now:.3f}"}
+        condition, values = _as_read(seen, now, own_hold)
         items: list[dict[str, Any]] = [
             {
                 "Delete": {
@@ -215,10 +198,17 @@ class Recoveries:
             },
             {"Update": self._claim_update(seen, claim)},
         ]
+        return self._write(seen, items, now, audit, claim.status)
+
+    def _write(
+        self, seen: Recovery, items: list[dict[str, Any]], now: float, audit: dict[str, Any] | None, step: str
+    ) -> str | None:
+        """`items` and the step's audit record in one transaction: the record's sort key ("" without one), or None
+        if a condition failed (another run moved the recovery first)."""
         audit_sk = ""
         if audit is not None:
-            audit_sk = f"audit#{now:017.3f}#recover-{claim.status}"
-            items.append(self.store.audit_put(seen.job_key, audit_sk, audit, now))
+            audit_sk = f"audit#{now:017.3f}#recover-{step}"
+            items = [*items, self.store.audit_put(seen.job_key, audit_sk, audit, now)]
         try:
             self.dynamodb.transact_write_items(TransactItems=items)
         except self.dynamodb.exceptions.TransactionCanceledException:
@@ -257,6 +247,15 @@ class Recoveries:
             "ExpressionAttributeNames": {"#st": "status"},
             "ExpressionAttributeValues": {":s": {"S": claim.status}, ":c": {"S": json.dumps(details)}},
         }
+
+
+def _as_read(seen: Recovery, now: float, own_hold: bool) -> tuple[str, dict[str, Any]]:
+    """The condition that the recovery is as read: its version, and no live hold unless this Lambda's own."""
+    condition = "version = :seen" + ("" if own_hold else " AND (attribute_not_exists(held) OR held < :now)")
+    values: dict[str, Any] = {":seen": {"N": str(seen.version)}}
+    if not own_hold:
+        values[":now"] = {"N": f"{now:.3f}"}
+    return condition, values
 
 
 def _dump(recovery: Recovery) -> str:
