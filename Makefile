@@ -4,8 +4,6 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
-export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
 .PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock images
 

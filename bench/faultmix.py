@@ -151,6 +151,7 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         "false_stops_per_1000_job_days": round(1000 * len(false_stops) / days, 1) if days else None,
         "false_stop_jobs": [o.job.name for o in false_stops],
         "warnings_healthy": sum(o.warnings_healthy for o in outcomes),
+        "warned_jobs": [o.job.name for o in outcomes if o.warnings_healthy],
         "warnings_per_healthy_day": round(sum(o.warnings_healthy for o in outcomes) / healthy_days, 3),
         "missed": [
             o.job.name

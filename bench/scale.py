@@ -237,8 +237,9 @@ def bench_cold_sweep(jobs: int) -> dict[str, Any]:
     }
 
 
-def _seed_hang(world: World, job: str, hosts: int, busy: int = 0) -> None:
-    """A hang 40 minutes ago on every host but `busy` of them, which keep stepping and logging every 10 s."""
+def _seed_hang(world: World, job: str, hosts: int, busy: int = 0, last_words: str | None = None) -> None:
+    """A hang 40 minutes ago on every host but `busy` of them, which keep stepping and logging every 10 s; the hung
+    hosts' logs end 10 minutes ago with `last_words`, if given."""
     world.create_job(job, hosts=hosts, tags={"stallwatch:mode": "enforce"})
     world.steps_until(job, last_step_min=40, start_min=110)
     for i in range(1, hosts + 1):
@@ -248,7 +249,7 @@ def _seed_hang(world: World, job: str, hosts: int, busy: int = 0) -> None:
         power = (lambda m: 390.0 if m > 40 else 95.0) if hung else 390.0
         world.agent_host(job, host, "GPUPowerWatts", world.every_minute(110, power))
         if hung:
-            world.progress_logs(job, host, until_min=40)
+            world.progress_logs(job, host, until_min=40, extra=[(10, last_words)] if last_words else [])
         else:
             world.logs(job, host, [(m / 6, f"rank {i} step {180 - m} loss 2.3") for m in range(180, -1, -1)])
 
@@ -311,6 +312,35 @@ def bench_log_freshness(hosts: int) -> dict[str, Any]:
     }
 
 
+CRASH_LINE = "[rank{rank}]: RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def bench_crash_among_busy(hosts: int) -> dict[str, Any]:
+    """Every host but one busy (a line every 10 s for 3 hours), the last dead 10 minutes ago after a CUDA error, and
+    no sweep yet (no host's freshness known): on_alarm's whole decision in a warm container (a first decision on
+    another job read the Slack secret), and whether it read the dead host's line."""
+    job = f"crash-{hosts}"
+    with moto_world() as (rt, world):
+        _seed_hang(world, "warm-up", 1)
+        _seed_hang(world, job, hosts, busy=hosts - 1, last_words=CRASH_LINE.format(rank=8 * (hosts - 1)))
+        warm_up = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", "warm-up", alarms.PROGRESS)
+        on_alarm.handler(alarm_event(warm_up), LambdaContext())
+        with counting(rt) as calls:
+            result = on_alarm.handler(
+                alarm_event(alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, alarms.PROGRESS)),
+                LambdaContext(),
+            )
+        audit = rt.store.records(job_key(Platform.SAGEMAKER, job), "audit")[-1]
+    errors = audit["record"]["evidence"]["hosts"][f"algo-{hosts}"]["errors"]
+    return {
+        "hosts": hosts,
+        "diagnosis": result.get("diagnosis"),
+        "action": result.get("action"),
+        "fatal_line_read": any(e["pattern"] == "illegal_memory_access" for e in errors),
+        "log_calls": calls.by_op["FilterLogEvents"],
+    } | calls.report()
+
+
 def bench_burst(hosts: int = 64) -> dict[str, Any]:
     """A `hosts`-host hang fires every host's gpu-idle alarm and the progress alarm, spread over two minutes."""
     job = f"burst-{hosts}"
@@ -343,6 +373,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
     "cold_sweep": lambda a: [bench_cold_sweep(max(a.jobs))],
     "on_alarm": lambda a: [bench_on_alarm(h) for h in a.hosts],
     "log_freshness": lambda a: [bench_log_freshness(h) for h in (64, 512) if h <= max(a.hosts)],
+    "crash_among_busy": lambda a: [bench_crash_among_busy(h) for h in (64, 512) if h <= max(a.hosts)],
     "burst": lambda a: [bench_burst()],
 }
 
@@ -367,6 +398,9 @@ def _goals(results: dict[str, list[dict[str, Any]]]) -> dict[str, bool]:
             goals[f"on_alarm {r['hosts']} hosts {action}: {on_aws} <= {ON_ALARM_CALLS} calls as AWS pages"] = (
                 on_aws <= ON_ALARM_CALLS
             )
+    for r in results.get("crash_among_busy", []):
+        found = r["fatal_line_read"] and r["calls"] <= ON_ALARM_CALLS
+        goals[f"crash among {r['hosts']} busy hosts: error line read in {r['calls']} <= {ON_ALARM_CALLS} calls"] = found
     for r in results.get("burst", []):
         reads = r["full_signal_reads"]
         goals[f"burst {r['alarms']} alarms: {reads} <= {BURST_READS} full reads"] = reads <= BURST_READS

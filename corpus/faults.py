@@ -250,7 +250,7 @@ def _draw_fault(rng: random.Random, job: Job) -> Fault | None:
     causes = [(c, k) for c, _, k in LLAMA3_MIX if k != "slow"]
     cause, kind = rng.choices(causes, weights=[w for _, w, k in LLAMA3_MIX if k != "slow"])[0]
     if kind == "lost" and job.hosts == 1:
-        kind = "crash" if cause != "host maintenance" else "lost"
+        kind = "crash"  # a lone host lost takes its job with it: the platform reports that, no stall to find
     latest = job.duration_s - 2 * 3600
     onset = rng.uniform(job.startup_s + 1800, max(latest, job.startup_s + 2400))
     return Fault(kind, cause, onset, rng.choice(gpu_hosts))
@@ -283,7 +283,9 @@ def _draw_episode(rng: random.Random, job: Job, t: float, declared: bool) -> Epi
         if declared:
             budget = max(300.0, length * rng.uniform(0.8, 1.6))  # some overrun their budget (within the allowance)
             return Episode("checkpoint", t, length, declared_budget_s=budget)
-        return Episode("checkpoint", t, length, start_line=rng.random() < 0.8, end_line=rng.random() < 0.6)
+        if rng.random() < 0.2:  # a silent one (no line at all) is a short one: beyond minutes, it is a deadlock's twin
+            return Episode("checkpoint", t, min(length, 480.0), start_line=False, end_line=False)
+        return Episode("checkpoint", t, length, start_line=True, end_line=rng.random() < 0.6)
     if roll < 0.80:  # an evaluation on the GPUs, undeclared, logging nothing until it ends
         return Episode("eval", t, rng.uniform(300, 2400), start_line=rng.random() < 0.5)
     if roll < 0.92:  # the input pipeline stalls (a slow bucket, a throttled file system)
@@ -517,8 +519,8 @@ def _agent(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
     if episode is not None and episode.kind == "restart" and t - episode.start_s < MINUTE:
         sim.agent_started_t = episode.end_s - episode.length_s + MINUTE  # the new processes' agents
     for host, state in enumerate(states):
-        if not _alive(state):
-            continue
+        if not (_alive(state) and _alive(_host_state(job, t + MINUTE, host))):
+            continue  # a process that died in the window emits nothing at its end
         util, memory, _, watts = _look(sim, t, host, state)
         dims = {contract.DIM_JOB: sim.name, contract.DIM_HOST: sim.hosts[host]}
         _metric(sim, end, contract.NAMESPACE, "Heartbeat", dims, 1.0)
@@ -529,7 +531,7 @@ def _agent(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
             local = _pace(job, t) / (job.fault.factor if _slow_other(job, t, host) else 1.0)
             _metric(sim, end, contract.NAMESPACE, "StepTime", dims, local * sim.rng.uniform(0.98, 1.02))
         _log(sim, end + 0.2, host, sim.emf[host])
-    if not _alive(states[0]):
+    if not (_alive(states[0]) and _alive(_host_state(job, t + MINUTE, 0))):
         return  # global rank 0's process reports the job's metrics
     dims = {contract.DIM_JOB: sim.name}
     ns = contract.NAMESPACE

@@ -14,14 +14,19 @@ Exit code 0 only if the scenario's expected outcome happened; 130 after Ctrl-C (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
 from rich.console import Console
 
+from localrun import request_log
 from localrun.run import LocalRun
 from localrun.scenarios import (
     DEFAULT_SCENARIO,
@@ -63,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the job opts in to a restart from its checkpoint: Stallwatch resumes it after the stop "
         "(hang and crash), and the run ends with its goodput report",
+    )
+    parser.add_argument(
+        "--record-requests",
+        type=Path,
+        metavar="DIR",
+        help="write every AWS request the run makes (this process and the training processes) to DIR as JSON "
+        "Lines, for tests/e2e/test_demo.py's check of AWS's documented limits",
     )
     parser.add_argument(
         "--recover",
@@ -121,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             platform=args.platform,
             recover=recover,
         )
-        result = run.run()
+        with _recording(args.record_requests):
+            result = run.run()
     except KeyboardInterrupt:
         console.print("[bold red]interrupted[/]: everything started was stopped")
         return EXIT_INTERRUPTED
@@ -131,6 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result.as_json(), indent=2))
     return 0 if result.passed else 1
+
+
+@contextlib.contextmanager
+def _recording(directory: Path | None) -> Iterator[None]:
+    """Record the run's AWS requests into `directory`, the training processes' too (their environment says where)."""
+    if directory is None:
+        yield
+        return
+    os.environ[request_log.RECORD_DIR_ENV] = str(directory)
+    with request_log.recorded_to(directory):
+        yield
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from localrun import request_log
 from localrun.host_metrics import HostMetricsSimulator
 from localrun.log_shipper import LogShipper
 from localrun.periodic import Periodic
@@ -100,8 +101,10 @@ class HostRun:
             "OMP_NUM_THREADS": str(TRAINING_THREADS),
             "MKL_NUM_THREADS": str(TRAINING_THREADS),
         }
-        self._env = env
-        self.process = TrainingProcess([sys.executable, str(TRAIN_SCRIPT), *train_args], env, on_line=self._on_line)
+        self._env = request_log.child_env(env)
+        self.process = TrainingProcess(
+            [sys.executable, str(TRAIN_SCRIPT), *train_args], self._env, on_line=self._on_line
+        )
 
     def activity(self) -> HostActivity:
         """What the host's GPUs are doing now, as far as SageMaker's metrics would tell."""

@@ -62,7 +62,9 @@ RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to
 # grace of the restart: 3 minutes, for a busy machine's Python and torch start-up (the job's other timings: above).
 RECOVER_TAGS = {RECOVER_TAG: RECOVER_RESTART, "stallwatch:startup-grace-minutes": "3"}
 RECOVER_DEADLINE_S = 300.0  # the hang, the health check, the restart and the training to completion
-REPORT_PERIOD_S = 2  # the goodput report reads the agent's windows at their own length
+# The goodput report's period: the shortest CloudWatch takes (1, 5, 10, 20, 30 or a multiple of 60, MetricStat.Period)
+# that holds whole agent windows.
+REPORT_PERIOD_S = 5
 
 
 class HostActivity(StrEnum):

@@ -1,4 +1,4 @@
-"""The Lambda asset, bundled on this machine without Docker.
+"""The Lambda asset and the trainer-agent wheel (for EC2 training nodes), bundled on this machine without Docker.
 
 The asset is the runtime packages (``stallwatch``, ``handlers``) plus every package of ``lambdas/requirements.lock``
 (pinned, with hashes, for the Lambda runtime's Python and architecture; ``make lambda-lock`` writes it), installed as
@@ -21,18 +21,23 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import jsii
 from aws_cdk import BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
 
 from stacks.constants import (
+    AGENT_WHEEL_SOURCES,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOCK,
     LAMBDA_PACKAGES,
     LAMBDA_RUNTIME,
     LAMBDA_SOURCE_DIR,
+    REPO_ROOT,
 )
 from stacks.interpreters import find_python
 
@@ -167,6 +172,58 @@ def lambda_code(*, bundle_dependencies: bool) -> lambda_.Code:
             image=LAMBDA_RUNTIME.bundling_image,
             local=bundler,
             # Hashed into the asset: another lock, platform, bytecode or an offline build never reuses its cache.
+            environment=bundler.hash_inputs(),
+        ),
+    )
+
+
+@jsii.implements(ILocalBundling)
+class AgentWheelBundling:
+    """Builds the trainer-agent wheel from the repository (as `make dist` does, without its sdist), into the asset."""
+
+    def __init__(self, repo_root: Path) -> None:
+        self.repo_root = repo_root
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
+        """Build the wheel into `output_dir`; always handles the asset (True), or raises."""
+        with tempfile.TemporaryDirectory() as scratch:
+            source = Path(scratch) / "trainer-agent"  # a copy: setuptools writes build/ and egg-info beside it
+            source.mkdir()
+            for name in AGENT_WHEEL_SOURCES:
+                path = self.repo_root / name
+                if path.is_dir():
+                    shutil.copytree(path, source / name, ignore=_COPY_IGNORE)
+                else:
+                    shutil.copy2(path, source / name)
+            command = [
+                sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                "--wheel-dir", output_dir, "--quiet", "--disable-pip-version-check", str(source),
+            ]  # fmt: skip
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode:
+            raise BundlingError(f"could not build the trainer-agent wheel:\n{result.stderr.strip()}")
+        return True
+
+    def hash_inputs(self) -> dict[str, str]:
+        """The wheel's inputs besides the package's files: its metadata (version, README, license)."""
+        digest = hashlib.sha256()
+        for name in AGENT_WHEEL_SOURCES[1:]:
+            digest.update((self.repo_root / name).read_bytes())
+        return {"AGENT_METADATA_SHA256": digest.hexdigest()}
+
+
+def agent_wheel(scope: Construct, construct_id: str) -> s3_assets.Asset:
+    """The trainer-agent wheel as an S3 asset: a zip holding ``trainer_agent-<version>-py3-none-any.whl`` (the
+    wheel's own name, which pip needs)."""
+    bundler = AgentWheelBundling(REPO_ROOT)
+    return s3_assets.Asset(
+        scope,
+        construct_id,
+        path=str(REPO_ROOT / AGENT_WHEEL_SOURCES[0]),
+        exclude=ASSET_EXCLUDE,
+        bundling=BundlingOptions(
+            image=LAMBDA_RUNTIME.bundling_image,  # required by the API; local bundling never declines
+            local=bundler,
             environment=bundler.hash_inputs(),
         ),
     )

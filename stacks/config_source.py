@@ -51,7 +51,8 @@ def load_config(
 ) -> StallwatchConfig:
     """Validate cdk.json's `stallwatch` (`project_file`), overridden field by field by the file named by context
     `stallwatch:config-file`, then by context `stallwatch` where that is not cdk.json's own (`-c` on the command
-    line). `alarm_prefix` defaults to ``<deployment>-``."""
+    line). `alarm_prefix` defaults to ``<deployment>-``, `ec2_log_group` to ``/<deployment>/ec2`` (the stack creates
+    it: two deployments cannot share it)."""
     project = _read_project(project_file) if project_file else {}
     raw = project
     file_name = node.try_get_context(CONFIG_FILE_CONTEXT_KEY)
@@ -60,7 +61,7 @@ def load_config(
     context = _as_object(node.try_get_context(CONFIG_CONTEXT_KEY), f"context {CONFIG_CONTEXT_KEY!r}")
     if context != project:
         raw = _deep_merge(raw, context)
-    raw = {"alarm_prefix": f"{deployment}-", **raw}
+    raw = {"alarm_prefix": f"{deployment}-", "ec2_log_group": f"/{deployment}/ec2", **raw}
     try:
         return StallwatchConfig.model_validate(raw)
     except ValidationError as exc:

@@ -29,7 +29,8 @@ CONSOLE_HOSTS = {
 # False synthesizes without installing lambdas/requirements.lock (offline: tests, reviews); never deploy such an asset.
 BUNDLE_DEPENDENCIES_CONTEXT_KEY = "stallwatch:bundle-dependencies"
 
-LAMBDA_SOURCE_DIR = Path(__file__).resolve().parent.parent / "lambdas"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LAMBDA_SOURCE_DIR = REPO_ROOT / "lambdas"
 LAMBDA_PACKAGES = ("stallwatch", "handlers")
 # What the functions import (top-level pins), and every package of the asset pinned with hashes (`make lambda-lock`).
 LAMBDA_REQUIREMENTS = "requirements.txt"
@@ -57,3 +58,13 @@ DLQ_RETENTION = Duration.days(14)
 EVENT_RETRY_ATTEMPTS = 2
 HEALTH_ALARM_PERIOD = Duration.minutes(5)
 DASHBOARD_PERIOD = Duration.minutes(1)
+
+# EC2 training nodes (deploy/ec2): the trainer-agent wheel the stack publishes (built from these files of the
+# repository), the CloudWatch agent's configuration (an SSM parameter the agent fetches by name), and how long the
+# training logs are kept.
+AGENT_WHEEL_SOURCES = ("trainer_agent", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in")
+CLOUDWATCH_AGENT_CONFIG = REPO_ROOT / "deploy" / "ec2" / "cloudwatch-agent.json"
+# The CloudWatch agent's own naming convention (its managed policies read AmazonCloudWatch-*); flat, as
+# `amazon-cloudwatch-agent-ctl -c ssm:<name>` expects.
+CLOUDWATCH_AGENT_PARAMETER = "AmazonCloudWatch-{deployment}-ec2"
+EC2_LOG_RETENTION = logs.RetentionDays.ONE_MONTH

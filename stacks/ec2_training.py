@@ -1,30 +1,58 @@
-"""What the EC2 training instances need: one customer managed policy to attach to their instance role.
+"""What EC2 training nodes need from the stack (deploy/ec2): the log group, the CloudWatch agent's configuration,
+the trainer-agent wheel, and one customer managed policy for their instance role that covers exactly what they do.
 
-The CloudWatch agent (deploy/ec2/cloudwatch-agent.json) publishes the per-instance GPU metrics in ``CWAgent`` and
-ships the training logs to the EC2 log group (streams named by instance id); the trainer_agent publishes its metrics
-in ``Stallwatch``. Nothing else: no EC2, SageMaker or alarm permissions.
+- the log group `ec2_log_group`, with retention (the agent writes to it, and never creates or configures a group);
+- an SSM parameter holding deploy/ec2/cloudwatch-agent.json with that group (`fetch-config -c ssm:<name>`);
+- the wheel as an S3 asset (user-data installs it: never a package index name we do not own);
+- the policy: PutMetricData in ``Stallwatch`` and ``CWAgent``; log streams and events in the group (and the groups
+  under it, which a job's ``stallwatch:log-group`` tag may name); GetParameter of the configuration; GetObject of
+  the wheel. Nothing else: no EC2, SageMaker or alarm permissions.
 """
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+import json
+
+from aws_cdk import ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from stacks.bundling import agent_wheel
+from stacks.constants import CLOUDWATCH_AGENT_CONFIG, CLOUDWATCH_AGENT_PARAMETER, EC2_LOG_RETENTION
 from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE
 
 
-class Ec2TrainingPolicy(Construct):
-    """The instance-role managed policy (`policy`) for EC2 training instances."""
+class Ec2Training(Construct):
+    """The EC2 log group (`log_group`), the agent configuration (`agent_config`), the wheel (`wheel`) and the
+    instance-role managed policy (`policy`)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, log_group: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, deployment: str, log_group: str) -> None:
         super().__init__(scope, construct_id)
-        self.log_group = log_group
+        self.log_group_name = log_group
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            log_group_name=log_group,
+            retention=EC2_LOG_RETENTION,
+            removal_policy=RemovalPolicy.RETAIN,  # the training runs' logs outlive the watchdog
+        )
+        self.agent_config = ssm.StringParameter(
+            self,
+            "AgentConfig",
+            parameter_name=CLOUDWATCH_AGENT_PARAMETER.format(deployment=deployment),
+            string_value=json.dumps(cloudwatch_agent_config(log_group), separators=(",", ":")),
+            description="Stallwatch: the CloudWatch agent's configuration for EC2 training nodes (deploy/ec2)",
+            tier=ssm.ParameterTier.STANDARD,
+        )
+        self.wheel = agent_wheel(self, "AgentWheel")
         self.policy = iam.ManagedPolicy(
             self,
             "Policy",
-            description="Stallwatch on EC2 training instances: GPU and training metrics, training logs",
-            statements=[self._build_metrics(), self._build_logs()],
+            description="Stallwatch on EC2 training instances: GPU and training metrics, training logs, the "
+            "CloudWatch agent's configuration and the trainer-agent wheel",
+            statements=[self._build_metrics(), self._build_logs(), self._build_config(), self._build_wheel()],
         )
 
     def _build_metrics(self) -> iam.PolicyStatement:
@@ -37,11 +65,32 @@ class Ec2TrainingPolicy(Construct):
         )
 
     def _build_logs(self) -> iam.PolicyStatement:
+        # The group exists (this construct): the agent only creates its stream and writes to it.
         return iam.PolicyStatement(
             sid="ShipTrainingLogs",
-            actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-            resources=log_group_arns(Stack.of(self), self.log_group),
+            actions=["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+            resources=log_group_arns(Stack.of(self), self.log_group_name),
         )
+
+    def _build_config(self) -> iam.PolicyStatement:
+        return iam.PolicyStatement(
+            sid="ReadAgentConfig", actions=["ssm:GetParameter"], resources=[self.agent_config.parameter_arn]
+        )
+
+    def _build_wheel(self) -> iam.PolicyStatement:
+        return iam.PolicyStatement(
+            sid="ReadAgentWheel",
+            actions=["s3:GetObject"],
+            resources=[self.wheel.bucket.arn_for_objects(self.wheel.s3_object_key)],
+        )
+
+
+def cloudwatch_agent_config(log_group: str) -> dict:
+    """deploy/ec2/cloudwatch-agent.json, shipping the training logs to `log_group`."""
+    config = json.loads(CLOUDWATCH_AGENT_CONFIG.read_text(encoding="utf-8"))
+    for collected in config["logs"]["logs_collected"]["files"]["collect_list"]:
+        collected["log_group_name"] = log_group
+    return config
 
 
 def log_group_arns(stack: Stack, log_group: str) -> list[str]:

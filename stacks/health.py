@@ -11,7 +11,14 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.constants import HEALTH_ALARM_PERIOD
-from stallwatch.core.contract import CONTROL_PLANE_NAMESPACE, RESUME_FAILURES, SERVICE, SLACK_FAILURES, STOP_FAILURES
+from stallwatch.core.contract import (
+    CONTROL_PLANE_NAMESPACE,
+    RECHECK_SCHEDULE_FAILURES,
+    RESUME_FAILURES,
+    SERVICE,
+    SLACK_FAILURES,
+    STOP_FAILURES,
+)
 
 
 class ControlPlaneHealth(Construct):
@@ -50,6 +57,10 @@ class ControlPlaneHealth(Construct):
             (STOP_FAILURES, "Stallwatch could not stop a stalled job (the sweeper retries it)"),
             (SLACK_FAILURES, "Stallwatch could not post to Slack (check the Slack secret and app)"),
             (RESUME_FAILURES, "Stallwatch could not resume a stopped run (is its role tagged stallwatch:resume?)"),
+            (
+                RECHECK_SCHEDULE_FAILURES,
+                "Stallwatch could not schedule a recheck (EventBridge Scheduler): the sweeper decides it, a sweep late",
+            ),
         ):
             metric = cloudwatch.Metric(
                 namespace=CONTROL_PLANE_NAMESPACE,

@@ -9,7 +9,7 @@ from constructs import Construct
 
 from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards, job_dashboard_name
-from stacks.ec2_training import Ec2TrainingPolicy
+from stacks.ec2_training import Ec2Training
 from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
@@ -88,7 +88,7 @@ class StallwatchStack(Stack):
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
-        self.ec2_training = Ec2TrainingPolicy(self, "Ec2Training", log_group=config.ec2_log_group)
+        self.ec2_training = Ec2Training(self, "Ec2Training", deployment=deployment, log_group=config.ec2_log_group)
         if config.policy.monitor_ec2:
             self.recovery = RecoverInPlace(
                 self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper
@@ -144,7 +144,17 @@ class StallwatchStack(Stack):
             ),
             "Ec2InstancePolicyArn": (
                 self.ec2_training.policy.managed_policy_arn,
-                "Managed policy to attach to the EC2 training instances' role (deploy/ec2): metrics and training logs",
+                "Managed policy to attach to the EC2 training instances' role (deploy/ec2): metrics, training logs, "
+                "the agent configuration and the wheel",
+            ),
+            "Ec2AgentConfigParameter": (
+                self.ec2_training.agent_config.parameter_name,
+                "SSM parameter of the CloudWatch agent's configuration: amazon-cloudwatch-agent-ctl -c ssm:<name>",
+            ),
+            "Ec2LogGroup": (self.ec2_training.log_group.log_group_name, "Log group of the EC2 training logs"),
+            "AgentWheelUri": (
+                self.ec2_training.wheel.s3_object_url,
+                "The trainer-agent wheel (a zip holding it) that deploy/ec2/user-data.sh installs on EC2 nodes",
             ),
         }
         for output_id, (value, description) in outputs.items():

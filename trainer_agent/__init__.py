@@ -17,6 +17,8 @@ from trainer_agent.emf import metric_definitions
 from trainer_agent.sinks import EmfStdoutSink, FanOutSink, JsonlSink, NullSink, Sink
 from trainer_agent.window import Window
 
+__version__ = "0.1.0"  # the distribution's version (pyproject.toml reads it); CHANGELOG.md says what changed
+
 __all__ = [
     "CloudWatchSink",
     "EmfStdoutSink",
@@ -26,5 +28,6 @@ __all__ = [
     "Sink",
     "TrainerAgent",
     "Window",
+    "__version__",
     "metric_definitions",
 ]

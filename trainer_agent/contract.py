@@ -46,6 +46,7 @@ STANDARD_RESOLUTION_S = 60
 
 # Where the job name and host come from, in order of preference (after an explicit argument); then, on EC2, the
 # instance's JOB_TAG (instance metadata) and its instance id.
-JOB_NAME_ENV = ("STALLWATCH_JOB_NAME", "TRAINING_JOB_NAME")
+JOB_NAME_ENV = "STALLWATCH_JOB_NAME"
+SAGEMAKER_JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set by SageMaker in a training job: the name the control plane reads
 JOB_TAG = "stallwatch:job"
 HOST_ENV = "SM_CURRENT_HOST"

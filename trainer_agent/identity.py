@@ -3,7 +3,9 @@
 ident = Identity.detect()          # SageMaker, torchrun on EC2, plain python all work
 ident.reports_job, ident.reports_host
 
-The job name, first found: ``STALLWATCH_JOB_NAME``; SageMaker's ``TRAINING_JOB_NAME``; on EC2 the instance's
+The job name: in a SageMaker training job, always SageMaker's ``TRAINING_JOB_NAME`` (the name the control plane
+reads, and a resumed ``-r1`` gets its own); a differing ``STALLWATCH_JOB_NAME`` or ``job_name`` is logged once and
+not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME``; on EC2 the instance's
 ``stallwatch:job`` tag (instance metadata, when tags in metadata are enabled); the EC2 instance id (a one-instance
 job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the EC2 instance
 id, else the hostname.
@@ -19,7 +21,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV, JOB_TAG
+from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV, JOB_TAG, SAGEMAKER_JOB_NAME_ENV
+from trainer_agent.log import warn_once
 
 # On Nitro instances the DMI board asset tag holds the instance id: a file read, no network.
 DMI_DIR = Path("/sys/devices/virtual/dmi/id")
@@ -70,14 +73,25 @@ class Identity:
     def detect(cls, job_name: str | None = None) -> Identity:
         """Read the identity from torch.distributed (when initialised), else RANK/WORLD_SIZE/LOCAL_RANK."""
         rank, world_size, local_rank = _ranks()
-        return cls(job=job_name or _job_name(), host=_host(), rank=rank, world_size=world_size, local_rank=local_rank)
+        return cls(job=_job_name(job_name), host=_host(), rank=rank, world_size=world_size, local_rank=local_rank)
 
 
-def _job_name() -> str:
-    for name in JOB_NAME_ENV:
-        if os.environ.get(name):
-            return os.environ[name]
-    return ec2_job_tag() or ec2_instance_id() or socket.gethostname()
+def _job_name(given: str | None) -> str:
+    chosen = given or os.environ.get(JOB_NAME_ENV)
+    platform = os.environ.get(SAGEMAKER_JOB_NAME_ENV)
+    if platform:
+        if chosen and chosen != platform:
+            source = "job_name" if given else JOB_NAME_ENV
+            warn_once(
+                "identity:job-name",
+                "%s=%r is not this SageMaker training job's name: metrics go to %s=%r, the name Stallwatch reads",
+                source,
+                chosen,
+                SAGEMAKER_JOB_NAME_ENV,
+                platform,
+            )
+        return platform
+    return chosen or ec2_job_tag() or ec2_instance_id() or socket.gethostname()
 
 
 def _ranks() -> tuple[int, int, int]:

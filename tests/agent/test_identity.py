@@ -3,25 +3,51 @@
 from __future__ import annotations
 
 import io
+import logging
 import socket
 import urllib.error
 import urllib.request
 
 import pytest
 
-from trainer_agent import identity
+from trainer_agent import identity, log
 from trainer_agent.identity import Identity, ec2_instance_id
 
 
-def test_job_name_prefers_stallwatch_then_sagemaker_then_hostname_off_ec2(monkeypatch, tmp_path):
+def test_off_sagemaker_the_job_name_is_the_given_one_then_the_variable_then_the_hostname(monkeypatch, tmp_path):
     monkeypatch.setattr(identity, "DMI_DIR", tmp_path)  # not EC2 hardware: no instance metadata
-    monkeypatch.setenv("TRAINING_JOB_NAME", "sm-job")
-    assert Identity.detect().job == "test-job"
-    monkeypatch.delenv("STALLWATCH_JOB_NAME")
-    assert Identity.detect().job == "sm-job"
-    monkeypatch.delenv("TRAINING_JOB_NAME")
-    assert Identity.detect().job == socket.gethostname()
+    monkeypatch.delenv("TRAINING_JOB_NAME", raising=False)
+    assert Identity.detect().job == "test-job"  # STALLWATCH_JOB_NAME, set for every test by tests/conftest.py
     assert Identity.detect("explicit").job == "explicit"
+    monkeypatch.delenv("STALLWATCH_JOB_NAME")
+    assert Identity.detect().job == socket.gethostname()
+
+
+def test_in_a_sagemaker_job_the_platforms_name_wins_and_a_differing_one_is_logged_once(
+    monkeypatch, tmp_path, caplog
+) -> None:
+    # Given a SageMaker training job (TRAINING_JOB_NAME) whose image also sets STALLWATCH_JOB_NAME to another name
+    monkeypatch.setattr(identity, "DMI_DIR", tmp_path)
+    monkeypatch.setattr(log, "_seen", set())
+    monkeypatch.setenv("TRAINING_JOB_NAME", "llama-70b-r1")
+    monkeypatch.setenv("STALLWATCH_JOB_NAME", "llama-70b")
+
+    # When the identity is read, twice, and once more with an explicit name
+    with caplog.at_level(logging.WARNING, logger="trainer_agent"):
+        names = [Identity.detect().job, Identity.detect().job, Identity.detect("mine").job]
+
+    # Then the metrics go to the name the control plane reads (a resumed -r1 its own), and the log says so once
+    assert names == ["llama-70b-r1"] * 3
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "STALLWATCH_JOB_NAME='llama-70b'" in warning
+    assert "TRAINING_JOB_NAME='llama-70b-r1'" in warning
+
+    # And a variable that agrees is not worth a line
+    caplog.clear()
+    monkeypatch.setattr(log, "_seen", set())
+    monkeypatch.setenv("STALLWATCH_JOB_NAME", "llama-70b-r1")
+    assert Identity.detect().job == "llama-70b-r1"
+    assert not caplog.records
 
 
 class FakeImds:

@@ -16,7 +16,7 @@ from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
 from stallwatch.core.policy import Policy
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import JobFacts, Platform
 from tests.fixtures.world import MINUTE, World
 
 
@@ -302,3 +302,36 @@ def test_a_job_of_very_many_hosts_reads_them_at_a_coarser_period_in_one_answer(r
     assert set(periods.values()) == {60}
     assert len(searches) == 5
     assert all(expression.endswith(", 120)") for expression in searches)
+
+
+def _facts(job: str, platform: Platform, hosts: int) -> JobFacts:
+    """A running job of `hosts` p5 hosts, as the platform would describe it (EC2: that many instance ids)."""
+    ids = tuple(f"i-{n:017x}" for n in range(hosts)) if platform is Platform.EC2 else ()
+    return JobFacts(job, platform, "InProgress", None, 0.0, "ml.p5.48xlarge", hosts, 8, 192, instance_ids=ids)
+
+
+@pytest.mark.parametrize("hosts", [501, 512, 524, 600, 1000, 10_000])
+@pytest.mark.parametrize("platform", [Platform.SAGEMAKER, Platform.EC2])
+def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hosts: int, platform: Platform) -> None:
+    # Given a job of the longest name any platform allows, and more hosts than one SEARCH returns
+    job = "j" * 62 + "9"
+
+    # When its reads are planned (no call: the plan is the job's facts alone)
+    reads = AwsSignalSource(None, platform, Policy())._reads(_facts(job, platform, hosts))  # type: ignore[arg-type]
+    searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
+
+    # Then every SEARCH is within the limit at any period, and the hosts each leaves out are read by name alongside
+    assert searches
+    assert all(len(s.expression(metric_reads.LONGEST_PERIOD)) <= metric_reads.MAX_SEARCH_CHARS for s in searches)
+    for search in searches:
+        left_out = [host for _, (by, host) in reads.named.items() if by == search]
+        assert len(left_out) == len(search.excluded)
+    if platform is Platform.SAGEMAKER:  # its hosts are named "<job>/algo-N": fewer fit than the 24 a short name has
+        assert all(0 < len(s.excluded) < source.MAX_EXCLUDED_PER_SEARCH for s in reads.platform.values())
+
+
+@pytest.mark.parametrize("period", [2, 0, 90, -60])
+def test_a_period_cloudwatch_refuses_is_never_asked_for(rt, period: int) -> None:
+    ref = metric_reads.MetricRef(contract.NAMESPACE, "Steps", ((contract.DIM_JOB, "j"),), "Sum")
+    with pytest.raises(ValueError, match="CloudWatch takes 1, 5, 10, 20, 30 or a multiple of 60"):
+        read_metrics(rt.clients.cloudwatch, [ref], 0, 600, period)

@@ -117,3 +117,16 @@ def test_threshold_validation_names_the_field(kwargs: dict[str, object], field: 
 @pytest.mark.parametrize("period", [10, 30, 60, 300])
 def test_supported_alarm_periods_validate(period: int) -> None:
     assert Thresholds(alarm_period_seconds=period).alarm_period_seconds == period
+
+
+def test_the_slack_secrets_fields_choose_the_mode_and_the_config_has_none_to_set() -> None:
+    from stallwatch.core.config import SlackMode, StallwatchConfig, slack_mode_of
+
+    # The secret decides: a webhook, else a bot token with a channel, else nothing can post
+    assert slack_mode_of({"webhook_url": "https://hooks.slack.com/services/T/B/x"}) is SlackMode.WEBHOOK
+    assert slack_mode_of({"bot_token": "xoxb-1", "channel": "C0123"}) is SlackMode.BOT
+    assert slack_mode_of({"bot_token": "xoxb-1"}) is None
+    assert slack_mode_of({}) is None
+    # A config that still sets slack.mode (the docs once said to) fails with what to do, instead of being ignored
+    with pytest.raises(ValueError, match=r"slack.mode is not a setting: the secret's fields choose the mode"):
+        StallwatchConfig.model_validate({"slack": {"mode": "bot"}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -163,17 +164,68 @@ def test_a_bad_resume_tag_alerts_and_a_used_up_runtime_gives_up() -> None:
     assert "MaxRuntimeInSeconds" in used.reason
 
 
+SAGEMAKER_JOB_NAME = re.compile(r"(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")  # CreateTrainingJob's TrainingJobName
+
+
 def test_names_fit_63_characters_and_an_algorithm_resource_keeps_no_image() -> None:
     long = "a" * 60 + "-bc"
     name = resume.resume_name(long, 10)
     assert len(name) <= 63
     assert name.endswith("-r10")
+    assert resume.resume_name("llama-70b", 2) == "llama-70b-r2"  # a name that fits is not cut
     algorithm = described(
         AlgorithmSpecification={"AlgorithmName": "arn:algo", "TrainingImage": "x", "TrainingInputMode": "File"}
     )
     plan = resume.plan_resume(algorithm, OPTED_IN, HANG_STOP, 0)
     assert isinstance(plan, ResumePlan)
     assert plan.request["AlgorithmSpecification"] == {"AlgorithmName": "arn:algo", "TrainingInputMode": "File"}
+
+
+@pytest.mark.parametrize("attempt", [1, 9, 10])
+def test_two_runs_sharing_their_first_60_characters_get_resume_names_of_their_own(attempt: int) -> None:
+    # Given two SDK-style 63-character names that differ only in their millisecond timestamp
+    first = "pytorch-training-llama-70b-pretrain-long-exp-2026-11-30-10-00-00-123"[:63]
+    second = first[:-3] + "456"
+    assert len(first) == len(second) == 63
+    assert first[:60] == second[:60]
+
+    # When each is resumed
+    names = [resume.resume_name(run, attempt) for run in (first, second)]
+
+    # Then the names differ, are valid SageMaker names and say the attempt
+    assert names[0] != names[1]
+    assert all(len(n) <= 63 and SAGEMAKER_JOB_NAME.fullmatch(n) and n.endswith(f"-r{attempt}") for n in names)
+    assert resume.resume_name(first, attempt) == names[0]  # the same run, the same name: a retry finds its job
+
+
+def test_a_job_with_48_user_tags_is_resumed_with_50_stallwatchs_own_kept_and_the_rest_named() -> None:
+    # Given a job with 48 user tags and 2 of Stallwatch's (mode, resume), resumed for the first time (4 chain tags)
+    tags = {f"team-tag-{i:02d}": "x" for i in range(48)} | {"stallwatch:resume": "3", "stallwatch:mode": "enforce"}
+
+    # When it is planned
+    plan = resume.plan_resume(described(), tags, HANG_STOP, default_max_restarts=0)
+
+    # Then the request carries AWS's 50 at most: every stallwatch:* tag, and the first 44 user tags
+    assert isinstance(plan, ResumePlan)
+    sent = {t["Key"]: t["Value"] for t in plan.request["Tags"]}
+    assert len(sent) == resume.MAX_TAGS
+    assert {k for k in sent if k.startswith("stallwatch:")} == {
+        "stallwatch:resume",
+        "stallwatch:mode",
+        *resume.CHAIN_TAGS,
+    }
+    assert plan.dropped_tags == tuple(f"team-tag-{i:02d}" for i in range(44, 48))
+    # And Slack is told which
+    text = resume.resumed_text("llama-70b", plan)
+    assert "tags left off" in text
+    assert "`team-tag-47`" in text
+
+
+def test_a_job_within_the_tag_limit_keeps_every_tag_and_slack_hears_of_none() -> None:
+    plan = resume.plan_resume(described(), OPTED_IN, HANG_STOP, default_max_restarts=0)
+    assert isinstance(plan, ResumePlan)
+    assert plan.dropped_tags == ()
+    assert "left off" not in resume.resumed_text("llama-70b", plan)
 
 
 def test_a_stop_is_read_from_the_engines_audit_record_and_an_operators_stop_is_not_one() -> None:

@@ -9,11 +9,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fixtures.request_limits import recorded_requests
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Behaviour, not speed: a busy CI machine may take longer than the demo's own 160 s deadline.
@@ -28,15 +31,32 @@ def _env() -> dict[str, str]:
 
 
 def _demo(*args: str) -> tuple[int, dict[str, Any], str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "localrun", "--json", "--deadline", str(DEMO_DEADLINE_S), *args],
-        cwd=REPO_ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S,
-        check=False,
-    )
+    """Run the demo; every AWS request it made (the training processes' too) must be one AWS would accept."""
+    with tempfile.TemporaryDirectory() as requests:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "localrun",
+                "--json",
+                "--deadline",
+                str(DEMO_DEADLINE_S),
+                "--record-requests",
+                requests,
+                *args,
+            ],
+            cwd=REPO_ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
+        # The demo also plays the platforms, publishing their own metrics (AWS/EC2, which no customer may write to):
+        # those requests stand for AWS's, not for ones Stallwatch or the agent makes.
+        made = [r for r in recorded_requests(Path(requests)) if not r.params.get("Namespace", "").startswith("AWS/")]
+    assert {r.operation for r in made} >= {"PutMetricData", "GetMetricData", "PutMetricAlarm"}, done.stderr[-2000:]
+    assert sorted({v for r in made for v in r.violations()}) == []
     return done.returncode, json.loads(done.stdout) if done.stdout.strip() else {}, done.stderr
 
 

@@ -136,6 +136,56 @@ def test_an_unknown_job_is_a_clear_error(clients: AwsClients, capsys: pytest.Cap
     assert "no-such-job" in capsys.readouterr().err
 
 
+def test_the_report_takes_only_the_jobs_of_its_run(clients: AwsClients) -> None:
+    # Given a run whose resume's name is held by a job of another run (or one a person created under that name)
+    t0 = (int(1_795_000_000 // HOUR) - 3) * HOUR
+    world = World(clients, now=t0)
+    other = {"stallwatch:run": "someone-else", "stallwatch:resumed-from": "someone-else"}
+    for name, tags in ((RUN, {}), (f"{RUN}-r1", other), (f"{RUN}-r2", {"stallwatch:run": RUN})):
+        world.create_job(name, hosts=1, tags=tags, training_since=t0)
+        moto_sagemaker.set_training_job_status(name, "Completed", "Completed", at=t0 + HOUR)
+
+    # When the run's goodput is read
+    run, spans = run_spans(clients, None, RUN, now=t0 + 2 * HOUR, period=60)
+
+    # Then only its own first job is in it: the chain ends at a job that is not the run's
+    assert (run, [span.name for span in spans]) == (RUN, [RUN])
+
+
+@pytest.mark.parametrize("job", ["", "bad name", "nul\x00job", "\u00e9t\u00e9-job", "x" * 64])
+def test_a_job_name_no_platform_allows_is_a_one_line_error(
+    clients: AwsClients, capsys: pytest.CaptureFixture[str], job: str
+) -> None:
+    # When the report is asked for a name neither SageMaker nor EC2 allows
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["report", job, "--table", TABLE])
+
+    # Then it exits with a usage error of one line, naming the argument, and nothing was asked of AWS
+    err = capsys.readouterr().err
+    assert exit_info.value.code == cli.EXIT_USAGE
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("stallwatch report: ")
+    assert "JOB" in err
+
+
+def test_an_aws_error_of_several_lines_prints_as_one(
+    clients: AwsClients, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a request botocore refuses with its two-line "Parameter validation failed" text
+    from botocore.exceptions import ParamValidationError
+
+    def refuse(*_: object, **__: object) -> None:
+        raise ParamValidationError(report="Invalid length for parameter TrainingJobName, value: 0, valid min length: 1")
+
+    monkeypatch.setattr("stallwatch.aws.goodput.run_spans", refuse)
+
+    # When the report runs into it, Then the error is one line
+    assert cli.main(["report", RUN, "--table", TABLE]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "Invalid length for parameter TrainingJobName" in err
+
+
 def test_a_heterogeneous_sagemaker_job_is_priced_per_instance_group(clients: AwsClients) -> None:
     # Given a job of two instance groups (ResourceConfig.InstanceGroups has no InstanceType), ended after an hour
     t0 = (int(1_795_000_000 // HOUR) - 3) * HOUR

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import tomllib
 import zipfile
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import trainer_agent
 from tests.packaging.distribution import DIST_ENV, build_distribution, require_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -121,10 +123,45 @@ def test_the_wheel_installs_and_runs_in_a_clean_venv_without_torch(
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["python"] == version
     assert (report["torch_installed"], report["boto3_installed"]) == (False, False)
-    assert report["version"] == PYPROJECT["version"]
+    assert report["version"] == trainer_agent.__version__
     assert any(path.endswith("licenses/LICENSE") for path in report["files"])
     [job] = [r for r in report["records"] if r["scope"] == "job"]
     assert (job["job"], job["Step"], job["Loss"]) == ("wheel-smoke", 3.0, 1.5)
     assert job["TFLOPsPerGPU"] > 0
     assert any('"JobName": "wheel-smoke"' in line for line in report["emf_lines"])
     assert any('"JobName": "wheel-smoke-auto"' in line for line in report["auto_sink_output"])
+
+
+def test_the_wheel_is_versioned_as_the_agent_says(dist: tuple[Path, Path]) -> None:
+    _, fields = _metadata(dist[0])
+    assert fields["Version"] == [trainer_agent.__version__]
+    assert dist[0].name == f"trainer_agent-{trainer_agent.__version__}-py3-none-any.whl"
+
+
+def test_the_control_plane_wheel_installs_stallwatch_alone_not_a_top_level_handlers(tmp_path: Path) -> None:
+    # Given the control plane's wheel, built as `pip install ./lambdas` builds it
+    import stallwatch
+
+    source = tmp_path / "lambdas"  # a copy: setuptools writes build/ and egg-info beside the sources
+    shutil.copytree(REPO_ROOT / "lambdas", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    command = ["pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)]
+    built = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True, timeout=300, check=False)
+    assert built.returncode == 0, built.stderr[-2000:]
+    [wheel] = tmp_path.glob("stallwatch-*.whl")
+
+    # Then it holds the stallwatch package and its dist-info only, at the version the package says
+    names, fields = _metadata(wheel)
+    top_level = {name.split("/", 1)[0] for name in names}
+    assert top_level == {"stallwatch", f"stallwatch-{stallwatch.__version__}.dist-info"}
+    assert fields["Version"] == [stallwatch.__version__]
+
+
+def test_both_packages_say_their_version() -> None:
+    import stallwatch
+
+    for module, expected in (("stallwatch.offline.cli", "stallwatch"), ("trainer_agent", "trainer-agent")):
+        shown = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
+        version = stallwatch.__version__ if expected == "stallwatch" else trainer_agent.__version__
+        assert (shown.returncode, shown.stdout.strip()) == (0, f"{expected} {version}")

@@ -71,7 +71,7 @@ def test_a_bad_value_fails_with_the_field_named(context: dict[str, object], mess
 # What the adopter's cdk.json held when `-c stallwatch=` used to replace it whole.
 ADOPTER_CONFIG = {
     "policy": {"mode": "notify", "thresholds": {"stall_minutes": 30}},
-    "slack": {"secret_arn": SECRET_ARN, "mode": "bot", "allowed_user_ids": ["U012ABCDEF"]},
+    "slack": {"secret_arn": SECRET_ARN, "allowed_user_ids": ["U012ABCDEF"]},
     "alarm_prefix": "ml-",
     "notification_emails": ["oncall@example.com"],
 }
@@ -91,11 +91,11 @@ def test_the_command_line_merges_into_cdk_json_field_by_field(tmp_path: Path) ->
     cdk_json = _cdk_json(tmp_path, ADOPTER_CONFIG)
     # When the app is built
     _, [stack] = build_app(tmp_path / "out", cdk_json, stallwatch='{"policy": {"mode": "observe"}}')
-    # Then only the mode changed: prefix, Slack mode, allow-list, e-mails, threshold and secret ARN are kept
+    # Then only the mode changed: prefix, allow-list, e-mails, threshold and secret ARN are kept
     config = stack.config
     assert config.policy.mode == "observe"
     assert config.policy.thresholds.stall_minutes == 30
-    assert (config.alarm_prefix, config.slack.mode, config.slack.allowed_user_ids) == ("ml-", "bot", ["U012ABCDEF"])
+    assert (config.alarm_prefix, config.slack.allowed_user_ids) == ("ml-", ["U012ABCDEF"])
     assert config.notification_emails == ["oncall@example.com"]
     assert config.slack.secret_arn == SECRET_ARN
     # And the stack imports that secret instead of creating a new, empty one

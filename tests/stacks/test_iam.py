@@ -102,14 +102,22 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     outputs = template.find_outputs("Ec2InstancePolicyArn")
 
     # Then the instance role may publish only the agent's and the CloudWatch agent's metrics, ship logs only to the
-    # EC2 log group (and under it), and do nothing else; its ARN is an output
+    # EC2 log group (and under it) without creating or configuring a group, read the agent's configuration and the
+    # wheel, and do nothing else; its ARN is an output
     metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
     assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
     logs = next(s for s in statements if _grants(s, "logs:PutLogEvents"))
     resources = {r["Fn::Join"][1][-1] for r in as_list(logs["Resource"])}
     assert resources == {":log-group:/stallwatch/ec2:*", ":log-group:/stallwatch/ec2/*:*"}
     actions = {a for s in statements for a in as_list(s["Action"])}
-    assert not {a for a in actions if not a.startswith(("cloudwatch:PutMetricData", "logs:"))}
+    assert actions == {
+        "cloudwatch:PutMetricData",
+        "logs:CreateLogStream",
+        "logs:DescribeLogStreams",
+        "logs:PutLogEvents",
+        "ssm:GetParameter",
+        "s3:GetObject",
+    }
     assert not any(_grants(s, action) for s in statements for action in STOP_ACTIONS)
     [output] = outputs.values()
     assert "Ref" in output["Value"]

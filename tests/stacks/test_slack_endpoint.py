@@ -21,7 +21,7 @@ from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from .conftest import as_list, iam_statements, logical_id
 
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:stallwatch/slack-AbCdEf"
-CONFIG = StallwatchConfig.model_validate({"slack": {"mode": "bot", "allowed_user_ids": ["U0ALLOWED"]}})
+CONFIG = StallwatchConfig.model_validate({"slack": {"allowed_user_ids": ["U0ALLOWED"]}})
 
 
 def _endpoint_stack(app: App, name: str, env: Environment | None = None) -> tuple[Stack, SlackEndpoint]:

@@ -13,6 +13,7 @@ from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, Stallwatch
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
     JOB_METRICS,
+    RECHECK_SCHEDULE_FAILURES,
     RESUME_FAILURES,
     SERVICE,
     SLACK_FAILURES,
@@ -159,8 +160,10 @@ def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
-def test_failed_stops_slack_posts_and_resumes_alarm_to_the_topic(template: Template, stack: StallwatchStack) -> None:
-    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES):
+def test_failed_stops_slack_posts_resumes_and_rechecks_alarm_to_the_topic(
+    template: Template, stack: StallwatchStack
+) -> None:
+    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES, RECHECK_SCHEDULE_FAILURES):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {

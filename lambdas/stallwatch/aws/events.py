@@ -5,6 +5,7 @@
 - `ScheduledEvent`: the sweeper's EventBridge schedule.
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
 - `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
+- `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -98,7 +99,7 @@ class ResourceConfig(_Model):
 class TrainingJobDetail(_Model):
     """The `detail` of a SageMaker training job state change (only the fields Stallwatch reads)."""
 
-    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME)
+    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME, max_length=63)
     training_job_status: Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"] = Field(
         alias="TrainingJobStatus"
     )
@@ -183,6 +184,21 @@ class AlarmStateChange(EventBridgeModel):
 AlarmEvent = AlarmActionEvent | AlarmStateChange
 
 
+TEST_ALERT_KEY = "stallwatch_test_alert"  # on_alarm's event from `stallwatch doctor --send-test-alert`
+
+
+class TestAlertRequest(_Model):
+    """Who asked for a test alert (their IAM identity, from sts:GetCallerIdentity)."""
+
+    requested_by: str = Field(min_length=1, max_length=ARN_MAX, pattern=r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:")
+
+
+class TestAlertEvent(_Model):
+    """The event `stallwatch doctor --send-test-alert` invokes on_alarm with."""
+
+    request: TestAlertRequest = Field(alias=TEST_ALERT_KEY)
+
+
 class ScheduledEvent(EventBridgeModel):
     """The sweeper's schedule (EventBridge rule or Scheduler); its content is not used."""
 
@@ -225,7 +241,8 @@ OnAlarmEvent = Annotated[
 ]
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
-    model: TypeAdapter(model) for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent)
+    model: TypeAdapter(model)
+    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent)
 }
 
 
@@ -245,5 +262,11 @@ def parse_event(event: Any, model: Any) -> Any:
 
 
 def _name(model: Any) -> str:
-    names = {JobStateEvent: "job state", AlarmEvent: "alarm", ScheduledEvent: "scheduled", RecheckEvent: "recheck"}
+    names = {
+        JobStateEvent: "job state",
+        AlarmEvent: "alarm",
+        ScheduledEvent: "scheduled",
+        RecheckEvent: "recheck",
+        TestAlertEvent: "test alert",
+    }
     return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))

@@ -19,7 +19,7 @@ from stallwatch.core.clusters import INSTANCE_ID, sagemaker_layout
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.policy import MAX_RESTARTS_LIMIT
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
-from stallwatch.core.resume import resume_name, run_name
+from stallwatch.core.resume import RUN_TAG, resume_name, run_name
 from stallwatch.core.signals import Platform
 
 NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
@@ -27,15 +27,19 @@ NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
 
 def run_jobs(clients: Any, job: str) -> tuple[str, list[tuple[dict[str, Any], dict[str, str]]]]:
     """The run `job` belongs to, and its jobs in order (DescribeTrainingJob and tags of each): the first job, then
-    `<run>-r1`, `<run>-r2`, ... while they exist."""
+    `<run>-r1`, `<run>-r2`, ... while they exist and are this run's (tagged `stallwatch:run=<run>`): a job of that
+    name that another run or a person created ends the chain."""
     described = _describe(clients, job)
     run = run_name(job, described[1])
     jobs = [described if run == job else _describe(clients, run)]
     for attempt in range(1, MAX_RESTARTS_LIMIT + 1):
         try:
-            jobs.append(_describe(clients, resume_name(run, attempt)))
+            resumed = _describe(clients, resume_name(run, attempt))
         except JobNotFoundError:
             break
+        if resumed[1].get(RUN_TAG) != run:
+            break
+        jobs.append(resumed)
     return run, jobs
 
 

@@ -22,6 +22,14 @@ from stallwatch.core.signals import Series
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 MAX_SERIES_PER_SEARCH = 500  # CloudWatch returns at most this many series from one SEARCH
+# "The maximum search expression query size is 1,024 characters" (CloudWatch search expression syntax, limits:
+# https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/search-expression-syntax.html); the whole
+# SEARCH(...) is held to it, the stricter reading.
+MAX_SEARCH_CHARS = 1024
+LONGEST_PERIOD = 86_400  # no read uses a longer period: a SEARCH measured with it fits with any period
+# MetricStat.Period: "1, 5, 10, 20, 30, 60, or any multiple of 60" for high-resolution metrics, else a multiple of 60
+# (https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_MetricStat.html).
+HIGH_RESOLUTION_PERIODS = frozenset({1, 5, 10, 20, 30})
 
 
 @dataclass(frozen=True)
@@ -62,14 +70,20 @@ class SearchRef:
     excluded: tuple[tuple[str, str], ...] = ()  # series left out (dimension, value): read by name instead
 
     def query(self, query_id: str, period: int) -> dict[str, Any]:
+        return {"Id": query_id, "Expression": self.expression(period), "Label": self.label, "ReturnData": True}
+
+    def expression(self, period: int) -> str:
         terms = [f'MetricName="{self.name}"', *(f'{k}="{v}"' for k, v in self.exact)]
         if self.phrase:
             terms.append(f'"{self.phrase}"')
         if self.excluded:
             terms.append("NOT (" + " OR ".join(f'{k}="{v}"' for k, v in self.excluded) + ")")
         schema = ",".join((self.namespace, *self.dimension_names))
-        expression = f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {self.period or period})"
-        return {"Id": query_id, "Expression": expression, "Label": self.label, "ReturnData": True}
+        return f"SEARCH('{{{schema}}} {' '.join(terms)}', '{self.statistic}', {self.period or period})"
+
+    def fits(self) -> bool:
+        """Whether the expression is within CloudWatch's `MAX_SEARCH_CHARS`, whatever the read's period."""
+        return len(self.expression(LONGEST_PERIOD)) <= MAX_SEARCH_CHARS
 
     def named(self, dimensions: tuple[tuple[str, str], ...]) -> MetricRef:
         """The one series of this metric with `dimensions`, read by name."""
@@ -87,6 +101,8 @@ def read_metrics(
     query's divisor; 500 queries per GetMetricData call, every page read."""
     out: dict[MetricQuery, dict[str, Series]] = {}
     unique = list(dict.fromkeys(wanted))
+    for given in {period, *(q.period for q in unique if q.period)}:
+        check_period(given)
     for offset in range(0, len(unique), MAX_QUERIES_PER_CALL):
         chunk = unique[offset : offset + MAX_QUERIES_PER_CALL]
         points: dict[str, dict[str, list[Point]]] = {f"q{i}": defaultdict(list) for i in range(len(chunk))}
@@ -108,6 +124,12 @@ def read_metrics(
                 found.setdefault("", [])
             out[query] = {label: _series(series, query.divisor) for label, series in found.items()}
     return out
+
+
+def check_period(period: int) -> None:
+    """`ValueError` for a period CloudWatch refuses (`HIGH_RESOLUTION_PERIODS`, or a multiple of 60)."""
+    if period not in HIGH_RESOLUTION_PERIODS and (period <= 0 or period % 60):
+        raise ValueError(f"period {period} s: CloudWatch takes 1, 5, 10, 20, 30 or a multiple of 60")
 
 
 def _series(points: list[Point], divisor: float) -> Series:

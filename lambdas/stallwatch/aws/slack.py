@@ -30,6 +30,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
+from stallwatch.core.config import SlackMode, slack_mode_of
 from stallwatch.core.decision import Action, Decision, stall_onset
 from stallwatch.core.goodput import Goodput
 from stallwatch.core.pricing import Burn, estimate_fleet_burn
@@ -361,9 +362,7 @@ class SlackNotifier:
     def credentials(self) -> dict[str, str]:
         """The secret's JSON, read at most once per `SECRET_CACHE_SECONDS` while it holds credentials."""
         secret = self.secrets.get(self.secret_arn, transform="json", max_age=SECRET_CACHE_SECONDS)
-        if not isinstance(secret, dict) or not (
-            secret.get("webhook_url") or (secret.get("bot_token") and secret.get("channel"))
-        ):
+        if not isinstance(secret, dict) or slack_mode_of(secret) is None:
             self.secrets.clear_cache()  # read again next time: the secret may be fixed any moment
             raise SlackSecretError(f"secret {self.secret_arn}: needs 'webhook_url', or 'bot_token' and 'channel'")
         return secret
@@ -374,7 +373,7 @@ class SlackNotifier:
             secret = self.credentials() if self.secret_arn else {}
         except Exception:  # the next post reports the secret's problem
             return False
-        return bool(secret.get("bot_token")) and not secret.get("webhook_url")
+        return slack_mode_of(secret) is SlackMode.BOT
 
     def post(self, message: dict[str, Any]) -> PostResult:
         """Post a new message (webhook, or chat.postMessage with the bot token)."""

@@ -113,16 +113,24 @@ class AwsSignalSource:
         self.policy = policy or Policy()  # each job is read at its alarms' period, after its tags (10 s in the demo)
         self.ec2_log_group = ec2_log_group
 
-    def job_signals(self, job_name: str, now: float, freshness: dict[str, float] | None = None) -> JobSignals:
-        """`freshness`: each host's newest log event, if the caller knows it (the sweeper's query)."""
-        return self.many_job_signals([job_name], now, {job_name: freshness or {}})[job_name]
+    def job_signals(
+        self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None
+    ) -> JobSignals:
+        """`freshness`: each host's newest log event, if the caller knows it (the sweeper's query); `facts`: the
+        job's, if the caller has just read them."""
+        known = {job_name: facts} if facts is not None else None
+        return self.many_job_signals([job_name], now, {job_name: freshness or {}}, known)[job_name]
 
     def many_job_signals(
-        self, job_names: Iterable[str], now: float, freshness: dict[str, dict[str, float]] | None = None
+        self,
+        job_names: Iterable[str],
+        now: float,
+        freshness: dict[str, dict[str, float]] | None = None,
+        known: dict[str, JobFacts] | None = None,
     ) -> dict[str, JobSignals]:
         """Signals of several jobs; their metrics are read together (one SEARCH per host metric and job, whatever
-        its hosts), 500 queries per GetMetricData call."""
-        facts = {name: self.facts(name) for name in job_names}
+        its hosts), 500 queries per GetMetricData call. `known`: facts the caller read already."""
+        facts = {name: (known or {}).get(name) or self.facts(name) for name in job_names}
         reads = {name: self._reads(f) for name, f in facts.items()}
         periods = {name: self.policy.for_job(f.tags).thresholds.alarm_period_seconds for name, f in facts.items()}
         found = self._read({name: r.all() for name, r in reads.items()}, periods, now)
@@ -496,16 +504,26 @@ def _host_dimensions(search: SearchRef, job: str, host: str) -> tuple[tuple[str,
 
 def _beyond_one_search(reads: _JobReads, facts: JobFacts) -> _JobReads:
     """A job of more hosts than one SEARCH returns: the first `MAX_SERIES_PER_SEARCH` hosts by SEARCH, the next
-    ones (up to `MAX_EXCLUDED_PER_SEARCH`) left out of it by name and read by name in the same call."""
+    ones (up to `MAX_EXCLUDED_PER_SEARCH`, and as many as keep the SEARCH within CloudWatch's 1,024 characters: fewer
+    for a long job name, whose hosts SageMaker names ``<job>/algo-N``) left out of it by name and read by name in the
+    same call; any others are read by name after it (`_beyond_search`)."""
     beyond = alarms.host_names(facts)[MAX_SERIES_PER_SEARCH:][:MAX_EXCLUDED_PER_SEARCH]
     if not beyond:
         return reads
     named: dict[MetricRef, tuple[SearchRef, str]] = {}
 
     def split(search: SearchRef) -> SearchRef:
-        host_dim = [(name, value) for host in beyond for name, value in _host_dimensions(search, facts.name, host)]
-        excluded = replace(search, excluded=tuple(d for d in host_dim if d[0] == "Host"))
-        named.update({excluded.named(_host_dimensions(search, facts.name, host)): (excluded, host) for host in beyond})
+        def host_dimension(host: str) -> tuple[str, str]:
+            return ("Host", dict(_host_dimensions(search, facts.name, host))["Host"])
+
+        excluded = search
+        for count in range(1, len(beyond) + 1):
+            wider = replace(search, excluded=tuple(host_dimension(host) for host in beyond[:count]))
+            if not wider.fits():
+                break
+            excluded = wider
+        for host in beyond[: len(excluded.excluded)]:
+            named[excluded.named(_host_dimensions(search, facts.name, host))] = (excluded, host)
         return excluded
 
     agent = {name: split(search) for name, search in reads.agent.items()}

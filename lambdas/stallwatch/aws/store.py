@@ -22,6 +22,7 @@ so a duplicated event or a concurrent decision on the same job loses the race an
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -55,6 +56,10 @@ class ConcurrentDecisionError(RuntimeError):
 
 class AlreadyHandledError(ConcurrentDecisionError):
     """The event (a Slack request, a CLI call) was claimed before: a replay, nothing was written."""
+
+
+class UnseenJobError(LookupError):
+    """The job has no state item (never decided): nothing was written (`Store.claim_decision(known_only=True)`)."""
 
 
 @dataclass(frozen=True)
@@ -169,13 +174,20 @@ class Store:
         return _stored(item) if item else StoredState()
 
     def claim_decision(
-        self, key: str, now: float, hold_seconds: float, undecided_since: float | None = None
+        self,
+        key: str,
+        now: float,
+        hold_seconds: float,
+        undecided_since: float | None = None,
+        known_only: bool = False,
     ) -> StoredState | None:
         """Claim the job for one decision and read its state, in one call: None if another invocation holds a
         claim (it reads the job's signals now, or decided less than `hold_seconds` ago), so the alarms of one job
         firing together cost one signal read. The commit keeps or replaces the claim; an invocation that dies
         before committing lets it run out. `undecided_since` (a recheck's time): None only if a decision was
-        committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`)."""
+        committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`).
+        With `known_only`, a job without a state item is not claimed (nothing is written): `UnseenJobError`, so
+        that the caller first checks that the job exists."""
         values = {":until": {"N": f"{now + hold_seconds:.3f}"}, ":expires": self._expires(now)}
         if undecided_since is None:
             condition = "attribute_not_exists(claimed_until) OR claimed_until < :now"
@@ -188,11 +200,14 @@ class Store:
                 TableName=self.table,
                 Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
                 UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
-                ConditionExpression=condition,
+                ConditionExpression=f"attribute_exists(pk) AND ({condition})" if known_only else condition,
                 ExpressionAttributeValues=values,
                 ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except self.dynamodb.exceptions.ConditionalCheckFailedException:
+        except self.dynamodb.exceptions.ConditionalCheckFailedException as exc:
+            if known_only and not exc.response.get("Item"):
+                raise UnseenJobError(key) from exc
             return None
         return _stored(response["Attributes"])
 
@@ -228,7 +243,13 @@ class Store:
         self.dynamodb.put_item(TableName=self.table, Item=item)
 
     def forget_provisioned(self, key: str) -> None:
-        self.dynamodb.delete_item(TableName=self.table, Key={"pk": {"S": key}, "sk": {"S": ALARMS_SK}})
+        """Drop the job's alarm marker; a job that never had one is not written to."""
+        with contextlib.suppress(self.dynamodb.exceptions.ConditionalCheckFailedException):
+            self.dynamodb.delete_item(
+                TableName=self.table,
+                Key={"pk": {"S": key}, "sk": {"S": ALARMS_SK}},
+                ConditionExpression="attribute_exists(pk)",
+            )
 
     def _batch_get(self, keys: list[str], sk: str) -> dict[str, dict[str, Any]]:
         found: dict[str, dict[str, Any]] = {}

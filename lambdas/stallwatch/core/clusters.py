@@ -18,14 +18,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.core.policy import EC2_MONITOR_TAG, MODE_TAG, TAG_PREFIX, Mode, Policy, Thresholds
-from stallwatch.core.signals import JobFacts
+from stallwatch.core.signals import JobFacts, Platform
 
 JOB_TAG = "stallwatch:job"
 LOG_GROUP_TAG = "stallwatch:log-group"
 MONITOR_TAG_VALUE = "true"
-INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
+INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}\Z")
 # A job tag value becomes alarm names and the JobName dimension: no '.', at most 63 characters, as SageMaker's.
-JOB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]){0,62}$")
+JOB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]){0,62}\Z")
+# CreateTrainingJob's TrainingJobName: its pattern, and at most 63 characters (the pattern alone allows more hyphens).
+SAGEMAKER_JOB_NAME = re.compile(r"^(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 LIVE_EC2_STATES = frozenset({"pending", "running"})
 STOPPING_EC2_STATES = frozenset({"stopping", "shutting-down"})
 # The modes from least to most acting: disagreeing mode tags take the first.
@@ -38,6 +40,21 @@ SAFER_LOWER = frozenset({"idle_gpu_percent", "power_drop_ratio", "stop_on_nonfin
 def monitored(tags: Mapping[str, str]) -> bool:
     """`stallwatch:monitor=true`, in any case (`True`, `TRUE`)."""
     return tags.get(EC2_MONITOR_TAG, "").strip().lower() == MONITOR_TAG_VALUE
+
+
+def job_name_error(name: str, platform: Platform | None = None) -> str | None:
+    """Why `name` cannot name a job of `platform` (None: of any platform); None when it can. An EC2 job is its
+    `stallwatch:job` tag or an instance id."""
+    valid = {
+        Platform.SAGEMAKER: SAGEMAKER_JOB_NAME.match(name) is not None,
+        Platform.EC2: JOB_NAME.match(name) is not None or INSTANCE_ID.match(name) is not None,
+    }
+    if valid[platform] if platform is not None else any(valid.values()):
+        return None
+    where = {None: "a SageMaker or EC2 job", Platform.SAGEMAKER: "a SageMaker job", Platform.EC2: "an EC2 job"}[
+        platform
+    ]
+    return f"{name[:80]!r} cannot name {where}: 1 to 63 letters, digits and '-' (EC2 job tags also '_')"
 
 
 def job_tag_error(tags: Mapping[str, str]) -> str | None:

@@ -9,9 +9,11 @@ bad value fails synth with the field named; the Lambdas read it from their envir
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stallwatch.core.policy import Policy
 
@@ -43,16 +45,36 @@ class SlackMode(StrEnum):
     BOT = "bot"
 
 
+def slack_mode_of(secret: Mapping[str, Any]) -> SlackMode | None:
+    """The mode the Slack secret's fields choose: a ``webhook_url`` posts by webhook; else a ``bot_token`` and a
+    ``channel`` post as the bot (and can edit the alerts); else None (nothing can be posted)."""
+    if secret.get("webhook_url"):
+        return SlackMode.WEBHOOK
+    if secret.get("bot_token") and secret.get("channel"):
+        return SlackMode.BOT
+    return None
+
+
 class SlackConfig(BaseModel):
-    """Where the Slack credentials live. The secret holds JSON:
-    ``{"webhook_url": ...}`` or ``{"bot_token": ..., "channel": ..., "signing_secret": ...}``."""
+    """Where the Slack credentials live. The secret holds JSON: ``{"webhook_url": ..., "signing_secret": ...}`` or
+    ``{"bot_token": ..., "channel": ..., "signing_secret": ...}``; its fields choose the mode (`slack_mode_of`),
+    read at run time, so changing mode needs no deploy."""
 
     model_config = ConfigDict(extra="forbid")
 
     secret_arn: str | None = Field(None, description="Import an existing secret; None creates an empty one.")
-    mode: SlackMode = SlackMode.WEBHOOK
     allowed_user_ids: list[str] = Field(default_factory=list, description="Slack users who may press the buttons.")
     allowed_group_ids: list[str] = Field(default_factory=list, description="Slack user groups who may press them.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_mode(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "mode" in data:
+            raise ValueError(
+                "slack.mode is not a setting: the secret's fields choose the mode (webhook_url for webhook; "
+                "bot_token and channel for bot); delete it from the config"
+            )
+        return data
 
     @field_validator("secret_arn")
     @classmethod

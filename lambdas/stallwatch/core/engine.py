@@ -268,9 +268,11 @@ def _diagnose(
 def _diagnose_running(ctx: _Context, progress: measures.Progress | None) -> _Finding:
     """Conclusive evidence first, whatever the agent says of phases; then the agent's progress, else the hosts'
     GPUs and logs."""
+    # The last progress: the agent's last step (known even once its metrics stopped: the host that reported them may
+    # be the one that died), else the newest log line.
     last_step_t = None if progress is None else (progress.last_step_t or ctx.training_since)
-    if progress is not None and progress.fresh:
-        since = last_step_t or ctx.training_since
+    if last_step_t is not None:
+        since = last_step_t
     else:
         since = ctx.logs.last_t if ctx.logs.last_t is not None else ctx.training_since
     hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, ctx.limits, ctx.now)
@@ -367,8 +369,7 @@ def _phase(ctx: _Context, progress: measures.Progress) -> _Finding | None:
     now, allowance = ctx.now, ctx.limits.overrun_s
     deadline = t + remaining
     ctx.evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
-    ctx.deadlines.add(deadline)
-    ctx.deadlines.add(deadline + allowance)
+    ctx.deadlines.add(deadline + allowance)  # the budget's end changes nothing but the words: its allowance's does
     if now <= deadline:
         return _Finding(Diagnosis.PHASE, (f"in a declared phase with {_min(deadline - now)} of its budget left",))
     overrun = now - deadline

@@ -2,8 +2,8 @@
 every process let go of, a collective spinning on every host, a checkpoint being written. Pure: no I/O, no clock.
 
     hosts = evidence.read_hosts(signals, since, thresholds, limits, now)
-    death = evidence.death(hosts, progress_since, logs_last_t, thresholds, limits, now)  # conclusive, or None
-    spin = evidence.spinning(hosts, thresholds)                                           # a collective spins
+    deaths = evidence.death(hosts, last_step_t, training_since, thresholds, limits, period, now)  # most specific first
+    spin = evidence.spinning(hosts, thresholds)                                                   # a collective spins
 
 Each piece is evidence at once: none waits for a cadence the job learned from its healthy gaps (that may widen the
 silence a job is allowed, never delay evidence of death). Confirming it takes `crash_confirm_minutes` with no
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
@@ -107,7 +107,9 @@ def gpu_power(host: HostSignals) -> Series:
     return agent if len(agent) else host.gpu_power
 
 
-def _run_start(series: Series, holds, now: float, stale_s: float, held_before: float | None = None) -> float | None:
+def _run_start(
+    series: Series, holds: Callable[[float], bool], now: float, stale_s: float, held_before: float | None = None
+) -> float | None:
     """When the newest run of datapoints for which `holds` is true began (None: the newest fails, or is stale).
     With `held_before`, the run counts only if an earlier datapoint was at or above it (memory let go, not never
     taken)."""

@@ -24,7 +24,6 @@ STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
 RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alarm's, or the agent's window if longer)
 INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
 LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
-ERROR_TAIL_S = 120.0  # without the agent, a fatal line within this of a host's last line is its last word
 EVIDENCE_ERROR_LINES = 3  # error lines kept per host
 EVIDENCE_MESSAGE_CHARS = 300
 PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
@@ -198,13 +197,6 @@ def errors_since(hosts: dict[str, HostSignals], since: float) -> dict[str, list[
     """Each host's fatal-error lines at or after `since`."""
     found = {name: [line for line in h.error_lines if line.t >= since and fatal(line)] for name, h in hosts.items()}
     return {name: lines for name, lines in found.items() if lines}
-
-
-def last_words(host: HostSignals) -> list[LogLine]:
-    """The fatal-error lines among the host's last lines (without the agent: the rank died saying this)."""
-    if host.log_last_t is None:
-        return []
-    return [line for line in host.error_lines if line.t >= host.log_last_t - ERROR_TAIL_S and fatal(line)]
 
 
 def log_silence(

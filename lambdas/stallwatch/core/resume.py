@@ -7,12 +7,15 @@ the audit trail; `plan_resume` answers with a `ResumePlan` (the CreateTrainingJo
     if isinstance(verdict, ResumePlan):
         sagemaker.create_training_job(**verdict.request)
 
-A run is a chain of jobs: the first keeps its name, attempt N is ``<first>-r<N>`` (63 characters at most), and each
-resumed job carries the chain in its tags (`RUN_TAG`, `RESUMED_FROM_TAG`, `ATTEMPT_TAG`, `BEST_STEP_TAG`).
+A run is a chain of jobs: the first keeps its name, attempt N is ``<first>-r<N>`` (a name that would pass 63
+characters is cut and marked with a hash of the whole run name, so two runs never share a resume's name), and each
+resumed job carries the chain in its tags (`RUN_TAG`, `RESUMED_FROM_TAG`, `ATTEMPT_TAG`, `BEST_STEP_TAG`), within
+CreateTrainingJob's 50 tags (Stallwatch's own first; the user tags left off are named in Slack).
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,7 +34,12 @@ RESUME_ACTION = "resume"  # the audit record of a resume
 RECOVERY_OUTCOME = "recovery"  # in a stop decision's outcome: what recovery in place made of it (runtime.recover)
 LAUNCHED_FIELD = "launched"  # in an EC2 resume's audit record: when the group it restarted had started (LaunchTime)
 AWS_TAG_PREFIX = "aws:"  # reserved: set by AWS, never by a CreateTrainingJob
-MAX_JOB_NAME = 63
+MAX_JOB_NAME = 63  # CreateTrainingJob TrainingJobName
+# CreateTrainingJob Tags: "Array Members: Minimum number of 0 items. Maximum number of 50 items."
+# https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTrainingJob.html#sagemaker-CreateTrainingJob-request-Tags
+MAX_TAGS = 50
+STALLWATCH_TAG_PREFIX = "stallwatch:"
+RUN_HASH_CHARS = 8  # hex digits of the run name's sha256 in a cut resume name
 # Stallwatch's own stops that a restart can fix; idle means the work is done, and an overrun phase is the job's.
 RESUMABLE = frozenset({Diagnosis.HANG, Diagnosis.CRASHED_RANK})
 # DescribeTrainingJob fields that CreateTrainingJob takes as they are (all that both have, but the name, the algorithm
@@ -101,6 +109,10 @@ class ResumePlan:
     max_restarts: int
     request: dict[str, Any]
     best_step: float | None = None  # the highest step the run had reached: Slack hears when it is passed
+    dropped_tags: tuple[str, ...] = ()  # the user tags left off the new job (CreateTrainingJob takes 50)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dropped_tags", tuple(self.dropped_tags))  # a list when read back from the store
 
 
 @dataclass(frozen=True)
@@ -139,10 +151,15 @@ def run_name(job: str, tags: dict[str, str]) -> str:
 
 
 def resume_name(run: str, attempt: int) -> str:
-    """``<run>-r<attempt>``, the run's name cut so that the whole fits SageMaker's 63 characters."""
+    """``<run>-r<attempt>``; where that passes SageMaker's 63 characters, ``<run cut>-<hash>-r<attempt>``, the hash
+    of the whole run name, so runs that share their first characters (SDK names ending in a timestamp) get names of
+    their own."""
     suffix = f"-r{attempt}"
-    base = run[: MAX_JOB_NAME - len(suffix)].rstrip("-")
-    return f"{base}{suffix}"
+    if len(run) + len(suffix) <= MAX_JOB_NAME:
+        return f"{run}{suffix}"
+    digest = hashlib.sha256(run.encode()).hexdigest()[:RUN_HASH_CHARS]
+    marked = f"-{digest}{suffix}"
+    return f"{run[: MAX_JOB_NAME - len(marked)].rstrip('-')}{marked}"
 
 
 def best_step(tags: dict[str, str]) -> float | None:
@@ -209,8 +226,22 @@ def plan_resume(
     if best is not None:
         chain[BEST_STEP_TAG] = f"{best:g}"
     new_name = resume_name(run, attempt)
-    request = clone_request(described, new_name, runtime, _kept_tags(tags) | chain)
-    return ResumePlan(name=new_name, attempt=attempt, max_restarts=allowed, request=request, best_step=best)
+    kept, dropped = capped_tags(chain, _kept_tags(tags))
+    request = clone_request(described, new_name, runtime, kept)
+    return ResumePlan(
+        name=new_name, attempt=attempt, max_restarts=allowed, request=request, best_step=best, dropped_tags=dropped
+    )
+
+
+def capped_tags(chain: dict[str, str], tags: dict[str, str]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The resumed job's tags within `MAX_TAGS`: the chain's, then the job's `stallwatch:*` tags, then its user tags
+    in their order; and the keys left off."""
+    ranked = [
+        *chain.items(),
+        *((k, v) for k, v in tags.items() if k.startswith(STALLWATCH_TAG_PREFIX) and k not in chain),
+        *((k, v) for k, v in tags.items() if not k.startswith(STALLWATCH_TAG_PREFIX)),
+    ]
+    return dict(ranked[:MAX_TAGS]), tuple(k for k, _ in ranked[MAX_TAGS:])
 
 
 def next_attempt(
@@ -298,7 +329,11 @@ def _without_status(value: Any) -> Any:
 
 
 def resumed_text(job: str, plan: ResumePlan) -> str:
-    return f":arrows_counterclockwise: `{job}` resumed as `{plan.name}` (attempt {plan.attempt} of {plan.max_restarts})"
+    text = f":arrows_counterclockwise: `{job}` resumed as `{plan.name}` (attempt {plan.attempt} of {plan.max_restarts})"
+    if plan.dropped_tags:
+        left_off = ", ".join(f"`{key}`" for key in plan.dropped_tags)
+        text += f"; tags left off (SageMaker takes {MAX_TAGS} a job, Stallwatch's kept first): {left_off}"
+    return text
 
 
 def not_resumed_text(job: str, refusal: NoResume) -> str:

@@ -8,6 +8,7 @@
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
     stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
+    stallwatch doctor [--send-test-alert]                # is the deployment working? (`doctor.py`)
 
 Each subcommand is a function that adds its parser to `COMMANDS`' subparsers and sets ``handler``;
 a new subcommand is one more entry in `COMMANDS`.
@@ -20,11 +21,13 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch import __version__
 from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
 from stallwatch.core.config import StallwatchConfig
@@ -32,7 +35,7 @@ from stallwatch.core.decision import Action
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError
-from stallwatch.offline import ops, plots, report
+from stallwatch.offline import doctor, ops, plots, report
 from stallwatch.offline.formats import hms
 from stallwatch.offline.progress import WorkProgress
 from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
@@ -46,6 +49,18 @@ VERDICT_STYLES = {Verdict.PASS: "green", Verdict.FAIL: "bold red"}
 
 
 _clock = hms  # trace seconds as h:mm:ss
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line (``stallwatch report: argument JOB: ...``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {one_line(message)} (see {self.prog} --help)\n")
+
+
+def one_line(message: object) -> str:
+    """An error's text on one line (botocore's and pydantic's messages have several)."""
+    return " ".join(str(message).split())
 
 
 def _read_policy(path: Path) -> tuple[Policy, StallwatchConfig]:
@@ -160,6 +175,7 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "job",
         metavar="JOB",
+        type=ops.job_name,
         help="the SageMaker training job name; an EC2 job's stallwatch:job tag (with --platform ec2), or the id "
         "(i-...) of an untagged instance",
     )
@@ -172,13 +188,18 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
 
 
 # Subcommands, in help order: each adds its parser and sets `handler(args) -> exit code`.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_replay, _add_export, ops.register, report.register]
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_replay,
+    _add_export,
+    ops.register,
+    report.register,
+    doctor.register,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="stallwatch", description="Stallwatch: backtest and operate the stall watchdog."
-    )
+    parser = OneLineParser(prog="stallwatch", description="Stallwatch: backtest and operate the stall watchdog.")
+    parser.add_argument("--version", action="version", version=f"stallwatch {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in COMMANDS:
         add(subparsers)
@@ -192,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (TraceError, OSError, ValueError) as exc:
-        print(f"stallwatch {args.command}: {exc}", file=sys.stderr)
+        print(f"stallwatch {args.command}: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
+from stallwatch.core.clusters import job_name_error
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
@@ -75,6 +76,14 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
+def job_name(text: str) -> str:
+    """A job argument: a name SageMaker or EC2 allows, checked before anything is asked of AWS."""
+    error = job_name_error(text)
+    if error is not None:
+        raise argparse.ArgumentTypeError(error)
+    return text
+
+
 def _when(t: float | None) -> str:
     return "" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -104,7 +113,8 @@ class Deployment:
         clients.session = boto3.Session(profile_name=self.profile, region_name=self.region)
         return clients
 
-    def _resources(self, resource_type: str) -> list[str]:
+    def resources(self, resource_type: str) -> list[str]:
+        """The physical ids of the stack's resources of `resource_type`."""
         cloudformation = self.clients.session.client("cloudformation", config=self.clients.config)
         try:
             resources = cloudformation.describe_stack_resources(StackName=self.stack)["StackResources"]
@@ -116,7 +126,7 @@ class Deployment:
     def table(self) -> str:
         if self.table_name:
             return self.table_name
-        tables = self._resources(TABLE_RESOURCE_TYPE)
+        tables = self.resources(TABLE_RESOURCE_TYPE)
         if len(tables) != 1:
             raise OpsError(f"stack {self.stack!r} has {len(tables)} tables; pass --table")
         return tables[0]
@@ -127,7 +137,7 @@ class Deployment:
         if self.config_file is not None:
             return StallwatchConfig.model_validate_json(self.config_file.read_text(encoding="utf-8"))
         lambda_client = self.clients.session.client("lambda", config=self.clients.config)
-        for function in self._resources(FUNCTION_RESOURCE_TYPE):
+        for function in self.resources(FUNCTION_RESOURCE_TYPE):
             env = lambda_client.get_function_configuration(FunctionName=function).get("Environment", {})
             raw = env.get("Variables", {}).get(CONFIG_ENV)
             if raw:
@@ -303,7 +313,7 @@ def _job_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``incidents``, ``snooze`` and ``policy show`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("incidents", help="incidents of the deployed Stallwatch, newest first")
-    parser.add_argument("--job", help="only this job (SageMaker name or EC2 instance id)")
+    parser.add_argument("--job", type=job_name, help="only this job (SageMaker name or EC2 instance id)")
     parser.add_argument(
         "--since", type=parse_duration, default=parse_duration("24h"), metavar="DURATION", help="default 24h"
     )
@@ -312,7 +322,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_incidents)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
-    parser.add_argument("job", metavar="JOB", help="SageMaker training job name or EC2 instance id")
+    parser.add_argument("job", metavar="JOB", type=job_name, help="SageMaker training job name or EC2 instance id")
     parser.add_argument("--for", dest="duration", type=parse_duration, required=True, metavar="DURATION")
     _job_flags(parser)
     deployment_flags(parser)
@@ -322,7 +332,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         dest="policy_command", required=True, metavar="COMMAND"
     )
     parser = policy.add_parser("show", help="the effective policy, after JOB's stallwatch:* tags")
-    parser.add_argument("job", nargs="?", metavar="JOB", help="apply this job's tags")
+    parser.add_argument("job", nargs="?", metavar="JOB", type=job_name, help="apply this job's tags")
     _job_flags(parser)
     deployment_flags(parser)
     parser.set_defaults(handler=run_policy_show)

@@ -30,7 +30,7 @@ from stallwatch.offline import ops, plots
 from stallwatch.offline.formats import LABELS, hms, money
 from stallwatch.offline.progress import WorkProgress
 
-PERIODS = (1, 5, 10, 30, 60, 300)  # CloudWatch's periods for high-resolution and standard metrics
+PERIODS = (1, 5, 10, 20, 30, 60, 300)  # periods CloudWatch takes: high-resolution (under 60) and standard
 
 
 def goodput_table(goodput: Goodput) -> Table:
@@ -92,7 +92,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes, or an EC2 job)")
     parser.add_argument(
-        "job", metavar="JOB", help="a SageMaker training job of the run (the first or a resume), or an EC2 job"
+        "job",
+        metavar="JOB",
+        type=ops.job_name,
+        help="a SageMaker training job of the run (the first or a resume), or an EC2 job",
     )
     parser.add_argument(
         "--platform",

@@ -32,8 +32,8 @@ from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange, RecheckEve
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
-from stallwatch.core import alarms, contract, engine
+from stallwatch.aws.store import ConcurrentDecisionError, StoredState, UnseenJobError, job_key
+from stallwatch.core import alarms, clusters, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
@@ -74,15 +74,30 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         return Outcome(job="", status="ignored", details={"reason": f"alarm state {alarm.state.value}"}).as_dict()
     try:
         ref = alarms.parse_alarm_name(alarm.alarm_name, rt.config.alarm_prefix)
+        error = clusters.job_name_error(ref.job, ref.platform)
+        if error is not None:  # no platform has such a job: nothing is read or written for it
+            raise ValueError(error)
     except ValueError as exc:
         logger.warning("ignoring an alarm Stallwatch did not create", extra={"error": str(exc)})
         return Outcome(job="", status="ignored", details={"reason": str(exc)}).as_dict()
     now = rt.clock()
-    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
+    key = job_key(ref.platform, ref.job)
+    facts = None
+    try:
+        read = rt.store.claim_decision(key, now, COALESCE_SECONDS, known_only=True)
+    except UnseenJobError:  # never decided: the job must exist before anything is written for it
+        try:
+            facts = rt.source(ref.platform).facts(ref.job)
+        except JobNotFoundError as exc:
+            deleted = delete_job_alarms(rt, ref.platform, ref.job)
+            return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
+        if facts.status in ENDED_STATUSES:
+            return _retired(rt, ref.platform, ref.job, facts.status)
+        read = rt.store.claim_decision(key, now, COALESCE_SECONDS)
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
-    return _decide_claimed(rt, ref.platform, ref.job, read, now, alarm.alarm_name, alarm.dedup_key)
+    return _decide_claimed(rt, ref.platform, ref.job, read, now, alarm.alarm_name, alarm.dedup_key, facts)
 
 
 def handle_recheck(event: RecheckEvent, rt: Runtime) -> dict[str, Any]:
@@ -98,25 +113,37 @@ def handle_recheck(event: RecheckEvent, rt: Runtime) -> dict[str, Any]:
 
 
 def _decide_claimed(
-    rt: Runtime, platform: Platform, job: str, read: StoredState, now: float, trigger: str, event_key: str
+    rt: Runtime,
+    platform: Platform,
+    job: str,
+    read: StoredState,
+    now: float,
+    trigger: str,
+    event_key: str,
+    facts: JobFacts | None = None,
 ) -> dict[str, Any]:
-    """Decide on a job this invocation holds the claim of. One that no longer exists or has ended is not decided: its
-    claim is given back and its alarms deleted (an ended job retired, as its end event would)."""
+    """Decide on a job this invocation holds the claim of (`facts`: the job's, if just read). One that no longer
+    exists or has ended is not decided: its claim is given back and its alarms deleted (an ended job retired, as its
+    end event would)."""
     try:
-        signals = rt.source(platform).job_signals(job, now)
+        signals = rt.source(platform).job_signals(job, now, facts=facts)
     except JobNotFoundError as exc:
         rt.store.release_claim(job_key(platform, job))
         deleted = delete_job_alarms(rt, platform, job)
         return Outcome(job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
     if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
         rt.store.release_claim(job_key(platform, job))
-        retired = retire_job(rt, platform, job, signals.facts.status)
-        details = {"reason": f"job {signals.facts.status}", "alarms_deleted": retired["alarms_deleted"]}
-        return Outcome(job=job, status="ended", details=details).as_dict()
+        return _retired(rt, platform, job, signals.facts.status)
     outcome = decide_and_act(
         signals, rt, trigger=trigger, event_key=event_key, read=read, hold_until=now + COALESCE_SECONDS
     )
     return outcome.as_dict()
+
+
+def _retired(rt: Runtime, platform: Platform, job: str, status: str) -> dict[str, Any]:
+    retired = retire_job(rt, platform, job, status)
+    details = {"reason": f"job {status}", "alarms_deleted": retired["alarms_deleted"]}
+    return Outcome(job=job, status="ended", details=details).as_dict()
 
 
 def decide_and_act(

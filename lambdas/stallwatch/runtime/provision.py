@@ -49,6 +49,11 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         if detail.training_job_status == "InProgress":
             return provision_alarms(rt, platform, name)
         if detail.training_job_status in ENDED_SAGEMAKER:
+            try:  # a job SageMaker does not know gets nothing written (its alarms, if any, go)
+                rt.source(platform).facts(name)
+            except JobNotFoundError as exc:
+                deleted = delete_job_alarms(rt, platform, name)
+                return {"status": "not_found", "job": name, "reason": str(exc), "alarms_deleted": deleted}
             retired = retire_job(rt, platform, name, detail.training_job_status)
             if detail.training_job_status == STOPPED_SAGEMAKER:
                 retired["resume"] = resume_after_stop(rt, platform, name)

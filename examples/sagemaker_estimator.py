@@ -1,0 +1,172 @@
+"""Launch a SageMaker training job that Stallwatch watches, stops and resumes (docs/deploy.md, "SageMaker jobs").
+
+    make dist                                            # the trainer-agent wheel, dist/trainer_agent-*.whl
+    pip install "sagemaker>=2.200,<3"                    # the SageMaker Python SDK (its v2 Estimator API)
+    python examples/sagemaker_estimator.py --role-policy > role-policy.json   # what the execution role needs
+    python examples/sagemaker_estimator.py --role arn:aws:iam::123456789012:role/training \\
+        --bucket my-training-bucket --job llama-8b-pretrain --instance-type ml.p4d.24xlarge --instances 2
+
+The job gets the agent the way a job without a public package index does: the wheel is copied into `source_dir`
+beside the training script, and `requirements.txt` names it (SageMaker's PyTorch containers pip-install
+`requirements.txt` from `source_dir` before the entry point starts). The tags opt the job in: `stallwatch:mode`
+(enforce: stops allowed), `stallwatch:resume` (restarts from the checkpoint after Stallwatch's stop), with the
+checkpoint in `checkpoint_s3_uri` (SageMaker syncs it to /opt/ml/checkpoints, where examples/train_gpt.py resumes).
+The execution role needs `cloudwatch:PutMetricData` in the Stallwatch namespace (the agent's metrics), and, for a
+resume, the tag `stallwatch:resume` on the role itself (Stallwatch may pass only such roles).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TRAIN_SCRIPT = "train_gpt.py"
+SOURCES = ("train_gpt.py", "gpt.py")  # the entry point and what it imports
+CHECKPOINT_DIR = "/opt/ml/checkpoints"  # SageMaker's default local path of CheckpointConfig
+FRAMEWORK_VERSION, PY_VERSION = "2.5", "py311"  # an AWS Deep Learning Container for PyTorch
+AGENT_NAMESPACE = "Stallwatch"
+AGENT_EXTRAS = "aws"  # boto3 for CloudWatch; nvidia-ml-py ships in the GPU containers
+
+
+def stage_source_dir(wheel: Path, into: Path) -> Path:
+    """`source_dir` for the Estimator: the training script, the wheel, and a requirements.txt naming the wheel."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name in SOURCES:
+        shutil.copy2(REPO_ROOT / "examples" / name, into / name)
+    shutil.copy2(wheel, into / wheel.name)
+    (into / "requirements.txt").write_text(f"./{wheel.name}[{AGENT_EXTRAS}]\n", encoding="utf-8")
+    return into
+
+
+def estimator_arguments(
+    *,
+    job: str,
+    role: str,
+    bucket: str,
+    source_dir: Path,
+    instance_type: str,
+    instances: int,
+    mode: str = "enforce",
+    restarts: int = 2,
+    max_run_hours: int = 24,
+) -> dict[str, Any]:
+    """The keyword arguments of `sagemaker.pytorch.PyTorch` for a job Stallwatch watches."""
+    tags = {"stallwatch:mode": mode}
+    if restarts:
+        tags["stallwatch:resume"] = str(restarts)
+    return {
+        "entry_point": TRAIN_SCRIPT,
+        "source_dir": str(source_dir),
+        "role": role,
+        "instance_type": instance_type,
+        "instance_count": instances,
+        "framework_version": FRAMEWORK_VERSION,
+        "py_version": PY_VERSION,
+        "base_job_name": job,
+        "output_path": f"s3://{bucket}/{job}/output",
+        "checkpoint_s3_uri": f"s3://{bucket}/{job}/checkpoints",  # kept by every resume
+        "checkpoint_local_path": CHECKPOINT_DIR,
+        "hyperparameters": {"checkpoint-dir": CHECKPOINT_DIR, "checkpoint-every": 500, "steps": 100_000},
+        "max_run": max_run_hours * 3600,  # a resume gets what the stopped job had left
+        "tags": [{"Key": key, "Value": value} for key, value in tags.items()],
+        "metric_definitions": _metric_definitions(),
+        "distribution": {"torch_distributed": {"enabled": True}} if instances > 1 else None,
+    }
+
+
+def _metric_definitions() -> list[dict[str, str]]:
+    """The agent's progress line as SageMaker metrics (the job's console graphs), when the agent is importable."""
+    try:
+        from trainer_agent import metric_definitions
+    except ImportError:
+        return []
+    return metric_definitions()
+
+
+def execution_role_policy(bucket: str) -> dict[str, Any]:
+    """What the job's execution role needs besides SageMaker's basics: the agent's metrics, and the bucket."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "TrainerAgentMetrics",
+                "Effect": "Allow",
+                "Action": "cloudwatch:PutMetricData",
+                "Resource": "*",  # PutMetricData has no resource-level permissions: the namespace condition scopes it
+                "Condition": {"StringEquals": {"cloudwatch:namespace": AGENT_NAMESPACE}},
+            },
+            {
+                "Sid": "TrainingData",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:ListBucket"],
+                "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"],
+            },
+            {
+                "Sid": "TrainingLogs",
+                "Effect": "Allow",
+                "Action": [
+                    "logs:CreateLogStream",
+                    "logs:PutLogEvents",
+                    "logs:CreateLogGroup",
+                    "logs:DescribeLogStreams",
+                ],
+                "Resource": "arn:aws:logs:*:*:log-group:/aws/sagemaker/TrainingJobs:*",
+            },
+            {
+                "Sid": "PullTheTrainingImage",
+                "Effect": "Allow",
+                "Action": ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                "Resource": "*",
+            },
+        ],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Launch a SageMaker training job that Stallwatch watches.")
+    parser.add_argument("--role-policy", action="store_true", help="print the execution role's policy and exit")
+    parser.add_argument("--role", help="the execution role's ARN (tag it stallwatch:resume=true for resumes)")
+    parser.add_argument("--bucket", required=True, help="S3 bucket for output and checkpoints")
+    parser.add_argument("--job", default="stallwatch-example", help="the job name's start (the SDK adds a time)")
+    parser.add_argument("--instance-type", default="ml.g5.2xlarge")
+    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--mode", choices=["observe", "notify", "enforce"], default="enforce")
+    parser.add_argument("--restarts", type=int, default=2, help="stallwatch:resume (0: no resume)")
+    parser.add_argument("--wheel", type=Path, help="the trainer-agent wheel (default: the one `make dist` built)")
+    args = parser.parse_args(argv)
+    if args.role_policy:
+        print(json.dumps(execution_role_policy(args.bucket), indent=2))
+        return 0
+    if not args.role:
+        parser.error("--role is required to launch")
+    wheel = args.wheel or next(iter(sorted((REPO_ROOT / "dist").glob("trainer_agent-*.whl"))), None)
+    if wheel is None or not wheel.is_file():
+        parser.error("no trainer-agent wheel: run `make dist`, or pass --wheel")
+    from sagemaker.pytorch import PyTorch  # imported here: --role-policy needs no SDK
+
+    with tempfile.TemporaryDirectory() as staging:
+        source_dir = stage_source_dir(wheel, Path(staging) / "source")
+        arguments = estimator_arguments(
+            job=args.job,
+            role=args.role,
+            bucket=args.bucket,
+            source_dir=source_dir,
+            instance_type=args.instance_type,
+            instances=args.instances,
+            mode=args.mode,
+            restarts=args.restarts,
+        )
+        estimator = PyTorch(**{k: v for k, v in arguments.items() if v is not None})
+        estimator.fit(wait=False)  # the SDK uploads source_dir before it returns
+    print(f"started {estimator.latest_training_job.name}: stallwatch policy show {estimator.latest_training_job.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+"""``stallwatch doctor``: is a deployed Stallwatch working? One line per check, with what to do about a failure.
+
+    stallwatch doctor                      # the default deployment (stack "stallwatch"), with your AWS credentials
+    stallwatch doctor --stack team-b --send-test-alert   # and a test message through on_alarm to Slack
+
+The checks, in order: the stack's functions, rules (the sweeper's schedule among them) and table exist and are
+ready; the Slack secret holds what its mode needs; Slack answers (``auth.test`` for a bot token; the webhook, sent an
+empty payload, which Slack refuses without posting); IAM allows the stops and resumes only under their tags
+(``iam:SimulatePrincipalPolicy`` of each function's role, with and without the tag); the sweeper ran recently and
+without errors. `--send-test-alert` invokes on_alarm with a test event: a fake job's alert, marked as a test, reaches
+Slack through the function's own credentials, and nothing is stopped. Exit code 1 if any check fails.
+
+IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResources, lambda:GetFunctionConfiguration
+(and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
+secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
+cloudwatch:GetMetricData, sts:GetCallerIdentity.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from stallwatch.core.config import SlackMode, StallwatchConfig, slack_mode_of
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.offline import ops
+
+HANDLERS = {
+    "on_alarm": "handlers.on_alarm.handler",
+    "on_job_state": "handlers.on_job_state.handler",
+    "sweeper": "handlers.sweeper.handler",
+    "slack_interactions": "handlers.slack_interactions.handler",
+}
+RULE_RESOURCE_TYPE = "AWS::Events::Rule"
+SLACK_SECRET_ENV = "SLACK_SECRET_ARN"
+SLACK_API_URL = "https://slack.com/api/"
+SLACK_TIMEOUT_S = 10
+# An empty payload to a live incoming webhook is refused without a post; these answers say the webhook is gone.
+DEAD_WEBHOOK = ("no_service", "invalid_token", "channel_not_found", "channel_is_archived", "no_team", "team_disabled")
+PROBE_JOB = "stallwatch-doctor-probe"
+PROBE_INSTANCE = "i-00000000000000000"
+RESUME_TAG = "stallwatch:resume"
+RESUMED_FROM_TAG = "stallwatch:resumed-from"
+SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
+TEST_ALERT_KEY = "stallwatch_test_alert"
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "FAIL"
+
+
+STYLES = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "bold red"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report: what was checked, how it went, and the fix for a warning or failure."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Deployed:
+    """What the doctor found of the stack: its functions by role (on_alarm, ...), their configurations, its rules."""
+
+    deployment: ops.Deployment
+    functions: dict[str, dict[str, Any]]
+    rules: list[dict[str, Any]]
+    table: str
+
+    @classmethod
+    def find(cls, deployment: ops.Deployment) -> Deployed:
+        lambda_client = deployment.clients.session.client("lambda", config=deployment.clients.config)
+        events = deployment.clients.session.client("events", config=deployment.clients.config)
+        functions = {}
+        for name in deployment.resources(ops.FUNCTION_RESOURCE_TYPE):
+            configuration = lambda_client.get_function_configuration(FunctionName=name)
+            role = next((r for r, handler in HANDLERS.items() if handler == configuration.get("Handler")), None)
+            if role is not None:
+                functions[role] = configuration
+        rules = [events.describe_rule(Name=name) for name in deployment.resources(RULE_RESOURCE_TYPE)]
+        return cls(deployment, functions, rules, deployment.table)
+
+    def env(self, variable: str) -> str | None:
+        return next((f["Environment"]["Variables"].get(variable) for f in self.functions.values()), None)
+
+
+def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
+    """The four functions (active), the rules each monitored platform and the sweeper need (enabled), the table."""
+    redeploy = f"deploy the stack again: npx cdk deploy {deployed.deployment.stack}"
+    for role in HANDLERS:
+        function = deployed.functions.get(role)
+        if function is None:
+            yield Check(f"function {role}", Status.FAIL, "not in the stack", redeploy)
+        elif function.get("State", "Active") != "Active" or function.get("LastUpdateStatus", "Successful") == "Failed":
+            detail = f"{function['FunctionName']}: {function.get('State')} {function.get('StateReason', '')}".strip()
+            yield Check(f"function {role}", Status.FAIL, detail, redeploy)
+        else:
+            yield Check(f"function {role}", Status.OK, function["FunctionName"])
+    wanted = {"sweeper schedule": lambda r: bool(r.get("ScheduleExpression"))}
+    if config.policy.monitor_sagemaker:
+        wanted["SageMaker job states rule"] = lambda r: "aws.sagemaker" in r.get("EventPattern", "")
+    if config.policy.monitor_ec2:
+        wanted["EC2 instance states rule"] = lambda r: "aws.ec2" in r.get("EventPattern", "")
+    for name, matches in wanted.items():
+        rule = next((r for r in deployed.rules if matches(r)), None)
+        if rule is None:
+            yield Check(name, Status.FAIL, "not in the stack", redeploy)
+        elif rule.get("State") != "ENABLED":
+            fix = f"aws events enable-rule --name {rule['Name']}"
+            yield Check(name, Status.FAIL, f"{rule['Name']} is {rule.get('State')}", fix)
+        else:
+            yield Check(name, Status.OK, f"{rule['Name']} {rule.get('ScheduleExpression', '')}".strip())
+    status = deployed.deployment.clients.dynamodb.describe_table(TableName=deployed.table)["Table"]["TableStatus"]
+    yield Check("table", Status.OK if status == "ACTIVE" else Status.FAIL, f"{deployed.table} {status}", redeploy)
+
+
+def read_secret(deployed: Deployed) -> tuple[Check, dict[str, Any] | None]:
+    """The Slack secret's fields, as the functions read them."""
+    arn = deployed.env(SLACK_SECRET_ENV)
+    fix = "put the Slack app's JSON into the secret (docs/operators.md, step 6)"
+    if not arn:
+        return Check("Slack secret", Status.FAIL, f"the functions have no {SLACK_SECRET_ENV}", "deploy again"), None
+    try:
+        raw = deployed.deployment.clients.secretsmanager.get_secret_value(SecretId=arn)["SecretString"]
+        secret = json.loads(raw)
+    except ValueError:
+        return Check("Slack secret", Status.FAIL, f"{arn} does not hold JSON", fix), None
+    if not isinstance(secret, dict):
+        return Check("Slack secret", Status.FAIL, f"{arn} does not hold a JSON object", fix), None
+    return Check("Slack secret", Status.OK, arn), secret
+
+
+def check_secret_fields(secret: dict[str, Any], config: StallwatchConfig) -> Iterator[Check]:
+    """The fields the secret's mode needs, the signing secret the buttons need, and the allow-list."""
+    mode = slack_mode_of(secret)
+    if mode is None:
+        fix = '{"webhook_url": ..., "signing_secret": ...} or {"bot_token": "xoxb-...", "channel": "C...", ...}'
+        yield Check("Slack mode", Status.FAIL, "the secret has neither webhook_url, nor bot_token and channel", fix)
+        return
+    both = mode is SlackMode.WEBHOOK and secret.get("bot_token")
+    detail = f"{mode.value} (webhook_url set: alerts cannot be edited in place)" if both else mode.value
+    fix = "remove webhook_url from the secret for bot mode" if both else ""
+    yield Check("Slack mode", Status.WARN if both else Status.OK, detail, fix)
+    if not secret.get("signing_secret"):
+        fix = "add the app's signing_secret (Basic Information → Signing Secret) to the secret"
+        yield Check("Slack signing secret", Status.FAIL, "missing: every button press is refused (401)", fix)
+    else:
+        yield Check("Slack signing secret", Status.OK, "set")
+    allowed = config.slack
+    if allowed.allowed_group_ids and mode is not SlackMode.BOT:
+        fix = "groups need bot mode (usergroups.users.list): use a bot_token, or list the users"
+        yield Check("Slack allow-list", Status.FAIL, "allowed_group_ids set in webhook mode", fix)
+    elif not (allowed.allowed_user_ids or allowed.allowed_group_ids):
+        fix = "set slack.allowed_user_ids (or allowed_group_ids) in the config and deploy again"
+        yield Check("Slack allow-list", Status.WARN, "empty: every button answers 'not allowed'", fix)
+    else:
+        count = len(allowed.allowed_user_ids) + len(allowed.allowed_group_ids)
+        yield Check("Slack allow-list", Status.OK, f"{count} users and groups")
+
+
+def check_slack(secret: dict[str, Any], api_url: str) -> Check:
+    """Slack answers the secret's credentials: auth.test for a bot token, the webhook for an empty payload."""
+    mode = slack_mode_of(secret)
+    if mode is SlackMode.BOT:
+        from slack_sdk import WebClient  # imported here: only this check talks to Slack
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            reply = WebClient(token=secret["bot_token"], base_url=api_url, timeout=SLACK_TIMEOUT_S).auth_test()
+        except SlackApiError as exc:
+            fix = "a token of the app that posts (OAuth & Permissions → Bot User OAuth Token)"
+            return Check("Slack answers", Status.FAIL, f"auth.test: {exc.response.get('error')}", fix)
+        except OSError as exc:
+            return Check("Slack answers", Status.FAIL, f"auth.test: {exc}", "check the network path to Slack")
+        return Check("Slack answers", Status.OK, f"auth.test: bot {reply.get('user')} in team {reply.get('team')}")
+    request = urllib.request.Request(
+        secret["webhook_url"], data=b"{}", headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=SLACK_TIMEOUT_S) as response:
+            status, body = response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read().decode(errors="replace")
+    except OSError as exc:
+        return Check("Slack answers", Status.FAIL, f"webhook: {exc}", "check the network path to Slack")
+    if status >= 500 or body.strip() in DEAD_WEBHOOK or status in (403, 404, 410):
+        fix = "the webhook was removed or revoked: install the app again and put the new webhook_url"
+        return Check("Slack answers", Status.FAIL, f"webhook: HTTP {status} {body[:80]}", fix)
+    return Check("Slack answers", Status.OK, f"webhook answers (HTTP {status} to an empty payload, nothing posted)")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One IAM question: may `role` do `action` on `resource` with `tags` (context keys), and should it."""
+
+    role: str
+    action: str
+    resource: str
+    tags: dict[str, str]
+    allowed: bool
+
+
+def iam_probes(config: StallwatchConfig, region: str, account: str) -> list[Probe]:
+    """Stops (on_alarm, the sweeper, the buttons) with and without the opt-in tag; resumes (on_job_state, the
+    sweeper) with and without theirs."""
+    job = f"arn:aws:sagemaker:{region}:{account}:training-job/{PROBE_JOB}"
+    instance = f"arn:aws:ec2:{region}:{account}:instance/{PROBE_INSTANCE}"
+    role_arn = f"arn:aws:iam::{account}:role/{PROBE_JOB}"
+    tagged = {f"aws:ResourceTag/{STOP_OPT_IN_TAG}": STOP_OPT_IN_VALUE}
+    untagged_allowed = not config.policy.stop_requires_tag
+    probes = []
+    for role in ("on_alarm", "sweeper", "slack_interactions"):
+        if config.policy.monitor_sagemaker:
+            probes += [
+                Probe(role, "sagemaker:StopTrainingJob", job, tagged, True),
+                Probe(role, "sagemaker:StopTrainingJob", job, {}, untagged_allowed),
+            ]
+        if config.policy.monitor_ec2:
+            probes += [
+                Probe(role, "ec2:StopInstances", instance, tagged, True),
+                Probe(role, "ec2:StopInstances", instance, {}, untagged_allowed),
+            ]
+    for role in ("on_job_state", "sweeper"):
+        if config.policy.monitor_sagemaker:
+            chain = {f"aws:RequestTag/{RESUMED_FROM_TAG}": PROBE_JOB}
+            passed = {"iam:PassedToService": "sagemaker.amazonaws.com"}
+            probes += [
+                Probe(role, "sagemaker:CreateTrainingJob", job, chain, True),
+                Probe(role, "sagemaker:CreateTrainingJob", job, {}, False),
+                Probe(role, "iam:PassRole", role_arn, passed | {f"aws:ResourceTag/{RESUME_TAG}": "2"}, True),
+                Probe(role, "iam:PassRole", role_arn, passed, False),
+            ]
+        if config.policy.monitor_ec2:
+            probes += [
+                Probe(role, "ec2:StartInstances", instance, {f"aws:ResourceTag/{RESUME_TAG}": "2"}, True),
+                Probe(role, "ec2:StartInstances", instance, {}, False),
+            ]
+    return probes
+
+
+def check_iam(deployed: Deployed, config: StallwatchConfig, region: str, account: str) -> Iterator[Check]:
+    """Each probe simulated against the function's role: allowed where it should be, denied elsewhere."""
+    iam = deployed.deployment.clients.session.client("iam", config=deployed.deployment.clients.config)
+    for probe in iam_probes(config, region, account):
+        function = deployed.functions.get(probe.role)
+        if function is None:
+            continue  # reported by the resources check
+        context = [
+            {"ContextKeyName": key, "ContextKeyValues": [value], "ContextKeyType": "string"}
+            for key, value in {"aws:RequestedRegion": region, **probe.tags}.items()
+        ]
+        [result] = iam.simulate_principal_policy(
+            PolicySourceArn=function["Role"], ActionNames=[probe.action], ResourceArns=[probe.resource],
+            ContextEntries=context,
+        )["EvaluationResults"]  # fmt: skip
+        allowed = result["EvalDecision"] == "allowed"
+        tags = ", ".join(f"{k.split('/', 1)[-1]}={v}" for k, v in probe.tags.items() if "/" in k) or "no tag"
+        name = f"IAM {probe.role} {probe.action} ({tags})"
+        if allowed == probe.allowed:
+            status = Status.WARN if allowed and not probe.tags and "Stop" in probe.action else Status.OK
+            note = " (policy.stop_requires_tag is false: any job may be stopped)" if status is Status.WARN else ""
+            yield Check(name, status, f"{result['EvalDecision']}{note}")
+        else:
+            want = "allowed" if probe.allowed else "denied"
+            yield Check(name, Status.FAIL, f"{result['EvalDecision']}, should be {want}", "deploy the stack again")
+
+
+def check_sweeper(deployed: Deployed, config: StallwatchConfig, now: float) -> Check:
+    """The sweeper's invocations and errors (AWS/Lambda) over its last few periods."""
+    function = deployed.functions.get("sweeper")
+    if function is None:
+        return Check("sweeper runs", Status.FAIL, "no sweeper function", "deploy the stack again")
+    period = config.sweeper_minutes * 60
+    dims = [{"Name": "FunctionName", "Value": function["FunctionName"]}]
+    queries = []
+    for name in ("Invocations", "Errors"):
+        metric = {"Namespace": "AWS/Lambda", "MetricName": name, "Dimensions": dims}
+        queries.append({"Id": name.lower(), "MetricStat": {"Metric": metric, "Period": 60, "Stat": "Sum"}})
+    start = now - SWEEPS_LOOKED_AT * period - 60
+    response = deployed.deployment.clients.cloudwatch.get_metric_data(
+        MetricDataQueries=queries,
+        StartTime=datetime.fromtimestamp(start - start % 60, UTC),
+        EndTime=datetime.fromtimestamp(now + 60 - now % 60, UTC),
+    )
+    sums = {r["Id"]: sum(r["Values"]) for r in response["MetricDataResults"]}
+    window = f"the last {SWEEPS_LOOKED_AT * config.sweeper_minutes} min"
+    logs = f"see its log group /aws/lambda/{function['FunctionName']}"
+    if not sums.get("invocations"):
+        return Check("sweeper runs", Status.FAIL, f"no run in {window}", f"is its schedule enabled? {logs}")
+    if sums.get("errors"):
+        return Check(
+            "sweeper runs", Status.FAIL, f"{sums['errors']:.0f} failed of {sums['invocations']:.0f} in {window}", logs
+        )
+    return Check("sweeper runs", Status.OK, f"{sums['invocations']:.0f} runs in {window}, no errors")
+
+
+def send_test_alert(deployed: Deployed, requested_by: str) -> Check:
+    """on_alarm's test alert: a fake job's alert through the function to Slack, marked as a test; nothing stopped."""
+    function = deployed.functions.get("on_alarm")
+    if function is None:
+        return Check("test alert", Status.FAIL, "no on_alarm function", "deploy the stack again")
+    lambda_client = deployed.deployment.clients.session.client("lambda", config=deployed.deployment.clients.config)
+    payload = json.dumps({TEST_ALERT_KEY: {"requested_by": requested_by}}).encode()
+    answer = lambda_client.invoke(FunctionName=function["FunctionName"], Payload=payload)
+    result = json.loads(answer["Payload"].read() or b"{}")
+    if answer.get("FunctionError"):
+        detail = f"on_alarm failed: {result.get('errorType')}: {result.get('errorMessage')}"
+        return Check("test alert", Status.FAIL, detail, f"see /aws/lambda/{function['FunctionName']}")
+    if not result.get("posted"):
+        return Check("test alert", Status.FAIL, f"not posted: {result.get('detail')}", "see the Slack checks above")
+    return Check("test alert", Status.OK, f"posted to Slack, marked as a test ({result.get('detail')})")
+
+
+def run_checks(
+    deployment: ops.Deployment,
+    *,
+    send_alert: bool = False,
+    slack_api_url: str = SLACK_API_URL,
+    clock: Callable[[], float] = time.time,
+) -> list[Check]:
+    """Every check of a deployed stack, in order (and the test alert, when asked)."""
+    deployed = Deployed.find(deployment)
+    config = deployment.config
+    checks = list(check_resources(deployed, config))
+    secret_check, secret = read_secret(deployed)
+    checks.append(secret_check)
+    if secret is not None:
+        checks += check_secret_fields(secret, config)
+        if slack_mode_of(secret) is not None:
+            checks.append(check_slack(secret, slack_api_url))
+    identity = deployment.clients.session.client("sts", config=deployment.clients.config).get_caller_identity()
+    region = deployment.clients.session.region_name or ""
+    checks += check_iam(deployed, config, region, identity["Account"])
+    checks.append(check_sweeper(deployed, config, clock()))
+    if send_alert:
+        checks.append(send_test_alert(deployed, identity["Arn"]))
+    return checks
+
+
+@ops.reported
+def run_doctor(args: argparse.Namespace) -> int:
+    deployment = ops.Deployment.from_args(args)
+    checks = run_checks(deployment, send_alert=args.send_test_alert)
+    console = Console()
+    for check in checks:
+        line = Text.assemble((f"{check.status.value:>4}", STYLES[check.status]), f"  {check.name}: {check.detail}")
+        if check.fix:
+            line.append(f"  → {check.fix}", style="dim")
+        console.print(line)
+    failed = sum(c.status is Status.FAIL for c in checks)
+    console.print(f"{len(checks)} checks, {failed} failed" if failed else f"{len(checks)} checks passed")
+    return 1 if failed else 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``doctor`` to the ``stallwatch`` CLI."""
+    parser = subparsers.add_parser("doctor", help="check a deployed Stallwatch end to end, one line per check")
+    parser.add_argument(
+        "--send-test-alert",
+        action="store_true",
+        help="also send a test alert of a fake job through on_alarm to Slack (marked as a test; nothing is stopped)",
+    )
+    ops.deployment_flags(parser)
+    parser.set_defaults(handler=run_doctor)

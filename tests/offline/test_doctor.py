@@ -1,0 +1,223 @@
+"""`stallwatch doctor` against the demo's deployment on moto: the stack's real template (its roles, policies,
+functions, rules and table) deployed in moto, the demo's Slack (a receiver on 127.0.0.1), its functions invoked in
+this process. IAM's answers come from `localrun.moto_iam_simulate`, which evaluates the roles' own policies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import moto  # imported before any boto3 client is created
+import pytest
+
+from localrun import moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
+from localrun.resources import create_resources
+from stallwatch.offline import cli, doctor
+from stallwatch.offline.ops import Deployment
+from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
+from tests.fixtures.moto_stack import deploy_on_moto
+from tests.fixtures.request_limits import recording
+from tests.fixtures.world import SlackReceiver, scheduled_event
+from tests.stacks.conftest import build_app
+
+STACK = "stallwatch"
+SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+
+moto_sagemaker.install()
+moto_iam_simulate.install()
+moto_lambda_invoke.install()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The default deployment's template, synthesized as `cdk synth` does (offline)."""
+    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"))
+    return app.synth().get_stack_by_name(stack.stack_name).template
+
+
+@pytest.fixture
+def slack() -> Iterator[SlackReceiver]:
+    with SlackReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture
+def deployed(template: dict[str, Any], slack: SlackReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The demo's deployment: its table and webhook secret, and the stack around them, with one sweep run."""
+    monkeypatch.setenv("COLUMNS", "200")  # the report's lines unwrapped
+    with moto.mock_aws():
+        resources = create_resources(
+            boto3.client("dynamodb"), boto3.client("secretsmanager"), boto3.client("scheduler"), slack.url
+        )
+        secrets = boto3.client("secretsmanager")
+        secrets.put_secret_value(
+            SecretId=resources.secret_arn,
+            SecretString=json.dumps({"webhook_url": slack.url, "signing_secret": SIGNING_SECRET}),
+        )
+        deploy_on_moto(template, STACK, resources.secret_arn)
+        _invoke("handlers.sweeper.handler", scheduled_event())
+        yield resources
+
+
+def _function(handler: str) -> dict[str, Any]:
+    functions = boto3.client("lambda").list_functions()["Functions"]
+    return next(f for f in functions if f["Handler"] == handler)
+
+
+def _invoke(handler: str, event: dict[str, Any]) -> dict[str, Any]:
+    answer = boto3.client("lambda").invoke(FunctionName=_function(handler)["FunctionName"], Payload=json.dumps(event))
+    return json.loads(answer["Payload"].read())
+
+
+def _lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return capsys.readouterr().out.splitlines()
+
+
+def test_doctor_passes_on_the_demos_deployment_and_its_test_alert_reaches_slack_stopping_nothing(
+    deployed: Any, slack: SlackReceiver, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # When the doctor checks the deployment and sends a test alert
+    with recording() as requests:
+        code = cli.main(["doctor", "--stack", STACK, "--send-test-alert"])
+    lines = _lines(capsys)
+
+    # Then every check passes, one line each (a warning for the empty allow-list of the demo's config)
+    assert code == 0, "\n".join(lines)
+    assert lines[-1].endswith("checks passed")
+    assert not [line for line in lines if line.lstrip().startswith("FAIL")]
+    for name in ("function on_alarm", "sweeper schedule", "table", "Slack mode", "Slack answers", "sweeper runs"):
+        assert any(f"ok  {name}:" in line for line in lines), name
+    assert any("ok  IAM on_alarm sagemaker:StopTrainingJob (no tag): implicitDeny" in line for line in lines)
+    assert any(
+        "ok  IAM on_alarm sagemaker:StopTrainingJob (stallwatch:mode=enforce): allowed" in line for line in lines
+    )
+    assert any("ok  IAM sweeper sagemaker:CreateTrainingJob (no tag): implicitDeny" in line for line in lines)
+    assert any("warn  Slack allow-list: empty" in line for line in lines)
+    # And the test alert went through on_alarm to Slack, marked as a test; the webhook probe posted nothing
+    [probe, alert] = slack.posts
+    assert probe == {}
+    assert alert["text"].startswith("[TEST] ")
+    assert ":test_tube: *TEST*" in alert["blocks"][0]["text"]["text"]
+    assert not [b for b in alert["blocks"] if b["type"] == "actions"]  # no button to press
+    # And nothing was stopped, and nothing was written to the table
+    assert not [
+        r
+        for r in requests
+        if r.operation.startswith("Stop") or r.operation in ("PutItem", "UpdateItem", "TransactWriteItems")
+    ]
+    assert boto3.client("dynamodb").scan(TableName=deployed.table_name)["Items"] == []
+
+
+def test_a_stop_that_iam_no_longer_ties_to_the_tag_fails_the_doctor(
+    deployed: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given on_alarm's role whose stop statement lost its tag condition (an edit by hand in the console)
+    iam = boto3.client("iam")
+    role = _function("handlers.on_alarm.handler")["Role"].rsplit("/", 1)[-1]
+    [name] = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    document = iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+    for statement in document["Statement"]:
+        if statement.get("Sid") == "StopTrainingJobs":
+            statement.pop("Condition")
+    iam.put_role_policy(RoleName=role, PolicyName=name, PolicyDocument=json.dumps(document))
+
+    # When the doctor runs, Then it fails, naming the check and what to do
+    assert cli.main(["doctor", "--stack", STACK]) == 1
+    lines = _lines(capsys)
+    [line] = [line for line in lines if "IAM on_alarm sagemaker:StopTrainingJob (no tag)" in line]
+    assert line.lstrip().startswith("FAIL")
+    assert "allowed, should be denied" in line
+    assert "→ deploy the stack again" in line
+
+
+@pytest.mark.parametrize(
+    ("secret", "failing"),
+    [
+        ({}, "Slack mode"),
+        ({"webhook_url": "http://127.0.0.1:9/services/T/B/gone"}, "Slack answers"),
+        ({"bot_token": "xoxb-1", "channel": "C0123"}, "Slack signing secret"),
+    ],
+    ids=["empty", "webhook-unreachable", "no-signing-secret"],
+)
+def test_a_slack_secret_that_cannot_work_fails_the_doctor(
+    deployed: Any, capsys: pytest.CaptureFixture[str], secret: dict[str, str], failing: str
+) -> None:
+    boto3.client("secretsmanager").put_secret_value(SecretId=deployed.secret_arn, SecretString=json.dumps(secret))
+    checks = doctor.run_checks(Deployment(stack=STACK), slack_api_url="http://127.0.0.1:9/api/")
+    [check] = [c for c in checks if c.name == failing]
+    assert check.status is doctor.Status.FAIL
+    assert check.fix
+
+
+def test_a_sweeper_that_has_not_run_fails_the_doctor(deployed: Any) -> None:
+    # Given a clock two hours on: the sweep the fixture ran is long past
+    checks = doctor.run_checks(Deployment(stack=STACK), clock=lambda: __import__("time").time() + 7200)
+    [sweeper] = [c for c in checks if c.name == "sweeper runs"]
+    assert (sweeper.status, sweeper.detail) == (doctor.Status.FAIL, "no run in the last 15 min")
+
+
+def test_the_iam_simulation_extension_evaluates_conditions_as_iam_does() -> None:
+    # Given Stallwatch's stop statement (the tag condition, any case) and an explicit deny beside an allow
+    stop = {
+        "Effect": "Allow",
+        "Action": "sagemaker:StopTrainingJob",
+        "Resource": "arn:aws:sagemaker:us-east-1:123456789012:training-job/*",
+        "Condition": {"StringEqualsIgnoreCase": {"aws:ResourceTag/stallwatch:mode": "enforce"}},
+    }
+    job = "arn:aws:sagemaker:us-east-1:123456789012:training-job/j"
+    evaluate = moto_iam_simulate.evaluate
+    assert (
+        evaluate(
+            [{"Statement": [stop]}], "sagemaker:StopTrainingJob", job, {"aws:resourcetag/stallwatch:mode": ["ENFORCE"]}
+        )
+        == "allowed"
+    )
+    assert evaluate([{"Statement": [stop]}], "sagemaker:StopTrainingJob", job, {}) == "implicitDeny"
+    assert (
+        evaluate(
+            [{"Statement": [stop]}], "sagemaker:StopTrainingJob", job, {"aws:resourcetag/stallwatch:mode": ["notify"]}
+        )
+        == "implicitDeny"
+    )
+    assert evaluate([{"Statement": [stop]}], "sagemaker:DeleteTrainingJob", job, {}) == "implicitDeny"
+    deny = {"Effect": "Deny", "Action": "sagemaker:*", "Resource": "*"}
+    assert (
+        evaluate(
+            [{"Statement": [stop, deny]}],
+            "sagemaker:StopTrainingJob",
+            job,
+            {"aws:resourcetag/stallwatch:mode": ["enforce"]},
+        )
+        == "explicitDeny"
+    )
+    # Null: "false" holds when the key is present
+    null = {
+        "Effect": "Allow",
+        "Action": "ec2:StartInstances",
+        "Resource": "*",
+        "Condition": {"Null": {"aws:ResourceTag/stallwatch:resume": "false"}},
+    }
+    assert (
+        evaluate(
+            [{"Statement": [null]}],
+            "ec2:StartInstances",
+            "arn:aws:ec2:us-east-1:1:instance/i-1",
+            {"aws:resourcetag/stallwatch:resume": ["2"]},
+        )
+        == "allowed"
+    )
+    assert (
+        evaluate([{"Statement": [null]}], "ec2:StartInstances", "arn:aws:ec2:us-east-1:1:instance/i-1", {})
+        == "implicitDeny"
+    )
+    # An operator it does not implement is never answered
+    other = {
+        "Effect": "Allow",
+        "Action": "*",
+        "Resource": "*",
+        "Condition": {"DateGreaterThan": {"aws:CurrentTime": "2020-01-01"}},
+    }
+    with pytest.raises(moto_iam_simulate.UnsupportedConditionError):
+        evaluate([{"Statement": [other]}], "s3:GetObject", "*", {})

@@ -1,0 +1,89 @@
+"""The fault-mix simulator and benchmark on a few small jobs: every kind of fault is stopped (or, a slow node, named)
+in time, and a job that goes through every healthy pause is never stopped nor warned."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import faultmix
+from corpus.faults import Episode, Fault, Job, draw_jobs
+from stallwatch.core.signals import Platform
+
+HOUR = 3600.0
+
+
+def job(name: str, fault: Fault | None = None, episodes: tuple[Episode, ...] = (), **shape: object) -> Job:
+    fields: dict = {
+        "name": name,
+        "platform": Platform.SAGEMAKER,
+        "instance_type": "p4d.24xlarge",
+        "hosts": 4,
+        "agent": True,
+        "duration_s": 6 * HOUR,
+        "seed": 5,
+        "startup_s": 300.0,
+        "step_s": 2.0,
+        "log_every_s": 60.0,
+        "rank0_only_logs": False,
+        "ec2_power": False,
+        "episodes": episodes,
+        "fault": fault,
+    }
+    return Job(**(fields | shape))
+
+
+FAULTS = [
+    job("crash-agent", Fault("crash", "faulty GPU", 2 * HOUR, host=2)),
+    job(
+        "crash-noagent-rank0-logs", Fault("crash", "software bug", 2 * HOUR, host=3), agent=False, rank0_only_logs=True
+    ),
+    job("hang-agent-ec2", Fault("hang", "network switch or cable", 2 * HOUR), platform=Platform.EC2),
+    job("hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False),
+    job("lost-rank0-agent", Fault("lost", "host maintenance", 2 * HOUR, host=0)),
+    job("lost-noagent-ec2", Fault("lost", "power supply", 2 * HOUR, host=1), agent=False, platform=Platform.EC2),
+]
+
+
+@pytest.mark.parametrize("stalled", FAULTS, ids=[j.name for j in FAULTS])
+def test_every_kind_of_fault_is_stopped_soon_after_its_onset(stalled: Job) -> None:
+    # Given a job whose fault leaves it running / When replayed
+    outcome = faultmix.run_job(stalled)
+    # Then it is stopped after the onset, within the goals' p95 (15 min with the agent, 25 without)
+    assert outcome.stop_s is not None
+    assert not outcome.false_stop
+    minutes = (outcome.stop_s - stalled.fault.onset_s) / 60
+    assert minutes <= (15 if stalled.agent else 25)
+
+
+def test_a_slow_node_is_named_within_30_minutes_and_nothing_is_stopped() -> None:
+    slow = job("slow", Fault("slow", "GPU thermal throttling", 2 * HOUR, host=1, factor=1.3), hosts=8)
+    outcome = faultmix.run_job(slow)
+    assert outcome.stop_s is None
+    assert any(h == "1" and 2 * HOUR <= t <= 2 * HOUR + 1800 for t, h in outcome.stragglers)
+    assert all(h == "1" for _, h in outcome.stragglers)
+
+
+@pytest.mark.parametrize("agent", [True, False])
+def test_a_job_through_every_healthy_pause_is_never_stopped_or_warned(agent: bool) -> None:
+    # Given a job with a long undeclared checkpoint (and a silent one), a declared one past its budget, an evaluation,
+    # a data stall and a restart by its launcher
+    pauses = (
+        Episode("checkpoint", 1 * HOUR, 1500.0, start_line=True, end_line=False),
+        Episode("checkpoint", 1.8 * HOUR, 900.0, declared_budget_s=720.0 if agent else None),
+        Episode("eval", 2.5 * HOUR, 1800.0, start_line=False),
+        Episode("data_stall", 3.3 * HOUR, 900.0, start_line=False),
+        Episode("restart", 4.0 * HOUR, 480.0, host=2),
+        Episode("checkpoint", 4.8 * HOUR, 600.0, start_line=False, end_line=False),
+    )
+    outcome = faultmix.run_job(job("healthy", episodes=pauses, agent=agent, rank0_only_logs=not agent))
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+def test_the_draw_is_seeded_and_follows_the_mix() -> None:
+    jobs = draw_jobs(seed=3, job_days=20)
+    assert [j.name for j in jobs] == [j.name for j in draw_jobs(seed=3, job_days=20)]
+    assert sum(j.days for j in jobs) >= 20
+    kinds = {j.fault.kind for j in jobs if j.fault}
+    assert kinds <= {"crash", "hang", "lost", "slow"}
+    assert "crash" in kinds

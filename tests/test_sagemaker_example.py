@@ -1,0 +1,89 @@
+"""examples/sagemaker_estimator.py: a SageMaker job with the agent in its container, the tags Stallwatch reads, and
+the role it needs (the SDK itself is not called: launching needs an account)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stallwatch.core import contract
+from stallwatch.core.policy import MODE_TAG
+from stallwatch.core.resume import RESUME_TAG
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("sagemaker_estimator", REPO_ROOT / "examples" / "sagemaker_estimator.py")
+example = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(example)  # type: ignore[union-attr]
+WHEEL_SOURCES = ("trainer_agent", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The trainer-agent wheel, built from the repository as `make dist` builds it."""
+    out = tmp_path_factory.mktemp("wheel")
+    source = out / "src"  # a copy: setuptools writes build/ and egg-info beside the sources
+    source.mkdir()
+    for name in WHEEL_SOURCES:
+        if (REPO_ROOT / name).is_dir():
+            shutil.copytree(REPO_ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO_ROOT / name, source / name)
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        str(out),
+        str(source),
+    ]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    [built] = out.glob("trainer_agent-*.whl")
+    return built
+
+
+def test_the_source_dir_carries_the_wheel_and_a_requirements_line_pip_installs(wheel: Path, tmp_path: Path) -> None:
+    # Given the source_dir the example stages
+    source = example.stage_source_dir(wheel, tmp_path / "source")
+
+    # Then it holds the entry point, what it imports, and the wheel named by requirements.txt
+    assert {p.name for p in source.iterdir()} == {"train_gpt.py", "gpt.py", wheel.name, "requirements.txt"}
+    # And pip, run there as SageMaker's container runs it, takes the line: the local wheel, with the aws extra
+    dry_run = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "-r", "requirements.txt"],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert dry_run.returncode == 0, dry_run.stderr
+    assert "Would install trainer-agent-" in dry_run.stdout
+
+
+def test_the_estimator_opts_the_job_in_with_a_checkpoint_and_the_agents_metrics(tmp_path: Path) -> None:
+    arguments = example.estimator_arguments(
+        job="llama-8b", role="arn:aws:iam::123456789012:role/training", bucket="b", source_dir=tmp_path,
+        instance_type="ml.p4d.24xlarge", instances=2,
+    )  # fmt: skip
+    tags = {t["Key"]: t["Value"] for t in arguments["tags"]}
+    assert tags == {MODE_TAG: "enforce", RESUME_TAG: "2"}
+    assert arguments["checkpoint_s3_uri"] == "s3://b/llama-8b/checkpoints"
+    assert arguments["hyperparameters"]["checkpoint-dir"] == arguments["checkpoint_local_path"]
+    assert arguments["distribution"] == {"torch_distributed": {"enabled": True}}
+    assert {d["Name"] for d in arguments["metric_definitions"]} >= {"stallwatch:Step"}
+
+
+def test_the_execution_role_may_publish_the_agents_metrics_only_in_stallwatchs_namespace() -> None:
+    policy = example.execution_role_policy("my-bucket")
+    [metrics] = [s for s in policy["Statement"] if s["Action"] == "cloudwatch:PutMetricData"]
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": contract.NAMESPACE}}
+    assert not [s for s in policy["Statement"] if "*" in s["Action"] or s["Action"] == "*"]
