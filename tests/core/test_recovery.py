@@ -104,14 +104,25 @@ def test_the_report_is_the_last_marked_json_line_of_the_output() -> None:
     [
         ("", "no stallwatch_health line"),
         ('{"stallwatch_health": 1, "gpus": "8"', "no stallwatch_health line"),
-        (_line(gpus="8"), "gpus='8': expected a whole number"),
-        (_line(ecc_uncorrectable=True), "ecc_uncorrectable=True"),
-        (_line(xid="79"), "xid='79': expected a list"),
+        (_line(gpus="8"), "gpus: expected a whole number"),
+        (_line(ecc_uncorrectable=True), "ecc_uncorrectable: expected a whole number"),
+        (_line(xid="79"), "xid: expected a list"),
+        (_line(efa="<!channel> pwned"), "efa: expected one of missing, no_tool, present, timeout"),
     ],
 )
 def test_an_output_without_a_well_formed_report_is_an_error_naming_what_is_wrong(output: str, message: str) -> None:
     with pytest.raises(HealthOutputError, match=message):
         recovery.parse_health(output)
+
+
+def test_a_nodes_own_words_never_reach_slack_only_the_fields_they_were_in() -> None:
+    # Given a node whose output was tampered with: a state outside the document's, meant for Slack
+    tampered = _line(nvidia_smi="ok <!channel> click http://evil.example")
+    answers = {"i-1": Invocation("i-1", "Success", "Success", tampered, 0)}
+    # When it is judged, Then it is unreadable, and what Slack would hear names the field alone
+    [check] = recovery.check_nodes(answers, ("i-1",), {"i-1": "p4d.24xlarge"}, deadline_passed=False).values()
+    assert check.failures == ("unreadable health report: nvidia_smi: expected one of absent, error, ok, timeout",)
+    assert "evil" not in recovery.named_failures({"i-1": check.failures})
 
 
 def test_a_healthy_node_fails_nothing() -> None:

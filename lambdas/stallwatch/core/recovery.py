@@ -73,6 +73,12 @@ EFA_TYPES = frozenset(
     }
 )
 NVIDIA_SMI_STATES = {"timeout": "nvidia-smi -q timed out (a GPU that stopped answering)", "absent": "no nvidia-smi"}
+# The values the health-check document writes for its probes' states.
+REPORT_STATES = {
+    "nvidia_smi": frozenset({"ok", "timeout", "absent", "error"}),
+    "efa": frozenset({"present", "missing", "no_tool", "timeout"}),
+    "dcgm": frozenset({"pass", "fail", "timeout", "absent"}),
+}
 
 
 class HealthOutputError(ValueError):
@@ -155,17 +161,26 @@ def parse_health(output: str) -> HealthReport:
 
 
 def _report(data: dict[str, Any]) -> HealthReport:
+    """The report's fields, each of the type and values the document writes; a node's output is not trusted, so an
+    error names the field, never the value (it reaches Slack)."""
+
     def count(name: str) -> int:
         value = data.get(name, 0)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise HealthOutputError(f"{name}={value!r}: expected a whole number")
+            raise HealthOutputError(f"{name}: expected a whole number")
         return value
+
+    def state(name: str, default: str) -> str:
+        value = data.get(name, default)
+        if value not in REPORT_STATES[name]:
+            raise HealthOutputError(f"{name}: expected one of {', '.join(sorted(REPORT_STATES[name]))}")
+        return str(value)
 
     xids = data.get("xid", [])
     if not isinstance(xids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in xids):
-        raise HealthOutputError(f"xid={xids!r}: expected a list of Xid codes")
+        raise HealthOutputError("xid: expected a list of Xid codes")
     return HealthReport(
-        nvidia_smi=str(data.get("nvidia_smi", "error")),
+        nvidia_smi=state("nvidia_smi", "error"),
         gpus=count("gpus"),
         xids=tuple(xids),
         ecc_uncorrectable=count("ecc_uncorrectable"),
@@ -173,8 +188,8 @@ def _report(data: dict[str, Any]) -> HealthReport:
         remapped_rows_pending=count("remapped_rows_pending"),
         remapped_rows_failure=count("remapped_rows_failure"),
         nvlink_inactive=count("nvlink_inactive"),
-        efa=str(data.get("efa", "missing")),
-        dcgm=str(data.get("dcgm", "absent")),
+        efa=state("efa", "missing"),
+        dcgm=state("dcgm", "absent"),
     )
 
 
