@@ -165,20 +165,31 @@ def _run(command: Command, invocation: dict[str, Any], node: ManagedNode, step: 
     if node.agent is Agent.OFFLINE:
         _finish(command, invocation, step, "Failed", "Undeliverable", -1, "", "")
         return
+    # The script file is read by its interpreter, not executed: two nodes' threads forking while one writes its file
+    # would make exec fail with "Text file busy".
+    argv = _interpreter(script)
     with tempfile.TemporaryDirectory(prefix="ssm-") as workdir:
         path = Path(workdir) / "_script.sh"
         path.write_text(script)
-        path.chmod(0o700)
         try:
             done = subprocess.run(
-                [str(path)], env=node.environment(), capture_output=True, text=True, timeout=timeout, check=False
+                [*argv, str(path)], env=node.environment(), capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
             _finish(command, invocation, step, "TimedOut", "Execution Timed Out", -1, out, "")
             return
+        except OSError as exc:  # the agent could not start the script: the invocation fails, never hangs
+            _finish(command, invocation, step, "Failed", "Failed", -1, "", f"{type(exc).__name__}: {exc}")
+            return
     status = "Success" if done.returncode == 0 else "Failed"
     _finish(command, invocation, step, status, status, done.returncode, done.stdout, done.stderr)
+
+
+def _interpreter(script: str) -> list[str]:
+    """The script's interpreter and its arguments, from its ``#!`` line (else ``/bin/sh``, as the agent's default)."""
+    first = script.lstrip().splitlines()[0] if script.strip() else ""
+    return first[2:].split() if first.startswith("#!") else ["/bin/sh"]
 
 
 def _finish(
