@@ -5,6 +5,8 @@
     python -m localrun --scenario checkpoint
     python -m localrun --scenario crash --json > result.json
     python -m localrun --scenario hang --resume   # stopped, resumed as <job>-r1 from its checkpoint, goodput report
+    python -m localrun --platform ec2 --scenario hang --recover restart   # health checks, restart in place
+    python -m localrun --platform ec2 --scenario xid --recover restart    # the node with Xid 79 taken out
 
 Exit code 0 only if the scenario's expected outcome happened; 130 after Ctrl-C (everything is cleaned up).
 """
@@ -26,13 +28,21 @@ from rich.console import Console
 
 from localrun import request_log
 from localrun.run import LocalRun
-from localrun.scenarios import DEFAULT_SCENARIO, RESUMABLE_SCENARIOS, RESUME_DEADLINE_S, RUN_DEADLINE_S, SCENARIOS
+from localrun.scenarios import (
+    DEFAULT_SCENARIO,
+    RECOVER_DEADLINE_S,
+    RESUMABLE_SCENARIOS,
+    RESUME_DEADLINE_S,
+    RUN_DEADLINE_S,
+    SCENARIOS,
+)
 from localrun.summary import summary_table
 from stallwatch.core.signals import Platform
 from stallwatch.offline.report import goodput_table
 
 EXIT_INTERRUPTED = 130
 LOG_WIDTH = 120
+RECOVER_MODES = ("stop", "restart")  # stallwatch:recover: as without recovery, or in place (EC2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         "Lines, for tests/e2e/test_demo.py's check of AWS's documented limits",
     )
     parser.add_argument(
+        "--recover",
+        choices=RECOVER_MODES,
+        default="stop",
+        help="EC2: restart tags the job stallwatch:recover=restart: a stall Stallwatch would stop is health-checked "
+        "node by node through SSM and restarted in place from its checkpoint (hang, crash, xid), a bad node taken out",
+    )
+    parser.add_argument(
         "--deadline",
         type=float,
         help=f"fail after this many seconds (default {RUN_DEADLINE_S:.0f}, with --resume {RESUME_DEADLINE_S:.0f})",
@@ -83,7 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.resume and args.platform is Platform.EC2:
         parser.error("--resume: the local run resumes SageMaker jobs only")
-    deadline = args.deadline or (RESUME_DEADLINE_S if args.resume else RUN_DEADLINE_S)
+    recover = args.recover == "restart"
+    if recover and args.platform is not Platform.EC2:
+        parser.error("--recover restart: recovery in place is for EC2 clusters (add --platform ec2)")
+    if recover and not SCENARIOS[args.scenario].resumable:
+        parser.error(f"--recover restart: recovers {', '.join(sorted(RESUMABLE_SCENARIOS))} (not {args.scenario})")
+    default_deadline = RECOVER_DEADLINE_S if recover else RESUME_DEADLINE_S if args.resume else RUN_DEADLINE_S
+    deadline = args.deadline or default_deadline
     interrupted = threading.Event()
 
     def _interrupt(signum: int, frame: FrameType | None) -> None:
@@ -102,7 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.platform is Platform.EC2:
             scenario = scenario.as_cluster()
         run = LocalRun(
-            scenario, console, deadline_s=deadline, interrupted=interrupted, resume=args.resume, platform=args.platform
+            scenario,
+            console,
+            deadline_s=deadline,
+            interrupted=interrupted,
+            resume=args.resume,
+            platform=args.platform,
+            recover=recover,
         )
         with _recording(args.record_requests):
             result = run.run()

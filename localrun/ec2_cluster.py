@@ -4,7 +4,9 @@ The nodes are launched with one RunInstances, each tagged ``stallwatch:job=<job>
 tags, as deploy/ec2/launch.sh does; every instance's state change reaches on_job_state as EventBridge delivers it.
 Their training output goes to the EC2 log group, one stream per instance id, and their GPU metrics to ``CWAgent`` by
 ``InstanceId`` (what deploy/ec2/cloudwatch-agent.json configures). A StopInstances sends SIGTERM to the training
-processes, as an instance shutdown does.
+processes, as an instance shutdown does. With recovery in place (`recover`), each instance is a managed node of the
+moto SSM extension (`localrun.gpu_node`: its GPUs in the scenario's state), so Stallwatch's documents run on it; a
+`systemctl restart` there is a restart of that host's training.
 
 On a real node the agent reads its job from the instance's tag and its host from the instance id (instance
 metadata); the demo has no instance metadata, so it passes them in the agent's variables instead.
@@ -12,10 +14,12 @@ metadata); the demo has no instance metadata, so it passes them in the agent's v
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from localrun import aws_events
-from localrun.scenarios import EC2_INSTANCE_TYPE, Scenario
+from localrun import aws_events, moto_ssm
+from localrun.gpu_node import GpuNode, NodeFault
+from localrun.scenarios import EC2_INSTANCE_TYPE, RECOVER_TAGS, Scenario
 from stallwatch.core.clusters import JOB_TAG, LIVE_EC2_STATES
 from stallwatch.core.signals import Platform
 
@@ -28,13 +32,14 @@ class Ec2Cluster:
 
     platform = Platform.EC2
 
-    def __init__(self, ec2: Any, scenario: Scenario, now: float, log_group: str) -> None:
+    def __init__(self, ec2: Any, scenario: Scenario, now: float, log_group: str, nodes_dir: Path | None = None) -> None:
+        """`nodes_dir`: the job recovers in place, and its nodes (their simulated tools) live there."""
         self._ec2 = ec2
         self.name = f"stallwatch-demo-{scenario.name}-{int(now)}"
         self.instance_type = EC2_INSTANCE_TYPE
         self.created_at = now
         self.log_group = log_group
-        tags = {**scenario.tags, JOB_TAG: self.name, "Name": self.name}
+        tags = {**scenario.tags, JOB_TAG: self.name, "Name": self.name} | (RECOVER_TAGS if nodes_dir else {})
         nodes = len(scenario.host_faults)
         response = ec2.run_instances(
             ImageId=AMI,
@@ -46,6 +51,11 @@ class Ec2Cluster:
         self.hosts = sorted(i["InstanceId"] for i in response["Instances"])
         self.instance_count = len(self.hosts)
         self._finished: str | None = None  # Completed or Failed: the training ended and the nodes shut down
+        self.nodes: dict[str, GpuNode] = {}
+        if nodes_dir is not None:
+            for index, host in enumerate(self.hosts):
+                self.nodes[host] = GpuNode(nodes_dir / host, NodeFault(scenario.node_fault(index)))
+                moto_ssm.manage(host, self.nodes[host])
 
     def describe(self) -> str:
         return f"RunInstances {self.name}: {self.instance_count} x {self.instance_type} ({', '.join(self.hosts)})"
@@ -63,11 +73,23 @@ class Ec2Cluster:
         return [aws_events.instance_state_change(host, "running", t) for host in self.hosts]
 
     def status(self) -> tuple[str, str]:
-        """InProgress while every node runs; Stopping once a StopInstances reached any of them."""
+        """InProgress while a node runs; Stopping once a StopInstances reached all of them."""
         states = self._states()
-        if set(states.values()) <= LIVE_EC2_STATES:
+        if set(states.values()) & LIVE_EC2_STATES:
             return RUNNING, "running"
         return STOPPING, ", ".join(f"{h}: {s}" for h, s in sorted(states.items()))
+
+    def stopped_nodes(self) -> list[str]:
+        """The nodes a StopInstances reached while others run (a bad node taken out)."""
+        return sorted(h for h, s in self._states().items() if s not in LIVE_EC2_STATES)
+
+    def restart_requests(self) -> list[str]:
+        """The nodes where `systemctl restart stallwatch-train.service` ran since the last look."""
+        return [host for host, node in sorted(self.nodes.items()) if node.take_restart_request()]
+
+    def node_stopped(self, host: str, t: float) -> list[dict[str, Any]]:
+        """One node's state-change event once its training process is gone."""
+        return [aws_events.instance_state_change(host, self._states()[host], t)]
 
     def stopped(self, t: float) -> list[dict[str, Any]]:
         """The training processes are gone after a StopInstances: the instances report stopped."""

@@ -101,8 +101,10 @@ class HostRun:
             "OMP_NUM_THREADS": str(TRAINING_THREADS),
             "MKL_NUM_THREADS": str(TRAINING_THREADS),
         }
-        argv = [sys.executable, str(TRAIN_SCRIPT), *train_args]
-        self.process = TrainingProcess(argv, request_log.child_env(env), on_line=self._on_line)
+        self._env = request_log.child_env(env)
+        self.process = TrainingProcess(
+            [sys.executable, str(TRAIN_SCRIPT), *train_args], self._env, on_line=self._on_line
+        )
 
     def activity(self) -> HostActivity:
         """What the host's GPUs are doing now, as far as SageMaker's metrics would tell."""
@@ -118,6 +120,16 @@ class HostRun:
         self._metrics.start()
         self._timeline.event(Kind.TRAIN, f"{self.host}: training started (pid {self.process.pid})")
         return self
+
+    def restart(self, train_args: list[str], grace_s: float) -> None:
+        """What `systemctl restart` does to the launcher's unit: its processes stopped (SIGTERM, then SIGKILL after
+        `grace_s`), then the training started again with `train_args` (from its checkpoint)."""
+        self.process.kill_group(grace_s=grace_s)
+        self.check_exit()
+        self.exit_code, self.fault_started, self.fault_over, self._fault = None, False, False, "none"
+        argv = [sys.executable, str(TRAIN_SCRIPT), *train_args]
+        self.process = TrainingProcess(argv, self._env, on_line=self._on_line).start()
+        self._timeline.event(Kind.TRAIN, f"{self.host}: training restarted in place (pid {self.process.pid})")
 
     def _publish(self) -> None:
         self.simulator.publish()

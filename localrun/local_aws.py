@@ -23,12 +23,14 @@ from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from localrun import (
     moto_alarm_filters,
+    moto_autoscaling,
     moto_ec2,
     moto_logs_filter,
     moto_logs_insights,
     moto_metric_search,
     moto_sagemaker,
     moto_scheduler,
+    moto_ssm,
     moto_threads,
 )
 
@@ -93,6 +95,9 @@ class LocalAws:
         moto_alarm_filters.install()
         moto_logs_filter.install()
         moto_scheduler.install()
+        moto_ssm.install()
+        moto_ssm.run_in_background(True)  # the server serves one request at a time: a node's script must not hold it
+        moto_autoscaling.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
         self._server.start()
@@ -107,6 +112,7 @@ class LocalAws:
         if self._server is not None:
             self._server.stop()
             self._server = None
+            moto_ssm.run_in_background(False)
         if self._environ is not None:
             self._environ.close()
             self._environ = None

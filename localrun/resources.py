@@ -1,5 +1,5 @@
 """The stack's runtime resources, created in moto: the incident table, the Slack secret, the recheck schedule group,
-the functions' environment.
+recovery in place's SSM documents (deploy/ssm, as the stack creates them), the functions' environment.
 
 The table follows the schema in ``stallwatch.core.config`` (``pk``/``sk``, TTL ``expires_at``); the functions'
 environment is named by ``stallwatch.runtime.environment.LambdaEnvironment``, with the config built by
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from localrun.lambda_runtime import function_arn
 from localrun.local_aws import ACCOUNT_ID
@@ -28,6 +31,10 @@ from stallwatch.runtime.environment import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
 SECRET_NAME = "stallwatch/slack"
+DOCUMENTS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "ssm"
+HEALTH_CHECK_DOCUMENT = "stallwatch-health-check"
+RESTART_DOCUMENT = "stallwatch-restart-training"
+DOCUMENT_FILES = {HEALTH_CHECK_DOCUMENT: "health-check.yaml", RESTART_DOCUMENT: "restart-training.yaml"}
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
@@ -43,6 +50,7 @@ class RuntimeResources:
     table_name: str
     secret_arn: str
     recheck_group: str
+    documents: bool = False  # recovery in place's SSM documents were created
 
     def function_env(self) -> dict[str, str | None]:
         """The Lambda functions' environment variables, named by the model the functions read them with (None:
@@ -53,6 +61,8 @@ class RuntimeResources:
             alarm_action_arn=function_arn(ON_ALARM),
             recheck_group=self.recheck_group,
             recheck_role_arn=RECHECK_ROLE_ARN,
+            health_check_document=HEALTH_CHECK_DOCUMENT if self.documents else "",
+            restart_document=RESTART_DOCUMENT if self.documents else "",
         ).model_dump(by_alias=True)
         return {**names, CONFIG_ENV: self.config.model_dump_json(), "POWERTOOLS_SERVICE_NAME": SERVICE}
 
@@ -83,11 +93,27 @@ def create_table(dynamodb: Any, table_name: str) -> None:
     )
 
 
-def create_resources(dynamodb: Any, secretsmanager: Any, scheduler: Any, webhook_url: str) -> RuntimeResources:
-    """Create the table (with TTL), the Slack webhook secret and the recheck schedule group."""
+def create_documents(ssm: Any) -> None:
+    """Recovery in place's SSM Command documents, from deploy/ssm (the stack creates them from the same files)."""
+    for name, filename in DOCUMENT_FILES.items():
+        content = yaml.safe_load((DOCUMENTS_DIR / filename).read_text())
+        ssm.create_document(Name=name, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON")
+
+
+def create_resources(
+    dynamodb: Any, secretsmanager: Any, scheduler: Any, webhook_url: str, ssm: Any = None
+) -> RuntimeResources:
+    """Create the table (with TTL), the Slack webhook secret, the recheck schedule group and, given an SSM client,
+    the recovery documents."""
     create_table(dynamodb, TABLE_NAME)
     secret = secretsmanager.create_secret(Name=SECRET_NAME, SecretString=json.dumps({"webhook_url": webhook_url}))
     scheduler.create_schedule_group(Name=RECHECK_GROUP)
+    if ssm is not None:
+        create_documents(ssm)
     return RuntimeResources(
-        config=demo_config(), table_name=TABLE_NAME, secret_arn=secret["ARN"], recheck_group=RECHECK_GROUP
+        config=demo_config(),
+        table_name=TABLE_NAME,
+        secret_arn=secret["ARN"],
+        recheck_group=RECHECK_GROUP,
+        documents=ssm is not None,
     )

@@ -2,6 +2,7 @@
 
     result = LocalRun(SCENARIOS["hang"], console).run()
     result = LocalRun(SCENARIOS["hang"].as_cluster(), console, platform=Platform.EC2).run()   # 2 EC2 instances
+    result = LocalRun(SCENARIOS["xid"], console, platform=Platform.EC2, recover=True).run()   # recovered in place
     result.passed  # the expected outcome happened
 
 Order of events: moto and the Slack receiver start; the stack's runtime resources are created; the
@@ -15,26 +16,29 @@ success, failure or Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import re
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from localrun import aws_events, sagemaker_job
+from localrun import aws_events, moto_ssm, sagemaker_job
 from localrun.alarm_loop import THRESHOLD_CROSSED, AlarmLoop
 from localrun.aws_events import AlarmStateRecord
 from localrun.ec2_cluster import Ec2Cluster
 from localrun.host_run import HostRun
 from localrun.lambda_runtime import Invocation, LambdaRuntime
 from localrun.local_aws import LocalAws, scoped_environ
-from localrun.moto_sagemaker import STOPPED, STOPPING
+from localrun.moto_sagemaker import RUNNING, STOPPED, STOPPING
 from localrun.moto_scheduler import OneTimeSchedules
 from localrun.periodic import Periodic
 from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.sagemaker_job import COMPLETED, SageMakerJob
 from localrun.scenarios import (
+    CHECKPOINT_BEFORE_FAULT,
     CONTROL_TICK_S,
     MAX_RUNTIME_S,
     REPORT_PERIOD_S,
@@ -52,11 +56,14 @@ from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.alarms import job_alarm_prefix
 from stallwatch.core.goodput import Goodput, measure_goodput
+from stallwatch.core.recovery import TRAINING_UNIT
 from stallwatch.core.resume import RESUMED_FROM_TAG, resume_name
 from stallwatch.core.signals import Platform
 
 POLL_S = 0.25
 LocalJob = SageMakerJob | Ec2Cluster
+QUIET_RECOVERY_STEPS = frozenset({"held", "sent", "watching"})  # a sweep that only looked: not in the timeline
+FIRST_STEP = re.compile(r"training again after the restart in place: step (\d+)")
 
 
 class LocalRun:
@@ -70,9 +77,11 @@ class LocalRun:
         interrupted: threading.Event | None = None,
         resume: bool = False,
         platform: Platform = Platform.SAGEMAKER,
+        recover: bool = False,
     ) -> None:
         self.scenario = scenario
         self.resume = resume  # the job opts in to a restart from its checkpoint (SageMaker)
+        self.recover = recover  # the EC2 job opts in to recovery in place (stallwatch:recover=restart)
         self.platform = platform
         self.console = console
         self.deadline_s = deadline_s
@@ -94,6 +103,10 @@ class LocalRun:
         self._store: Store | None = None
         self._ended: str | None = None
         self._deadline_passed = False
+        self._nodes_dir: Path | None = None  # --recover: the simulated GPU nodes the SSM documents run on
+        self._taken_out: set[str] = set()  # nodes a StopInstances reached while the job ran on
+        self._restarted: list[str] = []  # nodes whose training `systemctl restart` restarted
+        self._recovery_steps: list[dict[str, Any]] = []
 
     # ---- the run --------------------------------------------------------------------------------------------
 
@@ -101,11 +114,20 @@ class LocalRun:
         started = time.time()
         with contextlib.ExitStack() as stack:
             aws = stack.enter_context(LocalAws())
+            stack.callback(moto_ssm.reset)  # the nodes this run registered
             slack = stack.enter_context(SlackReceiver(on_message=self._on_slack))
             self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}, Slack receiver on port {slack.port}")
+            documents = aws.client("ssm") if self.recover else None
             resources = create_resources(
-                aws.client("dynamodb"), aws.client("secretsmanager"), aws.client("scheduler"), slack.webhook_url
+                aws.client("dynamodb"),
+                aws.client("secretsmanager"),
+                aws.client("scheduler"),
+                slack.webhook_url,
+                documents,
             )
+            if self.recover:
+                self._checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-ckpt-"))
+                self._nodes_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-nodes-")))
             stack.enter_context(scoped_environ(dict(resources.function_env())))
             self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
             self._runtime = self._lambda_runtime(aws)
@@ -143,6 +165,10 @@ class LocalRun:
                 resumed = self._resumed_as and sagemaker.describe_training_job(TrainingJobName=self._resumed_as)
                 resumed_status = resumed["TrainingJobStatus"] if resumed else None
                 goodput = measure_goodput(*run_spans(AwsClients(), self._store, job.name, time.time(), REPORT_PERIOD_S))
+            if self.recover:
+                self._sweep()  # the sweeper's next run: the restarted training's first step, if not posted yet
+                spans = run_spans(AwsClients(), self._store, job.name, time.time(), REPORT_PERIOD_S, job.platform)
+                goodput = measure_goodput(*spans)
             ports = (aws.port, slack.port)
         return self._result(started, final_status, len(slack.messages), ports, resumed_status, goodput)
 
@@ -157,7 +183,7 @@ class LocalRun:
 
     def _create_job(self, aws: LocalAws, ec2_log_group: str) -> LocalJob:
         if self.platform is Platform.EC2:
-            return Ec2Cluster(aws.client("ec2"), self.scenario, time.time(), ec2_log_group)
+            return Ec2Cluster(aws.client("ec2"), self.scenario, time.time(), ec2_log_group, self._nodes_dir)
         return SageMakerJob.create(aws.client("sagemaker"), self.scenario, time.time(), self.resume)
 
     def _play_resumed(self, aws: LocalAws, stack: contextlib.ExitStack, started: float) -> None:
@@ -185,7 +211,7 @@ class LocalRun:
                 rank=rank,
                 world_size=len(job.hosts),
                 fault=self.scenario.host_faults[rank],
-                train_args=self.scenario.train_args(rank, self._checkpoint_dir, resumed),
+                train_args=self._train_args(rank, host, resumed),
                 aws_env=aws.env,
                 clients=clients,
                 log_place=job.log_place(host),
@@ -196,6 +222,12 @@ class LocalRun:
             )
             stack.callback(run.stop)
             self._hosts.append(run.start())
+
+    def _train_args(self, rank: int, host: str, resumed: bool) -> list[str]:
+        """The host's training arguments; recovering in place, each node keeps its own checkpoint (its disk)."""
+        own = self._checkpoint_dir and self.recover
+        checkpoint_dir = str(Path(self._checkpoint_dir) / host) if own else self._checkpoint_dir
+        return self.scenario.train_args(rank, checkpoint_dir, resumed)
 
     def _supervise(self, started: float) -> None:
         """Play the platform until the job has ended (or the deadline passed)."""
@@ -208,7 +240,9 @@ class LocalRun:
                 self._errors.append(f"deadline: the run took longer than {self.deadline_s:.0f} s")
                 self.timeline.event(Kind.ERROR, self._errors[-1])
                 return
-            codes = [host.check_exit() for host in self._hosts]
+            if isinstance(self._job, Ec2Cluster):
+                self._follow_nodes(self._job)
+            codes = [host.check_exit() for host in self._hosts if host.host not in self._taken_out]
             status, secondary = self._job.status()
             if self.timeline.set_job_status(status, secondary):
                 self.timeline.event(Kind.JOB, f"job status {status} / {secondary}")
@@ -222,6 +256,28 @@ class LocalRun:
                 self._deliver(events)
                 self._ended = end
             time.sleep(POLL_S)
+
+    def _follow_nodes(self, cluster: Ec2Cluster) -> None:
+        """What systemd and EC2 do on the nodes while the job runs: `systemctl restart` (an SSM command) restarts a
+        node's training from its checkpoint; a node a StopInstances reached shuts its training down."""
+        for host in cluster.restart_requests():
+            run = next(h for h in self._hosts if h.host == host)
+            self.timeline.event(Kind.JOB, f"{host}: systemctl restart {TRAINING_UNIT} (an SSM command)")
+            run.restart(self._train_args(run.rank, host, resumed=True), SIGTERM_GRACE_S)
+            self._restarted.append(host)
+        if cluster.status()[0] != RUNNING:
+            return  # the whole job is stopping
+        for host in cluster.stopped_nodes():
+            if host in self._taken_out:
+                continue
+            self._taken_out.add(host)
+            self.timeline.event(Kind.JOB, f"{host}: StopInstances seen: SIGTERM to its training (the job runs on)")
+            run = next(h for h in self._hosts if h.host == host)
+            run.process.sigterm()
+            run.process.wait(SIGTERM_GRACE_S)
+            run.process.kill_group(grace_s=0)
+            run.check_exit()
+            self._deliver(cluster.node_stopped(host, time.time()))
 
     def _stop_containers(self, status: str) -> None:
         """What the platform does on a stop (StopTrainingJob, StopInstances): SIGTERM, wait, SIGKILL what is left,
@@ -301,6 +357,14 @@ class LocalRun:
         result = self._invoke(SWEEPER, aws_events.scheduled(time.time())).result or {}
         for outcome in result.get("redecided", []):
             self._decided("sweeper", outcome)
+        for step in result.get("recoveries", []):
+            if step.get("status") in QUIET_RECOVERY_STEPS:
+                continue
+            self._recovery_steps.append(step)
+            said = ", ".join(f"{k} {_short(v)}" for k, v in step.items() if k not in ("job", "status", "restarted_at"))
+            self.timeline.event(
+                Kind.DECISION, f"sweeper: recovery in place → {step['status']}" + (f" ({said})" if said else "")
+            )
 
     def _decided(self, function: str, outcome: dict[str, Any]) -> None:
         if outcome.get("status") != "decided":
@@ -313,9 +377,11 @@ class LocalRun:
             for text, flag in (("stopped the job", outcome.get("stopped")), ("posted to Slack", outcome.get("posted")))
             if flag
         ]
+        recovery = (outcome.get("details") or {}).get("recovery") or {}
+        instead = f" → recovery in place: {recovery.get('reason') or recovery.get('status')}" if recovery else ""
         self.timeline.event(
             Kind.DECISION,
-            f"{function}: {outcome.get('diagnosis')} → {outcome.get('action')}"
+            f"{function}: {outcome.get('diagnosis')} → {outcome.get('action')}{instead}"
             + (f" ({', '.join(done)})" if done else "")
             + "".join(f"\n    · {reason}" for reason in reasons),
         )
@@ -364,6 +430,8 @@ class LocalRun:
         else:
             expected = "the job is not stopped and completes"
             passed = final_status == COMPLETED and not stopped
+        if self.recover and self.scenario.resumable:
+            expected, passed = self._recovered(job, final_status, stopped)
         if self.resume:
             expected += f"; resumed as {resume_name(job.name, 1)} from its checkpoint, which passes the step reached"
             expected += " and completes; the goodput report counts the stall and the restart"
@@ -384,6 +452,10 @@ class LocalRun:
         if self._resumed_as is not None:
             hosts |= {f"{self._resumed_as}/{h.host}": h for h in self._hosts}
         verdict = f"job {final_status}" + (f", {self._resumed_as} {resumed_status}" if self._resumed_as else "")
+        if self._restarted:
+            restarted = len(set(self._restarted))
+            verdict += f", restarted in place on {restarted} node{'s' if restarted != 1 else ''}"
+            verdict += f" ({len(self._taken_out)} taken out)" if self._taken_out else ""
         return RunResult(
             scenario=self.scenario.name,
             job_name=job.name,
@@ -407,4 +479,37 @@ class LocalRun:
             resumed_status=resumed_status,
             follow_ups=self._follow_ups,
             goodput=goodput,
+            restarted_in_place=sorted(set(self._restarted)),
+            taken_out=sorted(self._taken_out),
+            recovery_steps=self._recovery_steps,
         )
+
+    def _recovered(self, job: LocalJob, final_status: str, stopped: bool) -> tuple[str, bool]:
+        """--recover restart: the nodes with a hardware fault taken out (stopped alone), the training restarted in
+        place on the others from its checkpoint and past it, the job never stopped, then completed."""
+        bad = {host for index, host in enumerate(job.hosts) if self.scenario.node_fault(index) != "none"}
+        healthy = set(job.hosts) - bad
+        if bad:
+            expected = f"{', '.join(sorted(bad))} fails its health check and is taken out (stopped alone); "
+        else:
+            expected = "every node passes its health check; "
+        expected += (
+            f"the training restarts in place on {len(healthy)} nodes from its checkpoint (step "
+            f"{CHECKPOINT_BEFORE_FAULT}) past it, no StopInstances of the job, and it completes"
+        )
+        first = [int(m.group(1)) for text in self._follow_ups if (m := FIRST_STEP.search(text))]
+        named = all(any(host in text for text in self._follow_ups) for host in bad)
+        passed = (
+            final_status == COMPLETED
+            and not stopped
+            and self._taken_out == bad
+            and set(self._restarted) == healthy
+            and bool(first)
+            and first[0] > CHECKPOINT_BEFORE_FAULT
+            and named
+        )
+        return expected, passed
+
+
+def _short(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, float) else str(value)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from stallwatch.core.policy import MODE_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.policy import MODE_TAG, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.pricing import instance_spec
+from stallwatch.core.recovery import MIN_NODES_TAG
 
 DEMO_ALARM_PERIOD_S = 10  # high-resolution alarms; also the deployment's period, which the signals are read at
 # The job's policy overrides (tags), so a stall is decided in seconds instead of minutes.
@@ -52,9 +53,15 @@ LOG_EVERY_STEPS = 20  # the training's progress line
 # the hang at step 250 is resumed from step 200, which redoes 50 steps and trains on to 350, then completes.
 RESUME_TAGS = {"stallwatch:resume": "1"}
 CHECKPOINT_EVERY_STEPS = 100
+CHECKPOINT_BEFORE_FAULT = HEALTHY_STEPS // CHECKPOINT_EVERY_STEPS * CHECKPOINT_EVERY_STEPS  # where a restart goes on
 STEPS_AFTER_RESUME = 100
 CHECKPOINT_S3_URI = "s3://stallwatch-demo/checkpoints"
 RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to completion
+# --recover restart: the EC2 job opts in to recovery in place; its training restarts from its checkpoint (step 200)
+# on the nodes that pass the health check, and completes at step 350. Its first step must come within the startup
+# grace of the restart: 3 minutes, for a busy machine's Python and torch start-up (the job's other timings: above).
+RECOVER_TAGS = {RECOVER_TAG: RECOVER_RESTART, "stallwatch:startup-grace-minutes": "3"}
+RECOVER_DEADLINE_S = 300.0  # the hang, the health check, the restart and the training to completion
 # The goodput report's period: the shortest CloudWatch takes (1, 5, 10, 20, 30 or a multiple of 60, MetricStat.Period)
 # that holds whole agent windows.
 REPORT_PERIOD_S = 5
@@ -87,6 +94,7 @@ class Scenario:
     summary: str
     host_faults: tuple[str, ...]  # examples/train_gpt.py --fault, one training process per host (algo-1, ...)
     expect_stop: bool
+    node_faults: tuple[str, ...] = ()  # EC2: each node's hardware fault (localrun.gpu_node.NodeFault); none: healthy
     steps: int = 0  # 0: train until stopped
     extra_args: tuple[str, ...] = ()
     tags: dict[str, str] = field(default_factory=lambda: dict(COMPRESSED_TAGS))
@@ -99,7 +107,11 @@ class Scenario:
         """The scenario on an EC2 cluster: a one-host scenario's fault on each of `EC2_MIN_NODES` nodes."""
         if len(self.host_faults) >= EC2_MIN_NODES:
             return self
-        return replace(self, host_faults=self.host_faults * EC2_MIN_NODES)
+        return replace(self, host_faults=self.host_faults * EC2_MIN_NODES, node_faults=self.node_faults * EC2_MIN_NODES)
+
+    def node_fault(self, host_index: int) -> str:
+        """The hardware fault of node `host_index` (0-based) that its health check finds ("none": healthy)."""
+        return self.node_faults[host_index] if host_index < len(self.node_faults) else "none"
 
     @property
     def resumable(self) -> bool:
@@ -149,6 +161,15 @@ SCENARIOS: dict[str, Scenario] = {
             expect_stop=True,
         ),
         Scenario(
+            name="xid",
+            summary="an NCCL hang on 2 nodes; the second one's GPU fell off the bus (Xid 79): with --recover restart "
+            "on EC2 it is taken out (the job may train on 1: stallwatch:min-nodes=1), the other restarts in place",
+            host_faults=("hang", "hang"),
+            node_faults=("none", "xid"),
+            expect_stop=True,
+            tags=COMPRESSED_TAGS | {MIN_NODES_TAG: "1"},
+        ),
+        Scenario(
             name="checkpoint",
             summary="a 45 s checkpoint, longer than the stall threshold but within its declared 60 s budget: no stop",
             host_faults=("checkpoint",),
@@ -159,4 +180,4 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 DEFAULT_SCENARIO = "hang"
-RESUMABLE_SCENARIOS = frozenset({"hang", "crash"})
+RESUMABLE_SCENARIOS = frozenset({"hang", "crash", "xid"})

@@ -71,6 +71,9 @@ class RunResult:
     resumed_status: str | None = None
     follow_ups: list[str] = field(default_factory=list)  # Slack's follow-ups: resumed, progress, gave up
     goodput: Goodput | None = None
+    restarted_in_place: list[str] = field(default_factory=list)  # --recover: nodes whose training restarted
+    taken_out: list[str] = field(default_factory=list)  # --recover: bad nodes stopped while the job ran on
+    recovery_steps: list[dict[str, Any]] = field(default_factory=list)  # the sweeper's steps of the recovery
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self) | {"goodput": self.goodput.as_json() if self.goodput else None}
@@ -94,6 +97,10 @@ def summary_table(result: RunResult) -> Table:
     table.add_row("decisions", ", ".join(f"{d.get('diagnosis')}→{d.get('action')}" for d in result.decisions) or "-")
     if result.resumed_as is not None:
         table.add_row("resumed as", f"{result.resumed_as}: {result.resumed_status} (in moto)")
+    if result.restarted_in_place:
+        table.add_row("restarted in place", ", ".join(result.restarted_in_place))
+    if result.taken_out:
+        table.add_row("taken out", ", ".join(result.taken_out))
     for text in result.follow_ups:
         table.add_row("Slack follow-up", text)
     if result.savings is not None:

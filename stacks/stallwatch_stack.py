@@ -14,6 +14,7 @@ from stacks.health import ControlPlaneHealth
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
 from stacks.rechecks import Rechecks
+from stacks.recovery import RecoverInPlace
 from stacks.slack_endpoint import SlackEndpoint
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
@@ -88,6 +89,10 @@ class StallwatchStack(Stack):
             health_alarms=self.health.alarms,
         )
         self.ec2_training = Ec2Training(self, "Ec2Training", deployment=deployment, log_group=config.ec2_log_group)
+        if config.policy.monitor_ec2:
+            self.recovery = RecoverInPlace(
+                self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper
+            )
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
         Tags.of(self).add("Service", SERVICE_NAME)
@@ -170,11 +175,13 @@ class StallwatchStack(Stack):
         )
         iam_findings = {
             "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, logs:GetQueryResults, "
-            "cloudwatch:PutMetricData and X-Ray tracing support no resource-level permissions; each is conditioned "
+            "ssm:ListCommands, ssm:ListCommandInvocations, cloudwatch:PutMetricData and X-Ray tracing support no "
+            "resource-level permissions; each is conditioned "
             f"on aws:RequestedRegion or cloudwatch:namespace={NAMESPACE} where IAM offers a condition",
             arn.format(service="sagemaker", resource="training-job/*"): "jobs are created after deploy by anyone; "
             f"Stallwatch reads every training job of this account and region, and {stop_scope}",
-            arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}",
+            arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}; "
+            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart",
             arn.format(service="cloudwatch", resource=f"alarm:{self.config.alarm_prefix}*"): "per-job alarms are "
             "created at run time; writes are limited to this deployment's alarm-name prefix",
             arn.format(service="cloudwatch", resource="alarm:*"): "read-only cloudwatch:DescribeAlarms: a name-prefix "

@@ -155,6 +155,50 @@ def test_resume_restarts_the_hung_job_from_its_checkpoint_and_reports_goodput() 
     _assert_nothing_left(result)
 
 
+@pytest.mark.slow
+def test_recover_restart_health_checks_the_hung_cluster_and_restarts_it_in_place_past_its_checkpoint() -> None:
+    # When the hang runs on 2 EC2 nodes tagged stallwatch:recover=restart
+    code, result, log = _demo("--platform", "ec2", "--scenario", "hang", "--recover", "restart")
+    # Then it passes: the stop decision sent the health check instead of a StopInstances, both nodes passed, their
+    # training restarted in place (systemctl, over SSM) from the checkpoint at step 200, past it, and completed
+    assert code == 0, log[-4000:]
+    assert result["job_status"] == "Completed"
+    assert result["stop_requested_at"] is None
+    assert result["taken_out"] == []
+    assert result["restarted_in_place"] == sorted(result["training_exit_codes"])
+    [stop] = [d for d in result["decisions"] if d["action"] == "stop"]
+    assert stop["details"]["recovery"]["status"] == "checking"
+    assert "stopped" not in stop
+    assert "2 of 2 nodes passed the health check" in result["follow_ups"][1]
+    first = re.search(r"training again after the restart in place: step (\d+) within", result["follow_ups"][2])
+    assert first is not None, result["follow_ups"]
+    assert 200 < int(first.group(1)) <= 350
+    assert log.count("resumed from checkpoint at step 200") == 2
+    # ...the goodput report counts the restart in place as the run's second attempt, without a gap
+    goodput = result["goodput"]
+    assert (goodput["restarts"], goodput["stalls_caught"], goodput["final_step"]) == (1, 1, 350)
+    assert goodput["categories"]["restart_gaps"]["seconds"] == 0
+    _assert_nothing_left(result)
+
+
+@pytest.mark.slow
+def test_recover_restart_takes_out_the_node_with_an_xid_and_restarts_on_the_others() -> None:
+    # When the hang runs on 2 EC2 nodes that may train on 1, the second one's kernel having logged Xid 79
+    code, result, log = _demo("--platform", "ec2", "--scenario", "xid", "--recover", "restart")
+    # Then it passes: that node alone is stopped, Slack names it and its Xid, the other restarts in place
+    assert code == 0, log[-4000:]
+    [bad] = result["taken_out"]
+    [restarted] = result["restarted_in_place"]
+    assert restarted != bad
+    assert result["stop_requested_at"] is None
+    assert result["job_status"] == "Completed"
+    taken_out = next(text for text in result["follow_ups"] if "failed its health check" in text)
+    assert f"{bad} failed its health check (Xid 79: GPU has fallen off the bus)" in taken_out
+    assert f"stopped {bad}" in taken_out
+    assert f"{bad}: StopInstances seen: SIGTERM to its training (the job runs on)" in log
+    _assert_nothing_left(result)
+
+
 def _start_demo_until_training() -> tuple[subprocess.Popen[str], int, int, str]:
     """A running default demo, once its training process has started: (demo, training pid, moto port, output)."""
     demo = subprocess.Popen(

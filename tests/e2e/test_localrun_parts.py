@@ -19,7 +19,7 @@ from rich.console import Console
 from slack_sdk.webhook import WebhookClient
 
 from localrun import aws_events
-from localrun.__main__ import build_parser
+from localrun.__main__ import build_parser, main
 from localrun.alarm_loop import AlarmLoop
 from localrun.aws_events import AlarmStateRecord, TrainingJobRecord
 from localrun.host_metrics import HostMetricsSimulator
@@ -296,3 +296,41 @@ def test_the_command_line_offers_every_scenario() -> None:
     help_text = build_parser().format_help()
     assert all(name in help_text for name in SCENARIOS)
     assert build_parser().parse_args([]).scenario == "hang"
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["--recover", "restart"], "recovery in place is for EC2 clusters (add --platform ec2)"),
+        (["--platform", "ec2", "--scenario", "idle", "--recover", "restart"], "recovers crash, hang, xid (not idle)"),
+    ],
+)
+def test_recover_restart_is_refused_where_it_cannot_apply(
+    argv: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # When the demo is asked to recover a SageMaker job, or a scenario no restart fixes
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    # Then it says why, with argparse's usage error, before starting anything
+    assert exited.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_the_functions_find_the_recovery_documents_the_demo_creates(aws: None) -> None:
+    # Given the resources of a demo run that recovers in place
+    resources = create_resources(
+        boto3.client("dynamodb", region_name="us-east-1"),
+        boto3.client("secretsmanager", region_name="us-east-1"),
+        boto3.client("scheduler", region_name="us-east-1"),
+        "http://127.0.0.1:9/services/x",
+        boto3.client("ssm", region_name="us-east-1"),
+    )
+    # When the functions build their runtime from that environment
+    with scoped_environ(dict(resources.function_env())):
+        runtime = Runtime.from_env()
+    # Then both documents exist as Command documents, with the content of deploy/ssm
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    for name in (runtime.health_check_document, runtime.restart_document):
+        document = ssm.get_document(Name=name)
+        assert document["DocumentType"] == "Command"
+        assert json.loads(document["Content"])["mainSteps"][0]["action"] == "aws:runShellScript"

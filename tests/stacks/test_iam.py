@@ -81,11 +81,12 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
     # When the app is synthesized
     _, [stack] = build_app(tmp_path, stallwatch=config)
     statements = iam_statements(Template.from_stack(stack))
-    # Then StopTrainingJob has no tag condition, and nothing touches EC2
+    # Then StopTrainingJob has no tag condition, and nothing touches EC2 (nor recovers EC2 jobs in place)
     stops = [s for s in statements if _grants(s, STOP_TRAINING_JOB)]
     assert stops
     assert all("Condition" not in s for s in stops)
-    assert not [s for s in statements if any(a.startswith("ec2:") for a in as_list(s["Action"]))]
+    assert not [s for s in statements if any(a.startswith(("ec2:", "ssm:")) for a in as_list(s["Action"]))]
+    assert not Template.from_stack(stack).find_resources("AWS::SSM::Document")
     alarm_writes = [s for s in statements if _grants(s, "cloudwatch:PutMetricAlarm")]
     assert all(s["Resource"]["Fn::Join"][1][-1] == ":alarm:sw-*" for s in alarm_writes)
 

@@ -61,5 +61,13 @@ class AwsClients:
         return self._client("scheduler")
 
     @cached_property
+    def ssm(self) -> Any:
+        return self._client("ssm")
+
+    @cached_property
+    def autoscaling(self) -> Any:
+        return self._client("autoscaling")
+
+    @cached_property
     def lambda_(self) -> Any:
         return self._client("lambda")

@@ -7,7 +7,8 @@ What an attempt is built from (docs/resume.md, "Goodput on EC2"):
 - its start: the group's LaunchTime for the latest start (EC2 moves it on every start, so it never shows an earlier
   one); for an earlier attempt, the `launched` time Stallwatch's resume recorded when it restarted the group;
 - the attempts of one run: Stallwatch's resumes (audit records whose StartInstances gave the next attempt its
-  LaunchTime) link them; a start by anyone else begins a new run, so the report covers the latest run only;
+  LaunchTime) link them; a start by anyone else begins a new run, so the report covers the latest run only; a
+  restart in place (`core.recovery`) ends one attempt and begins the next on the same instances, without a gap;
 - its end: Stallwatch's stop of it (EC2 bills no stopping or stopped instance); for the last attempt, now while an
   instance runs, else the stop time EC2 writes in StateTransitionReason, else Stallwatch's stop, else its last
   agent window;
@@ -27,6 +28,7 @@ from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import clusters
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.recovery import RestartInPlace, restart_of
 from stallwatch.core.resume import LAUNCHED_FIELD, RESUME_ACTION, StopRecord
 from stallwatch.core.signals import Platform
 
@@ -51,8 +53,14 @@ def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, perio
     members = [i for i in instances if i["InstanceId"] in hosts]
     key = job_key(Platform.EC2, job)
     stops = [s for s in store.stops(key) if s.ok is not False] if store is not None else []
-    resumes = resumes_of(store.records(key, "audit")) if store is not None else []
-    starts = attempt_starts(min(i["LaunchTime"].timestamp() for i in members), resumes)
+    records = store.records(key, "audit") if store is not None else []
+    starts = attempt_starts(min(i["LaunchTime"].timestamp() for i in members), resumes_of(records))
+    # A restart in place ends an attempt (its stall: from the onset to the restart) and begins the next one.
+    in_place = [r for r in restarts_in_place(records) if r.at > starts[0]]
+    starts = sorted({*starts, *(r.at for r in in_place)})
+    stops = sorted(
+        [*stops, *(StopRecord(r.at, "", r.step, r.stall_onset, ok=True) for r in in_place)], key=lambda s: s.at
+    )
     live = any(states[i["InstanceId"]] in clusters.LIVE_EC2_STATES for i in members)
     layout = clusters.ec2_layout({i["InstanceId"]: i["InstanceType"] for i in members})
     spans = []
@@ -88,6 +96,12 @@ def resumes_of(records: list[dict[str, Any]]) -> list[Resume]:
             launched = record.get(LAUNCHED_FIELD)
             found.append(Resume(float(record["at"]), None if launched is None else float(launched)))
     return sorted(found, key=lambda r: r.at)
+
+
+def restarts_in_place(records: list[dict[str, Any]]) -> list[RestartInPlace]:
+    """Stallwatch's restarts of the job's training on its own instances (recovery in place), oldest first."""
+    found = (restart_of(item["record"], item.get("outcome")) for item in records)
+    return sorted((r for r in found if r is not None), key=lambda r: r.at)
 
 
 def attempt_starts(latest: float, resumes: list[Resume]) -> list[float]:

@@ -13,6 +13,8 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "job#sagemaker#my-job"  sk = "summary"                 the claim on a run's end-of-run Slack summary
     pk = "resume-watch"          sk = "<job key>"               a resumed job whose progress Slack has not heard yet
     pk = "resume-retry"          sk = "<stop at>#<job key>"     a resume being tried (the sweeper retries a failure)
+    pk = "job#ec2#my-job"        sk = "recover#<stall since>"   the claim on recovering one stall in place
+    pk = "recovery"              sk = "<started at>#<job key>"  a recovery in place under way (aws.recoveries)
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
@@ -368,6 +370,14 @@ class Store:
                     raise AlreadyHandledError(f"request {event_key} was already handled") from None
         raise ConcurrentDecisionError(f"{key}: the state kept changing; gave up after {CHANGE_ATTEMPTS} attempts")
 
+    def expires(self, now: float) -> dict[str, str]:
+        """An item's TTL attribute value, for the stores of other kinds of items in this table (`aws.recoveries`)."""
+        return self._expires(now)
+
+    def audit_put(self, key: str, sk: str, audit: dict[str, Any], now: float) -> dict[str, Any]:
+        """A transaction's Put of an audit record."""
+        return {"Put": {"TableName": self.table, "Item": _audit_item(key, sk, audit, self._expires(now))}}
+
     def record_outcome(self, key: str, audit_sk: str, outcome: dict[str, Any]) -> None:
         """Add what acting did (stop result, Slack result) to the decision's audit record."""
         self.dynamodb.update_item(**self._set_outcome(key, audit_sk, outcome))
@@ -684,17 +694,19 @@ class Store:
             return None
         return audit_sk
 
-    def release_stop(self, key: str, state: JobState, version: int | None = None) -> bool:
+    def release_stop(self, key: str, state: JobState, version: int | None = None, forget_stall: bool = False) -> bool:
         """Forget a stop that failed, so the sweeper tries again: `state` is the state the stop committed, and
-        `version` the version it was written at (when the caller knows it).
+        `version` the version it was written at (when the caller knows it). `forget_stall`: the stall is over too
+        (a restart in place brought steps), so a later one is warned anew.
 
         Only if the job's state item still holds exactly that: a decision or an operator action committed since
         (a snooze, say) is newer and wins, and a job whose state was cleared (`close_job`) is not brought back.
         True if the stop was released."""
         condition = "attribute_exists(pk) AND #s = :written"
+        over = {"warned_at": None, "stall_since": None, "stall_from": None} if forget_stall else {}
         values = {
             ":written": {"S": _state_to_json(state)},
-            ":s": {"S": _state_to_json(state.with_(stopped_at=None))},
+            ":s": {"S": _state_to_json(state.with_(stopped_at=None, **over))},
             ":one": {"N": "1"},
         }
         if version is not None:

@@ -20,6 +20,9 @@ from stallwatch.core.policy import Policy
 CONFIG_ENV = "STALLWATCH_CONFIG"
 # The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
 JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
+# The names of the SSM documents of recovery in place (core.recovery): the stack creates them, the functions read them.
+HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
+RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
 # The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"

@@ -21,6 +21,10 @@ MODE_TAG = "stallwatch:mode"
 STOP_OPT_IN_TAG = MODE_TAG
 STOP_OPT_IN_VALUE = "enforce"
 EC2_MONITOR_TAG = "stallwatch:monitor"
+# EC2 jobs tagged `stallwatch:recover=restart` are recovered in place instead of stopped (core.recovery); the SSM and
+# Auto Scaling permissions are conditioned on this tag too.
+RECOVER_TAG = "stallwatch:recover"
+RECOVER_RESTART = "restart"
 MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)
 
 

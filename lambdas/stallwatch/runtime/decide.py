@@ -37,7 +37,9 @@ from stallwatch.core import alarms, clusters, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
 from stallwatch.core.policy import Mode
+from stallwatch.core.resume import RECOVERY_OUTCOME
 from stallwatch.core.signals import JobFacts, JobSignals, Platform
+from stallwatch.runtime import recover
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
 
@@ -243,7 +245,12 @@ def _act(
         return
     job = signals.facts.name
     result: dict[str, Any] = {}
-    stop_result = _stop(rt, signals) if decision.action is Action.STOP else None
+    # An EC2 job tagged stallwatch:recover=restart is restarted in place rather than stopped (runtime.recover).
+    recovery = recover.instead_of_stop(rt, signals, decision, written.state, audit_sk)
+    if recovery is not None:
+        result[RECOVERY_OUTCOME] = recovery.audited
+    recovering = recovery is not None and recovery.recovering
+    stop_result = _stop(rt, signals) if decision.action is Action.STOP and not recovering else None
     stop_post = written.stop_post
     if stop_result is not None:
         outcome.stopped = stop_result.ok
@@ -252,9 +259,13 @@ def _act(
     try:
         evidence = Evidence.of(decision, signals, written.state.stall_since)
         attempts = (stop_post or {}).get("failures", 0) + 1
-        message = AlertMessage(
-            decision, signals.facts, evidence, stop_result, written.incident, rt.deployment_id, attempts
-        ).render()
+        if recovery is not None and recovery.message is not None:  # recovering: its message, in place of a stop's
+            message = recovery.message
+        else:
+            shown = recovery.reasons_of(decision) if recovery is not None else decision
+            message = AlertMessage(
+                shown, signals.facts, evidence, stop_result, written.incident, rt.deployment_id, attempts
+            ).render()
         post, stop_post = _deliver(rt, message, stop_result, stop_post)
     except Exception as exc:  # a bug in rendering or posting: recorded like a failed post, never raised
         step = "post" if message is not None else "render"

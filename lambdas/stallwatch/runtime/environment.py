@@ -17,10 +17,17 @@ from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
+from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
-from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, StallwatchConfig
+from stallwatch.core.config import (
+    CONFIG_ENV,
+    HEALTH_CHECK_DOCUMENT_ENV,
+    JOB_DASHBOARD_URL_ENV,
+    RESTART_DOCUMENT_ENV,
+    StallwatchConfig,
+)
 from stallwatch.core.signals import Platform
 
 
@@ -47,6 +54,8 @@ class LambdaEnvironment(BaseModel):
         )
 
     job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
+    health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
+    restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
 
 
 class ConfigurationError(RuntimeError):
@@ -65,6 +74,9 @@ class Runtime:
     clock: Callable[[], float] = time.time
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
     job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
+    # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
+    health_check_document: str = ""
+    restart_document: str = ""
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -83,6 +95,8 @@ class Runtime:
             alarm_action_arn=env.alarm_action_arn,
             rechecks=RecheckScheduler(clients, target) if target else None,
             job_dashboard_url=env.job_dashboard_url,
+            health_check_document=env.health_check_document,
+            restart_document=env.restart_document,
         )
 
     def invoked_as(self, function_arn: str) -> Runtime:
@@ -92,6 +106,11 @@ class Runtime:
         if self.rechecks is not None and not self.rechecks.target.function_arn:
             self.rechecks = self.rechecks.targeting(function_arn)
         return self
+
+    @functools.cached_property
+    def recoveries(self) -> Recoveries:
+        """Recovery in place's items in the table."""
+        return Recoveries(self.store)
 
     @functools.cached_property
     def deployment_id(self) -> str:

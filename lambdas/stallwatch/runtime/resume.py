@@ -25,6 +25,7 @@ from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, Platform, Series
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.recover import restarts_so_far
 from stallwatch.runtime.repost import post_safely, record_post
 from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, start_attempt
 
@@ -74,12 +75,11 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
 def _plan_instances(
     rt: Runtime, key: str, name: str, facts: JobFacts, stop: StopRecord | None
 ) -> ResumePlan | NoResume:
-    """An EC2 job restarts under its own name: its restarts are its earlier claims, its best step its earlier stops'."""
+    """An EC2 job restarts under its own name: its restarts are its earlier claims and restarts in place, its best
+    step the one its earlier stalls had reached."""
     tags = facts.tags
-    earlier = [s.step for s in rt.store.stops(key) if s.step is not None and (stop is None or s.at < stop.at)]
-    verdict = planning.next_attempt(
-        tags, stop, rt.config.policy.resume_max_restarts, rt.store.resume_claims(key), max(earlier, default=None)
-    )
+    done, earlier = restarts_so_far(rt, key, stop.at if stop is not None else None)
+    verdict = planning.next_attempt(tags, stop, rt.config.policy.resume_max_restarts, done, max(earlier, default=None))
     if isinstance(verdict, NoResume):
         return verdict
     if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it

@@ -2,7 +2,8 @@
 match the job's running instances), expired snoozes, pending stops,
 rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
 followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
-are no longer running, resumes that failed for a reason a later try can fix, and resumed runs' progress."""
+are no longer running, resumes that failed for a reason a later try can fix, resumed runs' progress, and the next step
+of each recovery in place."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
+from stallwatch.runtime.recover import continue_recoveries
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 from stallwatch.runtime.resume_retry import retry_resumes
@@ -83,6 +85,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
     )
     retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
+    recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
     progressed = report_progress(rt, now)
     markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
@@ -110,6 +113,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "redecided": outcomes,
         "slack_resent": resent,
         "resume_retries": retried,
+        "recoveries": recovered,
         "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)
