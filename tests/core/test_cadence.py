@@ -190,6 +190,24 @@ def test_a_small_or_short_lag_is_no_straggler(factor: float, minutes: float) -> 
     assert decision.diagnosis is Diagnosis.HEALTHY
 
 
+def test_a_host_lagging_for_less_than_the_window_asks_to_be_decided_when_its_window_fills() -> None:
+    # Given algo-6 1.4x slower from 90 minutes in; 4 minutes later (the window is 10) it is not named yet
+    builder, onset = straggling(1.4, 30), 90 * MIN
+    early = decide(builder.build(onset + 4 * MIN), ENFORCE, JobState(), onset + 4 * MIN)
+    assert early.diagnosis is Diagnosis.HEALTHY
+    # Then the decision asks to be made again when the lag has filled the window: named then, not a minute before
+    recheck = early.recheck_at
+    assert recheck is not None and onset + 10 * MIN <= recheck <= onset + 12 * MIN
+    assert decide(builder.build(recheck - MIN), ENFORCE, JobState(), recheck - MIN).diagnosis is Diagnosis.HEALTHY
+    named = decide(builder.build(recheck), ENFORCE, JobState(), recheck)
+    assert (named.diagnosis, named.evidence["straggler"]["host"]) == (Diagnosis.STRAGGLER, "algo-6")
+
+
+def test_a_healthy_cluster_asks_for_no_recheck() -> None:
+    decision = decide(straggling(1.0, 30).build(2 * HOUR), ENFORCE, JobState(), 2 * HOUR)
+    assert (decision.diagnosis, decision.recheck_at) == (Diagnosis.HEALTHY, None)
+
+
 # --- the sweeper's rule ------------------------------------------------------------------------------------------
 
 

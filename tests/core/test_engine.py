@@ -502,6 +502,26 @@ def test_steps_after_a_phase_end_it() -> None:
     assert "phase" not in decision.evidence
 
 
+def test_a_phase_that_ended_within_its_budget_leaves_a_long_steps_gap_to_the_step_rules() -> None:
+    # Given 15-minute steps and a 2-minute checkpoint declared with 5 minutes: the agent's 0 came before the budget ran
+    # out, so the phase is over, and the next step is due within the step threshold, not the phase's allowance.
+    end = ONSET + 2 * MIN
+    builder = SignalsBuilder(hosts=1).progress(0, ONSET, step_time=15 * MIN).phase(ONSET, 5 * MIN, end)
+    builder.no_progress(end, 3 * HOUR).agent("PhaseBudgetRemaining", end, 3 * HOUR, 0.0).gpu(0, 3 * HOUR, 97)
+    decision = diagnose(builder, ONSET + 25 * MIN)  # 20 minutes past the budget
+    assert decision.diagnosis is Diagnosis.HEALTHY
+    assert "phase" not in decision.evidence
+
+
+def test_a_phase_past_its_budget_waits_a_long_steps_gap_before_it_overran() -> None:
+    # Given 15-minute steps and a 5-minute budget the agent's windows outlast: the phase may have ended at its budget,
+    # and a step is then due within the learned gap (5 x 15 minutes), which widens the 10-minute allowance.
+    builder = SignalsBuilder(hosts=1).progress(0, ONSET, step_time=15 * MIN).phase(ONSET, 5 * MIN, 4 * HOUR)
+    builder.gpu(0, 4 * HOUR, 3)
+    assert diagnose(builder, ONSET + 79 * MIN).diagnosis is Diagnosis.PHASE
+    assert diagnose(builder, ONSET + 81 * MIN).diagnosis is Diagnosis.PHASE_OVERRUN
+
+
 # --- slow but progressing ---------------------------------------------------------------------------------------------
 
 

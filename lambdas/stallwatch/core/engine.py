@@ -361,15 +361,22 @@ def _startup(secondary: str, elapsed_s: float, limits: measures.Limits) -> _Find
 
 
 def _phase(ctx: _Context, progress: measures.Progress) -> _Finding | None:
-    """A declared phase (PhaseBudgetRemaining > 0) with no step since: within budget, or overrunning it."""
-    active = [(t, v) for t, v in ctx.signals.agent.get("PhaseBudgetRemaining", Series()).points if v > 0]
-    if not active:
+    """A declared phase (PhaseBudgetRemaining > 0) with no step since: within budget, or overrunning it.
+
+    The agent reports 0 both once a phase ends and once it outruns its budget, so a 0 seen before the budget could
+    have run out is the phase's end. After the budget, the phase may have ended at any moment: the overrun is
+    decisive only past both the allowance and the job's learned step gap (a step is due that long after the end)."""
+    points = ctx.signals.agent.get("PhaseBudgetRemaining", Series()).points
+    last = next((i for i in range(len(points) - 1, -1, -1) if points[i][1] > 0), None)
+    if last is None:
         return None
-    t, remaining = active[-1]
+    t, remaining = points[last]
+    deadline = t + remaining
     if progress.last_step_t is not None and progress.last_step_t > t:
         return None  # steps resumed after the phase
-    now, allowance = ctx.now, ctx.limits.overrun_s
-    deadline = t + remaining
+    if last + 1 < len(points) and _ended_before(points[last], points[last + 1], deadline):
+        return None  # the phase ended within its budget: the step rules judge the gap
+    now, allowance = ctx.now, max(ctx.limits.overrun_s, progress.learned_s)
     ctx.evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
     ctx.deadlines.add(deadline + allowance)  # the budget's end changes nothing but the words: its allowance's does
     if now <= deadline:
@@ -390,6 +397,11 @@ def _phase(ctx: _Context, progress: measures.Progress) -> _Finding | None:
         ),
         stoppable=True,
     )
+
+
+def _ended_before(active: tuple[float, float], after: tuple[float, float], deadline: float) -> bool:
+    """Whether the 0 at `after` (a period's aggregate, as `active` is) covers only moments before `deadline`."""
+    return after[0] + (after[0] - active[0]) <= deadline
 
 
 def _with_agent(ctx: _Context, hosts: dict[str, evidence.Host], progress: measures.Progress) -> _Finding:
@@ -479,12 +491,19 @@ def _with_agent(ctx: _Context, hosts: dict[str, evidence.Host], progress: measur
     return _progressing(ctx, progress)
 
 
-def _benign_wait(ctx: _Context, hosts: dict[str, evidence.Host], since: float, threshold_s: float) -> _Finding | None:
-    """No progress, explained by something a live job does: a checkpoint being written (its start line, nothing
-    since), or, with the agent, the loop waiting outside step() for input. Never stopped before `CHECKPOINT_FACTOR`
-    (`DATA_WAIT_FACTOR`) x the threshold from the last progress; then it is a stall like any other."""
+def _benign_wait(
+    ctx: _Context,
+    hosts: dict[str, evidence.Host],
+    since: float,
+    threshold_s: float,
+    slack_s: float = evidence.LAST_WORDS_S,
+) -> _Finding | None:
+    """No progress, explained by something a live job does: a checkpoint being written (its start line at most
+    `slack_s` before the last progress, nothing since on its host), or, with the agent, the loop waiting outside
+    step() for input. Never stopped before `CHECKPOINT_FACTOR` (`DATA_WAIT_FACTOR`) x the threshold from the last
+    progress; then it is a stall like any other."""
     now = ctx.now
-    checkpoint = evidence.checkpoint_since(hosts, since)
+    checkpoint = evidence.checkpoint_since(hosts, since, slack_s)
     wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(since).mean()
     waiting = wait is not None and wait > ctx.thresholds.data_wait_percent
     if checkpoint is None and not waiting:
@@ -534,7 +553,9 @@ def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
     lagging = measures.straggler(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now)
-    if lagging is not None:
+    if lagging is None:  # a host lagging for less than the window yet is named when its window fills
+        ctx.deadlines.add(measures.straggler_due(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now))
+    else:
         evidence_["straggler"] = lagging
         summary = _straggler_summary(lagging, ctx.limits.straggler_s)
         return _Finding(Diagnosis.STRAGGLER, (summary, "still progressing: never stopped for this"))
@@ -618,7 +639,9 @@ def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[
     if silent and complete and all(d is not None for d in idle):
         ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
     if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
-        benign = _benign_wait(ctx, hosts, last, logs.threshold_s)
+        # The other hosts' lines of the minute the checkpoint began may follow its start line.
+        slack = max(evidence.LAST_WORDS_S, logs.interval_s or 0.0)
+        benign = _benign_wait(ctx, hosts, last, logs.threshold_s, slack)
         if benign is not None:
             return replace(benign, reasons=(*notes, *benign.reasons))
         reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(idle))}"

@@ -295,11 +295,11 @@ def spinning(hosts: dict[str, Host], thresholds: Thresholds) -> bool:
     return len(reporting) >= POWER_REPORTING_SHARE * len(gpu_hosts) and all(h.power_dropped for h in reporting)
 
 
-def checkpoint_since(hosts: dict[str, Host], progress_since: float) -> float | None:
-    """When an undeclared checkpoint began that some host is still writing (its start line after the last
-    progress, nothing since), else None."""
+def checkpoint_since(hosts: dict[str, Host], progress_since: float, slack_s: float = LAST_WORDS_S) -> float | None:
+    """When an undeclared checkpoint began that some host is still writing (its start line at most `slack_s` before
+    the last progress, nothing since on its host), else None."""
     starts = [h.checkpoint_since for h in hosts.values() if h.checkpoint_since is not None]
-    starts = [t for t in starts if t >= progress_since - LAST_WORDS_S]
+    starts = [t for t in starts if t >= progress_since - slack_s]
     return min(starts, default=None)
 
 

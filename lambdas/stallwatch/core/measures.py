@@ -31,6 +31,7 @@ LEARNED_GAP_MARGIN = 1.5  # a log gap the job came back from is normal: silence 
 STRAGGLER_COVERAGE = 0.8  # a straggler's lag is seen in periods spanning at least this share of `straggler_minutes`
 STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `straggler_ratio`'s excess over 1
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
+STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
 
 
 @dataclass(frozen=True)
@@ -250,37 +251,80 @@ def straggler(
     """One host far from the others of its instance type for `straggler_minutes`: its StepTime above their median,
     or its GPU power below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half
     that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value."""
-    groups: dict[str, dict[str, HostSignals]] = {}
-    for name, host in hosts.items():
-        groups.setdefault(facts.host_types.get(name, facts.instance_type), {})[name] = host
-    for group in groups.values():
+    for group in _type_groups(hosts, facts):
         found = _straggler_in(group, thresholds, limits, now)
         if found is not None:
             return found
     return None
 
 
+def straggler_due(
+    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float
+) -> float | None:
+    """When a host that lags as a straggler does, but not yet for `straggler_minutes`, will have lagged that long:
+    the moment `straggler` may name it (None if no host lags, or one lags long enough already)."""
+    due = [
+        t
+        for group in _type_groups(hosts, facts)
+        for metric, slow in STRAGGLER_METRICS
+        for t in _lag_starts(_per_host(group, metric, now - limits.straggler_s), slow, thresholds)
+    ]
+    return min((t + limits.straggler_s for t in due if t + limits.straggler_s > now), default=None)
+
+
+def _type_groups(hosts: dict[str, HostSignals], facts: JobFacts) -> list[dict[str, HostSignals]]:
+    """The hosts by instance type (a heterogeneous cluster's groups draw different power)."""
+    groups: dict[str, dict[str, HostSignals]] = {}
+    for name, host in hosts.items():
+        groups.setdefault(facts.host_types.get(name, facts.instance_type), {})[name] = host
+    return list(groups.values())
+
+
+def _per_host(hosts: dict[str, HostSignals], metric: str, since: float) -> dict[str, dict[float, float]]:
+    per_host = {name: dict(h.agent.get(metric, Series()).since(since).points) for name, h in hosts.items()}
+    return {name: points for name, points in per_host.items() if points}
+
+
+def _ratios(per_host: dict[str, dict[float, float]], slow: bool) -> dict[str, list[tuple[float, float]]]:
+    """Each host's (t, ratio to the others' median) at the times all report, up to its first unusable value."""
+    if len(per_host) < STRAGGLER_MIN_HOSTS:
+        return {}
+    times = sorted(set.intersection(*(set(p) for p in per_host.values())))
+    found: dict[str, list[tuple[float, float]]] = {}
+    for name, points in per_host.items():
+        ratios = found.setdefault(name, [])
+        for t in times:
+            others = statistics.median(p[t] for n, p in per_host.items() if n != name)
+            if others <= 0 or points[t] <= 0:
+                break
+            ratios.append((t, points[t] / others if slow else others / points[t]))
+    return found
+
+
+def _lag_starts(per_host: dict[str, dict[float, float]], slow: bool, thresholds: Thresholds) -> list[float]:
+    """When each host's current run of lagging periods began, for hosts lagging by `straggler_ratio` over it."""
+    floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
+    starts = []
+    for ratios in _ratios(per_host, slow).values():
+        run = list(itertools.takewhile(lambda r: r[1] > floor, reversed(ratios)))
+        if run and statistics.median(r for _, r in run) >= thresholds.straggler_ratio:
+            starts.append(run[-1][0])
+    return starts
+
+
 def _straggler_in(
     hosts: dict[str, HostSignals], thresholds: Thresholds, limits: Limits, now: float
 ) -> dict[str, Any] | None:
-    """`straggler` among hosts of one instance type (a heterogeneous cluster's groups draw different power)."""
-    since = now - limits.straggler_s
+    """`straggler` among hosts of one instance type."""
     floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
-    for metric, slow in (("StepTime", True), ("GPUPowerWatts", False)):
-        per_host = {name: dict(h.agent.get(metric, Series()).since(since).points) for name, h in hosts.items()}
-        per_host = {name: points for name, points in per_host.items() if points}
-        if len(per_host) < STRAGGLER_MIN_HOSTS:
-            continue
-        times = sorted(set.intersection(*(set(p) for p in per_host.values())))
+    for metric, slow in STRAGGLER_METRICS:
+        per_host = _per_host(hosts, metric, now - limits.straggler_s)
+        ratios_of = _ratios(per_host, slow)
+        times = sorted(set.intersection(*(set(p) for p in per_host.values()))) if ratios_of else []
         if not times or times[-1] - times[0] < STRAGGLER_COVERAGE * limits.straggler_s:
             continue  # not seen for long enough
-        for name, points in per_host.items():
-            ratios = []
-            for t in times:
-                others = statistics.median(p[t] for n, p in per_host.items() if n != name)
-                if others <= 0 or points[t] <= 0:
-                    break
-                ratios.append(points[t] / others if slow else others / points[t])
+        for name, timed in ratios_of.items():
+            ratios = [r for _, r in timed]
             if (
                 len(ratios) == len(times)
                 and min(ratios) > floor
