@@ -197,7 +197,8 @@ def test_a_host_lagging_for_less_than_the_window_asks_to_be_decided_when_its_win
     assert early.diagnosis is Diagnosis.HEALTHY
     # Then the decision asks to be made again when the lag has filled the window: named then, not a minute before
     recheck = early.recheck_at
-    assert recheck is not None and onset + 10 * MIN <= recheck <= onset + 12 * MIN
+    assert recheck is not None
+    assert onset + 10 * MIN <= recheck <= onset + 12 * MIN
     assert decide(builder.build(recheck - MIN), ENFORCE, JobState(), recheck - MIN).diagnosis is Diagnosis.HEALTHY
     named = decide(builder.build(recheck), ENFORCE, JobState(), recheck)
     assert (named.diagnosis, named.evidence["straggler"]["host"]) == (Diagnosis.STRAGGLER, "algo-6")
