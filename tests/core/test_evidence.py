@@ -83,6 +83,21 @@ def test_a_crashed_rank_whose_peers_spin_is_found_whatever_the_others_logging_ha
     assert decision.recheck_at == pytest.approx(decision.at + 2 * MIN)
 
 
+def test_a_rank_that_died_with_its_gpus_is_not_held_back_by_long_steps() -> None:
+    # Given the agent and 15-minute steps (the last one 5 minutes before ONSET); algo-3 dies of a CUDA error at ONSET,
+    # its GPUs idle and its memory let go, while the others spin
+    builder = SignalsBuilder(hosts=4).progress(0, ONSET - 5 * MIN, step_time=15 * MIN)
+    builder.no_progress(ONSET - 5 * MIN, 3 * HOUR).gpu(0, 3 * HOUR, 100.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu(0, ONSET, 97.0, hosts=["algo-3"]).gpu(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    builder.gpu_memory(0, 3 * HOUR, 80.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu_memory(0, ONSET, 80.0, hosts=["algo-3"]).gpu_memory(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    builder.log(ONSET + 1, "[rank16]: RuntimeError: CUDA error: uncorrectable ECC error encountered", "algo-3")
+    # When crash_confirm_minutes have passed (not 2 step intervals, 30 minutes) / Then conclusive: warned
+    decision = at(builder, ONSET + 1 + 3 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-3"]
+
+
 def test_a_fatal_line_is_never_held_back_by_a_learned_cadence() -> None:
     # Given a rare logger whose learned log gap is 199 minutes; algo-2 writes an Xid 79 and its GPU falls off the bus
     builder = SignalsBuilder(hosts=4).logs(0, ONSET, 20 * MIN).gpu(0, 3 * HOUR, 100.0, hosts=["algo-1", "algo-3"])

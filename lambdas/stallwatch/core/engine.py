@@ -292,7 +292,7 @@ def _diagnose_running(ctx: _Context, progress: measures.Progress | None) -> _Fin
             "newest_t": progress.newest_t,
             "fresh": progress.fresh,
         }
-    conclusive = _conclusive(ctx, hosts, progress, last_step_t)
+    conclusive = _conclusive(ctx, hosts, last_step_t)
     if conclusive is not None:
         return conclusive
     if progress is None:
@@ -316,11 +316,10 @@ def _life_signs(host: evidence.Host) -> dict[str, Any]:
     }
 
 
-def _conclusive(
-    ctx: _Context, hosts: dict[str, evidence.Host], progress: measures.Progress | None, last_step_t: float | None
-) -> _Finding | None:
+def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: float | None) -> _Finding | None:
     """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
-    GPUs let go of) decides once `crash_confirm_minutes` (and 2 step intervals) passed with no progress since."""
+    GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process finishes no
+    step, so no step interval, however long, delays it."""
     deaths = evidence.death(
         hosts,
         last_step_t,
@@ -330,14 +329,13 @@ def _conclusive(
         ctx.period,
         ctx.now,
     )
-    intervals = _intervals_s(ctx, progress)
-    decisive = [d for d in deaths if ctx.now >= d.onset + max(d.confirm_s, intervals)]
+    decisive = [d for d in deaths if ctx.now >= d.onset + d.confirm_s]
     if not decisive:
         for death in deaths:
-            ctx.deadlines.add(death.onset + max(death.confirm_s, intervals))
+            ctx.deadlines.add(death.onset + death.confirm_s)
         return None
     found = decisive[0]
-    confirm = max(found.confirm_s, intervals)
+    confirm = found.confirm_s
     ctx.evidence["death"] = {"kind": found.diagnosis.value, "onset_t": found.onset, "hosts": list(found.hosts)}
     reasons = list(found.reasons)
     if found.lines:
