@@ -8,6 +8,7 @@ cadence, trailing runs of GPU utilization, fatal error lines and per-host eviden
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -290,15 +291,30 @@ def _ratios(per_host: dict[str, dict[float, float]], slow: bool) -> dict[str, li
     if len(per_host) < STRAGGLER_MIN_HOSTS:
         return {}
     times = sorted(set.intersection(*(set(p) for p in per_host.values())))
-    found: dict[str, list[tuple[float, float]]] = {}
-    for name, points in per_host.items():
-        ratios = found.setdefault(name, [])
-        for t in times:
-            others = statistics.median(p[t] for n, p in per_host.items() if n != name)
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in per_host}
+    broken: set[str] = set()
+    for t in times:
+        values = sorted(p[t] for p in per_host.values())
+        for name, points in per_host.items():
+            if name in broken:
+                continue
+            others = _median_without(values, points[t])
             if others <= 0 or points[t] <= 0:
-                break
-            ratios.append((t, points[t] / others if slow else others / points[t]))
+                broken.add(name)
+                continue
+            found[name].append((t, points[t] / others if slow else others / points[t]))
     return found
+
+
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of `ordered` (sorted) without one occurrence of `value`: O(log n), not a sort per host."""
+    gone = bisect.bisect_left(ordered, value)
+    size = len(ordered) - 1
+
+    def at(i: int) -> float:
+        return ordered[i if i < gone else i + 1]
+
+    return at(size // 2) if size % 2 else (at(size // 2 - 1) + at(size // 2)) / 2
 
 
 def _lag_starts(per_host: dict[str, dict[float, float]], slow: bool, thresholds: Thresholds) -> list[float]:
