@@ -160,6 +160,7 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
         ],
         "stragglers": {"slow_nodes": len(slow), "named_within_30_min": len(named_in_time), "wrong": len(wrongly_named)},
         "wrong_stragglers": [o.job.name for o in wrongly_named],
+        "late_stragglers": [o.job.name for o in slow if o not in named_in_time],
         "stall_jobs": [
             [
                 o.job.name,
@@ -184,7 +185,9 @@ def goals_missed(summary: dict[str, Any]) -> list[str]:
         missed.append(f"{summary['warnings_per_healthy_day']} warnings per healthy job-day > 0.1")
     stragglers = summary["stragglers"]
     if stragglers["named_within_30_min"] < stragglers["slow_nodes"] or stragglers["wrong"]:
-        missed.append(f"stragglers: {stragglers} (wrong on {summary['wrong_stragglers']})")
+        missed.append(
+            f"stragglers: {stragglers} (late on {summary['late_stragglers']}, wrong on {summary['wrong_stragglers']})"
+        )
     for who, key in (("agent", "agent"), ("noagent", "no_agent")):
         for q in ("p50", "p95"):
             value = summary[key][f"{q}_min"]

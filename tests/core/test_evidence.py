@@ -4,6 +4,8 @@ every decision names when it turns decisive next."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from stallwatch.core.decision import Action, Diagnosis, JobState
@@ -177,12 +179,19 @@ def test_a_delay_of_every_hosts_metrics_is_no_vanished_host() -> None:
 # --- a live job's pauses ---------------------------------------------------------------------------------------------
 
 
+EMF_LINE = json.dumps(
+    {"_aws": {"Timestamp": 1700003600000, "CloudWatchMetrics": [{"Namespace": "Stallwatch"}]}, "Steps": 0.0}
+)
+
+
 def undeclared_checkpoint(agent: bool) -> SignalsBuilder:
     """2 hosts write a checkpoint they did not declare from ONSET: GPUs near 0 %, memory held, logs silent after a
     'Saving checkpoint' line on each."""
     builder = SignalsBuilder(hosts=2).gpu(0, ONSET, 97.0).gpu(ONSET, 5 * HOUR, 1.0).gpu_memory(0, 5 * HOUR, 80.0)
     if agent:
         builder.progress(0, ONSET).no_progress(ONSET, 5 * HOUR).power(0, ONSET, 380).power(ONSET, 5 * HOUR, 80)
+        # the agent's thread goes on writing its EMF line each window: the agent's words, not the loop's
+        builder.agent("DataWaitFraction", ONSET, 5 * HOUR, 100.0).logs(ONSET, 5 * HOUR, 60, message=EMF_LINE)
     builder.logs(0, ONSET - 1, 60)
     for host in builder.host_names:
         builder.log(ONSET, f"[{host}] Saving checkpoint to s3://ckpt/run-7/step-12000", host)
@@ -198,6 +207,21 @@ def test_an_undeclared_checkpoint_is_not_idle_after_training(agent: bool) -> Non
     # When it has lasted 4 x the threshold (an hour) / Then it is a stall like any other
     late = at(undeclared_checkpoint(agent), ONSET + 61 * MIN)
     assert (late.diagnosis, late.stoppable) == (Diagnosis.PHASE_OVERRUN, True)
+
+
+def test_a_checkpoint_that_just_ended_is_life_until_its_first_step_is_due() -> None:
+    # Given the agent's job writing an undeclared checkpoint for 36 minutes (past the 30 minutes its loop may wait
+    # outside step()), its end line 20 s before a decision that the agent's next window has not answered yet
+    builder = undeclared_checkpoint(agent=True)
+    end = ONSET + 36 * MIN
+    for host in builder.host_names:
+        builder.log(end, f"[{host}] Checkpoint saved in 2160 s", host)
+    # Then a phase, not idle; and with no step the full stall threshold after the end line, a stall again
+    decision = at(builder, end + 20)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.PHASE, Action.NONE)
+    assert decision.recheck_at == pytest.approx(end + 15 * MIN)
+    late = at(builder, end + 16 * MIN)
+    assert (late.diagnosis, late.stoppable) == (Diagnosis.IDLE, True)
 
 
 def test_a_checkpoint_begun_mid_minute_is_a_checkpoint_though_another_host_logged_after_its_start_line() -> None:

@@ -497,11 +497,20 @@ def _benign_wait(
     slack_s: float = evidence.LAST_WORDS_S,
 ) -> _Finding | None:
     """No progress, explained by something a live job does: a checkpoint being written (its start line at most
-    `slack_s` before the last progress, nothing since on its host), or, with the agent, the loop waiting outside
-    step() for input. Never stopped before `CHECKPOINT_FACTOR` (`DATA_WAIT_FACTOR`) x the threshold from the last
-    progress; then it is a stall like any other."""
+    `slack_s` before the last progress, nothing since on its host) or just written (its end line less than the
+    threshold ago), or, with the agent, the loop waiting outside step() for input. Never stopped before
+    `CHECKPOINT_FACTOR` (`DATA_WAIT_FACTOR`) x the threshold from the last progress; then it is a stall like any
+    other."""
     now = ctx.now
     checkpoint = evidence.checkpoint_since(hosts, since, slack_s)
+    ended = evidence.checkpoint_ended(hosts, since)
+    if checkpoint is None and ended is not None and now - ended < threshold_s:
+        # A checkpoint's end line is life: the first step after it is due within the threshold, reported at the
+        # agent's next window.
+        ctx.deadlines.add(ended + threshold_s)
+        ctx.evidence["checkpoint"] = {"ended_t": ended}
+        what = f"a checkpoint ended {_min(now - ended)} ago (its end line): steps are due"
+        return _Finding(Diagnosis.PHASE, (f"no progress for {_min(now - since)}, {what}",))
     wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(since).mean()
     waiting = wait is not None and wait > ctx.thresholds.data_wait_percent
     if checkpoint is None and not waiting:

@@ -47,6 +47,7 @@ class Host:
     reports_power: bool
     last_words: tuple[LogLine, ...]  # the fatal lines its log ended with (no other line after them)
     checkpoint_since: float | None  # its newest checkpoint marker is a start, nothing after it: writing since then
+    checkpoint_ended: float | None  # its newest checkpoint marker is an end: the checkpoint was over then
     said_t: float | None  # its newest line that is not among its fatal last words: when its log last showed life
 
     @property
@@ -86,6 +87,7 @@ def _host(host: HostSignals, gpus: bool, since: float, thresholds: Thresholds, l
         reports_power=power_now is not None,
         last_words=words,
         checkpoint_since=_checkpoint_since(host),
+        checkpoint_ended=_checkpoint_ended(host),
         said_t=_said_t(host, words),
     )
 
@@ -145,26 +147,29 @@ def _said_t(host: HostSignals, words: tuple[LogLine, ...]) -> float | None:
 
 
 def _checkpoint_since(host: HostSignals) -> float | None:
-    """When the checkpoint the host is writing began: its newest marker is a start and no other line came after
-    it; the first start after the last end marker."""
+    """When the checkpoint the host is writing began: its newest marker is a start and the training wrote no other
+    line after it (the agent's own EMF lines say nothing of the loop); the first start after the last end marker."""
     markers = host.marker_lines
     if not markers or markers[-1].marker != log_patterns.CHECKPOINT_START:
         return None
     newest = markers[-1].t
-    if host.log_last_t is not None and host.log_last_t > newest + LAST_WORDS_S:
-        later = [line for line in host.log_tail if line.t > newest + LAST_WORDS_S and line.marker is None]
-        if later:
-            return None
+    ordinary = [line for line in host.log_tail if line.marker is None and not log_patterns.agent_window(line.message)]
+    if any(line.t > newest + LAST_WORDS_S for line in ordinary):
+        return None
     # The first start line of this checkpoint: back over start lines no further apart than MARKER_RUN_S (a line per
     # shard written), and never before an ordinary line of the tail.
-    ordinary = [line.t for line in host.log_tail if line.marker is None and line.pattern is None and line.t < newest]
-    boundary = max(ordinary, default=-math.inf)
+    boundary = max((line.t for line in ordinary if line.pattern is None and line.t < newest), default=-math.inf)
     start = newest
     for line in reversed(markers):
         if line.marker != log_patterns.CHECKPOINT_START or line.t <= boundary or start - line.t > MARKER_RUN_S:
             break
         start = line.t
     return start
+
+
+def _checkpoint_ended(host: HostSignals) -> float | None:
+    markers = host.marker_lines
+    return markers[-1].t if markers and markers[-1].marker == log_patterns.CHECKPOINT_END else None
 
 
 # --- job-level evidence ---------------------------------------------------------------------------------------------
@@ -301,6 +306,12 @@ def checkpoint_since(hosts: dict[str, Host], progress_since: float, slack_s: flo
     starts = [h.checkpoint_since for h in hosts.values() if h.checkpoint_since is not None]
     starts = [t for t in starts if t >= progress_since - slack_s]
     return min(starts, default=None)
+
+
+def checkpoint_ended(hosts: dict[str, Host], progress_since: float) -> float | None:
+    """When the newest checkpoint that ended after the last progress ended (a host's end line), else None."""
+    ends = [h.checkpoint_ended for h in hosts.values() if h.checkpoint_ended is not None]
+    return max((t for t in ends if t > progress_since), default=None)
 
 
 def _names(hosts: Iterable[str]) -> str:

@@ -155,6 +155,8 @@ FILTER_TERMS: tuple[str, ...] = (
     "saving the model",
     "Saving the model",
 )
+# The trainer agent's EMF document (trainer_agent.emf) opens with its "_aws" metadata.
+AGENT_WINDOW_PREFIX = '{"_aws"'
 # FilterLogEvents' filterPattern: any of the phrases (at most 1,024 characters, CloudWatch Logs API reference).
 FILTER_PATTERN = " ".join(f'?"{term}"' for term in FILTER_TERMS)
 
@@ -166,6 +168,12 @@ def marker(message: str) -> str | None:
         if pattern.search(message):
             return name
     return None
+
+
+def agent_window(message: str) -> bool:
+    """Whether `message` is the trainer agent's EMF line (its stdout sink): the agent's thread speaks, not the
+    training loop, so it says nothing of what the loop does."""
+    return message.startswith(AGENT_WINDOW_PREFIX)
 
 
 def notable(message: str) -> bool:
