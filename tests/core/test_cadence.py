@@ -204,6 +204,21 @@ def test_a_host_lagging_for_less_than_the_window_asks_to_be_decided_when_its_win
     assert (named.diagnosis, named.evidence["straggler"]["host"]) == (Diagnosis.STRAGGLER, "algo-6")
 
 
+def test_a_512_host_jobs_straggler_is_named_over_its_5_minute_periods() -> None:
+    # Given 512 hosts, whose per-host series come in 5-minute periods (one GetMetricData answer holds them), and
+    # algo-7 1.65x slower for the last 20 minutes
+    period, now, onset = 300.0, 2 * HOUR, 2 * HOUR - 20 * MIN
+    builder = SignalsBuilder(hosts=512).progress(0, now, step_time=2.0).gpu(0, now, 97.0, every=period)
+    others = [h for h in builder.host_names if h != "algo-7"]
+    builder.host_metric("StepTime", 0, now, 2.0, hosts=others, every=period)
+    builder.host_metric("StepTime", 0, onset, 2.0, ["algo-7"], every=period)
+    builder.host_metric("StepTime", onset, now, 3.3, ["algo-7"], every=period)
+    # Then it is named: its window spans 3 periods (15 minutes), not the 10 minutes two of them cannot fill
+    decision = decide(builder.build(now), ENFORCE, JobState(), now)
+    assert (decision.diagnosis, decision.evidence["straggler"]["host"]) == (Diagnosis.STRAGGLER, "algo-7")
+    assert "for 15.0 min" in decision.reasons[0]
+
+
 def test_a_healthy_cluster_asks_for_no_recheck() -> None:
     decision = decide(straggling(1.0, 30).build(2 * HOUR), ENFORCE, JobState(), 2 * HOUR)
     assert (decision.diagnosis, decision.recheck_at) == (Diagnosis.HEALTHY, None)

@@ -226,12 +226,13 @@ def test_a_checkpoint_that_just_ended_is_life_until_its_first_step_is_due() -> N
 
 def test_a_checkpoint_begun_mid_minute_is_a_checkpoint_though_another_host_logged_after_its_start_line() -> None:
     # Given 4 hosts that log once a minute at their own offsets; rank 0 starts saving at ONSET and the others' lines
-    # of that minute (up to 50 s later) still come before they join it
+    # (up to 100 s later, two of their intervals) still come before they join it
     builder = SignalsBuilder(hosts=4).gpu(0, ONSET, 97.0).gpu(ONSET, 5 * HOUR, 1.0).gpu_memory(0, 5 * HOUR, 80.0)
     for i, host in enumerate(builder.host_names):
         builder.logs(i * 15, ONSET - 1, 60, hosts=[host])
         builder.log(ONSET + i * 0.1, f"[{host}] Saving checkpoint to s3://ckpt/run-7/step-12000", host)
     builder.log(ONSET + 50, "step 12000 loss 1.93", builder.host_names[3])
+    builder.log(ONSET + 100, "step 12000 loss 1.94", builder.host_names[2])  # its next interval's line too
     # When 25 minutes have passed / Then the checkpoint, not idle GPUs after training
     decision = at(builder, ONSET + 25 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.PHASE, Action.NONE)

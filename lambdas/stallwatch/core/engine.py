@@ -51,6 +51,7 @@ BUSY_SILENCE_FACTOR = 4.0
 # (outside step(): a data stall, or a script idling after its work, which the wait must not hide for long).
 CHECKPOINT_FACTOR = 4.0
 DATA_WAIT_FACTOR = 2.0
+CHECKPOINT_JOIN_INTERVALS = 2.0  # no agent: other hosts' lines may follow a checkpoint's start by this many cadences
 # No step (without the agent: no log line) for more than this many periods: the job is stalling, and the decision
 # names the times its later rungs turn decisive (no alarm fires again once the first has).
 STALLING_PERIODS = 2
@@ -559,12 +560,13 @@ def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
         evidence_["data_wait_percent"] = round(data_wait, 1)
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
-    lagging = measures.straggler(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now)
+    hosts, facts, limits, period = ctx.signals.hosts, ctx.signals.facts, ctx.limits, ctx.period
+    lagging = measures.straggler(hosts, facts, thresholds, limits, now, period)
     if lagging is None:  # a host lagging for less than the window yet is named when its window fills
-        ctx.deadlines.add(measures.straggler_due(ctx.signals.hosts, ctx.signals.facts, thresholds, ctx.limits, now))
+        ctx.deadlines.add(measures.straggler_due(hosts, facts, thresholds, limits, now, period))
     else:
         evidence_["straggler"] = lagging
-        summary = _straggler_summary(lagging, ctx.limits.straggler_s)
+        summary = _straggler_summary(lagging, measures.straggler_window(limits, period))
         return _Finding(Diagnosis.STRAGGLER, (summary, "still progressing: never stopped for this"))
     values = [v for _, v in measures.interval_samples(agent)]
     if len(values) > SLOW_SAMPLES:
@@ -646,8 +648,8 @@ def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[
     if silent and complete and all(d is not None for d in idle):
         ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
     if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
-        # The other hosts' lines of the minute the checkpoint began may follow its start line.
-        slack = max(evidence.LAST_WORDS_S, logs.interval_s or 0.0)
+        # The other hosts' lines may follow its start line for a log interval or two, until they join it.
+        slack = max(evidence.LAST_WORDS_S, CHECKPOINT_JOIN_INTERVALS * (logs.interval_s or 0.0))
         benign = _benign_wait(ctx, hosts, last, logs.threshold_s, slack)
         if benign is not None:
             return replace(benign, reasons=(*notes, *benign.reasons))

@@ -32,6 +32,7 @@ LEARNED_GAP_MARGIN = 1.5  # a log gap the job came back from is normal: silence 
 STRAGGLER_COVERAGE = 0.8  # a straggler's lag is seen in periods spanning at least this share of `straggler_minutes`
 STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `straggler_ratio`'s excess over 1
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
+STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
 STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
 
 
@@ -246,31 +247,38 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     return max(gaps) if gaps else None
 
 
+def straggler_window(limits: Limits, period: float) -> float:
+    """How long a straggler must lag: `straggler_minutes`, and at least `STRAGGLER_MIN_PERIODS` of the hosts'
+    periods (a 512-host job's are 5 minutes long)."""
+    return max(limits.straggler_s, STRAGGLER_MIN_PERIODS * period)
+
+
 def straggler(
-    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float
+    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float, period: float
 ) -> dict[str, Any] | None:
     """One host far from the others of its instance type for `straggler_minutes`: its StepTime above their median,
     or its GPU power below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half
     that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value."""
     for group in _type_groups(hosts, facts):
-        found = _straggler_in(group, thresholds, limits, now)
+        found = _straggler_in(group, thresholds, straggler_window(limits, period), period, now)
         if found is not None:
             return found
     return None
 
 
 def straggler_due(
-    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float
+    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float, period: float
 ) -> float | None:
-    """When a host that lags as a straggler does, but not yet for `straggler_minutes`, will have lagged that long:
+    """When a host that lags as a straggler does, but not yet for `straggler_window`, will have lagged that long:
     the moment `straggler` may name it (None if no host lags, or one lags long enough already)."""
+    window = straggler_window(limits, period)
     due = [
-        t
+        t + window
         for group in _type_groups(hosts, facts)
         for metric, slow in STRAGGLER_METRICS
-        for t in _lag_starts(_per_host(group, metric, now - limits.straggler_s), slow, thresholds)
+        for t in _lag_starts(_per_host(group, metric, now - window), slow, thresholds)
     ]
-    return min((t + limits.straggler_s for t in due if t + limits.straggler_s > now), default=None)
+    return min((t for t in due if t > now), default=None)
 
 
 def _type_groups(hosts: dict[str, HostSignals], facts: JobFacts) -> list[dict[str, HostSignals]]:
@@ -329,15 +337,16 @@ def _lag_starts(per_host: dict[str, dict[float, float]], slow: bool, thresholds:
 
 
 def _straggler_in(
-    hosts: dict[str, HostSignals], thresholds: Thresholds, limits: Limits, now: float
+    hosts: dict[str, HostSignals], thresholds: Thresholds, window: float, period: float, now: float
 ) -> dict[str, Any] | None:
-    """`straggler` among hosts of one instance type."""
+    """`straggler` among hosts of one instance type, over `window`."""
     floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
+    span = min(STRAGGLER_COVERAGE * window, window - 2 * period)  # the newest period may not have landed yet
     for metric, slow in STRAGGLER_METRICS:
-        per_host = _per_host(hosts, metric, now - limits.straggler_s)
+        per_host = _per_host(hosts, metric, now - window)
         ratios_of = _ratios(per_host, slow)
         times = sorted(set.intersection(*(set(p) for p in per_host.values()))) if ratios_of else []
-        if not times or times[-1] - times[0] < STRAGGLER_COVERAGE * limits.straggler_s:
+        if not times or times[-1] - times[0] < span:
             continue  # not seen for long enough
         for name, timed in ratios_of.items():
             ratios = [r for _, r in timed]
