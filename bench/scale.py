@@ -42,7 +42,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "lambdas")]
 import moto  # noqa: E402
 
 from bench.decision_cost import SERVICES, _setup  # noqa: E402  (its import sets the environment moto needs)
-from handlers import on_alarm, sweeper  # noqa: E402
+from handlers import on_alarm, on_job_state, sweeper  # noqa: E402
 from localrun import (  # noqa: E402
     moto_alarm_filters,
     moto_logs_filter,
@@ -58,7 +58,15 @@ from stallwatch.core.decision import JobState  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.runtime import environment, provision, sweep  # noqa: E402
 from tests.fixtures import moto_metric_index  # noqa: E402
-from tests.fixtures.world import MINUTE, LambdaContext, SlackReceiver, World, alarm_event, scheduled_event  # noqa: E402
+from tests.fixtures.world import (  # noqa: E402
+    MINUTE,
+    LambdaContext,
+    SlackReceiver,
+    World,
+    alarm_event,
+    job_state_event,
+    scheduled_event,
+)
 
 DUE_SHARE = 0.10
 HOST_MIX = (1, 2, 4, 4)  # hosts per job, in turn: 1,000 jobs are 2,750 hosts, as in the issue
@@ -255,12 +263,14 @@ def _seed_hang(world: World, job: str, hosts: int, busy: int = 0, last_words: st
 
 
 def bench_on_alarm(hosts: int) -> dict[str, Any]:
-    """A hung `hosts`-host job after a sweep (which publishes the hosts' log idleness): on_alarm warns, then 6
-    minutes later stops; the container is warm (a first decision on another job read the Slack secret)."""
+    """A hung `hosts`-host job (its alarms put when it started) after a sweep (which publishes the hosts' log
+    idleness): on_alarm warns, then 6 minutes later stops; the container is warm (a first decision on another job
+    read the Slack secret)."""
     job = f"hang-{hosts}"
     with moto_world() as (rt, world):
         _seed_hang(world, "warm-up", 1)
         _seed_hang(world, job, hosts)
+        on_job_state.handler(job_state_event(job, "InProgress", hosts=hosts), LambdaContext())
         sweeper.handler(scheduled_event(), LambdaContext())
         rt.clock.advance(MINUTE)  # the alarm comes after the sweep that published the hosts' log idleness
         prefix = rt.config.alarm_prefix
@@ -317,12 +327,14 @@ CRASH_LINE = "[rank{rank}]: RuntimeError: CUDA error: an illegal memory access w
 
 def bench_crash_among_busy(hosts: int) -> dict[str, Any]:
     """Every host but one busy (a line every 10 s for 3 hours), the last dead 10 minutes ago after a CUDA error, and
-    no sweep yet (no host's freshness known): on_alarm's whole decision in a warm container (a first decision on
-    another job read the Slack secret), and whether it read the dead host's line."""
+    no sweep yet (no host's freshness known; its alarms were put when it started): on_alarm's whole decision, the
+    job's first, in a warm container (a first decision on another job read the Slack secret), and whether it read
+    the dead host's line."""
     job = f"crash-{hosts}"
     with moto_world() as (rt, world):
         _seed_hang(world, "warm-up", 1)
         _seed_hang(world, job, hosts, busy=hosts - 1, last_words=CRASH_LINE.format(rank=8 * (hosts - 1)))
+        on_job_state.handler(job_state_event(job, "InProgress", hosts=hosts), LambdaContext())
         warm_up = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", "warm-up", alarms.PROGRESS)
         on_alarm.handler(alarm_event(warm_up), LambdaContext())
         with counting(rt) as calls:

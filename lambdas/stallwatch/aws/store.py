@@ -231,7 +231,9 @@ class Store:
         }
 
     def mark_provisioned(self, key: str, put: int, alarms: int, now: float) -> None:
-        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know."""
+        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know; and
+        make the job known (its state item, kept as it is if there): the first alarm's claim then holds at once, one
+        call, instead of finding the job unseen and checking that it exists first."""
         item = {
             "pk": {"S": key},
             "sk": {"S": ALARMS_SK},
@@ -240,7 +242,15 @@ class Store:
             "at": {"N": f"{now:.3f}"},
             "expires_at": self._expires(now),
         }
-        self.dynamodb.put_item(TableName=self.table, Item=item)
+        known = {
+            "TableName": self.table,
+            "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            "UpdateExpression": "SET expires_at = if_not_exists(expires_at, :expires)",
+            "ExpressionAttributeValues": {":expires": self._expires(now)},
+        }
+        self.dynamodb.transact_write_items(
+            TransactItems=[{"Put": {"TableName": self.table, "Item": item}}, {"Update": known}]
+        )
 
     def forget_provisioned(self, key: str) -> None:
         """Drop the job's alarm marker; a job that never had one is not written to."""
