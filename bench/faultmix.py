@@ -1,6 +1,6 @@
 """The fault-mix benchmark: the decision engine on simulated jobs with faults from Llama 3's failure mix.
 
-    .venv/bin/python bench/faultmix.py                       # 300 job-days, seed 7, both cores (about 20 minutes)
+    .venv/bin/python bench/faultmix.py                       # 300 job-days, seed 7, both cores (about 11 minutes)
     .venv/bin/python bench/faultmix.py --job-days 20 --json  # a quick look, machine-readable
 
 Each job (`corpus.faults`: SageMaker, heterogeneous SageMaker and EC2, 1 to 512 hosts, with and without the agent)
