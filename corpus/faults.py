@@ -590,8 +590,9 @@ def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
             _episode_end_lines(sim, episode)
     if steps and minute % every == 0:
         for host in loggers:
-            if states[host] == BUSY:
-                _log(sim, t + 20 + host * 0.37, host, f"[rank {host * 8}] step {sim.step} loss 2.0{minute % 97:02d}")
+            at = t + 20 + host * 0.37
+            if states[host] == BUSY and _host_state(job, at, host) == BUSY:  # a rank that died or paused is silent
+                _log(sim, at, host, f"[rank {host * 8}] step {sim.step} loss 2.0{minute % 97:02d}")
     if fault is not None and fault.stall:
         _fault_lines(sim, t)
 
