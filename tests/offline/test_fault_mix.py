@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from bench import faultmix
-from corpus.faults import Episode, Fault, Job, draw_jobs
+from corpus.faults import Episode, Fault, Job, draw_jobs, simulate
 from stallwatch.core.signals import Platform
+from stallwatch.core.trace import LogEvent
 
 HOUR = 3600.0
 
@@ -53,6 +54,18 @@ def test_every_kind_of_fault_is_stopped_soon_after_its_onset(stalled: Job) -> No
     assert not outcome.false_stop
     minutes = (outcome.stop_s - stalled.fault.onset_s) / 60
     assert minutes <= (15 if stalled.agent else 25)
+
+
+@pytest.mark.parametrize("minute_offset", [10.0, 45.0])
+def test_a_rank_that_crashed_mid_minute_writes_nothing_after_its_last_words(minute_offset: float) -> None:
+    # Given a crash on host 2 part-way into a minute (its progress line of that minute would come after it)
+    onset = 2 * HOUR + minute_offset
+    crashed = job("crash-mid-minute", Fault("crash", "software bug", onset, host=2), log_every_s=60.0)
+    _, events = simulate(crashed)
+    stream = f"{crashed.name}/algo-3-"
+    # Then its log ends with the crash's lines: no progress line of a process already dead
+    after = [e for e in events if isinstance(e, LogEvent) and e.log.stream.startswith(stream) and e.t > onset + 1]
+    assert after == []
 
 
 def test_a_slow_node_is_named_within_30_minutes_and_nothing_is_stopped() -> None:
