@@ -240,21 +240,21 @@ def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
     assert "job#sagemaker#none" not in markers
 
 
-def test_a_job_whose_alarms_are_put_is_known_so_its_first_alarm_claims_it_in_one_call(rt) -> None:
-    # Given a job never decided, and one whose alarms were just put (and a state a decision wrote earlier)
+def test_a_job_made_known_is_claimed_by_its_first_alarm_in_one_call(rt) -> None:
+    # Given a job never decided, one made known as its alarms are put, and one whose state a decision wrote earlier
     now = rt.clock()
     unseen, provisioned = job_key(Platform.SAGEMAKER, "unseen"), job_key(Platform.SAGEMAKER, "provisioned")
-    rt.store.mark_provisioned(provisioned, 9, 9, now)
+    rt.store.make_known(provisioned, now)
     decided = job_key(Platform.SAGEMAKER, "decided")
     read = rt.store.claim_decision(decided, now, hold_seconds=0)
     rt.store.commit(decided, read, StoredState(JobState(warned_at=now)), {}, now)
-    rt.store.mark_provisioned(decided, 9, 9, now + 1)
+    rt.store.make_known(decided, now + 1)
 
     # Then a known-only claim finds the first unseen, and claims the second at once, its state as it was
     with pytest.raises(UnseenJobError):
         rt.store.claim_decision(unseen, now, hold_seconds=120, known_only=True)
     assert rt.store.claim_decision(provisioned, now, hold_seconds=120, known_only=True) == StoredState()
-    # And marking a decided job's alarms leaves its state alone
+    # And making a decided job known leaves its state alone
     assert rt.store.load(decided).state.warned_at == now
 
 

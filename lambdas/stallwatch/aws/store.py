@@ -231,9 +231,7 @@ class Store:
         }
 
     def mark_provisioned(self, key: str, put: int, alarms: int, now: float) -> None:
-        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know; and
-        make the job known (its state item, kept as it is if there): the first alarm's claim then holds at once, one
-        call, instead of finding the job unseen and checking that it exists first."""
+        """Remember how many of the job's alarms are in place, so the sweeper need not list alarms to know."""
         item = {
             "pk": {"S": key},
             "sk": {"S": ALARMS_SK},
@@ -242,15 +240,17 @@ class Store:
             "at": {"N": f"{now:.3f}"},
             "expires_at": self._expires(now),
         }
-        known = {
-            "TableName": self.table,
-            "Key": {"pk": {"S": key}, "sk": {"S": STATE_SK}},
-            "UpdateExpression": "SET expires_at = if_not_exists(expires_at, :expires)",
-            "ExpressionAttributeValues": {":expires": self._expires(now)},
-        }
-        self.dynamodb.transact_write_items(
-            TransactItems=[{"Put": {"TableName": self.table, "Item": item}}, {"Update": known}]
-        )
+        self.dynamodb.put_item(TableName=self.table, Item=item)
+
+    def make_known(self, key: str, now: float) -> None:
+        """Give a job that exists (its alarms are being put) a state item if it has none, so its first alarm's claim
+        holds at once, one call, instead of finding it unseen and checking that it exists first. A state already
+        there is left alone: a conditional put, which a decision's commit running on the item makes fail, not the
+        commit (a transaction here could cancel it)."""
+        item = {"pk": {"S": key}, "sk": {"S": STATE_SK}, "expires_at": self._expires(now)}
+        errors = self.dynamodb.exceptions
+        with contextlib.suppress(errors.ConditionalCheckFailedException, errors.TransactionConflictException):
+            self.dynamodb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
 
     def forget_provisioned(self, key: str) -> None:
         """Drop the job's alarm marker; a job that never had one is not written to."""

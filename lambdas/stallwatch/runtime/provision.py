@@ -142,6 +142,8 @@ def provision_alarms(
     if not definitions:
         rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": len(stale)}
+    if not done:
+        rt.store.make_known(key, rt.clock())  # before its alarms: the first to fire claims it in one call
     todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
     for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
