@@ -561,10 +561,9 @@ def _progressing(ctx: _Context, progress: measures.Progress) -> _Finding:
         reason = f"waiting for input {data_wait:.0f}% of the time (threshold {thresholds.data_wait_percent:g}%)"
         return _Finding(Diagnosis.DATA_STARVATION, (reason, "still progressing: never stopped for this"))
     hosts, facts, limits, period = ctx.signals.hosts, ctx.signals.facts, ctx.limits, ctx.period
-    lagging = measures.straggler(hosts, facts, thresholds, limits, now, period)
-    if lagging is None:  # a host lagging for less than the window yet is named when its window fills
-        ctx.deadlines.add(measures.straggler_due(hosts, facts, thresholds, limits, now, period))
-    else:
+    lagging, due = measures.straggler(hosts, facts, thresholds, limits, now, period)
+    ctx.deadlines.add(due)  # a host lagging for less than the window yet is named when its window fills
+    if lagging is not None:
         evidence_["straggler"] = lagging
         summary = _straggler_summary(lagging, measures.straggler_window(limits, period))
         return _Finding(Diagnosis.STRAGGLER, (summary, "still progressing: never stopped for this"))

@@ -255,30 +255,24 @@ def straggler_window(limits: Limits, period: float) -> float:
 
 def straggler(
     hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float, period: float
-) -> dict[str, Any] | None:
-    """One host far from the others of its instance type for `straggler_minutes`: its StepTime above their median,
+) -> tuple[dict[str, Any] | None, float | None]:
+    """One host far from the others of its instance type for `straggler_window`: its StepTime above their median,
     or its GPU power below it, by `straggler_ratio` over the window (the median of its per-period ratios) and by half
-    that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value."""
-    for group in _type_groups(hosts, facts):
-        found = _straggler_in(group, thresholds, straggler_window(limits, period), period, now)
-        if found is not None:
-            return found
-    return None
-
-
-def straggler_due(
-    hosts: dict[str, HostSignals], facts: JobFacts, thresholds: Thresholds, limits: Limits, now: float, period: float
-) -> float | None:
-    """When a host that lags as a straggler does, but not yet for `straggler_window`, will have lagged that long:
-    the moment `straggler` may name it (None if no host lags, or one lags long enough already)."""
+    that excess in every period. Evidence: host, metric, ratio, the others' median and every such host's value.
+    With none yet, when a host that lags as one does, not yet for the window, will have lagged that long: the moment
+    it may be named (None if no host lags). One pass over the ratios gives both."""
     window = straggler_window(limits, period)
-    due = [
-        t + window
-        for group in _type_groups(hosts, facts)
-        for metric, slow in STRAGGLER_METRICS
-        for t in _lag_starts(_per_host(group, metric, now - window), slow, thresholds)
-    ]
-    return min((t for t in due if t > now), default=None)
+    span = min(STRAGGLER_COVERAGE * window, window - 2 * period)  # the newest period may not have landed yet
+    due: list[float] = []
+    for group in _type_groups(hosts, facts):
+        for metric, slow in STRAGGLER_METRICS:
+            per_host = _per_host(group, metric, now - window)
+            times, ratios_of = _ratios(per_host, slow)
+            found = _named(per_host, times, ratios_of, metric, span, thresholds)
+            if found is not None:
+                return found, None
+            due += [t + window for t in _lag_starts(ratios_of, thresholds)]
+    return None, min((t for t in due if t > now), default=None)
 
 
 def _type_groups(hosts: dict[str, HostSignals], facts: JobFacts) -> list[dict[str, HostSignals]]:
@@ -294,10 +288,13 @@ def _per_host(hosts: dict[str, HostSignals], metric: str, since: float) -> dict[
     return {name: points for name, points in per_host.items() if points}
 
 
-def _ratios(per_host: dict[str, dict[float, float]], slow: bool) -> dict[str, list[tuple[float, float]]]:
-    """Each host's (t, ratio to the others' median) at the times all report, up to its first unusable value."""
+def _ratios(
+    per_host: dict[str, dict[float, float]], slow: bool
+) -> tuple[list[float], dict[str, list[tuple[float, float]]]]:
+    """The times all hosts report, and each host's (t, ratio to the others' median) at them, up to its first
+    unusable value (none below `STRAGGLER_MIN_HOSTS` hosts)."""
     if len(per_host) < STRAGGLER_MIN_HOSTS:
-        return {}
+        return [], {}
     times = sorted(set.intersection(*(set(p) for p in per_host.values())))
     found: dict[str, list[tuple[float, float]]] = {name: [] for name in per_host}
     broken: set[str] = set()
@@ -311,7 +308,7 @@ def _ratios(per_host: dict[str, dict[float, float]], slow: bool) -> dict[str, li
                 broken.add(name)
                 continue
             found[name].append((t, points[t] / others if slow else others / points[t]))
-    return found
+    return times, found
 
 
 def _median_without(ordered: list[float], value: float) -> float:
@@ -325,45 +322,50 @@ def _median_without(ordered: list[float], value: float) -> float:
     return at(size // 2) if size % 2 else (at(size // 2 - 1) + at(size // 2)) / 2
 
 
-def _lag_starts(per_host: dict[str, dict[float, float]], slow: bool, thresholds: Thresholds) -> list[float]:
+def _lag_floor(thresholds: Thresholds) -> float:
+    """The ratio every period of a straggler's lag exceeds: half of `straggler_ratio`'s excess over 1."""
+    return 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
+
+
+def _named(
+    per_host: dict[str, dict[float, float]],
+    times: list[float],
+    ratios_of: dict[str, list[tuple[float, float]]],
+    metric: str,
+    span: float,
+    thresholds: Thresholds,
+) -> dict[str, Any] | None:
+    """The host that lagged in every period over at least `span`, by `straggler_ratio` at the median, with its
+    evidence; None if none did (or the periods do not span long enough)."""
+    if not times or times[-1] - times[0] < span:
+        return None
+    for name, timed in ratios_of.items():
+        ratios = [r for _, r in timed]
+        if (
+            len(ratios) == len(times)
+            and min(ratios) > _lag_floor(thresholds)
+            and statistics.median(ratios) >= thresholds.straggler_ratio
+        ):
+            latest = times[-1]
+            return {
+                "host": name,
+                "metric": metric,
+                "ratio": round(statistics.median(ratios), 2),
+                "others_median": rounded(statistics.median(p[latest] for n, p in per_host.items() if n != name)),
+                "values": {n: rounded(p[latest]) for n, p in sorted(per_host.items())},
+            }
+    return None
+
+
+def _lag_starts(ratios_of: dict[str, list[tuple[float, float]]], thresholds: Thresholds) -> list[float]:
     """When each host's current run of lagging periods began, for hosts lagging by `straggler_ratio` over it."""
-    floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
+    floor = _lag_floor(thresholds)
     starts = []
-    for ratios in _ratios(per_host, slow).values():
+    for ratios in ratios_of.values():
         run = list(itertools.takewhile(lambda r: r[1] > floor, reversed(ratios)))
         if run and statistics.median(r for _, r in run) >= thresholds.straggler_ratio:
             starts.append(run[-1][0])
     return starts
-
-
-def _straggler_in(
-    hosts: dict[str, HostSignals], thresholds: Thresholds, window: float, period: float, now: float
-) -> dict[str, Any] | None:
-    """`straggler` among hosts of one instance type, over `window`."""
-    floor = 1 + STRAGGLER_FLOOR_SHARE * (thresholds.straggler_ratio - 1)
-    span = min(STRAGGLER_COVERAGE * window, window - 2 * period)  # the newest period may not have landed yet
-    for metric, slow in STRAGGLER_METRICS:
-        per_host = _per_host(hosts, metric, now - window)
-        ratios_of = _ratios(per_host, slow)
-        times = sorted(set.intersection(*(set(p) for p in per_host.values()))) if ratios_of else []
-        if not times or times[-1] - times[0] < span:
-            continue  # not seen for long enough
-        for name, timed in ratios_of.items():
-            ratios = [r for _, r in timed]
-            if (
-                len(ratios) == len(times)
-                and min(ratios) > floor
-                and statistics.median(ratios) >= thresholds.straggler_ratio
-            ):
-                latest = times[-1]
-                return {
-                    "host": name,
-                    "metric": metric,
-                    "ratio": round(statistics.median(ratios), 2),
-                    "others_median": rounded(statistics.median(p[latest] for n, p in per_host.items() if n != name)),
-                    "values": {n: rounded(p[latest]) for n, p in sorted(per_host.items())},
-                }
-    return None
 
 
 def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, job_threshold_s: float) -> float:
