@@ -33,12 +33,7 @@ moto_logs_filter.install()
 
 @pytest.fixture(autouse=True)
 def aws(monkeypatch: pytest.MonkeyPatch):
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "x",
-        "AWS_SECRET_ACCESS_KEY": "x",
-    }.items():
-        monkeypatch.setenv(name, value)
+    """moto for every test; the credentials and region are tests/conftest.py's."""
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     with moto.mock_aws():
         yield
