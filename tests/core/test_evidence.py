@@ -113,16 +113,61 @@ def test_a_fatal_line_is_never_held_back_by_a_learned_cadence() -> None:
     assert decision.evidence["logs"]["threshold_s"] >= 199 * MIN  # the silence it would otherwise have waited for
 
 
-def test_processes_gone_from_every_gpu_decide_at_once_not_at_the_learned_cadence() -> None:
-    # Given a job whose long checkpoints taught it a 2-hour log gap; at ONSET its processes die: GPUs 0 %, memory
-    # released, logs silent
-    builder = SignalsBuilder(hosts=2).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 0.0)
-    builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, 3 * HOUR, 0.5)
-    learned = JobState(log_gap_s=2 * HOUR)
-    # When 4 minutes have passed / Then idle, warned with the short grace
-    decision = at(builder, ONSET + 4 * MIN, learned)
-    assert (decision.diagnosis, decision.action) == (Diagnosis.IDLE, Action.WARN)
-    assert "every process left its GPUs" in decision.reasons[0]
+def processes_gone(hosts: int = 2) -> SignalsBuilder:
+    """`hosts` hosts log every minute; at ONSET their processes end without a word: GPUs 0 %, memory released, logs
+    silent."""
+    builder = SignalsBuilder(hosts=hosts).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 0.0)
+    return builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, 3 * HOUR, 0.5)
+
+
+IDLE_30 = Policy(mode=Mode.ENFORCE).for_job({"stallwatch:mode": "enforce", "stallwatch:idle-minutes": "30"})
+
+
+@pytest.mark.parametrize(("policy", "idle_minutes"), [(ENFORCE, 15.0), (IDLE_30, 30.0)])
+def test_every_process_gone_without_a_fatal_line_is_idle_after_the_agreement_rung_of_idle_minutes(
+    policy, idle_minutes: float
+) -> None:
+    # Given a job whose long checkpoints taught it a 2-hour log gap; at ONSET every process ends without a fatal line
+    builder, learned = processes_gone(), JobState(log_gap_s=2 * HOUR)
+    released = ONSET + MIN  # the first datapoint that shows the memory let go of
+    rung = 2 / 3 * idle_minutes * MIN  # memory, utilization and logs agree: 2/3 of idle_minutes
+    # When less than the rung has passed / Then nothing yet (a box kept between runs), and a recheck at the rung
+    early = decide(builder.build(released + rung - MIN), policy, learned, released + rung - MIN)
+    assert not early.stalled
+    assert early.recheck_at == pytest.approx(released + rung)
+    # When the rung is reached / Then idle, warned with the full grace (the processes ended by themselves), whatever
+    # the learned cadence
+    warn = decide(builder.build(released + rung), policy, learned, released + rung)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.IDLE, Action.WARN)
+    assert "every process left its GPUs" in warn.reasons[0]
+    assert warn.recheck_at == pytest.approx(released + rung + 5 * MIN)
+    # And the stop comes 5 minutes later: 25 minutes after the end with stallwatch:idle-minutes=30, not 6
+    stop_at = warn.recheck_at
+    stop = decide(builder.build(stop_at), policy, next_state(learned, warn), stop_at)
+    assert stop.action is Action.STOP
+
+
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_fatal_last_words_before_every_process_went_are_a_crash_decided_at_once(policy) -> None:
+    # Given every process gone at ONSET, algo-2's last words a CUDA OOM
+    builder = processes_gone().log(ONSET + 1, OOM, "algo-2")
+    # When crash_confirm_minutes (3) have passed / Then a crashed rank, conclusive: idle_minutes plays no part
+    decision = decide(builder.build(ONSET + 1 + 3 * MIN), policy, FRESH, ONSET + 1 + 3 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.recheck_at == pytest.approx(ONSET + 1 + 5 * MIN)  # the 2-minute grace
+
+
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_one_host_let_go_while_the_others_hold_their_gpus_is_decided_at_once(policy) -> None:
+    # Given 4 hosts; at ONSET algo-3's processes let go of its GPUs without a word while the others spin, memory held
+    builder = SignalsBuilder(hosts=4).logs(0, ONSET, 60).gpu(0, 3 * HOUR, 100.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu(0, ONSET, 97.0, hosts=["algo-3"]).gpu(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    builder.gpu_memory(0, 3 * HOUR, 80.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu_memory(0, ONSET, 80.0, hosts=["algo-3"]).gpu_memory(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    # When 4 minutes have passed / Then a crashed rank on algo-3, conclusive, whatever idle_minutes says
+    decision = decide(builder.build(ONSET + 4 * MIN), policy, FRESH, ONSET + 4 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-3"]
 
 
 def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:
@@ -151,7 +196,8 @@ def rank_zero_host_lost() -> SignalsBuilder:
     return builder
 
 
-def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data() -> None:
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data(policy) -> None:
     # When 6 minutes have passed / Then the vanished host is named, a crashed rank, warned with the short grace
     decision = at(rank_zero_host_lost(), ONSET + 6 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)

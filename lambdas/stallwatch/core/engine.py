@@ -319,8 +319,9 @@ def _life_signs(host: evidence.Host) -> dict[str, Any]:
 
 def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: float | None) -> _Finding | None:
     """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
-    GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process finishes no
-    step, so no step interval, however long, delays it."""
+    one host's GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process
+    finishes no step, so no step interval, however long, delays it. Every process gone without a fatal line is
+    idleness: it waits the agreement rung of `idle_minutes`, and the full grace."""
     deaths = evidence.death(
         hosts,
         last_step_t,
@@ -343,7 +344,7 @@ def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: flo
         reasons.append(_error_summary(found.lines))
     reasons.append(f"no progress for {_min(ctx.now - found.onset)} since (confirm {_min(confirm)})")
     reasons.append(_utilization_summary(_with_gpus(ctx.evidence["hosts"], ctx.signals.facts)))
-    return _Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=True)
+    return _Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=found.conclusive)
 
 
 def _intervals_s(ctx: _Context, progress: measures.Progress | None) -> float:
