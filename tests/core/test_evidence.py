@@ -199,10 +199,46 @@ def rank_zero_host_lost() -> SignalsBuilder:
 @pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
 def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data(policy) -> None:
     # When 6 minutes have passed / Then the vanished host is named, a crashed rank, warned with the short grace
-    decision = at(rank_zero_host_lost(), ONSET + 6 * MIN)
+    # (idle_minutes plays no part)
+    decision = decide(rank_zero_host_lost().build(ONSET + 6 * MIN), policy, FRESH, ONSET + 6 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
     assert decision.evidence["death"]["hosts"] == ["algo-1"]
     assert "algo-1 vanished" in decision.reasons[0]
+
+
+def test_a_warning_withdrawn_while_its_evidence_was_out_of_view_keeps_its_grace_when_reissued() -> None:
+    # Given the lost host warned at ONSET + 6 min (conclusive: a 2-minute grace)
+    builder, state = rank_zero_host_lost(), FRESH
+    warn = at(builder, ONSET + 6 * MIN, state)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    state = next_state(state, warn)
+    # When a decision a minute later reads every host's metrics 5 minutes late (no host vanished in them), and
+    # withdraws the warning
+    late = decide(builder.build(ONSET + 2 * MIN), ENFORCE, state, ONSET + 7 * MIN)
+    assert not late.stoppable
+    state = next_state(state, late)
+    assert state.warned_at is None
+    # Then the decision that sees the same finding again, with no progress since, stops at the first warning's
+    # grace: no second warning and a fresh grace
+    again = at(builder, ONSET + 9 * MIN, state)
+    assert (again.diagnosis, again.action) == (Diagnosis.CRASHED_RANK, Action.STOP)
+
+
+def test_a_warning_withdrawn_by_progress_is_warned_afresh() -> None:
+    # Given the lost host warned, then a decision that sees steps after it (the job came back), then the same finding
+    builder, state = rank_zero_host_lost(), FRESH
+    state = next_state(state, at(builder, ONSET + 6 * MIN, state))
+    resumed = SignalsBuilder(hosts=4).progress(0, ONSET + 7 * MIN).gpu(0, ONSET + 7 * MIN, 97.0)
+    state = next_state(state, at(resumed, ONSET + 7 * MIN, state))
+    assert state.warning is None
+    # Then a new warning with its own grace
+    assert at(builder, ONSET + 9 * MIN, state).action is Action.WARN
+
+
+def test_a_snooze_voids_a_withdrawn_warning_too() -> None:
+    builder, state = rank_zero_host_lost(), FRESH
+    state = next_state(state, at(builder, ONSET + 6 * MIN, state)).snoozed(ONSET + 6.5 * MIN)
+    assert at(builder, ONSET + 9 * MIN, state).action is Action.WARN
 
 
 def test_a_host_that_vanishes_while_the_others_step_on_is_no_stall() -> None:

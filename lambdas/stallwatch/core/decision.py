@@ -89,13 +89,16 @@ class JobState:
     stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
     stragglers: tuple[str, ...] = ()  # hosts already named as stragglers in this run (each is alerted once)
+    # The incident's stop warning: (diagnosis, the last progress before it, when it went out). Kept while no progress
+    # is seen, so a warning withdrawn by a decision that lost sight of its evidence keeps its grace when re-issued.
+    warning: tuple[str, float, float] | None = None
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)
 
     def snoozed(self, until: float) -> JobState:
         """No stop before `until`; the warning is void, so when the snooze ends a fresh one comes before any stop."""
-        return replace(self, snoozed_until=until, warned_at=None)
+        return replace(self, snoozed_until=until, warned_at=None, warning=None)
 
 
 def stall_onset(evidence: dict[str, Any], noticed: float | None = None) -> float | None:

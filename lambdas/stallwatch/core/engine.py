@@ -57,6 +57,7 @@ CHECKPOINT_JOIN_INTERVALS = 2.0  # no agent: other hosts' lines may follow a che
 STALLING_PERIODS = 2
 STARVED_WINDOWS = 3  # data starvation is seen in at least this many recent windows that completed steps
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
+SAME_PROGRESS_S = 1.0  # two decisions' last progress this close is the same (read from different datapoints)
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
 
@@ -95,6 +96,8 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
     deadlines = _Deadlines(now)
     finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, found, deadlines)
+    if finding.stoppable:
+        state = _resumed_warning(state, finding.diagnosis, found)
     action, would, notes, stop_at = _act(finding, policy, state, now, limits)
     if finding.diagnosis is Diagnosis.STRAGGLER and found["straggler"]["host"] in state.stragglers:
         action, would = Action.NONE, Action.NONE  # a host is named once a run; the evidence still says it lags
@@ -128,6 +131,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
     )
     if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
         state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
+    warning = _kept_warning(state, decision.evidence)
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
         state = _learn_recovery(state, decision)
         return JobState(
@@ -138,6 +142,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             step_gap_s=state.step_gap_s,
             recheck_at=state.recheck_at,
             stragglers=state.stragglers,
+            warning=warning,
         )
     alerted = state.alerted
     if decision.action is not Action.NONE:
@@ -147,13 +152,18 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         alerted += tuple(k for k in keys if k not in alerted)
     snoozed = state.snoozed_until is not None and state.snoozed_until > decision.at
     if not decision.stoppable:
-        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted)
+        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted, warning=warning)
+    state = _resumed_warning(state, decision.diagnosis, decision.evidence)
     warned_at = decision.at if decision.action is Action.WARN else state.warned_at
+    if decision.action is Action.WARN:
+        mark = _stall_mark(decision.evidence)
+        warning = None if mark is None else (decision.diagnosis.value, mark, decision.at)
     return state.with_(
         stall_since=state.stall_since if state.stall_since is not None else decision.at,
         stall_from=state.stall_from if state.stall_since is not None else _last_progress(decision),
         # A snooze voids an earlier warning: when it ends, a fresh warning comes before any stop.
         warned_at=None if snoozed else warned_at,
+        warning=None if snoozed else warning,
         alerted=alerted,
         stopped_at=decision.at if decision.action is Action.STOP else state.stopped_at,
     )
@@ -165,6 +175,30 @@ def _last_progress(decision: Decision) -> float | None:
     if agent.get("fresh") and agent.get("last_step_t") is not None:
         return agent["last_step_t"]
     return decision.evidence.get("logs", {}).get("last_t")
+
+
+def _stall_mark(evidence: dict[str, Any]) -> float | None:
+    """What marks one stall: the agent's last step (known once its metrics stopped too), else the newest log line.
+    A decision that sees a later one saw progress."""
+    last_step = evidence.get("agent", {}).get("last_step_t")
+    return last_step if last_step is not None else evidence.get("logs", {}).get("last_t")
+
+
+def _kept_warning(state: JobState, evidence: dict[str, Any]) -> tuple[str, float, float] | None:
+    """The incident's warning, while the decision saw no progress since it."""
+    mark = _stall_mark(evidence)
+    if state.warning is None or mark is None or abs(mark - state.warning[1]) > SAME_PROGRESS_S:
+        return None
+    return state.warning
+
+
+def _resumed_warning(state: JobState, diagnosis: Diagnosis, evidence: dict[str, Any]) -> JobState:
+    """A warning withdrawn by a decision that lost sight of its evidence (a metric late, a tail cut short) and the
+    same diagnosis found again with no progress since: the warning stands, and its grace runs on."""
+    warning = _kept_warning(state, evidence)
+    if state.warned_at is not None or warning is None or warning[0] != diagnosis.value:
+        return state
+    return state.with_(warned_at=warning[2], stall_from=state.stall_from or warning[1])
 
 
 def _learn_recovery(state: JobState, decision: Decision) -> JobState:
