@@ -7,8 +7,9 @@ Each job (`corpus.faults`: SageMaker, heterogeneous SageMaker and EC2, 1 to 512 
 is replayed through the same alarms, rechecks, sweeper and engine as the Lambdas (`stallwatch.offline.replay`,
 enforce, no opt-in tag needed). It prints recall (stalls that leave the job running, stopped after their onset),
 precision, false stops per 1,000 job-days, warnings per healthy job-day, hang→stop p50/p95 per fault kind and per
-platform x agent, and the stragglers named (the slow node within 30 minutes, no healthy host ever), and exits 1 if a
-goal (docs/benchmarks.md, "Fault mix") is missed.
+platform x agent, each silent hang's stop (no watchdog line: within 45 minutes, without GPU power too), and the
+stragglers named (the slow node within 30 minutes, no healthy host ever), and exits 1 if a goal (docs/benchmarks.md,
+"Fault mix") is missed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from stallwatch.core.decision import Action, Diagnosis  # noqa: E402
 from stallwatch.offline.replay import replay_events  # noqa: E402
 
 STRAGGLER_WITHIN_S = 1800.0
+SILENT_WITHIN_S = 2700.0  # a hang whose watchdog lines come later than this is silent for the goal's time
 # The goals (issue 21): recall, false stops, nagging, stragglers, and the latency of each platform x agent.
 GOALS = {
     "recall": 1.0,
@@ -40,6 +42,7 @@ GOALS = {
     "agent_p95_min": 15.0,
     "noagent_p50_min": 15.0,
     "noagent_p95_min": 25.0,
+    "silent_hang_max_min": 45.0,  # issue 32: without the agent or GPU power too
 }
 
 
@@ -58,6 +61,12 @@ class Outcome:
         fault = self.job.fault
         end = self.job.end_s if fault is None or not fault.stall else fault.onset_s
         return end / 86_400
+
+    @property
+    def silent_hang(self) -> bool:
+        """A hang with no watchdog line before the goal's time (the job raised its NCCL timeout)."""
+        fault = self.job.fault
+        return fault is not None and fault.kind == "hang" and self.job.nccl_timeout_s > SILENT_WITHIN_S
 
     @property
     def false_stop(self) -> bool:
@@ -137,6 +146,9 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
             by_kind[o.job.fault.kind].append(o)
             by_kind[o.job.fault.cause].append(o)
             by_shape[f"{o.job.platform.value} {'agent' if o.job.agent else 'no agent'}"].append(o)
+    for o in outcomes:
+        if o.silent_hang:
+            by_kind["silent hang" + ("" if o.job.power else ", no agent or power")].append(o)
     agent = _latencies(o for o in outcomes if o.job.agent)
     no_agent = _latencies(o for o in outcomes if not o.job.agent)
     return {
@@ -170,6 +182,15 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
             for o in outcomes
             if o.job.fault is not None and o.job.fault.stall
         ],
+        "silent_hangs": [
+            [
+                o.job.name,
+                "power" if o.job.power else "no power",
+                None if o.stop_s is None else round((o.stop_s - o.job.fault.onset_s) / 60, 1),  # type: ignore[union-attr]
+            ]
+            for o in outcomes
+            if o.silent_hang
+        ],
         "by_kind": {k: _latencies(v) for k, v in sorted(by_kind.items())},
         "by_platform_agent": {k: _latencies(v) for k, v in sorted(by_shape.items())},
     }
@@ -188,6 +209,9 @@ def goals_missed(summary: dict[str, Any]) -> list[str]:
         missed.append(
             f"stragglers: {stragglers} (late on {summary['late_stragglers']}, wrong on {summary['wrong_stragglers']})"
         )
+    late = [(name, m) for name, _, m in summary["silent_hangs"] if m is None or m > GOALS["silent_hang_max_min"]]
+    if late:
+        missed.append(f"silent hangs not stopped within {GOALS['silent_hang_max_min']:g} min: {late}")
     for who, key in (("agent", "agent"), ("noagent", "no_agent")):
         for q in ("p50", "p95"):
             value = summary[key][f"{q}_min"]
@@ -235,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({summary['false_stops_per_1000_job_days']} per 1,000 job-days), warnings per healthy job-day "
             f"{summary['warnings_per_healthy_day']}, stragglers {summary['stragglers']}"
         )
+        print("silent hangs (job, power, minutes to the stop): " + json.dumps(summary["silent_hangs"]))
         print("goals: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))
     return 1 if missed else 0
 

@@ -343,6 +343,65 @@ def test_a_pause_does_not_count_as_data_starvation_once_steps_resume() -> None:
     assert at(builder, ONSET + 7 * MIN).diagnosis is Diagnosis.HEALTHY
 
 
+UNREAD = "[orbax] persisting 64 shards of state to /fsx/run7/24000"  # a start line no pattern reads
+
+
+def two_checkpoints_without_the_agent() -> SignalsBuilder:
+    """One host logs every minute; at ONSET a 25-minute checkpoint it announces in a line the patterns read, at
+    3 h one it announces in a line they do not: GPUs near 0 %, memory held, logs silent while each is written."""
+    builder = SignalsBuilder(hosts=1).gpu_memory(0, 6 * HOUR, 80.0).sweeps(0, 6 * HOUR)
+    builder.gpu(0, ONSET, 97.0).gpu(ONSET, ONSET + 25 * MIN, 1.0).gpu(ONSET + 25 * MIN, 3 * HOUR, 97.0)
+    builder.gpu(3 * HOUR, 6 * HOUR, 1.0).logs(0, ONSET - 1, MIN).log(ONSET, "Saving model checkpoint to /ckpt/c-1")
+    return builder.logs(ONSET + 25 * MIN, 3 * HOUR - 1, MIN).log(3 * HOUR, UNREAD)
+
+
+def test_a_checkpoint_no_pattern_reads_is_no_stop_once_the_job_has_shown_one() -> None:
+    # Given the two checkpoints, a decision during the first one (the job's history is learned as decisions go)
+    builder, state = two_checkpoints_without_the_agent(), FRESH
+    for now in (ONSET + 15 * MIN, ONSET + 45 * MIN):
+        state = next_state(state, at(builder, now, state))
+    assert state.idle_pause_s == pytest.approx(25 * MIN, abs=MIN)
+    # When the second has lasted 30 minutes (past the idle rung of the learned log gap) / Then a pause like the
+    # ones it came back from: no alert, no stop, and a recheck at 1.5 x the learned pause
+    during = at(builder, 3 * HOUR + 30 * MIN, state)
+    assert (during.diagnosis, during.action) == (Diagnosis.PHASE, Action.NONE)
+    assert during.recheck_at == pytest.approx(3 * HOUR + 1.5 * state.idle_pause_s)
+    # When it outlasts 1.5 x the learned pause / Then idle, a stall like any other
+    late = at(builder, during.recheck_at, state)
+    assert (late.diagnosis, late.action) == (Diagnosis.IDLE, Action.WARN)
+
+
+def test_with_the_agent_a_pause_the_job_came_back_from_outlasts_the_data_wait_allowance() -> None:
+    # Given a job with the agent whose loop paused 35 minutes at ONSET (an undeclared checkpoint: GPUs idle, memory
+    # held, all waiting to the agent) and stepped on; at 3 h it pauses again, its lines unread
+    builder = SignalsBuilder(hosts=2).gpu_memory(0, 6 * HOUR, 80.0).agent("DataWaitFraction", 0, 6 * HOUR, 100.0)
+    builder.progress(0, ONSET).no_progress(ONSET, ONSET + 35 * MIN).progress(ONSET + 35 * MIN, 3 * HOUR)
+    builder.no_progress(3 * HOUR, 6 * HOUR).gpu(0, ONSET, 97.0).gpu(ONSET, ONSET + 35 * MIN, 1.0)
+    builder.gpu(ONSET + 35 * MIN, 3 * HOUR, 97.0).gpu(3 * HOUR, 6 * HOUR, 1.0)
+    # When 45 minutes into the second (past the 30-minute data-wait allowance) / Then still not stoppable
+    during = at(builder, 3 * HOUR + 45 * MIN)
+    assert during.cadence.idle_pause_s == pytest.approx(35 * MIN, abs=MIN)
+    assert (during.diagnosis, during.stoppable) == (Diagnosis.DATA_STARVATION, False)
+    # When it outlasts 1.5 x the pause it came back from / Then idle, stoppable
+    late = at(builder, 3 * HOUR + 1.5 * during.cadence.idle_pause_s + 1)
+    assert (late.diagnosis, late.stoppable) == (Diagnosis.IDLE, True)
+
+
+def test_an_idle_pause_the_job_came_back_from_excuses_no_silence_with_busy_gpus() -> None:
+    # Given a job without power that came back from a 40-minute checkpoint (GPUs idle, memory held, logs silent),
+    # its GPUs busy since, its logs silent since 3 h
+    builder = SignalsBuilder(hosts=1).gpu_memory(0, 6 * HOUR, 80.0).sweeps(0, 6 * HOUR).gpu(0, ONSET, 97.0)
+    builder.gpu(ONSET, ONSET + 40 * MIN, 1.0).gpu(ONSET + 40 * MIN, 6 * HOUR, 97.0)
+    builder.logs(0, ONSET, MIN).logs(ONSET + 40 * MIN, 3 * HOUR, MIN)
+    # When silent 30 minutes / Then a hang, warned: the checkpoint says nothing of a silence with busy GPUs (though
+    # its gap raised the log threshold past an hour)
+    decision = at(builder, 3 * HOUR + 30 * MIN)
+    assert decision.cadence.idle_pause_s is not None
+    assert decision.cadence.busy_pause_s is None
+    assert decision.evidence["logs"]["threshold_s"] > HOUR
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
+
+
 # --- stragglers ------------------------------------------------------------------------------------------------------
 
 

@@ -42,6 +42,36 @@ FAULTS = [
     job("hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False),
     job("lost-rank0-agent", Fault("lost", "host maintenance", 2 * HOUR, host=0)),
     job("lost-noagent-ec2", Fault("lost", "power supply", 2 * HOUR, host=1), agent=False, platform=Platform.EC2),
+    # NCCL timeouts raised to hours: the hang spins silently, no watchdog line
+    job(
+        "silent-hang-power-ec2",
+        Fault("hang", "NIC", 2 * HOUR),
+        agent=False,
+        platform=Platform.EC2,
+        ec2_power=True,
+        nccl_timeout_s=7200.0,
+    ),
+    job("silent-hang-agent", Fault("hang", "network switch or cable", 2 * HOUR), nccl_timeout_s=3600.0),
+]
+# Without the agent or GPU power nothing tells a silent hang from an evaluation but time: within 45 minutes
+SILENT_HANGS = [
+    job("silent-hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False, nccl_timeout_s=7200.0),
+    job(
+        "silent-hang-noagent-after-evals",
+        Fault("hang", "network switch or cable", 4 * HOUR),
+        episodes=(Episode("eval", 1 * HOUR + 30, 1200.0), Episode("eval", 2.5 * HOUR + 30, 1300.0)),
+        agent=False,
+        eval_results=False,
+        nccl_timeout_s=7200.0,
+    ),
+    job(
+        "silent-hang-noagent-ec2-rank0-logs",
+        Fault("hang", "NIC", 2 * HOUR + 50),
+        agent=False,
+        platform=Platform.EC2,
+        rank0_only_logs=True,
+        nccl_timeout_s=3600.0,
+    ),
 ]
 
 
@@ -54,6 +84,17 @@ def test_every_kind_of_fault_is_stopped_soon_after_its_onset(stalled: Job) -> No
     assert not outcome.false_stop
     minutes = (outcome.stop_s - stalled.fault.onset_s) / 60
     assert minutes <= (15 if stalled.agent else 25)
+
+
+@pytest.mark.parametrize("stalled", SILENT_HANGS, ids=[j.name for j in SILENT_HANGS])
+def test_a_silent_hang_without_the_agent_or_power_is_stopped_within_45_minutes(stalled: Job) -> None:
+    # Given a hang whose watchdog lines come an hour or more later, no agent and no GPU power / When replayed
+    outcome = faultmix.run_job(stalled)
+    # Then it is stopped as a hang within 45 minutes of its onset, and the reason says power would have been sooner
+    assert outcome.stop_s is not None
+    assert not outcome.false_stop
+    assert (outcome.stop_s - stalled.fault.onset_s) / 60 <= 45
+    assert outcome.stop_diagnosis == "hang"
 
 
 @pytest.mark.parametrize("minute_offset", [10.0, 45.0])
@@ -83,12 +124,21 @@ def test_a_job_through_every_healthy_pause_is_never_stopped_or_warned(agent: boo
     pauses = (
         Episode("checkpoint", 1 * HOUR, 1500.0, start_line=True, end_line=False),
         Episode("checkpoint", 1.8 * HOUR, 900.0, declared_budget_s=720.0 if agent else None),
-        Episode("eval", 2.5 * HOUR, 1800.0, start_line=False),
+        Episode("eval", 2.5 * HOUR, 1500.0, start_line=False),  # 25 minutes without a line
         Episode("data_stall", 3.3 * HOUR, 900.0, start_line=False),
         Episode("restart", 4.0 * HOUR, 480.0, host=2),
         Episode("checkpoint", 4.8 * HOUR, 600.0, start_line=False, end_line=False),
     )
     outcome = faultmix.run_job(job("healthy", episodes=pauses, agent=agent, rank0_only_logs=not agent))
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+def test_a_rare_logger_whose_evaluations_log_nothing_is_never_stopped_or_warned() -> None:
+    # Given a job without the agent or power that logs every 20 minutes and evaluates 25 minutes without a line (nor
+    # one of results) every 90 minutes, from right after a log line
+    evals = tuple(Episode("eval", h * 1.5 * HOUR + 20 * 60 + 30, 1500.0, start_line=False) for h in range(1, 4))
+    outcome = faultmix.run_job(job("rare-evals", episodes=evals, agent=False, log_every_s=1200.0, eval_results=False))
     assert outcome.stop_s is None
     assert outcome.warnings_healthy == 0
 

@@ -46,6 +46,8 @@ class Cadence:
 
     step_interval_s: float | None = None  # the recent seconds per step
     log_gap_s: float | None = None  # the longest log silence the job came back from
+    busy_pause_s: float | None = None  # the longest pause (no step, else no line) it came back from, GPUs busy
+    idle_pause_s: float | None = None  # ... with GPUs idle and their memory held (a checkpoint, an input stall)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class JobState:
     step_interval_s: float | None = None
     log_gap_s: float | None = None
     step_gap_s: float | None = None  # the longest stall without a step the job recovered from after a warning
+    busy_pause_s: float | None = None  # the longest healthy pauses it came back from (`Cadence`): they only grow
+    idle_pause_s: float | None = None
     stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
     stragglers: tuple[str, ...] = ()  # hosts already named as stragglers in this run (each is alerted once)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.measures import Limits, fatal, gpu_util, rounded
+from stallwatch.core.measures import Limits, fatal, gpu_memory, gpu_util, rounded
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
@@ -96,11 +96,6 @@ def _recent(series: Series, since: float, now: float, limits: Limits) -> Series:
     """The datapoints after the last progress, within the recent periods: what the GPUs do now."""
     start = now - limits.recent_s
     return Series(tuple(p for p in series.points if p[0] > since and p[0] >= start))
-
-
-def gpu_memory(host: HostSignals) -> Series:
-    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
-    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
 
 
 def gpu_power(host: HostSignals) -> Series:

@@ -34,6 +34,7 @@ STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `s
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
 STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
+PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Limits:
     stale_s: float
     grace_s: float
     confirmed_grace_s: float  # the grace after conclusive evidence (never more than `grace_s`)
+    busy_silence_s: float
     straggler_s: float
     factor: float
 
@@ -67,6 +69,7 @@ class Limits:
             stale_s=STALE_PERIODS * period,
             grace_s=thresholds.stop_grace_minutes * 60,
             confirmed_grace_s=min(thresholds.confirmed_grace_minutes, thresholds.stop_grace_minutes) * 60,
+            busy_silence_s=thresholds.busy_silence_minutes * 60 * factor,
             straggler_s=thresholds.straggler_minutes * 60,
             factor=factor,
         )
@@ -179,6 +182,11 @@ def gpu_util(host: HostSignals) -> Series:
     return host.gpu_util if len(host.gpu_util) else host.agent.get("GPUUtilization", Series())
 
 
+def gpu_memory(host: HostSignals) -> Series:
+    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
+    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
+
+
 def trailing_run(series: Series, holds: Callable[[float], bool], now: float, stale_s: float) -> float | None:
     """How long `holds` has been true of the newest datapoints, up to now; None if the data is stale or it fails."""
     if not len(series) or now - series.points[-1][0] > stale_s or not holds(series.points[-1][1]):
@@ -238,13 +246,89 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     Each sample says when the job's newest line was (sample time - the least idle host's value); where that moves
     on, the logs came back after at most the difference. A 10-minute log tail never holds two bursts of a
     20-minute cadence; the 3-hour sawtooth holds nine. The silence still going on is not a gap yet."""
+    return max((b - a for a, _, b in _log_resumptions(hosts)), default=None)
+
+
+def log_interval(logs: Logs, hosts: Iterable[HostSignals]) -> float | None:
+    """How often the job logs: its tail's cadence, else (a rare logger: one line in its tail) the median gap of the
+    sweeper's sawtooth."""
+    if logs.interval_s is not None:
+        return logs.interval_s
+    gaps = [b - a for a, _, b in _log_resumptions(hosts)]
+    return statistics.median(gaps) if gaps else None
+
+
+def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, float]]:
+    """(a, s, b) for each time the sawtooth's newest line moved on: the logs were silent from a (a line) to at least
+    s (the last sample that still saw it), and spoke again by b (the newest line at the next sample)."""
     newest: dict[float, float] = {}
     for host in hosts:
         for t, idle in host.log_idle.points:
             newest[t] = max(newest.get(t, -math.inf), t - idle)
-    lasts = [newest[t] for t in sorted(newest)]
-    gaps = [b - a for a, b in itertools.pairwise(lasts) if b > a]
-    return max(gaps) if gaps else None
+    samples = sorted(newest)
+    return [(newest[s], s, newest[t]) for s, t in itertools.pairwise(samples) if newest[t] > newest[s]]
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """The longest pauses the job came back from (no step with the agent, no log line without it), by what its GPUs
+    did meanwhile: every GPU busy (an evaluation that logs nothing), or every GPU idle with its memory held (a
+    checkpoint, an input stall). Kept across decisions in `JobState`: a pause within `LEARNED_GAP_MARGIN` of one the
+    job came back from is normal for it."""
+
+    busy_s: float | None = None  # at least this long (to the last moment it was seen still silent)
+    idle_s: float | None = None  # until its GPUs worked again
+
+    def merged(self, other: Pauses) -> Pauses:
+        return Pauses(_larger(self.busy_s, other.busy_s), _larger(self.idle_s, other.idle_s))
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    return max((v for v in (a, b) if v is not None), default=None)
+
+
+def pauses(signals: JobSignals, thresholds: Thresholds, period: float) -> Pauses:
+    """The longest busy and idle pauses that ended within the lookback. A pause runs from the last progress (a step
+    with the agent, else a log line) to the next; its GPUs are read on every GPU host from a period after it began
+    to the last moment it was known still paused, and count only if they all did the same throughout."""
+    gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
+    if not gpu_hosts:
+        return Pauses()
+    busy: list[float] = []
+    idle: list[float] = []
+    for a, s, b in _progress_gaps(signals, period):
+        utils = [gpu_util(h).between(a + period, s + 1e-6).values() for h in gpu_hosts]
+        if not all(utils):
+            continue
+        if all(min(u) >= thresholds.busy_gpu_percent for u in utils):
+            busy.append(s - a)
+        elif all(max(u) < thresholds.idle_gpu_percent for u in utils) and _memory_held(gpu_hosts, a, s, thresholds):
+            idle.append(_working_again(gpu_hosts, s, b, thresholds) - a)
+    return Pauses(max(busy, default=None), max(idle, default=None))
+
+
+def _progress_gaps(signals: JobSignals, period: float) -> list[tuple[float, float, float]]:
+    """(a, s, b) for each pause of at least `PAUSE_MIN_PERIODS` periods that ended: progress at a, still none at s,
+    progress again by b. The agent's step completions where it reports progress, else the sweeper's log sawtooth."""
+    completions = [t for t, _ in _step_completions(signals.agent)]
+    if completions:
+        window = agent_window(signals.agent) or period
+        gaps = [(a, b - window, b) for a, b in itertools.pairwise(completions)]
+    else:
+        gaps = _log_resumptions(signals.hosts.values())
+    return [(a, s, b) for a, s, b in gaps if s - a >= PAUSE_MIN_PERIODS * period]
+
+
+def _memory_held(hosts: list[HostSignals], start: float, end: float, thresholds: Thresholds) -> bool:
+    """Every host's processes held their GPU memory from `start` to `end`."""
+    memory = [gpu_memory(h).between(start, end + 1e-6).values() for h in hosts]
+    return all(memory) and all(min(m) >= thresholds.idle_gpu_percent for m in memory)
+
+
+def _working_again(hosts: list[HostSignals], after: float, by: float, thresholds: Thresholds) -> float:
+    """When the first GPU worked again after `after` (at most `by`, when progress was seen again)."""
+    starts = [t for h in hosts for t, v in gpu_util(h).between(after, by).points if v >= thresholds.idle_gpu_percent]
+    return min(starts, default=by)
 
 
 def straggler_window(limits: Limits, period: float) -> float:
