@@ -21,8 +21,11 @@ import shutil
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from localrun.gpu_node import Agent
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "scancel", "squeue", "sinfo")
@@ -31,7 +34,7 @@ STOP_GRACE_S = 10.0
 COMMAND_TIMEOUT_S = 30.0
 POLL_S = 0.2
 # A requeued job waits for its old credential to expire before it may start again (120 s by default).
-CRED_EXPIRE_S = 10
+CRED_EXPIRE_S = 5
 # `scontrol -o show job`'s fields: CamelCase keys; a comment's lowercase `stallwatch:x=y` words are not keys.
 FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 IDLE_STATES = frozenset({"IDLE"})
@@ -214,9 +217,16 @@ class SlurmDaemons:
         return {**(os.environ if base is None else base), "SLURM_CONF": str(self.conf)}
 
     def command(self, *argv: str, check: bool = True, env: dict[str, str] | None = None) -> str:
-        """Run a Slurm client command against this cluster; its stdout (SlurmError if it fails and `check`)."""
+        """Run a Slurm client command against this cluster, in its folder (where a job's default output goes); its
+        stdout (SlurmError if it fails and `check`)."""
         done = subprocess.run(
-            list(argv), env=self.env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+            list(argv),
+            env=self.env(env),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
         )
         if check and done.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
@@ -272,3 +282,15 @@ class SlurmDaemons:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {path.name}\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+@dataclass
+class ControllerNode:
+    """The cluster's controller as an SSM managed node (`localrun.moto_ssm.manage`): Stallwatch's documents run there
+    as root with this cluster's SLURM_CONF, as on a controller whose slurm.conf is in its default place."""
+
+    daemons: SlurmDaemons
+    agent: Agent = Agent.ONLINE
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_CONF": str(self.daemons.conf)}
