@@ -20,6 +20,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,9 @@ class SlurmDaemons:
         self.nodes = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.prolog, self.epilog = prolog, epilog
         self.conf = root / "slurm.conf"
-        self.socket = root / "munge" / "munge.socket"
+        # Unix sockets (munged's, each job step's in the spool) need paths under 108 bytes: a short folder of their own.
+        self.sockets = Path(tempfile.mkdtemp(prefix="swslurm-"))
+        self.socket = self.sockets / "munge.socket"
         self.logs = root / "log"
         self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
@@ -97,6 +100,7 @@ class SlurmDaemons:
     def __enter__(self) -> SlurmDaemons:
         missing = missing_programs()
         if missing:
+            shutil.rmtree(self.sockets, ignore_errors=True)
             raise SlurmNotInstalledError(f"{', '.join(missing)} not found: run `make slurm` (root: apt-get install)")
         try:
             self._start()
@@ -111,8 +115,10 @@ class SlurmDaemons:
         self.stop()
 
     def _start(self) -> None:
-        for sub in ("munge", "state", "log", *(f"spool/{n}" for n in self.nodes)):
+        for sub in ("munge", "state", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            (self.sockets / node).mkdir()
         (self.root / "munge").chmod(0o700)  # munged refuses a key or socket others may write
         key = self.root / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
@@ -150,7 +156,7 @@ class SlurmDaemons:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.socket},cred_expire={CRED_EXPIRE_S}",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
+            f"SlurmdSpoolDir={self.sockets / '%n'}",
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
             f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.logs / 'slurmctld.log'}",
@@ -165,6 +171,9 @@ class SlurmDaemons:
             # The scheduler looks every second, so a requeued job starts as soon as it may.
             "SchedulerParameters=sched_interval=1,bf_interval=1",
             "KillWait=5",
+            # A busy two-core machine answers slowly: the defaults (10 s) fail launches there, never on a quiet one.
+            "MessageTimeout=60",
+            "BatchStartTimeout=120",
         ]
         if self.prolog is not None:
             lines.append(f"PrologSlurmctld={self.prolog}")
@@ -209,6 +218,7 @@ class SlurmDaemons:
                 process.kill()
                 process.wait()
         self._processes.clear()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     # ---- commands ---------------------------------------------------------------------------------------------
 
