@@ -27,3 +27,12 @@ def test_control_plane_metric_is_not_an_agent_metric():
 
 def test_the_agent_reads_the_job_tag_the_control_plane_groups_ec2_instances_by():
     assert agent.JOB_TAG == clusters.JOB_TAG
+
+
+def test_the_stack_dumps_marker_and_read_budget_agree():
+    assert (agent.STACKS_MARKER, agent.STACKS_VERSION, agent.STACKS_READ_BYTES) == (
+        control_plane.STACKS_MARKER,
+        control_plane.STACKS_VERSION,
+        control_plane.STACKS_READ_BYTES,
+    )
+

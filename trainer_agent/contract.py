@@ -50,3 +50,11 @@ JOB_NAME_ENV = "STALLWATCH_JOB_NAME"
 SAGEMAKER_JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set by SageMaker in a training job: the name the control plane reads
 JOB_TAG = "stallwatch:job"
 HOST_ENV = "SM_CURRENT_HOST"
+
+# The stack dump (trainer_agent.stacks): one JSON line per rank and stall whose first key is this marker, the term the
+# control plane's log filter asks CloudWatch Logs for; its value is the line's format version.
+STACKS_MARKER = "StallwatchStacks"
+STACKS_VERSION = 1
+# What a decision reads of one stall's dumps (three FilterLogEvents pages of 1 MB, less each event's overhead): each
+# rank's line is kept within this over the world size, so every rank's is read.
+STACKS_READ_BYTES = 2_800_000
