@@ -35,4 +35,3 @@ def test_the_stack_dumps_marker_and_read_budget_agree():
         control_plane.STACKS_VERSION,
         control_plane.STACKS_READ_BYTES,
     )
-
