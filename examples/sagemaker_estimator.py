@@ -29,7 +29,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = "train_gpt.py"
-SOURCES = ("train_gpt.py", "gpt.py")  # the entry point and what it imports
+SOURCES = ("train_gpt.py", "gpt.py", "distributed.py", "checkpoints.py")  # the entry point and what it imports
 CHECKPOINT_DIR = "/opt/ml/checkpoints"  # SageMaker's default local path of CheckpointConfig
 FRAMEWORK_VERSION, PY_VERSION = "2.5", "py311"  # an AWS Deep Learning Container for PyTorch
 AGENT_NAMESPACE = "Stallwatch"

@@ -57,7 +57,9 @@ def test_the_source_dir_carries_the_wheel_and_a_requirements_line_pip_installs(w
     source = example.stage_source_dir(wheel, tmp_path / "source")
 
     # Then it holds the entry point, what it imports, and the wheel named by requirements.txt
-    assert {p.name for p in source.iterdir()} == {"train_gpt.py", "gpt.py", wheel.name, "requirements.txt"}
+    assert {p.name for p in source.iterdir()} == {
+        "train_gpt.py", "gpt.py", "distributed.py", "checkpoints.py", wheel.name, "requirements.txt",
+    }  # fmt: skip
     # And pip, run there as SageMaker's container runs it, takes the line: the local wheel, with the aws extra
     dry_run = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "-r", "requirements.txt"],

@@ -66,3 +66,12 @@ def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
     joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part)
     cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in joined)
     return cleaned[:SLURM_NAME_MAX]
+
+
+# The stack dump (trainer_agent.stacks): one JSON line per rank and stall whose first key is this marker, the term the
+# control plane's log filter asks CloudWatch Logs for; its value is the line's format version.
+STACKS_MARKER = "StallwatchStacks"
+STACKS_VERSION = 1
+# What a decision reads of one stall's dumps (three FilterLogEvents pages of 1 MB, less each event's overhead): each
+# rank's line is kept within this over the world size, so every rank's is read.
+STACKS_READ_BYTES = 2_800_000

@@ -42,10 +42,22 @@ INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 IMDS_URL = "http://169.254.169.254/latest"
 IMDS_TIMEOUT_S = 0.3
 IMDS_TOKEN_TTL_S = "60"
-# Launchers' variables, first match wins: torchrun/SageMaker, Open MPI, Slurm.
-RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
-LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+# Launchers' (rank, world size, local rank) variables; the first launcher whose rank is set names all three (a
+# launcher started by another, torchrun under srun, sets its own): torchrun and torch elastic (also DeepSpeed's
+# launcher, accelerate, SageMaker's torch_distributed), Open MPI's mpirun, MVAPICH2, MPICH and Intel MPI (Hydra's
+# PMI), Slurm's srun.
+LAUNCHERS: tuple[tuple[str, str, str], ...] = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+# Lightning's own launcher sets no global rank: its node's, the local one, and per node (LOCAL_WORLD_SIZE) if known.
+NODE_RANK_ENV, LOCAL_WORLD_SIZE_ENV = "NODE_RANK", "LOCAL_WORLD_SIZE"
+RANK_ENV = tuple(rank for rank, _, _ in LAUNCHERS)
+WORLD_SIZE_ENV = tuple(size for _, size, _ in LAUNCHERS)
+LOCAL_RANK_ENV = tuple(local for _, _, local in LAUNCHERS)
 
 
 @dataclass(frozen=True)
@@ -115,16 +127,30 @@ def _slurm_job() -> str | None:
 
 
 def _ranks() -> tuple[int, int, int]:
+    rank, world_size, local_rank = _launcher_ranks()
     # Only consult torch.distributed if the script imported torch: it cannot be initialised otherwise.
     torch = sys.modules.get("torch")
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        rank, world_size = _env_int(RANK_ENV, 0), _env_int(WORLD_SIZE_ENV, 1)
-    return rank, world_size, _env_int(LOCAL_RANK_ENV, rank)
+    return rank, world_size, rank if local_rank is None else local_rank
 
 
-def _env_int(names: tuple[str, ...], default: int) -> int:
+def _launcher_ranks() -> tuple[int, int, int | None]:
+    """(rank, world size, local rank or None) from the first launcher whose rank is set, else from Lightning's node
+    and local ranks, else a single process's."""
+    for rank_name, size_name, local_name in LAUNCHERS:
+        rank = _env_int((rank_name,))
+        if rank is not None:
+            return rank, _env_int((size_name,)) or 1, _env_int((local_name, "LOCAL_RANK"))
+    local, node = _env_int(("LOCAL_RANK",)), _env_int((NODE_RANK_ENV,)) or 0
+    # Node 0's ranks are exact; another node's, without LOCAL_WORLD_SIZE, are at least not 0 (torch.distributed's
+    # rank replaces them once it is initialized).
+    rank = node * (_env_int((LOCAL_WORLD_SIZE_ENV,)) or (local or 0) + 1) + (local or 0)
+    return rank, max(_env_int(("WORLD_SIZE",)) or 1, rank + 1), local
+
+
+def _env_int(names: tuple[str, ...]) -> int | None:
+    """The first of the variables that is set, as an integer (a `ValueError` names one that is not)."""
     for name in names:
         value = os.environ.get(name)
         if value:
@@ -132,7 +158,7 @@ def _env_int(names: tuple[str, ...], default: int) -> int:
                 return int(value)
             except ValueError:
                 raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-    return default
+    return None
 
 
 def _host() -> str:

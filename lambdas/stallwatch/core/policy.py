@@ -1,7 +1,7 @@
 """The one policy model: modes, thresholds and per-job tag overrides.
 
-It renders the alarms (``alarms.py``), configures the Lambdas (``STALLWATCH_POLICY``
-environment variable, JSON) and is validated at synth time by the stacks.
+It renders the alarms (``alarms.py``), configures the Lambdas (the ``policy`` of the ``STALLWATCH_CONFIG``
+environment variable's JSON, `config.StallwatchConfig`) and is validated at synth time by the stacks.
 
     policy = Policy(mode="notify")
     effective = policy.for_job({"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "45"})
