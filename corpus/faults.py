@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from stallwatch.core import alarms, clusters, contract
+from corpus import real_lines
+from stallwatch.core import alarms, clusters, contract, log_patterns
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -179,9 +181,22 @@ class Job:
     nccl_timeout_s: float = NCCL_TIMEOUT_S  # a hang's watchdog lines come this long after its onset
     eval_s: float = 600.0  # its evaluations take about this long
     eval_results: bool = True  # an evaluation ends with a line of its results
+    # With real lines: the checkpoint sequence it writes, and its crash's last words (None: drawn for it)
+    checkpoint_lines: str | None = None
+    crash_lines: str | None = None
     episodes: tuple[Episode, ...] = ()
     fault: Fault | None = None
     groups: tuple[tuple[str, int], ...] = ()  # a heterogeneous SageMaker cluster's groups (type, hosts)
+
+    @property
+    def logging_steps(self) -> int:
+        """With steps of a minute or more, it logs every this many steps (about `log_every_s`)."""
+        return max(1, round(self.log_every_s / self.step_s))
+
+    @property
+    def log_interval_s(self) -> float:
+        """How often its logging hosts write a progress line."""
+        return self.log_every_s if self.step_s < MINUTE else self.logging_steps * self.step_s
 
     @property
     def power(self) -> bool:
@@ -348,6 +363,8 @@ class _Sim:
     agent_started_t: float = 0.0
     events: list[Event] = field(default_factory=list)
     emf: list[str] = field(default_factory=list)  # each host's EMF line (the heartbeat's; its values never change)
+    # With real lines: (t, host, line) in time order, written in place of the simulator's own checkpoint and crash lines
+    real: deque[tuple[float, int, str]] | None = None
 
 
 def _episode_at(job: Job, t: float) -> Episode | None:
@@ -380,15 +397,58 @@ def _host_state(job: Job, t: float, host: int) -> str:
     return DEAD if into < 60 else LOADING  # restart: the launcher stops every rank, then loads the checkpoint
 
 
-def simulate(job: Job) -> tuple[TraceHeader, Iterator[Event]]:
-    """The job's trace: the header, and its events in time order, minute by minute."""
+def simulate(job: Job, real: bool = False) -> tuple[TraceHeader, Iterator[Event]]:
+    """The job's trace: the header, and its events in time order, minute by minute. `real`: its checkpoints' lines,
+    its crash's last words and its watchdog lines are real ones (`corpus.real_lines`), not the simulator's."""
     rng = random.Random(job.seed)
     if job.platform is Platform.EC2:
         hosts = [f"i-0{rng.randrange(16**16):016x}" for _ in range(job.hosts)]
     else:
         hosts = [f"algo-{i}" for i in range(1, job.hosts + 1)]
     sim = _Sim(job, rng, hosts, job.name, emf=[_emf(job.name, host) for host in hosts])
+    sim.real = deque(_real_lines(job)) if real else None
     return _header(sim), _events(sim)
+
+
+def _real_lines(job: Job) -> list[tuple[float, int, str]]:
+    """The real lines a job writes, drawn for it (seeded by the job): its framework's checkpoint sequence (one whose
+    training goes on while it saves is no pause, and left out) at each checkpoint that logs, its silent write
+    stretched to the checkpoint's length; its fault's real lines."""
+    rng = random.Random(f"real-lines-{job.seed}")
+    framework = rng.choice([s for s in real_lines.sequences(kind="checkpoint") if s.blocking])
+    if job.checkpoint_lines is not None:
+        framework = next(s for s in real_lines.sequences(kind="checkpoint") if s.name == job.checkpoint_lines)
+    writers = [0] if job.rank0_only_logs else list(range(job.hosts))
+    lines: list[tuple[float, int, str]] = []
+    for episode in job.episodes:
+        if episode.kind == "checkpoint" and episode.start_line and framework.write_after is not None:
+            seq = framework.stretched(episode.length_s)
+            t0 = episode.start_s - (seq.lines[framework.write_after].t - seq.lines[0].t)
+            lines += [(t, host, text) for t, text in seq.at(t0) for host in writers]
+    if job.fault is not None and job.fault.stall:
+        lines += _real_fault_lines(job, job.fault, rng)
+    return sorted(lines, key=lambda line: line[0])  # stable: a sequence's order at equal times
+
+
+def _real_fault_lines(job: Job, fault: Fault, rng: random.Random) -> list[tuple[float, int, str]]:
+    """A crash's real last words, their first fatal line at the onset, and a real NCCL watchdog burst on each host the
+    timeout tears down."""
+    crashes = real_lines.sequences(kind="crash")
+    timeouts = {log_patterns.NCCL_TIMEOUT}
+    watchdog = next(s for s in crashes if {log_patterns.match(line.text) for line in s.lines} == timeouts)
+    lines: list[tuple[float, int, str]] = []
+    if fault.kind == "crash":
+        sagemaker = job.platform is Platform.SAGEMAKER
+        words = rng.choice([s for s in crashes if s is not watchdog and (sagemaker or s.framework != "sagemaker")])
+        if job.crash_lines is not None:
+            words = next(s for s in crashes if s.name == job.crash_lines)
+        first_fatal = next(line.t for line in words.lines if log_patterns.match(line.text)) - words.lines[0].t
+        lines += [(t, fault.host, text) for t, text in words.at(fault.onset_s - first_fatal)]
+    timeout = fault.onset_s + job.nccl_timeout_s
+    for host in range(job.hosts):
+        if fault.kind == "hang" or host != fault.host:
+            lines += [(t, host, text) for t, text in watchdog.at(timeout + host * 0.02)]
+    return lines
 
 
 def _header(sim: _Sim) -> TraceHeader:
@@ -612,17 +672,33 @@ def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
                 f"[rank {host * 8}] initialized process group, world size {8 * job.hosts}",
             )
     for episode in job.episodes:
+        if sim.real is not None and episode.kind == "checkpoint":
+            continue  # its real lines are written below
         if t <= episode.start_s < t + MINUTE:
             _episode_start_lines(sim, episode)
         if t <= episode.end_s < t + MINUTE:
             _episode_end_lines(sim, episode)
-    if steps and minute % every == 0:
+    while sim.real and sim.real[0][0] < t + MINUTE:
+        at, host, text = sim.real.popleft()
+        _log(sim, at, host, text)
+    for at, step in _progress_lines(sim, t, steps, minute % every == 0):
         for host in loggers:
-            at = t + LOG_LINE_S + host * 0.37
+            at += host * 0.37
             if states[host] == BUSY and _host_state(job, at, host) == BUSY:  # a rank that died or paused is silent
-                _log(sim, at, host, f"[rank {host * 8}] step {sim.step} loss 2.0{minute % 97:02d}")
-    if fault is not None and fault.stall:
+                _log(sim, at, host, f"[rank {host * 8}] step {step} loss 2.0{minute % 97:02d}")
+    if fault is not None and fault.stall and sim.real is None:
         _fault_lines(sim, t)
+
+
+def _progress_lines(sim: _Sim, t: float, steps: list[float], marked: bool) -> list[tuple[float, int]]:
+    """(time, step) of the progress lines of the minute from `t`: one in each minute `marked` by the job's logging
+    interval that completed a step; with steps of a minute or more, one every N steps (N steps about the logging
+    interval), when the step completes, as a framework's `logging_steps` writes it."""
+    job = sim.job
+    if job.step_s < MINUTE:
+        return [(t + LOG_LINE_S, sim.step)] if steps and marked else []
+    first = sim.step - len(steps) + 1
+    return [(at, first + i) for i, at in enumerate(steps) if (first + i) % job.logging_steps == 0]
 
 
 def _episode_start_lines(sim: _Sim, episode: Episode) -> None:

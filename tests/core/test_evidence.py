@@ -182,6 +182,25 @@ def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:
     assert not decision.stalled
 
 
+def test_a_512_host_jobs_crashed_rank_is_read_on_its_5_minute_host_periods() -> None:
+    # Given 512 hosts without the agent, their series in 5-minute periods (one GetMetricData answer holds them all);
+    # algo-101 dies at ONSET saying so, its GPUs let go, while the others spin (a raised timeout: no watchdog line)
+    hosts = SignalsBuilder(hosts=512).host_names
+    others = [h for h in hosts if h != "algo-101"]
+    builder = SignalsBuilder(hosts=512).logs(0, ONSET, 20 * MIN, hosts=["algo-1"]).log(ONSET + 5, OOM, "algo-101")
+    builder.gpu(0, 3 * HOUR, 100.0, hosts=others, every=300).gpu_memory(0, 3 * HOUR, 80.0, hosts=others, every=300)
+    builder.gpu(0, ONSET, 97.0, ["algo-101"], every=300).gpu(ONSET, 3 * HOUR, 0.0, ["algo-101"], every=300)
+    builder.gpu_memory(0, ONSET, 80.0, ["algo-101"], every=300).gpu_memory(
+        ONSET, 3 * HOUR, 0.0, ["algo-101"], every=300
+    )
+    # When 11 minutes have passed, the hosts' newest period ended 5 minutes ago (a 5-minute datapoint is stamped at
+    # its period's start and lands after its end): older than 5 of the job's own 1-minute periods
+    decision = decide(builder.build(ONSET + 6 * MIN), ENFORCE, FRESH, ONSET + 11 * MIN)
+    # Then a crashed rank, conclusive: its GPUs are read on their own 5-minute periods, not taken for stale
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-101"]
+
+
 # --- a vanished host -------------------------------------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import faultmix
+from corpus import real_lines
 from corpus.faults import Episode, Fault, Job, draw_jobs, simulate
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import LogEvent
@@ -141,6 +142,39 @@ def test_a_rare_logger_whose_evaluations_log_nothing_is_never_stopped_or_warned(
     outcome = faultmix.run_job(job("rare-evals", episodes=evals, agent=False, log_every_s=1200.0, eval_results=False))
     assert outcome.stop_s is None
     assert outcome.warnings_healthy == 0
+
+
+@pytest.mark.parametrize("sequence", [s.name for s in real_lines.sequences(kind="checkpoint") if s.blocking])
+@pytest.mark.parametrize("agent", [True, False])
+def test_with_real_lines_a_long_undeclared_checkpoint_is_never_stopped_or_warned(sequence: str, agent: bool) -> None:
+    # Given a job whose undeclared checkpoints write a framework's real lines, one of them for 35 minutes
+    pauses = (
+        Episode("checkpoint", 1 * HOUR, 600.0),
+        Episode("checkpoint", 2 * HOUR, 2100.0),
+        Episode("checkpoint", 4 * HOUR, 900.0, end_line=False),
+    )
+    long_write = job("real-checkpoints", episodes=pauses, agent=agent, rank0_only_logs=True, checkpoint_lines=sequence)
+    # When replayed with real lines / Then never stopped nor warned
+    outcome = faultmix.run_job(long_write, real=True)
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+CRASHES = [s.name for s in real_lines.sequences(kind="crash") if "watchdog" not in s.name]
+
+
+@pytest.mark.parametrize("sequence", CRASHES)
+def test_with_real_lines_every_crash_is_stopped_soon_after_its_onset(sequence: str) -> None:
+    # Given a crash whose last words, and its peers' watchdog lines, are real ones
+    crashed = job("real-crash", Fault("crash", "faulty GPU", 2 * HOUR, host=1), agent=False, crash_lines=sequence)
+    _, events = simulate(crashed, real=True)
+    stream = f"{crashed.name}/algo-2-"
+    words = [e.log.message for e in events if isinstance(e, LogEvent) and e.log.stream.startswith(stream)]
+    assert words[-1] in {line.text for s in real_lines.sequences(kind="crash") for line in s.lines}
+    # When replayed / Then stopped within the goal without the agent
+    outcome = faultmix.run_job(crashed, real=True)
+    assert outcome.stop_s is not None
+    assert 0 <= (outcome.stop_s - crashed.fault.onset_s) / 60 <= 25
 
 
 def test_the_draw_is_seeded_and_follows_the_mix() -> None:

@@ -330,9 +330,10 @@ def _diagnose_running(ctx: _Context, progress: measures.Progress | None) -> _Fin
         since = last_step_t
     else:
         since = ctx.logs.last_t if ctx.logs.last_t is not None else ctx.training_since
-    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, ctx.limits, ctx.now)
+    host_limits = ctx.limits.for_hosts(ctx.period)
+    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, host_limits, ctx.now)
     ctx.evidence["hosts"] = {
-        name: measures.host_evidence(host, since, ctx.thresholds, ctx.limits, ctx.now) | _life_signs(hosts[name])
+        name: measures.host_evidence(host, since, ctx.thresholds, host_limits, ctx.now) | _life_signs(hosts[name])
         for name, host in ctx.signals.hosts.items()
     }
     if progress is not None:
@@ -709,7 +710,8 @@ def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[
     # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
     # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.)
     complete = len(gpu_hosts) >= max(signals.facts.gpu_host_count(), 1)
-    busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
+    stale_s = limits.for_hosts(ctx.period).stale_s
+    busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, stale_s) for u in utils]
     hung = silent and logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy)
     stop_s, why = _busy_silence_s(ctx, hosts) if hung else (math.inf, ())
     # Idle GPUs and silent logs are two signals: when both agree they decide after `agreement_fraction` of their
@@ -718,7 +720,7 @@ def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[
     if silent:
         ctx.deadlines.add(last + agree * logs.threshold_s)
     if logs.silence_s >= agree * logs.threshold_s:
-        idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
+        idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, stale_s) for u in utils]
         if silent and complete and all(d is not None for d in idle):
             ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
         if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
@@ -759,7 +761,7 @@ def _busy_silence_s(ctx: _Context, hosts: dict[str, evidence.Host]) -> tuple[flo
     limits, learned = ctx.limits, ctx.pauses.busy_s
     if any(h.reports_power for h in hosts.values() if h.gpus):
         return BUSY_SILENCE_FACTOR * ctx.logs.threshold_s, ("GPU power holds: compute runs, as in an evaluation",)
-    interval = measures.log_interval(ctx.logs, ctx.signals.hosts.values()) or 0.0
+    interval = measures.log_interval(ctx.signals.hosts.values(), ctx.training_since) or 0.0
     overdue = max(0.0, interval - ctx.period)
     stop_s = max(limits.busy_silence_s + overdue, LEARNED_GAP_MARGIN * (learned or 0.0) * limits.factor)
     ctx.evidence["busy_silence"] = {

@@ -13,7 +13,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stallwatch.core import log_patterns
@@ -34,6 +34,7 @@ STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `s
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
 STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
+CADENCE_MIN_GAPS = 3  # a host's cadence read from fewer gaps (a rare logger's two lines, 10 s apart) says nothing
 PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
 
 
@@ -73,6 +74,12 @@ class Limits:
             straggler_s=thresholds.straggler_minutes * 60,
             factor=factor,
         )
+
+    def for_hosts(self, period: float) -> Limits:
+        """These limits for the hosts' series, whose period may be longer than the job's (a 512-host job's: 5
+        minutes): "now" and "stale" span as many of their periods."""
+        recent_s, stale_s = max(self.recent_s, RECENT_PERIODS * period), max(self.stale_s, STALE_PERIODS * period)
+        return replace(self, recent_s=recent_s, stale_s=stale_s)
 
 
 @dataclass(frozen=True)
@@ -249,13 +256,18 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     return max((b - a for a, _, b in _log_resumptions(hosts)), default=None)
 
 
-def log_interval(logs: Logs, hosts: Iterable[HostSignals]) -> float | None:
-    """How often the job logs: its tail's cadence, else (a rare logger: one line in its tail) the median gap of the
-    sweeper's sawtooth."""
-    if logs.interval_s is not None:
-        return logs.interval_s
-    gaps = [b - a for a, _, b in _log_resumptions(hosts)]
-    return statistics.median(gaps) if gaps else None
+def log_interval(hosts: Iterable[HostSignals], since: float) -> float | None:
+    """How often the job logs: its chattiest host's cadence where its tail shows it (`CADENCE_MIN_GAPS` gaps between
+    bursts); else (a rare logger: a line or two in its tail, two of them maybe seconds apart) the longer of that and
+    the median gap of the sweeper's sawtooth since `since` (training began: start-up lines are no cadence)."""
+    hosts = list(hosts)
+    tails = {h.host: _burst_gaps(h.log_tail) for h in hosts}
+    known = [statistics.median(gaps) for gaps in tails.values() if len(gaps) >= CADENCE_MIN_GAPS]
+    if known:
+        return min(known)
+    gaps = [b - a for a, _, b in _log_resumptions(hosts) if a >= since]
+    few = [statistics.median(g) for g in tails.values() if g]
+    return max([*few, *([statistics.median(gaps)] if gaps else [])], default=None)
 
 
 def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, float]]:
@@ -465,12 +477,17 @@ def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, j
 def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:
     """(median, longest) gap between one host's recent bursts of lines. The job's cadence is its chattiest host's:
     the job is silent only when every host is, and quiet ranks' old startup lines say nothing about it."""
+    gaps = _burst_gaps(lines)
+    return (statistics.median(gaps), max(gaps)) if gaps else None
+
+
+def _burst_gaps(lines: tuple[LogLine, ...]) -> list[float]:
+    """The latest gaps between one host's bursts of lines (lines closer than LOG_BURST_S are one burst)."""
     bursts: list[float] = []
     for t in sorted(line.t for line in lines):
         if not bursts or t - bursts[-1] >= LOG_BURST_S:
             bursts.append(t)
-    gaps = [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
-    return (statistics.median(gaps), max(gaps)) if gaps else None
+    return [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
 
 
 def host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limits: Limits, now: float) -> dict:
