@@ -2,6 +2,7 @@
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
     tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or three
+    tails = read_tails(logs, "my-job", hosts, freshness, now, stacks_since=t)  # and the agent's stack dumps since t
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
@@ -9,7 +10,8 @@ events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fre
 write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones. When a window does not
 fit its page (a busy cluster, a job the sweeper has not seen), a third read asks CloudWatch Logs for the notable
 lines alone over the lookback (`log_patterns.FILTER_PATTERN`: fatal errors and checkpoint markers), so a crashed
-rank's error among 512 busy hosts is one page away, however much they write.
+rank's error among 512 busy hosts is one page away, however much they write. A stalled job's decision also reads
+the agent's stack dumps since its last step (`stack_reads`, one filtered read).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from stallwatch.aws.stack_reads import read_stacks
 from stallwatch.core import contract, log_patterns
 from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
@@ -45,6 +48,7 @@ class HostLog:
     last_t: float | None = None
     lines: list[LogLine] = field(default_factory=list)
     notable: list[LogLine] = field(default_factory=list)  # fatal and checkpoint lines over the lookback
+    stacks: list[LogLine] = field(default_factory=list)  # the agent's stack dumps since the job's last step
 
 
 def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
@@ -85,10 +89,19 @@ def _query_time(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
-def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
+def read_tails(
+    logs: Any,
+    job: str,
+    hosts: list[str],
+    freshness: dict[str, float],
+    now: float,
+    stacks_since: float | None = None,
+) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
-    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read.
+    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read. With
+    `stacks_since`, the agent's stack dumps since then too: from the pages read when they hold every line since then
+    (a job whose hosts all fell quiet), else by one filtered read (`stack_reads`).
 
     The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
     holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
@@ -98,6 +111,7 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
     recent = now - LOG_RECENT_SECONDS
     seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
+    read_from = recent  # every line since then is in the pages read (when `complete`)
     if quiet:
         if None in quiet:
             start, end = now - LOOKBACK_SECONDS, recent
@@ -108,12 +122,30 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
         complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found)[1]
+        if len(quiet) == len(found):  # no host wrote after the second window: it and the first hold every line
+            read_from = start_ms / 1000
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
         _read_window(logs, job, int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000), found, notable=True)
+    if stacks_since is not None:
+        _stacks(logs, job, found, stacks_since, now, held=complete and read_from <= stacks_since)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
     return found
+
+
+def _stacks(logs: Any, job: str, found: dict[str, HostLog], since: float, now: float, held: bool) -> None:
+    """Each host's stack dumps since `since`: from the lines read when they hold every line since then (`held`: a
+    stalled job whose hosts all fell quiet, as its tail's second window reads them), else by one filtered read."""
+    if held:
+        for log in found.values():
+            log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
+        return
+    selection = {"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{job}/", "interleaved": True}
+    for line in read_stacks(logs, selection, since, now):
+        match = SAGEMAKER_STREAM.match(line.stream)
+        if match and match["job"] == job and match["host"] in found:
+            found[match["host"]].stacks.append(line)
 
 
 def _read_window(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 
+from stallwatch.core.contract import STACKS_MARKER
+
 NCCL_TIMEOUT = "nccl_timeout"
 ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
 CUDA_OOM = "cuda_oom"
@@ -184,9 +186,9 @@ def marker(message: str) -> str | None:
 
 
 def agent_window(message: str) -> bool:
-    """Whether `message` is the trainer agent's EMF line (its stdout sink): the agent's thread speaks, not the
-    training loop, so it says nothing of what the loop does."""
-    return message.startswith(AGENT_WINDOW_PREFIX)
+    """Whether `message` is one of the trainer agent's own lines, its EMF window or its stack dump (its stdout sink):
+    the agent's threads speak, not the training loop, so they say nothing of what the loop does."""
+    return message.startswith(AGENT_WINDOW_PREFIX) or STACKS_MARKER in message
 
 
 def notable(message: str) -> bool:
@@ -196,8 +198,8 @@ def notable(message: str) -> bool:
 
 def classify(message: str) -> tuple[str | None, str | None]:
     """(fatal pattern, checkpoint marker) of a line; (None, None) for the ordinary ones, which `FILTER_PATTERN`
-    would not even return."""
-    if not notable(message):
+    would not even return, and for the agent's stack dump (its frames may name a checkpoint or a kill)."""
+    if not notable(message) or STACKS_MARKER in message:
         return None, None
     pattern = match(message)
     return pattern, None if pattern else marker(message)
