@@ -5,10 +5,12 @@ ident.reports_job, ident.reports_host
 
 The job name: in a SageMaker training job, always SageMaker's ``TRAINING_JOB_NAME`` (the name the control plane
 reads, and a resumed ``-r1`` gets its own); a differing ``STALLWATCH_JOB_NAME`` or ``job_name`` is logged once and
-not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME``; on EC2 the instance's
+not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME``; in a Slurm job, the name
+``<cluster>-<SLURM_JOB_ID>-<SLURM_JOB_NAME>`` (`contract.slurm_job_name`); on EC2 the instance's
 ``stallwatch:job`` tag (instance metadata, when tags in metadata are enabled); the EC2 instance id (a one-instance
-job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the EC2 instance
-id, else the hostname.
+job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the Slurm node
+(``SLURMD_NODENAME``), else the EC2 instance id, else the hostname. The global rank: torchrun's ``RANK``, else Open
+MPI's, else ``SLURM_PROCID`` (srun's task id: rank 0 is task 0).
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV, JOB_TAG, SAGEMAKER_JOB_NAME_ENV
+from trainer_agent.contract import (
+    HOST_ENV,
+    JOB_NAME_ENV,
+    JOB_TAG,
+    SAGEMAKER_JOB_NAME_ENV,
+    SLURM_CLUSTER_ENV,
+    SLURM_JOB_ID_ENV,
+    SLURM_JOB_NAME_ENV,
+    SLURM_NODE_ENV,
+    slurm_job_name,
+)
 from trainer_agent.log import warn_once
 
 # On Nitro instances the DMI board asset tag holds the instance id: a file read, no network.
@@ -103,7 +115,15 @@ def _job_name(given: str | None) -> str:
                 platform,
             )
         return platform
-    return chosen or ec2_job_tag() or ec2_instance_id() or socket.gethostname()
+    return chosen or _slurm_job() or ec2_job_tag() or ec2_instance_id() or socket.gethostname()
+
+
+def _slurm_job() -> str | None:
+    """In a Slurm job, its name as the control plane gives it (`contract.slurm_job_name`); else None."""
+    job_id = os.environ.get(SLURM_JOB_ID_ENV)
+    if not job_id:
+        return None
+    return slurm_job_name(os.environ.get(SLURM_CLUSTER_ENV, ""), job_id, os.environ.get(SLURM_JOB_NAME_ENV, ""))
 
 
 def _ranks() -> tuple[int, int, int]:
@@ -142,7 +162,7 @@ def _env_int(names: tuple[str, ...]) -> int | None:
 
 
 def _host() -> str:
-    return os.environ.get(HOST_ENV) or ec2_instance_id() or socket.gethostname()
+    return os.environ.get(HOST_ENV) or os.environ.get(SLURM_NODE_ENV) or ec2_instance_id() or socket.gethostname()
 
 
 def ec2_instance_id(dmi_dir: Path | None = None) -> str | None:

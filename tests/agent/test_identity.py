@@ -109,6 +109,27 @@ def test_the_variable_wins_over_the_instance_tag(nitro, monkeypatch):
     assert Identity.detect().job == "from-env"
 
 
+def test_in_a_slurm_job_srun_task_0_of_the_job_reports_it_under_its_cluster_id_and_name(monkeypatch, tmp_path):
+    # Given srun's task 1 of 2 (no torchrun) of job 4242 "llm 7b.v2" on node queue1-st-p5-2 of cluster pc1
+    monkeypatch.setattr(identity, "DMI_DIR", tmp_path)
+    monkeypatch.delenv("STALLWATCH_JOB_NAME")
+    monkeypatch.delenv("SM_CURRENT_HOST")
+    srun = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "llm 7b.v2", "SLURM_CLUSTER_NAME": "pc1"}
+    srun |= {"SLURMD_NODENAME": "queue1-st-p5-2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"}
+    for name, value in srun.items():
+        monkeypatch.setenv(name, value)
+    # When the agent finds its identity
+    ident = Identity.detect()
+    # Then the job is named as the control plane names it, the host is the node, and only task 0 reports the job
+    assert (ident.job, ident.host) == ("pc1-4242-llm-7b-v2", "queue1-st-p5-2")
+    assert (ident.rank, ident.world_size, ident.reports_job, ident.reports_host) == (1, 2, False, True)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert Identity.detect().reports_job
+    # and an explicit name still wins
+    monkeypatch.setenv("STALLWATCH_JOB_NAME", "mine")
+    assert Identity.detect().job == "mine"
+
+
 def test_host_is_sagemakers_current_host(monkeypatch):
     monkeypatch.setenv("SM_CURRENT_HOST", "algo-3")
     assert Identity.detect().host == "algo-3"
