@@ -176,7 +176,8 @@ def _stacks_text(stacks: dict[str, Any]) -> SectionBlock:
         lines.append(f"{'>' if group['odd'] else ' '} {group['count']} x rank {ranks} on {hosts}{where}")
         lines += [f"    {frame}".replace(CODE_FENCE, "` ` `") for frame in group["frames"][:STACK_FRAMES_SHOWN]]
     named = "> the odd ones out, " if any(g["odd"] for g in stacks["groups"]) else ""
-    head = f"*Stacks* ({stacks['ranks']} ranks dumped; {named}innermost frame first)"
+    dumped = f"{stacks['ranks']} rank{'s' if stacks['ranks'] != 1 else ''} dumped"
+    head = f"*Stacks* ({dumped}; {named}innermost frame first)"
     return _code_section(head, "\n".join(lines), keep_end=False)
 
 

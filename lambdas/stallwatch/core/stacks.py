@@ -54,9 +54,12 @@ class Frame:
     def place(self) -> str:
         return f"{self.file}:{self.line}"
 
-    def text(self) -> str:
-        """``train.py:212 step `loss.backward()```, as alerts show a frame."""
-        return f"{self.place} {self.func}" + (f" `{self.code}`" if self.code else "")
+    def text(self, quoted: bool = True) -> str:
+        """``train.py:212 step `loss.backward()```, as a line of text shows a frame; not `quoted`, as a code block
+        does: ``train.py:212 step: loss.backward()``."""
+        if not self.code:
+            return f"{self.place} {self.func}"
+        return f"{self.place} {self.func} `{self.code}`" if quoted else f"{self.place} {self.func}: {self.code}"
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ class Group:
             "hosts": list(self.hosts[:RANKS_NAMED]),
             "odd": self.odd,
             "op": sample.op,
-            "frames": [frame.text() for frame in sample.main[:FRAMES_KEPT]],
+            "frames": [frame.text(quoted=False) for frame in sample.main[:FRAMES_KEPT]],  # shown in code blocks
         }
         if sample.collective is not None:
             c = sample.collective

@@ -241,7 +241,8 @@ def latest_decision(deployment: Deployment, job: str, platform: Platform) -> dic
 
 def stacks_table(stacks: dict[str, Any]) -> Table:
     """Where the ranks were at the decision (the agent's stack dumps), the odd ones out first."""
-    table = Table(title=f"Stacks ({stacks['ranks']} ranks dumped)", title_justify="left", header_style="bold")
+    dumped = f"{stacks['ranks']} rank{'s' if stacks['ranks'] != 1 else ''} dumped"
+    table = Table(title=f"Stacks ({dumped})", title_justify="left", header_style="bold")
     for column in ("", "ranks", "hosts", "collective", "innermost frames"):
         table.add_column(column, overflow="fold")
     for group in stacks["groups"]:
