@@ -40,6 +40,10 @@
 #   DRY_RUN               1: check, print the requests, create and launch nothing                           (none)
 set -euo pipefail
 
+if (( BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4) )); then
+  echo "launch.sh: needs bash 4.4 or newer, not $BASH_VERSION (macOS: brew install bash, then run it with that bash)" >&2
+  exit 2
+fi
 HERE="$(cd "$(dirname "$0")" && pwd)"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -euo pipefail$/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -98,6 +102,7 @@ check RESUME "$RESUME" '^([1-9]|10)?$' "1 to 10 restarts (or unset: no tag)"
 check DRY_RUN "$DRY_RUN" '^(1)?$' "1, or unset"
 [[ -z $RESUME || -n $CHECKPOINT_URI ]] || die "RESUME needs CHECKPOINT_URI: a restart resumes from it"
 (( ${#CHECKPOINT_URI} <= 256 )) || die "CHECKPOINT_URI: at most 256 characters (the stallwatch:checkpoint tag's value)"
+command -v aws >/dev/null || die "the AWS CLI v2 is not on PATH: https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
 PROFILE="${INSTANCE_PROFILE:-stallwatch-$JOB}"
 (( ${#PROFILE} <= 64 )) || die "JOB=$JOB: too long for the role stallwatch-<JOB> (64): set INSTANCE_PROFILE"
 
