@@ -283,6 +283,16 @@ def test_each_filter_pattern_is_one_regex_cloudwatch_takes(pattern: str) -> None
     assert isinstance(moto_logs_filter.parse(pattern), moto_logs_filter.RegexFilter)
 
 
+def test_the_python_twin_of_the_subscription_filter_is_cloudwatchs_reading() -> None:
+    # Given the subscription filter with a deployment's own fatal line / Then its Python twin delivers what CloudWatch
+    # would, and the built-in one leaves the user's line out
+    pattern = log_patterns.fatal_filter_pattern(["Loss is NaN, giving up"])
+    for line in ["step 9: Loss is NaN, giving up", "Killed", "step 9 loss 2.31"]:
+        assert log_patterns.passes_fatal_filter(line, pattern) == moto_logs_filter.keeps(pattern, line)
+    assert log_patterns.passes_fatal_filter("step 9: Loss is NaN, giving up", pattern)
+    assert not log_patterns.passes_fatal_filter("step 9: Loss is NaN, giving up")
+
+
 def test_the_fatal_filter_leaves_ordinary_lines_out() -> None:
     for line in ["step 120 loss 2.31 lr 3e-4", "Epoch 3:  45%|████▌ | 450/1000 [10:23<12:41,  1.39s/it]"]:
         assert not moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, line)

@@ -377,6 +377,18 @@ def filter_pattern(needles: Iterable[str]) -> str:
     return "%" + "|".join(needles) + "%"
 
 
+def fatal_filter_pattern(extra: Iterable[str] = ()) -> str:
+    """The subscription filter's pattern: the built-in fatal lines plus these regexes (a policy's own, widened into
+    CloudWatch's subset by `filter_regex`)."""
+    return filter_pattern((*FATAL_NEEDLES, *(filter_regex(p) for p in extra)))
+
+
+def passes_fatal_filter(message: str, pattern: str | None = None) -> bool:
+    """Whether CloudWatch Logs delivers `message` under the subscription filter `pattern` (the built-in one unless
+    given: `fatal_filter_pattern(extra)`, `Policy.fatal_filter_pattern`)."""
+    return filter_keeps(pattern or FATAL_FILTER_PATTERN, message)
+
+
 def filter_keeps(pattern: str, message: str) -> bool:
     """Whether CloudWatch Logs keeps `message` under the ``%regex%`` filter `pattern` (unanchored, case-sensitive)."""
     return _compiled_filter(pattern).search(message) is not None
@@ -412,7 +424,7 @@ class LinePatterns:
             fatal=tuple(re.compile(p) for p in fatal),
             checkpoint_start=tuple(re.compile(p) for p in starts),
             checkpoint_end=tuple(re.compile(p) for p in ends),
-            fatal_filter=filter_pattern((*FATAL_NEEDLES, *(filter_regex(p) for p in fatal))),
+            fatal_filter=fatal_filter_pattern(fatal),
             checkpoint_filter=filter_pattern((*CHECKPOINT_NEEDLES, *(filter_regex(p) for p in (*starts, *ends)))),
         )
 
@@ -459,7 +471,7 @@ def _xid_fatal(message: str) -> bool:
 
 
 # The subscription filter's pattern (fatal lines alone), the markers', and FilterLogEvents' (both, one call each).
-FATAL_FILTER_PATTERN = filter_pattern(FATAL_NEEDLES)
+FATAL_FILTER_PATTERN = fatal_filter_pattern()
 CHECKPOINT_FILTER_PATTERN = filter_pattern(CHECKPOINT_NEEDLES)
 FILTER_PATTERNS: tuple[str, str] = (FATAL_FILTER_PATTERN, CHECKPOINT_FILTER_PATTERN)
 BUILT_IN = LinePatterns()
