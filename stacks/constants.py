@@ -57,6 +57,7 @@ DLQ_RETENTION = Duration.days(14)
 # EventBridge retries a failed delivery this often before it goes to the DLQ.
 EVENT_RETRY_ATTEMPTS = 2
 HEALTH_ALARM_PERIOD = Duration.minutes(5)
+CLOUDWATCH_SERVICE_PRINCIPAL = "cloudwatch.amazonaws.com"
 DASHBOARD_PERIOD = Duration.minutes(1)
 
 # EC2 training nodes (deploy/ec2): the trainer-agent wheel the stack publishes (built from these files of the

@@ -1,8 +1,12 @@
 """Alarms on the control plane itself: function errors and throttles, failed stops and Slack posts, and anything
-in the dead-letter queue."""
+in the dead-letter queue.
+
+Each is named ``<alarm_prefix>health-<what>`` (`StallwatchConfig.health_alarm_prefix`), so that the topic's and the
+key's grants to CloudWatch name this deployment's health alarms alone (`health_alarm_arns`)."""
 
 from __future__ import annotations
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_lambda as lambda_
@@ -21,6 +25,16 @@ from stallwatch.core.contract import (
 )
 
 
+def health_alarm_arns(stack: Stack, name_prefix: str) -> str:
+    """The ARNs of the health alarms named `name_prefix`..., as one wildcard ARN (an `aws:SourceArn` for ArnLike)."""
+    return stack.format_arn(
+        service="cloudwatch",
+        resource="alarm",
+        resource_name=f"{name_prefix}*",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
 class ControlPlaneHealth(Construct):
     """One alarm per function for errors and for throttles, one each on failed stops and failed Slack posts (the
     watchdog's own metrics), one on DLQ depth; all notify `topic`."""
@@ -33,11 +47,14 @@ class ControlPlaneHealth(Construct):
         functions: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         topic: sns.ITopic,
+        name_prefix: str,
         service: str = SERVICE,
     ) -> None:
-        """`service` is the deployment's name: the `service` dimension its functions publish their metrics under."""
+        """`service` is the deployment's name: the `service` dimension its functions publish their metrics under;
+        `name_prefix` what the alarms' names start with (`StallwatchConfig.health_alarm_prefix`)."""
         super().__init__(scope, construct_id)
         self.service = service
+        self.name_prefix = name_prefix
         self.action = actions.SnsAction(topic)
         self.alarms: list[cloudwatch.Alarm] = []
         for function in functions:
@@ -82,6 +99,7 @@ class ControlPlaneHealth(Construct):
         alarm = cloudwatch.Alarm(
             self,
             construct_id,
+            alarm_name=f"{self.name_prefix}{construct_id}",
             metric=metric,
             threshold=1,
             evaluation_periods=1,

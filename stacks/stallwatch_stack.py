@@ -10,7 +10,7 @@ from constructs import Construct
 from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
-from stacks.health import ControlPlaneHealth
+from stacks.health import ControlPlaneHealth, health_alarm_arns
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
 from stacks.rechecks import Rechecks
@@ -43,7 +43,13 @@ class StallwatchStack(Stack):
         self.deployment = deployment
         self.config = config
         self.state = StateStore(self, "State")
-        self.notifications = Notifications(self, "Notifications", slack=config.slack, emails=config.notification_emails)
+        self.notifications = Notifications(
+            self,
+            "Notifications",
+            slack=config.slack,
+            emails=config.notification_emails,
+            alarm_arns=health_alarm_arns(self, config.health_alarm_prefix),
+        )
         self.watchdog = Watchdog(
             self,
             "Watchdog",
@@ -78,6 +84,7 @@ class StallwatchStack(Stack):
             functions=functions,
             dead_letter_queue=self.watchdog.dead_letter_queue,
             topic=self.notifications.topic,
+            name_prefix=config.health_alarm_prefix,
             service=deployment,
         )
         self.dashboards = Dashboards(

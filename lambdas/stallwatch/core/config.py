@@ -33,6 +33,9 @@ SWEEPER_TIMEOUT_SECONDS = 300
 # alarms within a period or two); the sweeper decides a job whose alarm went to ALARM after its last decision.
 ALARM_COALESCE_SECONDS = 120
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
+# The control plane's health alarms are named <alarm_prefix>health-<what>, never a per-job alarm's name (those go on
+# with a platform and a dot): the health topic's grants to CloudWatch name them so (stacks/notifications.py).
+HEALTH_ALARM_NAME_PART = "health-"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
 LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
@@ -110,6 +113,11 @@ class StallwatchConfig(BaseModel):
         description="EC2 jobs' log group (streams named by instance id); a job's `stallwatch:log-group` tag may name "
         "another group under it.",
     )
+
+    @property
+    def health_alarm_prefix(self) -> str:
+        """Where the names of the deployment's health alarms start."""
+        return f"{self.alarm_prefix}{HEALTH_ALARM_NAME_PART}"
 
     @field_validator("alarm_prefix")
     @classmethod
