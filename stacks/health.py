@@ -17,6 +17,7 @@ from constructs import Construct
 from stacks.constants import HEALTH_ALARM_PERIOD
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
+    OPERATOR_ACTIONS_FAILED,
     RECHECK_SCHEDULE_FAILURES,
     RESUME_FAILURES,
     SERVICE,
@@ -36,8 +37,9 @@ def health_alarm_arns(stack: Stack, name_prefix: str) -> str:
 
 
 class ControlPlaneHealth(Construct):
-    """One alarm per function for errors and for throttles, one each on failed stops and failed Slack posts (the
-    watchdog's own metrics), one on DLQ depth; all notify `topic`."""
+    """One alarm per function for errors and for throttles, one per function with an on-failure destination
+    (`destinations`) for records it could not deliver there, one each on failed stops, Slack posts, resumes, rechecks
+    and presses (the watchdog's own metrics), one on DLQ depth; all notify `topic`."""
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class ControlPlaneHealth(Construct):
         construct_id: str,
         *,
         functions: list[lambda_.Function],
+        destinations: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         topic: sns.ITopic,
         name_prefix: str,
@@ -59,15 +62,29 @@ class ControlPlaneHealth(Construct):
         self.alarms: list[cloudwatch.Alarm] = []
         for function in functions:
             self._build_function_alarms(function)
+        for function in destinations:
+            self._build_destination_alarm(function)
         self._build_failure_alarms()
         self._build_dead_letter_alarm(dead_letter_queue)
 
+    @staticmethod
+    def _label(function: lambda_.Function) -> str:
+        """The function's construct id, or its construct's where that id says nothing ("Function")."""
+        node = function.node
+        return node.scope.node.id if node.id == "Function" and node.scope is not None else node.id
+
     def _build_function_alarms(self, function: lambda_.Function) -> None:
-        name = function.node.id
+        name = self._label(function)
         self._alarm(f"{name}Errors", function.metric_errors(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} failed")
         self._alarm(
             f"{name}Throttles", function.metric_throttles(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} throttled"
         )
+
+    def _build_destination_alarm(self, function: lambda_.Function) -> None:
+        """A failed asynchronous invocation Lambda could not hand to its on-failure destination is lost."""
+        name = self._label(function)
+        metric = function.metric("DestinationDeliveryFailures", period=HEALTH_ALARM_PERIOD, statistic="Sum")
+        self._alarm(f"{name}DestinationDeliveryFailures", metric, f"Stallwatch {name}: a failed invocation was lost")
 
     def _build_failure_alarms(self) -> None:
         for name, description in (
@@ -77,6 +94,10 @@ class ControlPlaneHealth(Construct):
             (
                 RECHECK_SCHEDULE_FAILURES,
                 "Stallwatch could not schedule a recheck (EventBridge Scheduler): the sweeper decides it, a sweep late",
+            ),
+            (
+                OPERATOR_ACTIONS_FAILED,
+                "A Slack button press could not be applied (posted back to its channel): see slack_interactions' logs",
             ),
         ):
             metric = cloudwatch.Metric(

@@ -75,6 +75,7 @@ class StallwatchStack(Stack):
             table=self.state.table,
             slack_secret=self.notifications.slack_secret,
             job_statements=self.watchdog.permissions.slack_interactions(),
+            dead_letter_queue=self.watchdog.dead_letter_queue,
             service=deployment,
         )
         functions = [*self.watchdog.functions, self.slack_endpoint.function]
@@ -82,6 +83,7 @@ class StallwatchStack(Stack):
             self,
             "Health",
             functions=functions,
+            destinations=[self.slack_endpoint.function],
             dead_letter_queue=self.watchdog.dead_letter_queue,
             topic=self.notifications.topic,
             name_prefix=config.health_alarm_prefix,

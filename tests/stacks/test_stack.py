@@ -13,6 +13,7 @@ from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, Stallwatch
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
     JOB_METRICS,
+    OPERATOR_ACTIONS_FAILED,
     RECHECK_SCHEDULE_FAILURES,
     RESUME_FAILURES,
     SERVICE,
@@ -202,7 +203,7 @@ def test_cloudwatch_may_publish_the_health_alarms_to_the_topic_and_use_its_key_f
 def test_failed_stops_slack_posts_resumes_and_rechecks_alarm_to_the_topic(
     template: Template, stack: StallwatchStack
 ) -> None:
-    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES, RECHECK_SCHEDULE_FAILURES):
+    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES, RECHECK_SCHEDULE_FAILURES, OPERATOR_ACTIONS_FAILED):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
@@ -213,6 +214,19 @@ def test_failed_stops_slack_posts_resumes_and_rechecks_alarm_to_the_topic(
                 "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
             },
         )
+
+
+def test_a_press_record_lambda_could_not_hand_to_its_destination_alarms(template: Template, stack) -> None:
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "DestinationDeliveryFailures",
+            "Namespace": "AWS/Lambda",
+            "Dimensions": [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack.slack_endpoint.function)}}],
+            "Statistic": "Sum",
+            "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
+        },
+    )
 
 
 def test_an_empty_slack_secret_is_created_without_an_arn_in_config(template: Template) -> None:
