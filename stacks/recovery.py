@@ -70,8 +70,15 @@ class RecoverInPlace(Construct):
         )
 
     def _build_document(self, construct_id: str, path: Path) -> ssm.CfnDocument:
+        # NewVersion: a changed document keeps its name (CloudFormation's default, Replace, makes a new one), so a
+        # command sent before a deploy is still found by name (`aws.ssm.find_command`) and $LATEST is the new content.
         return ssm.CfnDocument(
-            self, construct_id, content=document_content(path), document_type="Command", document_format="JSON"
+            self,
+            construct_id,
+            content=document_content(path),
+            document_type="Command",
+            document_format="JSON",
+            update_method="NewVersion",
         )
 
     def _document_arn(self, document: ssm.CfnDocument) -> str:

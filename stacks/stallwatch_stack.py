@@ -189,7 +189,7 @@ class StallwatchStack(Stack):
             else "policy.stop_requires_tag is false: the operator allowed stopping any job or instance"
         )
         iam_findings = {
-            "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, logs:GetQueryResults, "
+            "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, "
             "ssm:ListCommands, ssm:ListCommandInvocations, cloudwatch:PutMetricData and X-Ray tracing support no "
             "resource-level permissions; each is conditioned "
             f"on aws:RequestedRegion or cloudwatch:namespace={NAMESPACE} where IAM offers a condition",
