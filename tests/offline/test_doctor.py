@@ -19,7 +19,7 @@ from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.moto_stack import deploy_on_moto
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import SlackReceiver, scheduled_event
+from tests.fixtures.world import EXAMPLE_AMI, SlackReceiver, scheduled_event
 from tests.stacks.conftest import build_app
 
 STACK = "stallwatch"
@@ -313,3 +313,45 @@ def test_the_iam_simulation_extension_evaluates_conditions_as_iam_does() -> None
     }
     with pytest.raises(moto_iam_simulate.UnsupportedConditionError):
         evaluate([{"Statement": [other]}], "s3:GetObject", "*", {})
+
+
+def test_an_ec2_job_whose_agent_publishes_no_gpu_power_is_a_warning_that_says_what_power_would_give(
+    deployed: Any,
+) -> None:
+    # Given a running 2-node EC2 job, the CloudWatch agent of only one of its nodes publishing GPU power
+    ec2 = boto3.client("ec2")
+    launched = ec2.run_instances(
+        ImageId=EXAMPLE_AMI,
+        InstanceType="p4d.24xlarge",
+        MinCount=2,
+        MaxCount=2,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "stallwatch:job", "Value": "train-a"}]}],
+    )
+    first, second = sorted(i["InstanceId"] for i in launched["Instances"])
+
+    def power(instance: str) -> None:
+        boto3.client("cloudwatch").put_metric_data(
+            Namespace="CWAgent",
+            MetricData=[
+                {
+                    "MetricName": "nvidia_smi_power_draw",
+                    "Dimensions": [{"Name": "InstanceId", "Value": instance}],
+                    "Value": 310.0,
+                }
+            ],
+        )
+
+    power(first)
+
+    # When the doctor runs, Then the job gets a warning naming the node without power, and why power matters
+    check = _check("EC2 GPU power train-a")
+    assert (check.status, check.detail) == (
+        doctor.Status.WARN,
+        f"1 of 2 instances publish no nvidia_smi_power_draw ({second})",
+    )
+    assert "power_draw" in check.fix
+    assert "decides a silent hang sooner" in check.fix
+
+    # And once every node publishes it, the check passes
+    power(second)
+    assert _check("EC2 GPU power train-a").status is doctor.Status.OK

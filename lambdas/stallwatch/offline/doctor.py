@@ -8,15 +8,15 @@ ready; the Slack secret holds what its mode needs; Slack answers (``auth.test`` 
 empty payload, which Slack refuses without posting); IAM allows the stops and resumes only under their tags
 (``iam:SimulatePrincipalPolicy`` of each function's role, with and without the tag); the sweeper ran recently and
 without errors; the health topic lets this account's health alarms (and no other's) publish, its key lets them
-encrypt, and someone has confirmed a subscription. `--send-test-alert` invokes on_alarm with a test event: a fake
-job's alert, marked as a test, reaches Slack through the function's own credentials, and nothing is stopped. Exit
-code 1 if any check fails.
+encrypt, and someone has confirmed a subscription; each running EC2 job's CloudWatch agent publishes GPU power.
+`--send-test-alert` invokes on_alarm with a test event: a fake job's alert, marked as a test, reaches Slack through
+the function's own credentials, and nothing is stopped. Exit code 1 if any check fails.
 
 IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResources, lambda:GetFunctionConfiguration
 (and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
 secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
 cloudwatch:GetMetricData, sts:GetCallerIdentity, sns:GetTopicAttributes of the health topic, kms:GetKeyPolicy of its
-key, cloudwatch:DescribeAlarms.
+key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances.
 """
 
 from __future__ import annotations
@@ -36,8 +36,11 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER
 from stallwatch.core.config import SlackMode, StallwatchConfig, slack_mode_of
+from stallwatch.core.contract import CWAGENT_NAMESPACE
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.signals import Platform
 from stallwatch.offline import ops
 
 HANDLERS = {
@@ -440,6 +443,51 @@ def _listed(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+def check_ec2_power(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
+    """Each running EC2 job's instances publish GPU power (the CloudWatch agent's `nvidia_smi_power_draw`): without
+    the training agent, power is what tells a hung collective (busy GPUs drawing less, logs silent) from work, so
+    the engine decides a silent hang sooner with it than from the job's history of silences alone."""
+    if not config.policy.monitor_ec2:
+        return
+    from stallwatch.aws.source import AwsSignalSource  # imported here: only this check reads the jobs
+
+    clients = deployed.deployment.clients
+    jobs = AwsSignalSource(clients, Platform.EC2, config.policy, config.ec2_log_group).ec2_jobs()
+    if not jobs:
+        yield Check("EC2 GPU power", Status.OK, "no EC2 job is running")
+        return
+    powered = _instances_publishing(clients.cloudwatch, CWAGENT_GPU_POWER)
+    fix = (
+        "add \"power_draw\" to nvidia_gpu's measurement in the CloudWatch agent's configuration (deploy/ec2/"
+        "cloudwatch-agent.json, the Ec2AgentConfigParameter) and restart the agent: with GPU power the engine "
+        "decides a silent hang sooner"
+    )
+    for name, facts in jobs.items():
+        silent = [i for i in facts.instance_ids if i not in powered]
+        if silent:
+            detail = (
+                f"{len(silent)} of {len(facts.instance_ids)} instances publish no {CWAGENT_GPU_POWER} "
+                f"({', '.join(silent[:3])}{', ...' if len(silent) > 3 else ''})"
+            )
+            yield Check(f"EC2 GPU power {name}", Status.WARN, detail, fix)
+        else:
+            yield Check(f"EC2 GPU power {name}", Status.OK, f"{len(facts.instance_ids)} instances publish it")
+
+
+def _instances_publishing(cloudwatch: Any, metric: str) -> set[str]:
+    """The instances the CloudWatch agent published `metric` for in the last 3 hours (ListMetrics, 500 a page)."""
+    pages = cloudwatch.get_paginator("list_metrics").paginate(
+        Namespace=CWAGENT_NAMESPACE, MetricName=metric, RecentlyActive="PT3H"
+    )
+    return {
+        dimension["Value"]
+        for page in pages
+        for found in page["Metrics"]
+        for dimension in found.get("Dimensions", [])
+        if dimension["Name"] == CWAGENT_DIM_INSTANCE
+    }
+
+
 def send_test_alert(deployed: Deployed, requested_by: str) -> Check:
     """on_alarm's test alert: a fake job's alert through the function to Slack, marked as a test; nothing stopped."""
     function = deployed.functions.get("on_alarm")
@@ -479,6 +527,7 @@ def run_checks(
     checks += check_iam(deployed, config, region, identity["Account"])
     checks.append(check_sweeper(deployed, config, clock()))
     checks += check_health_topic(deployed, config, region, identity["Account"])
+    checks += check_ec2_power(deployed, config)
     if send_alert:
         checks.append(send_test_alert(deployed, identity["Arn"]))
     return checks
