@@ -344,7 +344,9 @@ def test_an_ec2_job_whose_agent_publishes_no_gpu_power_is_a_warning_that_says_wh
     power(first)
 
     # When the doctor runs, Then the job gets a warning naming the node without power, and why power matters
-    check = _check("EC2 GPU power train-a")
+    with recording() as requests:
+        check = _check("EC2 GPU power train-a")
+    assert [v for r in requests for v in r.violations()] == []
     assert (check.status, check.detail) == (
         doctor.Status.WARN,
         f"1 of 2 instances publish no nvidia_smi_power_draw ({second})",

@@ -17,6 +17,7 @@ from stallwatch.core import contract, engine
 from stallwatch.core.decision import Decision
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import decide, environment
+from tests.fixtures.request_limits import recording
 from tests.fixtures.world import MINUTE, RECHECK_GROUP, RECHECK_ROLE_ARN, alarm_event, scheduled_event
 from tests.runtime.test_e2e_hardening import API_BUDGET, SERVICES, _inject
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
@@ -140,10 +141,11 @@ def test_a_pending_recheck_a_later_decision_no_longer_needs_is_deleted_with_one_
 
     # When the job is decided again at 10:03 (its recheck pending) and at 10:06 (none left)
     results = []
-    for minute in (3, 6):
-        rt.clock.now = world.now + minute * MINUTE
-        stamp = f"2026-11-30T10:0{minute}:00.000+0000"
-        results.append(on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp=stamp), context))
+    with recording() as requests:
+        for minute in (3, 6):
+            rt.clock.now = world.now + minute * MINUTE
+            stamp = f"2026-11-30T10:0{minute}:00.000+0000"
+            results.append(on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp=stamp), context))
 
     # Then the pending schedule was deleted, with one call, and nothing was asked of Scheduler the second time
     assert [r["status"] for r in results] == ["decided"] * 2
@@ -152,6 +154,7 @@ def test_a_pending_recheck_a_later_decision_no_longer_needs_is_deleted_with_one_
     assert calls["DeleteSchedule"] == 1
     assert calls["CreateSchedule"] + calls["UpdateSchedule"] == 0
     assert _schedules(rt) == []
+    assert [v for r in requests for v in r.violations()] == []
 
 
 def test_a_recheck_that_cannot_be_deleted_is_logged_and_never_raised(rt, world, context, rechecks, monkeypatch) -> None:
