@@ -1,7 +1,7 @@
 """The one policy model: modes, thresholds and per-job tag overrides.
 
-It renders the alarms (``alarms.py``), configures the Lambdas (``STALLWATCH_POLICY``
-environment variable, JSON) and is validated at synth time by the stacks.
+It renders the alarms (``alarms.py``), configures the Lambdas (the ``policy`` of the ``STALLWATCH_CONFIG``
+environment variable's JSON, `config.StallwatchConfig`) and is validated at synth time by the stacks.
 
     policy = Policy(mode="notify")
     effective = policy.for_job({"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "45"})
@@ -25,6 +25,9 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # Auto Scaling permissions are conditioned on this tag too.
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
+# A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
+SLURM_CONTROLLER_TAG = "stallwatch:slurm"
+SLURM_CONTROLLER_VALUE = "controller"
 MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)
 
 
@@ -134,6 +137,9 @@ class Policy(BaseModel):
     )
     monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
     monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
+    monitor_slurm: bool = Field(
+        True, description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md)."
+    )
     resume_max_restarts: int = Field(
         0,
         ge=0,
