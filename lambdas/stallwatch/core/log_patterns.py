@@ -46,7 +46,7 @@ USER_FATAL = "user_fatal"
 # could not be recorded, a recovery action changed); 144-150 NVLink events are a death only when marked "Fatal".
 XID_INFORMATIONAL = frozenset({63, 64, 154})
 XID_NVLINK = range(144, 151)
-_XID = re.compile(r"\bXid \(PCI:[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
+_XID = re.compile(r"\bXid \((?:PCI:)?[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
 _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 
 # The aws-ofi-nccl plugin failing to load at start-up: NCCL falls back to sockets and trains on.
@@ -66,7 +66,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         NCCL,
         re.compile(
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
-            r"|DistBackendError|\bNCCL error\b|Test NCCL failure"
+            r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure '|Got completion from peer"
             rf"|NCCL WARN {_OFI_FALLBACK}[^\n]{{0,400}}?(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
             r"|Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed"
             r"|Exception raised from ncclCommWatchdog"
@@ -100,7 +100,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"DistStoreError|DistNetworkError|\bSocket Timeout\b|\bRendezvous\w{0,20}(?:Error|Timeout)"
             r"|Timed out waiting \d+ ?ms|socket has timed out|\bwait timeout after\b"
             r"|Timed out after \d+ seconds waiting"
-            r"|Timed out initializing process group|socket has failed to"
+            r"|Timed out initializing process group|server socket has failed to"
         ),
     ),
     (XID, re.compile(r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding")),
@@ -118,7 +118,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:|oom_reaper: reaped"
             r"|Memory cgroup out of memory|\boom[-_]kill events?\b|killed by signal: Killed|\bOut Of Memory\b"
-            r"|^\S{0,60}\s*Killed process \d+ \(|Exceeded job memory limit"
+            r"|\bKilled process \d+ \(|Exceeded (?:job|step) memory limit|\bOOMKilled\b"
         ),
     ),
     (
@@ -141,7 +141,8 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(
             r"CANCELLED AT \d{4}-\d\d-\d\dT|srun: error: [^:\n]{1,200}: tasks? [\d,\-]{1,100}: "
             r"|srun: (?:Job step aborted|Force Terminated|Terminating|forcing job termination)|\bWTERMSIG \d"
-            r"|srun: error: (?:Node failure|Timed out|Unable to allocate)|this job is preempted|STEPD TERMINATED"
+            r"|srun: error: (?:Node failure|Timed out|Unable to (?:allocate|create step))|this job is preempted"
+            r"|STEPD TERMINATED"
         ),
     ),
     (
@@ -169,7 +170,7 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
             r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+-?[1-9]"
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
-            r"|process \d+ terminated with (?:signal|exit code)|Worker group FAILED"
+            r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
         ),
     ),
@@ -193,7 +194,7 @@ PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(name for name, _ in PATTERNS), 
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
-_FILE = r"[^\s'\"]{1,300}\.(?:pt|pth|bin|json|safetensors|ckpt|distcp|model|txt|npy|pkl|tar|index|h5|nemo)\b"
+_FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
 MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         CHECKPOINT_END,  # the frameworks' own completion lines
@@ -254,7 +255,9 @@ FILTER_REGEXES_MAX = 2  # %regex% per pattern
 # character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch.
 FATAL_NEEDLES: tuple[str, ...] = (
     # NCCL, its watchdog, the c10d store, EFA
-    "NCCL.error",
+    "NCCL.[Ee]rror",
+    "Cuda.failure",
+    "completion.from.peer",
     "NCCL.WARN",
     "NCCL.failure",
     "ProcessGroupNCCL",
@@ -269,6 +272,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "Socket.Timeout",
     "[Tt]imed.out",
     "wait.timeout",
+    "socket.has.failed",
     # CUDA, the driver, the kernel
     "CUDA.?[EeOo][RrUu]",
     "illegal.memory",
@@ -297,6 +301,8 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "Killing",
     "terminated.with",
     "CANCELLED",
+    "Exceeded",
+    "death.signal",
     "srun:",
     "WTERMSIG",
     "preempted",
