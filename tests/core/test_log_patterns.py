@@ -369,9 +369,51 @@ def _unbounded_repeat_inside_repeat(parsed: sre_parse.SubPattern, inside: bool =
 
 @pytest.mark.parametrize(
     "regex",
-    [p for _, p in log_patterns.PATTERNS] + [p for _, p in log_patterns.MARKERS],
+    [rule.regex for rule in log_patterns.RULES + log_patterns.MARKERS],
     ids=lambda p: p.pattern[:30],
 )
 def test_no_built_in_rule_nests_an_unbounded_repeat(regex: re.Pattern[str]) -> None:
     # The rules run on every tail line of hundreds of hosts: a nested unbounded repeat can backtrack exponentially
     assert not _unbounded_repeat_inside_repeat(sre_parse.parse(regex.pattern))
+
+
+def _same_letter(av: list) -> bool:
+    """A class of one letter in either case (`[Ss]`)."""
+    letters = {chr(v).lower() for o, v in av if o == sre_constants.LITERAL}
+    return len(letters) == 1 and all(o == sre_constants.LITERAL for o, _ in av)
+
+
+def _texts(items: sre_parse.SubPattern) -> list[str]:
+    """Every path through a sequence as its literal characters (lowercased), anything else (a wider class, a repeat,
+    a lookaround) as a gap; a branch, inside a group or not, is one path per alternative."""
+    paths = [""]
+    for op, av in items:
+        if op == sre_constants.LITERAL:
+            parts = [chr(av)]
+        elif op == sre_constants.IN and _same_letter(av):
+            parts = [chr(av[0][1])]
+        elif op == sre_constants.BRANCH:
+            parts = [text for alt in av[1] for text in _texts(alt)]
+        elif op == sre_constants.SUBPATTERN:
+            parts = _texts(av[-1])
+        else:
+            parts = ["\0"]
+        paths = [path + part.lower() for path in paths for part in parts]
+    return paths
+
+
+@pytest.mark.parametrize(
+    "rule", log_patterns.RULES + log_patterns.MARKERS, ids=lambda r: f"{r.name}:{r.regex.pattern[:24]}"
+)
+def test_every_alternative_of_a_rule_holds_a_phrase_of_its_gate(rule: log_patterns.Rule) -> None:
+    # The gate (a substring test on the lowercased line) skips the regex where it cannot match: never a line it would
+    assert all(phrase == phrase.lower() for phrase in rule.gate)
+    ungated = [text for text in _texts(sre_parse.parse(rule.regex.pattern)) if not any(p in text for p in rule.gate)]
+    assert not ungated
+
+
+def test_every_phrase_of_every_gate_holds_a_phrase_of_the_cover() -> None:
+    # A line holding no phrase of COVER skips every rule: never one a gate would let through.
+    phrases = {phrase for rule in log_patterns.RULES + log_patterns.MARKERS for phrase in rule.gate}
+    assert not [p for p in phrases if not any(c in p for c in log_patterns.COVER)]
+    assert all(c == c.lower() for c in log_patterns.COVER)
