@@ -181,6 +181,8 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device) 
     )
     stdout = QuietableStream(sys.stdout)
     speaks = placement.local_rank == 0  # one process per host writes the progress lines
+    # Global rank 0 of the process group saves; a process without a group (the local demo's hosts) is its own job.
+    writes_checkpoints = placement.rank == 0 or not placement.distributed
     agent = TrainerAgent(
         flops_per_token=flops_per_token,
         peak_tflops=None,  # from the device table on GPUs; on the CPU MFU is absent (and the log says why)
@@ -208,7 +210,7 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device) 
             if speaks and step % args.log_every == 0:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 stdout.line(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step")
-            if store is not None and step % args.checkpoint_every == 0 and placement.rank == 0:
+            if store is not None and step % args.checkpoint_every == 0 and writes_checkpoints:
                 with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
                     save_checkpoint(store, model, optimizer, step)
                 stdout.line(f"checkpoint at step {step}")
