@@ -87,7 +87,8 @@ RULES: tuple[Rule, ...] = (
         NCCL,
         re.compile(
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
-            r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure '|Got completion from peer"
+            r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
+            r"|Got completion from peer"
             rf"|NCCL WARN {_OFI_FALLBACK}[^\n]{{0,400}}?(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
             r"|Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed"
             r"|Exception raised from ncclCommWatchdog"
@@ -114,9 +115,9 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"NET/OFI (?!Failed to initialize|aws-ofi-nccl initialization failed)"
             r"[^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
-            r"|OFI NCCL failure|\bfi_\w{1,40} failed"
+            r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
         ),
-        ("net/ofi", "ofi nccl failure", "fi_"),
+        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq"),
     ),
     Rule(
         C10D_TIMEOUT,
@@ -362,6 +363,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "Call.to.recv",
     "NET/OFI",
     "fi_[a-z_]+.failed",
+    "write.to.EQ",
     "Socket.Timeout",
     "[Tt]imed.out",
     "wait.timeout",
@@ -581,7 +583,7 @@ COVER: tuple[str, ...] = (
     "timeout", "timed out", "illegal", "memory", "connection", "recv", "completion", "watchdog", "heartbeat",
     "process down", "ofi", "fi_", "socket", "rendezvous", "xid", "bus", "device-side", "_status", "oom", "exceeded",
     "seg", "cancelled", "srun:", "preempted", "refused to die", "primary job", "non-zero", "cleaning up",
-    "lost communication", "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace",
+    "lost communication", "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace", "to eq",
     "most recent call", "exception", "ready now", "successfully", "writing took", "state dict",
 )  # fmt: skip
 
