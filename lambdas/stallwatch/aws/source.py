@@ -58,11 +58,11 @@ SAGEMAKER_HOST_METRICS = {
     "cpu_util": "CPUUtilization",
 }
 EC2_HOST_METRICS = {
-    "gpu_util": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION),
-    "gpu_mem_used": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED),
-    "gpu_mem_total": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL),
+    "gpu_util": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION),
+    "gpu_mem_used": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED),
+    "gpu_mem_total": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL),
     "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
-    "gpu_power": (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER),
+    "gpu_power": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_POWER),
 }
 # The instances a sweep looks at: running, and tagged with a job or the monitor tag (EC2 filters match tag values
 # exactly, so the values are matched in code, as `clusters.job_of` does).
@@ -275,7 +275,7 @@ class AwsSignalSource:
         )
         if facts.platform is Platform.EC2:
             for host in alarms.host_names(facts):
-                dims = ((alarms.CWAGENT_DIM_INSTANCE, host),)
+                dims = ((contract.CWAGENT_DIM_INSTANCE, host),)
                 reads.instances.update(
                     {(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in EC2_HOST_METRICS.items()}
                 )

@@ -65,13 +65,6 @@ GPU_MEMORY_PERIODS = 2
 # CloudWatch refuses alarms whose EvaluationPeriods x Period exceeds one day.
 MAX_EVALUATION_SECONDS = 86_400
 
-# The CloudWatch agent's NVIDIA metrics (aggregated per instance, see the module docstring).
-CWAGENT_GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
-CWAGENT_GPU_MEMORY_USED = "nvidia_smi_memory_used"
-CWAGENT_GPU_MEMORY_TOTAL = "nvidia_smi_memory_total"
-CWAGENT_GPU_POWER = "nvidia_smi_power_draw"  # watts, read where the engine has no power from the training agent
-CWAGENT_DIM_INSTANCE = "InstanceId"
-
 
 @dataclass(frozen=True)
 class AlarmRef:
@@ -191,12 +184,12 @@ class _Renderer:
                 _stat("m1", metric, self.period, "Average"),
                 _expression(f"m1 / {self.facts.gpus_on(host)}", f"{metric_name} per GPU"),
             ]
-        dims = {CWAGENT_DIM_INSTANCE: host}
+        dims = {contract.CWAGENT_DIM_INSTANCE: host}
         if metric_name == "GPUUtilization":
-            metric = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_UTILIZATION, dims)
+            metric = _metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims)
             return [_stat("m1", metric, self.period, "Average"), _expression("m1", "GPU utilization per GPU")]
-        used = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_MEMORY_USED, dims)
-        total = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_MEMORY_TOTAL, dims)
+        used = _metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims)
+        total = _metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims)
         return [
             _stat("m1", used, self.period, "Average"),
             _stat("m2", total, self.period, "Average"),

@@ -29,7 +29,7 @@ from stallwatch.aws.metric_reads import MetricRef, read_series
 from stallwatch.aws.resume import describe_training_job
 from stallwatch.aws.source import EC2_HOST_METRICS, SAGEMAKER_HOST_METRICS, AwsSignalSource, JobNotFoundError
 from stallwatch.core import clusters, contract
-from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
+from stallwatch.core.alarms import host_names
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import AGENT_STATISTICS, FILTER_STREAMS_LIMIT, METRIC_PERIOD_SECONDS
@@ -77,7 +77,7 @@ def _platform_refs(job: TraceJob, host: str) -> list[MetricRef]:
     if job.platform is Platform.SAGEMAKER:
         dims = (("Host", f"{job.name}/{host}"),)
         return [MetricRef(contract.SAGEMAKER_NAMESPACE, name, dims) for name in SAGEMAKER_HOST_METRICS.values()]
-    dims = ((CWAGENT_DIM_INSTANCE, host),)
+    dims = ((contract.CWAGENT_DIM_INSTANCE, host),)
     return [MetricRef(namespace, name, dims) for namespace, name in EC2_HOST_METRICS.values()]
 
 
