@@ -88,7 +88,13 @@ class StallwatchStack(Stack):
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
-        self.ec2_training = Ec2Training(self, "Ec2Training", deployment=deployment, log_group=config.ec2_log_group)
+        self.ec2_training = Ec2Training(
+            self,
+            "Ec2Training",
+            deployment=deployment,
+            log_group=config.ec2_log_group,
+            bundle_dependencies=bundle_dependencies,
+        )
         if config.policy.monitor_ec2:
             self.recovery = RecoverInPlace(
                 self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper

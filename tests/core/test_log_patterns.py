@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from localrun import moto_logs_filter
 from stallwatch.core import log_patterns
 from stallwatch.core.log_patterns import PATTERN_NAMES, match
 
@@ -151,3 +152,15 @@ def test_the_filter_pattern_fits_filter_log_events_and_quotes_every_phrase() -> 
     assert len(pattern) <= 1024
     assert pattern.split(" ?")[0].startswith('?"')
     assert all('"' not in term for term in log_patterns.FILTER_TERMS)
+
+
+@pytest.mark.parametrize("line", [line for line, _ in FATAL_LINES])
+def test_the_fatal_filter_keeps_every_fatal_line(line: str) -> None:
+    # Given a fatal line / Then the subscription filter's pattern (fatal lines alone) keeps it
+    assert moto_logs_filter.TermsFilter(log_patterns.FATAL_FILTER_PATTERN).matches(line)
+
+
+@pytest.mark.parametrize("line", [line for line, _ in CHECKPOINT_LINES])
+def test_the_fatal_filter_leaves_checkpoint_markers_to_the_checkpoint_filter(line: str) -> None:
+    assert not moto_logs_filter.TermsFilter(log_patterns.FATAL_FILTER_PATTERN).matches(line)
+    assert moto_logs_filter.TermsFilter(log_patterns.CHECKPOINT_FILTER_PATTERN).matches(line)

@@ -105,9 +105,9 @@ MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 
-# Literal phrases, one of which every fatal or marker line above contains (CloudWatch Logs matches them
-# case-sensitively): FilterLogEvents returns only the lines holding one, and the regexes decide among them.
-FILTER_TERMS: tuple[str, ...] = (
+# Literal phrases, one of which every fatal line above contains (CloudWatch Logs matches them case-sensitively):
+# FilterLogEvents and the subscription filter return only the lines holding one, and the regexes decide among them.
+FATAL_FILTER_TERMS: tuple[str, ...] = (
     # NCCL and the process group's watchdog
     "Watchdog caught collective operation timeout",
     "NCCL operations have failed or timed out",
@@ -145,7 +145,9 @@ FILTER_TERMS: tuple[str, ...] = (
     "oom-killer",
     "Out of memory",
     "Traceback",
-    # checkpoint markers
+)
+# ... and one of which every checkpoint marker line contains.
+CHECKPOINT_FILTER_TERMS: tuple[str, ...] = (
     "checkpoint",
     "Checkpoint",
     "CHECKPOINT",
@@ -157,8 +159,19 @@ FILTER_TERMS: tuple[str, ...] = (
 )
 # The trainer agent's EMF document (trainer_agent.emf) opens with its "_aws" metadata.
 AGENT_WINDOW_PREFIX = '{"_aws"'
-# FilterLogEvents' filterPattern: any of the phrases (at most 1,024 characters, CloudWatch Logs API reference).
-FILTER_PATTERN = " ".join(f'?"{term}"' for term in FILTER_TERMS)
+FILTER_TERMS = FATAL_FILTER_TERMS + CHECKPOINT_FILTER_TERMS
+
+
+def _any_of(terms: tuple[str, ...]) -> str:
+    """A filter pattern matching a line that holds any of the phrases."""
+    return " ".join(f'?"{term}"' for term in terms)
+
+
+# Filter patterns (at most 1,024 characters each, CloudWatch Logs API reference): the fatal lines alone (the
+# subscription filter's), the checkpoint markers alone, and FilterLogEvents' notable lines (both).
+FATAL_FILTER_PATTERN = _any_of(FATAL_FILTER_TERMS)
+CHECKPOINT_FILTER_PATTERN = _any_of(CHECKPOINT_FILTER_TERMS)
+FILTER_PATTERN = _any_of(FILTER_TERMS)
 
 
 def marker(message: str) -> str | None:
