@@ -20,9 +20,13 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from localrun.gpu_node import Agent
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "scancel", "squeue", "sinfo")
@@ -31,7 +35,7 @@ STOP_GRACE_S = 10.0
 COMMAND_TIMEOUT_S = 30.0
 POLL_S = 0.2
 # A requeued job waits for its old credential to expire before it may start again (120 s by default).
-CRED_EXPIRE_S = 10
+CRED_EXPIRE_S = 5
 # `scontrol -o show job`'s fields: CamelCase keys; a comment's lowercase `stallwatch:x=y` words are not keys.
 FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 IDLE_STATES = frozenset({"IDLE"})
@@ -85,7 +89,9 @@ class SlurmDaemons:
         self.nodes = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.prolog, self.epilog = prolog, epilog
         self.conf = root / "slurm.conf"
-        self.socket = root / "munge" / "munge.socket"
+        # Unix sockets (munged's, each job step's in the spool) need paths under 108 bytes: a short folder of their own.
+        self.sockets = Path(tempfile.mkdtemp(prefix="swslurm-"))
+        self.socket = self.sockets / "munge.socket"
         self.logs = root / "log"
         self._processes: list[tuple[str, subprocess.Popen[bytes]]] = []
 
@@ -94,6 +100,7 @@ class SlurmDaemons:
     def __enter__(self) -> SlurmDaemons:
         missing = missing_programs()
         if missing:
+            shutil.rmtree(self.sockets, ignore_errors=True)
             raise SlurmNotInstalledError(f"{', '.join(missing)} not found: run `make slurm` (root: apt-get install)")
         try:
             self._start()
@@ -108,8 +115,10 @@ class SlurmDaemons:
         self.stop()
 
     def _start(self) -> None:
-        for sub in ("munge", "state", "log", *(f"spool/{n}" for n in self.nodes)):
+        for sub in ("munge", "state", "log"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for node in self.nodes:
+            (self.sockets / node).mkdir()
         (self.root / "munge").chmod(0o700)  # munged refuses a key or socket others may write
         key = self.root / "munge" / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
@@ -147,7 +156,7 @@ class SlurmDaemons:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.socket},cred_expire={CRED_EXPIRE_S}",
             f"StateSaveLocation={self.root / 'state'}",
-            f"SlurmdSpoolDir={self.root / 'spool' / '%n'}",
+            f"SlurmdSpoolDir={self.sockets / '%n'}",
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
             f"SlurmdPidFile={self.root / 'slurmd-%n.pid'}",
             f"SlurmctldLogFile={self.logs / 'slurmctld.log'}",
@@ -162,6 +171,9 @@ class SlurmDaemons:
             # The scheduler looks every second, so a requeued job starts as soon as it may.
             "SchedulerParameters=sched_interval=1,bf_interval=1",
             "KillWait=5",
+            # A busy two-core machine answers slowly: the defaults (10 s) fail launches there, never on a quiet one.
+            "MessageTimeout=60",
+            "BatchStartTimeout=120",
         ]
         if self.prolog is not None:
             lines.append(f"PrologSlurmctld={self.prolog}")
@@ -206,6 +218,7 @@ class SlurmDaemons:
                 process.kill()
                 process.wait()
         self._processes.clear()
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     # ---- commands ---------------------------------------------------------------------------------------------
 
@@ -214,9 +227,16 @@ class SlurmDaemons:
         return {**(os.environ if base is None else base), "SLURM_CONF": str(self.conf)}
 
     def command(self, *argv: str, check: bool = True, env: dict[str, str] | None = None) -> str:
-        """Run a Slurm client command against this cluster; its stdout (SlurmError if it fails and `check`)."""
+        """Run a Slurm client command against this cluster, in its folder (where a job's default output goes); its
+        stdout (SlurmError if it fails and `check`)."""
         done = subprocess.run(
-            list(argv), env=self.env(env), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False
+            list(argv),
+            env=self.env(env),
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
         )
         if check and done.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip() or done.stdout.strip()}")
@@ -272,3 +292,15 @@ class SlurmDaemons:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {path.name}\n" + "\n".join(text))
         return "\n".join(parts)
+
+
+@dataclass
+class ControllerNode:
+    """The cluster's controller as an SSM managed node (`localrun.moto_ssm.manage`): Stallwatch's documents run there
+    as root with this cluster's SLURM_CONF, as on a controller whose slurm.conf is in its default place."""
+
+    daemons: SlurmDaemons
+    agent: Agent = Agent.ONLINE
+
+    def environment(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_CONF": str(self.daemons.conf)}

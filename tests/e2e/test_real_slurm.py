@@ -1,5 +1,5 @@
 """The real Slurm the Slurm platform is tested on (localrun/slurm_daemons.py): its daemons start in their own folder,
-run a 2-node job, drain a node with a reason, requeue the job onto the spare, cancel it, and stop, leaving nothing."""
+run a 2-node job and cancel it, and stop, leaving nothing (draining and requeueing: test_slurm_deploy.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from localrun.slurm_daemons import SlurmDaemons, SlurmError, parse_fields
 
 pytestmark = pytest.mark.slow
-RUN_S = 30.0
+RUN_S = 90.0  # generous: a busy CI machine; a quiet one takes seconds
 
 
 def _running(slurm: SlurmDaemons, args: list[str]) -> tuple[str, dict[str, str]]:
@@ -29,28 +29,6 @@ def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Pa
     assert fields["JobState"] == "COMPLETED"
     lines = sorted(Path(str(out).replace("%j", job)).read_text().split("\n"))[1:]
     assert [line.split() for line in lines] == [["0", "node1", job, "ranks"], ["1", "node2", job, "ranks"]]
-
-
-def test_drain_and_requeue_move_the_job_to_the_spare(slurm: SlurmDaemons) -> None:
-    """Given a running 2-node job, when one of its nodes is drained with a reason and the job requeued, then the node
-    is DRAIN with the reason and the job runs again (Restarts=1) on the other two nodes."""
-    job, first = _running(slurm, ["--nodes=2", "--comment=stallwatch:mode=enforce", "--wrap", "srun sleep 300"])
-    bad = slurm.hostnames(first["NodeList"])[1]
-
-    slurm.scontrol("update", f"nodename={bad}", "state=drain", "reason=stallwatch: hang (test)")
-    slurm.scontrol("requeue", job)
-    again = slurm.wait_for(job, {"RUNNING"}, RUN_S)
-
-    try:
-        assert again["Restarts"] == "1"
-        assert bad not in slurm.hostnames(again["NodeList"])
-        assert len(slurm.hostnames(again["NodeList"])) == 2
-        assert "DRAIN" in slurm.node_state(bad)
-        assert slurm.node(bad)["Reason"].startswith("stallwatch: hang (test)")
-        assert again["Comment"] == "stallwatch:mode=enforce"
-    finally:
-        slurm.command("scancel", job)
-        slurm.scontrol("update", f"nodename={bad}", "state=resume")
 
 
 def test_scancel_ends_the_job_cancelled(slurm: SlurmDaemons) -> None:

@@ -158,6 +158,7 @@ class Ec2Platform(AwsSignalSource):
         now: float,
     ) -> dict[str, HostLog]:
         """The hosts' newest event times (their streams) and the lines around the quietest host's last event."""
+        patterns = self.policy.for_job(facts.tags).line_patterns
         instances = set(facts.instance_ids)
         host_of = lambda stream: _host_of(stream, instances)  # noqa: E731 - one line, used twice
         group = facts.log_group or self.config.ec2_log_group
@@ -171,22 +172,24 @@ class Ec2Platform(AwsSignalSource):
             "endTime": int(now * 1000),
         }
         logs = {host: HostLog(last_t=t) for host, t in newest.items()}
-        notable = {
-            "startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0),
-            "endTime": int(now * 1000),
-            "filterPattern": log_patterns.FILTER_PATTERN,
-        }
+        lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES):
-                self._read_lines(selection | notable, host_of, logs, 1)  # the pages did not reach now
+            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns):
+                for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
+                    self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
             log.notable.sort(key=lambda line: line.t)
         return logs
 
     def _read_lines(
-        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog], pages: int
+        self,
+        request: dict[str, Any],
+        host_of: Callable[[str], str | None],
+        logs: dict[str, HostLog],
+        pages: int,
+        patterns: log_patterns.LinePatterns,
     ) -> bool:
         """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
         held the whole window."""
@@ -196,7 +199,8 @@ class Ec2Platform(AwsSignalSource):
                 host = host_of(event["logStreamName"])
                 if host not in logs:
                     continue
-                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
+                message = event["message"].rstrip("\n")
+                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], message, patterns)
                 log = logs[host]
                 if "filterPattern" not in request:
                     log.lines.append(line)
