@@ -17,6 +17,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws import autoscaling
+from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import InstanceStateChange
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
@@ -131,8 +132,8 @@ class Ec2Platform(AwsSignalSource):
             return JobChange(Change.IGNORED, instance, state, reason=f"state {state}")
         try:
             tags = _tags(self.instance(instance))
-        except JobNotFoundError:  # gone already: its alarms can only be those of a one-instance job
-            return JobChange(Change.RETIRED, instance, state)
+        except JobNotFoundError:  # gone already (or never was): only a one-instance job's alarms and state can be its
+            return JobChange(Change.RETIRED, instance, state, gone=True)
         job = clusters.job_of(tags, instance)
         if job is None and state in ENDED:  # untagged since: whatever alarms it had go
             return JobChange(Change.RETIRED, instance, state)
@@ -361,8 +362,8 @@ class Ec2Platform(AwsSignalSource):
         try:
             self.clients.ec2.stop_instances(InstanceIds=instance_ids)
         except ClientError as exc:
-            error = exc.response["Error"]
-            return error["Code"], error.get("Message", "")
+            error = api_error(exc)
+            return error.code, error.message
         return None
 
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:

@@ -19,6 +19,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import TrainingJobStateChange
 from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
@@ -100,10 +101,10 @@ class SageMakerPlatform(AwsSignalSource):
         try:
             self.clients.sagemaker.stop_training_job(TrainingJobName=name)
         except ClientError as exc:
-            error = exc.response["Error"]
-            if error["Code"] == "ValidationException" and NOT_RUNNING.search(error.get("Message", "")):
-                return StopResult(ok=True, detail=f"already not running: {error['Message']}")
-            return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error['Code']}: {error.get('Message', '')}")
+            error = api_error(exc)
+            if error.code == "ValidationException" and NOT_RUNNING.search(error.message):
+                return StopResult(ok=True, detail=f"already not running: {error.message}")
+            return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error}")
         return StopResult(ok=True, detail=f"StopTrainingJob {name} accepted")
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:

@@ -48,6 +48,7 @@ class Ec2Description(PlatformDescription):
     named_hosts = True
     restarts_in_place = True
     configured_logs = True
+    agent_power = True
 
     def unwatched(self, facts: JobFacts) -> str | None:
         """A job is its instances' `stallwatch:job` tag, or a lone instance tagged `stallwatch:monitor=true`."""

@@ -54,6 +54,8 @@ class PlatformDescription:
     restarts_in_place: ClassVar[bool] = False
     # Its logs are read from where the deployment's config says (EC2's log group): a reader needs that config.
     configured_logs: ClassVar[bool] = False
+    # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
+    agent_power: ClassVar[bool] = False
 
     def names_job(self, name: str) -> bool:
         return self.job_name.match(name) is not None
@@ -148,6 +150,7 @@ class JobChange:
     run_may_end: bool = False  # HOST_ENDED: a state the job's run may end in (its summary, when no resume follows)
     tags: dict[str, str] = field(default_factory=dict)  # the job's tags as the event carries them
     reason: str = ""  # IGNORED: why
+    gone: bool = False  # RETIRED: the platform no longer knows it (or never did): the table is not written for it
 
 
 @dataclass(frozen=True)
