@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stallwatch.aws.agent_windows import windows
-from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.platforms.ec2 import Ec2Platform
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import clusters
 from stallwatch.core.goodput import JobSpan
@@ -47,7 +47,7 @@ class Resume:
 
 def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, period: int) -> tuple[str, list[JobSpan]]:
     """The EC2 job's latest run as `JobSpan`s, one per attempt; `JobNotFoundError` if no instance is the job's."""
-    instances = AwsSignalSource(clients, Platform.EC2).ec2_group(job)
+    instances = Ec2Platform(clients).instances(job)
     states = {i["InstanceId"]: i["State"]["Name"] for i in instances}
     hosts = set(clusters.ec2_hosts(states))
     members = [i for i in instances if i["InstanceId"] in hosts]

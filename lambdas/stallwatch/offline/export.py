@@ -26,14 +26,16 @@ from typing import Any, TextIO
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.metric_reads import MetricRef, read_series
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.resume import describe_training_job
-from stallwatch.aws.source import EC2_HOST_METRICS, SAGEMAKER_HOST_METRICS, AwsSignalSource, JobNotFoundError
+from stallwatch.aws.source import JobNotFoundError
 from stallwatch.core import clusters, contract
-from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
-from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.alarms import host_names
+from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
+from stallwatch.core.platforms import describe
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import AGENT_STATISTICS, FILTER_STREAMS_LIMIT, METRIC_PERIOD_SECONDS
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts, Platform, Series
 from stallwatch.core.trace import (
     EndEvent,
     Event,
@@ -72,13 +74,17 @@ def _epoch(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
 
 
-def _platform_refs(job: TraceJob, host: str) -> list[MetricRef]:
-    """The host's platform metrics, raw: the replay normalizes them per device, as `aws.source` does."""
-    if job.platform is Platform.SAGEMAKER:
-        dims = (("Host", f"{job.name}/{host}"),)
-        return [MetricRef(contract.SAGEMAKER_NAMESPACE, name, dims) for name in SAGEMAKER_HOST_METRICS.values()]
-    dims = ((CWAGENT_DIM_INSTANCE, host),)
-    return [MetricRef(namespace, name, dims) for namespace, name in EC2_HOST_METRICS.values()]
+def _platform_refs(facts: JobFacts, host: str) -> list[MetricRef]:
+    """The host's platform metrics, raw (the replay normalizes them per device, as the adapters do): the series its
+    platform's description reads."""
+    refs: list[MetricRef] = []
+
+    def record(namespace: str, name: str, dimensions: dict[str, str], divisor: float) -> Series:
+        refs.append(MetricRef(namespace, name, tuple(dimensions.items())))
+        return Series()
+
+    describe(facts.platform).host_series(facts, host, record)
+    return refs
 
 
 def _metric_refs(job: TraceJob) -> list[MetricRef]:
@@ -102,7 +108,7 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
         for name in contract.JOB_METRICS
     ]
     for host in host_names(facts):
-        refs += _platform_refs(job, host)
+        refs += _platform_refs(facts, host)
         host_dims = (*job_dims, (contract.DIM_HOST, host))
         refs += [
             MetricRef(contract.NAMESPACE, name, host_dims, AGENT_STATISTICS.get(name, "Average"))
@@ -231,7 +237,7 @@ def _export_ec2(
     job_name: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None, ec2_log_group: str
 ) -> Trace:
     """An EC2 job (its instances), from the first LaunchTime: the metrics and log lines the control plane reads."""
-    source = AwsSignalSource(clients, Platform.EC2, ec2_log_group=ec2_log_group)
+    source = adapter(Platform.EC2, clients, StallwatchConfig(ec2_log_group=ec2_log_group))
     try:
         facts = source.facts(job_name)
     except JobNotFoundError as exc:
@@ -250,14 +256,14 @@ def _export_ec2(
     start = facts.start_time
     ended = None
     if facts.status != RUNNING:  # only a stopped job needs its stop time, which the facts do not carry
-        stops = [_ec2_stop_time(source.ec2_instance(i)) for i in facts.instance_ids]
+        stops = [_ec2_stop_time(source.instance(i)) for i in facts.instance_ids]
         ended = max(stops) if stops and None not in stops else None
     end = _end_of(start, until, ended)
 
     events: list[Event] = [StatusEvent(t=0.0, status=RUNNING)]
     events += _metric_events(clients.cloudwatch, job, start, end)
     group = facts.log_group or ec2_log_group
-    streams = [s["logStreamName"] for s in source.ec2_streams(facts)]
+    streams = [s["logStreamName"] for s in source.log_streams(facts)]
     for offset in range(0, len(streams), FILTER_STREAMS_LIMIT):
         selection = {"logGroupName": group, "logStreamNames": streams[offset : offset + FILTER_STREAMS_LIMIT]}
         events += _log_events(clients.logs, selection, start, end)

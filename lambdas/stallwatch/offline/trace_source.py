@@ -244,18 +244,22 @@ class TraceSource:
                 "gpu_mem_util": self._host_series(metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=gpus),
                 "cpu_util": self._host_series(metric_key(ns, "CPUUtilization", dims), now, divisor=vcpus),
             }
-        dims = {alarms.CWAGENT_DIM_INSTANCE: host}
-        used = self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
+        dims = {contract.CWAGENT_DIM_INSTANCE: host}
+        used = self._host_series(metric_key(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims), now)
         total = dict(
-            self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
+            self._host_series(
+                metric_key(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims), now
+            ).points
         )
         return {
             "gpu_util": self._host_series(
-                metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now
+                metric_key(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims), now
             ),
             "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
             "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
-            "gpu_power": self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER, dims), now),
+            "gpu_power": self._host_series(
+                metric_key(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_POWER, dims), now
+            ),
         }
 
     def _host(self, host: str, now: float, tail_start: float) -> HostSignals:

@@ -33,9 +33,10 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, UnseenJobError, job_key
-from stallwatch.core import alarms, clusters, contract, engine
+from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
+from stallwatch.core.platforms import job_name_error
 from stallwatch.core.policy import Mode
 from stallwatch.core.resume import RECOVERY_OUTCOME
 from stallwatch.core.signals import JobFacts, JobSignals, Platform
@@ -74,7 +75,7 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         return Outcome(job="", status="ignored", details={"reason": f"alarm state {alarm.state.value}"}).as_dict()
     try:
         ref = alarms.parse_alarm_name(alarm.alarm_name, rt.config.alarm_prefix)
-        error = clusters.job_name_error(ref.job, ref.platform)
+        error = job_name_error(ref.job, ref.platform)
         if error is not None:  # no platform has such a job: nothing is read or written for it
             raise ValueError(error)
     except ValueError as exc:

@@ -68,7 +68,7 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
         return {"status": "ignored", "job": instance, "reason": f"state {state}"}
     source = rt.source(Platform.EC2)
     try:
-        tags = {t["Key"]: t["Value"] for t in source.ec2_instance(instance).get("Tags", [])}
+        tags = {t["Key"]: t["Value"] for t in source.instance(instance).get("Tags", [])}
     except JobNotFoundError:  # gone already: its alarms can only be those of a one-instance job
         return retire_job(rt, Platform.EC2, instance, state)
     job = clusters.job_of(tags, instance)

@@ -239,7 +239,7 @@ def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) 
     waited = now - recovery.phase_at >= rules.HEALTH_CHECK_WAIT_S
     answers = ssm.invocations(rt.clients, recovery.commands)
     checks = rules.check_nodes(answers, recovery.nodes, recovery.types, waited)
-    instances = rt.source(Platform.EC2).ec2_group(recovery.job)
+    instances = rt.source(Platform.EC2).instances(recovery.job)
     groups = {i["InstanceId"]: autoscaling.group_of(i) for i in instances}
     try:
         floor = rules.min_nodes(facts.tags)
@@ -296,7 +296,7 @@ def _await_replacement(rt: Runtime, recovery: Recovery, now: float) -> dict[str,
     """The restart, once the bad nodes are gone and the job is as large as it is to be again (the group's
     replacements running); a stop of the job if that takes longer than `REPLACEMENT_WAIT_S`."""
     try:
-        instances = rt.source(Platform.EC2).ec2_group(recovery.job)
+        instances = rt.source(Platform.EC2).instances(recovery.job)
     except JobNotFoundError:
         instances = []
     running = {i["InstanceId"] for i in instances if i["State"]["Name"] == "running"}

@@ -226,7 +226,7 @@ def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
             (Platform.SAGEMAKER, j["TrainingJobName"]): None for page in pages for j in page["TrainingJobSummaries"]
         }
     if rt.config.policy.monitor_ec2:
-        jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).ec2_jobs().items()}
+        jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).watched_jobs().items()}
     return jobs
 
 
@@ -258,7 +258,7 @@ def _ec2_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | No
         if platform is not Platform.EC2 or facts is None:
             continue
         try:
-            freshness = rt.source(platform).ec2_log_freshness(facts)
+            freshness = rt.source(platform).log_freshness(facts)
         except Exception:
             logger.exception("could not read an EC2 job's log streams", extra={"job": job})
             metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
