@@ -5,7 +5,7 @@ The script is the one a cluster installs, copied beside its settings file (stall
 controller; only `aws events put-events` is played here: the stand-in writes the request's entries to the spool and
 answers as PutEvents does (or fails, `failing=True`, as an unreachable AWS would).
 
-    spool = EventSpool(tmp / "events", cluster="local", ssm_target="i-0abc...")
+    spool = EventSpool(tmp / "events", ssm_target="i-0abc...")
     script = spool.install(slurm_conf)          # PrologSlurmctld=script, EpilogSlurmctld=script
     for event in spool.take(): ...              # "Slurm Job State Change" events, oldest first, each once
 """
@@ -46,10 +46,9 @@ printf '{\\n    "FailedEntryCount": 0,\\n    "Entries": [{"EventId": "%s"}]\\n}\
 class EventSpool:
     """The events the script posted, kept in `folder` until taken."""
 
-    def __init__(self, folder: Path, cluster: str, ssm_target: str, platform: str = "slurm", failing: bool = False):
+    def __init__(self, folder: Path, ssm_target: str, platform: str = "slurm", failing: bool = False):
         self.folder = folder
         self.settings = {
-            "STALLWATCH_CLUSTER": cluster,
             "STALLWATCH_PLATFORM": platform,
             "STALLWATCH_SSM_TARGET": ssm_target,
             "AWS_REGION": REGION,

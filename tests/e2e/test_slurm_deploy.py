@@ -23,6 +23,7 @@ from localrun.slurm_daemons import ControllerNode, SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
 from stallwatch.aws import ssm
 from stallwatch.aws.clients import AwsClients
+from stallwatch.core.platforms.slurm import slurm_job_name
 
 moto_ssm.install()
 pytestmark = pytest.mark.slow
@@ -36,9 +37,9 @@ DEFAULTS = "stallwatch:mode=notify stallwatch:idle-minutes=9"
 def spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmDaemons, EventSpool]]:
     """A real Slurm whose PrologSlurmctld and EpilogSlurmctld are deploy/slurm's script."""
     root = Path(tmp_path_factory.mktemp("slurm-deploy"))
-    events = EventSpool(root / "events", cluster="pc-test", ssm_target="i-0123456789abcdef0", platform="pcs")
+    events = EventSpool(root / "events", ssm_target="i-0123456789abcdef0", platform="pcs")
     script = events.install(root / "slurm" / "slurm.conf", defaults=DEFAULTS)
-    with SlurmDaemons(root / "slurm", prolog=script, epilog=script) as daemons:
+    with SlurmDaemons(root / "slurm", cluster="pc-test", prolog=script, epilog=script) as daemons:
         yield daemons, events
 
 
@@ -101,8 +102,24 @@ def test_the_prolog_posts_the_jobs_start_and_the_epilog_its_end(spool: tuple[Slu
         "stallwatch:idle-minutes": "9",
         "stallwatch:stall-minutes": "20",
     }
+    assert [n["gpus"] for n in detail["nodes"]] == [0, 0]  # no Gres here; gpu:h100:8 would say 8
     assert ended["detail"]["state"] == "ended"
     assert ended["detail"]["submit_time"] == detail["submit_time"]
+    # read once the epilog has returned: while it runs, every job is COMPLETING
+    assert ended["detail"]["job_state"] == "CANCELLED"
+
+
+def test_the_end_event_says_how_the_job_ended(spool: tuple[SlurmDaemons, EventSpool]) -> None:
+    slurm, events = spool
+    jobs = {slurm.sbatch(["--wrap", command]): command for command in ("true", "false")}
+    for job in jobs:
+        slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)
+    ended = {e["detail"]["job_id"]: e["detail"] for e in events.wait(4, EVENT_S) if e["detail"]["state"] == "ended"}
+
+    assert {jobs[job]: (d["job_state"], d["reason"], d["exit_code"]) for job, d in ended.items()} == {
+        "true": ("COMPLETED", "None", "0:0"),
+        "false": ("FAILED", "NonZeroExitCode", "1:0"),
+    }
 
 
 def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_as_one_stream_each(
@@ -117,7 +134,8 @@ def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_
     assert slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)["JobState"] == "COMPLETED"
 
     files = {p.name: sorted(p.read_text().splitlines()) for p in tmp_path.glob("*.log")}
-    assert files == {f"{job}-node1.log": ["oops", "rank 0"], f"{job}-node2.log": ["oops", "rank 1"]}
+    name = slurm_job_name("pc-test", job, "wrap")  # as the agent and the control plane name the job
+    assert files == {f"{name}.node1.log": ["oops", "rank 0"], f"{name}.node2.log": ["oops", "rank 1"]}
     config = json.loads((EVENTS_SCRIPT.parent / "cloudwatch-agent.json").read_text())
     [files_config] = config["logs"]["logs_collected"]["files"]["collect_list"]
     assert files_config["file_path"] == "/var/log/stallwatch/slurm/*.log"
@@ -126,7 +144,7 @@ def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_
 
 
 def test_the_script_never_fails_the_job_when_aws_is_unreachable(tmp_path: Path) -> None:
-    events = EventSpool(tmp_path / "events", cluster="c", ssm_target="i-0123456789abcdef0", failing=True)
+    events = EventSpool(tmp_path / "events", ssm_target="i-0123456789abcdef0", failing=True)
     script = events.install(tmp_path / "slurm" / "slurm.conf")
     with SlurmDaemons(tmp_path / "slurm", nodes=1, prolog=script, epilog=script) as slurm:
         job = slurm.sbatch(["--wrap", "true"])
@@ -135,7 +153,7 @@ def test_the_script_never_fails_the_job_when_aws_is_unreachable(tmp_path: Path) 
 
 
 def test_the_script_run_by_hand_posts_nothing_and_exits_0(tmp_path: Path) -> None:
-    events = EventSpool(tmp_path / "events", cluster="c", ssm_target="i-0123456789abcdef0")
+    events = EventSpool(tmp_path / "events", ssm_target="i-0123456789abcdef0")
     script = events.install(tmp_path / "slurm.conf")
     for env in ({}, {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "1;reboot"}):
         done = subprocess.run([str(script)], env=env, capture_output=True, text=True, check=False)
@@ -170,7 +188,8 @@ def test_the_cancel_document_leaves_a_pending_or_suspended_job_alone(
         assert (suspended["result"], suspended["state"], suspended["code"]) == ("not_running", "SUSPENDED", 4)
         assert (queued["result"], queued["state"]) == ("not_running", "PENDING")
         assert slurm.job(running)["JobState"] == "SUSPENDED"
-    finally:
+    finally:  # a suspended job cancelled as it is holds its nodes COMPLETING for minutes
+        slurm.scontrol("resume", running)
         slurm.command("scancel", running, pending)
 
 
@@ -195,6 +214,8 @@ def test_the_requeue_document_drains_the_bad_node_and_the_job_runs_again_on_the_
         assert slurm.node(bad)["Reason"].startswith("stallwatch: hang")
         ended, started = _events(events, job, 2)
         assert (ended["detail"]["state"], started["detail"]["state"]) == ("ended", "started")
+        assert ended["detail"]["job_state"] == "REQUEUED"
+        assert ended["detail"]["submit_time"] == fields["SubmitTime"]  # the attempt that ended; the next has its own
         assert started["detail"]["restarts"] == 1
         assert bad not in [n["name"] for n in started["detail"]["nodes"]]
     finally:

@@ -1,0 +1,262 @@
+"""Slurm jobs as Stallwatch sees them (ParallelCluster, PCS, HyperPod's Slurm): a job is named
+``<cluster>-<id>-<name>`` (`slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its facts are
+what deploy/slurm's start and end events said (`SlurmJob`), its GPU metrics the CloudWatch agent's of the node's EC2
+instance (``InstanceId``, where a node is one) or else the agent's own, its logs one stream per node in the Slurm log
+group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<job>.<node>.log``).
+
+    job = SlurmJob.of_event(detail)        # deploy/slurm's event, read
+    facts = job.facts()                    # JobFacts: hosts, status, settings as tags, the time limit
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stallwatch.core import contract
+from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
+from stallwatch.core.signals import JobFacts, Platform, Series
+
+NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
+JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
+LOG_GROUP = "/stallwatch/ec2/slurm"  # deploy/slurm/cloudwatch-agent.json's
+LOG_DIR_STREAM = "__var_log_stallwatch_slurm_"  # the agent's stream: <instance id>_<file path, '/' as '_'>
+# JobFacts.status in SageMaker's words (`engine.RUNNING_STATUS`, the runtime's ended statuses); a job that Slurm holds
+# out of running (pending, suspended, requeued, preempted) is neither: never a stall, never stopped.
+RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = "InProgress", "Paused", "Completed", "Failed", "Stopped"
+STATUS_OF_STATE = {
+    "RUNNING": RUNNING,
+    "CONFIGURING": RUNNING,  # its nodes are booting: the startup grace covers it
+    "COMPLETING": RUNNING,
+    "PENDING": PAUSED,
+    "SUSPENDED": PAUSED,
+    "REQUEUED": PAUSED,
+    "REQUEUE_HOLD": PAUSED,
+    "REQUEUE_FED": PAUSED,
+    "RESIZING": PAUSED,
+    "STOPPED": PAUSED,  # scontrol stop: held, its processes SIGSTOPped
+    "COMPLETED": COMPLETED,
+    "FAILED": FAILED,
+    "NODE_FAIL": FAILED,
+    "OUT_OF_MEMORY": FAILED,
+    "BOOT_FAIL": FAILED,
+    "DEADLINE": FAILED,
+    "CANCELLED": STOPPED,
+    "TIMEOUT": STOPPED,
+    "PREEMPTED": STOPPED,
+}
+# States Slurm holds a job in that are not stalls: goodput counts each as its own badput (`core.goodput`).
+NOT_STALLS = frozenset({"PENDING", "SUSPENDED", "REQUEUED", "PREEMPTED", "TIMEOUT"})
+UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "INVALID", "PARTITION_LIMIT", "N/A", ""})
+# Where a job's settings are, and what its actions need (`JobFacts.platform_ids`).
+CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
+    "cluster",
+    "job_id",
+    "submit_time",
+    "submit_epoch",
+    "ssm_target",
+    "flavor",
+    "restarts",
+)
+HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
+
+
+def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
+    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every byte but letters, digits, '-' and '_' made '-', at most
+    63 (the agent's `trainer_agent.contract.slurm_job_name`, and deploy/slurm/stallwatch-log.sh's)."""
+    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part).encode()
+    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)[
+        :NAME_MAX
+    ]
+
+
+def time_limit_seconds(text: str) -> float | None:
+    """Slurm's time limit as squeue prints it (``[days-]hours:minutes:seconds``, ``minutes:seconds``, ``UNLIMITED``)
+    in seconds; None for no limit."""
+    text = text.strip()
+    if text.upper() in UNLIMITED:
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in [*parts, *([days] if days else [])]):
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    if len(parts) == 1:  # minutes
+        parts = [*parts, "0"]
+    if len(parts) == 2 and not days:  # minutes:seconds
+        parts = ["0", *parts]
+    elif len(parts) == 2:  # days-hours:minutes
+        parts = [*parts, "0"]
+    hours, minutes, seconds = (int(p) for p in parts)
+    return float(int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds)
+
+
+def stream_name(job: str, node: str, instance: str) -> str:
+    """The CloudWatch agent's stream of `node`'s output file of `job` (publish_multi_logs: the stream name, '_', the
+    path with '/' as '_')."""
+    return f"{instance}{LOG_DIR_STREAM}{job}.{node}.log"
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node of the job as the start event names it, and the EC2 instance behind it (where there is one)."""
+
+    name: str
+    addr: str = ""
+    gpus: int = 0
+    instance: str | None = None
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One attempt of a Slurm job (a requeue starts the next, with a new submit time), as its events said."""
+
+    cluster: str
+    job_id: str
+    name: str
+    submit_time: str  # as Slurm prints it (the controller's local time): the documents check it
+    submit_epoch: int
+    start_epoch: float
+    state: str  # Slurm's word: CONFIGURING, RUNNING at its start; COMPLETED, CANCELLED, REQUEUED... at its end
+    restarts: int = 0
+    user: str = ""
+    partition: str = ""
+    nodes: tuple[SlurmNode, ...] = ()
+    settings: dict[str, str] = field(default_factory=dict)  # stallwatch:NAME -> value (its comment, the defaults)
+    time_limit_s: float | None = None
+    ssm_target: str = ""
+    flavor: str = "slurm"  # parallelcluster, pcs, hyperpod or slurm
+    ended_epoch: float | None = None
+    reason: str = ""  # Slurm's reason at its end (TimeLimit, NonZeroExitCode, ...)
+
+    @property
+    def job_name(self) -> str:
+        return slurm_job_name(self.cluster, self.job_id, self.name)
+
+    @classmethod
+    def of_event(cls, detail: Any) -> SlurmJob:
+        """The attempt as a start event (`aws.events.SlurmJobDetail`) describes it."""
+        return cls(
+            cluster=detail.cluster,
+            job_id=detail.job_id,
+            name=detail.name,
+            submit_time=detail.submit_time,
+            submit_epoch=detail.submit_epoch,
+            start_epoch=float(detail.start_epoch or detail.submit_epoch),
+            state=detail.job_state or "RUNNING",
+            restarts=detail.restarts,
+            user=detail.user,
+            partition=detail.partition,
+            nodes=tuple(SlurmNode(n.name, n.addr, n.gpus) for n in detail.nodes),
+            settings=dict(detail.settings),
+            time_limit_s=time_limit_seconds(detail.time_limit),
+            ssm_target=detail.ssm_target,
+            flavor=detail.platform,
+        )
+
+    def ended(self, state: str, at: float, reason: str = "") -> SlurmJob:
+        return replace(self, state=state, ended_epoch=at, reason=reason)
+
+    def with_instances(self, instances: dict[str, tuple[str, str]]) -> SlurmJob:
+        """The nodes with their EC2 instance (id, type), by node address (`instances`: address -> (id, type))."""
+        nodes = tuple(
+            replace(n, instance=instances[n.addr][0], instance_type=instances[n.addr][1]) if n.addr in instances else n
+            for n in self.nodes
+        )
+        return replace(self, nodes=nodes)
+
+    @property
+    def status(self) -> str:
+        return STATUS_OF_STATE.get(self.state, RUNNING if self.ended_epoch is None else FAILED)
+
+    def facts(self) -> JobFacts:
+        hosts = tuple(n.name for n in self.nodes)
+        types = {n.name: n.instance_type for n in self.nodes if n.instance_type}
+        first_type = next(iter(types.values()), "")
+        known = first_type and all(types.get(h) == first_type for h in hosts)
+        spec = instance_spec(first_type) if known else None
+        gpus = spec.devices if spec else max((n.gpus for n in self.nodes), default=0)
+        return JobFacts(
+            name=self.job_name,
+            platform=Platform.SLURM,
+            status=self.status,
+            secondary_status=self.state,
+            start_time=self.start_epoch,
+            instance_type=first_type if known else "",
+            instance_count=len(hosts),
+            gpus_per_host=gpus,
+            vcpus_per_host=spec.vcpus if spec else 1,
+            tags=dict(self.settings),
+            instance_ids=hosts,
+            host_types={} if known else types,
+            platform_ids={
+                CLUSTER: self.cluster,
+                JOB_ID: self.job_id,
+                SUBMIT_TIME: self.submit_time,
+                SUBMIT_EPOCH: str(self.submit_epoch),
+                SSM_TARGET: self.ssm_target,
+                FLAVOR: self.flavor,
+                RESTARTS: str(self.restarts),
+            },
+            host_instances={n.name: n.instance for n in self.nodes if n.instance},
+            ends_by=None if self.time_limit_s is None else self.start_epoch + self.time_limit_s,
+        )
+
+
+class SlurmDescription(PlatformDescription):
+    platform = Platform.SLURM
+    label = "Slurm"
+    job_kind = "a Slurm job"
+    job_name = JOB_NAME
+    monitor_setting = "monitor_slurm"
+    # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
+    host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
+    named_hosts = True
+
+    def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
+        """Slurm node names, as SLURMD_NODENAME names them to the agent."""
+        return list(instance_ids)
+
+    def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return _agent(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
+        metric = (*HOST_METRICS["gpu_util"], host_dimensions(instance))
+        return MetricMath({"m1": metric}, "m1", "GPU utilization per GPU")
+
+    def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return _agent(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
+        used = (*HOST_METRICS["gpu_mem_used"], host_dimensions(instance))
+        total = (*HOST_METRICS["gpu_mem_total"], host_dimensions(instance))
+        return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
+
+    def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
+        prefix, _, rest = stream.rpartition(f"{LOG_DIR_STREAM}{job}.")
+        host = rest.removesuffix(".log")
+        return host if prefix and rest.endswith(".log") and host in hosts else None
+
+    def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
+        """A node's EC2 instance's CloudWatch agent series (per device already); none for a node that is no
+        instance of the account: the agent's own stand in."""
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return {"gpu_util": Series(), "gpu_mem_util": Series(), "cpu_util": Series(), "gpu_power": Series()}
+        dims = host_dimensions(instance)
+        series = {name: read(ns, metric, dims, 1.0) for name, (ns, metric) in HOST_METRICS.items()}
+        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
+        return series
+
+
+def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
+    dims = {contract.DIM_JOB: facts.name, contract.DIM_HOST: host}
+    return MetricMath({"m1": (contract.NAMESPACE, metric, dims)}, "m1", label)
+
+
+SLURM = SlurmDescription()
