@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError
 
+from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.platforms import adapter
 from stallwatch.core.platforms.interface import StopResult
@@ -24,4 +25,4 @@ def stop(clients: AwsClients, facts: JobFacts) -> StopResult:
     try:
         return adapter(facts.platform, clients).stop(facts)
     except BotoCoreError as exc:  # endpoint unreachable, retries exhausted on connection errors
-        return StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        return StopResult(ok=False, detail=str(api_error(exc)))

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.core.platforms import job_name_error
+from stallwatch.core.platforms import DEFAULT, job_name_error
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
 
@@ -311,9 +311,7 @@ def deployment_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--platform", type=Platform, choices=list(Platform), default=Platform.SAGEMAKER, help="default sagemaker"
-    )
+    parser.add_argument("--platform", type=Platform, choices=list(Platform), default=DEFAULT, help=f"default {DEFAULT}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.core import contract, engine
-from stallwatch.core.alarms import render_alarms
+from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
@@ -161,6 +161,7 @@ class _Run:
 
     def __init__(self, source: TraceSource, policy: Policy, config: StallwatchConfig) -> None:
         self.source = source
+        self.alarm_prefix = config.alarm_prefix
         self.effective = policy.for_job(source.job.tags)
         self.start = self.source.epoch(0)
         self.evaluator = AlarmEvaluator(
@@ -219,6 +220,10 @@ class _Run:
             return None
         return math.ceil(at / SCHEDULER_MINUTE_S) * SCHEDULER_MINUTE_S + SCHEDULER_DELAY_S
 
+    def acts(self, name: str, state: AlarmState) -> bool:
+        """Whether the alarm `name` entering `state` invokes on_alarm (`alarms.acts_on`)."""
+        return acts_on(parse_alarm_name(name, self.alarm_prefix).kind, state.value)
+
     def alarmed(self, now: float, name: str) -> bool:
         """on_alarm for one alarm: True when it stops the job; an alarm of a job claimed by another is coalesced."""
         if now < self.claimed_until:
@@ -250,7 +255,7 @@ class _Run:
                 self.publish_log_idle(now)
             transitions = self.evaluator.evaluate(now)
             self.transitions += [AlarmChange(now - self.start, t.alarm_name, t.new) for t in transitions]
-            alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
+            alarmed = [t.alarm_name for t in transitions if self.acts(t.alarm_name, t.new)]
             for name in alarmed:  # one on_alarm invocation per alarm
                 if self.alarmed(now, name):
                     return

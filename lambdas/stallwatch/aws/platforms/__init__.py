@@ -10,6 +10,8 @@ A new platform is a module beside `sagemaker` and `ec2` (a class over `aws.sourc
 
 from __future__ import annotations
 
+from typing import Any
+
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.platforms.ec2 import Ec2Platform
 from stallwatch.aws.platforms.sagemaker import SageMakerPlatform
@@ -29,3 +31,11 @@ def adapter(platform: Platform | str, clients: AwsClients, config: StallwatchCon
 def adapters(clients: AwsClients, config: StallwatchConfig | None = None) -> list[PlatformAdapter]:
     """Every platform's adapter, in registry order."""
     return [adapter(platform, clients, config) for platform in ADAPTERS]
+
+
+def platform_of(event: Any) -> Platform:
+    """The platform whose state-change event (`PlatformAdapter.state_event`) `event` is."""
+    for platform, kind in ADAPTERS.items():
+        if isinstance(event, kind.state_event):
+            return platform
+    raise TypeError(f"{type(event).__name__} is no platform's state-change event")

@@ -1,6 +1,8 @@
 """EC2 jobs: the instances tagged ``stallwatch:job=<name>`` (or one tagged ``stallwatch:monitor=true``, named by its
 id), read with DescribeInstances, their CloudWatch agent metrics read per instance by name, their logs from their
-instance-id streams in the job's log group; stopped with StopInstances.
+instance-id streams in the job's log group; stopped with StopInstances, resumed by starting the same instances again
+(StartInstances: the user's launch script resumes from the checkpoint), restarted in place on them
+(`runtime.recover`), a run being each start of the group (`ec2_goodput`).
 
 The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, per device already (see docs/lambdas.md).
 """
@@ -11,17 +13,38 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ClientError
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
 
+from stallwatch.aws import autoscaling
+from stallwatch.aws.api_errors import api_error
+from stallwatch.aws.events import InstanceStateChange
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
+from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads
-from stallwatch.core import alarms, clusters, log_patterns
+from stallwatch.core import alarms, clusters, contract, log_patterns
+from stallwatch.core import resume as planning
+from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.goodput import JobSpan
 from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, host_dimensions, memory_percent
-from stallwatch.core.platforms.interface import StopResult
+from stallwatch.core.platforms.interface import (
+    AuditTrail,
+    Change,
+    JobChange,
+    JobHistory,
+    Node,
+    RestartHistory,
+    ResumeResult,
+    ResumeVerdict,
+    StopResult,
+)
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import FILTER_STREAMS_LIMIT, LOG_TAIL_SECONDS, LOOKBACK_SECONDS
+from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, LogLine, Platform, Series
 
 LOG_TAIL_PAGES = 2  # FilterLogEvents pages of a job's streams
@@ -33,6 +56,10 @@ WATCHED_FILTERS = [
     {"Name": "instance-state-name", "Values": ["running"]},
 ]
 NOT_RUNNING_CODES = frozenset({"IncorrectInstanceState"})
+RUNNING = "running"
+ENDED = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPED = "stopped"  # where a resume may follow Stallwatch's stop
+RUN_ENDS = frozenset({STOPPED, "terminated"})  # an EC2 job's run may end (resume or summary)
 
 
 class Ec2Platform(AwsSignalSource):
@@ -40,6 +67,7 @@ class Ec2Platform(AwsSignalSource):
 
     platform = Platform.EC2
     description = EC2
+    state_event = InstanceStateChange
 
     def facts(self, job_name: str) -> JobFacts:
         return self._group_facts(job_name, self.instances(job_name))
@@ -71,7 +99,7 @@ class Ec2Platform(AwsSignalSource):
             raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
         return instances[0]
 
-    def watched_jobs(self) -> dict[str, JobFacts]:
+    def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """Every watched EC2 job with a running instance, from one paginated DescribeInstances."""
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for instance in self._describe_instances(Filters=WATCHED_FILTERS):
@@ -79,6 +107,100 @@ class Ec2Platform(AwsSignalSource):
             if name is not None:
                 groups[name].append(instance)
         return {name: self._group_facts(name, instances) for name, instances in sorted(groups.items())}
+
+    def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
+        """Each host's newest log line from its instance-id streams in the job's log group (one DescribeLogStreams a
+        job when every node logs); one job's failure costs its log idleness, not the sweep."""
+        found = []
+        for job, facts in jobs.items():
+            if facts is None:
+                continue
+            try:
+                freshness = self.log_freshness(facts)
+            except Exception:
+                logger.exception("could not read an EC2 job's log streams", extra={"job": job})
+                metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+                continue
+            found += [(job, host, t) for host, t in sorted(freshness.items())]
+        return found
+
+    def job_change(self, event: InstanceStateChange) -> JobChange:
+        """An instance's state change concerns its job (`clusters.job_of`): an instance that starts or stops updates
+        the job's alarms (one set per instance), and the job ends when its last instance stops or terminates."""
+        instance, state = event.detail.instance_id, event.detail.state
+        if state not in (RUNNING, *ENDED):
+            return JobChange(Change.IGNORED, instance, state, reason=f"state {state}")
+        try:
+            tags = _tags(self.instance(instance))
+        except JobNotFoundError:  # gone already (or never was): only a one-instance job's alarms and state can be its
+            return JobChange(Change.RETIRED, instance, state, gone=True)
+        job = clusters.job_of(tags, instance)
+        if job is None and state in ENDED:  # untagged since: whatever alarms it had go
+            return JobChange(Change.RETIRED, instance, state)
+        if job is None:
+            reason = clusters.job_tag_error(tags) or f"not tagged {clusters.JOB_TAG} or {EC2_MONITOR_TAG}=true"
+            return JobChange(Change.IGNORED, instance, state, reason=reason)
+        if state == RUNNING:
+            return JobChange(Change.STARTED, job, state)
+        return JobChange(
+            Change.HOST_ENDED, job, state, host=instance, stopped=state == STOPPED, run_may_end=state in RUN_ENDS
+        )
+
+    def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
+        """An EC2 job restarts under its own name: its restarts are its earlier claims and restarts in place, its
+        best step the one its earlier stalls had reached. EC2 moves LaunchTime on every start: the stopped
+        attempt's start is kept for the goodput report."""
+        facts = self.facts(name)
+        tags = facts.tags
+        done, earlier = history(stop.at)
+        audit = {planning.LAUNCHED_FIELD: facts.start_time}
+        verdict = planning.next_attempt(tags, stop, max_restarts, done, max(earlier, default=None))
+        if isinstance(verdict, NoResume):
+            return ResumeVerdict(verdict, audit)
+        if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it
+            refusal = NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
+            return ResumeVerdict(refusal, audit)
+        attempt, allowed = verdict
+        best = max([*earlier, *([stop.step] if stop.step is not None else [])], default=None)
+        request = {"InstanceIds": list(facts.instance_ids)}
+        return ResumeVerdict(ResumePlan(name, attempt, allowed, request, best_step=best), audit)
+
+    def start_attempt(self, plan: ResumePlan) -> ResumeResult:
+        return start_instances(self.clients, tuple(plan.request["InstanceIds"]))
+
+    def run_end(self, facts: JobFacts) -> float | None:
+        return facts.start_time  # the group's latest start: each start of it is an attempt of the job's run
+
+    def run_spans(self, store: AuditTrail | None, job: str, now: float, period: int) -> tuple[str, list[JobSpan]]:
+        return ec2_run_spans(self.clients, self.instances(job), store, job, now, period)
+
+    def nodes(self, job: str) -> list[Node]:
+        """The job's instances, each with its Auto Scaling group (one that replaces it when marked unhealthy)."""
+        return [
+            Node(i["InstanceId"], i["State"]["Name"] == RUNNING, autoscaling.group_of(i)) for i in self.instances(job)
+        ]
+
+    def history(self, job: str) -> JobHistory:
+        """From the first LaunchTime (t = 0) to the latest stop time once none runs; its hosts' streams."""
+        facts = self.facts(job)
+        ended = None
+        if facts.status != RUNNING_STATUS:  # only a stopped job needs its stop time, which the facts do not carry
+            stops = [stop_time(self.instance(i)) for i in facts.instance_ids]
+            ended = max(stops) if stops and None not in stops else None  # type: ignore[type-var]
+        group = facts.log_group or self.config.ec2_log_group
+        streams = [s["logStreamName"] for s in self.log_streams(facts)]
+        selections = tuple(
+            {"logGroupName": group, "logStreamNames": streams[offset : offset + FILTER_STREAMS_LIMIT]}
+            for offset in range(0, len(streams), FILTER_STREAMS_LIMIT)
+        )
+        return JobHistory(
+            facts=facts,
+            start=facts.start_time,
+            ended=ended,
+            changes=((facts.start_time, RUNNING_STATUS, None),),
+            final=(facts.status, None) if facts.status != RUNNING_STATUS else None,
+            log_selections=selections,
+        )
 
     def _describe_instances(self, **request: Any) -> list[dict[str, Any]]:
         pages = self.clients.ec2.get_paginator("describe_instances").paginate(**request)
@@ -158,6 +280,7 @@ class Ec2Platform(AwsSignalSource):
         now: float,
     ) -> dict[str, HostLog]:
         """The hosts' newest event times (their streams) and the lines around the quietest host's last event."""
+        patterns = self.policy.for_job(facts.tags).line_patterns
         instances = set(facts.instance_ids)
         host_of = lambda stream: _host_of(stream, instances)  # noqa: E731 - one line, used twice
         group = facts.log_group or self.config.ec2_log_group
@@ -171,7 +294,6 @@ class Ec2Platform(AwsSignalSource):
             "endTime": int(now * 1000),
         }
         logs = {host: HostLog(last_t=t) for host, t in newest.items()}
-        patterns = self.policy.for_job(facts.tags).line_patterns
         lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
@@ -240,8 +362,8 @@ class Ec2Platform(AwsSignalSource):
         try:
             self.clients.ec2.stop_instances(InstanceIds=instance_ids)
         except ClientError as exc:
-            error = exc.response["Error"]
-            return error["Code"], error.get("Message", "")
+            error = api_error(exc)
+            return error.code, error.message
         return None
 
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
@@ -280,3 +402,15 @@ def _newest(streams: list[dict[str, Any]], host_of: Callable[[str], str | None])
 
 def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def start_instances(clients: Any, instance_ids: tuple[str, ...]) -> ResumeResult:
+    """StartInstances of the stopped group; the user's launch script resumes training from the checkpoint."""
+    if not instance_ids:
+        raise ValueError("instance_ids is empty: an EC2 job needs the instances to start")
+    try:
+        response = clients.ec2.start_instances(InstanceIds=list(instance_ids))
+    except (ClientError, BotoCoreError) as exc:
+        return failure(f"StartInstances {list(instance_ids)}", exc)
+    states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in response.get("StartingInstances", [])}
+    return ResumeResult(ok=True, detail=f"StartInstances: {states}")

@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 
 from stallwatch.core import clusters, contract
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ, EC2_STREAM
 from stallwatch.core.signals import JobFacts, Platform, Series
 
@@ -42,8 +43,18 @@ class Ec2Description(PlatformDescription):
     job_name = JOB_NAME
     name_hint = clusters.INSTANCE_ID
     monitor_setting = "monitor_ec2"
+    resource = "an EC2 job"
     host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
     named_hosts = True
+    restarts_in_place = True
+    configured_logs = True
+    agent_power = True
+
+    def unwatched(self, facts: JobFacts) -> str | None:
+        """A job is its instances' `stallwatch:job` tag, or a lone instance tagged `stallwatch:monitor=true`."""
+        if clusters.job_of(facts.tags, facts.name) == facts.name:
+            return None
+        return f"not tagged {clusters.JOB_TAG}={facts.name} or {EC2_MONITOR_TAG}=true"
 
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
         """Instance ids: every instance of the job's group."""

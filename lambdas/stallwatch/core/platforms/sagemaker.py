@@ -29,6 +29,7 @@ class SageMakerDescription(PlatformDescription):
     job_kind = "a SageMaker job"
     job_name = clusters.SAGEMAKER_JOB_NAME
     monitor_setting = "monitor_sagemaker"
+    resource = "a SageMaker training job"
     host_agent_metrics = HOST_AGENT_METRICS_READ
 
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
