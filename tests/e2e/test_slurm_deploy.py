@@ -23,7 +23,8 @@ from localrun.slurm_daemons import ControllerNode, SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
 from stallwatch.aws import ssm
 from stallwatch.aws.clients import AwsClients
-from stallwatch.core.platforms.slurm import slurm_job_name
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
 
 moto_ssm.install()
 pytestmark = pytest.mark.slow
@@ -139,8 +140,16 @@ def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_
     config = json.loads((EVENTS_SCRIPT.parent / "cloudwatch-agent.json").read_text())
     [files_config] = config["logs"]["logs_collected"]["files"]["collect_list"]
     assert files_config["file_path"] == "/var/log/stallwatch/slurm/*.log"
-    assert files_config["publish_multi_logs"] is True  # one stream per file: <instance id>_<path, / as _>
-    assert files_config["log_group_name"].startswith("/stallwatch/ec2/")  # under the EC2 group the functions read
+    assert files_config["publish_multi_logs"] is True  # one stream per file: <log_stream_name>_<path, / as _>
+    assert (
+        files_config["log_group_name"] == StallwatchConfig().slurm_log_group
+    )  # under the EC2 group the functions read
+    # one prefix for each job's streams, which the control plane reads them by
+    streams = {
+        f"{files_config['log_stream_name']}_{path.as_posix().replace('/', '_')}"
+        for path in [Path(files_config["file_path"]).parent / name for name in files]
+    }
+    assert streams == {stream_name(name, "node1"), stream_name(name, "node2")}
 
 
 def test_the_script_never_fails_the_job_when_aws_is_unreachable(tmp_path: Path) -> None:

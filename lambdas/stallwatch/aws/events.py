@@ -41,8 +41,8 @@ from stallwatch.core.signals import Platform
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
 EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
-SLURM_STATE_CHANGE = "Slurm Job State Change"
-SLURM_SOURCE = "stallwatch.slurm"  # deploy/slurm/stallwatch-events.sh's PutEvents
+SLURM_STATE_CHANGE = contract.SLURM_EVENT_DETAIL_TYPE
+SLURM_SOURCE = contract.SLURM_EVENT_SOURCE  # deploy/slurm/stallwatch-events.sh's PutEvents
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
 
 # AWS's own limits, enforced at parse time so an oversized field never reaches a read or a DynamoDB key.
@@ -65,8 +65,9 @@ SLURM_TEXT_MAX = 512
 SLURM_NODES_MAX = 2000
 SLURM_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"  # as Slurm prints it, the controller's local time
 SLURM_NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-# Where the documents run (SendCommand's InstanceIds): an EC2 instance or a hybrid managed node; none: no action.
-SSM_TARGET = r"^(i-[0-9a-f]{8,17}|mi-[0-9a-f]{17})?$"
+# Where the documents run: the EC2 instance (tagged stallwatch:slurm=controller) of the controller or a login node;
+# none: the job is watched and alerted on, never acted on.
+SSM_TARGET = r"^(i-[0-9a-f]{8,17})?$"
 SETTINGS_MAX = 50  # as a resource's tags
 RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
 RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave

@@ -86,6 +86,22 @@ def _query_time(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
+@dataclass(frozen=True)
+class JobStreams:
+    """Where a job's streams are: a log group, the prefix every one of them starts with, and the host of a stream
+    (None for another job's). SageMaker's by default."""
+
+    group: str = contract.SAGEMAKER_LOG_GROUP
+    prefix: str | None = None  # default: "<job>/"
+    host_of: Callable[[str, str], str | None] | None = None  # (stream, job) -> host; default: SageMaker's names
+
+    def host(self, stream: str, job: str) -> str | None:
+        if self.host_of is not None:
+            return self.host_of(stream, job)
+        match = SAGEMAKER_STREAM.match(stream)
+        return match["host"] if match and match["job"] == job else None
+
+
 def read_tails(
     logs: Any,
     job: str,
@@ -93,6 +109,7 @@ def read_tails(
     freshness: dict[str, float],
     now: float,
     patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
+    streams: JobStreams = JobStreams(),
 ) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
@@ -105,7 +122,7 @@ def read_tails(
     policy may add its own)."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found, patterns)
+    seen, complete = _read_window(logs, job, streams, int(recent * 1000), int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     if quiet:
         if None in quiet:
@@ -116,11 +133,11 @@ def read_tails(
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found, patterns)[1]
+        complete &= _read_window(logs, job, streams, start_ms, int(end * 1000) - 1, found, patterns)[1]
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
         lookback = int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000)
         for pattern in patterns.filter_patterns:
-            _read_window(logs, job, *lookback, found, patterns, notable=pattern)
+            _read_window(logs, job, streams, *lookback, found, patterns, notable=pattern)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
@@ -130,6 +147,7 @@ def read_tails(
 def _read_window(
     logs: Any,
     job: str,
+    streams: JobStreams,
     start_ms: int,
     end_ms: int,
     found: dict[str, HostLog],
@@ -142,8 +160,8 @@ def _read_window(
     filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
-            logGroupName=contract.SAGEMAKER_LOG_GROUP,
-            logStreamNamePrefix=f"{job}/",
+            logGroupName=streams.group,
+            logStreamNamePrefix=streams.prefix if streams.prefix is not None else f"{job}/",
             startTime=max(start_ms, 0),
             endTime=end_ms,
             limit=PAGE_EVENTS,
@@ -154,11 +172,11 @@ def _read_window(
         return 0, True
     events = response.get("events", [])
     for event in events:
-        match = SAGEMAKER_STREAM.match(event["logStreamName"])
-        if not match or match["job"] != job or match["host"] not in found:
+        host = streams.host(event["logStreamName"], job)
+        if host not in found:
             continue
         line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"), patterns)
-        log = found[match["host"]]
+        log = found[host]
         if notable:
             if line.pattern or line.marker:
                 log.notable.append(line)

@@ -10,22 +10,26 @@ group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<j
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.core import contract
+from stallwatch.core.goodput import Category
 from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
-from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
+from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
 from stallwatch.core.signals import JobFacts, Platform, Series
 
 NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
-LOG_GROUP = "/stallwatch/ec2/slurm"  # deploy/slurm/cloudwatch-agent.json's
-LOG_DIR_STREAM = "__var_log_stallwatch_slurm_"  # the agent's stream: <instance id>_<file path, '/' as '_'>
+# The CloudWatch agent's stream of a file (publish_multi_logs): its log_stream_name ("slurm"), '_', the file's path with
+# '/' as '_': one prefix for a job's nodes (`stream_prefix`).
+STREAM_PREFIX = "slurm__var_log_stallwatch_slurm_"
 # JobFacts.status in SageMaker's words (`engine.RUNNING_STATUS`, the runtime's ended statuses); a job that Slurm holds
 # out of running (pending, suspended, requeued, preempted) is neither: never a stall, never stopped.
 RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = "InProgress", "Paused", "Completed", "Failed", "Stopped"
@@ -52,6 +56,16 @@ STATUS_OF_STATE = {
 }
 # States Slurm holds a job in that are not stalls: goodput counts each as its own badput (`core.goodput`).
 NOT_STALLS = frozenset({"PENDING", "SUSPENDED", "REQUEUED", "PREEMPTED", "TIMEOUT"})
+HELD_RECHECK_S = 1800.0  # a held answer (SUSPENDED) is believed this long; the next stop asks again
+# Slurm's states that are not stalls, as goodput counts them: each its own badput.
+HELD_CATEGORIES = {
+    "PENDING": Category.PENDING,
+    "SUSPENDED": Category.SUSPENDED,
+    "STOPPED": Category.SUSPENDED,
+    "PREEMPTED": Category.PREEMPTED,
+    "REQUEUED": Category.REQUEUED,
+    "TIMEOUT": Category.TIME_LIMIT,
+}
 UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "INVALID", "PARTITION_LIMIT", "N/A", ""})
 # Where a job's settings are, and what its actions need (`JobFacts.platform_ids`).
 CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
@@ -63,6 +77,7 @@ CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
     "flavor",
     "restarts",
 )
+RECOVER_STOP_VALUE = "stop"  # stallwatch:recover=stop: cancelled, as without the tag
 HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
 
 
@@ -95,10 +110,15 @@ def time_limit_seconds(text: str) -> float | None:
     return float(int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds)
 
 
-def stream_name(job: str, node: str, instance: str) -> str:
-    """The CloudWatch agent's stream of `node`'s output file of `job` (publish_multi_logs: the stream name, '_', the
-    path with '/' as '_')."""
-    return f"{instance}{LOG_DIR_STREAM}{job}.{node}.log"
+def stream_prefix(job: str) -> str:
+    """What every stream of the job's nodes starts with (deploy/slurm/stallwatch-log.sh's files
+    ``<job>.<node>.log``)."""
+    return f"{STREAM_PREFIX}{job}."
+
+
+def stream_name(job: str, node: str) -> str:
+    """The CloudWatch agent's stream of `node`'s output file of `job`."""
+    return f"{stream_prefix(job)}{node}.log"
 
 
 @dataclass(frozen=True)
@@ -133,6 +153,11 @@ class SlurmJob:
     flavor: str = "slurm"  # parallelcluster, pcs, hyperpod or slurm
     ended_epoch: float | None = None
     reason: str = ""  # Slurm's reason at its end (TimeLimit, NonZeroExitCode, ...)
+    # A state that is not a stall the controller answered a stop with (SUSPENDED): the job is not stopped while it is
+    # believed (`HELD_RECHECK_S` from the answer), then asked again by the next stop.
+    held_state: str = ""
+    held_since: float | None = None
+    held_checked: float | None = None
 
     @property
     def job_name(self) -> str:
@@ -174,18 +199,41 @@ class SlurmJob:
     def status(self) -> str:
         return STATUS_OF_STATE.get(self.state, RUNNING if self.ended_epoch is None else FAILED)
 
-    def facts(self) -> JobFacts:
+    def held(self, state: str, now: float) -> SlurmJob:
+        """The attempt as the controller found it at `now`: in `state`, which is not a stall."""
+        since = self.held_since if self.held_state == state and self.held_since is not None else now
+        return replace(self, held_state=state, held_since=since, held_checked=now)
+
+    def held_at(self, now: float) -> str | None:
+        """The state that is not a stall the attempt is believed in at `now`, if any."""
+        if self.ended_epoch is not None or not self.held_state or self.held_checked is None:
+            return None
+        return self.held_state if now - self.held_checked < HELD_RECHECK_S else None
+
+    def held_spans(self, now: float) -> tuple[tuple[float, float, str], ...]:
+        """The attempt's time in states that are not stalls, as (start, end, state): held as the controller said
+        (until the attempt ended or the answer lapsed), and past its time limit (until Slurm ended it)."""
+        end = self.ended_epoch if self.ended_epoch is not None else now
+        spans = []
+        if self.held_state and self.held_since is not None and self.held_checked is not None:
+            spans.append((self.held_since, min(end, self.held_checked + HELD_RECHECK_S), self.held_state))
+        if self.time_limit_s is not None and self.start_epoch + self.time_limit_s < end:
+            spans.append((self.start_epoch + self.time_limit_s, end, "TIMEOUT"))
+        return tuple((a, b, state) for a, b, state in spans if b > a)
+
+    def facts(self, now: float | None = None) -> JobFacts:
         hosts = tuple(n.name for n in self.nodes)
         types = {n.name: n.instance_type for n in self.nodes if n.instance_type}
         first_type = next(iter(types.values()), "")
         known = first_type and all(types.get(h) == first_type for h in hosts)
         spec = instance_spec(first_type) if known else None
         gpus = spec.devices if spec else max((n.gpus for n in self.nodes), default=0)
+        held = self.held_at(now) if now is not None else None
         return JobFacts(
             name=self.job_name,
             platform=Platform.SLURM,
-            status=self.status,
-            secondary_status=self.state,
+            status=PAUSED if held else self.status,
+            secondary_status=held or self.state,
             start_time=self.start_epoch,
             instance_type=first_type if known else "",
             instance_count=len(hosts),
@@ -212,8 +260,10 @@ class SlurmDescription(PlatformDescription):
     platform = Platform.SLURM
     label = "Slurm"
     job_kind = "a Slurm job"
+    resource = "a Slurm job"
     job_name = JOB_NAME
     monitor_setting = "monitor_slurm"
+    configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
     named_hosts = True
@@ -238,9 +288,9 @@ class SlurmDescription(PlatformDescription):
         return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
 
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
-        prefix, _, rest = stream.rpartition(f"{LOG_DIR_STREAM}{job}.")
-        host = rest.removesuffix(".log")
-        return host if prefix and rest.endswith(".log") and host in hosts else None
+        prefix = stream_prefix(job)
+        host = stream[len(prefix) : -len(".log")]
+        return host if stream.startswith(prefix) and stream.endswith(".log") and host in hosts else None
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """A node's EC2 instance's CloudWatch agent series (per device already); none for a node that is no
@@ -260,3 +310,56 @@ def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
 
 
 SLURM = SlurmDescription()
+
+
+# ---- the actions: Stallwatch's SSM documents' answers (deploy/ssm/slurm-cancel.yaml, slurm-requeue.yaml) ----------
+
+ANSWER_KEY = "stallwatch_slurm"  # the documents' one JSON line
+WAITING = frozenset({"Pending", "InProgress", "Delayed"})  # an invocation not answered yet
+# A document's results that leave nothing to stop: the job ended, or the id is another job's now (Slurm reuses ids).
+NOTHING_TO_STOP = frozenset({"gone", "other_job"})
+DONE = frozenset({"cancelled", "cancelling", "requeued"})
+
+
+def requeues(tags: dict[str, str]) -> bool:
+    """Whether a stop of the job is a requeue (`stallwatch:recover=requeue`, any case); ValueError for a value other
+    than requeue or stop."""
+    raw = tags.get(RECOVER_TAG)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value not in (RECOVER_REQUEUE, RECOVER_STOP_VALUE):
+        raise ValueError(f"{RECOVER_TAG}={raw!r}: a Slurm job takes {RECOVER_REQUEUE} or {RECOVER_STOP_VALUE}")
+    return value == RECOVER_REQUEUE
+
+
+def answer_outcome(status: str, details: str, code: int | None, output: str) -> StopOutcome | None:
+    """What a document's invocation says of the stop: None while it has not answered; else the job stopped or
+    requeued (or nothing left to stop), held in a state that is not a stall, or the failure."""
+    if status in WAITING:
+        return None
+    answer = _answer(output)
+    if answer is None:
+        return StopOutcome(ok=False, detail=f"{status}: {details or 'no answer'} (exit {code}): {output[:300]}")
+    result, state, drained = answer.get("result", ""), answer.get("state", ""), answer.get("drained", "")
+    if result in DONE:
+        said = f"{result} ({state or 'ended'})" + (f"; {drained} drained" if drained else "")
+        return StopOutcome(ok=True, detail=said, state=state)
+    if result in NOTHING_TO_STOP:
+        return StopOutcome(ok=True, detail=f"nothing to stop: {result.replace('_', ' ')}", state=state)
+    if result == "not_running":
+        return StopOutcome(ok=True, detail=f"left alone: the job is {state}, not a stall", state=state, held=True)
+    return StopOutcome(
+        ok=False, detail=f"{result or status}: the job is {state or 'unknown'} (exit {code})", state=state
+    )
+
+
+def _answer(output: str) -> dict[str, str] | None:
+    for line in output.splitlines():
+        if ANSWER_KEY in line:
+            try:
+                found = json.loads(line)
+            except ValueError:
+                return None
+            return {k: str(v) for k, v in found.items()} if isinstance(found, dict) else None
+    return None
