@@ -18,6 +18,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -39,6 +40,9 @@ CRED_EXPIRE_S = 5
 # `scontrol -o show job`'s fields: CamelCase keys; a comment's lowercase `stallwatch:x=y` words are not keys.
 FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 IDLE_STATES = frozenset({"IDLE"})
+# Each node its own address, as on a cluster (127.0.0.0/8 is all this machine's): node1 is 127.0.0.11.
+NODE_ADDRESS_PREFIX = "127.0.0."
+FIRST_NODE_ADDRESS = 11
 
 
 class SlurmNotInstalledError(RuntimeError):
@@ -180,13 +184,17 @@ class SlurmDaemons:
         if self.epilog is not None:
             lines.append(f"EpilogSlurmctld={self.epilog}")
         lines += [
-            f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 State=UNKNOWN"
+            f"NodeName={node} NodeHostname=localhost NodeAddr={self.address(node)} Port={port} CPUs=1 State=UNKNOWN"
             for node, port in ports.items()
         ]
         lines.append(
             f"PartitionName={self.partition} Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP"
         )
         return "\n".join(lines) + "\n"
+
+    def address(self, node: str) -> str:
+        """The node's own loopback address (its NodeAddr: the events carry it, and the demo's instances have it)."""
+        return f"{NODE_ADDRESS_PREFIX}{FIRST_NODE_ADDRESS + self.nodes.index(node)}"
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.logs / f"{name.replace(' ', '-')}.out").open("ab")
@@ -206,7 +214,10 @@ class SlurmDaemons:
         raise SlurmError(f"timed out after {START_TIMEOUT_S:.0f} s waiting for {what}\n{self.log_tails()}")
 
     def stop(self) -> None:
-        """Stop every daemon this instance started (SIGTERM, then SIGKILL after `STOP_GRACE_S`), newest first."""
+        """Cancel what still runs, stop every daemon this instance started (SIGTERM, then SIGKILL after
+        `STOP_GRACE_S`), newest first, and kill whatever its jobs left: slurmstepd and the tasks outlive slurmd."""
+        if self._processes:
+            self._cancel_all()
         for _, process in reversed(self._processes):
             if process.poll() is None:
                 process.terminate()
@@ -218,7 +229,32 @@ class SlurmDaemons:
                 process.kill()
                 process.wait()
         self._processes.clear()
+        self._kill_leftovers()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def _cancel_all(self) -> None:
+        """scancel every job, and wait (up to `STOP_GRACE_S`) until Slurm has ended them."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            jobs = self.command("squeue", "-h", "-o", "%i", check=False).split()
+            if jobs:
+                self.command("scancel", *jobs, check=False)
+            while jobs and time.monotonic() < deadline and self.command("squeue", "-h", "-o", "%i", check=False):
+                time.sleep(POLL_S)
+        except subprocess.TimeoutExpired:
+            return
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL every process that runs with this cluster's SLURM_CONF: its slurmstepds and their tasks."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(entry.name), signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                continue
 
     # ---- commands ---------------------------------------------------------------------------------------------
 

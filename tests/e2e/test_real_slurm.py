@@ -4,6 +4,7 @@ run a 2-node job and cancel it, and stop, leaving nothing (draining and requeuei
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -39,11 +40,20 @@ def test_scancel_ends_the_job_cancelled(slurm: SlurmDaemons) -> None:
     assert slurm.wait_for(job, {"CANCELLED"}, RUN_S)["JobState"] == "CANCELLED"
 
 
-def test_leaving_the_block_stops_every_daemon(tmp_path: Path) -> None:
-    """Two clusters at once on their own ports and sockets; leaving each block ends its daemons."""
+def test_leaving_the_block_stops_every_daemon_and_what_its_jobs_still_ran(tmp_path: Path) -> None:
+    """Two clusters at once on their own ports and sockets; leaving each block ends its daemons, and a job still
+    running (slurmstepd and its tasks outlive slurmd) with them."""
     with SlurmDaemons(tmp_path / "a", nodes=1) as a, SlurmDaemons(tmp_path / "b", nodes=1) as b:
         pids = [int((d.root / "slurmctld.pid").read_text()) for d in (a, b)]
         assert a.node_state("node1") == b.node_state("node1") == "IDLE"
+        job = a.sbatch(
+            [f"--output={tmp_path / 'out.txt'}", "--wrap", f"srun sh -c 'echo $$ > {tmp_path / 'pid'}; sleep 600'"]
+        )
+        a.wait_for(job, {"RUNNING"}, RUN_S)
+        deadline = time.monotonic() + RUN_S
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids.append(int((tmp_path / "pid").read_text()))
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
