@@ -126,6 +126,7 @@ class SlurmCluster:
         self.activity: dict[str, HostActivity] = {}  # node -> what its GPUs do now
         self._metrics: Periodic | None = None
         self.job_id: str | None = None
+        self.task_pids: dict[str, int] = {}  # the training tasks seen, "<job>/<restarts>/<pid>" -> pid
         self.job_name = ""
         self.instance_type = EC2_INSTANCE_TYPE
 
@@ -154,9 +155,13 @@ class SlurmCluster:
             )
             for i, (node, instance) in enumerate(self.instances.items())
         ]
-        self._metrics = Periodic(
-            "node-metrics", HOST_METRICS_INTERVAL_S, lambda: [s.publish() for s in simulators], self.on_error
-        )
+
+        def publish() -> None:
+            for simulator in simulators:
+                simulator.publish()
+            self.timeline.set_gpu_util(simulators[0].last_gpu_per_device)  # node1's, where the job's rank 0 runs
+
+        self._metrics = Periodic("node-metrics", HOST_METRICS_INTERVAL_S, publish, self.on_error)
         self._metrics.start()
         return self
 
@@ -257,6 +262,9 @@ class SlurmCluster:
                 log = NodeLog(path, self.aws.client("logs"), self.log_group, stream, node, self.timeline, self.on_error)
                 self.node_logs[path.name] = log
             log.read(t)
+        for pid, command in self.daemons.processes(TRAIN_SCRIPT.name).items():
+            if command.startswith(f"{sys.executable} {TRAIN_SCRIPT}"):  # the task, not srun or its wrappers
+                self.task_pids.setdefault(f"{self.job_name}/{fields.get('Restarts', '0')}/{pid}", pid)
         running = fields.get("JobState") == "RUNNING" and bool(fields.get("NodeList"))
         nodes = set(self.daemons.hostnames(fields["NodeList"])) if running else set()
         requeued = int(fields.get("Restarts", "0") or 0) > 0  # a requeued attempt trains on without a fault

@@ -14,6 +14,7 @@ demo) never meet; leaving the block stops them all, whatever happened inside it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -246,15 +247,27 @@ class SlurmDaemons:
 
     def _kill_leftovers(self) -> None:
         """SIGKILL every process that runs with this cluster's SLURM_CONF: its slurmstepds and their tasks."""
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def processes(self, command: str = "") -> dict[int, str]:
+        """The processes that run with this cluster's SLURM_CONF (its daemons, slurmstepds, jobs' tasks) whose
+        command line holds `command`: pid -> command line."""
         mark = f"SLURM_CONF={self.conf}".encode()
+        found = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
-                if mark in (entry / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
+                if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                    continue
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
                 continue
+            if command in cmdline:
+                found[int(entry.name)] = cmdline
+        return found
 
     # ---- commands ---------------------------------------------------------------------------------------------
 

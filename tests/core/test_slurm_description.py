@@ -20,6 +20,7 @@ from stallwatch.core.platforms.slurm import (
     slurm_job_name,
     stream_name,
     stream_prefix,
+    this_attempt,
     time_limit_seconds,
 )
 from stallwatch.core.policy import Mode, Policy
@@ -217,3 +218,17 @@ def test_a_hung_job_past_its_time_limit_is_left_to_slurm_and_one_before_it_is_st
     assert before.action is Action.STOP
     assert (after.action, after.diagnosis) == (Action.NONE, Diagnosis.FINISHED)
     assert after.reasons == ("past its time limit: the platform ends it",)
+
+
+def test_a_requeued_attempt_is_read_from_its_own_start() -> None:
+    # Given signals of a job whose earlier attempt stepped to 250 before the requeue at t=1000
+    builder = SignalsBuilder(hosts=2, platform=Platform.EC2).progress(0, 900).gpu(0, 1200, 95.0).logs(0, 1200, 30)
+    signals = builder.build(1200)
+    facts = replace(signals.facts, platform=Platform.SLURM, start_time=1000.0)
+    # When the attempt's signals are taken
+    attempt = this_attempt(replace(signals, facts=facts))
+    # Then nothing before its start is left: no step, GPU points and lines only since 1000
+    assert all(not series.points for series in attempt.agent.values())
+    assert all(t >= 1000 for host in attempt.hosts.values() for t, _ in host.gpu_util.points)
+    assert all(line.t >= 1000 for host in attempt.hosts.values() for line in host.log_tail)
+    assert all(host.log_last_t is None or host.log_last_t >= 1000 for host in attempt.hosts.values())

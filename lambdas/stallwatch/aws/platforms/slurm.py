@@ -10,6 +10,7 @@ An instance is never stopped: the job is the unit (`scancel`), and its recovery 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -53,9 +54,10 @@ from stallwatch.core.platforms.slurm import (
     answer_outcome,
     requeues,
     stream_prefix,
+    this_attempt,
 )
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
 
 DELIVERY_TIMEOUT_S = 60  # SendCommand TimeoutSeconds (SSM's least is 30): the controller is one node, online
 # The documents give up after 180 s (their timeoutSeconds): an answer not read by then is the stop's failure.
@@ -274,6 +276,17 @@ class SlurmPlatform(AwsSignalSource):
         )
 
     # ---- reads ----------------------------------------------------------------------------------------------
+
+    def many_job_signals(
+        self,
+        job_names: Iterable[str],
+        now: float,
+        freshness: dict[str, dict[str, float]] | None = None,
+        known: dict[str, JobFacts] | None = None,
+    ) -> dict[str, JobSignals]:
+        """Each job's signals since its attempt began (a requeued job's earlier attempt ran under its name)."""
+        found = super().many_job_signals(job_names, now, freshness, known)
+        return {name: this_attempt(signals) for name, signals in found.items()}
 
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
         """The CloudWatch agent's series of each node's instance, by name; the sweeper's `LogIdleSeconds`."""

@@ -23,7 +23,7 @@ from stallwatch.core.platforms.interface import MetricMath, PlatformDescription,
 from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, LogLine, Platform, Series
 
 NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
@@ -363,3 +363,33 @@ def _answer(output: str) -> dict[str, str] | None:
                 return None
             return {k: str(v) for k, v in found.items()} if isinstance(found, dict) else None
     return None
+
+
+def this_attempt(signals: JobSignals) -> JobSignals:
+    """The job's signals since its attempt began: a requeued job keeps its name, and the earlier attempt's steps,
+    GPU series and lines are not this one's (its steps start again from the checkpoint)."""
+    since = signals.facts.start_time
+
+    def cut(series: dict[str, Series]) -> dict[str, Series]:
+        return {name: s.since(since) for name, s in series.items()}
+
+    def lines(found: tuple[LogLine, ...]) -> tuple[LogLine, ...]:
+        return tuple(line for line in found if line.t >= since)
+
+    hosts = {
+        name: replace(
+            host,
+            gpu_util=host.gpu_util.since(since),
+            gpu_mem_util=host.gpu_mem_util.since(since),
+            cpu_util=host.cpu_util.since(since),
+            gpu_power=host.gpu_power.since(since),
+            agent=cut(host.agent),
+            log_last_t=host.log_last_t if host.log_last_t is not None and host.log_last_t >= since else None,
+            log_tail=lines(host.log_tail),
+            error_lines=lines(host.error_lines),
+            marker_lines=lines(host.marker_lines),
+            log_idle=host.log_idle.since(since),
+        )
+        for name, host in signals.hosts.items()
+    }
+    return replace(signals, hosts=hosts, agent=cut(signals.agent))
