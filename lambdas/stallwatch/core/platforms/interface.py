@@ -54,6 +54,8 @@ class PlatformDescription:
     restarts_in_place: ClassVar[bool] = False
     # Its logs are read from where the deployment's config says (EC2's log group): a reader needs that config.
     configured_logs: ClassVar[bool] = False
+    # Its jobs are what their events said, kept in the deployment's table (Slurm's): a reader needs the table.
+    known_from_events: ClassVar[bool] = False
     # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
     agent_power: ClassVar[bool] = False
 

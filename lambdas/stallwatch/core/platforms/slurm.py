@@ -264,6 +264,7 @@ class SlurmDescription(PlatformDescription):
     job_name = JOB_NAME
     monitor_setting = "monitor_slurm"
     configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
+    known_from_events = True  # deploy/slurm's start and end events, kept in the table (`aws.platforms.slurm_jobs`)
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
     named_hosts = True
