@@ -16,6 +16,7 @@ from stallwatch.core.platforms.slurm import (
     SlurmJob,
     SlurmNode,
     answer_outcome,
+    end_state,
     requeues,
     slurm_job_name,
     stream_name,
@@ -232,3 +233,18 @@ def test_a_requeued_attempt_is_read_from_its_own_start() -> None:
     assert all(t >= 1000 for host in attempt.hosts.values() for t, _ in host.gpu_util.points)
     assert all(line.t >= 1000 for host in attempt.hosts.values() for line in host.log_tail)
     assert all(host.log_last_t is None or host.log_last_t >= 1000 for host in attempt.hosts.values())
+
+
+@pytest.mark.parametrize(
+    ("job_state", "reason", "exit_code", "ended"),
+    [
+        ("CANCELLED", "None", "0:0", "CANCELLED"),  # read once the epilog returned
+        ("REQUEUED", "None", "0:0", "REQUEUED"),
+        ("COMPLETING", "TimeLimit", "0:0", "TIMEOUT"),  # read while it ran (no setsid)
+        ("COMPLETING", "NonZeroExitCode", "1:0", "FAILED"),
+        ("COMPLETING", "None", "0:0", "COMPLETED"),
+        ("", "None", "", "COMPLETED"),
+    ],
+)
+def test_an_end_event_says_how_the_attempt_ended(job_state: str, reason: str, exit_code: str, ended: str) -> None:
+    assert end_state(job_state, reason, exit_code) == ended

@@ -10,6 +10,7 @@ An instance is never stopped: the job is the unit (`scancel`), and its recovery 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCU
 from stallwatch.core.goodput import Category, JobSpan
 from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
+    ENDED_STATUSES,
     AuditTrail,
     Change,
     JobChange,
@@ -52,6 +54,7 @@ from stallwatch.core.platforms.slurm import (
     SUBMIT_TIME,
     SlurmJob,
     answer_outcome,
+    end_state,
     requeues,
     stream_prefix,
     this_attempt,
@@ -65,6 +68,8 @@ ANSWER_WAIT_S = 600
 FILTER_VALUES_LIMIT = 200  # DescribeInstances: filter values of one call, all filters' together (FilterLimitExceeded)
 MAPPED_STATES = ["pending", "running"]
 DRAIN_REASON_CHARS = 120  # the requeue document's reason (allowedPattern: 160 at most, "stallwatch: " before it)
+REASON_UNSAFE = re.compile(r"[^A-Za-z0-9 :;,._()=/+-]")  # what the reason's allowedPattern refuses
+MAX_DRAINED = 64  # the nodes parameter's allowedPattern: at most 64 names
 UNMAPPED_FLAVORS = frozenset({HYPERPOD})  # its nodes are no EC2 instances of the account
 
 
@@ -101,10 +106,10 @@ class SlurmPlatform(AwsSignalSource):
             if not self.jobs.start(job, at):
                 return JobChange(Change.IGNORED, name, job.state, reason="a late start of an attempt that has ended")
             return JobChange(Change.STARTED, name, job.state, tags=job.settings)
-        state = detail.job_state or "COMPLETED"
+        state = end_state(detail.job_state, detail.reason, detail.exit_code)
         ended = self.jobs.end(job, state, at, detail.reason, at)
-        requeued = ended.status not in ("Completed", "Failed", "Stopped")
-        return JobChange(Change.ENDED, name, state, tags=ended.settings, run_goes_on=requeued)
+        goes_on = ended.status not in ENDED_STATUSES  # requeued: its next attempt starts under its name
+        return JobChange(Change.ENDED, name, state, tags=ended.settings, run_goes_on=goes_on)
 
     def _instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
         """The EC2 instances behind the job's nodes, by private address (ParallelCluster and PCS nodes are instances
@@ -181,10 +186,11 @@ class SlurmPlatform(AwsSignalSource):
             logger.warning("a bad recover setting: cancelling instead", extra={"job": facts.name, "error": str(exc)})
             requeue = False
         parameters = {"jobId": ids[JOB_ID], "submitTime": ids[SUBMIT_TIME]}
-        if requeue and at_fault is not None:
+        if requeue:
             document = os.environ.get(SLURM_REQUEUE_DOCUMENT_ENV, "")
-            reason = f"{facts.name} stalled" + (f" on {','.join(at_fault)}" if at_fault else "")
-            parameters |= {"nodes": ",".join(at_fault), "reason": reason[:DRAIN_REASON_CHARS]}
+            bad = (at_fault or ())[:MAX_DRAINED]
+            reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
+            parameters |= {"nodes": ",".join(bad), "reason": REASON_UNSAFE.sub("-", reason)[:DRAIN_REASON_CHARS]}
             if ids.get("flavor") == HYPERPOD:
                 parameters["hyperpodAction"] = "Replace"
         else:

@@ -110,6 +110,18 @@ def time_limit_seconds(text: str) -> float | None:
     return float(int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds)
 
 
+def end_state(job_state: str, reason: str, exit_code: str) -> str:
+    """How an attempt ended, from its end event: the state the epilog read once it returned (COMPLETED, CANCELLED,
+    REQUEUED...), else, where it could only read COMPLETING (no `setsid`), the state its reason and exit code say."""
+    if job_state and job_state != "COMPLETING":
+        return job_state
+    if reason == "TimeLimit":
+        return "TIMEOUT"
+    if reason == "NonZeroExitCode" or exit_code.split(":")[0] not in ("", "0"):
+        return "FAILED"
+    return "COMPLETED"
+
+
 def stream_prefix(job: str) -> str:
     """What every stream of the job's nodes starts with (deploy/slurm/stallwatch-log.sh's files
     ``<job>.<node>.log``)."""
