@@ -23,7 +23,7 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
 from stallwatch.aws.store import Store
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, stacks
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
@@ -125,8 +125,10 @@ class AwsSignalSource(ABC):
         reads: JobReads,
         freshness: dict[str, float],
         now: float,
+        stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
-        """The hosts' log tails, newest event times and notable lines."""
+        """The hosts' log tails, newest event times and notable lines (and, with `stacks_since`, the agent's stack
+        dumps since then)."""
 
     def job_signals(
         self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None
@@ -218,7 +220,9 @@ class AwsSignalSource(ABC):
             per_host[search][host] = found[ref][""]
         hosts: dict[str, HostSignals] = {}
         names = alarms.host_names(facts)
-        logs = self._host_logs(facts, names, per_host, reads, freshness, now)
+        agent = {name: found[ref][""] for name, ref in reads.job.items()}
+        stacks_since = stacks.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
+        logs = self._host_logs(facts, names, per_host, reads, freshness, now, stacks_since)
         for host in names:
             log = logs.get(host, HostLog())
             platform = self._platform_series(facts, host, reads, found, per_host)
@@ -236,8 +240,8 @@ class AwsSignalSource(ABC):
                 marker_lines=tuple([line for line in notable if line.marker][-ERROR_LINES_PER_HOST:]),
                 log_idle=per_host[reads.log_idle].get(host, Series()) if reads.log_idle else Series(),
             )
-        agent = {name: found[ref][""] for name, ref in reads.job.items()}
-        return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)
+        dumps = sorted({line for log in logs.values() for line in log.stacks}, key=_line_order)
+        return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent, stacks=tuple(dumps))
 
     def _host_dimensions(self, search: SearchRef, job: str, host: str) -> tuple[tuple[str, str], ...]:
         """The dimensions of one host's series of `search` (to read it by name)."""

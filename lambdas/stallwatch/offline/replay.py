@@ -70,7 +70,7 @@ class ReplayDecision:
             "would": str(d.would),
             "diagnosis": str(d.diagnosis),
             "reasons": list(d.reasons),
-        }
+        } | ({"stacks": d.evidence["stacks"]} if "stacks" in d.evidence else {})
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@
     stallwatch report llm-70b --platform ec2          # the instances tagged stallwatch:job=llm-70b (or i-0abc...)
 
 Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
-(`aws.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance id: EC2
-first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
+(`aws.platforms.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance
+id: EC2 first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
 period), Stallwatch's stops from the deployment's table (see `ops.Deployment`). On a terminal the AWS calls are
 counted as they are made (`progress.WorkProgress`).
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stallwatch.core.goodput import Category, Goodput
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
@@ -82,7 +83,10 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(goodput.as_json(), indent=2))
     else:
-        Console().print(goodput_table(goodput))
+        console = Console()
+        console.print(goodput_table(goodput))
+        for job, why in goodput.stall_whys:  # plain text: the summary quotes the job's source lines
+            console.print(Text.assemble(("why ", "bold"), f"{job} stalled: {why}"))
     if args.plot:
         print(f"wrote {plots.goodput_chart(goodput, spans).save(args.plot)}", file=sys.stderr)
     return 0

@@ -25,6 +25,7 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads
+from stallwatch.aws.stack_reads import read_stacks
 from stallwatch.core import alarms, clusters, contract, log_patterns
 from stallwatch.core import resume as planning
 from stallwatch.core.engine import RUNNING_STATUS
@@ -278,8 +279,10 @@ class Ec2Platform(AwsSignalSource):
         reads: JobReads,
         freshness: dict[str, float],
         now: float,
+        stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
-        """The hosts' newest event times (their streams) and the lines around the quietest host's last event."""
+        """The hosts' newest event times (their streams), the lines around the quietest host's last event, and the
+        agent's stack dumps since `stacks_since`."""
         patterns = self.policy.for_job(facts.tags).line_patterns
         instances = set(facts.instance_ids)
         host_of = lambda stream: _host_of(stream, instances)  # noqa: E731 - one line, used twice
@@ -297,9 +300,17 @@ class Ec2Platform(AwsSignalSource):
         lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns):
+            held = self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns)
+            if not held:
                 for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
                     self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
+            if stacks_since is not None and not (held and window["startTime"] <= stacks_since * 1000):
+                for line in read_stacks(self.clients.logs, selection, stacks_since, now):  # not all in the pages
+                    if (host := host_of(line.stream)) in logs:
+                        logs[host].stacks.append(line)
+        if stacks_since is not None:  # the pages' dumps (a filtered read's are no lines of the tail)
+            for log in logs.values():
+                log.stacks += [ln for ln in log.lines if ln.t >= stacks_since and contract.STACKS_MARKER in ln.message]
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
             log.notable.sort(key=lambda line: line.t)

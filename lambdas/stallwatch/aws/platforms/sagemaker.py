@@ -242,6 +242,7 @@ class SageMakerPlatform(AwsSignalSource):
         reads: JobReads,
         freshness: dict[str, float],
         now: float,
+        stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
         """Each host's newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows
         it, raised by the lines read."""
@@ -257,7 +258,9 @@ class SageMakerPlatform(AwsSignalSource):
         }
         for host, t in freshness.items():
             known[host] = max(known.get(host, t), t)
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, effective.line_patterns)
+        return read_tails(
+            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, stacks_since=stacks_since
+        )
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

@@ -15,7 +15,7 @@ from stallwatch.core.clusters import sagemaker_layout
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.platforms.interface import AuditTrail
 from stallwatch.core.policy import MAX_RESTARTS_LIMIT
-from stallwatch.core.resume import RUN_TAG, resume_name, run_name
+from stallwatch.core.resume import RUN_TAG, StopRecord, resume_name, run_name
 from stallwatch.core.signals import Platform
 
 NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
@@ -71,6 +71,7 @@ def _span(clients: Any, store: AuditTrail | None, described: dict[str, Any], now
     ended = end.timestamp() if end else now if described["TrainingJobStatus"] == "InProgress" else created
     training = [t["StartTime"] for t in described.get("SecondaryStatusTransitions", []) if t["Status"] == "Training"]
     layout = sagemaker_layout(described["ResourceConfig"])
+    stop = _stop(store, name)
     return JobSpan(
         name=name,
         instance_type=layout.instance_type,
@@ -78,13 +79,14 @@ def _span(clients: Any, store: AuditTrail | None, described: dict[str, Any], now
         created=created,
         ended=max(ended, created),
         windows=windows(clients, name, created, ended, period),
-        stall=_stall(store, name) if store is not None else None,
+        stall=(stop.stall_onset, stop.at) if stop is not None else None,
+        stall_why=stop.why if stop is not None else None,
         training_started=training[0].timestamp() if training else None,
         fleet=layout.mixed_fleet(),
     )
 
 
-def _stall(store: AuditTrail, name: str) -> tuple[float, float] | None:
-    """Stallwatch's last stop of the job that went through: (the stall's onset, the stop)."""
-    stops = [s for s in store.stops(job_key(Platform.SAGEMAKER, name)) if s.ok is not False]
-    return (stops[-1].stall_onset, stops[-1].at) if stops else None
+def _stop(store: AuditTrail | None, name: str) -> StopRecord | None:
+    """Stallwatch's last stop of the job that went through."""
+    stops = [s for s in store.stops(job_key(Platform.SAGEMAKER, name)) if s.ok is not False] if store else []
+    return stops[-1] if stops else None

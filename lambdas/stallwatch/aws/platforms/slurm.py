@@ -327,9 +327,11 @@ class SlurmPlatform(AwsSignalSource):
         reads: JobReads,
         freshness: dict[str, float],
         now: float,
+        stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
         """Each node's newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows
-        it, raised by the lines read from the job's streams (one prefix)."""
+        it, raised by the lines read from the job's streams (one prefix), and the agent's stack dumps since
+        `stacks_since`."""
         effective = self.policy.for_job(facts.tags)
         period = effective.thresholds.alarm_period_seconds
         known = dict(freshness)
@@ -341,7 +343,9 @@ class SlurmPlatform(AwsSignalSource):
         streams = JobStreams(
             self.config.slurm_log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts)
         )
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, streams)
+        return read_tails(
+            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, streams, stacks_since
+        )
 
 
 def _gap(before: SlurmJob, stops: list[StopRecord]) -> Category:
