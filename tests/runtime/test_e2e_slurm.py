@@ -17,7 +17,7 @@ from stallwatch.aws.pending_stops import PendingStops
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV, StallwatchConfig
-from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
+from stallwatch.core.platforms.slurm import HELD_RECHECK_S, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from tests.fixtures.slurm import FakeController, slurm_event
 from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, scheduled_event
@@ -132,7 +132,7 @@ def test_a_suspended_job_is_left_alone_and_not_stopped_while_it_is(rt, world, sl
 
     # When Stallwatch stops it and reads the answer, then decides again
     _, [settled] = decide_until_stopped(rt, context)
-    rt.clock.advance(30 * MINUTE)
+    rt.clock.advance(HELD_RECHECK_S - 5 * MINUTE)  # within the answer's belief (the stored time is rounded to ms)
     again = on_alarm.handler(
         alarm_event(
             alarms.alarm_name(rt.config.alarm_prefix, "slurm", JOB, alarms.PROGRESS),
