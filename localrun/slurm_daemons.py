@@ -41,6 +41,7 @@ CRED_EXPIRE_S = 5
 # `scontrol -o show job`'s fields: CamelCase keys; a comment's lowercase `stallwatch:x=y` words are not keys.
 FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 IDLE_STATES = frozenset({"IDLE"})
+OUT_OF_SERVICE = ("DRAIN", "FAIL", "DOWN")  # words of a node state that `state=resume` returns to service
 # Each node its own address, as on a cluster (127.0.0.0/8 is all this machine's): node1 is 127.0.0.11.
 NODE_ADDRESS_PREFIX = "127.0.0."
 FIRST_NODE_ADDRESS = 11
@@ -203,8 +204,8 @@ class SlurmDaemons:
         log.close()
         self._processes.append((name, process))
 
-    def _wait(self, ready: object, what: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+    def _wait(self, ready: object, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             dead = [name for name, process in self._processes if process.poll() is not None]
             if dead:
@@ -212,7 +213,7 @@ class SlurmDaemons:
             if ready():  # type: ignore[operator]
                 return
             time.sleep(POLL_S)
-        raise SlurmError(f"timed out after {START_TIMEOUT_S:.0f} s waiting for {what}\n{self.log_tails()}")
+        raise SlurmError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.log_tails()}")
 
     def stop(self) -> None:
         """Cancel what still runs, stop every daemon this instance started (SIGTERM, then SIGKILL after
@@ -232,6 +233,34 @@ class SlurmDaemons:
         self._processes.clear()
         self._kill_leftovers()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def reset(self, timeout_s: float) -> None:
+        """Every job cancelled and gone, every node back in service and idle (waiting up to `timeout_s`): where a
+        test starts, whatever the one before it left (a job pending or running, a node drained, nodes completing)."""
+        jobs = self.command("squeue", "-h", "-o", "%i").split()
+        if jobs:
+            self.command("scancel", *jobs, check=False)
+        for node in self.nodes:
+            if any(word in self.node_state(node) for word in OUT_OF_SERVICE):
+                self.command("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        self._wait(self._at_rest, "no job and every node idle", timeout_s)
+
+    def wait_for_tasks(self, command: str, count: int, timeout_s: float) -> None:
+        """Until `count` processes of this cluster run `command` (its program by name: srun runs it by its path):
+        a job's tasks started on its nodes."""
+
+        def started() -> bool:
+            lines = [line.partition(" ") for line in self.processes(command).values()]
+            return sum(f"{Path(program).name} {args}".strip() == command for program, _, args in lines) >= count
+
+        self._wait(started, f"{count} tasks running {command!r}", timeout_s)
+
+    def _at_rest(self) -> bool:
+        try:
+            queued = self.command("squeue", "-h", "-o", "%i", check=False).strip()
+        except subprocess.TimeoutExpired:
+            return False
+        return not queued and all(self.node_state(n) in IDLE_STATES for n in self.nodes)
 
     def _cancel_all(self) -> None:
         """scancel every job, and wait (up to `STOP_GRACE_S`) until Slurm has ended them."""

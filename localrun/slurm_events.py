@@ -16,6 +16,7 @@ import json
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,14 @@ class EventSpool:
                 events.append(delivered(entry, path.stat().st_mtime))
         return events
 
-    def wait(self, count: int, timeout_s: float) -> list[dict[str, Any]]:
-        """At least `count` new events, waiting up to `timeout_s` (fewer if they do not come)."""
+    def wait(self, count: int, timeout_s: float, keep: Callable[[dict[str, Any]], bool] = bool) -> list[dict[str, Any]]:
+        """At least `count` new events that `keep` wants (others are taken and dropped: an earlier job's), waiting
+        up to `timeout_s` (fewer if they do not come)."""
         deadline = time.monotonic() + timeout_s
-        events = self.take()
+        events = [e for e in self.take() if keep(e)]
         while len(events) < count and time.monotonic() < deadline:
             time.sleep(0.1)
-            events += self.take()
+            events += [e for e in self.take() if keep(e)]
         return events
 
 

@@ -58,7 +58,6 @@ POLL_S = 0.5
 ENDED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"})
 RESUMED = re.compile(r"resumed from checkpoint at step (\d+)")
 STEP = re.compile(r"^step (\d+) ")
-END_EVENT_WAIT_S = 40.0  # the epilog's event follows the job's end: its final state is read once the epilog returned
 
 
 class SlurmRun:
@@ -149,11 +148,11 @@ class SlurmRun:
         return LambdaRuntime(aws.client("logs"), handlers)
 
     def _supervise(self, started: float) -> dict[str, str]:
-        """Play Slurm's side until the job has ended and its end event was delivered (or the deadline passed): its
-        events to on_job_state, its nodes' output and GPU metrics; the job's fields at the end."""
+        """Play Slurm's side until the job has ended and the epilog's event of that end was delivered (it follows the
+        end: however late it comes on a busy machine, the deadline bounds the wait): its events to on_job_state, its
+        nodes' output and GPU metrics; the job's fields at the end."""
         cluster = self._cluster
         assert cluster is not None
-        ended_at: float | None = None
         fields: dict[str, str] = {}
         while True:
             if self.interrupted.is_set():
@@ -171,10 +170,8 @@ class SlurmRun:
                 where = f" on {fields['NodeList']}" if fields.get("NodeList") and state == "RUNNING" else ""
                 self.timeline.event(Kind.JOB, f"job {fields.get('JobId')} {state}{where}")
             self._deliver(cluster.events())
-            if state in ENDED:
-                ended_at = ended_at or now
-                if (self._ended_events and self._ended_events[-1] == state) or now - ended_at > END_EVENT_WAIT_S:
-                    return fields
+            if state in ENDED and self._ended_events and self._ended_events[-1] == state:
+                return fields
             time.sleep(POLL_S)
 
     # ---- the functions --------------------------------------------------------------------------------------

@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 
 from localrun.slurm_daemons import SlurmDaemons, SlurmError, parse_fields
+from tests.fixtures.slurm import DEADLINE_S
 
 pytestmark = pytest.mark.slow
-RUN_S = 90.0  # generous: a busy CI machine; a quiet one takes seconds
 
 
-def _running(slurm: SlurmDaemons, args: list[str]) -> tuple[str, dict[str, str]]:
-    job = slurm.sbatch(args)
-    return job, slurm.wait_for(job, {"RUNNING"}, RUN_S)
+def _running(slurm: SlurmDaemons, args: list[str], task: str, tasks: int) -> tuple[str, dict[str, str]]:
+    """A job running with its tasks started (one cancelled while srun launches them holds its nodes longer)."""
+    job = slurm.sbatch([*args, "--wrap", f"srun {task}"])
+    fields = slurm.wait_for(job, {"RUNNING"}, DEADLINE_S)
+    slurm.wait_for_tasks(task, tasks, DEADLINE_S)
+    return job, fields
 
 
 def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Path) -> None:
@@ -25,7 +28,7 @@ def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Pa
     out = tmp_path / "ranks-%j.out"
     script = "srun sh -c 'echo \"$SLURM_PROCID $SLURMD_NODENAME $SLURM_JOB_ID $SLURM_JOB_NAME\"'"
     job = slurm.sbatch(["--nodes=2", "--job-name=ranks", f"--output={out}", "--wrap", script])
-    fields = slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)
+    fields = slurm.wait_for(job, {"COMPLETED", "FAILED"}, DEADLINE_S)
 
     assert fields["JobState"] == "COMPLETED"
     lines = sorted(Path(str(out).replace("%j", job)).read_text().split("\n"))[1:]
@@ -33,11 +36,11 @@ def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Pa
 
 
 def test_scancel_ends_the_job_cancelled(slurm: SlurmDaemons) -> None:
-    job, _ = _running(slurm, ["--nodes=2", "--wrap", "srun sleep 300"])
+    job, _ = _running(slurm, ["--nodes=2"], "sleep 300", 2)
 
     slurm.command("scancel", job)
 
-    assert slurm.wait_for(job, {"CANCELLED"}, RUN_S)["JobState"] == "CANCELLED"
+    assert slurm.wait_for(job, {"CANCELLED"}, DEADLINE_S)["JobState"] == "CANCELLED"
 
 
 def test_leaving_the_block_stops_every_daemon_and_what_its_jobs_still_ran(tmp_path: Path) -> None:
@@ -49,8 +52,8 @@ def test_leaving_the_block_stops_every_daemon_and_what_its_jobs_still_ran(tmp_pa
         job = a.sbatch(
             [f"--output={tmp_path / 'out.txt'}", "--wrap", f"srun sh -c 'echo $$ > {tmp_path / 'pid'}; sleep 600'"]
         )
-        a.wait_for(job, {"RUNNING"}, RUN_S)
-        deadline = time.monotonic() + RUN_S
+        a.wait_for(job, {"RUNNING"}, DEADLINE_S)
+        deadline = time.monotonic() + DEADLINE_S
         while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         pids.append(int((tmp_path / "pid").read_text()))
