@@ -263,8 +263,9 @@ class SlurmCluster:
                 self.node_logs[path.name] = log
             log.read(t)
         for pid, command in self.daemons.processes(TRAIN_SCRIPT.name).items():
-            if command.startswith(f"{sys.executable} {TRAIN_SCRIPT}"):  # the task, not srun or its wrappers
-                self.task_pids.setdefault(f"{self.job_name}/{fields.get('Restarts', '0')}/{pid}", pid)
+            # the task, not srun or its wrappers; by its attempt when first seen (a requeued one's ends after it)
+            if command.startswith(f"{sys.executable} {TRAIN_SCRIPT}") and pid not in self.task_pids.values():
+                self.task_pids[f"{self.job_name}/{fields.get('Restarts', '0')}/{pid}"] = pid
         running = fields.get("JobState") == "RUNNING" and bool(fields.get("NodeList"))
         nodes = set(self.daemons.hostnames(fields["NodeList"])) if running else set()
         requeued = int(fields.get("Restarts", "0") or 0) > 0  # a requeued attempt trains on without a fault
