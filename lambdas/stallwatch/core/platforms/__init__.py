@@ -3,7 +3,7 @@
     describe(Platform.EC2).host_names(facts)     # instance ids; SageMaker's: algo-1..algo-N
     job_name_error("llm.70b", Platform.EC2)      # why a name cannot be an EC2 job's (None when it can)
 
-A new platform is a module beside `sagemaker` and `ec2` and its entry in `DESCRIPTIONS` (and its adapter in
+A new platform is a module beside `sagemaker`, `ec2` and `slurm` and its entry in `DESCRIPTIONS` (and its adapter in
 `aws.platforms`); see docs/lambdas.md, "Platforms".
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 from stallwatch.core.platforms.ec2 import EC2
 from stallwatch.core.platforms.interface import PlatformDescription
 from stallwatch.core.platforms.sagemaker import SAGEMAKER
+from stallwatch.core.platforms.slurm import SLURM
 from stallwatch.core.signals import Platform
 
-DESCRIPTIONS: dict[Platform, PlatformDescription] = {d.platform: d for d in (SAGEMAKER, EC2)}
+DESCRIPTIONS: dict[Platform, PlatformDescription] = {d.platform: d for d in (SAGEMAKER, EC2, SLURM)}
 # A job named without its platform (the CLI's default, a name no hint claims) is a SageMaker job's.
 DEFAULT = Platform.SAGEMAKER
 
