@@ -8,7 +8,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
-from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+from stallwatch.core.config import ON_ALARM_TIMEOUT_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, SWEEPER_TIMEOUT_SECONDS
 
 SERVICE_NAME = "stallwatch"
 CONFIG_CONTEXT_KEY = "stallwatch"
@@ -41,13 +41,15 @@ LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
 LAMBDA_MEMORY_MB = 512
 LAMBDA_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
-ON_ALARM_TIMEOUT = Duration.minutes(2)
+ON_ALARM_TIMEOUT = Duration.seconds(ON_ALARM_TIMEOUT_SECONDS)
+ON_LOG_LINE_TIMEOUT = Duration.seconds(ON_LOG_LINE_TIMEOUT_SECONDS)
 SWEEPER_TIMEOUT = Duration.seconds(SWEEPER_TIMEOUT_SECONDS)
 SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
 ON_ALARM_HANDLER = "handlers.on_alarm.handler"
 SWEEPER_HANDLER = "handlers.sweeper.handler"
+ON_LOG_LINE_HANDLER = "handlers.on_log_line.handler"
 SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.

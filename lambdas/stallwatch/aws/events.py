@@ -6,6 +6,8 @@
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
 - `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
 - `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
+- `LogLinesEvent`: a CloudWatch Logs subscription's delivery (Powertools' `CloudWatchLogsModel`: ``awslogs.data``
+  is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`), a DATA_MESSAGE of log events or a CONTROL_MESSAGE.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -19,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import CloudWatchLogsModel, EventBridgeModel
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -59,6 +61,7 @@ SAGEMAKER_JOB_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 EC2_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
 RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
 RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave
+DATA_MESSAGE = "DATA_MESSAGE"  # a subscription's log events; CONTROL_MESSAGE: CloudWatch Logs checking the destination
 
 
 class InvalidEventError(ValueError):
@@ -240,9 +243,11 @@ OnAlarmEvent = Annotated[
     Annotated[AlarmEvent, Tag("alarm")] | Annotated[RecheckEvent, Tag("recheck")], Discriminator(_on_alarm_kind)
 ]
 
+LogLinesEvent = CloudWatchLogsModel
+
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
     model: TypeAdapter(model)
-    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent)
+    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent, LogLinesEvent)
 }
 
 
@@ -268,5 +273,6 @@ def _name(model: Any) -> str:
         ScheduledEvent: "scheduled",
         RecheckEvent: "recheck",
         TestAlertEvent: "test alert",
+        LogLinesEvent: "CloudWatch Logs subscription",
     }
     return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))

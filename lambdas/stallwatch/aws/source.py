@@ -40,6 +40,7 @@ from stallwatch.core.reading import (
     LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
     SAGEMAKER_HOST_METRICS_READ,
+    SAGEMAKER_STREAM,
     host_period,
 )
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
@@ -190,6 +191,24 @@ class AwsSignalSource:
 
     def _ec2_facts(self, job_name: str) -> JobFacts:
         return self._ec2_group_facts(job_name, self.ec2_group(job_name))
+
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The job of this platform whose host writes `stream` in `group` (a subscription's log event), else None (and
+        where the policy does not monitor the platform). SageMaker: ``<job>/algo-N-<epoch>`` in its group; EC2: an
+        instance id in the configured group (one DescribeInstances), and the job its tags name, if it is watched."""
+        if self.platform is Platform.SAGEMAKER:
+            match = SAGEMAKER_STREAM.match(stream)
+            if not self.policy.monitor_sagemaker or group != contract.SAGEMAKER_LOG_GROUP or match is None:
+                return None
+            return match["job"] if clusters.job_name_error(match["job"], Platform.SAGEMAKER) is None else None
+        match = EC2_STREAM.match(stream)
+        if not self.policy.monitor_ec2 or group != self.ec2_log_group or match is None:
+            return None
+        try:
+            instance = self.ec2_instance(match["host"])
+        except JobNotFoundError:
+            return None
+        return clusters.job_of(_tags(instance), instance["InstanceId"])
 
     def ec2_group(self, job_name: str) -> list[dict[str, Any]]:
         """An EC2 job's instances (DescribeInstances): those tagged `stallwatch:job=<job_name>`, or the untagged

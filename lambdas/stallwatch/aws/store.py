@@ -188,20 +188,48 @@ class Store:
         committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`).
         With `known_only`, a job without a state item is not claimed (nothing is written): `UnseenJobError`, so
         that the caller first checks that the job exists."""
-        values = {":until": {"N": f"{now + hold_seconds:.3f}"}, ":expires": self._expires(now)}
         if undecided_since is None:
             condition = "attribute_not_exists(claimed_until) OR claimed_until < :now"
-            values[":now"] = {"N": f"{now:.3f}"}
+            values = {":now": {"N": f"{now:.3f}"}}
         else:
             condition = "attribute_not_exists(updated_at) OR updated_at < :since"
-            values[":since"] = {"N": f"{undecided_since:.3f}"}
+            values = {":since": {"N": f"{undecided_since:.3f}"}}
+        return self._claim(key, now, now + hold_seconds, condition, values, known_only)
+
+    def claim_wake(
+        self, key: str, now: float, since: float, start: float, hold_seconds: float, known_only: bool = False
+    ) -> StoredState | None:
+        """Claim the job for a fatal line's decision, beginning at `start`, in one call: None if a decision that
+        begins (or began) at or after `since` (when a decision sees the line) holds the claim or was committed: it
+        sees the line, so a burst of lines wakes one decision. A claim held by a decision that began before `since`
+        does not swallow the line: it is taken over (the commit of the two that loses decides again), as is one that
+        ran out. `known_only`: as `claim_decision`."""
+        condition = (
+            "(attribute_not_exists(claimed_until) OR claimed_until < :now OR claimed_until < :unseen)"
+            " AND (attribute_not_exists(updated_at) OR updated_at < :since)"
+        )
+        values = {
+            ":now": {"N": f"{now:.3f}"},
+            ":unseen": {"N": f"{since + hold_seconds:.3f}"},  # a claim's decision began `hold_seconds` before its end
+            ":since": {"N": f"{since:.3f}"},
+        }
+        return self._claim(key, now, start + hold_seconds, condition, values, known_only)
+
+    def _claim(
+        self, key: str, now: float, until: float, condition: str, values: dict[str, Any], known_only: bool
+    ) -> StoredState | None:
+        """Set the job's claim until `until` where `condition` holds (the state as read), else None."""
         try:
             response = self.dynamodb.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
                 UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
                 ConditionExpression=f"attribute_exists(pk) AND ({condition})" if known_only else condition,
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues={
+                    **values,
+                    ":until": {"N": f"{until:.3f}"},
+                    ":expires": self._expires(now),
+                },
                 ReturnValues="ALL_NEW",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )

@@ -1,0 +1,59 @@
+"""A fatal line's claim on its job (`Store.claim_wake`): one decision for a burst of lines, never a line swallowed by
+a decision that began before it."""
+
+from __future__ import annotations
+
+import pytest
+
+from stallwatch.aws.store import StoredState, UnseenJobError, job_key
+from stallwatch.core.decision import JobState
+from stallwatch.core.signals import Platform
+
+HOLD = 120.0
+KEY = job_key(Platform.SAGEMAKER, "llama-70b")
+
+
+def test_lines_a_pending_decision_will_see_are_coalesced_and_later_ones_are_not(rt) -> None:
+    # Given a line whose decision begins at t0 + 20 (when a read returns it)
+    t0 = rt.clock()
+    assert rt.store.claim_wake(KEY, t0, since=t0 + 20, start=t0 + 20, hold_seconds=HOLD) == StoredState()
+
+    # When another host's line, seen from the same time, arrives; and then one seen only from t0 + 30
+    same = rt.store.claim_wake(KEY, t0 + 1, since=t0 + 20, start=t0 + 20, hold_seconds=HOLD)
+    later = rt.store.claim_wake(KEY, t0 + 2, since=t0 + 30, start=t0 + 30, hold_seconds=HOLD)
+
+    # Then the first is coalesced; the second takes the claim over: the pending decision could not see it
+    assert same is None
+    assert later is not None
+
+
+def test_a_committed_decision_that_began_after_the_line_covers_it(rt) -> None:
+    # Given a decision that began at t0 and was committed, its claim holding for the burst
+    t0 = rt.clock()
+    rt.store.commit(KEY, StoredState(), StoredState(JobState(warned_at=t0)), {}, t0, hold_until=t0 + HOLD)
+
+    # When lines seen from before t0 arrive, during the hold and after it, Then they are coalesced
+    assert rt.store.claim_wake(KEY, t0 + 5, since=t0 - 10, start=t0 + 5, hold_seconds=HOLD) is None
+    assert rt.store.claim_wake(KEY, t0 + 500, since=t0 - 10, start=t0 + 500, hold_seconds=HOLD) is None
+    # And a line seen only after it began is decided, although the claim still holds (alarms stay coalesced)
+    taken = rt.store.claim_wake(KEY, t0 + 30, since=t0 + 30, start=t0 + 30, hold_seconds=HOLD)
+    assert taken is not None
+    assert taken.state.warned_at == t0
+    assert rt.store.claim_decision(KEY, t0 + 40, HOLD) is None
+
+
+def test_an_alarms_claim_taken_before_the_line_does_not_swallow_it(rt) -> None:
+    # Given an alarm's decision in progress since t0
+    t0 = rt.clock()
+    assert rt.store.claim_decision(KEY, t0, HOLD) is not None
+
+    # When a line seen from t0 + 10 arrives, Then its decision takes the claim; one seen from t0 does not
+    assert rt.store.claim_wake(KEY, t0 + 3, since=t0, start=t0 + 3, hold_seconds=HOLD) is None
+    assert rt.store.claim_wake(KEY, t0 + 3, since=t0 + 10, start=t0 + 10, hold_seconds=HOLD) is not None
+
+
+def test_a_job_never_seen_is_not_written_when_only_known_jobs_may_be(rt) -> None:
+    t0 = rt.clock()
+    with pytest.raises(UnseenJobError):
+        rt.store.claim_wake(KEY, t0, since=t0, start=t0, hold_seconds=HOLD, known_only=True)
+    assert rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"] == []
