@@ -44,16 +44,21 @@ ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
 ON_ALARM_TIMEOUT = Duration.seconds(ON_ALARM_TIMEOUT_SECONDS)
 ON_LOG_LINE_TIMEOUT = Duration.seconds(ON_LOG_LINE_TIMEOUT_SECONDS)
 SWEEPER_TIMEOUT = Duration.seconds(SWEEPER_TIMEOUT_SECONDS)
+LOG_SUBSCRIPTION_TIMEOUT = Duration.minutes(1)  # the custom resource: three Logs calls
 SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
 ON_ALARM_HANDLER = "handlers.on_alarm.handler"
 SWEEPER_HANDLER = "handlers.sweeper.handler"
 ON_LOG_LINE_HANDLER = "handlers.on_log_line.handler"
+LOG_SUBSCRIPTION_HANDLER = "handlers.log_subscription.handler"
 SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.
 ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
+# The principal CloudWatch Logs delivers a subscription's log events with; the filters' name (per deployment).
+LOGS_PRINCIPAL = "logs.amazonaws.com"
+FATAL_LINES_FILTER = "{deployment}-fatal-lines"
 
 DLQ_RETENTION = Duration.days(14)
 # EventBridge retries a failed delivery this often before it goes to the DLQ.

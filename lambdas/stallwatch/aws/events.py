@@ -6,6 +6,7 @@
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
 - `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
 - `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
+- `SubscriptionRequest`: CloudFormation's request to the custom resource of the SageMaker group's subscription.
 - `LogLinesEvent`: a CloudWatch Logs subscription's delivery (Powertools' `CloudWatchLogsModel`: ``awslogs.data``
   is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`), a DATA_MESSAGE of log events or a CONTROL_MESSAGE.
 
@@ -21,7 +22,11 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import CloudWatchLogsModel, EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import (
+    CloudFormationCustomResourceBaseModel,
+    CloudWatchLogsModel,
+    EventBridgeModel,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -244,10 +249,43 @@ OnAlarmEvent = Annotated[
 ]
 
 LogLinesEvent = CloudWatchLogsModel
+# PutSubscriptionFilter's limits (CloudWatch Logs API reference): filterName 1-512 characters, no ':' or '*';
+# filterPattern at most 1,024 characters; logGroupName 1-512 of [.-_/#A-Za-z0-9].
+FILTER_NAME = r"^[^:*]{1,512}$"
+FILTER_PATTERN_MAX = 1024
+LOG_GROUP_NAME = r"^[.\-_/#A-Za-z0-9]{1,512}$"
+LAMBDA_ARN = r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]{1,64}$"
+
+
+class SubscriptionProperties(_Model):
+    """The custom resource's properties: this deployment's filter on a log group it does not own."""
+
+    log_group_name: str = Field(alias="LogGroupName", pattern=LOG_GROUP_NAME)
+    filter_name: str = Field(alias="FilterName", pattern=FILTER_NAME)
+    filter_pattern: str = Field(alias="FilterPattern", max_length=FILTER_PATTERN_MAX)
+    destination_arn: str = Field(alias="DestinationArn", pattern=LAMBDA_ARN)
+
+
+class SubscriptionRequest(CloudFormationCustomResourceBaseModel):
+    """CloudFormation's Create, Update or Delete of `Custom::FatalLineSubscription`."""
+
+    request_type: Literal["Create", "Update", "Delete"] = Field(alias="RequestType")
+    physical_resource_id: str | None = Field(None, alias="PhysicalResourceId")
+    resource_properties: SubscriptionProperties = Field(alias="ResourceProperties")  # type: ignore[assignment]
+
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
     model: TypeAdapter(model)
-    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent, LogLinesEvent)
+    for model in (
+        JobStateEvent,
+        AlarmEvent,
+        ScheduledEvent,
+        RecheckEvent,
+        OnAlarmEvent,
+        TestAlertEvent,
+        LogLinesEvent,
+        SubscriptionRequest,
+    )
 }
 
 
@@ -274,5 +312,6 @@ def _name(model: Any) -> str:
         RecheckEvent: "recheck",
         TestAlertEvent: "test alert",
         LogLinesEvent: "CloudWatch Logs subscription",
+        SubscriptionRequest: "custom resource",
     }
     return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))
