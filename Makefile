@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
 
-.PHONY: setup demo test lint format synth bench clean dist wheel-check lambda-lock images
+.PHONY: setup slurm demo test lint format synth bench clean dist wheel-check lambda-lock images
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -23,11 +23,22 @@ node_modules/.installed: package.json
 demo: setup
 	$(PY) -m localrun
 
+# A real Slurm for the Slurm platform's tests and demo (docs/demo.md): Debian's slurmctld, slurmd and client 22.05,
+# munge, and shellcheck for deploy/slurm's scripts. Root (apt); nothing is installed when all are there. The tests
+# and the demo start their own daemons in a folder of their own (localrun/slurm_daemons.py): none is left running.
+SLURM_PROGRAMS := munged slurmctld slurmd sbatch scontrol shellcheck
+slurm:
+	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    slurmctld slurmd slurm-client munge shellcheck; \
+	fi
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
+test: lint slurm
 	$(VENV)/bin/pytest -n 2
 
 format: setup

@@ -24,6 +24,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from corpus import generate  # noqa: E402
 from corpus.generate import BUSY, HUNG, NCCL_CRASH, NCCL_WATCHDOG, OOM_AND_ABORT, XID_79, Scenario, Segment  # noqa: E402
 from stallwatch.core import clusters, wake  # noqa: E402
+from stallwatch.core.log_patterns import BUILT_IN, FATAL_FILTER_PATTERN  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.core.trace import LogEvent, Trace  # noqa: E402
 from stallwatch.offline.replay import ReplayResult, replay  # noqa: E402
@@ -128,7 +129,11 @@ def cases() -> list[Case]:
 def measure(case: Case) -> Measured:
     """The case replayed: the first line the subscription delivers, and the stop (trace seconds)."""
     result: ReplayResult = replay(case.trace)
-    lines = [e.t for e in case.trace.events if isinstance(e, LogEvent) and wake.delivered(e.log.message)]
+    lines = [
+        e.t
+        for e in case.trace.events
+        if isinstance(e, LogEvent) and wake.delivered(e.log.message, FATAL_FILTER_PATTERN, BUILT_IN)
+    ]
     return Measured(case, min(lines), result.first_stop_s)
 
 

@@ -2,15 +2,17 @@
 
     make dist                                            # the trainer-agent wheel, dist/trainer_agent-*.whl
     pip install "sagemaker>=2.200,<3"                    # the SageMaker Python SDK (its v2 Estimator API)
-    python examples/sagemaker_estimator.py --role-policy > role-policy.json   # what the execution role needs
+    python examples/sagemaker_estimator.py --role-policy --bucket my-training-bucket > role-policy.json  # the role's
     python examples/sagemaker_estimator.py --role arn:aws:iam::123456789012:role/training \\
         --bucket my-training-bucket --job llama-8b-pretrain --instance-type ml.p4d.24xlarge --instances 2
 
 The job gets the agent the way a job without a public package index does: the wheel is copied into `source_dir`
 beside the training script, and `requirements.txt` names it (SageMaker's PyTorch containers pip-install
-`requirements.txt` from `source_dir` before the entry point starts). The tags opt the job in: `stallwatch:mode`
-(enforce: stops allowed), `stallwatch:resume` (restarts from the checkpoint after Stallwatch's stop), with the
-checkpoint in `checkpoint_s3_uri` (SageMaker syncs it to /opt/ml/checkpoints, where examples/train_gpt.py resumes).
+`requirements.txt` from `source_dir` before the entry point starts). By default the job carries no `stallwatch:mode`
+tag, so the deployment's mode governs it (`notify` unless you changed it: alerts, never a stop). Opting in is a choice
+made per job: `--mode enforce` tags it `stallwatch:mode=enforce` (stops allowed), `--restarts N` tags it
+`stallwatch:resume=N` (restarts from the checkpoint after Stallwatch's stop), with the checkpoint in
+`checkpoint_s3_uri` (SageMaker syncs it to /opt/ml/checkpoints, where examples/train_gpt.py resumes).
 The execution role needs `cloudwatch:PutMetricData` in the Stallwatch namespace (the agent's metrics), and, for a
 resume, the tag `stallwatch:resume` on the role itself (Stallwatch may pass only such roles).
 """
@@ -27,11 +29,14 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SCRIPT = "train_gpt.py"
-SOURCES = ("train_gpt.py", "gpt.py")  # the entry point and what it imports
+SOURCES = ("train_gpt.py", "gpt.py", "distributed.py", "checkpoints.py")  # the entry point and what it imports
 CHECKPOINT_DIR = "/opt/ml/checkpoints"  # SageMaker's default local path of CheckpointConfig
 FRAMEWORK_VERSION, PY_VERSION = "2.5", "py311"  # an AWS Deep Learning Container for PyTorch
 AGENT_NAMESPACE = "Stallwatch"
 AGENT_EXTRAS = "aws"  # boto3 for CloudWatch; nvidia-ml-py ships in the GPU containers
+MODE_TAG, RESUME_TAG = "stallwatch:mode", "stallwatch:resume"
+MODES = ("off", "observe", "notify", "enforce")
+MAX_RESTARTS = 10  # what stallwatch:resume accepts
 
 
 def stage_source_dir(wheel: Path, into: Path) -> Path:
@@ -52,14 +57,15 @@ def estimator_arguments(
     source_dir: Path,
     instance_type: str,
     instances: int,
-    mode: str = "enforce",
-    restarts: int = 2,
+    mode: str | None = None,
+    restarts: int = 0,
     max_run_hours: int = 24,
 ) -> dict[str, Any]:
-    """The keyword arguments of `sagemaker.pytorch.PyTorch` for a job Stallwatch watches."""
-    tags = {"stallwatch:mode": mode}
+    """The keyword arguments of `sagemaker.pytorch.PyTorch` for a job Stallwatch watches; `mode` and `restarts` tag it
+    only when given (None, 0: the deployment's policy governs)."""
+    tags = {MODE_TAG: mode} if mode else {}
     if restarts:
-        tags["stallwatch:resume"] = str(restarts)
+        tags[RESUME_TAG] = str(restarts)
     return {
         "entry_point": TRAIN_SCRIPT,
         "source_dir": str(source_dir),
@@ -128,18 +134,36 @@ def execution_role_policy(bucket: str) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Launch a SageMaker training job that Stallwatch watches.")
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; `--help` shows every default."""
+    parser = argparse.ArgumentParser(
+        description="Launch a SageMaker training job that Stallwatch watches.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--role-policy", action="store_true", help="print the execution role's policy and exit")
     parser.add_argument("--role", help="the execution role's ARN (tag it stallwatch:resume=true for resumes)")
     parser.add_argument("--bucket", required=True, help="S3 bucket for output and checkpoints")
     parser.add_argument("--job", default="stallwatch-example", help="the job name's start (the SDK adds a time)")
-    parser.add_argument("--instance-type", default="ml.g5.2xlarge")
-    parser.add_argument("--instances", type=int, default=1)
-    parser.add_argument("--mode", choices=["observe", "notify", "enforce"], default="enforce")
-    parser.add_argument("--restarts", type=int, default=2, help="stallwatch:resume (0: no resume)")
-    parser.add_argument("--wheel", type=Path, help="the trainer-agent wheel (default: the one `make dist` built)")
+    parser.add_argument("--instance-type", default="ml.g5.2xlarge", help="SageMaker instance type")
+    parser.add_argument("--instances", type=int, default=1, help="instances (more than 1: torch_distributed)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help="tag stallwatch:mode (enforce: Stallwatch may stop the job); None: no tag, the deployment's mode governs",
+    )
+    parser.add_argument("--restarts", type=int, default=0, help="tag stallwatch:resume=N after a stop; 0: no tag")
+    parser.add_argument(
+        "--wheel", type=Path, default=None, help="the trainer-agent wheel; None: the one `make dist` built in dist/"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if not 0 <= args.restarts <= MAX_RESTARTS or args.instances < 1:
+        parser.error(f"--restarts must be 0 to {MAX_RESTARTS} and --instances at least 1")
     if args.role_policy:
         print(json.dumps(execution_role_policy(args.bucket), indent=2))
         return 0

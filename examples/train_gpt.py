@@ -1,16 +1,25 @@
-"""Train a small GPT on CPU with the Stallwatch agent, optionally injecting the faults Stallwatch detects.
+"""Train a small GPT with the Stallwatch agent, on one process or many (DDP), optionally injecting the faults
+Stallwatch detects.
 
     python examples/train_gpt.py --steps 60 --interval 5
+    torchrun --nproc_per_node=2 examples/train_gpt.py --steps 60 --checkpoint-dir /tmp/ckpt   # DDP, one checkpoint
     python examples/train_gpt.py --steps 0 --fault hang --fault-after 20      # stops stepping, keeps logging
     python examples/train_gpt.py --fault crash --fault-after 10               # NCCL/CUDA error, exit 1
     python examples/train_gpt.py --checkpoint-dir /opt/ml/checkpoints --checkpoint-every 100   # resumable
 
-Faults: hang (a collective that never returns, with NCCL-like watchdog lines on stderr), crash (a
-fatal NCCL/CUDA error and traceback, non-zero exit), checkpoint (a declared phase, then training
-resumes), idle (no steps and no output; the process stays alive). SIGTERM flushes the agent's last
-window and exits 0, as SageMaker's StopTrainingJob expects. With --checkpoint-dir, the model and optimizer are
-saved there every --checkpoint-every steps (a declared phase), and a run that finds a checkpoint there resumes
-from its step, as a job resumed by Stallwatch does (SageMaker syncs CheckpointConfig's S3 URI to that directory).
+The process group comes from whichever launcher started the process (`distributed.py`: torchrun, SageMaker's
+torch_distributed, srun, mpirun); the model trains on this process's GPU when there is one (NCCL), else on the CPU
+(Gloo), wrapped in DistributedDataParallel when there are several processes, each reading its own batches.
+
+Checkpoints (`checkpoints.py`) go to --checkpoint-dir (SageMaker syncs CheckpointConfig's S3 URI there), else to
+STALLWATCH_CHECKPOINT_URI (an s3:// prefix or a folder; deploy/ec2/user-data.sh sets it): every --checkpoint-every
+steps global rank 0 alone writes it, whole or not at all, and every rank of a run that finds one resumes from its
+step, as a job resumed or restarted in place by Stallwatch does.
+
+Faults: hang (a collective that never returns, with NCCL-like watchdog lines on stderr), crash (a fatal NCCL/CUDA
+error and traceback, non-zero exit), checkpoint (a declared phase, then training resumes), idle (no steps and no
+output; the process stays alive). SIGTERM flushes the agent's last window and exits 0, as SageMaker's
+StopTrainingJob expects.
 """
 
 from __future__ import annotations
@@ -25,14 +34,17 @@ from pathlib import Path
 from typing import IO
 
 import torch
+from checkpoints import CheckpointStore, checkpoint_store
+from distributed import Placement
 from gpt import GPT, CharBatches, GPTConfig, local_text
+from torch.nn.parallel import DistributedDataParallel
 
 from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, Sink, TrainerAgent
 from trainer_agent.flops import matmul_param_count, transformer_flops_per_token
 from trainer_agent.sinks import module_available
 
 FAULTS = ("none", "hang", "crash", "checkpoint", "idle")
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_URI_ENV = "STALLWATCH_CHECKPOINT_URI"
 RESUMED_MARKER = "resumed from checkpoint at step"
 HANG_LOG_EVERY_S = 5.0
 CRASH_LOG = (
@@ -88,7 +100,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fault-after", type=int, default=20, help="steps before the fault")
     parser.add_argument("--checkpoint-budget", type=float, default=60.0, help="declared checkpoint budget, s")
     parser.add_argument("--checkpoint-seconds", type=float, default=10.0, help="how long the checkpoint takes, s")
-    parser.add_argument("--checkpoint-dir", type=Path, help="save checkpoints here, and resume from one found here")
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        help=f"save checkpoints here and resume from one found here (default: ${CHECKPOINT_URI_ENV})",
+    )
     parser.add_argument("--checkpoint-every", type=int, default=100, help="steps between checkpoints")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--log-every", type=int, default=1, help="progress line every N steps")
@@ -139,11 +155,23 @@ def crash() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # installed first: the agent flushes, then chains to it
-    torch.manual_seed(args.seed)
+    placement = Placement.from_environment()
+    device = placement.start()
+    try:
+        return train(args, placement, device)
+    finally:
+        placement.stop()
+
+
+def train(args: argparse.Namespace, placement: Placement, device: torch.device) -> int:
+    torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts rank 0's)
     config = GPTConfig()
-    model = GPT(config)
+    model = GPT(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    batches = CharBatches(local_text(), args.batch_size, config.seq_len, seed=args.seed)
+    trained = model
+    if placement.distributed:  # gradients averaged over the ranks in backward
+        trained = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    batches = CharBatches(local_text(), args.batch_size, config.seq_len, seed=args.seed + placement.rank)
     flops_per_token = transformer_flops_per_token(
         n_params=matmul_param_count(model),
         n_layers=config.n_layers,
@@ -152,54 +180,56 @@ def main(argv: list[str] | None = None) -> int:
         seq_len=config.seq_len,
     )
     stdout = QuietableStream(sys.stdout)
+    speaks = placement.local_rank == 0  # one process per host writes the progress lines
     agent = TrainerAgent(
         flops_per_token=flops_per_token,
-        peak_tflops=None,  # CPU: MFU is absent (and the log says why), TFLOPs/GPU is reported
+        peak_tflops=None,  # from the device table on GPUs; on the CPU MFU is absent (and the log says why)
         total_steps=args.steps or None,
         interval_s=args.interval,
         sinks=build_sinks(stdout, args.jsonl),
     )
     tokens = args.batch_size * config.seq_len
-    step = load_checkpoint(args.checkpoint_dir, model, optimizer, stdout)
+    store = checkpoint_store(args.checkpoint_dir or os.environ.get(CHECKPOINT_URI_ENV))
+    step = load_checkpoint(store, model, optimizer, stdout)
+    stdout.line(f"rank {placement.rank} of {placement.world_size} ({placement.launcher}) on {device}, from step {step}")
     try:
         while args.steps == 0 or step < args.steps:
             if args.fault != "none" and step == args.fault_after:
                 inject(args, agent, stdout)
             started = time.perf_counter()
-            x, y = batches.next()
+            x, y = (t.to(device, non_blocking=True) for t in batches.next())
             with agent.step(tokens=tokens, samples=args.batch_size, step=step + 1):
-                _, loss = model(x, y)
+                _, loss = trained(x, y)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
             agent.record(loss=loss)
             step += 1
-            if step % args.log_every == 0:
+            if speaks and step % args.log_every == 0:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 stdout.line(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step")
-            if args.checkpoint_dir is not None and step % args.checkpoint_every == 0:
+            if store is not None and step % args.checkpoint_every == 0 and placement.rank == 0:
                 with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
-                    save_checkpoint(args.checkpoint_dir, model, optimizer, step)
+                    save_checkpoint(store, model, optimizer, step)
                 stdout.line(f"checkpoint at step {step}")
     finally:
         agent.close()
+    stdout.line(f"rank {placement.rank} done at step {step}")
     return 0
 
 
-def save_checkpoint(directory: Path, model: GPT, optimizer: torch.optim.Optimizer, step: int) -> None:
+def save_checkpoint(store: CheckpointStore, model: GPT, optimizer: torch.optim.Optimizer, step: int) -> None:
     """Model, optimizer and step, written whole or not at all (a stop mid-write leaves the previous one)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / f"{CHECKPOINT_FILE}.partial"
-    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, partial)
-    os.replace(partial, directory / CHECKPOINT_FILE)
+    store.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()})
 
 
-def load_checkpoint(directory: Path | None, model: GPT, optimizer: torch.optim.Optimizer, out: QuietableStream) -> int:
+def load_checkpoint(
+    store: CheckpointStore | None, model: GPT, optimizer: torch.optim.Optimizer, out: QuietableStream
+) -> int:
     """The step to go on from: the checkpoint's, restored into `model` and `optimizer`, else 0."""
-    path = directory / CHECKPOINT_FILE if directory is not None else None
-    if path is None or not path.exists():
+    saved = store.load() if store is not None else None
+    if saved is None:
         return 0
-    saved = torch.load(path, weights_only=True)
     model.load_state_dict(saved["model"])
     optimizer.load_state_dict(saved["optimizer"])
     out.line(f"{RESUMED_MARKER} {saved['step']}")

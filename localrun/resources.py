@@ -34,7 +34,14 @@ SECRET_NAME = "stallwatch/slack"
 DOCUMENTS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "ssm"
 HEALTH_CHECK_DOCUMENT = "stallwatch-health-check"
 RESTART_DOCUMENT = "stallwatch-restart-training"
-DOCUMENT_FILES = {HEALTH_CHECK_DOCUMENT: "health-check.yaml", RESTART_DOCUMENT: "restart-training.yaml"}
+SLURM_CANCEL_DOCUMENT = "stallwatch-slurm-cancel"
+SLURM_REQUEUE_DOCUMENT = "stallwatch-slurm-requeue"
+DOCUMENT_FILES = {
+    HEALTH_CHECK_DOCUMENT: "health-check.yaml",
+    RESTART_DOCUMENT: "restart-training.yaml",
+    SLURM_CANCEL_DOCUMENT: "slurm-cancel.yaml",
+    SLURM_REQUEUE_DOCUMENT: "slurm-requeue.yaml",
+}
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
 SWEEPER = "sweeper"
@@ -94,7 +101,8 @@ def create_table(dynamodb: Any, table_name: str) -> None:
 
 
 def create_documents(ssm: Any) -> None:
-    """Recovery in place's SSM Command documents, from deploy/ssm (the stack creates them from the same files)."""
+    """Stallwatch's SSM Command documents (recovery in place, Slurm's cancel and requeue), from deploy/ssm (the stack
+    creates them from the same files)."""
     for name, filename in DOCUMENT_FILES.items():
         content = yaml.safe_load((DOCUMENTS_DIR / filename).read_text())
         ssm.create_document(Name=name, Content=json.dumps(content), DocumentType="Command", DocumentFormat="JSON")

@@ -1,4 +1,5 @@
-"""The Lambda asset and the trainer-agent wheel (for EC2 training nodes), bundled on this machine without Docker.
+"""The Lambda asset and the trainer-agent wheel with its dependencies' wheels (for EC2 training nodes), bundled on
+this machine without Docker.
 
 The asset is the runtime packages (``stallwatch``, ``handlers``) plus every package of ``lambdas/requirements.lock``
 (pinned, with hashes, for the Lambda runtime's Python and architecture; ``make lambda-lock`` writes it), installed as
@@ -11,8 +12,12 @@ timestamp-checked ``.pyc`` files stale, and ``/var/task`` is read-only, so witho
 every module again. It needs a CPython of the runtime's version on this machine (`stacks.interpreters`); without one
 the asset ships sources only, with a warning, and a different asset hash.
 
-With ``bundle_dependencies=False`` only the packages are copied: synth then works offline (tests, reviews), but the
-asset cannot run. The choice, the lock's digest and the bytecode's Python are part of the asset hash.
+The agent's asset is its wheel, built from the repository, beside the wheels of ``deploy/ec2/agent-requirements.lock``
+(downloaded hash-checked, without resolving anything): a node installs them with ``pip install --no-index``.
+
+With ``bundle_dependencies=False`` only the packages (and the agent's own wheel) are in the assets: synth then works
+offline (tests, reviews), but the assets cannot run. The choice, the locks' digests and the bytecode's Python are part
+of the asset hashes.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from stacks.constants import (
+    AGENT_LOCK,
+    AGENT_OLDEST_PYTHON,
     AGENT_WHEEL_SOURCES,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOCK,
@@ -53,6 +60,10 @@ _WHEEL_PLATFORMS = {
     "arm64": ("manylinux2014_aarch64", "manylinux_2_28_aarch64"),
     "x86_64": ("manylinux2014_x86_64", "manylinux_2_28_x86_64"),
 }
+# The agent's dependencies are pure-Python wheels, one set for every node's architecture and Python.
+AGENT_WHEEL_SELECTION = (
+    "--implementation", "py", "--python-version", AGENT_OLDEST_PYTHON, "--platform", "any", "--only-binary=:all:",
+)  # fmt: skip
 # Where the functions' code lies on Lambda: the path compiled into the bytecode (tracebacks name it).
 _LAMBDA_TASK_ROOT = "/var/task"
 
@@ -179,13 +190,17 @@ def lambda_code(*, bundle_dependencies: bool) -> lambda_.Code:
 
 @jsii.implements(ILocalBundling)
 class AgentWheelBundling:
-    """Builds the trainer-agent wheel from the repository (as `make dist` does, without its sdist), into the asset."""
+    """Builds the trainer-agent wheel from the repository (as `make dist` does, without its sdist), into the asset,
+    beside the wheels of its dependencies from `lock` (with `bundle_dependencies`)."""
 
-    def __init__(self, repo_root: Path) -> None:
+    def __init__(self, repo_root: Path, *, bundle_dependencies: bool, lock: Path = AGENT_LOCK) -> None:
         self.repo_root = repo_root
+        self.bundle_dependencies = bundle_dependencies
+        self.lock = lock
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
-        """Build the wheel into `output_dir`; always handles the asset (True), or raises."""
+        """Build the wheel into `output_dir`, and download its dependencies there; always handles the asset (True),
+        or raises."""
         with tempfile.TemporaryDirectory() as scratch:
             source = Path(scratch) / "trainer-agent"  # a copy: setuptools writes build/ and egg-info beside it
             source.mkdir()
@@ -202,20 +217,45 @@ class AgentWheelBundling:
             result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode:
             raise BundlingError(f"could not build the trainer-agent wheel:\n{result.stderr.strip()}")
+        if self.bundle_dependencies:
+            self._download_dependencies(Path(output_dir))
         return True
 
+    def download_command(self, output_dir: Path) -> list[str]:
+        """pip download of exactly the lock's wheels (hash-checked, nothing resolved)."""
+        return [
+            sys.executable, "-m", "pip", "download",
+            "--requirement", str(self.lock), "--require-hashes", "--no-deps",
+            "--dest", str(output_dir), *AGENT_WHEEL_SELECTION, "--quiet", "--disable-pip-version-check",
+        ]  # fmt: skip
+
+    def _download_dependencies(self, output_dir: Path) -> None:
+        if not self.lock.is_file():
+            raise BundlingError(f"{self.lock} is missing: run `make lambda-lock`")
+        result = subprocess.run(self.download_command(output_dir), capture_output=True, text=True, check=False)
+        if result.returncode:
+            raise BundlingError(
+                f"pip could not download {self.lock}:\n{result.stderr.strip()}\n"
+                "Offline? Synthesize with `-c stallwatch:bundle-dependencies=false` (not deployable)."
+            )
+
     def hash_inputs(self) -> dict[str, str]:
-        """The wheel's inputs besides the package's files: its metadata (version, README, license)."""
+        """The wheel's inputs besides the package's files: its metadata (version, README, license), and the lock."""
         digest = hashlib.sha256()
         for name in AGENT_WHEEL_SOURCES[1:]:
             digest.update((self.repo_root / name).read_bytes())
-        return {"AGENT_METADATA_SHA256": digest.hexdigest()}
+        lock = hashlib.sha256(self.lock.read_bytes()).hexdigest() if self.lock.is_file() else "missing"
+        return {
+            "AGENT_METADATA_SHA256": digest.hexdigest(),
+            "BUNDLE_DEPENDENCIES": str(self.bundle_dependencies).lower(),
+            "AGENT_LOCK_SHA256": lock,
+        }
 
 
-def agent_wheel(scope: Construct, construct_id: str) -> s3_assets.Asset:
+def agent_wheel(scope: Construct, construct_id: str, *, bundle_dependencies: bool) -> s3_assets.Asset:
     """The trainer-agent wheel as an S3 asset: a zip holding ``trainer_agent-<version>-py3-none-any.whl`` (the
-    wheel's own name, which pip needs)."""
-    bundler = AgentWheelBundling(REPO_ROOT)
+    wheel's own name, which pip needs) and the wheels of its dependencies."""
+    bundler = AgentWheelBundling(REPO_ROOT, bundle_dependencies=bundle_dependencies)
     return s3_assets.Asset(
         scope,
         construct_id,

@@ -36,6 +36,13 @@ LAMBDA_PACKAGES = ("stallwatch", "handlers")
 LAMBDA_REQUIREMENTS = "requirements.txt"
 LAMBDA_LOCK = "requirements.lock"
 
+# The trainer agent's dependencies for EC2 nodes ([aws,nvml]), pinned with hashes (`make lambda-lock` writes it too):
+# their wheels travel in the agent's asset, so a node installs with `pip install --no-index`. All are pure Python:
+# one set serves every architecture and the agent's Pythons, resolved for the oldest it supports.
+AGENT_EXTRAS = ("aws", "nvml")
+AGENT_LOCK = REPO_ROOT / "deploy" / "ec2" / "agent-requirements.lock"
+AGENT_OLDEST_PYTHON = "3.10"
+
 LAMBDA_RUNTIME = lambda_.Runtime.PYTHON_3_12
 LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
 LAMBDA_MEMORY_MB = 512

@@ -3,7 +3,8 @@ the trainer-agent wheel, and one customer managed policy for their instance role
 
 - the log group `ec2_log_group`, with retention (the agent writes to it, and never creates or configures a group);
 - an SSM parameter holding deploy/ec2/cloudwatch-agent.json with that group (`fetch-config -c ssm:<name>`);
-- the wheel as an S3 asset (user-data installs it: never a package index name we do not own);
+- the wheel as an S3 asset, with its dependencies' wheels (user-data installs them with ``--no-index``: never a
+  package index);
 - the policy: PutMetricData in ``Stallwatch`` and ``CWAgent``; log streams and events in the group (and the groups
   under it, which a job's ``stallwatch:log-group`` tag may name); GetParameter of the configuration; GetObject of
   the wheel. Nothing else: no EC2, SageMaker or alarm permissions.
@@ -28,7 +29,9 @@ class Ec2Training(Construct):
     """The EC2 log group (`log_group`), the agent configuration (`agent_config`), the wheel (`wheel`) and the
     instance-role managed policy (`policy`)."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, deployment: str, log_group: str) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, deployment: str, log_group: str, bundle_dependencies: bool = True
+    ) -> None:
         super().__init__(scope, construct_id)
         self.log_group_name = log_group
         self.log_group = logs.LogGroup(
@@ -46,7 +49,7 @@ class Ec2Training(Construct):
             description="Stallwatch: the CloudWatch agent's configuration for EC2 training nodes (deploy/ec2)",
             tier=ssm.ParameterTier.STANDARD,
         )
-        self.wheel = agent_wheel(self, "AgentWheel")
+        self.wheel = agent_wheel(self, "AgentWheel", bundle_dependencies=bundle_dependencies)
         self.policy = iam.ManagedPolicy(
             self,
             "Policy",

@@ -7,7 +7,8 @@
 - for each group, a Lambda permission that lets CloudWatch Logs invoke on_log_line for that group of this account
   only (SourceArn, SourceAccount), in place before the filter (PutSubscriptionFilter checks it).
 
-Each filter is named `<deployment>-fatal-lines` and holds `config.fatal_filter_pattern`.
+Each filter is named `<deployment>-fatal-lines` and holds `Policy.fatal_filter_pattern` (the built-in fatal lines and
+the deployment's own).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class FatalLineSubscriptions(Construct):
         self.stack = Stack.of(self)
         self.destination = destination
         self.filter_name = FATAL_LINES_FILTER.format(deployment=deployment)
-        self.pattern = config.fatal_filter_pattern
+        self.pattern = config.policy.fatal_filter_pattern
         self.ec2_filter: logs.CfnSubscriptionFilter | None = None
         self.sagemaker_subscription: CustomResource | None = None
         self.subscriber: lambda_.Function | None = None

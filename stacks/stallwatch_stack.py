@@ -17,6 +17,7 @@ from stacks.notifications import Notifications
 from stacks.rechecks import Rechecks
 from stacks.recovery import RecoverInPlace
 from stacks.slack_endpoint import SlackEndpoint
+from stacks.slurm_actions import SlurmActions
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
 from stallwatch.core.config import JOB_DASHBOARD_URL_ENV, StallwatchConfig
@@ -89,7 +90,13 @@ class StallwatchStack(Stack):
             dead_letter_queue=self.watchdog.dead_letter_queue,
             health_alarms=self.health.alarms,
         )
-        self.ec2_training = Ec2Training(self, "Ec2Training", deployment=deployment, log_group=config.ec2_log_group)
+        self.ec2_training = Ec2Training(
+            self,
+            "Ec2Training",
+            deployment=deployment,
+            log_group=config.ec2_log_group,
+            bundle_dependencies=bundle_dependencies,
+        )
         self.log_subscriptions = FatalLineSubscriptions(
             self,
             "LogSubscriptions",
@@ -105,6 +112,13 @@ class StallwatchStack(Stack):
                 "RecoverInPlace",
                 deciding=[self.watchdog.on_alarm, self.watchdog.on_log_line],
                 continuing=self.watchdog.sweeper,
+            )
+        if config.policy.monitor_slurm:
+            self.slurm = SlurmActions(
+                self,
+                "SlurmActions",
+                stopping=[*self.watchdog.deciders, self.slack_endpoint.function],
+                recovering=self.watchdog.deciders,
             )
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
@@ -170,6 +184,11 @@ class StallwatchStack(Stack):
                 "The trainer-agent wheel (a zip holding it) that deploy/ec2/user-data.sh installs on EC2 nodes",
             ),
         }
+        if self.config.policy.monitor_slurm:
+            outputs["SlurmControllerPolicyArn"] = (
+                self.slurm.controller_policy.managed_policy_arn,
+                "Managed policy to attach to a Slurm controller's role (deploy/slurm): post its job events",
+            )
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
 
@@ -194,7 +213,8 @@ class StallwatchStack(Stack):
             arn.format(service="sagemaker", resource="training-job/*"): "jobs are created after deploy by anyone; "
             f"Stallwatch reads every training job of this account and region, and {stop_scope}",
             arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}; "
-            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart",
+            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart, and "
+            "(the Slurm documents) stallwatch:slurm=controller",
             arn.format(service="cloudwatch", resource=f"alarm:{self.config.alarm_prefix}*"): "per-job alarms are "
             "created at run time; writes are limited to this deployment's alarm-name prefix",
             arn.format(service="cloudwatch", resource="alarm:*"): "read-only cloudwatch:DescribeAlarms: a name-prefix "

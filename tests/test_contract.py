@@ -27,3 +27,17 @@ def test_control_plane_metric_is_not_an_agent_metric():
 
 def test_the_agent_reads_the_job_tag_the_control_plane_groups_ec2_instances_by():
     assert agent.JOB_TAG == clusters.JOB_TAG
+
+
+def test_a_slurm_jobs_name_is_one_the_control_plane_takes_whatever_slurm_allows():
+    for name in ("", "a b/c:d", "é" * 80, "x" * 200, "-lead"):
+        assert clusters.JOB_NAME.match(agent.slurm_job_name("c", "123456789", name)), name
+    assert agent.slurm_job_name("", "7", "") == "slurm-7"
+
+
+def test_the_stack_dumps_marker_and_read_budget_agree():
+    assert (agent.STACKS_MARKER, agent.STACKS_VERSION, agent.STACKS_READ_BYTES) == (
+        control_plane.STACKS_MARKER,
+        control_plane.STACKS_VERSION,
+        control_plane.STACKS_READ_BYTES,
+    )

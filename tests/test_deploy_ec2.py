@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -20,9 +21,10 @@ import pytest
 from stacks.ec2_training import cloudwatch_agent_config
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.config import EC2_LOG_GROUP
-from stallwatch.core.policy import MODE_TAG
+from stallwatch.core.policy import MODE_TAG, Policy
 from stallwatch.core.reading import EC2_STREAM
 from stallwatch.core.resume import CHECKPOINT_TAG, RESUME_TAG
+from tests.fixtures.request_limits import Request
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "ec2"
 AGENT_CONFIG = json.loads((DEPLOY / "cloudwatch-agent.json").read_text())
@@ -55,15 +57,24 @@ if name == "aws":
         query = args[args.index("--query") + 1]
         print(json.loads(os.environ["STUB_OUTPUTS"])[query.split("'")[1]])
     elif args[:2] == ["ec2", "run-instances"]:
-        count, user_data = int(args[args.index("--count") + 1]), args[args.index("--user-data") + 1]
+        request = Path(args[args.index("--cli-input-json") + 1].removeprefix("file://")).read_text()
+        user_data = args[args.index("--user-data") + 1]
         rank0 = not Path(os.environ["STUB_DIR"], "rank0.sh").exists()
-        Path(os.environ["STUB_DIR"], "rank0.sh" if rank0 else "others.sh").write_text(
-            Path(user_data.removeprefix("file://")).read_text())
-        for i in range(count):
+        node = "rank0" if rank0 else "others"
+        Path(os.environ["STUB_DIR"], f"{{node}}.sh").write_text(Path(user_data.removeprefix("file://")).read_text())
+        Path(os.environ["STUB_DIR"], f"{{node}}.json").write_text(request)
+        for i in range(json.loads(request)["MinCount"]):
             print(f"i-0{{'a' if rank0 else 'b'}}{{i:015x}}\\t10.0.1.{{10 + i + (0 if rank0 else 1)}}")
+    elif args[:2] == ["ec2", "describe-capacity-reservations"]:
+        print("\\t".join(json.loads(os.environ["STUB_RESERVATION"])))
+    elif args[:2] == ["ec2", "describe-subnets"]:
+        print(os.environ.get("STUB_SUBNET_ZONE", "us-east-1a"))
+    elif args[:2] in (["iam", "get-role"], ["ec2", "describe-placement-groups"]) and os.environ.get("STUB_ABSENT"):
+        sys.exit(254)  # the AWS CLI's exit code for a service error (NoSuchEntity, InvalidPlacementGroup.Unknown)
     elif args[:2] == ["s3", "cp"]:
         with zipfile.ZipFile(args[-1], "w") as archive:
             archive.writestr("trainer_agent-0.1.0-py3-none-any.whl", b"wheel")
+            archive.writestr("boto3-1.35.0-py3-none-any.whl", b"wheel")
 elif name == "curl":
     url = next(a for a in args if a.startswith("http"))
     if url.endswith("/api/token"):
@@ -83,7 +94,7 @@ elif name in ("dnf", "dpkg", "rpm"):
 elif name == "agent-ctl" and args[:2] == ["-a", "fetch-config"]:
     pass
 """
-COMMANDS = ("aws", "curl", "uname", "dnf", "dpkg", "rpm", "systemctl", "python-stub", "agent-ctl")
+COMMANDS = ("aws", "curl", "uname", "dnf", "dpkg", "rpm", "systemctl", "python-stub", "agent-ctl", "sleep")
 
 
 @pytest.fixture
@@ -121,16 +132,27 @@ def _launch(stubs: dict[str, Path], **values: str) -> subprocess.CompletedProces
         "JOB": JOB,
         "NODES": "2",
         "AMI": "ami-0123456789abcdef0",
-        "SUBNET": "subnet-0123",
-        "SECURITY_GROUP": "sg-0123",
+        "SUBNET": "subnet-0123456789abcdef0",
+        "SECURITY_GROUP": "sg-0123456789abcdef0",
         "TRAIN_COMMAND": "train.py --config configs/70b.yaml --lr=3e-4",
         "CHECKPOINT_URI": "s3://my-bucket/checkpoints/llm-70b/",
         "RESUME": "2",
+        "MODE": "enforce",
         "PYTHON": "python-stub",
     } | values
     return subprocess.run(
         ["bash", str(DEPLOY / "launch.sh")], env=_env(stubs, **job), capture_output=True, text=True, check=False
     )
+
+
+def _request(stubs: dict[str, Path], node: str) -> dict[str, Any]:
+    """The RunInstances request launch.sh made for `node` (rank0, others), as the AWS CLI was given it."""
+    return json.loads((stubs["dir"] / f"{node}.json").read_text())
+
+
+def _tags(request: dict[str, Any]) -> dict[str, str]:
+    [spec] = request["TagSpecifications"]
+    return {tag["Key"]: tag["Value"] for tag in spec["Tags"]}
 
 
 def _boot(stubs: dict[str, Path], user_data: Path, root: Path, imds: dict[str, str], **env: str) -> Any:
@@ -196,18 +218,19 @@ def test_a_two_node_launch_boots_both_nodes_into_one_torchrun_job(stubs: dict[st
 
     # Then rank 0 was launched first and the other node with rank 0's private IP, both tagged as the control plane
     # groups them (and the resume opt-in with the checkpoint), with tags in instance metadata for the agent
-    runs = [c for c in _calls(stubs) if c[:3] == ["aws", "ec2", "run-instances"]]
-    assert [c[c.index("--count") + 1] for c in runs] == ["1", "1"]
-    for run in runs:
-        tags = run[run.index("--tag-specifications") + 1]
-        for key, value in (
-            (clusters.JOB_TAG, JOB),
-            (MODE_TAG, "enforce"),
-            (CHECKPOINT_TAG, "s3://my-bucket/checkpoints/llm-70b/"),
-            (RESUME_TAG, "2"),
-        ):
-            assert f"{{Key={key},Value={value}}}" in tags
-        assert "InstanceMetadataTags=enabled" in run[run.index("--metadata-options") + 1]
+    requests = [_request(stubs, node) for node in ("rank0", "others")]
+    assert [(r["MinCount"], r["MaxCount"]) for r in requests] == [(1, 1), (1, 1)]
+    for request in requests:
+        [spec] = request["TagSpecifications"]
+        assert spec["ResourceType"] == "instance"
+        assert _tags(request) == {
+            clusters.JOB_TAG: JOB,
+            "Name": JOB,
+            MODE_TAG: "enforce",
+            CHECKPOINT_TAG: "s3://my-bucket/checkpoints/llm-70b/",
+            RESUME_TAG: "2",
+        }
+        assert request["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
     assert launched.stdout.split() == ["i-0a000000000000000", "i-0b000000000000000"]
     rank0, others = stubs["dir"] / "rank0.sh", stubs["dir"] / "others.sh"
     assert all(len(path.read_bytes()) <= USER_DATA_LIMIT for path in (rank0, others))
@@ -240,6 +263,10 @@ def test_a_two_node_launch_boots_both_nodes_into_one_torchrun_job(stubs: dict[st
     assert [c[-1] for c in pips] == [
         f"{root}/opt/stallwatch/wheel/trainer_agent-0.1.0-py3-none-any.whl[aws,nvml]" for root in nodes.values()
     ]
+    # And never from a package index: the dependencies' wheels came in the same zip
+    for pip, root in zip(pips, nodes.values(), strict=True):
+        assert "--no-index" in pip
+        assert pip[pip.index("--find-links") + 1] == f"{root}/opt/stallwatch/wheel"
     assert [c for c in calls if c[0] == "systemctl"] == [
         ["systemctl", "daemon-reload"],
         ["systemctl", "enable", "--now", "stallwatch-train.service"],
@@ -399,6 +426,244 @@ def test_launch_sh_refuses_a_resume_without_a_checkpoint(stubs: dict[str, Path])
     assert launched.returncode == 2
     assert "RESUME needs CHECKPOINT_URI" in launched.stderr
     assert not [c for c in _calls(stubs) if c[:2] == ["aws", "ec2"]]
+
+
+# ---- launch.sh for real clusters -----------------------------------------------------------------------------------
+
+RESERVATION = "cr-0123456789abcdef0"
+REQUIRED = {
+    "JOB": JOB,
+    "NODES": "4",
+    "AMI": "ami-0123456789abcdef0",
+    "SUBNET": "subnet-0123456789abcdef0",
+    "SECURITY_GROUP": "sg-0123456789abcdef0",
+    "TRAIN_COMMAND": "train.py --config configs/70b.yaml",
+}
+# What launch.sh may ask of AWS before it has checked every value: reads only.
+READS = (("cloudformation", "describe-stacks"), ("ec2", "describe-capacity-reservations"), ("ec2", "describe-subnets"))
+
+
+def _launch_only(stubs: dict[str, Path], reservation: list[str] | None = None, **values: str) -> Any:
+    """launch.sh with the required values and `values`, nothing else set (the launcher's own defaults)."""
+    env = _env(stubs, **(REQUIRED | values))
+    if reservation is not None:
+        env["STUB_RESERVATION"] = json.dumps(reservation)
+    return subprocess.run(["bash", str(DEPLOY / "launch.sh")], env=env, capture_output=True, text=True, check=False)
+
+
+def _aws_changes(stubs: dict[str, Path]) -> list[list[str]]:
+    """Every AWS call but the reads launch.sh checks its values with."""
+    return [c for c in _calls(stubs) if c[0] == "aws" and tuple(c[1:3]) not in READS]
+
+
+def _valid_request(request: dict[str, Any]) -> None:
+    """The request is one botocore accepts for RunInstances, within AWS's documented limits."""
+    from botocore.session import get_session
+    from botocore.validate import ParamValidator
+
+    model = get_session().get_service_model("ec2").operation_model("RunInstances")
+    report = ParamValidator().validate(request, model.input_shape)
+    assert not report.has_errors(), report.generate_report()
+    assert Request("ec2", "RunInstances", request).violations() == []
+
+
+def test_the_launchers_defaults_set_no_mode_tag_so_the_deployments_mode_governs(stubs: dict[str, Path]) -> None:
+    # When launch.sh runs with only the values it requires
+    launched = _launch_only(stubs)
+
+    # Then every node carries the job's tag and no stallwatch:mode: the deployment's mode (notify) governs the job
+    assert launched.returncode == 0, launched.stderr
+    for node in ("rank0", "others"):
+        assert _tags(_request(stubs, node)) == {clusters.JOB_TAG: JOB, "Name": JOB}
+    assert Policy().for_job(_tags(_request(stubs, "rank0"))).may_stop is False
+
+
+def test_a_p5_cluster_is_launched_with_32_efas_in_a_placement_group_into_its_capacity_block(
+    stubs: dict[str, Path],
+) -> None:
+    # Given a Capacity Block of 4 p5.48xlarge, active, in the subnet's zone
+    block = ["capacity-block", "p5.48xlarge", "us-east-1a", "active", "4", "None"]
+
+    # When launch.sh launches 4 p5 nodes into it (p5.48xlarge is the default type)
+    launched = _launch_only(stubs, block, CAPACITY_RESERVATION=RESERVATION)
+    assert launched.returncode == 0, launched.stderr
+
+    # Then rank 0, then the 3 others (all or none), each with one EFA per network card: the primary (card 0,
+    # device 0) EFA with ENA, the 31 others EFA-only on device 1 of cards 1 to 31, all in the subnet and group
+    rank0, others = _request(stubs, "rank0"), _request(stubs, "others")
+    assert (rank0["MinCount"], rank0["MaxCount"], others["MinCount"], others["MaxCount"]) == (1, 1, 3, 3)
+    for request in (rank0, others):
+        assert request["InstanceType"] == "p5.48xlarge"
+        interfaces = request["NetworkInterfaces"]
+        assert [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in interfaces] == [
+            (0, 0, "efa"),
+            *((card, 1, "efa-only") for card in range(1, 32)),
+        ]
+        assert {(i["SubnetId"], tuple(i["Groups"])) for i in interfaces} == {
+            (REQUIRED["SUBNET"], (REQUIRED["SECURITY_GROUP"],))
+        }
+        # And into the Capacity Block, which needs its market type; no placement group (an UltraCluster places them)
+        assert request["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+        assert request["CapacityReservationSpecification"] == {
+            "CapacityReservationTarget": {"CapacityReservationId": RESERVATION}
+        }
+        assert "Placement" not in request
+        _valid_request(request)
+
+
+def test_an_on_demand_reservation_is_launched_into_in_its_own_cluster_placement_group(stubs: dict[str, Path]) -> None:
+    # Given an On-Demand Capacity Reservation of p4d.24xlarge made in a cluster placement group
+    odcr = [
+        "default",
+        "p4d.24xlarge",
+        "us-east-1a",
+        "active",
+        "8",
+        "arn:aws:ec2:us-east-1:123456789012:placement-group/pg-a",
+    ]
+
+    # When launch.sh launches 2 p4d nodes into it
+    launched = _launch_only(stubs, odcr, CAPACITY_RESERVATION=RESERVATION, INSTANCE_TYPE="p4d.24xlarge", NODES="2")
+    assert launched.returncode == 0, launched.stderr
+
+    # Then each node has 4 EFAs, is in the reservation's placement group and its reservation, at On-Demand's market
+    request = _request(stubs, "others")
+    assert [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in request["NetworkInterfaces"]] == [
+        (0, 0, "efa"), (1, 1, "efa-only"), (2, 1, "efa-only"), (3, 1, "efa-only"),
+    ]  # fmt: skip
+    assert request["Placement"] == {"GroupName": "pg-a"}
+    assert (
+        request["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == RESERVATION
+    )
+    assert "InstanceMarketOptions" not in request
+    _valid_request(request)
+
+
+@pytest.mark.parametrize(("instance_type", "efas"), [("p5e.48xlarge", 32), ("p4de.24xlarge", 4), ("trn1.32xlarge", 8)])
+def test_each_known_instance_type_gets_one_efa_per_network_card(
+    stubs: dict[str, Path], instance_type: str, efas: int
+) -> None:
+    launched = _launch_only(stubs, INSTANCE_TYPE=instance_type, NODES="1")
+    assert launched.returncode == 0, launched.stderr
+    request = _request(stubs, "rank0")
+    assert [i["NetworkCardIndex"] for i in request["NetworkInterfaces"]] == list(range(efas))
+    # And without a reservation, a cluster placement group of the job's own, created when absent
+    assert request["Placement"] == {"GroupName": f"stallwatch-{JOB}"}
+    _valid_request(request)
+
+
+def test_an_instance_type_without_a_known_efa_count_needs_one(stubs: dict[str, Path]) -> None:
+    refused = _launch_only(stubs, INSTANCE_TYPE="g6e.48xlarge")
+    assert refused.returncode == 2
+    assert "EFA_INTERFACES=''" in refused.stderr
+    assert _calls(stubs) == []
+
+    # When told there is no EFA, Then the node has one plain interface
+    launched = _launch_only(stubs, INSTANCE_TYPE="g6e.48xlarge", EFA_INTERFACES="0", NODES="1")
+    assert launched.returncode == 0, launched.stderr
+    [interface] = _request(stubs, "rank0")["NetworkInterfaces"]
+    assert interface["DeviceIndex"] == 0
+    assert "InterfaceType" not in interface
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"JOB": ""}, "JOB"),
+        ({"JOB": "a,b"}, "JOB"),  # a comma would break the tag arguments
+        ({"JOB": "has.dot"}, "JOB"),
+        ({"TRAIN_COMMAND": ""}, "TRAIN_COMMAND"),
+        ({"TRAIN_COMMAND": 'train.py --name "$(id)"'}, "TRAIN_COMMAND"),
+        ({"CHECKPOINT_URI": "/local/path"}, "CHECKPOINT_URI"),
+        ({"NPROC_PER_NODE": "all"}, "NPROC_PER_NODE"),
+        ({"MODE": "stop"}, "MODE"),
+        ({"RESUME": "11", "CHECKPOINT_URI": "s3://b/c/"}, "RESUME"),
+        ({"SUBNET": "my-subnet"}, "SUBNET"),
+    ],
+)
+def test_a_value_the_job_cannot_run_with_is_refused_before_anything_is_created_or_launched(
+    stubs: dict[str, Path], values: dict[str, str], named: str
+) -> None:
+    refused = _launch_only(stubs, **values)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"launch.sh: {named}=")
+    assert _aws_changes(stubs) == []
+
+
+@pytest.mark.parametrize(
+    ("reservation", "said"),
+    [
+        (["capacity-block", "p5.48xlarge", "us-east-1a", "scheduled", "4", "None"], "is scheduled"),
+        (["default", "p4d.24xlarge", "us-east-1a", "active", "4", "None"], "reserves p4d.24xlarge"),
+        (["default", "p5.48xlarge", "us-east-1a", "active", "3", "None"], "room for 3"),
+        (["default", "p5.48xlarge", "us-east-1b", "active", "4", "None"], "in us-east-1a"),
+    ],
+)
+def test_a_reservation_that_cannot_hold_the_job_is_refused_before_any_launch(
+    stubs: dict[str, Path], reservation: list[str], said: str
+) -> None:
+    refused = _launch_only(stubs, reservation, CAPACITY_RESERVATION=RESERVATION)
+    assert refused.returncode == 2
+    assert said in refused.stderr
+    assert _aws_changes(stubs) == []
+
+
+def test_the_role_it_creates_holds_exactly_what_the_nodes_need(stubs: dict[str, Path]) -> None:
+    # Given an account without the job's role, instance profile and placement group
+    launched = _launch_only(
+        stubs, STUB_ABSENT="1", TRAIN_CODE_URI="s3://code-bucket/llm-70b/", CHECKPOINT_URI="s3://ckpt/runs/llm-70b/"
+    )
+    assert launched.returncode == 0, launched.stderr
+    calls = _aws_changes(stubs)
+    role = f"stallwatch-{JOB}"
+
+    # Then the role is created for EC2 with the stack's policy (metrics, logs, agent config and wheel) and SSM's core
+    # (recovery in place), and may read the code and read and write the checkpoints, under their prefixes only
+    [create] = [c for c in calls if c[1:3] == ["iam", "create-role"]]
+    trust = json.loads(create[create.index("--assume-role-policy-document") + 1])
+    assert trust["Statement"] == [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+    ]
+    attached = {c[c.index("--policy-arn") + 1] for c in calls if c[1:3] == ["iam", "attach-role-policy"]}
+    assert attached == {OUTPUTS["Ec2InstancePolicyArn"], "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
+    [inline] = [c for c in calls if c[1:3] == ["iam", "put-role-policy"]]
+    statements = {s["Sid"]: s for s in json.loads(inline[inline.index("--policy-document") + 1])["Statement"]}
+    assert statements["TrainingCode"]["Action"] == ["s3:GetObject"]
+    assert statements["TrainingCode"]["Resource"] == "arn:aws:s3:::code-bucket/llm-70b/*"
+    assert statements["ListCode"]["Condition"] == {"StringLike": {"s3:prefix": "llm-70b/*"}}
+    assert set(statements["TrainingCheckpoints"]["Action"]) == {
+        "s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
+    }  # fmt: skip
+    assert statements["TrainingCheckpoints"]["Resource"] == "arn:aws:s3:::ckpt/runs/llm-70b/*"
+    assert statements["ListCheckpoints"]["Resource"] == "arn:aws:s3:::ckpt"
+    assert ["aws", "iam", "add-role-to-instance-profile", "--instance-profile-name", role, "--role-name", role] in calls
+    # And the cluster placement group is created, all before the first launch, which uses the profile
+    assert ["aws", "ec2", "create-placement-group", "--group-name", role, "--strategy", "cluster"] in calls
+    first_launch = next(i for i, c in enumerate(calls) if c[1:3] == ["ec2", "run-instances"])
+    assert all(c[1] == "iam" or "placement" in c[2] for c in calls[:first_launch])
+    assert _request(stubs, "rank0")["IamInstanceProfile"] == {"Name": role}
+
+
+def test_a_dry_run_prints_the_requests_and_changes_nothing(stubs: dict[str, Path]) -> None:
+    printed = _launch_only(stubs, DRY_RUN="1")
+    assert printed.returncode == 0, printed.stderr
+    rank0, others = (json.loads(line) for line in printed.stdout.splitlines())
+    assert (rank0["MinCount"], others["MinCount"]) == (1, 3)
+    assert len(rank0["NetworkInterfaces"]) == 32
+    assert _aws_changes(stubs) == []
+
+
+def test_help_and_docs_name_every_value_launch_sh_reads() -> None:
+    # Given the values launch.sh reads from its environment
+    script = (DEPLOY / "launch.sh").read_text()
+    read = set(re.findall(r'^([A-Z_]+)="\$\{\1:-', script, re.MULTILINE)) | {"STALLWATCH_STACK", "NPROC_PER_NODE"}
+    read |= {"TRAIN_DIR", "PYTHON", "RDZV_PORT"}  # handed on to the nodes as they are
+    shown = subprocess.run(["bash", str(DEPLOY / "launch.sh"), "--help"], capture_output=True, text=True, check=True)
+    documented = {line.split()[0] for line in shown.stdout.splitlines() if re.match(r"^  [A-Z_]{3,} ", line)}
+    # Then --help names each, with its default, and so does docs/deploy.md's table of them
+    assert read <= documented
+    deploy_md = (Path(__file__).resolve().parents[1] / "docs" / "deploy.md").read_text()
+    assert [name for name in sorted(documented) if f"| `{name}`" not in deploy_md] == []
 
 
 def test_the_unit_file_is_one_systemd_accepts(stubs: dict[str, Path]) -> None:

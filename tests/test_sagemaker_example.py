@@ -3,7 +3,9 @@ the role it needs (the SDK itself is not called: launching needs an account)."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from stallwatch.core import contract
-from stallwatch.core.policy import MODE_TAG
+from stallwatch.core.policy import MODE_TAG, Policy
 from stallwatch.core.resume import RESUME_TAG
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +57,9 @@ def test_the_source_dir_carries_the_wheel_and_a_requirements_line_pip_installs(w
     source = example.stage_source_dir(wheel, tmp_path / "source")
 
     # Then it holds the entry point, what it imports, and the wheel named by requirements.txt
-    assert {p.name for p in source.iterdir()} == {"train_gpt.py", "gpt.py", wheel.name, "requirements.txt"}
+    assert {p.name for p in source.iterdir()} == {
+        "train_gpt.py", "gpt.py", "distributed.py", "checkpoints.py", wheel.name, "requirements.txt",
+    }  # fmt: skip
     # And pip, run there as SageMaker's container runs it, takes the line: the local wheel, with the aws extra
     dry_run = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "-r", "requirements.txt"],
@@ -69,10 +73,36 @@ def test_the_source_dir_carries_the_wheel_and_a_requirements_line_pip_installs(w
     assert "Would install trainer-agent-" in dry_run.stdout
 
 
-def test_the_estimator_opts_the_job_in_with_a_checkpoint_and_the_agents_metrics(tmp_path: Path) -> None:
+def test_by_default_the_job_carries_no_mode_tag_and_the_deployments_mode_governs_it(tmp_path: Path) -> None:
+    # Given the example's defaults, as its command line has them
+    args = _parsed(["--bucket", "b"])
+
+    # When it builds the job with them
+    arguments = example.estimator_arguments(
+        job=args.job, role="arn:aws:iam::123456789012:role/training", bucket="b", source_dir=tmp_path,
+        instance_type=args.instance_type, instances=args.instances, mode=args.mode, restarts=args.restarts,
+    )  # fmt: skip
+
+    # Then the job opts into nothing: no stallwatch:mode (the deployment's notify governs), no resume
+    assert arguments["tags"] == []
+    assert Policy().for_job({}).may_stop is False
+
+
+def test_help_shows_every_options_default() -> None:
+    # Given --help's text, one block per option (a line starting with the option, then its indented help)
+    text = example.build_parser().format_help().split("options:\n", 1)[1]
+    blocks = [" ".join(block.split()) for block in re.split(r"\n(?=  -)", text)]
+
+    # Then every option but --help names its default
+    options = {block.split()[0].rstrip(","): block for block in blocks}
+    assert set(options) >= {"--mode", "--restarts", "--instances", "--instance-type", "--job", "--wheel"}
+    assert [o for o, block in options.items() if o != "-h" and "(default:" not in block] == []
+
+
+def test_the_estimator_opts_the_job_in_when_asked_with_a_checkpoint_and_the_agents_metrics(tmp_path: Path) -> None:
     arguments = example.estimator_arguments(
         job="llama-8b", role="arn:aws:iam::123456789012:role/training", bucket="b", source_dir=tmp_path,
-        instance_type="ml.p4d.24xlarge", instances=2,
+        instance_type="ml.p4d.24xlarge", instances=2, mode="enforce", restarts=2,
     )  # fmt: skip
     tags = {t["Key"]: t["Value"] for t in arguments["tags"]}
     assert tags == {MODE_TAG: "enforce", RESUME_TAG: "2"}
@@ -80,6 +110,10 @@ def test_the_estimator_opts_the_job_in_with_a_checkpoint_and_the_agents_metrics(
     assert arguments["hyperparameters"]["checkpoint-dir"] == arguments["checkpoint_local_path"]
     assert arguments["distribution"] == {"torch_distributed": {"enabled": True}}
     assert {d["Name"] for d in arguments["metric_definitions"]} >= {"stallwatch:Step"}
+
+
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    return example.build_parser().parse_args(argv)
 
 
 def test_the_execution_role_may_publish_the_agents_metrics_only_in_stallwatchs_namespace() -> None:

@@ -12,7 +12,9 @@
 step() and record() never synchronize host and device, and no method raises into the loop: a
 failure is logged once and training goes on. A background thread emits one window every interval_s,
 with Steps=0 when the loop is stuck. SIGTERM flushes the last window within 2 s even while the loop is
-blocked in a collective (see trainer_agent.sigterm), and so does interpreter exit.
+blocked in a collective (see trainer_agent.sigterm), and so does interpreter exit. On every rank, a stall
+(no step for a while) writes every thread's stack once (see trainer_agent.stacks), and so does SIGTERM
+while the loop is blocked.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from trainer_agent.peaks import peak_tflops as table_peak_tflops
 from trainer_agent.peaks import precision_key
 from trainer_agent.pending import CompletedStep, CudaStepEvents, LossBuffer, read
 from trainer_agent.sinks import AUTO, Sink, build_sinks
+from trainer_agent.stacks import StackWatch, StallDumps
 from trainer_agent.window import Progress, Scale, Window, WindowTotals, host_metrics, job_metrics
 
 DEFAULT_INTERVAL_S = 60.0
@@ -86,6 +89,7 @@ class TrainerAgent:
         data_parallel_size: int | None = None,
         device: str | None = None,
         handle_sigterm: bool = True,
+        stall_dumps: StallDumps | None = StallDumps(),  # noqa: B008 - frozen, shared safely
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """
@@ -102,6 +106,8 @@ class TrainerAgent:
                 step(tokens=, samples=) are this rank's and count data_parallel_size times.
             device: "cuda" or "cpu"; default "cuda" when torch is imported and CUDA is available.
             handle_sigterm: flush the last window on SIGTERM, then let the previous disposition apply.
+            stall_dumps: when every rank writes its threads' stacks (once per stall, and at SIGTERM while the loop
+                is blocked) to the sinks that take them; None: never.
             clock: monotonic seconds for step and window timing (a fake one in tests).
         """
         if not interval_s >= MIN_INTERVAL_S:
@@ -124,7 +130,7 @@ class TrainerAgent:
             flops_per_token=flops_per_token,
             peak_tflops=peak_tflops or self._peak_from_table(precision, flops_per_step or flops_per_token),
         )
-        self.sinks = build_sinks(sinks if self.active else [])
+        self.sinks = build_sinks(sinks if self.active or stall_dumps else [], stacks_only=not self.active)
 
         self._clock = clock
         self._lock = threading.RLock()
@@ -136,6 +142,8 @@ class TrainerAgent:
         self._window_start = self._started_at
         self._totals = WindowTotals()
         self._step = 0
+        self._ended = 0
+        """Steps ended on this rank (every rank): the stall watch's view of the loop."""
         self._last_step_at: float | None = None
         self._step_started_at: float | None = None
         self._open_step_counted_s = 0.0
@@ -148,14 +156,25 @@ class TrainerAgent:
         self._gpus = GpuSampler() if self.identity.reports_host else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stacks: StackWatch | None = None
+        if stall_dumps is not None and self.sinks.takes_stacks:
+            hold = self._phases_end
+            self._stacks = StackWatch(
+                stall_dumps, self.identity, self.sinks.emit_stacks, self._ended_steps, hold, clock
+            )
+        self._running = self.active or self._stacks is not None
+        """This process has threads and sinks to close (a rank that reports nothing may still watch for stalls)."""
         self._flushes_on_sigterm = False
-        if self.active:
+        if self._running:
             _agents.add(self)
             atexit.register(self.close)
             if handle_sigterm:
-                self._flushes_on_sigterm = sigterm.subscribe(self.close)
+                self._flushes_on_sigterm = sigterm.subscribe(self._on_sigterm)
+        if self.active:
             self._thread = threading.Thread(target=self._run, name="stallwatch-agent", daemon=True)
             self._thread.start()
+        if self._stacks is not None:
+            self._stacks.start()
 
     # -- the loop's API ------------------------------------------------------------------------------------
 
@@ -203,6 +222,7 @@ class TrainerAgent:
         job_tokens: int | None = None,
     ) -> None:
         """Mark the end of the step started by start_step() (arguments as for step())."""
+        self._ended += 1  # on every rank, the stall watch's only cost to the loop: no call, no lock
         if not self.active or self._closed:
             return
         now = self._clock()
@@ -268,7 +288,7 @@ class TrainerAgent:
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
         """Emit the last (partial) window and close the sinks, returning within timeout_s; while another thread
         closes the agent (SIGTERM), wait for it, as long as timeout_s."""
-        if not self.active or os.getpid() != self._pid:
+        if not self._running or os.getpid() != self._pid:
             return
         if not self._close_claim.acquire(blocking=False):
             self._close_done.wait(timeout_s)
@@ -277,15 +297,25 @@ class TrainerAgent:
         deadline = time.monotonic() + timeout_s
         try:
             self._stop.set()
+            if self._stacks is not None:
+                self._stacks.stop()
             if self._thread is not None and self._thread is not threading.current_thread():
                 self._thread.join(min(timeout_s / 4, THREAD_JOIN_S))
-            self._emit()
+            if self.active:
+                self._emit()
             self.sinks.close(max(deadline - time.monotonic(), 0.0))
         finally:
             atexit.unregister(self.close)
             if self._flushes_on_sigterm:
-                sigterm.unsubscribe(self.close)
+                sigterm.unsubscribe(self._on_sigterm)
             self._close_done.set()
+
+    def _on_sigterm(self, timeout_s: float) -> None:
+        """SIGTERM (on the agent's SIGTERM thread): the stacks first if the loop is blocked, then close()."""
+        deadline = time.monotonic() + timeout_s
+        if self._stacks is not None:
+            self._stacks.on_sigterm(timeout_s / 4)
+        self.close(max(deadline - time.monotonic(), 0.0))
 
     # -- windows -------------------------------------------------------------------------------------------
 
@@ -378,11 +408,15 @@ class TrainerAgent:
 
     @_never_raises
     def start_phase(self, name: str, budget_s: float) -> bool:
-        """Open a phase (for callbacks that cannot use the phase() context manager); False if ignored."""
-        if not self.active or self._closed:
+        """Open a phase (for callbacks that cannot use the phase() context manager); False if ignored. Every rank
+        keeps its phases: the stall watch writes no stacks while one is within its budget."""
+        if not self._running or self._closed:
             return False
         if not budget_s > 0:
-            warn_once(f"phase-budget:{name}", "phase %r: budget_s must be > 0, not %r; phase ignored", name, budget_s)
+            if self.active:
+                warn_once(
+                    f"phase-budget:{name}", "phase %r: budget_s must be > 0, not %r; phase ignored", name, budget_s
+                )
             return False
         now = self._clock()
         with self._lock:
@@ -397,6 +431,13 @@ class TrainerAgent:
             if self._phases:
                 self._phases.pop()
                 self._leave_busy(self._clock())
+
+    def _phases_end(self) -> float | None:
+        """When the open phases' budgets are spent (the agent's clock), or None without one."""
+        return max((start + budget for _, start, budget in list(self._phases)), default=None)
+
+    def _ended_steps(self) -> int:
+        return self._ended
 
     def _enter_busy(self, now: float) -> None:
         if self._busy_depth == 0:
@@ -426,6 +467,8 @@ class TrainerAgent:
     def _after_fork_in_child(self) -> None:
         """A forked child (a DataLoader worker) is not the reporting process: it stays silent."""
         self.active = False
+        self._running = False
+        self._stacks = None
         self._lock = threading.RLock()
 
 

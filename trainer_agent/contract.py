@@ -50,3 +50,28 @@ JOB_NAME_ENV = "STALLWATCH_JOB_NAME"
 SAGEMAKER_JOB_NAME_ENV = "TRAINING_JOB_NAME"  # set by SageMaker in a training job: the name the control plane reads
 JOB_TAG = "stallwatch:job"
 HOST_ENV = "SM_CURRENT_HOST"
+# In a Slurm job (srun's tasks): the job is named from the cluster, the id and the name (`slurm_job_name`), as the
+# control plane names it from deploy/slurm's event; the host is the Slurm node.
+SLURM_JOB_ID_ENV = "SLURM_JOB_ID"
+SLURM_JOB_NAME_ENV = "SLURM_JOB_NAME"
+SLURM_CLUSTER_ENV = "SLURM_CLUSTER_NAME"
+SLURM_NODE_ENV = "SLURMD_NODENAME"
+SLURM_NAME_MAX = 63  # a job name becomes alarm names and the JobName dimension, as SageMaker's (63 at most)
+
+
+def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
+    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every character but letters, digits, '-' and '_' made '-',
+    at most 63 (``slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"``). The id keeps two jobs of a cluster
+    apart; the control plane's key adds the submit time (Slurm reuses ids)."""
+    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part)
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in joined)
+    return cleaned[:SLURM_NAME_MAX]
+
+
+# The stack dump (trainer_agent.stacks): one JSON line per rank and stall whose first key is this marker, the term the
+# control plane's log filter asks CloudWatch Logs for; its value is the line's format version.
+STACKS_MARKER = "StallwatchStacks"
+STACKS_VERSION = 1
+# What a decision reads of one stall's dumps (three FilterLogEvents pages of 1 MB, less each event's overhead): each
+# rank's line is kept within this over the world size, so every rank's is read.
+STACKS_READ_BYTES = 2_800_000

@@ -5,10 +5,12 @@ ident.reports_job, ident.reports_host
 
 The job name: in a SageMaker training job, always SageMaker's ``TRAINING_JOB_NAME`` (the name the control plane
 reads, and a resumed ``-r1`` gets its own); a differing ``STALLWATCH_JOB_NAME`` or ``job_name`` is logged once and
-not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME``; on EC2 the instance's
+not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME``; in a Slurm job, the name
+``<cluster>-<SLURM_JOB_ID>-<SLURM_JOB_NAME>`` (`contract.slurm_job_name`); on EC2 the instance's
 ``stallwatch:job`` tag (instance metadata, when tags in metadata are enabled); the EC2 instance id (a one-instance
-job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the EC2 instance
-id, else the hostname.
+job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the Slurm node
+(``SLURMD_NODENAME``), else the EC2 instance id, else the hostname. The global rank: torchrun's ``RANK``, else Open
+MPI's, else ``SLURM_PROCID`` (srun's task id: rank 0 is task 0).
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_agent.contract import HOST_ENV, JOB_NAME_ENV, JOB_TAG, SAGEMAKER_JOB_NAME_ENV
+from trainer_agent.contract import (
+    HOST_ENV,
+    JOB_NAME_ENV,
+    JOB_TAG,
+    SAGEMAKER_JOB_NAME_ENV,
+    SLURM_CLUSTER_ENV,
+    SLURM_JOB_ID_ENV,
+    SLURM_JOB_NAME_ENV,
+    SLURM_NODE_ENV,
+    slurm_job_name,
+)
 from trainer_agent.log import warn_once
 
 # On Nitro instances the DMI board asset tag holds the instance id: a file read, no network.
@@ -30,10 +42,22 @@ INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 IMDS_URL = "http://169.254.169.254/latest"
 IMDS_TIMEOUT_S = 0.3
 IMDS_TOKEN_TTL_S = "60"
-# Launchers' variables, first match wins: torchrun/SageMaker, Open MPI, Slurm.
-RANK_ENV = ("RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-WORLD_SIZE_ENV = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
-LOCAL_RANK_ENV = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+# Launchers' (rank, world size, local rank) variables; the first launcher whose rank is set names all three (a
+# launcher started by another, torchrun under srun, sets its own): torchrun and torch elastic (also DeepSpeed's
+# launcher, accelerate, SageMaker's torch_distributed), Open MPI's mpirun, MVAPICH2, MPICH and Intel MPI (Hydra's
+# PMI), Slurm's srun.
+LAUNCHERS: tuple[tuple[str, str, str], ...] = (
+    ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+# Lightning's own launcher sets no global rank: its node's, the local one, and per node (LOCAL_WORLD_SIZE) if known.
+NODE_RANK_ENV, LOCAL_WORLD_SIZE_ENV = "NODE_RANK", "LOCAL_WORLD_SIZE"
+RANK_ENV = tuple(rank for rank, _, _ in LAUNCHERS)
+WORLD_SIZE_ENV = tuple(size for _, size, _ in LAUNCHERS)
+LOCAL_RANK_ENV = tuple(local for _, _, local in LAUNCHERS)
 
 
 @dataclass(frozen=True)
@@ -91,20 +115,42 @@ def _job_name(given: str | None) -> str:
                 platform,
             )
         return platform
-    return chosen or ec2_job_tag() or ec2_instance_id() or socket.gethostname()
+    return chosen or _slurm_job() or ec2_job_tag() or ec2_instance_id() or socket.gethostname()
+
+
+def _slurm_job() -> str | None:
+    """In a Slurm job, its name as the control plane gives it (`contract.slurm_job_name`); else None."""
+    job_id = os.environ.get(SLURM_JOB_ID_ENV)
+    if not job_id:
+        return None
+    return slurm_job_name(os.environ.get(SLURM_CLUSTER_ENV, ""), job_id, os.environ.get(SLURM_JOB_NAME_ENV, ""))
 
 
 def _ranks() -> tuple[int, int, int]:
+    rank, world_size, local_rank = _launcher_ranks()
     # Only consult torch.distributed if the script imported torch: it cannot be initialised otherwise.
     torch = sys.modules.get("torch")
     if torch is not None and torch.distributed.is_available() and torch.distributed.is_initialized():
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        rank, world_size = _env_int(RANK_ENV, 0), _env_int(WORLD_SIZE_ENV, 1)
-    return rank, world_size, _env_int(LOCAL_RANK_ENV, rank)
+    return rank, world_size, rank if local_rank is None else local_rank
 
 
-def _env_int(names: tuple[str, ...], default: int) -> int:
+def _launcher_ranks() -> tuple[int, int, int | None]:
+    """(rank, world size, local rank or None) from the first launcher whose rank is set, else from Lightning's node
+    and local ranks, else a single process's."""
+    for rank_name, size_name, local_name in LAUNCHERS:
+        rank = _env_int((rank_name,))
+        if rank is not None:
+            return rank, _env_int((size_name,)) or 1, _env_int((local_name, "LOCAL_RANK"))
+    local, node = _env_int(("LOCAL_RANK",)), _env_int((NODE_RANK_ENV,)) or 0
+    # Node 0's ranks are exact; another node's, without LOCAL_WORLD_SIZE, are at least not 0 (torch.distributed's
+    # rank replaces them once it is initialized).
+    rank = node * (_env_int((LOCAL_WORLD_SIZE_ENV,)) or (local or 0) + 1) + (local or 0)
+    return rank, max(_env_int(("WORLD_SIZE",)) or 1, rank + 1), local
+
+
+def _env_int(names: tuple[str, ...]) -> int | None:
+    """The first of the variables that is set, as an integer (a `ValueError` names one that is not)."""
     for name in names:
         value = os.environ.get(name)
         if value:
@@ -112,11 +158,11 @@ def _env_int(names: tuple[str, ...], default: int) -> int:
                 return int(value)
             except ValueError:
                 raise ValueError(f"environment variable {name}={value!r} is not an integer") from None
-    return default
+    return None
 
 
 def _host() -> str:
-    return os.environ.get(HOST_ENV) or ec2_instance_id() or socket.gethostname()
+    return os.environ.get(HOST_ENV) or os.environ.get(SLURM_NODE_ENV) or ec2_instance_id() or socket.gethostname()
 
 
 def ec2_instance_id(dmi_dir: Path | None = None) -> str | None:

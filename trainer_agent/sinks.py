@@ -2,6 +2,9 @@
 
 sinks = FanOutSink([EmfStdoutSink(), JsonlSink("metrics.jsonl")])
 build_sinks("auto")   # CloudWatch (when boto3 and credentials are present) + the EMF stdout line
+
+A sink that also has `emit_stacks(dump)` takes the stall's stack dumps (trainer_agent.stacks): the stdout line and
+JSONL do; CloudWatch metrics do not.
 """
 
 from __future__ import annotations
@@ -18,11 +21,16 @@ from typing import IO, Protocol, runtime_checkable
 from trainer_agent.cloudwatch import CloudWatchSink
 from trainer_agent.emf import emf_document
 from trainer_agent.log import logger, warn_once
+from trainer_agent.stacks import StackDump
 from trainer_agent.window import Window
 
 AUTO = "auto"
 SINK_QUEUE_WINDOWS = 64
 """Windows a sink may fall behind by before its newer windows are dropped (each sink has its own)."""
+STACKS_SCOPE = "stacks"
+"""A stack dump's `scope` in a JSONL file."""
+
+Item = Window | StackDump
 
 
 @runtime_checkable
@@ -32,6 +40,17 @@ class Sink(Protocol):
     def emit(self, window: Window) -> None: ...
 
     def close(self, timeout_s: float) -> None: ...
+
+
+@runtime_checkable
+class StacksSink(Protocol):
+    """A sink that also takes stack dumps (from the agent's stall watch, and at SIGTERM)."""
+
+    def emit_stacks(self, dump: StackDump) -> None: ...
+
+
+def takes_stacks(sink: object) -> bool:
+    return isinstance(sink, StacksSink)
 
 
 class NullSink:
@@ -55,6 +74,12 @@ class EmfStdoutSink:
         stream.write(json.dumps(emf_document(window)) + "\n")
         stream.flush()
 
+    def emit_stacks(self, dump: StackDump) -> None:
+        """The dump's line, in one write (the line fits a pipe's atomic write: ranks sharing stdout never mix)."""
+        stream = self._stream or sys.stdout
+        stream.write(dump.line() + "\n")
+        stream.flush()
+
     def close(self, timeout_s: float) -> None:
         pass
 
@@ -67,10 +92,17 @@ class JsonlSink:
         self._file: IO[str] | None = None
 
     def emit(self, window: Window) -> None:
+        self._append(json.dumps(window.as_record()))
+
+    def emit_stacks(self, dump: StackDump) -> None:
+        """The dump's line, with `scope` "stacks" (a window's is "job" or "host")."""
+        self._append(json.dumps({"scope": STACKS_SCOPE} | json.loads(dump.line())))
+
+    def _append(self, line: str) -> None:
         if self._file is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._file = self.path.open("a", encoding="utf-8")
-        self._file.write(json.dumps(window.as_record()) + "\n")
+        self._file.write(line + "\n")
         self._file.flush()
 
     def close(self, timeout_s: float) -> None:
@@ -90,10 +122,21 @@ class FanOutSink:
         self.sinks = list(sinks)
         self._workers = [SinkWorker(sink) for sink in self.sinks]
 
+    @property
+    def takes_stacks(self) -> bool:
+        """Whether any sink takes stack dumps."""
+        return any(takes_stacks(sink) for sink in self.sinks)
+
     def emit(self, window: Window) -> None:
         """Queue the window for every sink; never waits."""
         for worker in self._workers:
             worker.put(window)
+
+    def emit_stacks(self, dump: StackDump) -> None:
+        """Queue the dump for the sinks that take stacks; never waits."""
+        for worker in self._workers:
+            if takes_stacks(worker.sink):
+                worker.put(dump)
 
     def close(self, timeout_s: float) -> None:
         """Each sink sends what it holds and closes, all at once; returns within timeout_s whatever they do."""
@@ -117,13 +160,13 @@ class SinkWorker:
         self.max_windows = max_windows
         self.dropped = 0
         """Windows dropped because the sink fell max_windows behind."""
-        self._windows: deque[Window] = deque()
+        self._windows: deque[Item] = deque()
         self._changed = threading.Condition()
         self._busy = False
         self._close_by: float | None = None
         self._thread: threading.Thread | None = None
 
-    def put(self, window: Window) -> None:
+    def put(self, window: Item) -> None:
         with self._changed:
             if self._close_by is not None:
                 return
@@ -179,7 +222,10 @@ class SinkWorker:
                 window = self._windows.popleft()
                 self._busy = True
             try:
-                self.sink.emit(window)
+                if isinstance(window, StackDump):
+                    self.sink.emit_stacks(window)  # type: ignore[attr-defined]
+                else:
+                    self.sink.emit(window)
             except Exception as error:  # the agent never raises into the loop
                 warn_once(f"emit:{id(self.sink)}", "sink %s failed, its windows are dropped: %r", self.sink, error)
             finally:
@@ -192,17 +238,18 @@ class SinkWorker:
             logger.warning("sink %s failed to close: %r", self.sink, error)
 
 
-def build_sinks(sinks: str | list[Sink]) -> FanOutSink:
-    """The agent's sinks: "auto" (CloudWatch when boto3 is installed, plus the EMF stdout line) or a list."""
+def build_sinks(sinks: str | list[Sink], stacks_only: bool = False) -> FanOutSink:
+    """The agent's sinks: "auto" (CloudWatch when boto3 is installed, plus the EMF stdout line) or a list;
+    `stacks_only` (a rank that reports no windows): only those that take stack dumps."""
     if isinstance(sinks, str):
         if sinks != AUTO:
             raise ValueError(f"sinks must be {AUTO!r} or a list of sinks, not {sinks!r}")
         chosen: list[Sink] = [EmfStdoutSink()]
-        if module_available("boto3"):
+        if module_available("boto3") and not stacks_only:
             # Credentials are checked on the sink's own thread: resolving them may take a while off AWS.
             chosen.append(CloudWatchSink(require_credentials=True))
         return FanOutSink(chosen)
-    return FanOutSink(list(sinks))
+    return FanOutSink([sink for sink in sinks if takes_stacks(sink) or not stacks_only])
 
 
 def module_available(name: str) -> bool:

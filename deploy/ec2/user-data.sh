@@ -3,7 +3,8 @@
 # as assignments after the first line; run once, at the node's first boot, it:
 #   1. installs the CloudWatch agent (Amazon Linux 2023, Ubuntu, RHEL; x86_64 or arm64) and starts it with the
 #      configuration in the stack's SSM parameter (GPU metrics per instance, training logs to the stack's group);
-#   2. installs the trainer agent from the wheel the stack publishes (never from a package index);
+#   2. installs the trainer agent from the wheel the stack publishes, with its dependencies' wheels beside it (never
+#      from a package index: a private subnet without a way out boots as well);
 #   3. writes /etc/stallwatch/train.env and starts the training as the systemd unit stallwatch-train.service:
 #      torchrun with the job's values, started again at every boot (a StartInstances resume), restartable in place
 #      with `systemctl restart stallwatch-train.service`; the training script finds its last checkpoint under
@@ -27,6 +28,7 @@ RDZV_PORT="${RDZV_PORT:-29400}"
 # -------------------------------------------------------------------------------------------------------------------
 
 ROOT="${STALLWATCH_ROOT:-}"  # tests install under a folder; on a node everything goes to /
+VALIDATE_ONLY="${STALLWATCH_VALIDATE_ONLY:-}"  # launch.sh: check the values on the launching machine, then exit
 UNIT=stallwatch-train.service
 ENV_FILE=/etc/stallwatch/train.env
 LAUNCHER=/opt/stallwatch/bin/stallwatch-train
@@ -39,7 +41,8 @@ die() {
   exit 1
 }
 
-imds() {  # GET an instance-metadata path (IMDSv2); empty if absent
+imds() {  # GET an instance-metadata path (IMDSv2); empty if absent (and off a node)
+  [ -z "$VALIDATE_ONLY" ] || return 0
   local token
   token="$(curl -fsS -m 5 -X PUT "$IMDS/api/token" -H "X-aws-ec2-metadata-token-ttl-seconds: 300")" || return 0
   curl -fsS -m 5 -H "X-aws-ec2-metadata-token: $token" "$IMDS/$1" || true
@@ -69,6 +72,7 @@ check PYTHON "$PYTHON" '^[A-Za-z0-9_./-]+$' "the training environment's python"
 check NPROC_PER_NODE "$NPROC_PER_NODE" '^([1-9][0-9]{0,2}|gpu)$' "a number of processes, or gpu"
 check RDZV_PORT "$RDZV_PORT" '^[1-9][0-9]{0,4}$' "a port"
 check REGION "$REGION" '^([a-z]{2}(-[a-z]+)+-[0-9]{1,2})?$' "an AWS region, from instance metadata"
+[ -z "$VALIDATE_ONLY" ] || exit 0
 
 install_cloudwatch_agent() {
   [ -x "$ROOT$CLOUDWATCH_AGENT_CTL" ] && return 0  # the Deep Learning AMIs have it
@@ -102,7 +106,9 @@ install_trainer_agent() {
   python3 -m zipfile -e "$wheels/agent.zip" "$wheels"
   local wheel
   wheel="$(ls "$wheels"/trainer_agent-*-py3-none-any.whl)" || die "$AGENT_WHEEL_URI holds no trainer-agent wheel"
-  "$PYTHON" -m pip install --quiet --no-cache-dir "$wheel[aws,nvml]"
+  # Never a package index: the wheel's dependencies travel beside it in the stack's zip (a private subnet has no way
+  # out); what the training environment already has (boto3 in a Deep Learning AMI) is kept when it fits.
+  "$PYTHON" -m pip install --quiet --no-cache-dir --no-index --find-links "$wheels" "$wheel[aws,nvml]"
 }
 
 install_cloudwatch_agent

@@ -8,15 +8,21 @@ import pytest
 
 from trainer_agent import TrainerAgent, Window
 from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
-from trainer_agent.identity import LOCAL_RANK_ENV, RANK_ENV, WORLD_SIZE_ENV
+from trainer_agent.identity import LOCAL_RANK_ENV, LOCAL_WORLD_SIZE_ENV, NODE_RANK_ENV, RANK_ENV, WORLD_SIZE_ENV
 
 PROCESS_ENV = (
     *RANK_ENV,
     *WORLD_SIZE_ENV,
     *LOCAL_RANK_ENV,
+    NODE_RANK_ENV,
+    LOCAL_WORLD_SIZE_ENV,
     "TRAINING_JOB_NAME",
     "STALLWATCH_JOB_NAME",
     "SM_CURRENT_HOST",
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_CLUSTER_NAME",
+    "SLURMD_NODENAME",
 )
 
 

@@ -109,6 +109,27 @@ def test_the_variable_wins_over_the_instance_tag(nitro, monkeypatch):
     assert Identity.detect().job == "from-env"
 
 
+def test_in_a_slurm_job_srun_task_0_of_the_job_reports_it_under_its_cluster_id_and_name(monkeypatch, tmp_path):
+    # Given srun's task 1 of 2 (no torchrun) of job 4242 "llm 7b.v2" on node queue1-st-p5-2 of cluster pc1
+    monkeypatch.setattr(identity, "DMI_DIR", tmp_path)
+    monkeypatch.delenv("STALLWATCH_JOB_NAME")
+    monkeypatch.delenv("SM_CURRENT_HOST")
+    srun = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "llm 7b.v2", "SLURM_CLUSTER_NAME": "pc1"}
+    srun |= {"SLURMD_NODENAME": "queue1-st-p5-2", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0"}
+    for name, value in srun.items():
+        monkeypatch.setenv(name, value)
+    # When the agent finds its identity
+    ident = Identity.detect()
+    # Then the job is named as the control plane names it, the host is the node, and only task 0 reports the job
+    assert (ident.job, ident.host) == ("pc1-4242-llm-7b-v2", "queue1-st-p5-2")
+    assert (ident.rank, ident.world_size, ident.reports_job, ident.reports_host) == (1, 2, False, True)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    assert Identity.detect().reports_job
+    # and an explicit name still wins
+    monkeypatch.setenv("STALLWATCH_JOB_NAME", "mine")
+    assert Identity.detect().job == "mine"
+
+
 def test_host_is_sagemakers_current_host(monkeypatch):
     monkeypatch.setenv("SM_CURRENT_HOST", "algo-3")
     assert Identity.detect().host == "algo-3"
@@ -131,6 +152,43 @@ def test_ranks_come_from_open_mpi_when_torchrun_is_absent(monkeypatch):
     ident = Identity.detect()
     assert (ident.rank, ident.world_size, ident.local_rank) == (5, 8, 0)
     assert ident.reports_host
+
+
+@pytest.mark.parametrize(
+    ("launcher", "env"),
+    [
+        # DeepSpeed's launcher (deepspeed.launcher.launch) sets torchrun's variables, plus its own LOCAL_SIZE
+        ("deepspeed", {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_SIZE": "8", "CROSS_RANK": "1"}),
+        ("mvapich", {"MV2_COMM_WORLD_RANK": "9", "MV2_COMM_WORLD_SIZE": "16", "MV2_COMM_WORLD_LOCAL_RANK": "1"}),
+        ("mpich/intel mpi", {"PMI_RANK": "9", "PMI_SIZE": "16", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "8"}),
+        ("srun", {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NODEID": "1"}),
+        # torchrun started by srun, one task per node: torchrun's variables are the process's, Slurm's its agent's
+        ("torchrun under srun", {"RANK": "9", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "SLURM_PROCID": "1"}),
+        # mpirun inside a Slurm allocation: Open MPI's are the process's
+        ("mpirun under sbatch", {"OMPI_COMM_WORLD_RANK": "9", "OMPI_COMM_WORLD_SIZE": "16",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}),
+    ],
+)  # fmt: skip
+def test_ranks_come_from_whichever_launcher_started_the_process(monkeypatch, launcher, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ident = Identity.detect()
+    assert (ident.rank, ident.world_size, ident.local_rank) == (9, 16, 1), launcher
+
+
+def test_lightnings_own_launcher_sets_no_global_rank_and_node_zero_still_reads_exactly(monkeypatch):
+    # Given Lightning's subprocess launcher's child: NODE_RANK, LOCAL_RANK and WORLD_SIZE, no RANK
+    monkeypatch.setenv("NODE_RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    assert (Identity.detect().rank, Identity.detect().world_size) == (3, 16)
+
+    # When it runs on the second node: not rank 0 (it reports no job metrics); exact with LOCAL_WORLD_SIZE
+    monkeypatch.setenv("NODE_RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert not Identity.detect().reports_job
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert Identity.detect().rank == 8
 
 
 def test_a_non_integer_rank_variable_is_named(monkeypatch):

@@ -1,12 +1,17 @@
-"""Fatal-error patterns: real-looking NCCL, CUDA, driver, kernel and Python lines, and benign lookalikes."""
+"""Fatal kinds and checkpoint markers, one line per format the frameworks write, benign lookalikes, and the
+server-side filters as CloudWatch Logs applies them (the real lines are in test_real_lines.py)."""
 
 from __future__ import annotations
+
+import re
+from re import _constants as sre_constants  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 import pytest
 
 from localrun import moto_logs_filter
 from stallwatch.core import log_patterns
-from stallwatch.core.log_patterns import PATTERN_NAMES, match
+from stallwatch.core.log_patterns import PATTERN_NAMES, LinePatterns, match
 
 FATAL_LINES = [
     (
@@ -21,15 +26,26 @@ FATAL_LINES = [
         "nccl_timeout",
     ),
     (
-        "[rank0]:[E1130 09:12:01.123 ProcessGroupNCCL.cpp:1316] [PG 0 (default_pg) Rank 0] "
-        "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress; the collective timed out",
+        "[rank0]:[E1130 09:12:01.123 ProcessGroupNCCL.cpp:1316] [PG 0 (default_pg) Rank 0] ProcessGroupNCCL's "
+        "watchdog got stuck for 480 seconds without making progress in monitoring enqueued collectives.",
         "nccl_timeout",
+    ),
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 5] Heartbeat monitor timed out! Process will be terminated.", "nccl_timeout"),
+    ("RuntimeError: NCCL communicator was aborted on rank 3.", "nccl_timeout"),
+    ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.", "nccl"),
+    ("node-7:311:402 [2] NCCL WARN NET/IB : Got completion from peer 10.1.2.3<40418> with error 12", "nccl"),
+    ("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:219, unhandled system error", "nccl"),
+    ("node-7:311:402 [2] NCCL WARN NET/OFI Request 0x7f completed with error. RC: 21. Error: unknown error", "nccl"),
+    ("WARN: Function: main Line: 66: NET/OFI OFI NCCL failure: 2", "efa"),
+    (
+        "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.",
+        "c10d_timeout",
     ),
     (
-        "[PG ID 0 PG GUID 0(default_pg) Rank 5] Heartbeat monitor timed out! Process will be terminated "
-        "after dumping debug info.",
-        "nccl_timeout",
+        "[E socket.cpp:957] [c10d] The client socket has timed out after 900s while trying to connect to (h, 29500).",
+        "c10d_timeout",
     ),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "c10d_timeout"),
     (
         "RuntimeError: CUDA error: an illegal memory access was encountered\n"
         "CUDA kernel errors might be asynchronously reported at some other API call",
@@ -39,58 +55,95 @@ FATAL_LINES = [
     ("RuntimeError: CUDA error: device-side assert triggered", "cuda_error"),
     ("RuntimeError: CUDA error: unspecified launch failure", "cuda_error"),
     (
-        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, "
-        "m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, "
-        "CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb)`",
         "cuda_error",
     ),
-    (
-        "[Mon Nov 30 09:14:22 2026] NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus.",
-        "xid",
-    ),
-    ("NVRM: Xid (PCI:0000:a0:1c): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error", "xid"),
     (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of "
         "79.10 GiB of which 1.06 GiB is free.",
         "cuda_oom",
     ),
-    ("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB", "cuda_oom"),
+    (
+        "[Mon Nov 30 09:14:22 2026] NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off the bus.",
+        "xid",
+    ),
+    ("NVRM: GPU at PCI:0000:3b:00: GPU has fallen off the bus.", "xid"),
+    ("[Mon Nov 30 09:20:01 2026] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE)", "oom_kill"),
+    ("Out of memory: Killed process 311 (python) total-vm:912345678kB", "oom_kill"),
+    ("RuntimeError: DataLoader worker (pid 6000) is killed by signal: Killed.", "oom_kill"),
+    ("Segmentation fault (core dumped)", "segfault"),
+    ("*** SIGSEGV (@0x0) received by PID 1234 (TID 0x7f) from PID 0; stack trace: ***", "segfault"),
+    ("terminate called after throwing an instance of 'std::runtime_error'", "sigabrt"),
+    ("Fatal Python error: Aborted", "sigabrt"),
+    ("Bus error (core dumped)", "bus_error"),
+    ("slurmstepd: error: *** JOB 1234 ON node-3 CANCELLED AT 2026-01-05T10:11:12 DUE TO NODE FAILURE ***", "slurm"),
+    ("srun: error: node-3: task 3: Killed", "slurm"),
+    ("srun: error: node-3: tasks 0-7: Exited with exit code 1", "slurm"),
+    ("srun: error: Node failure on node-3", "slurm"),
+    ("mpirun noticed that process rank 0 with PID 4242 on node node-1 exited on signal 9 (Killed).", "mpi"),
+    ("[node-1:04242] *** Process received signal ***", "mpi"),
+    ("2026-01-05 10:11:12,123 sagemaker-training-toolkit ERROR    Reporting training FAILURE", "sagemaker_toolkit"),
+    ("2026-01-05 10:11:12,124 sagemaker-training-toolkit ERROR    ExecuteUserScriptError:", "sagemaker_toolkit"),
+    ("[2026-01-05 10:11:12,125] [INFO] [launch.py:315:sigkill_handler] Killing subprocess 4242", "deepspeed_launcher"),
+    (
+        "[2026-01-05 10:11:12,126] [ERROR] [launch.py:321:sigkill_handler] ['python'] exits with return code = -9",
+        "deepspeed_launcher",
+    ),
+    ("  exitcode  : -9 (pid: 311)", "launcher_exit"),
+    ("  exitcode  : 1 (pid: 312)", "launcher_exit"),
+    (
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -6) local_rank: 2 (pid: 311)",
+        "launcher_exit",
+    ),
+    ("  traceback : Signal 9 (SIGKILL) received by PID 311", "launcher_exit"),
+    (
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 311 closing signal SIGTERM",
+        "launcher_exit",
+    ),
+    ("train.py FAILED", "launcher_exit"),
+    (
+        "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 137.",
+        "launcher_exit",
+    ),
+    ("ExitCode 137", "launcher_exit"),
+    ("Killed", "killed"),
+    (" 20%|████                | 216/1063 [00:27<02:17,  6.17it/s]Killed", "killed"),
+    ("/bin/sh: line 1:  4242 Killed                  python train.py --config cfg.yaml", "killed"),
     ("Traceback (most recent call last):", "traceback"),
     ("[rank7]: Traceback (most recent call last):", "traceback"),
-    ("Killed", "killed"),
-    ("/bin/sh: line 1:  4242 Killed                  python train.py --config cfg.yaml", "killed"),
-    (
-        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 2 (pid: 311) "
-        "of binary: /opt/conda/bin/python",
-        "killed",
-    ),
-    ("Signal 9 (SIGKILL) received by PID 311", "killed"),
-    ("subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit status 137.", "killed"),
-    ("ExitCode 137", "killed"),
-    ("[Mon Nov 30 09:20:01 2026] python invoked oom-killer: gfp_mask=0x100cca(GFP_HIGHUSER_MOVABLE)", "killed"),
-    ("Out of memory: Killed process 311 (python) total-vm:912345678kB", "killed"),
+    ("ValueError: too many values to unpack (expected 2)", "python_exception"),
 ]
 
 BENIGN_LINES = [
     "checkpoint saved to s3://bucket/run-7/step-12000",
-    "nccl init ok",
     "NCCL INFO Init COMPLETE comm 0x5581 rank 0 nranks 16 cudaDev 0 busId 101c0 - Init COMPLETE",
+    "node-1:311:311 [0] NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.",
+    "node-1:311:402 [0] nccl_net_ofi_create_plugin:257 NCCL WARN NET/OFI aws-ofi-nccl initialization failed",
     "ProcessGroupNCCL initialized with timeout 600000 ms",
-    "NCCL_TIMEOUT=1800 exported",
-    "CUDA available: True, devices: 8",
+    "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0",
+    "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
     "No CUDA errors detected in the smoke test",
     "step 137 loss 2.31 lr 3e-4",
-    "process exited normally after 137 steps",
+    "  exitcode  : 0 (pid: 311)",
+    "Process exited with exit code 0",
+    "[2026-01-05 10:11:12,126] [INFO] [launch.py:351:main] Process 311 exits successfully.",
     "killed_workers=0 respawned=0",
-    "epoch 3 done in 1370.2 s",
+    "Killed 0 processes",
+    " 45%|████▌     | 450/1000 [10:23<12:41,  1.39s/it]",
     "CUBLAS_STATUS_SUCCESS",
+    "[  +0.000005] pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer",
+    "r8169 0000:03:00.0 eth0: RTL8125B, 58:47:ca:7b:55:71, XID 641, IRQ 51",
+    "wandb: Network error (TransientError), entering retry loop.",
+    "/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:90: UserWarning: None of the inputs have "
+    "requires_grad=True. Gradients will be None",
+    "2026-01-05 10:11:12,123 sagemaker-training-toolkit INFO     Reporting training SUCCESS",
     "",
 ]
 
 
 @pytest.mark.parametrize(("line", "expected"), FATAL_LINES)
-def test_fatal_line_is_named_by_its_pattern(line: str, expected: str) -> None:
-    # Given a line a failing training job writes / When it is matched / Then the pattern that names it
+def test_fatal_line_is_named_by_its_kind(line: str, expected: str) -> None:
+    # Given a line a failing training job writes / When it is matched / Then the kind that names it
     assert match(line) == expected
 
 
@@ -99,34 +152,98 @@ def test_benign_lookalike_matches_nothing(line: str) -> None:
     assert match(line) is None
 
 
-def test_every_pattern_is_exercised_by_a_fatal_line() -> None:
-    # Given the table / Then each of its patterns names at least one real line above
-    assert {expected for _, expected in FATAL_LINES} == set(PATTERN_NAMES)
+def test_every_built_in_kind_is_exercised_by_a_fatal_line() -> None:
+    assert {expected for _, expected in FATAL_LINES} == set(PATTERN_NAMES) - {log_patterns.USER_FATAL}
 
 
-def test_specific_pattern_wins_over_the_traceback_it_comes_with() -> None:
+def test_specific_kind_wins_over_the_traceback_it_comes_with() -> None:
     # Given a multi-line event holding both a traceback and the CUDA OOM it reports
     event = "Traceback (most recent call last):\n  File 'train.py', line 9\ntorch.OutOfMemoryError: CUDA out of memory."
     # Then the specific cause names it
     assert match(event) == "cuda_oom"
 
 
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 48, 61, 62, 74, 79, 92, 94, 95, 109, 119, 120])
+def test_a_fatal_xid_is_a_death(code: int) -> None:
+    assert match(f"[  219.47] NVRM: Xid (PCI:0000:07:00): {code}, pid=4242, name=python3, some text") == "xid"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "NVRM: Xid (PCI:0000:07:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: New row marked for remapping",
+        "NVRM: Xid (PCI:0000:07:00): 64, pid='<unknown>', name=<unknown>, Dynamic Page Retirement: Blacklisting failed",
+        "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)",
+    ],
+    ids=["63", "64", "nvlink-nonfatal"],
+)
+def test_an_informational_xid_is_not(line: str) -> None:
+    # Given NVIDIA's catalogue: a row marked for remapping, a remapping not recorded, a non-fatal NVLink event
+    assert match(line) is None
+
+
+def test_a_fatal_nvlink_xid_is_a_death() -> None:
+    assert match("NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x026001c6 0x0)") == "xid"
+
+
+@pytest.mark.parametrize(
+    ("failed", "succeeded"),
+    [
+        ("  exitcode  : -11 (pid: 5277)", "  exitcode  : 0 (pid: 5277)"),
+        ("failed (exitcode: 2) local_rank: 0 (pid: 1) of binary: /usr/bin/python", "(exitcode: 0) local_rank: 0"),
+        ("[launch.py:321:sigkill_handler] ['python'] exits with return code = 1", "exits with return code = 0"),
+        ("srun: error: node-2: task 1: Exited with exit code 2", "srun: node-2: task 1: Exited with exit code 0"),
+        ("pdsh@node-1: node-2: ssh exited with exit code 255", "ssh exited with exit code 0"),
+        ("AlgorithmError: ExitCode 139", "ExitCode 0"),
+    ],
+    ids=["torchrun-summary", "torch-elastic", "deepspeed", "srun", "pdsh", "sagemaker"],
+)
+def test_exit_codes_are_read_in_every_launchers_format(failed: str, succeeded: str) -> None:
+    assert match(failed) is not None
+    assert match(succeeded) is None
+
+
 CHECKPOINT_LINES = [
-    ("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500", "checkpoint_start"),  # Hugging Face Trainer
+    ("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500", "checkpoint_start"),  # Transformers Trainer
+    ("Configuration saved in /opt/ml/checkpoints/checkpoint-500/config.json", "checkpoint_start"),  # a file of it
+    ("Model weights saved in /opt/ml/checkpoints/checkpoint-500/model.safetensors", "checkpoint_start"),
+    ("Deleting older checkpoint [/opt/ml/checkpoints/checkpoint-250] due to args.save_total_limit", "checkpoint_end"),
     ("[Torch] Checkpoint global_step1200 is about to be saved!", "checkpoint_start"),  # DeepSpeed
+    ("[Torch] Saved /ckpt/global_step1200/mp_rank_00_model_states.pt.", "checkpoint_start"),  # a file of it
+    ("zero checkpoint saved /ckpt/global_step1200/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "checkpoint_start"),
     ("[Torch] Checkpoint global_step1200 is ready now!", "checkpoint_end"),
     ("saving checkpoint at iteration    1000 to /fsx/ckpt", "checkpoint_start"),  # Megatron-LM
+    ("  scheduled an async checkpoint save at iteration       1000 to /fsx/ckpt", "checkpoint_start"),
     ("  successfully saved checkpoint at iteration    1000 to /fsx/ckpt", "checkpoint_end"),
+    ("  successfully saved checkpoint from iteration    1000 to /fsx/ckpt [ t 1/8, p 1/1 ]", "checkpoint_end"),
     ("Saving the checkpoint (or staging if async is enabled).", "checkpoint_start"),  # torchtitan
     ("Finished saving the checkpoint (or staging if async is enabled)in 12.31 seconds.", "checkpoint_end"),
-    ("checkpoint saved to s3://bucket/run-7/step-12000", "checkpoint_end"),
+    ("Preparing to save checkpoint for epoch 1 @ 2000 updates", "checkpoint_start"),  # metaseq
+    (
+        "Saved checkpoint /ckpt/checkpoint_2000.pt (epoch 1 @ 2000 updates) (writing took 12.3 seconds)",
+        "checkpoint_end",
+    ),
+    (
+        "[NeMo I 2026-01-05 10:11:12 nemo:393] Pending async checkpoint saves. Finalizing them synchronously now",
+        "checkpoint_start",
+    ),
+    (
+        "[NeMo I 2026-01-05 10:11:12 nemo_logging:393] Scheduled async checkpoint save for /ckpt/step=99-last.ckpt",
+        "checkpoint_start",
+    ),
+    ("Async checkpoint save for step 100 (/ckpt/step=99-last.ckpt) finalized successfully.", "checkpoint_end"),
     ("Epoch 0, global step 100: 'val_loss' reached 0.50, saving model to '/ckpt/e0.ckpt' as top 1", "checkpoint_start"),
+    ("checkpoint saved to s3://bucket/run-7/step-12000", "checkpoint_end"),
 ]
 NOT_MARKERS = [
     "gradient_checkpointing=True",
     "Loading checkpoint shards: 100%|##########| 4/4",
     "resuming from checkpoint step 1200",
     "step 1200 loss 2.31",
+    "Epoch 3, global step 2000: 'val_loss' was not in top 3",
+    "[INFO] [config.py:964:print]   load_universal_checkpoint .... False",
+    "time (ms) | save-checkpoint: 57514.53",
+    "[INFO] [checkpointing.py:226:model_parallel_cuda_manual_seed] > initializing model parallel cuda seeds",
 ]
 
 
@@ -140,27 +257,104 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
     assert log_patterns.classify(line) == (None, None)
 
 
-@pytest.mark.parametrize("line", [line for line, _ in FATAL_LINES + CHECKPOINT_LINES])
-def test_the_server_side_filter_keeps_every_line_the_patterns_name(line: str) -> None:
-    # Given a fatal or marker line / Then one of the filter's phrases is in it (CloudWatch Logs returns it)
-    assert log_patterns.notable(line)
-
-
-def test_the_filter_pattern_fits_filter_log_events_and_quotes_every_phrase() -> None:
-    # FilterLogEvents takes a filterPattern of at most 1,024 characters (CloudWatch Logs API reference)
-    pattern = log_patterns.FILTER_PATTERN
-    assert len(pattern) <= 1024
-    assert pattern.split(" ?")[0].startswith('?"')
-    assert all('"' not in term for term in log_patterns.FILTER_TERMS)
+# --- the server-side filters, as CloudWatch Logs applies them ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("line", [line for line, _ in FATAL_LINES])
 def test_the_fatal_filter_keeps_every_fatal_line(line: str) -> None:
     # Given a fatal line / Then the subscription filter's pattern (fatal lines alone) keeps it
-    assert moto_logs_filter.TermsFilter(log_patterns.FATAL_FILTER_PATTERN).matches(line)
+    assert moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, line)
+    assert log_patterns.notable(line)
 
 
 @pytest.mark.parametrize("line", [line for line, _ in CHECKPOINT_LINES])
-def test_the_fatal_filter_leaves_checkpoint_markers_to_the_checkpoint_filter(line: str) -> None:
-    assert not moto_logs_filter.TermsFilter(log_patterns.FATAL_FILTER_PATTERN).matches(line)
-    assert moto_logs_filter.TermsFilter(log_patterns.CHECKPOINT_FILTER_PATTERN).matches(line)
+def test_the_checkpoint_filter_keeps_every_marker(line: str) -> None:
+    assert moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, line)
+
+
+@pytest.mark.parametrize("pattern", log_patterns.FILTER_PATTERNS, ids=["fatal", "checkpoint"])
+def test_each_filter_pattern_is_one_regex_cloudwatch_takes(pattern: str) -> None:
+    # FilterLogEvents and PutSubscriptionFilter take at most 1,024 characters, a regex of CloudWatch's subset
+    assert len(pattern) <= log_patterns.FILTER_PATTERN_MAX
+    assert pattern.startswith("%")
+    assert pattern.endswith("%")
+    assert pattern.count("%") == 2
+    assert set(pattern[1:-1]) <= log_patterns.FILTER_REGEX_CHARS
+    assert isinstance(moto_logs_filter.parse(pattern), moto_logs_filter.RegexFilter)
+
+
+def test_the_python_twin_of_the_subscription_filter_is_cloudwatchs_reading() -> None:
+    # Given the subscription filter with a deployment's own fatal line / Then its Python twin delivers what CloudWatch
+    # would, and the built-in one leaves the user's line out
+    pattern = log_patterns.fatal_filter_pattern(["Loss is NaN, giving up"])
+    for line in ["step 9: Loss is NaN, giving up", "Killed", "step 9 loss 2.31"]:
+        assert log_patterns.passes_fatal_filter(line, pattern) == moto_logs_filter.keeps(pattern, line)
+    assert log_patterns.passes_fatal_filter("step 9: Loss is NaN, giving up", pattern)
+    assert not log_patterns.passes_fatal_filter("step 9: Loss is NaN, giving up")
+
+
+def test_the_fatal_filter_leaves_ordinary_lines_out() -> None:
+    for line in ["step 120 loss 2.31 lr 3e-4", "Epoch 3:  45%|████▌ | 450/1000 [10:23<12:41,  1.39s/it]"]:
+        assert not moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, line)
+
+
+@pytest.mark.parametrize(
+    ("python", "cloudwatch"),
+    [
+        ("Loss is NaN", "Loss.is.NaN"),
+        (r"giving up after \d+ retries", r"giving.up.after.\d+.retries"),
+        (r"\bOOM\b|oom\.kill", r"OOM|oom\.kill"),
+        (r"rank \S+ lost \(heartbeat\)", "rank..+.lost..heartbeat."),
+        ("[Ee]rror: it's over", "[Ee]rror:.it.s.over"),
+    ],
+)
+def test_a_users_regex_is_widened_into_cloudwatchs_subset(python: str, cloudwatch: str) -> None:
+    assert log_patterns.filter_regex(python) == cloudwatch
+    assert set(cloudwatch) <= log_patterns.FILTER_REGEX_CHARS
+
+
+@pytest.mark.parametrize("pattern", ["(foo|bar)", "foo(?=bar)", r"(a)\1"])
+def test_a_regex_cloudwatch_cannot_hold_is_refused(pattern: str) -> None:
+    with pytest.raises(ValueError, match="CloudWatch filter pattern"):
+        log_patterns.filter_regex(pattern)
+
+
+def test_a_policys_own_lines_name_lines_and_go_into_the_filters() -> None:
+    # Given a deployment's own fatal line and checkpoint markers
+    patterns = LinePatterns.extended(
+        fatal=[r"Loss is NaN, giving up"], checkpoint_start=["snapshotting to"], checkpoint_end=["snapshot done"]
+    )
+    # Then they name lines, after the built-in kinds (a built-in line keeps its kind)
+    assert patterns.match("step 9: Loss is NaN, giving up") == log_patterns.USER_FATAL
+    assert patterns.match("Killed") == "killed"
+    assert patterns.classify("snapshotting to /fsx/s1") == (None, log_patterns.CHECKPOINT_START)
+    assert patterns.classify("snapshot done in 3 s") == (None, log_patterns.CHECKPOINT_END)
+    assert log_patterns.classify("step 9: Loss is NaN, giving up") == (None, None)
+    # And CloudWatch Logs returns them
+    fatal, checkpoint = patterns.filter_patterns
+    assert moto_logs_filter.keeps(fatal, "step 9: Loss is NaN, giving up")
+    assert moto_logs_filter.keeps(checkpoint, "snapshotting to /fsx/s1")
+
+
+def _unbounded_repeat_inside_repeat(parsed: sre_parse.SubPattern, inside: bool = False) -> bool:
+    for op, av in parsed:
+        if op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT):
+            _, high, body = av
+            unbounded = high == sre_constants.MAXREPEAT
+            if (inside and unbounded) or _unbounded_repeat_inside_repeat(body, inside or unbounded):
+                return True
+        elif (op == sre_constants.SUBPATTERN and _unbounded_repeat_inside_repeat(av[-1], inside)) or (
+            op == sre_constants.BRANCH and any(_unbounded_repeat_inside_repeat(b, inside) for b in av[1])
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "regex",
+    [p for _, p in log_patterns.PATTERNS] + [p for _, p in log_patterns.MARKERS],
+    ids=lambda p: p.pattern[:30],
+)
+def test_no_built_in_rule_nests_an_unbounded_repeat(regex: re.Pattern[str]) -> None:
+    # The rules run on every tail line of hundreds of hosts: a nested unbounded repeat can backtrack exponentially
+    assert not _unbounded_repeat_inside_repeat(sre_parse.parse(regex.pattern))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
-from stallwatch.core.policy import Mode, Policy, Thresholds
+from localrun import moto_logs_filter
+from stallwatch.core import log_patterns
+from stallwatch.core.policy import LogLines, Mode, Policy, Thresholds
 
 
 def test_tags_override_mode_and_thresholds() -> None:
@@ -130,3 +135,63 @@ def test_the_slack_secrets_fields_choose_the_mode_and_the_config_has_none_to_set
     # A config that still sets slack.mode (the docs once said to) fails with what to do, instead of being ignored
     with pytest.raises(ValueError, match=r"slack.mode is not a setting: the secret's fields choose the mode"):
         StallwatchConfig.model_validate({"slack": {"mode": "bot"}})
+
+
+# --- your own log lines ----------------------------------------------------------------------------------------------
+
+
+def test_your_own_lines_name_lines_and_join_the_subscription_filter() -> None:
+    # Given a deployment's own fatal line and checkpoint markers
+    policy = Policy(log_lines=LogLines(fatal=[r"Loss is NaN, giving up"], checkpoint_start=["snapshotting state to "]))
+    patterns = policy.for_job({}).line_patterns
+    # Then a job's lines are named by them, and CloudWatch Logs is asked for them
+    assert patterns.match("step 12: Loss is NaN, giving up") == log_patterns.USER_FATAL
+    assert patterns.marker("snapshotting state to /fsx/s1") == log_patterns.CHECKPOINT_START
+    assert moto_logs_filter.keeps(policy.fatal_filter_pattern, "step 12: Loss is NaN, giving up")
+    assert Policy().for_job({}).line_patterns is log_patterns.BUILT_IN
+
+
+@pytest.mark.parametrize(
+    ("pattern", "says"),
+    [
+        ("Loss is (NaN", "is not a regular expression"),
+        ("(NaN|inf) loss", "write each alternative as its own entry"),
+        ("a+b+c+d+ failed", "repeats without bound"),
+        ("x" * 201, "at most 200"),
+        ("x*", "matches an empty line"),
+    ],
+    ids=["does-not-compile", "group", "repetitions", "too-long", "matches-everything"],
+)
+def test_a_bad_line_fails_synth_naming_the_field(pattern: str, says: str) -> None:
+    with pytest.raises(ValidationError, match=says) as raised:
+        Policy.model_validate({"log_lines": {"checkpoint_end": ["ok line", pattern]}})
+    assert raised.value.errors()[0]["loc"] == ("log_lines", "checkpoint_end")
+    assert "entry 1" in str(raised.value)
+
+
+def test_lines_that_would_overflow_the_filter_pattern_fail_synth() -> None:
+    # Given ten 150-character fatal lines: the fatal filter pattern would pass CloudWatch's 1,024 characters
+    lines = [f"failure number {i} " + "x" * 130 for i in range(10)]
+    with pytest.raises(ValidationError, match="at most 1024"):
+        Policy.model_validate({"log_lines": {"fatal": lines}})
+
+
+def test_a_jobs_tag_adds_its_own_line_and_a_bad_one_is_reported_and_ignored() -> None:
+    # Given a SageMaker tag value (letters, spaces, `.` and `+` only) naming the job's own fatal line
+    tags = {"stallwatch:fatal-line": "Loss is NaN.+giving up", "stallwatch:checkpoint-end-line": "(done|ok)"}
+    effective = Policy().for_job(tags)
+    # Then the job's lines are named by it; the group, which no filter pattern can hold, is reported and ignored
+    assert effective.line_patterns.match("Loss is NaN after 3 tries, giving up") == log_patterns.USER_FATAL
+    fatal_filter, _ = effective.line_patterns.filter_patterns
+    assert moto_logs_filter.keeps(fatal_filter, "Loss is NaN after 3 tries, giving up")
+    assert any("stallwatch:checkpoint-end-line" in error for error in effective.tag_errors)
+    assert effective.line_patterns.marker("done") is None
+
+
+def test_the_example_in_the_engine_docs_validates() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "engine.md").read_text(encoding="utf-8")
+    example = text.split("## Your own log lines", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    policy = Policy.model_validate(json.loads(example))
+    assert policy.log_lines.fatal
+    assert policy.log_lines.checkpoint_start
+    assert policy.log_lines.checkpoint_end

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import boto3
 import moto
 import pytest
+from botocore.exceptions import ClientError
 
 from localrun import (
     moto_alarm_filters,
@@ -223,3 +224,29 @@ def test_filter_log_events_needs_every_plain_term_and_none_excluded() -> None:
     assert _filtered("ERROR disk") == ["ERROR disk full"]
     assert _filtered('ERROR -"net"') == ["ERROR disk full"]
     assert len(_filtered("")) == 3
+
+
+def test_filter_log_events_keeps_lines_a_regex_pattern_finds_anywhere_case_sensitively() -> None:
+    # Given ordinary lines, a tqdm bar ending in Killed and an NCCL warning
+    _log_group_with(
+        ["step 1 loss 2.3", "20%|##  | 216/1063 [00:27<02:17,  6.17it/s]Killed", "host:1:2 [0] NCCL WARN x"]
+    )
+    # When filtered by a %regex% (CloudWatch's subset: `.` for a space) / Then it matches inside words, case-sensitively
+    assert _filtered("%[Kk]illed|NCCL.WARN%") == [
+        "20%|##  | 216/1063 [00:27<02:17,  6.17it/s]Killed",
+        "host:1:2 [0] NCCL WARN x",
+    ]
+    assert _filtered("%nccl.warn%") == []
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["%CUDA error%", "%(Killed|OOM)%", "%it's%", "%" + "a|" * 520 + "b%"],
+    ids=["space", "parentheses", "quote", "over-1024"],
+)
+def test_filter_log_events_refuses_a_pattern_cloudwatch_refuses(pattern: str) -> None:
+    # Given a pattern CloudWatch Logs rejects (a character its regex cannot hold, or over 1,024 characters)
+    _log_group_with(["CUDA error"])
+    # When filtered with it / Then the request fails as CloudWatch's does, instead of matching
+    with pytest.raises(ClientError, match="InvalidParameterException"):
+        _filtered(pattern)

@@ -14,10 +14,10 @@ import pytest
 
 from localrun import moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
 from localrun.resources import create_resources
+from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
-from tests.fixtures.moto_stack import deploy_on_moto
 from tests.fixtures.request_limits import recording
 from tests.fixtures.world import SlackReceiver, scheduled_event
 from tests.stacks.conftest import build_app

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -302,8 +304,8 @@ def test_cli_export_trace_of_an_instance(
     instance_id, _ = run_instance(clients)
     out = tmp_path / "cli-ec2.jsonl"
 
-    # When exported from the command line by its id
-    code = main(["export-trace", instance_id, "--region", "us-east-1", "--out", str(out)])
+    # When exported from the command line by its id, with the deployment's config
+    code = main(["export-trace", instance_id, "--region", "us-east-1", "--out", str(out), *_config(tmp_path)])
 
     # Then the trace is an EC2 job's
     assert code == EXIT_OK
@@ -350,8 +352,45 @@ def test_an_ec2_job_is_exported_by_its_job_tag_with_every_instance_and_its_logs(
 
 
 def test_cli_export_of_an_ec2_job_tag_that_no_instance_carries_fails(
-    clients: AwsClients, capsys: pytest.CaptureFixture[str]
+    clients: AwsClients, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code = main(["export-trace", "llm-70b", "--platform", "ec2", "--region", "us-east-1"])
+    code = main(["export-trace", "llm-70b", "--platform", "ec2", "--region", "us-east-1", *_config(tmp_path)])
     assert code == EXIT_USAGE
     assert "stallwatch:job='llm-70b'" in capsys.readouterr().err
+
+
+def _config(folder: Path, **fields: object) -> list[str]:
+    """--config with a deployment's config file holding `fields`."""
+    path = folder / "deployment.json"
+    path.write_text(json.dumps(fields))
+    return ["--config", str(path)]
+
+
+def test_cli_export_of_an_ec2_job_reads_the_log_group_of_the_deployment_it_names(
+    clients: AwsClients, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a deployment whose EC2 log group is /team-b/ec2, and an instance that logged there
+    instance_id, start = run_instance(clients)
+    clients.logs.create_log_group(logGroupName="/team-b/ec2")
+    clients.logs.create_log_stream(logGroupName="/team-b/ec2", logStreamName=instance_id)
+    clients.logs.put_log_events(
+        logGroupName="/team-b/ec2",
+        logStreamName=instance_id,
+        logEvents=[{"timestamp": int(max(start, time.time() - 1) * 1000), "message": "step 10 loss 2.3"}],
+    )  # within the trace: an export ends now
+    out = tmp_path / "team-b.jsonl"
+
+    # When exported with that deployment's config, as the other commands take it
+    argv = ["export-trace", instance_id, "--region", "us-east-1", "--out", str(out)]
+    assert main([*argv, *_config(tmp_path, ec2_log_group="/team-b/ec2")]) == EXIT_OK
+
+    # Then the trace holds the instance's log line from the deployment's group
+    assert [e.log.message for e in load_trace(out).events if isinstance(e, LogEvent)] == ["step 10 loss 2.3"]
+
+
+def test_cli_export_of_an_ec2_job_without_a_deployment_says_how_to_name_one(
+    clients: AwsClients, capsys: pytest.CaptureFixture[str]
+) -> None:
+    instance_id, _ = run_instance(clients)
+    assert main(["export-trace", instance_id, "--region", "us-east-1", "--stack", "nope"]) == EXIT_USAGE
+    assert "stack 'nope'" in capsys.readouterr().err

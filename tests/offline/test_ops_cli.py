@@ -222,8 +222,33 @@ def test_policy_show_reads_the_deployed_config_and_table_from_the_stack(clients,
     # Then the stack's function gave the config, and its table the incidents
     assert (policy_code, incidents_code) == (0, 0)
     assert "observe" in policy_out
-    assert "Deployed policy" in policy_out
+    assert "The policy deployed in stallwatch (no job tags)" in " ".join(policy_out.split())
     assert f"Incidents in {TABLE} (0)" in incidents_out
+
+
+def test_policy_show_with_a_config_file_names_the_file_not_the_deployment(clients, capsys, tmp_path) -> None:
+    # Given a config file on the laptop, and no stack at all
+    config = tmp_path / "prod.json"
+    config.write_text(json.dumps({"policy": {"mode": "observe"}}))
+
+    # When the operator shows its policy
+    code, out, _ = _stallwatch(["policy", "show", "--config", str(config)], capsys)
+
+    # Then the table says whose policy it is: the file's, never "deployed"
+    assert code == 0
+    assert "".join(f"The policy of {config} (no job tags)".split()) in "".join(out.split())  # the title may wrap
+    assert "deployed" not in out.lower()
+
+
+@pytest.mark.parametrize("command", ["snooze", "incidents"])
+def test_the_job_arguments_help_names_what_a_job_is_on_each_platform(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "with --platform ec2, an EC2 job's stallwatch:job tag" in text
+    assert "EC2 instance id" not in text
 
 
 def test_missing_stack_is_reported_in_one_line(clients, capsys) -> None:

@@ -22,14 +22,14 @@ from localrun.resources import create_table
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store
-from stallwatch.core import contract
+from stallwatch.core import alarms, contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
 from stallwatch.core.evaluator import AlarmState
 from stallwatch.core.goodput import Category, measure_goodput
 from stallwatch.core.trace import MetricEvent
 from stallwatch.offline import cli
-from stallwatch.offline.formats import money
+from stallwatch.offline.formats import hms, money
 from stallwatch.offline.plots import goodput_chart, replay_chart
 from stallwatch.offline.replay import AlarmChange, replay_file
 from stallwatch.offline.trace_file import load_trace
@@ -38,6 +38,7 @@ from tests.core.test_goodput import known_run
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG = ROOT / "corpus" / "traces" / "sm-hang-8host-agent.jsonl"  # 8 x ml.p4d.24xlarge with the agent; stopped
+EC2_HEALTHY = ROOT / "corpus" / "traces" / "ec2-healthy-noagent.jsonl"  # without the trainer agent; never stopped
 PREFIX = StallwatchConfig().alarm_prefix
 TABLE = "stallwatch-plots"
 PERIOD = 60
@@ -130,6 +131,61 @@ def test_the_replay_chart_of_a_corpus_hang_is_a_png_of_the_replays_signals_alarm
     assert bars == sorted((name, s, e) for name, spans in chart.alarms.items() for s, e in spans)
     # And what the trace holds after the stop, which the stop saved, is shaded
     assert [bar for bar in patches if bar[0] == "after-stop"] == [("after-stop", result.first_stop_s, chart.end)]
+
+
+def test_a_replay_charts_shares_start_at_zero_and_its_times_are_in_the_axis_units() -> None:
+    # Given the corpus hang's chart (a labeled trace: a stop expected in a window, given in seconds)
+    result = replay_file(HANG)
+    chart = replay_chart(result, HANG, PREFIX)
+    panels = {ax.get_label(): ax for ax in chart.figure().axes}
+
+    # Then utilization, a share, is drawn from 0 to (just above) 100 %, and power and silence from 0
+    assert panels["gpu_util"].get_ylim() == (0, 105)
+    assert panels["gpu_power"].get_ylim()[0] == 0
+    assert panels["log_silence"].get_ylim()[0] == 0
+    # And the title gives the expected window and the stop as h:mm:ss, as the time axis counts
+    lo, hi = result.expect["window_s"]
+    assert chart.verdict_text() == (f"PASS: a stop expected {hms(lo)}-{hms(hi)}, stopped at {hms(result.first_stop_s)}")
+    # And the window is drawn where it is, and both shaded regions are named in the legend
+    [band] = [p for p in panels["alarms"].patches if p.get_gid() == "expected-stop"]
+    assert (band.get_x(), band.get_x() + band.get_width()) == pytest.approx((lo, min(hi, chart.end)))
+    legend = [t.get_text() for t in chart.figure().legends[0].get_texts()]
+    assert f"after the stop ({hms(result.first_stop_s)}): the time it saved" in legend
+    assert f"expected stop window {hms(lo)}-{hms(min(hi, chart.end))}" in legend
+
+
+def test_without_the_agent_the_chart_draws_the_cloudwatch_agents_power_and_explains_the_progress_alarm(
+    tmp_path: Path,
+) -> None:
+    # Given a healthy EC2 job without the trainer agent whose CloudWatch agent publishes power_draw (per instance)
+    trace = tmp_path / "ec2-healthy-power.jsonl"
+    with open(EC2_HEALTHY, encoding="utf-8") as source, open(trace, "w", encoding="utf-8") as out:
+        for line in source:
+            out.write(line)
+            event = json.loads(line)
+            metric = event.get("metric", {})
+            if metric.get("name") == alarms.CWAGENT_GPU_UTILIZATION:
+                power = {**metric, "name": alarms.CWAGENT_GPU_POWER, "value": 600.0 if metric["value"] > 50 else 90.0}
+                out.write(json.dumps({"t": event["t"], "metric": power}) + "\n")
+
+    # When its replay is charted
+    result = replay_file(trace)
+    chart = replay_chart(result, trace, PREFIX)
+
+    # Then the power panel is the CloudWatch agent's power_draw, per host, and says whose it is
+    assert chart.power_source == "CloudWatch agent (power_draw)"
+    assert chart.gpu_power
+    assert all(series.points for series in chart.gpu_power.values())
+    assert {v for series in chart.gpu_power.values() for v in series.values()} <= {600.0, 90.0}
+    panels = {ax.get_label(): ax for ax in chart.figure().axes}
+    assert "CloudWatch agent" in panels["gpu_power"].get_ylabel()
+    # And the progress alarm, in ALARM all along for want of the agent's steps, is drawn and labeled as such
+    assert chart.without_data == {"progress"}
+    labels = [label.get_text() for label in panels["alarms"].get_yticklabels()]
+    assert "progress (no data)" in labels
+    notes = " ".join(text.get_text() for text in panels["alarms"].texts)
+    assert "no trainer agent" in notes
+    assert result.first_stop_s is None
 
 
 def test_a_big_clusters_alarms_are_drawn_one_row_per_kind_over_the_time_any_host_was_in_alarm() -> None:
@@ -229,12 +285,16 @@ def test_the_goodput_chart_of_a_corpus_hang_is_a_png_of_what_the_report_says(
     assert {c.value: s for c, s in chart.category_seconds().items()} == pytest.approx(seconds)
     figure = chart.figure()
     panels = {ax.get_label(): ax for ax in figure.axes}
-    split = {p.get_gid(): p.get_width() for p in panels["split"].patches}
-    assert split == pytest.approx({c: s for c, s in seconds.items() if s > 0})
     timeline: dict[str, float] = defaultdict(float)
     for patch in panels["timeline"].patches:
         timeline[patch.get_gid()] += patch.get_width()
-    assert dict(timeline) == pytest.approx(split)
+    assert dict(timeline) == pytest.approx({c: s for c, s in seconds.items() if s > 0})
+    # And the whole-run bar is drawn as shares of the wall time, on an axis of its own from 0 to 100 %
+    split = {p.get_gid(): p.get_width() for p in panels["split"].patches}
+    assert split == pytest.approx({c: 100 * s / report["wall_s"] for c, s in seconds.items() if s > 0})
+    assert sum(split.values()) == pytest.approx(100)
+    assert panels["split"].get_xlim() == (0, 100)
+    assert "%" in panels["split"].get_xlabel()
     legend = " ".join(text.get_text() for text in figure.legends[0].get_texts())
     for category, total in report["categories"].items():
         if total["seconds"] > 0:

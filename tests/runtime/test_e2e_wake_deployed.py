@@ -16,11 +16,11 @@ import pytest
 
 from localrun import moto_lambda_invoke, moto_logs_subscription
 from localrun.resources import create_resources
+from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from tests.fixtures.moto_runtime import aws_env, slack  # noqa: F401 - moto's extensions, its environment, Slack
-from tests.fixtures.moto_stack import deploy_on_moto
 from tests.fixtures.world import MINUTE, SlackReceiver, World
 from tests.stacks.conftest import build_app
 

@@ -13,9 +13,9 @@ from botocore.exceptions import ClientError
 
 from handlers import log_subscription
 from localrun import moto_logs_subscription
+from localrun.stack_on_moto import AnswerReceiver, custom_resource_request
 from stallwatch.core import contract, log_patterns
 from stallwatch.runtime import log_subscription as runtime_log_subscription
-from tests.fixtures.moto_stack import AnswerReceiver, custom_resource_request
 from tests.fixtures.world import LambdaContext
 
 GROUP = contract.SAGEMAKER_LOG_GROUP

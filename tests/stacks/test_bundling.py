@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import re
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -14,16 +16,19 @@ import pytest
 from aws_cdk import DockerImage
 from aws_cdk import aws_lambda as lambda_
 
-from stacks.bundling import RUNTIME_PROVIDED, BundlingError, LocalPythonBundling
+import trainer_agent
+from stacks.bundling import RUNTIME_PROVIDED, AgentWheelBundling, BundlingError, LocalPythonBundling
 from stacks.constants import (
+    AGENT_LOCK,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOCK,
     LAMBDA_PACKAGES,
     LAMBDA_REQUIREMENTS,
     LAMBDA_RUNTIME,
     LAMBDA_SOURCE_DIR,
+    REPO_ROOT,
 )
-from stacks.lock import lock_text
+from stacks.lock import agent_requirements, lock_text
 
 RUNTIME_PYTHON = LAMBDA_RUNTIME.name.removeprefix("python")
 _PIN = re.compile(r"^([a-z0-9-]+)==(\S+) \\\n    --hash=sha256:([0-9a-f]{64})$", re.MULTILINE)
@@ -179,3 +184,83 @@ def test_the_lock_is_written_from_pips_report_sorted_with_one_hash_each() -> Non
         f"annotated-types==0.8.0 \\\n    --hash=sha256:{'c' * 64}\n"
         f"pydantic-core==2.50.4 \\\n    --hash=sha256:{'a' * 64}\n"
     )
+
+
+# ---- the trainer agent's asset for EC2 nodes -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def agent_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A lock of the agent's extras' packages, as wheels served from a local folder instead of PyPI."""
+    index = tmp_path / "index"
+    index.mkdir()
+    pins = []
+    for name, version in (("boto3", "1.99.0"), ("nvidia_ml_py", "13.0")):
+        wheel = _wheel(index, name, version, requires=[])
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        pins.append(f"{name.replace('_', '-')}=={version} \\\n    --hash=sha256:{digest}")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    lock = tmp_path / "agent-requirements.lock"
+    lock.write_text("\n".join(pins) + "\n")
+    return lock
+
+
+def test_the_agents_asset_carries_its_dependencies_and_installs_with_no_index(agent_lock: Path, tmp_path: Path) -> None:
+    # Given the agent's bundler with the lock of its extras' packages
+    asset = tmp_path / "asset"
+    asset.mkdir()
+    AgentWheelBundling(REPO_ROOT, bundle_dependencies=True, lock=agent_lock).try_bundle(
+        str(asset), image=DockerImage.from_registry("unused")
+    )
+
+    # Then the asset holds the agent's wheel and the locked wheels
+    names = sorted(p.name for p in asset.iterdir())
+    assert names == ["boto3-1.99.0-py3-none-any.whl", "nvidia_ml_py-13.0-py3-none-any.whl", _agent_wheel_name()]
+
+    # And a node's fresh environment installs the agent with its extras from it alone, as user-data.sh does
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-cache-dir"]
+    installed = subprocess.run(
+        [*pip, "--no-index", "--find-links", str(asset), f"{asset / _agent_wheel_name()}[aws,nvml]"],
+        capture_output=True, text=True, check=False, env={**os.environ, "PIP_FIND_LINKS": ""},
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stderr
+    imported = subprocess.run([str(python), "-c", "import boto3, nvidia_ml_py, trainer_agent"], check=False)
+    assert imported.returncode == 0
+
+
+def test_the_offline_agent_asset_is_its_wheel_alone_and_its_hash_tells_the_two_apart(
+    agent_lock: Path, tmp_path: Path
+) -> None:
+    offline = AgentWheelBundling(REPO_ROOT, bundle_dependencies=False, lock=agent_lock)
+    asset = tmp_path / "asset"
+    asset.mkdir()
+    offline.try_bundle(str(asset), image=DockerImage.from_registry("unused"))
+    assert [p.name for p in asset.iterdir()] == [_agent_wheel_name()]
+    full = AgentWheelBundling(REPO_ROOT, bundle_dependencies=True, lock=agent_lock).hash_inputs()
+    assert offline.hash_inputs() != full
+    agent_lock.write_text(agent_lock.read_text().replace("13.0", "13.1"))
+    assert AgentWheelBundling(REPO_ROOT, bundle_dependencies=True, lock=agent_lock).hash_inputs() != full
+
+
+def test_the_committed_agent_lock_pins_every_package_of_the_agents_extras_with_a_hash() -> None:
+    lock = AGENT_LOCK.read_text()
+    pins = {name: version for name, version, _ in _PIN.findall(lock)}
+    entries = [line for line in lock.splitlines() if line and not line.startswith(("#", "    "))]
+    assert len(entries) == len(pins), "every entry has exactly one sha256"
+    for requirement in agent_requirements():
+        name, _, lowest = requirement.partition(">=")
+        assert name in pins, f"{name}: run `make lambda-lock`"
+        assert tuple(map(int, pins[name].split(".")[:2])) >= tuple(map(int, lowest.split(".")[:2]))
+    # And boto3's own dependencies travel too: a node's pip resolves nothing from an index
+    assert {"botocore", "s3transfer", "jmespath", "urllib3", "python-dateutil", "six"} <= set(pins)
+    command = AgentWheelBundling(REPO_ROOT, bundle_dependencies=True).download_command(Path("/out"))
+    assert {"--require-hashes", "--no-deps", "--only-binary=:all:"} <= set(command)
+    assert command[command.index("--platform") + 1] == "any"
+
+
+def _agent_wheel_name() -> str:
+    return f"trainer_agent-{trainer_agent.__version__}-py3-none-any.whl"

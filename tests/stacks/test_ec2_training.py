@@ -19,7 +19,11 @@ AGENT_CONFIG = json.loads(CLOUDWATCH_AGENT_CONFIG.read_text())
 
 
 def _policy_statement(template: Template, sid: str) -> dict[str, Any]:
-    [policy] = template.find_resources("AWS::IAM::ManagedPolicy").values()
+    [policy] = [
+        p
+        for p in template.find_resources("AWS::IAM::ManagedPolicy").values()
+        if p["Properties"]["Description"].startswith("Stallwatch on EC2 training instances")
+    ]
     return next(s for s in policy["Properties"]["PolicyDocument"]["Statement"] if s["Sid"] == sid)
 
 

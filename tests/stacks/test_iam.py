@@ -77,11 +77,15 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
     tmp_path: Path,
 ) -> None:
     # Given a policy that allows stopping any job and watches SageMaker only
-    config = {"policy": {"stop_requires_tag": False, "monitor_ec2": False}, "alarm_prefix": "sw-"}
+    config = {
+        "policy": {"stop_requires_tag": False, "monitor_ec2": False, "monitor_slurm": False},
+        "alarm_prefix": "sw-",
+    }
     # When the app is synthesized
     _, [stack] = build_app(tmp_path, stallwatch=config)
     statements = iam_statements(Template.from_stack(stack))
-    # Then StopTrainingJob has no tag condition, and nothing touches EC2 (nor recovers EC2 jobs in place)
+    # Then StopTrainingJob has no tag condition, and nothing touches EC2 (nor recovers EC2 jobs in place, nor runs a
+    # Slurm document)
     stops = [s for s in statements if _grants(s, STOP_TRAINING_JOB)]
     assert stops
     assert all("Condition" not in s for s in stops)
@@ -92,7 +96,11 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
 
 
 def _managed_policy_statements(template: Template) -> list[dict[str, Any]]:
-    [policy] = template.find_resources("AWS::IAM::ManagedPolicy").values()
+    [policy] = [
+        p
+        for p in template.find_resources("AWS::IAM::ManagedPolicy").values()
+        if p["Properties"]["Description"].startswith("Stallwatch on EC2 training instances")
+    ]
     return policy["Properties"]["PolicyDocument"]["Statement"]
 
 

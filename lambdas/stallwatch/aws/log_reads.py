@@ -1,15 +1,16 @@
 """CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
-    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or three
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or four
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
 events or 1 MB, streams interleaved by time): the last `LOG_RECENT_SECONDS` (fresh, whatever the busy hosts
 write), and, when some hosts are quieter than that, the lines up to the quiet hosts' last ones. When a window does not
-fit its page (a busy cluster, a job the sweeper has not seen), a third read asks CloudWatch Logs for the notable
-lines alone over the lookback (`log_patterns.FILTER_PATTERN`: fatal errors and checkpoint markers), so a crashed
-rank's error among 512 busy hosts is one page away, however much they write.
+fit its page (a busy cluster, a job the sweeper has not seen), two more reads ask CloudWatch Logs for the notable
+lines alone over the lookback (`LinePatterns.filter_patterns`: the fatal lines, then the checkpoint markers; one
+1,024-character pattern cannot hold both), so a crashed rank's error among 512 busy hosts is one page away, however
+much they write.
 """
 
 from __future__ import annotations
@@ -85,7 +86,14 @@ def _query_time(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
-def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float], now: float) -> dict[str, HostLog]:
+def read_tails(
+    logs: Any,
+    job: str,
+    hosts: list[str],
+    freshness: dict[str, float],
+    now: float,
+    patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
+) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
     `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read.
@@ -93,10 +101,11 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
     The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
     holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
     is full ends at the quiet hosts' last lines, not 10 minutes before them. A host whose freshness is unknown (a
-    job the sweeper has not seen yet) has the window reach back to the lookback."""
+    job the sweeper has not seen yet) has the window reach back to the lookback. `patterns` names the lines (the job's
+    policy may add its own)."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found)
+    seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     if quiet:
         if None in quiet:
@@ -107,9 +116,11 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found)[1]
+        complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found, patterns)[1]
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
-        _read_window(logs, job, int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000), found, notable=True)
+        lookback = int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000)
+        for pattern in patterns.filter_patterns:
+            _read_window(logs, job, *lookback, found, patterns, notable=pattern)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
@@ -117,12 +128,18 @@ def read_tails(logs: Any, job: str, hosts: list[str], freshness: dict[str, float
 
 
 def _read_window(
-    logs: Any, job: str, start_ms: int, end_ms: int, found: dict[str, HostLog], notable: bool = False
+    logs: Any,
+    job: str,
+    start_ms: int,
+    end_ms: int,
+    found: dict[str, HostLog],
+    patterns: log_patterns.LinePatterns,
+    notable: str | None = None,
 ) -> tuple[int, bool]:
     """One FilterLogEvents page over the job's streams, oldest first, both ends included: the events it held, and
-    whether it held the whole window (no nextToken). `notable`: only the lines `log_patterns.FILTER_PATTERN` keeps,
-    into each host's `notable`."""
-    filtered = {"filterPattern": log_patterns.FILTER_PATTERN} if notable else {}
+    whether it held the whole window (no nextToken). `notable`: a filter pattern; only the fatal or marker lines it
+    keeps, into each host's `notable`."""
+    filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
             logGroupName=contract.SAGEMAKER_LOG_GROUP,
@@ -140,7 +157,7 @@ def _read_window(
         match = SAGEMAKER_STREAM.match(event["logStreamName"])
         if not match or match["job"] != job or match["host"] not in found:
             continue
-        line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
+        line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"), patterns)
         log = found[match["host"]]
         if notable:
             if line.pattern or line.marker:

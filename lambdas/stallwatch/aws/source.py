@@ -429,11 +429,13 @@ class AwsSignalSource:
     ) -> dict[str, HostLog]:
         """Hosts' log tails. SageMaker: each host's newest event as the sweeper last published it (its
         `LogIdleSeconds`) or as the caller knows it, raised by the lines read."""
+        effective = self.policy.for_job(facts.tags)
+        patterns = effective.line_patterns
         if facts.platform is Platform.EC2:
-            return self._ec2_host_logs(facts, now)
+            return self._ec2_host_logs(facts, now, patterns)
         if reads.log_idle is None:
             return {}
-        period = reads.log_idle.period or self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+        period = reads.log_idle.period or effective.thresholds.alarm_period_seconds
         known = {
             host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end is an upper bound
             for host, series in per_host[reads.log_idle].items()
@@ -442,9 +444,9 @@ class AwsSignalSource:
         }
         for host, t in freshness.items():
             known[host] = max(known.get(host, t), t)
-        return read_tails(self.clients.logs, facts.name, hosts, known, now)
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns)
 
-    def _ec2_host_logs(self, facts: JobFacts, now: float) -> dict[str, HostLog]:
+    def _ec2_host_logs(self, facts: JobFacts, now: float, patterns: log_patterns.LinePatterns) -> dict[str, HostLog]:
         """EC2 hosts' newest event times (their streams) and the lines around the quietest host's last event."""
         hosts = set(facts.instance_ids)
         host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731 - one line, used twice
@@ -459,22 +461,24 @@ class AwsSignalSource:
             "endTime": int(now * 1000),
         }
         logs = {host: HostLog(last_t=t) for host, t in freshness.items()}
-        notable = {
-            "startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0),
-            "endTime": int(now * 1000),
-            "filterPattern": log_patterns.FILTER_PATTERN,
-        }
+        lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES):
-                self._read_lines(selection | notable, host_of, logs, 1)  # the pages did not reach now
+            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns):
+                for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
+                    self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
             log.notable.sort(key=lambda line: line.t)
         return logs
 
     def _read_lines(
-        self, request: dict[str, Any], host_of: Callable[[str], str | None], logs: dict[str, HostLog], pages: int
+        self,
+        request: dict[str, Any],
+        host_of: Callable[[str], str | None],
+        logs: dict[str, HostLog],
+        pages: int,
+        patterns: log_patterns.LinePatterns,
     ) -> bool:
         """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
         held the whole window."""
@@ -484,7 +488,8 @@ class AwsSignalSource:
                 host = host_of(event["logStreamName"])
                 if host not in logs:
                     continue
-                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"))
+                message = event["message"].rstrip("\n")
+                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], message, patterns)
                 log = logs[host]
                 if "filterPattern" not in request:
                     log.lines.append(line)

@@ -36,8 +36,16 @@ class Sent:
     error: str = ""
 
 
-def send(clients: Any, document: str, nodes: tuple[str, ...], comment: str, timeout_s: int) -> Sent:
-    """SendCommand of `document` ($LATEST) to `nodes`, 50 a call; `timeout_s` is the delivery timeout (30 s or more)."""
+def send(
+    clients: Any,
+    document: str,
+    nodes: tuple[str, ...],
+    comment: str,
+    timeout_s: int,
+    parameters: dict[str, str] | None = None,
+) -> Sent:
+    """SendCommand of `document` ($LATEST) to `nodes`, 50 a call; `timeout_s` is the delivery timeout (30 s or more);
+    `parameters`: the document's, by name (each must match the document's allowedPattern, or SSM refuses it)."""
     sent: list[str] = []
     for offset in range(0, len(nodes), INSTANCES_PER_COMMAND):
         chunk = list(nodes[offset : offset + INSTANCES_PER_COMMAND])
@@ -50,6 +58,7 @@ def send(clients: Any, document: str, nodes: tuple[str, ...], comment: str, time
                 Comment=comment[:COMMENT_LIMIT],
                 MaxConcurrency=ALL_AT_ONCE,
                 MaxErrors=ALL_AT_ONCE,
+                **({"Parameters": {k: [v] for k, v in parameters.items()}} if parameters else {}),
             )["Command"]
         except (ClientError, BotoCoreError) as exc:
             return Sent(tuple(sent), f"SendCommand {document} to {chunk}: {api_error(exc)}")

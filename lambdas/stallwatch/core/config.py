@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stallwatch.core import log_patterns
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 
@@ -25,6 +24,9 @@ JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
 # The names of the SSM documents of recovery in place (core.recovery): the stack creates them, the functions read them.
 HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
 RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
+# The names of the Slurm platform's SSM documents (deploy/ssm/slurm-*.yaml): scancel, and drain-then-requeue.
+SLURM_CANCEL_DOCUMENT_ENV = "SLURM_CANCEL_DOCUMENT"
+SLURM_REQUEUE_DOCUMENT_ENV = "SLURM_REQUEUE_DOCUMENT"
 # The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"
@@ -92,7 +94,7 @@ class SlackConfig(BaseModel):
 
 class LogSubscriptions(BaseModel):
     """The training log groups whose fatal lines wake the engine: a subscription filter on each sends its fatal lines
-    (`fatal_filter_pattern`) to on_log_line (docs/deploy.md, "Fatal lines wake the engine")."""
+    (`Policy.fatal_filter_pattern`) to on_log_line (docs/deploy.md, "Fatal lines wake the engine")."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -136,11 +138,6 @@ class StallwatchConfig(BaseModel):
         "another group under it.",
     )
     log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
-
-    @property
-    def fatal_filter_pattern(self) -> str:
-        """The subscription filters' pattern: the fatal lines (`log_patterns.FATAL_FILTER_PATTERN`)."""
-        return log_patterns.FATAL_FILTER_PATTERN
 
     @field_validator("alarm_prefix")
     @classmethod

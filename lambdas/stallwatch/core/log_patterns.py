@@ -1,27 +1,58 @@
-"""Notable lines in training logs: fatal errors and checkpoint markers, the one table both signal sources use.
+"""Notable lines in training logs: fatal errors by kind and checkpoint markers, the one table both signal sources use.
 
     match("RuntimeError: CUDA error: an illegal memory access was encountered")  # "illegal_memory_access"
     match("step 120 loss 2.31")  # None
     marker("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500")  # "checkpoint_start"
 
-The first pattern that matches names the line, so the specific ones come before the general ones. The AWS source
-asks CloudWatch Logs for these lines only (`FILTER_PATTERN`, a superset of both tables), so a fatal line among
-512 busy hosts is one page away; the regexes here decide.
+The first rule that matches names the line, so the specific ones come before the general ones. Every rule is linear in
+the line (no nested quantifiers; bounded gaps), since the engine runs them on every tail line of hundreds of hosts.
+The kinds and their real lines are in corpus/real_lines/ (tests/core/test_real_lines.py holds the figures).
+
+CloudWatch Logs returns only the lines one of `FILTER_PATTERNS` keeps (a ``%regex%`` filter pattern each: CloudWatch's
+regex subset, no parentheses, at most 1,024 characters), a superset of what the rules name: `FATAL_FILTER_PATTERN`
+(the subscription filter's) and `CHECKPOINT_FILTER_PATTERN`. A policy adds its own lines (`LinePatterns.extended`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
+# Fatal kinds, the names a line's `pattern` takes.
+NCCL = "nccl"
 NCCL_TIMEOUT = "nccl_timeout"
+C10D_TIMEOUT = "c10d_timeout"
+EFA = "efa"
 ILLEGAL_MEMORY_ACCESS = "illegal_memory_access"
 CUDA_OOM = "cuda_oom"
 CUDA_ERROR = "cuda_error"
 XID = "xid"
+OOM_KILL = "oom_kill"
+SEGFAULT = "segfault"
+SIGABRT = "sigabrt"
+BUS_ERROR = "bus_error"
+SLURM = "slurm"
+MPI = "mpi"
+SAGEMAKER = "sagemaker_toolkit"
+DEEPSPEED_LAUNCHER = "deepspeed_launcher"
+LAUNCHER_EXIT = "launcher_exit"
 KILLED = "killed"
 TRACEBACK = "traceback"
+PYTHON_EXCEPTION = "python_exception"
+USER_FATAL = "user_fatal"
 
-# (name, regex), most specific first.
+# NVIDIA's Xid catalogue: events that leave the running process alive (a row marked for remapping, a remapping that
+# could not be recorded, a recovery action changed); 144-150 NVLink events are a death only when marked "Fatal".
+XID_INFORMATIONAL = frozenset({63, 64, 154})
+XID_NVLINK = range(144, 151)
+_XID = re.compile(r"\bXid \(PCI:[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
+_NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
+
+# The aws-ofi-nccl plugin failing to load at start-up: NCCL falls back to sockets and trains on.
+_OFI_FALLBACK = r"(?!NET/OFI (?:Failed to initialize|aws-ofi-nccl initialization failed))"
+
+# (kind, regex), most specific first.
 PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         ILLEGAL_MEMORY_ACCESS,
@@ -32,172 +63,443 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory"),
     ),
     (
+        NCCL,
+        re.compile(
+            r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
+            r"|DistBackendError|\bNCCL error\b|Test NCCL failure"
+            rf"|NCCL WARN {_OFI_FALLBACK}[^\n]{{0,400}}?(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
+            r"|Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed"
+            r"|Exception raised from ncclCommWatchdog"
+        ),
+    ),
+    (
         NCCL_TIMEOUT,
         re.compile(
             r"Watchdog caught collective operation timeout"
             r"|Some NCCL operations have failed or timed out"
-            r"|ProcessGroupNCCL\S*\s.*timed out"
+            r"|ProcessGroupNCCL\S{0,40}\s.{0,300}timed out"
             r"|Heartbeat monitor timed out"
-            r"|NCCL communicator was aborted"
+            r"|Exception \(either an error or timeout\) detected by watchdog"
+            r"|Timeout at NCCL work"
+            r"|we are taking the entire process down"
+            r"|Exception raised from checkTimeout|watchdog got stuck"
+            r"|NCCL communicator was aborted|\bAbort COMPLETE\b"  # what the watchdog does after a timeout, too
         ),
     ),
-    (XID, re.compile(r"NVRM: Xid\b|GPU has fallen off the bus")),
+    (
+        EFA,
+        re.compile(
+            r"NET/OFI (?!Failed to initialize|aws-ofi-nccl initialization failed)"
+            r"[^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
+            r"|OFI NCCL failure|\bfi_\w{1,40} failed"
+        ),
+    ),
+    (
+        C10D_TIMEOUT,
+        re.compile(
+            r"DistStoreError|DistNetworkError|\bSocket Timeout\b|\bRendezvous\w{0,20}(?:Error|Timeout)"
+            r"|Timed out waiting \d+ ?ms|socket has timed out|\bwait timeout after\b"
+            r"|Timed out after \d+ seconds waiting"
+            r"|Timed out initializing process group|socket has failed to"
+        ),
+    ),
+    (XID, re.compile(r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding")),
     (
         CUDA_ERROR,
         re.compile(
-            r"\bCUDA error:"
-            r"|device-side assert triggered"
-            r"|unspecified launch failure"
-            r"|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+"
-            r"|CUDNN_STATUS_(?!SUCCESS)[A-Z_]+"
-            r"|uncorrectable ECC error"
+            r"\bCUDA error\b|\bcudaError[A-Z]\w*|c10::CUDAError|device-side assert triggered|unspecified launch failure"
+            r"|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_(?!SUCCESS)[A-Z_]+|uncorrectable ECC error"
+            r"|Exception raised from \w+ at \S{0,200}?(?i:cuda)|CUDA driver error"
+        ),
+    ),
+    (NCCL, re.compile(r"watchdog thread terminated with exception")),
+    (
+        OOM_KILL,
+        re.compile(
+            r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:|oom_reaper: reaped"
+            r"|Memory cgroup out of memory|\boom[-_]kill events?\b|killed by signal: Killed|\bOut Of Memory\b"
+            r"|^\S{0,60}\s*Killed process \d+ \(|Exceeded job memory limit"
+        ),
+    ),
+    (
+        SEGFAULT,
+        re.compile(
+            r"(?i:segmentation fault)|SIGSEGV|\bsegfault at [0-9a-f]+ ip |\b[Ss]ignal 11\b|\bexit code 139\b"
+            r"|\*\*\* SIG[A-Z]+ \(@"
+        ),
+    ),
+    (
+        SIGABRT,
+        re.compile(
+            r"terminate called (?:after throwing|without an active exception|recursively)|SIGABRT|\b[Ss]ignal 6\b"
+            r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
+        ),
+    ),
+    (BUS_ERROR, re.compile(r"killed by signal: Bus error|(?i:bus error) (?:\(core dumped\)|encountered)|: Bus error$")),
+    (
+        SLURM,
+        re.compile(
+            r"CANCELLED AT \d{4}-\d\d-\d\dT|srun: error: [^:\n]{1,200}: tasks? [\d,\-]{1,100}: "
+            r"|srun: (?:Job step aborted|Force Terminated|Terminating|forcing job termination)|\bWTERMSIG \d"
+            r"|srun: error: (?:Node failure|Timed out|Unable to allocate)|this job is preempted|STEPD TERMINATED"
+        ),
+    ),
+    (
+        MPI,
+        re.compile(
+            r"MPI_ABORT|total processes killed|refused to die|Primary job\s+terminated normally, but \d+ process"
+            r"|non-zero exit code\. Per user-direction|exited with non-zero status|exited on signal \d+"
+            r"|BAD TERMINATION|CLEANING UP REMAINING PROCESSES"
+            r"|\*\*\* Process received signal \*\*\*|\] Signal: [A-Z][a-z]+|lost communication with a remote daemon"
+            r"|peer process has unexpectedly disconnected"
+        ),
+    ),
+    (
+        SAGEMAKER,
+        re.compile(
+            r"ExecuteUserScriptError|AlgorithmError|Reporting training FAILURE"
+            r"|sagemaker-(?:training-toolkit|containers) ERROR|(?i:framework error):|\bErrorMessage \""
+            r"|Failed\. Reason: "
+        ),
+    ),
+    (DEEPSPEED_LAUNCHER, re.compile(r"Killing subprocess \d|exits with return code = -?[1-9]")),
+    (
+        LAUNCHER_EXIT,
+        re.compile(
+            r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
+            r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+-?[1-9]"
+            r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
+            r"|process \d+ terminated with (?:signal|exit code)|Worker group FAILED"
+            r"|Sending process \d+ closing signal SIG[A-Z]+"
         ),
     ),
     (
         KILLED,
+        re.compile(r"(?:^|[\]\s])Killed\s*$|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"),
+    ),
+    (
+        TRACEBACK,
         re.compile(
-            r"^\s*Killed\s*$"
-            r"|\d+\s+Killed\s"
-            r"|\bsignal 9\b|\bSIGKILL\b"
-            r"|exitcode:\s*-9\b"
-            r"|\bexit(?:ed)?(?:\s+with)?(?:\s+code|\s+status|code)\s*:?\s*137\b"
-            r"|oom-killer|Out of memory: Killed process",
-            re.IGNORECASE,
+            r"Traceback \(most recent call last\)|\(most recent call first\)"
+            r"|The above exception was the direct cause|During handling of the above exception"
         ),
     ),
-    (TRACEBACK, re.compile(r"Traceback \(most recent call last\)")),
+    (PYTHON_EXCEPTION, re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$")),
 )
 
-PATTERN_NAMES: tuple[str, ...] = tuple(name for name, _ in PATTERNS)
+PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(name for name, _ in PATTERNS), USER_FATAL)
 
-
-def match(message: str) -> str | None:
-    """The name of the first fatal-error pattern `message` matches, or None for an ordinary line."""
-    for name, pattern in PATTERNS:
-        if pattern.search(message):
-            return name
-    return None
-
-
-# Checkpoint markers: a checkpoint's start line and its end line. A host whose newest marker is a start, with no other
-# line since, is writing a checkpoint (a live job, even with idle GPUs and silent logs).
+# Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
+# its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
-_CHECKPOINT = r"(?:checkpoint|ckpt)"
+_FILE = r"[^\s'\"]{1,300}\.(?:pt|pth|bin|json|safetensors|ckpt|distcp|model|txt|npy|pkl|tar|index|h5|nemo)\b"
 MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (CHECKPOINT_START, re.compile(rf"{_CHECKPOINT}\S*.{{0,80}}\bis about to be saved", re.IGNORECASE)),
     (
-        CHECKPOINT_END,
+        CHECKPOINT_END,  # the frameworks' own completion lines
         re.compile(
-            rf"\b(?:saved|wrote|written|finished saving|done saving|uploaded)\b.{{0,60}}{_CHECKPOINT}"
-            rf"|{_CHECKPOINT}\S*\b.{{0,80}}\b(?:saved|written|completed?|done|finished|is ready now|uploaded)\b",
-            re.IGNORECASE,
+            r"\bCheckpoint \S{1,100} is ready now\b"  # DeepSpeed
+            r"|successfully saved checkpoint (?:at|from) iteration"  # Megatron-LM
+            r"|Finished saving (?:the )?checkpoint"  # torchtitan, metaseq
+            r"|\(writing took [\d.]+ seconds\)"  # metaseq, fairseq
+            r"|[Cc]heckpoint save for step \d+ .{0,400}?finalized successfully"  # NeMo
+            r"|Saving checkpoint took [\d.]+"  # torchtune
+            r"|PEFT modules are saved in"  # llama-recipes
+            r"|Deleting older checkpoint"  # Transformers Trainer: after every file of the new one is written
+            r"|Global Checkpoint Save : "  # NeMo
+        ),
+    ),
+    (
+        CHECKPOINT_START,  # one file of a checkpoint being written (never its end)
+        re.compile(
+            r"\[Torch\] Sav(?:ing|ed) |zero checkpoint saved|Saving model checkpoint: "  # DeepSpeed
+            rf"|\b(?:[Cc]onfiguration|[Mm]odel weights|[Tt]okenizer config file|[Ss]pecial tokens file) saved in "
+            rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
+            rf"|\bsaved (?:in|to) {_FILE}"
+        ),
+    ),
+    (
+        CHECKPOINT_END,  # generic completion: a checkpoint (not one of its files) saved
+        re.compile(
+            r"\b(?i:checkpoint|ckpt)\S{0,40} (?:saved|written|uploaded|completed?|finished)\b"
+            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:checkpoint|ckpt|model)s? (?:to|at|in)\b"
         ),
     ),
     (
         CHECKPOINT_START,
         re.compile(
-            rf"\b(?:saving|writing|storing|uploading|persisting|staging)\b.{{0,60}}{_CHECKPOINT}"
-            rf"|\b{_CHECKPOINT}\S*\b.{{0,40}}\b(?:saving|writing|in progress|started)\b"
-            r"|\bsaving (?:the )?model\b",
-            re.IGNORECASE,
+            r"\bCheckpoint \S{1,100} is about to be saved"  # DeepSpeed
+            r"|\bsaving checkpoint at iteration"  # Megatron-LM
+            r"|Preparing to save checkpoint|Saving checkpoint to "  # metaseq
+            r"|Saving the checkpoint"  # torchtitan
+            r"|Scheduled async checkpoint save|Pending async checkpoint saves"  # NeMo (finalising a pending one)
+            r"|Saving model checkpoint to "  # Transformers Trainer
+            r"|, saving model to '"  # Lightning's ModelCheckpoint (Keras' below has no quote)
+            r"|Saving checkpoint\. This may take"  # torchtune
+            r"|Saving checkpoint at step|Started save checkpoint"  # Orbax
+            r"|about to save the PEFT modules|Saving model in \w+ format|Getting full model state dict"
+            r"|scheduled an async checkpoint save|Checkpoint save for step \d+ started"  # Megatron-LM, NeMo
+            r"|Saving current state to"  # Accelerate
+            r"|, saving model to "  # Keras
+            r"|\b(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting) (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
         ),
     ),
 )
 
-# Literal phrases, one of which every fatal line above contains (CloudWatch Logs matches them case-sensitively):
-# FilterLogEvents and the subscription filter return only the lines holding one, and the regexes decide among them.
-FATAL_FILTER_TERMS: tuple[str, ...] = (
-    # NCCL and the process group's watchdog
-    "Watchdog caught collective operation timeout",
-    "NCCL operations have failed or timed out",
+# CloudWatch Logs' regex subset (Filter pattern syntax: alphanumerics, these symbols and operators, no parentheses).
+FILTER_REGEX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_#=@/;,-^$?[]{}|\\*+.")
+FILTER_PATTERN_MAX = 1024  # characters, CloudWatch Logs API reference (FilterLogEvents, PutSubscriptionFilter)
+FILTER_REGEXES_MAX = 2  # %regex% per pattern
+# Needles (CloudWatch regexes), one of which every fatal line the rules name contains; `.` stands for a space or any
+# character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch.
+FATAL_NEEDLES: tuple[str, ...] = (
+    # NCCL, its watchdog, the c10d store, EFA
+    "NCCL.error",
+    "NCCL.WARN",
+    "NCCL.failure",
     "ProcessGroupNCCL",
-    "Heartbeat monitor timed out",
-    "NCCL communicator was aborted",
-    # CUDA, the driver and the GPUs
-    "illegal memory access",
-    "cudaErrorIllegalAddress",
-    "CUDA_ERROR_ILLEGAL_ADDRESS",
-    "CUDA out of memory",
-    "OutOfMemoryError",
-    "CUDA error",
-    "NVRM: Xid",
-    "fallen off the bus",
-    "device-side assert",
-    "unspecified launch failure",
-    "CUBLAS_STATUS_",
-    "CUDNN_STATUS_",
-    "uncorrectable ECC error",
-    # the kernel and the launcher killing the process
-    "Killed",
-    "killed",
+    "[Ww]atchdog",
+    "Heartbeat",
+    "Abort.COMPLETE",
+    "unicator.was",
+    "[ye].peer",
+    "Call.to.recv",
+    "NET/OFI",
+    "fi_[a-z_]+.failed",
+    "Socket.Timeout",
+    "[Tt]imed.out",
+    "wait.timeout",
+    # CUDA, the driver, the kernel
+    "CUDA.?[EeOo][RrUu]",
+    "illegal.memory",
+    "device-side",
+    "launch.failure",
+    "_STATUS_[A-Z]",
+    "ECC.error",
+    "Xid",
+    "fallen.off",
+    "oom[-_][kr]",
+    "ut.[Oo]f.[Mm]emory",
+    "signal:",
+    "egmentation",
+    "segfault",
+    "SIG[A-Z]",
+    "[Ss]ignal.[0-9]",
+    "terminate.called",
+    "Fatal.Python",
+    "Aborted",
+    "BACKTRACE",
+    "[Bb]us.error",
+    # launchers and schedulers
+    "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
+    "return.code",
+    "FAIL[EU]",
+    "Killing",
+    "terminated.with",
+    "CANCELLED",
+    "srun:",
+    "WTERMSIG",
+    "preempted",
+    "MPI_ABORT",
+    "refused.to.die",
+    "Primary.job",
+    "non-zero",
+    "BAD.TERM",
+    "CLEANING.UP",
+    "received.signal",
+    "Signal:",
+    "[Ff]ramework.[Ee]rror",
+    "[Kk]illed",
     "KILLED",
-    "SIGKILL",
-    "signal 9",
-    "Signal 9",
-    "exitcode",
-    "ExitCode",
-    "exit code",
-    "Exit code",
-    "exit status",
-    "Exit status",
-    "exited with",
-    "oom-killer",
-    "Out of memory",
+    ".137",
+    # Python (and every *Error: NCCL's, CUDA's, the c10d store's, SageMaker's)
     "Traceback",
+    "recent.call",
+    "above.exception",
+    "[a-z]Error",
+    "Exception:",
 )
-# ... and one of which every checkpoint marker line contains.
-CHECKPOINT_FILTER_TERMS: tuple[str, ...] = (
-    "checkpoint",
-    "Checkpoint",
+CHECKPOINT_NEEDLES: tuple[str, ...] = (
+    "[Cc]heckpoint",
     "CHECKPOINT",
-    "ckpt",
-    "saving model",
-    "Saving model",
-    "saving the model",
-    "Saving the model",
+    "[Cc]kpt",
+    "[Ss]aving",
+    "[Ss]aved",
+    "[Ww]riting",
+    "[Ss]toring",
+    "[Uu]ploading",
+    "[Pp]ersisting",
+    "Deleting.older",
+    "writing.took",
+    "Started.save",
+    "about.to.save",
+    "state.dict",
 )
+
+
+# A Python escape as CloudWatch takes it: the digit class and escaped operators as they are, a word boundary dropped
+# (a wider match), any other class widened to any character.
+_FILTER_ESCAPES = {"d": r"\d", "b": "", "B": "", **{c: "\\" + c for c in ".[]{}|*+?^$\\-"}}
+
+
+def filter_regex(pattern: str) -> str:
+    """`pattern` (a Python regex) as CloudWatch would take it, widened where its syntax is narrower: a literal
+    character CloudWatch's regex cannot hold (a space, a quote, an escaped parenthesis) becomes `.`. Raises ValueError
+    for a construct it cannot widen (a group, a lookaround, a backreference)."""
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isdigit():
+                raise ValueError("backreferences cannot go into a CloudWatch filter pattern")
+            out.append(_FILTER_ESCAPES.get(nxt, nxt if nxt in FILTER_REGEX_CHARS and not nxt.isalpha() else "."))
+            i += 2
+            continue
+        if c in "()":
+            raise ValueError("groups (parentheses) cannot go into a CloudWatch filter pattern")
+        if c == "[":
+            end = pattern.find("]", i + 2)
+            if end < 0:
+                raise ValueError("unterminated character class")
+            body = pattern[i + 1 : end]
+            out.append(f"[{body}]" if set(body) <= FILTER_REGEX_CHARS else ".")
+            i = end + 1
+            continue
+        out.append(c if c in FILTER_REGEX_CHARS else ".")
+        i += 1
+    return "".join(out)
+
+
+def filter_pattern(needles: Iterable[str]) -> str:
+    """A CloudWatch Logs filter pattern keeping the lines that hold any of the needles (one ``%regex%``)."""
+    return "%" + "|".join(needles) + "%"
+
+
+def fatal_filter_pattern(extra: Iterable[str] = ()) -> str:
+    """The subscription filter's pattern: the built-in fatal lines plus these regexes (a policy's own, widened into
+    CloudWatch's subset by `filter_regex`)."""
+    return filter_pattern((*FATAL_NEEDLES, *(filter_regex(p) for p in extra)))
+
+
+def passes_fatal_filter(message: str, pattern: str | None = None) -> bool:
+    """Whether CloudWatch Logs delivers `message` under the subscription filter `pattern` (the built-in one unless
+    given: `fatal_filter_pattern(extra)`, `Policy.fatal_filter_pattern`)."""
+    return filter_keeps(pattern or FATAL_FILTER_PATTERN, message)
+
+
+def filter_keeps(pattern: str, message: str) -> bool:
+    """Whether CloudWatch Logs keeps `message` under the ``%regex%`` filter `pattern` (unanchored, case-sensitive)."""
+    return _compiled_filter(pattern).search(message) is not None
+
+
+_FILTERS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled_filter(pattern: str) -> re.Pattern[str]:
+    if pattern not in _FILTERS:
+        _FILTERS[pattern] = re.compile(pattern.strip()[1:-1])
+    return _FILTERS[pattern]
+
+
+@dataclass(frozen=True)
+class LinePatterns:
+    """The built-in rules and markers, plus a policy's own (`extended`): what names a line, and what CloudWatch Logs
+    is asked for. The user's lines come after the built-in ones (a line the built-ins name keeps their kind)."""
+
+    fatal: tuple[re.Pattern[str], ...] = ()
+    checkpoint_start: tuple[re.Pattern[str], ...] = ()
+    checkpoint_end: tuple[re.Pattern[str], ...] = ()
+    fatal_filter: str = field(default="")
+    checkpoint_filter: str = field(default="")
+
+    @classmethod
+    def extended(
+        cls, fatal: Iterable[str] = (), checkpoint_start: Iterable[str] = (), checkpoint_end: Iterable[str] = ()
+    ) -> LinePatterns:
+        """The built-ins plus these regexes (validated by the policy: they compile, are linear and fit the filter)."""
+        fatal, starts, ends = tuple(fatal), tuple(checkpoint_start), tuple(checkpoint_end)
+        return cls(
+            fatal=tuple(re.compile(p) for p in fatal),
+            checkpoint_start=tuple(re.compile(p) for p in starts),
+            checkpoint_end=tuple(re.compile(p) for p in ends),
+            fatal_filter=fatal_filter_pattern(fatal),
+            checkpoint_filter=filter_pattern((*CHECKPOINT_NEEDLES, *(filter_regex(p) for p in (*starts, *ends)))),
+        )
+
+    def match(self, message: str) -> str | None:
+        """The fatal kind of the first rule `message` matches, or None for an ordinary line."""
+        for name, pattern in PATTERNS:
+            if pattern.search(message):
+                return None if name == XID and not _xid_fatal(message) else name
+        return USER_FATAL if any(p.search(message) for p in self.fatal) else None
+
+    def marker(self, message: str) -> str | None:
+        """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start (or in-progress) or end line, else None (ask
+        `match` first: a fatal line is never a marker)."""
+        if any(p.search(message) for p in self.checkpoint_end):
+            return CHECKPOINT_END
+        if any(p.search(message) for p in self.checkpoint_start):
+            return CHECKPOINT_START
+        for name, pattern in MARKERS:
+            if pattern.search(message):
+                return name
+        return None
+
+    def classify(self, message: str) -> tuple[str | None, str | None]:
+        """(fatal kind, checkpoint marker) of a line; (None, None) for the ordinary ones."""
+        pattern = self.match(message)
+        return pattern, None if pattern else self.marker(message)
+
+    @property
+    def filter_patterns(self) -> tuple[str, str]:
+        """FilterLogEvents' filter patterns for the notable lines, one call each: the fatal lines, the markers."""
+        return self.fatal_filter or FATAL_FILTER_PATTERN, self.checkpoint_filter or CHECKPOINT_FILTER_PATTERN
+
+
+def _xid_fatal(message: str) -> bool:
+    """Whether an Xid line reports a death (NVIDIA's catalogue): not an informational code, not a non-fatal NVLink
+    event. A line naming no code ("GPU has fallen off the bus") is one."""
+    found = _XID.search(message)
+    if not found:
+        return True
+    code = int(found.group(1))
+    if code in XID_INFORMATIONAL:
+        return False
+    return not (code in XID_NVLINK and _NVLINK_NONFATAL.search(message))
+
+
+# The subscription filter's pattern (fatal lines alone), the markers', and FilterLogEvents' (both, one call each).
+FATAL_FILTER_PATTERN = fatal_filter_pattern()
+CHECKPOINT_FILTER_PATTERN = filter_pattern(CHECKPOINT_NEEDLES)
+FILTER_PATTERNS: tuple[str, str] = (FATAL_FILTER_PATTERN, CHECKPOINT_FILTER_PATTERN)
+BUILT_IN = LinePatterns()
 # The trainer agent's EMF document (trainer_agent.emf) opens with its "_aws" metadata.
 AGENT_WINDOW_PREFIX = '{"_aws"'
-FILTER_TERMS = FATAL_FILTER_TERMS + CHECKPOINT_FILTER_TERMS
 
 
-def _any_of(terms: tuple[str, ...]) -> str:
-    """A filter pattern matching a line that holds any of the phrases."""
-    return " ".join(f'?"{term}"' for term in terms)
-
-
-# Filter patterns (at most 1,024 characters each, CloudWatch Logs API reference): the fatal lines alone (the
-# subscription filter's), the checkpoint markers alone, and FilterLogEvents' notable lines (both).
-FATAL_FILTER_PATTERN = _any_of(FATAL_FILTER_TERMS)
-CHECKPOINT_FILTER_PATTERN = _any_of(CHECKPOINT_FILTER_TERMS)
-FILTER_PATTERN = _any_of(FILTER_TERMS)
+def match(message: str) -> str | None:
+    """The built-in fatal kind of `message`, or None for an ordinary line."""
+    return BUILT_IN.match(message)
 
 
 def marker(message: str) -> str | None:
-    """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start or end line, else None (ask `match` first: a
-    fatal line is never a marker)."""
-    for name, pattern in MARKERS:
-        if pattern.search(message):
-            return name
-    return None
+    """The built-in checkpoint marker of `message` (see `LinePatterns.marker`)."""
+    return BUILT_IN.marker(message)
+
+
+def classify(message: str) -> tuple[str | None, str | None]:
+    """(fatal kind, checkpoint marker) of a line by the built-in rules."""
+    return BUILT_IN.classify(message)
+
+
+def notable(message: str) -> bool:
+    """Whether the server-side filters keep `message` (a superset of the fatal and marker lines)."""
+    return any(filter_keeps(pattern, message) for pattern in FILTER_PATTERNS)
 
 
 def agent_window(message: str) -> bool:
     """Whether `message` is the trainer agent's EMF line (its stdout sink): the agent's thread speaks, not the
     training loop, so it says nothing of what the loop does."""
     return message.startswith(AGENT_WINDOW_PREFIX)
-
-
-def notable(message: str) -> bool:
-    """Whether the server-side filter keeps `message` (a superset of the fatal and marker lines)."""
-    return any(term in message for term in FILTER_TERMS)
-
-
-def classify(message: str) -> tuple[str | None, str | None]:
-    """(fatal pattern, checkpoint marker) of a line; (None, None) for the ordinary ones, which `FILTER_PATTERN`
-    would not even return."""
-    if not notable(message):
-        return None, None
-    pattern = match(message)
-    return pattern, None if pattern else marker(message)

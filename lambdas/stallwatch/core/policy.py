@@ -1,7 +1,7 @@
 """The one policy model: modes, thresholds and per-job tag overrides.
 
-It renders the alarms (``alarms.py``), configures the Lambdas (``STALLWATCH_POLICY``
-environment variable, JSON) and is validated at synth time by the stacks.
+It renders the alarms (``alarms.py``), configures the Lambdas (the ``policy`` of the ``STALLWATCH_CONFIG``
+environment variable's JSON, `config.StallwatchConfig`) and is validated at synth time by the stacks.
 
     policy = Policy(mode="notify")
     effective = policy.for_job({"stallwatch:mode": "enforce", "stallwatch:stall-minutes": "45"})
@@ -10,10 +10,14 @@ environment variable, JSON) and is validated at synth time by the stacks.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from stallwatch.core import log_patterns
 
 TAG_PREFIX = "stallwatch:"
 MODE_TAG = "stallwatch:mode"
@@ -25,7 +29,20 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # Auto Scaling permissions are conditioned on this tag too.
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
+# A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
+SLURM_CONTROLLER_TAG = "stallwatch:slurm"
+SLURM_CONTROLLER_VALUE = "controller"
 MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)
+# A job's own log lines, one regex per tag (`LogLines`); a SageMaker tag value holds only [\p{L}\p{Z}\p{N}_.:/=+\-@].
+LINE_TAGS = {
+    "stallwatch:fatal-line": "fatal",
+    "stallwatch:checkpoint-start-line": "checkpoint_start",
+    "stallwatch:checkpoint-end-line": "checkpoint_end",
+}
+LINE_PATTERN_MAX = 200  # characters of one of your own line regexes
+LINE_PATTERNS_MAX = 10  # of them in each list
+LINE_REPEATS_MAX = 3  # unbounded repetitions (*, +, {n,}) in one regex: each is a scan of the line
+_UNBOUNDED = re.compile(r"(?<!\\)(?:[*+]|\{\d*,\})")
 
 
 class Mode(StrEnum):
@@ -121,6 +138,76 @@ class Thresholds(BaseModel):
         return self
 
 
+def check_line_pattern(pattern: str) -> str:
+    """`pattern` if it is a regex the engine may run on every line and CloudWatch Logs can filter by; else ValueError
+    saying why: it must compile, hold at most `LINE_PATTERN_MAX` characters and `LINE_REPEATS_MAX` unbounded
+    repetitions, and no group (parentheses), lookaround or backreference (none of them goes into a CloudWatch filter
+    pattern, and without groups no quantifier can nest: no catastrophic backtracking)."""
+    if not pattern.strip():
+        raise ValueError("an empty pattern would match every line")
+    if len(pattern) > LINE_PATTERN_MAX:
+        raise ValueError(f"{len(pattern)} characters; at most {LINE_PATTERN_MAX}")
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+    try:
+        log_patterns.filter_regex(pattern)
+    except ValueError as exc:
+        raise ValueError(f"{pattern!r}: {exc}; write each alternative as its own entry") from None
+    if len(_UNBOUNDED.findall(pattern)) > LINE_REPEATS_MAX:
+        raise ValueError(f"{pattern!r} repeats without bound more than {LINE_REPEATS_MAX} times (*, +, {{n,}})")
+    if re.search(pattern, ""):
+        raise ValueError(f"{pattern!r} matches an empty line, so every line")
+    return pattern
+
+
+class LogLines(BaseModel):
+    """Your own log lines, beside the built-in ones (`log_patterns`): regexes (Python syntax, no groups), matched
+    anywhere in a line, case-sensitively. They name a line fatal (`user_fatal`), or a checkpoint's start (or a line
+    written while it is being written) or end, and CloudWatch Logs is asked for them too. Per job, a tag adds one of
+    each (`stallwatch:fatal-line`, `stallwatch:checkpoint-start-line`, `stallwatch:checkpoint-end-line`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fatal: list[str] = Field(default_factory=list, max_length=LINE_PATTERNS_MAX, description="Lines that mean death.")
+    checkpoint_start: list[str] = Field(
+        default_factory=list,
+        max_length=LINE_PATTERNS_MAX,
+        description="A checkpoint's start, or a line written while it is.",
+    )
+    checkpoint_end: list[str] = Field(
+        default_factory=list, max_length=LINE_PATTERNS_MAX, description="A checkpoint's end (training goes on after)."
+    )
+
+    @field_validator("fatal", "checkpoint_start", "checkpoint_end")
+    @classmethod
+    def _check(cls, patterns: list[str]) -> list[str]:
+        for i, pattern in enumerate(patterns):
+            try:
+                check_line_pattern(pattern)
+            except ValueError as exc:
+                raise ValueError(f"entry {i}: {exc}") from None
+        return patterns
+
+    @model_validator(mode="after")
+    def _fits_the_filters(self) -> LogLines:
+        patterns = self.line_patterns()
+        for name, pattern in zip(("fatal", "checkpoint_start/checkpoint_end"), patterns.filter_patterns, strict=True):
+            if len(pattern) > log_patterns.FILTER_PATTERN_MAX:
+                raise ValueError(
+                    f"{name}: the server-side filter pattern would hold {len(pattern)} characters with these lines; "
+                    f"CloudWatch Logs takes at most {log_patterns.FILTER_PATTERN_MAX}: shorten or drop some"
+                )
+        return self
+
+    def line_patterns(self) -> log_patterns.LinePatterns:
+        """The built-in lines plus these."""
+        if not (self.fatal or self.checkpoint_start or self.checkpoint_end):
+            return log_patterns.BUILT_IN
+        return log_patterns.LinePatterns.extended(self.fatal, self.checkpoint_start, self.checkpoint_end)
+
+
 class Policy(BaseModel):
     """The global policy; `for_job` applies a job's tags on top of it."""
 
@@ -134,6 +221,9 @@ class Policy(BaseModel):
     )
     monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
     monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
+    monitor_slurm: bool = Field(
+        True, description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md)."
+    )
     resume_max_restarts: int = Field(
         0,
         ge=0,
@@ -144,6 +234,13 @@ class Policy(BaseModel):
     run_summary: bool = Field(
         False, description="Post the goodput summary to Slack when a run ends (per job: `stallwatch:summary=true`)."
     )
+    log_lines: LogLines = Field(default_factory=LogLines, description="Your own fatal and checkpoint log lines.")
+
+    @property
+    def fatal_filter_pattern(self) -> str:
+        """The subscription filter's pattern: the fatal lines, built-in and the deployment's own (tags are per job:
+        they are read, but wake nothing)."""
+        return self.log_lines.line_patterns().filter_patterns[0]
 
     def stop_permitted(self, tags: dict[str, str]) -> bool:
         """Whether a resource with `tags` may be stopped at all: the code's twin of the IAM tag condition."""
@@ -160,6 +257,16 @@ class Policy(BaseModel):
                 mode = Mode(raw_mode.strip().lower())
             except ValueError:
                 errors.append(f"{MODE_TAG}={raw_mode!r}: expected one of {[m.value for m in Mode]}")
+        log_lines = self.log_lines
+        for key, name in LINE_TAGS.items():  # each on its own: a bad one leaves the others
+            value = tags.get(key, "").strip()
+            if value:
+                try:
+                    log_lines = LogLines.model_validate(
+                        log_lines.model_dump() | {name: [*getattr(log_lines, name), value]}
+                    )
+                except ValidationError as exc:
+                    errors.append(f"{key}={value!r}: {exc.errors()[0]['msg']}")
         thresholds = self.thresholds
         # Sorted, so the outcome does not depend on tag order; each override is validated with those before it,
         # and a rejected one leaves the thresholds as they were (setattr would keep a value its validator rejects).
@@ -173,7 +280,7 @@ class Policy(BaseModel):
                 thresholds = Thresholds.model_validate(thresholds.model_dump() | {name: value})
             except ValidationError as exc:
                 errors.append(f"{key}={value!r}: {exc.errors()[0]['msg']}")
-        policy = self.model_copy(update={"mode": mode, "thresholds": thresholds})
+        policy = self.model_copy(update={"mode": mode, "thresholds": thresholds, "log_lines": log_lines})
         may_stop = mode is Mode.ENFORCE and self.stop_permitted(tags)
         return EffectivePolicy(policy=policy, may_stop=may_stop, tag_errors=errors)
 
@@ -193,3 +300,8 @@ class EffectivePolicy:
     @property
     def thresholds(self) -> Thresholds:
         return self.policy.thresholds
+
+    @cached_property
+    def line_patterns(self) -> log_patterns.LinePatterns:
+        """What names the job's log lines: the built-in ones, the deployment's and its tags' own."""
+        return self.policy.log_lines.line_patterns()

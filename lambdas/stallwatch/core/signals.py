@@ -59,9 +59,12 @@ class LogLine:
     marker: str | None = None
 
     @classmethod
-    def read(cls, t: float, stream: str, message: str) -> LogLine:
-        """A line as the sources read it: named by its fatal pattern or its checkpoint marker (`log_patterns`)."""
-        return cls(t, stream, message, *log_patterns.classify(message))
+    def read(
+        cls, t: float, stream: str, message: str, patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN
+    ) -> LogLine:
+        """A line as the sources read it: named by its fatal kind or its checkpoint marker (`log_patterns`, with the
+        job's own lines where its policy adds some)."""
+        return cls(t, stream, message, *patterns.classify(message))
 
 
 @dataclass(frozen=True)

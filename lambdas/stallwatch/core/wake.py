@@ -50,12 +50,7 @@ def wait_for_recheck(recheck_at: float | None, now: float, deadline: float) -> f
     return wait if now + wait + DECISION_TIME_S <= deadline else None
 
 
-def wakes(message: str) -> bool:
-    """Whether a delivered line wakes a decision: a fatal line by the regexes (the filter pattern is a superset)."""
-    return log_patterns.match(message) is not None
-
-
-def delivered(message: str) -> bool:
-    """Whether the subscription filter (`log_patterns.FATAL_FILTER_PATTERN`) delivers `message` and it wakes a
-    decision: the replay's model of the subscription."""
-    return any(term in message for term in log_patterns.FATAL_FILTER_TERMS) and wakes(message)
+def delivered(message: str, filter_pattern: str, patterns: log_patterns.LinePatterns) -> bool:
+    """Whether the subscription filter (`filter_pattern`: `Policy.fatal_filter_pattern`) delivers `message` and it
+    wakes a decision: a fatal line by `patterns` (the filter is a superset of their regexes)."""
+    return log_patterns.passes_fatal_filter(message, filter_pattern) and patterns.match(message) is not None

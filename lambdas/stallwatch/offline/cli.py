@@ -4,7 +4,7 @@
     stallwatch replay my-job.jsonl --json --policy config.json
     stallwatch replay my-job.jsonl --plot my-job.png    # the signals, alarms and decisions on one time axis
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
-    stallwatch export-trace llm-70b --platform ec2 --out llm-70b.jsonl   # EC2 instances tagged stallwatch:job=llm-70b
+    stallwatch export-trace llm-70b --platform ec2 --stack stallwatch   # EC2 instances tagged stallwatch:job=llm-70b
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
     stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
     stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
@@ -30,15 +30,15 @@ from rich.text import Text
 from stallwatch import __version__
 from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from stallwatch.core.decision import Action
-from stallwatch.core.policy import Policy
+from stallwatch.core.policy import MODE_TAG, Mode, Policy
 from stallwatch.core.signals import Platform
-from stallwatch.core.trace import TraceError
+from stallwatch.core.trace import TraceError, TraceHeader, scan_trace
 from stallwatch.offline import doctor, ops, plots, report
 from stallwatch.offline.formats import hms
 from stallwatch.offline.progress import WorkProgress
-from stallwatch.offline.replay import ReplayResult, Verdict, replay_file
+from stallwatch.offline.replay import ReplayResult, Verdict, replay_events
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a labeled trace failed its label
@@ -121,6 +121,21 @@ def _plot_path(plot: Path, trace: Path, traces: int) -> Path:
     return plot if traces == 1 else plot / f"{trace.stem}.png"
 
 
+def tagged(header: TraceHeader, mode: Mode | None) -> TraceHeader:
+    """The trace's header with its job tagged ``stallwatch:mode=<mode>``: the job as it would be watched once
+    tagged so (with the deployment's policy, `--mode enforce` replays the stops the tag would allow)."""
+    if mode is None:
+        return header
+    job = header.job.model_copy(update={"tags": {**header.job.tags, MODE_TAG: mode.value}})
+    return header.model_copy(update={"job": job})
+
+
+def _replay_path(path: Path, policy: Policy | None, config: StallwatchConfig, mode: Mode | None) -> ReplayResult:
+    with open(path, encoding="utf-8") as lines:
+        header, events = scan_trace(lines, source=str(path))
+        return replay_events(tagged(header, mode), events, str(path), policy, config)
+
+
 def run_replay(args: argparse.Namespace) -> int:
     if args.plot:
         plots.require_matplotlib()  # before any replay
@@ -129,7 +144,7 @@ def run_replay(args: argparse.Namespace) -> int:
     failed = False
     with WorkProgress(quiet=args.json) as progress:
         for path in progress.over(args.traces, "replaying", name=lambda p: p.name):
-            result = replay_file(path, policy=policy, config=config)
+            result = _replay_path(path, policy, config, args.mode)
             failed |= result.verdict is Verdict.FAIL
             if args.json:
                 print(json.dumps(result.to_json()))
@@ -141,15 +156,19 @@ def run_replay(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
+@ops.reported
 def run_export(args: argparse.Namespace) -> int:
     # imported here: only this subcommand needs boto3 clients
-    from stallwatch.aws.clients import AwsClients
-    from stallwatch.offline.export import export_trace
+    from stallwatch.offline.export import export_trace, platform_of
 
     out = args.out or Path(f"{args.job}.jsonl")
-    clients = AwsClients(region=args.region)
+    deployment = ops.Deployment.from_args(args)
+    platform = args.platform or platform_of(args.job)
+    # An EC2 job's logs are in the deployment's log group (its config: --config, else the deployed functions').
+    log_group = deployment.config.ec2_log_group if platform is Platform.EC2 else EC2_LOG_GROUP
+    clients = deployment.clients
     with WorkProgress() as progress, progress.aws_calls(clients.session, f"exporting {args.job}"):
-        trace = export_trace(args.job, clients, out, platform=args.platform)
+        trace = export_trace(args.job, clients, out, platform=platform, ec2_log_group=log_group)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 
@@ -160,6 +179,13 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object per trace instead of a timeline")
     parser.add_argument(
         "--policy", type=Path, metavar="FILE", help="Policy or StallwatchConfig JSON (default: enforce everything)"
+    )
+    parser.add_argument(
+        "--mode",
+        type=Mode,
+        choices=list(Mode),
+        help="replay each job as if tagged stallwatch:mode=MODE (with the deployment's --policy, enforce shows the "
+        "stops opting the job in would allow); default: the trace's own tags",
     )
     parser.add_argument(
         "--plot",
@@ -182,8 +208,8 @@ def _add_export(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--platform", type=Platform, choices=list(Platform), help="default: ec2 for an instance id, else sagemaker"
     )
-    parser.add_argument("--region", help="AWS region (default: the environment's)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="output file (default: JOB.jsonl)")
+    ops.deployment_flags(parser)
     parser.set_defaults(handler=run_export)
 
 

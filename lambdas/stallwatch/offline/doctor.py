@@ -2,6 +2,7 @@
 
     stallwatch doctor                      # the default deployment (stack "stallwatch"), with your AWS credentials
     stallwatch doctor --stack team-b --send-test-alert   # and a test message through on_alarm to Slack
+    stallwatch doctor --local              # the local demo's deployment on moto: what passing looks like
 
 The checks, in order: the stack's functions, rules (the sweeper's schedule among them) and table exist and are
 ready; the Slack secret holds what its mode needs; Slack answers (``auth.test`` for a bot token; the webhook, sent an
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -54,6 +58,8 @@ RESUME_TAG = "stallwatch:resume"
 RESUMED_FROM_TAG = "stallwatch:resumed-from"
 SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
 TEST_ALERT_KEY = "stallwatch_test_alert"
+# The checkout the CLI runs from (an editable install of lambdas/): where --local finds the demo's deployment.
+LOCAL_CHECKOUT = Path(__file__).resolve().parents[3]
 
 
 class Status(StrEnum):
@@ -128,7 +134,10 @@ def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Ch
         else:
             yield Check(name, Status.OK, f"{rule['Name']} {rule.get('ScheduleExpression', '')}".strip())
     status = deployed.deployment.clients.dynamodb.describe_table(TableName=deployed.table)["Table"]["TableStatus"]
-    yield Check("table", Status.OK if status == "ACTIVE" else Status.FAIL, f"{deployed.table} {status}", redeploy)
+    if status == "ACTIVE":
+        yield Check("table", Status.OK, f"{deployed.table} {status}")
+    else:
+        yield Check("table", Status.FAIL, f"{deployed.table} {status}", redeploy)
 
 
 def read_secret(deployed: Deployed) -> tuple[Check, dict[str, Any] | None]:
@@ -356,8 +365,24 @@ def run_checks(
 
 @ops.reported
 def run_doctor(args: argparse.Namespace) -> int:
+    if args.local:
+        return run_local(args.send_test_alert)
     deployment = ops.Deployment.from_args(args)
-    checks = run_checks(deployment, send_alert=args.send_test_alert)
+    return print_checks(run_checks(deployment, send_alert=args.send_test_alert))
+
+
+def run_local(send_alert: bool) -> int:
+    """The checks against the local demo's deployment on moto (`localrun.deployment`, in a checkout): its process
+    prints them; its exit code is the doctor's."""
+    checkout = LOCAL_CHECKOUT
+    if not (checkout / "localrun" / "deployment.py").is_file():
+        raise ops.OpsError(f"--local needs a checkout of Stallwatch with `make setup` done; none at {checkout}")
+    command = [sys.executable, "-m", "localrun.deployment", *(["--send-test-alert"] if send_alert else [])]
+    return subprocess.run(command, cwd=checkout, check=False).returncode
+
+
+def print_checks(checks: list[Check]) -> int:
+    """One line per check, then the count; the exit code: 1 if any failed."""
     console = Console()
     for check in checks:
         line = Text.assemble((f"{check.status.value:>4}", STYLES[check.status]), f"  {check.name}: {check.detail}")
@@ -376,6 +401,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--send-test-alert",
         action="store_true",
         help="also send a test alert of a fake job through on_alarm to Slack (marked as a test; nothing is stopped)",
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="check the local demo's deployment on moto instead (no account; a checkout after make setup): what a "
+        "passing doctor looks like",
     )
     ops.deployment_flags(parser)
     parser.set_defaults(handler=run_doctor)

@@ -6,7 +6,7 @@
     stallwatch policy show my-job                       # the policy after the job's stallwatch:* tags
 
 The table and the deployed config are found through the CloudFormation stack (``--stack``, default
-``Stallwatch``); ``--table`` / ``STALLWATCH_TABLE`` and ``--config FILE`` override them. ``--region`` and
+``stallwatch``); ``--table`` / ``STALLWATCH_TABLE`` and ``--config FILE`` override them. ``--region`` and
 ``--profile`` choose the account. `register(subparsers)` adds the commands to the ``stallwatch`` CLI.
 """
 
@@ -44,6 +44,8 @@ AUDIT_TRIGGER = "cli"
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 DURATION_PATTERN = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 STATUS_STYLES = {"open": "bold red", "closed": "green"}
+# What a job argument is, on each platform (with --platform ec2: the tag, or an untagged instance's id).
+JOB_HELP = "a SageMaker training job's name; with --platform ec2, an EC2 job's stallwatch:job tag (or an instance id)"
 
 
 class OpsError(ValueError):
@@ -280,7 +282,10 @@ def policy_rows(effective: EffectivePolicy, tags: dict[str, str]) -> list[tuple[
 @reported
 def run_policy_show(args: argparse.Namespace) -> int:
     effective, tags = effective_policy(Deployment.from_args(args), args.job, args.platform)
-    title = f"Effective policy of {args.job}" if args.job else "Deployed policy (no job tags applied)"
+    source = f"the policy of {args.config}" if args.config else f"the policy deployed in {args.stack}"
+    title = (
+        f"Effective policy of {args.job}: {source}" if args.job else f"{source[0].upper()}{source[1:]} (no job tags)"
+    )
     table = Table(title=title, header_style="bold")
     for column in ("setting", "value", "source"):
         table.add_column(column)
@@ -313,7 +318,7 @@ def _job_flags(parser: argparse.ArgumentParser) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``incidents``, ``snooze`` and ``policy show`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("incidents", help="incidents of the deployed Stallwatch, newest first")
-    parser.add_argument("--job", type=job_name, help="only this job (SageMaker name or EC2 instance id)")
+    parser.add_argument("--job", type=job_name, help=f"only this job ({JOB_HELP})")
     parser.add_argument(
         "--since", type=parse_duration, default=parse_duration("24h"), metavar="DURATION", help="default 24h"
     )
@@ -322,7 +327,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run_incidents)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
-    parser.add_argument("job", metavar="JOB", type=job_name, help="SageMaker training job name or EC2 instance id")
+    parser.add_argument("job", metavar="JOB", type=job_name, help=JOB_HELP)
     parser.add_argument("--for", dest="duration", type=parse_duration, required=True, metavar="DURATION")
     _job_flags(parser)
     deployment_flags(parser)

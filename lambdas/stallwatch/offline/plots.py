@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stallwatch.core.alarms import parse_alarm_name
+from stallwatch.core.alarms import PROGRESS, parse_alarm_name
 from stallwatch.core.decision import Action
 from stallwatch.core.evaluator import AlarmState
 from stallwatch.core.goodput import Category, Goodput, JobSpan, Segment, run_timeline
@@ -52,6 +52,15 @@ TITLE_SIZE = 10
 UNHELD_STYLE = {"hatch": "//", "alpha": 0.45}
 UNHELD_LABEL = "between attempts: no instance held"
 AFTER_STOP_COLOR = "0.93"
+EXPECTED_COLOR = "#c8e6c9"
+ALARM_COLOR = "#ef6c00"
+POWER_FROM_AGENT = "trainer agent (NVML)"
+POWER_FROM_CLOUDWATCH_AGENT = "CloudWatch agent (power_draw)"
+# The progress alarm of a job without the trainer agent: its metric never arrives and missing data counts as
+# breaching, so it sits in ALARM for the whole run, by design; the host alarms and the rechecks watch such a job.
+NO_DATA_STYLE = {"facecolor": "none", "edgecolor": "0.55", "hatch": "///", "linewidth": 0.5}
+NO_DATA_LABEL = "in ALARM for want of data: no trainer agent (missing data counts as breaching)"
+NO_DATA_NOTE = "no trainer agent: no Steps, so in ALARM all along; the host alarms and rechecks watch this job"
 
 
 class PlotUnavailableError(ValueError):
@@ -120,6 +129,11 @@ class GoodputChart:
     rows: tuple[str, ...]  # the attempts' job names, first first
     bars: tuple[Bar, ...]
 
+    def category_shares(self) -> dict[Category, float]:
+        """Each category's share of the run's wall time, in percent (those with time only), as the split draws them."""
+        wall = self.goodput.wall_s
+        return {c: 100 * t.seconds / wall for c, t in self.goodput.totals.items() if t.seconds > 0 and wall > 0}
+
     def category_seconds(self) -> dict[Category, float]:
         """The timeline's seconds per category: the report's totals."""
         found = dict.fromkeys(Category, 0.0)
@@ -129,8 +143,8 @@ class GoodputChart:
 
     def figure(self) -> Figure:
         g = self.goodput
-        figure = _figure(12, 2.6 + 0.5 * len(self.rows))
-        timeline, split = figure.subplots(2, 1, sharex=True, height_ratios=[len(self.rows) + 0.5, 1])
+        figure = _figure(12, 3.0 + 0.5 * len(self.rows))
+        timeline, split = figure.subplots(2, 1, height_ratios=[len(self.rows) + 0.5, 1])
         timeline.set_label("timeline")
         for bar in self.bars:
             style = {"color": CATEGORY_COLORS[bar.category]} | ({} if bar.held else UNHELD_STYLE)
@@ -140,15 +154,15 @@ class GoodputChart:
         timeline.set_title("Each attempt in time", loc="left", fontsize=TITLE_SIZE)
         split.set_label("split")
         left = 0.0
-        for category, total in g.totals.items():
-            if total.seconds <= 0:
-                continue
-            share = total.seconds / g.wall_s if g.wall_s else 0.0
-            label = f"{LABELS[category]}: {hms(total.seconds)} ({share:.1%}), {money(total.dollars)}"
+        for category, share in self.category_shares().items():
+            total = g.totals[category]
+            label = f"{LABELS[category]}: {hms(total.seconds)} ({share:.1f}%), {money(total.dollars)}"
             color = CATEGORY_COLORS[category]
-            split.barh(0, total.seconds, left=left, height=0.6, color=color, label=label, gid=category.value)
-            left += total.seconds
+            split.barh(0, share, left=left, height=0.6, color=color, label=label, gid=category.value)
+            left += share
         split.set_yticks([0], labels=["whole run"])
+        split.set_xlim(0, 100)
+        split.set_xlabel("share of the run's wall time (%)")
         title = "The run's wall time by category: its share, and its dollars while the instances are held"
         split.set_title(title, loc="left", fontsize=TITLE_SIZE)
         handles = split.get_legend_handles_labels()[0]
@@ -157,7 +171,7 @@ class GoodputChart:
 
             handles.append(Patch(facecolor=CATEGORY_COLORS[Category.RESTART_GAPS], label=UNHELD_LABEL, **UNHELD_STYLE))
         figure.legend(handles=handles, loc="outside lower left", ncol=2, frameon=False, fontsize=9)
-        _clock_axis(split, "since the run's start (h:mm)", g.wall_s)
+        _clock_axis(timeline, "since the run's start (h:mm)", g.wall_s)
         figure.suptitle(
             f"Goodput of run {g.run}: {g.ratio:.1%} of {hms(g.wall_s)}, {g.gpu_hours:,.1f} GPU-h, {money(g.dollars)}",
             x=0.01,
@@ -206,6 +220,8 @@ class ReplayChart:
     steps: Series  # steps completed per period (the agent's)
     log_silence: dict[str, Series]  # seconds since the host's last log line, each minute
     alarms: dict[str, tuple[tuple[float, float], ...]]  # alarm (kind, host) -> [start, end) spans in ALARM
+    power_source: str = POWER_FROM_AGENT  # whose GPU power is drawn: the trainer agent's, or the CloudWatch agent's
+    without_data: frozenset[str] = frozenset()  # alarm rows whose metric the trace never holds (in ALARM by design)
 
     def figure(self) -> Figure:
         r = self.result
@@ -214,15 +230,17 @@ class ReplayChart:
         heights = [3, 2.5, 2, 2, 0.8 + 0.3 * rows]
         panels = figure.subplots(5, 1, sharex=True, height_ratios=heights)
         util, power, steps, silence, alarms = panels
-        self._hosts(util, "gpu_util", self.gpu_util, 1.0, "GPU utilization (%, per GPU)")
+        self._hosts(util, "gpu_util", self.gpu_util, 1.0, "GPU utilization\n(%, per GPU)")
+        util.set_ylim(0, 105)  # a share: from zero, so jitter at the top does not read as swings
         self._hosts(
             power,
             "gpu_power",
             self.gpu_power,
             1.0,
-            "GPU power (W, per GPU)",
-            "no GPU power (the agent's) in this trace",
+            f"GPU power (W, per GPU)\n{self.power_source}",
+            "no GPU power in this trace (neither the trainer agent's nor the CloudWatch agent's)",
         )
+        power.set_ylim(bottom=0)
         steps.set_label("steps")
         if self.steps.points:
             times, values = zip(*self.steps.points, strict=True)
@@ -232,21 +250,67 @@ class ReplayChart:
         steps.set_ylabel("steps per minute")
         steps.set_ylim(bottom=0)
         self._hosts(silence, "log_silence", self.log_silence, 60.0, "log silence (min)", "no log lines in this trace")
+        silence.set_ylim(bottom=0)
         self._alarms(alarms)
         for ax in panels:
             self._marks(ax)
+        window = self._expected_window()
+        if window is not None:
+            alarms.axvspan(*window, color=EXPECTED_COLOR, zorder=0, gid="expected-stop")
         for mark in self.result.decisions:  # what each line is, once, above the top panel
             label = f"{mark.decision.action.value} ({mark.decision.diagnosis.value})"
             util.annotate(
                 label, (mark.t, 1.01), xycoords=("data", "axes fraction"), rotation=90, fontsize=8, va="bottom"
             )
         handles = [_line(color, action.value) for action, color in ACTION_COLORS.items() if self._has(action)]
+        handles += self._region_handles(window)
         if handles:
-            figure.legend(handles=handles, title="decisions", loc="outside upper right", ncol=len(handles))
+            figure.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize=8)
         _clock_axis(alarms, "since the job entered InProgress (h:mm)", self.end)
-        verdict = "unlabeled" if r.verdict is None else f"{r.verdict.value.upper()} ({r.verdict_reason})"
-        figure.suptitle(f"Replay of {Path(r.trace).name}: job {r.job}, mode {r.mode}, {verdict}", x=0.01, ha="left")
+        figure.suptitle(
+            f"Replay of {Path(r.trace).name}: job {r.job}, mode {r.mode}, {self.verdict_text()}", x=0.01, ha="left"
+        )
         return figure
+
+    def verdict_text(self) -> str:
+        """The verdict, its times in the axis's h:mm:ss: "PASS: a stop expected 1:05:00-1:35:00, stopped at 1:26:40"."""
+        r = self.result
+        if r.verdict is None:
+            return "unlabeled"
+        expect = r.expect or {}
+        window = self._expected_window()
+        if expect.get("action") == "stop":
+            said = "a stop expected" + (f" {hms(window[0])}-{hms(window[1])}" if window else "")
+        else:
+            said = "no stop expected"
+        said += f", stopped at {hms(r.first_stop_s)}" if r.first_stop_s is not None else ", not stopped"
+        others = [
+            part
+            for part in r.verdict_reason.split("; ")
+            if not part.startswith(("expected a stop", "expected no stop"))
+        ]
+        if r.verdict.value == "fail" and others:
+            said += "; " + "; ".join(others)
+        return f"{r.verdict.value.upper()}: {said}"
+
+    def _expected_window(self) -> tuple[float, float] | None:
+        window = (self.result.expect or {}).get("window_s")
+        return None if window is None else (float(window[0]), float(min(window[1], self.end)))
+
+    def _region_handles(self, window: tuple[float, float] | None) -> list[Any]:
+        """What each shaded region is, for the legend."""
+        from matplotlib.patches import Patch
+
+        handles = []
+        stop = self.result.first_stop_s
+        if stop is not None and stop < self.end:
+            handles.append(Patch(color=AFTER_STOP_COLOR, label=f"after the stop ({hms(stop)}): the time it saved"))
+        if window is not None:
+            label = f"expected stop window {hms(window[0])}-{hms(window[1])}"
+            handles.append(Patch(color=EXPECTED_COLOR, label=label))
+        if self.without_data:
+            handles.append(Patch(label=NO_DATA_LABEL, **NO_DATA_STYLE))
+        return handles
 
     def save(self, path: str | Path) -> Path:
         return _save(self.figure(), path)
@@ -275,9 +339,16 @@ class ReplayChart:
         ax.set_label("alarms")
         names = list(self.alarms)
         for row, name in enumerate(names):
+            style = NO_DATA_STYLE if name in self.without_data else {"color": ALARM_COLOR}
             for start, end in self.alarms[name]:
-                ax.barh(row, end - start, left=start, height=0.6, color="#ef6c00", gid=name)
-        ax.set_yticks(range(len(names)), labels=names, fontsize=8)
+                ax.barh(row, end - start, left=start, height=0.6, gid=name, **style)
+            if name in self.without_data:
+                ax.text(
+                    0.01, row, NO_DATA_NOTE, transform=ax.get_yaxis_transform(), va="center", fontsize=8,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+                )  # fmt: skip
+        labels = [f"{name} (no data)" if name in self.without_data else name for name in names]
+        ax.set_yticks(range(len(names)), labels=labels, fontsize=8)
         ax.set_ylim(max(len(names), 1) - 0.5, -0.5)
         ax.set_ylabel("in ALARM")
         if not names:
@@ -314,6 +385,8 @@ def replay_chart(result: ReplayResult, trace: str | Path, alarm_prefix: str) -> 
     since = lambda s: Series(tuple((t - source.base, v) for t, v in s.points))  # noqa: E731 - epoch to trace t
     signals = source.job_signals(source.job_name, source.epoch(source.last_t) + METRIC_PERIOD_SECONDS)
     hosts = signals.hosts
+    agent_power = any(s.agent.get("GPUPowerWatts", Series()).points for s in hosts.values())
+    alarms = _alarm_spans(result, alarm_prefix, source.last_t)
     return ReplayChart(
         result=result,
         end=source.last_t,
@@ -321,10 +394,14 @@ def replay_chart(result: ReplayResult, trace: str | Path, alarm_prefix: str) -> 
             h: since(s.gpu_util if s.gpu_util.points else s.agent.get("GPUUtilization", Series()))
             for h, s in hosts.items()
         },
-        gpu_power={h: since(s.agent.get("GPUPowerWatts", Series())) for h, s in hosts.items()},
+        gpu_power={
+            h: since(s.agent.get("GPUPowerWatts", Series()) if agent_power else s.gpu_power) for h, s in hosts.items()
+        },
         steps=since(signals.agent.get("Steps", Series())),
         log_silence={h: _silence(source, h) for h in source.hosts},
-        alarms=_alarm_spans(result, alarm_prefix, source.last_t),
+        alarms=alarms,
+        power_source=POWER_FROM_AGENT if agent_power else POWER_FROM_CLOUDWATCH_AGENT,
+        without_data=frozenset() if signals.has_agent else frozenset(a for a in alarms if a == PROGRESS),
     )
 
 

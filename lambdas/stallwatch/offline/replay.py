@@ -195,7 +195,10 @@ class _Run:
         self.decided_from = -math.inf  # when the newest decision (any trigger) began reading
         # The fatal lines the subscription delivers, in time order, and the wake-ups they started.
         subscribed = config.log_subscriptions.of(source.job.platform)
-        self.fatal_lines = [line for line in source.log_lines() if subscribed and wake.delivered(line.message)]
+        filter_pattern, patterns = policy.fatal_filter_pattern, policy.log_lines.line_patterns()
+        self.fatal_lines = [
+            line for line in source.log_lines() if subscribed and wake.delivered(line.message, filter_pattern, patterns)
+        ]
         self.delivered = 0
         self.wakes: list[_Wake] = []  # pending
         self.recheck_fired: float | None = None  # the newest recheck fired (each fires once)

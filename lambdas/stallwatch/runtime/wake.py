@@ -46,7 +46,9 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     data = event.awslogs.decoded_data
     if data.messageType != DATA_MESSAGE:
         return _ignored(f"{data.messageType}: CloudWatch Logs checking the destination")
-    fatal = [e.timestamp.timestamp() for e in data.logEvents if isinstance(e.message, str) and wake.wakes(e.message)]
+    patterns = rt.config.policy.log_lines.line_patterns()  # the deployment's: a job's tags are read, but wake nothing
+    events = [e for e in data.logEvents if isinstance(e.message, str)]
+    fatal = [e.timestamp.timestamp() for e in events if patterns.match(e.message)]
     if not fatal:
         return _ignored(f"no fatal line among {len(data.logEvents)} events")
     found = _job_of(rt, data.logGroup, data.logStream)

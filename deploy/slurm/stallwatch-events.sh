@@ -1,0 +1,122 @@
+#!/bin/sh
+# Stallwatch's PrologSlurmctld and EpilogSlurmctld (docs/deploy.md, "Slurm clusters"): one EventBridge event per job
+# start and end, which the control plane's on_job_state turns into the job's alarms (and, at its end, retires them).
+#
+#   slurm.conf:   PrologSlurmctld=/opt/stallwatch/slurm/stallwatch-events.sh
+#                 EpilogSlurmctld=/opt/stallwatch/slurm/stallwatch-events.sh
+#
+# slurmctld runs it on the controller, as SlurmUser, with the job's SLURM_* variables and nothing else (no PATH, no
+# SLURM_CONF): its settings come from stallwatch-slurm.env beside it, else /etc/stallwatch/slurm.env:
+#   STALLWATCH_CLUSTER      the cluster's name in Stallwatch (default: Slurm's ClusterName)
+#   STALLWATCH_PLATFORM     parallelcluster, pcs, hyperpod or slurm (what the control plane may do with the nodes)
+#   STALLWATCH_SSM_TARGET   where Stallwatch's SSM documents (scancel, drain and requeue) run: this controller's
+#                           instance id (default: from instance metadata); on HyperPod, the SSM name of the
+#                           controller node, sagemaker-cluster:<cluster-id>_<controller-group>-<instance-id>
+#   STALLWATCH_DEFAULTS     the cluster's own stallwatch:* settings, which a job's override
+#   STALLWATCH_EVENT_BUS    the event bus (default: default); AWS_REGION: the stack's region
+#   SLURM_CONF, PATH        where scontrol and the configuration are (ParallelCluster: /opt/slurm/bin)
+# A job's settings are the `stallwatch:NAME=VALUE` words of its --comment (`sbatch --comment="stallwatch:mode=enforce
+# stallwatch:stall-minutes=20"`); where a site uses the comment for something else, the words may stand among other
+# text, or go in --extra (Slurm 23.02 and later), which the comment overrides.
+#
+# It never fails the job: whatever happens it exits 0 (a failing PrologSlurmctld would requeue or hold the job), and
+# AWS is given at most POST_TIMEOUT_S seconds. What it could not post is logged to syslog (tag stallwatch-slurm).
+set -u
+
+HERE=$(dirname "$0")
+for file in "$HERE/stallwatch-slurm.env" /etc/stallwatch/slurm.env; do
+  if [ -r "$file" ]; then
+    # shellcheck disable=SC1090 # the site's own settings
+    . "$file"
+    break
+  fi
+done
+PATH="${PATH:+$PATH:}/opt/slurm/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+export PATH
+[ -z "${SLURM_CONF:-}" ] || export SLURM_CONF
+POST_TIMEOUT_S=${POST_TIMEOUT_S:-20}
+SOURCE=stallwatch.slurm
+DETAIL_TYPE="Slurm Job State Change"
+MAX_NODES=2000  # the event stays far below PutEvents' 256 KB
+SETTING='^stallwatch:[a-z0-9-]{1,64}=[A-Za-z0-9_.:/+-]{0,256}$'
+
+say() {
+  logger -t stallwatch-slurm -- "$*" 2>/dev/null || printf 'stallwatch-slurm: %s\n' "$*" >&2
+}
+
+json() {  # a JSON string of $1: backslash and quote escaped, control characters dropped, at most 512 bytes
+  printf '"%s"' "$(printf '%s' "$1" | tr -d '\000-\037' | cut -c1-512 | sed 's/\\/\\\\/g; s/"/\\"/g')"
+}
+
+settings() {  # the stallwatch:NAME=VALUE words of $@ (defaults first, so later ones win) as JSON members
+  # shellcheck disable=SC2020 # each separator becomes a newline
+  printf '%s\n' "$@" | tr ' ,;\t' '\n\n\n\n' | grep -E "$SETTING" | awk -F= '
+    { name = $1; value = substr($0, length(name) + 2); if (!(name in seen)) order[++n] = name; seen[name] = value }
+    END { for (i = 1; i <= n; i++) printf "%s\"%s\":\"%s\"", (i > 1 ? "," : ""), order[i], seen[order[i]] }'
+}
+
+imds() {  # an instance-metadata path (IMDSv2); empty off EC2
+  token=$(curl -fsS -m 2 -X PUT http://169.254.169.254/latest/api/token \
+    -H "X-aws-ec2-metadata-token-ttl-seconds: 60" 2>/dev/null) || return 0
+  curl -fsS -m 2 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/$1" 2>/dev/null || true
+}
+
+case "${SLURM_SCRIPT_CONTEXT:-}" in
+  prolog_slurmctld) state=started ;;
+  epilog_slurmctld) state=ended ;;
+  *) say "not run by slurmctld as PrologSlurmctld or EpilogSlurmctld (SLURM_SCRIPT_CONTEXT=${SLURM_SCRIPT_CONTEXT:-})"
+     exit 0 ;;
+esac
+job_id=${SLURM_JOB_ID:-}
+case "$job_id" in
+  '' | *[!0-9]*) say "SLURM_JOB_ID=$job_id: not a job id"; exit 0 ;;
+esac
+
+# What the environment lacks: the submit time (Slurm reuses ids; the key holds it), the state, the time limit. squeue's
+# fields, '|'-separated: no job name or comment can stand among them.
+IFS='|' read -r submit_time start_time job_state time_limit restarts <<FIELDS
+$(squeue -h -t all -j "$job_id" -O "SubmitTime:|,StartTime:|,State:|,TimeLimit:|,RestartCnt:|" 2>/dev/null | head -n 1)
+FIELDS
+epoch() {  # a Slurm time (the controller's local time) in epoch seconds; 0 for none (N/A, Unknown, empty)
+  case "$1" in
+    [0-9][0-9][0-9][0-9]-*) date -d "$1" +%s 2>/dev/null || echo 0 ;;
+    *) echo 0 ;;
+  esac
+}
+submit_epoch=$(epoch "${submit_time:-}")
+start_epoch=$(epoch "${start_time:-}")
+node_list=${SLURM_JOB_NODELIST:-}
+
+nodes=""
+count=0
+if [ -n "$node_list" ]; then
+  for node in $(scontrol show hostnames "$node_list" 2>/dev/null | head -n "$MAX_NODES"); do
+    addr=$(scontrol -o show node "$node" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
+    nodes="$nodes${nodes:+,}{\"name\":$(json "$node"),\"addr\":$(json "$addr")}"
+    count=$((count + 1))
+  done
+fi
+
+cluster=${STALLWATCH_CLUSTER:-${SLURM_CLUSTER_NAME:-}}
+target=${STALLWATCH_SSM_TARGET:-$(imds meta-data/instance-id)}
+detail=$(printf '{"version":1,"state":"%s","cluster":%s,"platform":%s,"ssm_target":%s,"job_id":"%s",' \
+  "$state" "$(json "$cluster")" "$(json "${STALLWATCH_PLATFORM:-slurm}")" "$(json "$target")" "$job_id"
+  printf '"name":%s,"user":%s,"partition":%s,' \
+    "$(json "${SLURM_JOB_NAME:-}")" "$(json "${SLURM_JOB_USER:-}")" "$(json "${SLURM_JOB_PARTITION:-}")"
+  printf '"submit_time":%s,"submit_epoch":%s,"start_epoch":%s,"job_state":%s,"time_limit":%s,' \
+    "$(json "${submit_time:-}")" "${submit_epoch:-0}" "${start_epoch:-0}" "$(json "${job_state:-}")" "$(json "${time_limit:-}")"
+  printf '"restarts":%s,"exit_code":%s,"node_list":%s,"node_count":%s,"nodes":[%s],"settings":{%s}}' \
+    "${restarts:-${SLURM_JOB_RESTART_COUNT:-0}}" "$(json "${SLURM_JOB_EXIT_CODE2:-}")" "$(json "$node_list")" \
+    "$count" "$nodes" "$(settings "${STALLWATCH_DEFAULTS:-}" "${SLURM_JOB_EXTRA:-}" "${SLURM_JOB_COMMENT:-}")")
+
+entries=$(mktemp "${TMPDIR:-/tmp}/stallwatch-event.XXXXXX") || { say "job $job_id: no temporary file"; exit 0; }
+trap 'rm -f "$entries"' EXIT
+escaped=$(printf '%s' "$detail" | sed 's/\\/\\\\/g; s/"/\\"/g')
+printf '[{"Source":"%s","DetailType":"%s","EventBusName":"%s","Detail":"%s"}]\n' \
+  "$SOURCE" "$DETAIL_TYPE" "${STALLWATCH_EVENT_BUS:-default}" "$escaped" > "$entries"
+if ! answer=$(timeout "$POST_TIMEOUT_S" aws events put-events --entries "file://$entries" --output json 2>&1); then
+  say "job $job_id $state: PutEvents failed: $(printf '%s' "$answer" | head -c 300)"
+elif printf '%s' "$answer" | grep -q '"FailedEntryCount": *[1-9]'; then
+  say "job $job_id $state: PutEvents refused the event: $(printf '%s' "$answer" | head -c 300)"
+fi
+exit 0

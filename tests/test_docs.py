@@ -1,0 +1,175 @@
+"""The README and docs/ run as written: every fenced block marked for it is run (or, for a config, validated), and a
+block that breaks fails here; the defaults the docs quote are the code's.
+
+A marker is an HTML comment on the line before the fence (Markdown renders nothing of it):
+
+    <!-- offline -->                      a ```bash or ```python block, run as it is
+    <!-- offline with training-loop -->   a ```python block, run after the named preamble (`PREAMBLES`)
+    <!-- offline: config -->             a ```json block: a StallwatchConfig, or a cdk.json whose context holds one
+
+Bash blocks run with `bash -euo pipefail` in one folder shared by the module (the repository's corpus, examples and
+deploy linked in, the CLI's virtualenv first on PATH, no AWS credentials); Python blocks in a fresh interpreter there.
+Unmarked blocks are not run: they need an account, a GPU or minutes (the tests named beside them cover those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.policy import Policy, Thresholds
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+MARKER = re.compile(r"^\s*<!--\s*offline(?:\s+with\s+(?P<preamble>[a-z-]+)|:\s*(?P<config>config))?\s*-->\s*$")
+FENCE = re.compile(r"^\s*```(?P<lang>\w*)\s*$")
+LINKED = ("corpus", "examples", "deploy", "trainer_agent")  # what the blocks read, by relative path
+BLOCK_TIMEOUT_S = 120
+
+# Names a snippet uses without defining them, as a training script would have them.
+PREAMBLES = {
+    "training-loop": """
+class Tokens(list):
+    def numel(self):
+        return sum(len(row) for row in self)
+flops_per_token = 6 * 1_000_000
+loader = [{"input_ids": Tokens([[1] * 16, [2] * 16])} for _ in range(3)]
+def train_step(batch):
+    return 2.5
+def save_checkpoint():
+    pass
+""",
+    "gpt-model": """
+import sys, torch
+sys.path.insert(0, "examples")
+from gpt import GPT, GPTConfig
+model = GPT(GPTConfig())
+input_ids = torch.randint(0, 256, (2, 64))
+labels = torch.randint(0, 256, (2, 64))
+""",
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    """A marked fenced block: where it is, its language, its text, and its marker's preamble or config kind."""
+
+    document: Path
+    line: int
+    lang: str
+    text: str
+    preamble: str | None = None
+    config: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.document.relative_to(ROOT)}:{self.line}"
+
+
+def marked_blocks(path: Path) -> list[Block]:
+    """Every marked block of `path`; a marker not followed by a fence is an error, never a silent skip."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks = []
+    for index, line in enumerate(lines):
+        marker = MARKER.match(line)
+        if marker is None:
+            continue
+        fence = FENCE.match(lines[index + 1]) if index + 1 < len(lines) else None
+        if fence is None:
+            raise AssertionError(f"{path.name}:{index + 1}: an offline marker must be right before a fence")
+        end = next(i for i in range(index + 2, len(lines)) if lines[i].strip().startswith("```"))
+        indent = len(lines[index + 1]) - len(lines[index + 1].lstrip())
+        body = "\n".join(text[indent:] for text in lines[index + 2 : end])
+        blocks.append(Block(path, index + 2, fence["lang"], body, marker["preamble"], bool(marker["config"])))
+    return blocks
+
+
+BLOCKS = [block for document in DOCUMENTS for block in marked_blocks(document)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One folder for every block: the repository's inputs linked in, outputs written there."""
+    folder = tmp_path_factory.mktemp("docs")
+    for name in LINKED:
+        (folder / name).symlink_to(ROOT / name)
+    return folder
+
+
+def _environment(workdir: Path) -> dict[str, str]:
+    """This interpreter's virtualenv first on PATH; no AWS account reachable; plots drawn off screen."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return keep | {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(workdir),
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MPLBACKEND": "Agg",
+        "OMP_NUM_THREADS": "1",  # torch on a shared machine
+        "COLUMNS": "200",
+    }
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if not b.config], ids=lambda b: b.name)
+def test_a_marked_command_or_snippet_runs_as_written(block: Block, workdir: Path) -> None:
+    if block.lang == "bash":
+        command = ["bash", "-euo", "pipefail", "-c", block.text]
+    elif block.lang == "python":
+        command = [sys.executable, "-c", PREAMBLES[block.preamble] + block.text if block.preamble else block.text]
+    else:
+        raise AssertionError(f"{block.name}: only bash and python blocks run, not {block.lang!r}")
+    ran = subprocess.run(
+        command, cwd=workdir, env=_environment(workdir), capture_output=True, text=True, timeout=BLOCK_TIMEOUT_S
+    )
+    assert ran.returncode == 0, (
+        f"{block.name} failed ({ran.returncode}):\n{block.text}\n{ran.stdout[-2000:]}\n{ran.stderr[-3000:]}"
+    )
+
+
+@pytest.mark.parametrize("block", [b for b in BLOCKS if b.config], ids=lambda b: b.name)
+def test_a_marked_config_is_one_the_stack_accepts(block: Block) -> None:
+    document = json.loads(block.text if block.text.lstrip().startswith("{") else "{" + block.text + "}")
+    config = document.get("context", {}).get("stallwatch", document.get("stallwatch", document))
+    StallwatchConfig.model_validate(config)
+
+
+def test_the_docs_mark_the_blocks_a_newcomer_runs_first() -> None:
+    # The marker must keep working: the README's loop, the agent's, a backtest of the corpus, the deploy's configs
+    marked = {block.document.name for block in BLOCKS}
+    assert {"README.md", "agent.md", "backtest.md", "deploy.md", "operators.md"} <= marked
+    assert sum(block.config for block in BLOCKS) >= 3
+
+
+# Where the docs quote a default: "`straggler_ratio` (1.2 by default)".
+QUOTED_DEFAULT = re.compile(r"`(?P<field>[a-z_]+)` \((?P<value>[^()\s]+) by default\)")
+
+
+def test_every_default_the_docs_quote_is_the_codes() -> None:
+    defaults = Thresholds().model_dump() | Policy().model_dump() | StallwatchConfig().model_dump()
+    quoted = [
+        (path.name, match["field"], match["value"])
+        for path in DOCUMENTS
+        for match in QUOTED_DEFAULT.finditer(" ".join(path.read_text(encoding="utf-8").split()))
+    ]
+    assert quoted, "the docs quote no default: the pattern no longer matches how they write one"
+    wrong = [(doc, field, value) for doc, field, value in quoted if not _same(defaults.get(field), value.strip("`"))]
+    assert wrong == []
+
+
+def _same(default: object, quoted: str) -> bool:
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        return str(default).lower() == quoted.lower()
+    try:
+        return float(quoted) == float(default)
+    except ValueError:
+        return False
