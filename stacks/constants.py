@@ -63,9 +63,8 @@ SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.
 ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
-# The principal CloudWatch Logs delivers a subscription's log events with; the filters' name (per deployment).
+# The principal CloudWatch Logs delivers a subscription's log events with.
 LOGS_PRINCIPAL = "logs.amazonaws.com"
-FATAL_LINES_FILTER = "{deployment}-fatal-lines"
 
 DLQ_RETENTION = Duration.days(14)
 # EventBridge retries a failed delivery this often before it goes to the DLQ.

@@ -20,7 +20,6 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from stacks.constants import (
-    FATAL_LINES_FILTER,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOG_RETENTION,
     LAMBDA_MEMORY_MB,
@@ -30,7 +29,7 @@ from stacks.constants import (
     LOGS_PRINCIPAL,
 )
 from stacks.nag import arn_template
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.config import FATAL_LINES_FILTER, StallwatchConfig
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 
 CUSTOM_RESOURCE_TYPE = "Custom::FatalLineSubscription"

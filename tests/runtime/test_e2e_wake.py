@@ -93,7 +93,8 @@ def test_a_fatal_line_decides_its_job_at_once_with_no_alarm(rt, world, slack, co
     assert "*algo-2*" in str(slack.posts[0]["blocks"])
     # And the same invocation waited out the 2-minute grace it named, and stopped the job then
     assert (stopped["trigger"], stopped["action"], stopped["at"] - warned["at"]) == ("recheck", "stop", 2 * MINUTE)
-    assert result["details"]["recheck"]["stopped"] is True
+    [stop] = result["details"]["rechecks"]
+    assert stop["stopped"] is True
     assert world.status(job) == "Stopping"
 
 
@@ -196,7 +197,7 @@ def test_a_line_an_earlier_decision_saw_is_coalesced(rt, world, context) -> None
     assert len(_audits(rt, job)) == 1
 
 
-def test_a_recheck_due_within_the_wait_is_decided_in_the_same_invocation(rt, world, slack, context) -> None:
+def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt, world, slack, context) -> None:
     # Given every host's NCCL watchdog fired 10 s ago after a hang (the evidence is confirmed a minute after them)
     job = "llama-70b-wd"
     world.create_job(job, hosts=2, tags=ENFORCE)
@@ -215,13 +216,21 @@ def test_a_recheck_due_within_the_wait_is_decided_in_the_same_invocation(rt, wor
     event = log_lines_event(SAGEMAKER, _stream(job, "algo-1"), [(line_t, WATCHDOG.format(rank=8))])
     result = on_log_line.handler(event, context)
 
-    # Then the invocation waited for the recheck its decision asked for, and warned the hang then
-    recheck = result["details"]["recheck"]
-    assert (recheck["status"], recheck["diagnosis"], recheck["action"]) == ("decided", "hang", "warn")
+    # Then the invocation waited for the rechecks its decisions asked for: the hang warned when the lines were a
+    # minute old, stopped 2 minutes later (the grace of conclusive evidence)
+    warned, stopped = result["details"]["rechecks"]
+    assert (warned["diagnosis"], warned["action"], stopped["action"], stopped["stopped"]) == (
+        "hang",
+        "warn",
+        "stop",
+        True,
+    )
     decided = _audits(rt, job)
-    assert [a["trigger"] for a in decided] == [f"log:{_stream(job, 'algo-1')}", "recheck"]
-    assert decided[1]["at"] - line_t <= 75
+    assert [a["trigger"] for a in decided] == [f"log:{_stream(job, 'algo-1')}", "recheck", "recheck"]
+    assert decided[1]["at"] == pytest.approx(line_t + 60, abs=1)
+    assert decided[2]["at"] - decided[1]["at"] == 2 * MINUTE
     assert "will be stopped" in slack.texts()[0]
+    assert world.status(job) == "Stopping"
 
 
 def test_an_ec2_instances_line_wakes_its_jobs_decision(rt, world, context) -> None:

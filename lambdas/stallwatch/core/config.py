@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 
@@ -92,6 +93,10 @@ class SlackConfig(BaseModel):
         return value
 
 
+# The subscription filter each subscribed log group holds for a deployment (stacks/log_subscriptions.py).
+FATAL_LINES_FILTER = "{deployment}-fatal-lines"
+
+
 class LogSubscriptions(BaseModel):
     """The training log groups whose fatal lines wake the engine: a subscription filter on each sends its fatal lines
     (`Policy.fatal_filter_pattern`) to on_log_line (docs/deploy.md, "Fatal lines wake the engine")."""
@@ -138,6 +143,19 @@ class StallwatchConfig(BaseModel):
         "another group under it.",
     )
     log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
+
+    @property
+    def subscribed_log_groups(self) -> list[str]:
+        """The log groups whose fatal lines wake the engine: each monitored platform's, where subscribed."""
+        wanted = self.log_subscriptions
+        return [
+            group
+            for group, subscribed in (
+                (SAGEMAKER_LOG_GROUP, wanted.sagemaker and self.policy.monitor_sagemaker),
+                (self.ec2_log_group, wanted.ec2 and self.policy.monitor_ec2),
+            )
+            if subscribed
+        ]
 
     @field_validator("alarm_prefix")
     @classmethod
