@@ -15,6 +15,7 @@ from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract, wake
 from stallwatch.core.config import EC2_LOG_GROUP
+from tests.fixtures.request_limits import recording
 from tests.fixtures.world import MINUTE, World, alarm_event, log_lines_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
@@ -84,7 +85,9 @@ def test_a_fatal_line_decides_its_job_at_once_with_no_alarm(rt, world, slack, co
 
     # When the subscription delivers its fatal lines
     event = log_lines_event(SAGEMAKER, _stream(job, "algo-2"), [(line_t, "Traceback (most recent call last):")])
-    result = on_log_line.handler(event, context)
+    with recording() as requests:
+        result = on_log_line.handler(event, context)
+    assert [v for r in requests for v in r.violations()] == []
 
     # Then the job is decided by the wake-up: the crashed rank warned, its audit naming the stream
     assert (result["status"], result["diagnosis"], result["action"]) == ("decided", "crashed_rank", "warn")

@@ -16,6 +16,7 @@ from localrun import moto_logs_subscription
 from localrun.stack_on_moto import AnswerReceiver, custom_resource_request
 from stallwatch.core import contract, log_patterns
 from stallwatch.runtime import log_subscription as runtime_log_subscription
+from tests.fixtures.request_limits import recording
 from tests.fixtures.world import LambdaContext
 
 GROUP = contract.SAGEMAKER_LOG_GROUP
@@ -80,7 +81,10 @@ def functions(logs: Any) -> None:
 
 
 def test_a_fresh_account_gets_the_group_and_our_filter(logs: Any, cloudformation: AnswerReceiver) -> None:
-    result = log_subscription.handler(_request(cloudformation), LambdaContext())
+    with recording() as requests:
+        result = log_subscription.handler(_request(cloudformation), LambdaContext())
+    assert [v for r in requests for v in r.violations()] == []
+    assert {r.operation for r in requests} == {"CreateLogGroup", "DescribeSubscriptionFilters", "PutSubscriptionFilter"}
     assert _filters(logs) == {"stallwatch-fatal-lines": OURS}
     [answer] = cloudformation.answers
     assert (answer["Status"], answer["Data"]["Subscribed"], answer["PhysicalResourceId"]) == (
