@@ -6,7 +6,8 @@
 Each case is a corpus-like job (`corpus.generate`) replayed through the alarms, rechecks, sweeper and the
 subscription's wake-ups, as the Lambdas run them (`stallwatch.offline.replay`, enforce): its fatal lines reach the
 log group, are delivered `core.wake.DELIVERY_DELAY_S` later, and wake a decision. Latency counts from the first fatal
-line to the stop. Goals: a crash with fatal last words and its peers spinning, stopped within 6 minutes of the line
+line to the stop, beside the same case replayed without the subscription (the alarms, rechecks and sweeper alone).
+Goals: a crash with fatal last words and its peers spinning, stopped within 6 minutes of the line
 (median of the cases); every host's NCCL watchdog lines as its last words, stopped within 5 minutes of them (each).
 """
 
@@ -24,6 +25,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 from corpus import generate  # noqa: E402
 from corpus.generate import BUSY, HUNG, NCCL_CRASH, NCCL_WATCHDOG, OOM_AND_ABORT, XID_79, Scenario, Segment  # noqa: E402
 from stallwatch.core import clusters, wake  # noqa: E402
+from stallwatch.core.config import LogSubscriptions, StallwatchConfig  # noqa: E402
 from stallwatch.core.log_patterns import BUILT_IN, FATAL_FILTER_PATTERN  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.core.trace import LogEvent, Trace  # noqa: E402
@@ -35,6 +37,7 @@ CRASH = "crash"  # a rank's fatal last words, its GPUs dead, its peers spinning 
 WATCHDOG = "watchdog"  # a hang: every host's NCCL watchdog lines are its last words
 GOALS = {CRASH: ("median", 6.0), WATCHDOG: ("worst", 5.0)}  # minutes from the first fatal line to the stop
 WATCHDOG_TRACE = generate.TRACES_DIR / "sm-hang-watchdog-4host-noagent.jsonl"
+UNSUBSCRIBED = StallwatchConfig(log_subscriptions=LogSubscriptions(sagemaker=False, ec2=False))
 CUDA_OOM = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB"
 ]
@@ -55,10 +58,15 @@ class Measured:
     case: Case
     line_s: float  # the first fatal line (trace seconds)
     stop_s: float | None
+    unsubscribed_stop_s: float | None  # the stop without the subscription: the alarms, rechecks and sweeper alone
 
     @property
     def minutes(self) -> float | None:
         return None if self.stop_s is None else (self.stop_s - self.line_s) / MINUTE
+
+    @property
+    def unsubscribed_minutes(self) -> float | None:
+        return None if self.unsubscribed_stop_s is None else (self.unsubscribed_stop_s - self.line_s) / MINUTE
 
 
 def _trace(sc: Scenario) -> Trace:
@@ -127,14 +135,15 @@ def cases() -> list[Case]:
 
 
 def measure(case: Case) -> Measured:
-    """The case replayed: the first line the subscription delivers, and the stop (trace seconds)."""
+    """The case replayed: the first line the subscription delivers, and the stop with and without it (trace s)."""
     result: ReplayResult = replay(case.trace)
+    unsubscribed = replay(case.trace, config=UNSUBSCRIBED)
     lines = [
         e.t
         for e in case.trace.events
         if isinstance(e, LogEvent) and wake.delivered(e.log.message, FATAL_FILTER_PATTERN, BUILT_IN)
     ]
-    return Measured(case, min(lines), result.first_stop_s)
+    return Measured(case, min(lines), result.first_stop_s, unsubscribed.first_stop_s)
 
 
 def summary(measured: list[Measured]) -> dict[str, dict[str, float | None]]:
@@ -160,6 +169,10 @@ def missed(figures: dict[str, dict[str, float | None]]) -> list[str]:
     ]
 
 
+def _cell(value: float | None) -> str:
+    return "never" if value is None else f"{value:.2f}"
+
+
 def _min(value: float | None) -> str:
     return "never stopped" if value is None else f"{value:.2f} min"
 
@@ -171,12 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     measured = [measure(case) for case in cases()]
     figures = summary(measured)
     if args.json:
-        rows = [{"case": m.case.name, "family": m.case.family, "minutes": m.minutes} for m in measured]
+        rows = [
+            {"case": m.case.name, "family": m.case.family, "minutes": m.minutes, "unsubscribed": m.unsubscribed_minutes}
+            for m in measured
+        ]
         print(json.dumps({"cases": rows, "summary": figures}, indent=1))
     else:
-        print("| case | family | first fatal line → stop (min) |\n|---|---|---|")
+        print("| case | family | first fatal line → stop (min) | without the subscription |\n|---|---|---|---|")
         for m in measured:
-            print(f"| {m.case.name} | {m.case.family} | {'never' if m.minutes is None else f'{m.minutes:.2f}'} |")
+            print(f"| {m.case.name} | {m.case.family} | {_cell(m.minutes)} | {_cell(m.unsubscribed_minutes)} |")
         for family, stats in figures.items():
             print(f"\n{family}: median {_min(stats['median'])}, worst {_min(stats['worst'])}, {stats['cases']} cases")
     failures = missed(figures)

@@ -8,12 +8,11 @@ import functools
 
 from bench import wake_latency
 from bench.wake_latency import CRASH, WATCHDOG
-from stallwatch.core.config import LogSubscriptions, StallwatchConfig
 from stallwatch.offline.replay import replay
 from stallwatch.offline.trace_file import load_trace
 
 MIN = 60.0
-UNSUBSCRIBED = StallwatchConfig(log_subscriptions=LogSubscriptions(sagemaker=False, ec2=False))
+UNSUBSCRIBED = wake_latency.UNSUBSCRIBED
 
 
 @functools.cache
