@@ -20,4 +20,4 @@ from stallwatch.runtime import environment, wake
 @tracer.capture_lambda_handler
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     parsed = parse_event(event, LogLinesEvent)
-    return wake.handle_log_lines(parsed, environment.runtime(), context.get_remaining_time_in_millis() / 1000)
+    return wake.handle_log_lines(parsed, environment.runtime(), wake.time_left(context))

@@ -241,7 +241,7 @@ def test_both_slots_taken_by_other_filters_is_named_and_subscribe_takes_a_slot_o
 ) -> None:
     # Given SageMaker's group whose two slots other tools took (our filter was never put: no slot was free)
     logs, group = boto3.client("logs"), "/aws/sagemaker/TrainingJobs"
-    theirs = _function("handlers.sweeper.handler")["FunctionArn"]  # any function of the account: moto checks no more
+    theirs = _function("handlers.on_log_line.handler")["FunctionArn"]  # one CloudWatch Logs may invoke for the group
     logs.delete_subscription_filter(logGroupName=group, filterName="stallwatch-fatal-lines")
     for name in ("splunk-forwarder", "datadog-forwarder"):
         logs.put_subscription_filter(logGroupName=group, filterName=name, filterPattern="", destinationArn=theirs)

@@ -1,7 +1,7 @@
 """A fatal line wakes the engine: a CloudWatch Logs subscription delivers a job's fatal lines, and the job is decided
 through the same engine and the same claim as on_alarm's (`runtime.decide`), without waiting for an alarm.
 
-    handle_log_lines(parse_event(raw, LogLinesEvent), rt, time_left_s=context.get_remaining_time_in_millis() / 1000)
+    handle_log_lines(parse_event(raw, LogLinesEvent), rt, time_left(context))
 
 One delivery holds one log stream's events: its log group and stream name the job (`AwsSignalSource.job_of_log_stream`:
 a SageMaker job's stream, an EC2 instance of a watched job). A delivery with no fatal line among its events (the
@@ -81,6 +81,13 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     if outcome.status == "decided" and outcome.action != Action.STOP.value:
         _decide_near_rechecks(rt, platform, job, deadline, outcome)
     return outcome.as_dict()
+
+
+def time_left(context: Any) -> float:
+    """The invocation's remaining seconds, from the Lambda context; none where it cannot say (no recheck is waited
+    for)."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    return remaining() / 1000 if callable(remaining) else 0.0
 
 
 def _job_of(rt: Runtime, group: str, stream: str) -> tuple[Platform, str] | None:
