@@ -4,9 +4,10 @@
 
 Reports (1) training throughput with vs without the agent (interleaved repetitions, median ratio),
 (2) the MFU the agent reports against MFU from an independent CUDA-event timing of the same steps,
-and (3) that neither the loop nor the agent synchronized host and device: every training step runs
+(3) that neither the loop nor the agent synchronized host and device: every training step runs
 under sync-debug mode "error", so any synchronization raises, and any failure the agent swallowed
-(it never raises into the loop) is caught from its log.
+(it never raises into the loop) is caught from its log; and (4) that the stall's stack dump does not
+either: the loop stops stepping with kernels queued, under sync-debug "error", until the agent dumps.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -25,13 +27,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]  # a repository tool: run from a checkout
 from gpt import GPT, GPTConfig  # noqa: E402
 
-from trainer_agent import JsonlSink, TrainerAgent  # noqa: E402
+from trainer_agent import JsonlSink, StallDumps, TrainerAgent  # noqa: E402
 from trainer_agent.flops import measure_flops  # noqa: E402
 from trainer_agent.peaks import peak_tflops  # noqa: E402
 
 # ~1.1B parameters: 12 * 2048^2 * 20 in the blocks, plus a 50304 x 2048 tied embedding.
 CONFIG = GPTConfig(vocab_size=50304, seq_len=1024, n_layers=20, n_heads=16, d_model=2048)
 NO_CUDA_EXIT = 2
+STALL_S = 4.0  # the loop blocked this long: the stall watch (1 s floor, 1 s polls) dumps within it
 
 
 class AgentWarnings(logging.Handler):
@@ -121,6 +124,21 @@ def main() -> int:
         agent.close()
         windows = [json.loads(line) for line in windows_path.read_text().splitlines()]
 
+        stacks_path = Path(tmp) / "stacks.jsonl"
+        agent = TrainerAgent(
+            interval_s=args.interval, sinks=[JsonlSink(stacks_path)], stall_dumps=StallDumps(floor_s=1)
+        )
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(5):
+                with agent.step():
+                    train_step()
+            time.sleep(STALL_S)  # the loop blocked, its last steps' kernels still queued: the watch dumps now
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        agent.close()
+        dumps = [r for line in stacks_path.read_text().splitlines() if (r := json.loads(line))["scope"] == "stacks"]
+
     full = [w for w in windows if w["scope"] == "job" and w["Steps"] > 0][1:-1]  # drop the partial edges
     independent_mfu = 100 * flops_per_step * args.mfu_steps / seconds / 1e12 / peak if peak else None
     print(f"throughput with/without agent: median {statistics.median(ratios):.4f} over {args.reps} interleaved reps")
@@ -132,7 +150,11 @@ def main() -> int:
         print(
             f"MFU comparison needs >= 3 windows with steps and a known peak (got {len(windows)} windows, peak {peak})"
         )
+    innermost = dumps[0]["Main"][0] if dumps else None
+    print(f"stall dump under sync-debug 'error': {len(dumps)} written (innermost frame: {innermost})")
     failures = [m for m in warnings.messages if not m.startswith("no peak FLOPs")]
+    if not dumps:
+        failures.append("the stall watch wrote no dump")
     if failures:  # e.g. "end_step failed ... called a synchronizing CUDA operation"
         print(f"AGENT WARNINGS (a swallowed synchronization would be here): {failures}")
         return 1

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes the stack dumps' lines
 
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.pricing import instance_spec
@@ -38,6 +39,7 @@ from stallwatch.core.trace import (
 )
 from stallwatch.offline.trace_file import write_trace
 from stallwatch.offline.trace_source import TRACE_EPOCH
+from trainer_agent.stacks import STALL, StackDump, line_bytes
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 MINUTE = 60.0
@@ -789,6 +791,20 @@ def evidence_scenarios() -> list[Scenario]:
             expect=_no_stop(),
         ),
         Scenario(
+            name="sm-hang-loader-stacks-4host-agent",
+            summary="4 p4d hosts with the agent: rank 13's DataLoader never returns its batch; the 31 other ranks wait "
+            "in the step's all_reduce (flight recorder on). Every rank dumps its stacks a minute in: rank 13 is named.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=4,
+            agent=True,
+            segments=[*_start(300.0), Segment(3_000.0, HUNG)],
+            duration_s=3_000.0 + 2_400,
+            seed=407,
+            lines=stack_dumps(3_000.0, hosts=4, ranks_per_host=8, odd=13, seq=88_421),
+            expect=_stop_within(3_000.0, diagnosis="hang"),
+        ),
+        Scenario(
             name="sm-straggler-30pct-8host-agent",
             summary="8 p4d hosts with the agent; algo-4's GPUs throttle: its steps take 1.3x the others' (named).",
             platform=sm,
@@ -817,6 +833,65 @@ def evidence_scenarios() -> list[Scenario]:
             expect=_stop_within(3_000.0, minutes=15.0, diagnosis="hang"),
         ),
     ]
+
+
+# The agent's stack dumps (trainer_agent.stacks) of a DDP job blocked in its step's all_reduce, and of a rank whose
+# DataLoader waits on its workers (a stuck read on one host's storage): frames innermost first, (file, line, function,
+# source line, library).
+IN_ALL_REDUCE = (
+    ("torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work.wait()", True),
+    ("torch/distributed/c10d_logger.py", 83, "wrapper", "return func(*args, **kwargs)", True),
+    ("train.py", 212, "train_step", "dist.all_reduce(loss_sum)", False),
+    ("train.py", 301, "main", "loss = train_step(model, batch)", False),
+    ("train.py", 330, "<module>", "main()", False),
+)
+IN_DATALOADER = (
+    ("threading.py", 331, "wait", "gotit = waiter.acquire(True, timeout)", True),
+    ("queue.py", 180, "get", "self.not_empty.wait(remaining)", True),
+    ("torch/utils/data/dataloader.py", 1133, "_try_get_data", "data = self._data_queue.get(timeout=timeout)", True),
+    ("torch/utils/data/dataloader.py", 1295, "_get_data", "success, data = self._try_get_data()", True),
+    ("torch/utils/data/dataloader.py", 1333, "_next_data", "idx, data = self._get_data()", True),
+    ("torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()", True),
+    ("train.py", 298, "main", "batch = next(loader_iter)", False),
+    ("train.py", 330, "<module>", "main()", False),
+)
+
+
+def stack_dumps(t: float, hosts: int, ranks_per_host: int, odd: int, seq: int) -> tuple[tuple[float, int, str], ...]:
+    """Every rank's dump a minute into a stall at `t` (trace seconds): all in the step's all_reduce at `seq` but
+    `odd`, whose loader never returned its batch (its last collective `seq - 1`)."""
+    world = hosts * ranks_per_host
+    lines = []
+    for rank in range(world):
+        frames = IN_DATALOADER if rank == odd else IN_ALL_REDUCE
+        at = t + MINUTE + rank * 0.01
+        dump = StackDump(
+            job="sm-hang-loader-stacks-4host-agent",
+            host=f"algo-{rank // ranks_per_host + 1}",
+            rank=rank,
+            world_size=world,
+            local_rank=rank % ranks_per_host,
+            pid=4_000 + rank,
+            steps=1_842,
+            reason=STALL,
+            stalled_s=MINUTE,
+            t=TRACE_EPOCH + at,
+            main=[
+                {"file": f, "line": n, "func": fn, "code": code} | ({"lib": True} if lib else {})
+                for f, n, fn, code, lib in frames
+            ],
+            threads=[{"name": "pt_autograd_0", "at": "threading.py:327 wait"}],
+            thread_count=1,
+            collective={
+                "group": "default_pg",
+                "seq": seq - (rank == odd),
+                "op": "all_reduce",
+                "state": "completed" if rank == odd else "started",
+            },
+            max_bytes=line_bytes(world),
+        )
+        lines.append((at, rank // ranks_per_host, dump.line()))
+    return tuple(lines)
 
 
 def benchmark_scenario(hours: float = 6.0, hosts: int = 8) -> Scenario:

@@ -39,7 +39,7 @@ from distributed import Placement
 from gpt import GPT, CharBatches, GPTConfig, local_text
 from torch.nn.parallel import DistributedDataParallel
 
-from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, Sink, TrainerAgent
+from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, Sink, StallDumps, TrainerAgent
 from trainer_agent.flops import matmul_param_count, transformer_flops_per_token
 from trainer_agent.sinks import module_available
 
@@ -109,6 +109,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--log-every", type=int, default=1, help="progress line every N steps")
     parser.add_argument("--jsonl", help="also write the agent's windows to this JSONL file")
+    parser.add_argument(
+        "--dump-after",
+        type=float,
+        default=StallDumps().floor_s,
+        help="the agent writes every thread's stack once no step has ended for this many seconds (and 3 step times)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.steps < 0 or args.fault_after < 0 or args.log_every < 1 or args.checkpoint_every < 1:
@@ -181,12 +187,15 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device) 
     )
     stdout = QuietableStream(sys.stdout)
     speaks = placement.local_rank == 0  # one process per host writes the progress lines
+    # Global rank 0 of the process group saves; a process without a group (the local demo's hosts) is its own job.
+    writes_checkpoints = placement.rank == 0 or not placement.distributed
     agent = TrainerAgent(
         flops_per_token=flops_per_token,
         peak_tflops=None,  # from the device table on GPUs; on the CPU MFU is absent (and the log says why)
         total_steps=args.steps or None,
         interval_s=args.interval,
         sinks=build_sinks(stdout, args.jsonl),
+        stall_dumps=StallDumps(floor_s=args.dump_after),
     )
     tokens = args.batch_size * config.seq_len
     store = checkpoint_store(args.checkpoint_dir or os.environ.get(CHECKPOINT_URI_ENV))
@@ -208,7 +217,7 @@ def train(args: argparse.Namespace, placement: Placement, device: torch.device) 
             if speaks and step % args.log_every == 0:
                 elapsed_ms = (time.perf_counter() - started) * 1000
                 stdout.line(f"step {step} loss {loss.item():.4f} {elapsed_ms:.1f} ms/step")
-            if store is not None and step % args.checkpoint_every == 0 and placement.rank == 0:
+            if store is not None and step % args.checkpoint_every == 0 and writes_checkpoints:
                 with agent.phase("checkpoint", budget_s=args.checkpoint_budget):
                     save_checkpoint(store, model, optimizer, step)
                 stdout.line(f"checkpoint at step {step}")

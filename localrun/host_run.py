@@ -1,7 +1,8 @@
 """One training host of the job: its training process, its log stream and its platform host metrics.
 
-The process's output goes to the host's CloudWatch Logs stream; the agent's EMF line feeds the terminal view,
-and the training script's fault markers tell the host-metric simulator what the GPUs would be doing.
+The process's output goes to the host's CloudWatch Logs stream; the agent's EMF line feeds the terminal view, and its
+stack dump the timeline; the training script's fault markers tell the host-metric simulator what the GPUs would be
+doing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from localrun.periodic import Periodic
 from localrun.scenarios import FAULT_ACTIVITY, HOST_METRICS_INTERVAL_S, TRAINING_THREADS, HostActivity
 from localrun.timeline import Kind, Progress, Timeline
 from localrun.training import TrainingProcess
-from stallwatch.core.signals import Platform
+from stallwatch.core import stacks
+from stallwatch.core.contract import STACKS_MARKER
+from stallwatch.core.signals import LogLine, Platform
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TRAIN_SCRIPT = REPO_ROOT / "examples" / "train_gpt.py"
@@ -145,6 +148,8 @@ class HostRun:
             self.fault_started = True
             self._timeline.mark_fault_onset(t)
             self._timeline.event(Kind.FAULT, f"{self.host}: {line}")
+        elif STACKS_MARKER in line and (dump := stacks.parse(LogLine(t, self.host, line))) is not None:
+            self._timeline.event(Kind.STACKS, f"{self.host}: {dump.describe()}")
         elif line.startswith(RESUMED_MARKER):
             self._timeline.event(Kind.TRAIN, f"{self.host}: {line}")
         elif line.startswith(FAULT_OVER_MARKER):

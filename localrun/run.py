@@ -54,6 +54,7 @@ from localrun.view import RunView
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store, job_key
+from stallwatch.core import alarms
 from stallwatch.core.alarms import job_alarm_prefix
 from stallwatch.core.goodput import Goodput, measure_goodput
 from stallwatch.core.recovery import TRAINING_UNIT
@@ -347,7 +348,8 @@ class LocalRun:
             reason = state.reason.removeprefix(THRESHOLD_CROSSED)
             short = name.removeprefix(self._alarm_prefix)
             self.timeline.event(Kind.ALARM, f"{short}: {previous.value} → {state.value} ({reason})")
-        if state.value != "ALARM" or not alarm.get("ActionsEnabled", True):
+        acting = alarms.acts_on(alarms.parse_alarm_name(name, self._alarm_prefix).kind, state.value)
+        if not acting or not alarm.get("ActionsEnabled", True):
             return
         outcome = self._invoke(ON_ALARM, aws_events.alarm_action(alarm, state, previous)).result
         if outcome:

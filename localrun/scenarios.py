@@ -31,6 +31,7 @@ COMPRESSED_TAGS: dict[str, str] = {
 }
 
 AGENT_INTERVAL_S = 2.0  # the agent's emission window (high-resolution PutMetricData)
+STACK_DUMP_AFTER_S = 5.0  # the agent writes every thread's stack this long into a stall (its floor: 60 s)
 HOST_METRICS_INTERVAL_S = 2.0  # how often the simulated SageMaker host metrics are published
 LOG_FLUSH_INTERVAL_S = 1.0  # how often stdout is shipped to CloudWatch Logs
 CONTROL_TICK_S = 2.0  # how often the local alarm evaluator looks at the metrics
@@ -132,6 +133,8 @@ class Scenario:
             str(HEALTHY_STEPS),
             "--log-every",
             str(LOG_EVERY_STEPS),
+            "--dump-after",
+            str(STACK_DUMP_AFTER_S),
             *self.extra_args,
         ]
         if checkpoint_dir is not None:

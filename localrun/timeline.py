@@ -19,6 +19,7 @@ class Kind(StrEnum):
     SETUP = "setup"
     TRAIN = "train"
     FAULT = "fault"
+    STACKS = "stacks"  # a rank's stack dump (the agent's, at a stall)
     ALARM = "alarm"
     DECISION = "decision"
     SLACK = "slack"

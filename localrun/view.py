@@ -28,6 +28,7 @@ KIND_STYLES: dict[Kind, str] = {
     Kind.SETUP: "dim",
     Kind.TRAIN: "cyan",
     Kind.FAULT: "bold magenta",
+    Kind.STACKS: "magenta",
     Kind.ALARM: "yellow",
     Kind.DECISION: "bold blue",
     Kind.SLACK: "green",

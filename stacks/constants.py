@@ -67,9 +67,12 @@ ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
 LOGS_PRINCIPAL = "logs.amazonaws.com"
 
 DLQ_RETENTION = Duration.days(14)
+# A failed Slack press that could not be posted back this many times goes to the dead-letter queue (which alarms).
+FAILED_PRESS_RECEIVES = 5
 # EventBridge retries a failed delivery this often before it goes to the DLQ.
 EVENT_RETRY_ATTEMPTS = 2
 HEALTH_ALARM_PERIOD = Duration.minutes(5)
+CLOUDWATCH_SERVICE_PRINCIPAL = "cloudwatch.amazonaws.com"
 DASHBOARD_PERIOD = Duration.minutes(1)
 
 # EC2 training nodes (deploy/ec2): the trainer-agent wheel the stack publishes (built from these files of the

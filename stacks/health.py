@@ -1,8 +1,12 @@
 """Alarms on the control plane itself: function errors and throttles, failed stops and Slack posts, and anything
-in the dead-letter queue."""
+in the dead-letter queue.
+
+Each is named ``<alarm_prefix>health-<what>`` (`StallwatchConfig.health_alarm_prefix`), so that the topic's and the
+key's grants to CloudWatch name this deployment's health alarms alone (`health_alarm_arns`)."""
 
 from __future__ import annotations
 
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as actions
 from aws_cdk import aws_lambda as lambda_
@@ -13,6 +17,7 @@ from constructs import Construct
 from stacks.constants import HEALTH_ALARM_PERIOD
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
+    OPERATOR_ACTIONS_FAILED,
     RECHECK_SCHEDULE_FAILURES,
     RESUME_FAILURES,
     SERVICE,
@@ -21,9 +26,20 @@ from stallwatch.core.contract import (
 )
 
 
+def health_alarm_arns(stack: Stack, name_prefix: str) -> str:
+    """The ARNs of the health alarms named `name_prefix`..., as one wildcard ARN (an `aws:SourceArn` for ArnLike)."""
+    return stack.format_arn(
+        service="cloudwatch",
+        resource="alarm",
+        resource_name=f"{name_prefix}*",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+
+
 class ControlPlaneHealth(Construct):
-    """One alarm per function for errors and for throttles, one each on failed stops and failed Slack posts (the
-    watchdog's own metrics), one on DLQ depth; all notify `topic`."""
+    """One alarm per function for errors and for throttles, one per function with an on-failure destination
+    (`destinations`) for records it could not deliver there, one each on failed stops, Slack posts, resumes, rechecks
+    and presses (the watchdog's own metrics), one on DLQ depth; all notify `topic`."""
 
     def __init__(
         self,
@@ -31,26 +47,44 @@ class ControlPlaneHealth(Construct):
         construct_id: str,
         *,
         functions: list[lambda_.Function],
+        destinations: list[lambda_.Function],
         dead_letter_queue: sqs.IQueue,
         topic: sns.ITopic,
+        name_prefix: str,
         service: str = SERVICE,
     ) -> None:
-        """`service` is the deployment's name: the `service` dimension its functions publish their metrics under."""
+        """`service` is the deployment's name: the `service` dimension its functions publish their metrics under;
+        `name_prefix` what the alarms' names start with (`StallwatchConfig.health_alarm_prefix`)."""
         super().__init__(scope, construct_id)
         self.service = service
+        self.name_prefix = name_prefix
         self.action = actions.SnsAction(topic)
         self.alarms: list[cloudwatch.Alarm] = []
         for function in functions:
             self._build_function_alarms(function)
+        for function in destinations:
+            self._build_destination_alarm(function)
         self._build_failure_alarms()
         self._build_dead_letter_alarm(dead_letter_queue)
 
+    @staticmethod
+    def _label(function: lambda_.Function) -> str:
+        """The function's construct id, or its construct's where that id says nothing ("Function")."""
+        node = function.node
+        return node.scope.node.id if node.id == "Function" and node.scope is not None else node.id
+
     def _build_function_alarms(self, function: lambda_.Function) -> None:
-        name = function.node.id
+        name = self._label(function)
         self._alarm(f"{name}Errors", function.metric_errors(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} failed")
         self._alarm(
             f"{name}Throttles", function.metric_throttles(period=HEALTH_ALARM_PERIOD), f"Stallwatch {name} throttled"
         )
+
+    def _build_destination_alarm(self, function: lambda_.Function) -> None:
+        """A failed asynchronous invocation Lambda could not hand to its on-failure destination is lost."""
+        name = self._label(function)
+        metric = function.metric("DestinationDeliveryFailures", period=HEALTH_ALARM_PERIOD, statistic="Sum")
+        self._alarm(f"{name}DestinationDeliveryFailures", metric, f"Stallwatch {name}: a failed invocation was lost")
 
     def _build_failure_alarms(self) -> None:
         for name, description in (
@@ -60,6 +94,10 @@ class ControlPlaneHealth(Construct):
             (
                 RECHECK_SCHEDULE_FAILURES,
                 "Stallwatch could not schedule a recheck (EventBridge Scheduler): the sweeper decides it, a sweep late",
+            ),
+            (
+                OPERATOR_ACTIONS_FAILED,
+                "A Slack button press could not be applied (posted back to its channel): see slack_interactions' logs",
             ),
         ):
             metric = cloudwatch.Metric(
@@ -82,6 +120,7 @@ class ControlPlaneHealth(Construct):
         alarm = cloudwatch.Alarm(
             self,
             construct_id,
+            alarm_name=f"{self.name_prefix}{construct_id}",
             metric=metric,
             threshold=1,
             evaluation_periods=1,

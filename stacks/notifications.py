@@ -1,10 +1,16 @@
-"""Where people hear from Stallwatch: the Slack secret the Lambdas read, and the SNS topic for control-plane health."""
+"""Where people hear from Stallwatch: the Slack secret the Lambdas read, and the SNS topic for control-plane health.
+
+The topic is encrypted with its own KMS key and SSL-only. Its policy (which replaces SNS's default one) and the key's
+let CloudWatch publish for this account's health alarms alone (`aws:SourceAccount`, and `aws:SourceArn` over the
+alarms' names, `health.health_alarm_arns`): without the allow, CloudWatch is "not authorized to perform SNS:Publish"
+and no health alarm reaches anyone.
+"""
 
 from __future__ import annotations
 
 import re
 
-from aws_cdk import Duration, RemovalPolicy, SecretValue
+from aws_cdk import Aws, Duration, RemovalPolicy, SecretValue
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -12,6 +18,7 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from stacks.constants import CLOUDWATCH_SERVICE_PRINCIPAL
 from stallwatch.core.config import SlackConfig
 
 # Secrets Manager appends "-" and six characters to a secret's name; an ARN without them is partial.
@@ -21,10 +28,18 @@ _KEY_PENDING_WINDOW = Duration.days(30)
 
 
 class Notifications(Construct):
-    """The Slack secret (created empty, or imported by ARN) and an encrypted SNS topic with e-mail subscriptions."""
+    """The Slack secret (created empty, or imported by ARN) and an encrypted SNS topic with e-mail subscriptions,
+    which the alarms `alarm_arns` (an ArnLike pattern) of this account may publish to."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, slack: SlackConfig, emails: list[str]) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, slack: SlackConfig, emails: list[str], alarm_arns: str
+    ) -> None:
         super().__init__(scope, construct_id)
+        # The confused-deputy conditions: CloudWatch acts only for this account's health alarms.
+        self.alarm_conditions = {
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {"aws:SourceArn": alarm_arns},
+        }
         self.slack_secret = self._build_slack_secret(slack)
         self.topic_key = self._build_topic_key()
         self.topic = self._build_topic(emails)
@@ -55,9 +70,11 @@ class Notifications(Construct):
         # CloudWatch alarms publish to the encrypted topic only if the key lets them.
         key.add_to_resource_policy(
             iam.PolicyStatement(
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                sid="HealthAlarmsEncryptToTheTopic",
+                principals=[iam.ServicePrincipal(CLOUDWATCH_SERVICE_PRINCIPAL)],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy, "*" is this key
+                conditions=self.alarm_conditions,
             )
         )
         return key
@@ -69,6 +86,15 @@ class Notifications(Construct):
             display_name="Stallwatch control-plane health",
             master_key=self.topic_key,
             enforce_ssl=True,
+        )
+        topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="HealthAlarmsPublish",
+                principals=[iam.ServicePrincipal(CLOUDWATCH_SERVICE_PRINCIPAL)],
+                actions=["sns:Publish"],
+                resources=[topic.topic_arn],
+                conditions=self.alarm_conditions,
+            )
         )
         for email in emails:
             topic.add_subscription(subscriptions.EmailSubscription(email))

@@ -121,13 +121,15 @@ class WatchdogPermissions:
         return statements
 
     def _query_logs(self) -> list[iam.PolicyStatement]:
-        """The sweeper's one Logs Insights query a sweep (each host's newest line)."""
+        """The sweeper's one Logs Insights query a sweep (each host's newest line): started on, and its results read
+        from, the SageMaker training log group (the Service Authorization Reference gives both the log-group
+        resource type)."""
         return [
             iam.PolicyStatement(
-                sid="QueryTrainingJobLogs", actions=["logs:StartQuery"], resources=[self._training_log_group()]
-            ),
-            # GetQueryResults has no resource-level permissions.
-            self._in_this_region("QueryResults", ["logs:GetQueryResults"]),
+                sid="QueryTrainingJobLogs",
+                actions=["logs:StartQuery", "logs:GetQueryResults"],
+                resources=[self._training_log_group()],
+            )
         ]
 
     def _training_log_group(self) -> str:

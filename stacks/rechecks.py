@@ -5,7 +5,8 @@ turns decisive (`Decision.recheck_at`), rather than at the next sweep.
 - the role Scheduler assumes (only for this account's group): invoke on_alarm, and put a recheck it could not
   deliver in the dead-letter queue;
 - for the functions that decide (on_alarm, the sweeper): the group, the role and the queue in their environment,
-  CreateSchedule/UpdateSchedule on the group's schedules only, and iam:PassRole of that role to Scheduler only.
+  CreateSchedule/UpdateSchedule/DeleteSchedule on the group's schedules only, and iam:PassRole of that role to
+  Scheduler only.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ GROUP_SUFFIX = "-rechecks"
 GROUP_ENV = "RECHECK_SCHEDULE_GROUP"
 ROLE_ENV = "RECHECK_ROLE_ARN"
 DEAD_LETTER_ENV = "RECHECK_DEAD_LETTER_ARN"
-SCHEDULE_ACTIONS = ["scheduler:CreateSchedule", "scheduler:UpdateSchedule"]
+SCHEDULE_ACTIONS = ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"]
 
 
 class Rechecks(Construct):
@@ -55,8 +56,8 @@ class Rechecks(Construct):
             self._grant(function, schedules, dead_letter_queue)
         self.nag_findings = {
             arn_template(self.stack).format(service="scheduler", resource=f"schedule/{self.group_name}/*"): (
-                "scheduler:CreateSchedule/UpdateSchedule of this deployment's recheck group only: one schedule per "
-                "job, named at run time"
+                "scheduler:CreateSchedule/UpdateSchedule/DeleteSchedule of this deployment's recheck group only: one "
+                "schedule per job, named at run time"
             )
         }
 

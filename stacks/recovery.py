@@ -34,6 +34,20 @@ GROUP_OPT_IN_CONDITION = {"StringEqualsIgnoreCase": {f"autoscaling:ResourceTag/{
 AUTO_SCALING_GROUPS = "autoScalingGroup:*:autoScalingGroupName/*"
 
 
+def command_document(scope: Construct, construct_id: str, path: Path) -> ssm.CfnDocument:
+    """One of Stallwatch's Command documents, from its YAML file. NewVersion: a changed document keeps its name
+    (CloudFormation's default, Replace, makes a new one), so a command sent before a deploy is still found by name
+    (`aws.ssm.find_command`) and $LATEST is the new content."""
+    return ssm.CfnDocument(
+        scope,
+        construct_id,
+        content=document_content(path),
+        document_type="Command",
+        document_format="JSON",
+        update_method="NewVersion",
+    )
+
+
 def document_content(path: Path) -> dict[str, object]:
     """An SSM document's content as the stack (and the local run) create it: the YAML file, as an object."""
     content = yaml.safe_load(path.read_text())
@@ -50,8 +64,8 @@ class RecoverInPlace(Construct):
         self, scope: Construct, construct_id: str, *, deciding: list[lambda_.Function], continuing: lambda_.Function
     ) -> None:
         super().__init__(scope, construct_id)
-        self.health_check = self._build_document("HealthCheck", HEALTH_CHECK_FILE)
-        self.restart = self._build_document("RestartTraining", RESTART_FILE)
+        self.health_check = command_document(self, "HealthCheck", HEALTH_CHECK_FILE)
+        self.restart = command_document(self, "RestartTraining", RESTART_FILE)
         names = {HEALTH_CHECK_DOCUMENT_ENV: self.health_check.ref, RESTART_DOCUMENT_ENV: self.restart.ref}
         for function in (*deciding, continuing):
             for name, value in names.items():
@@ -69,11 +83,6 @@ class RecoverInPlace(Construct):
                 reason="a training cluster's Auto Scaling group is created after deploy; SetInstanceHealth only on "
                 f"groups tagged {RECOVER_TAG}={RECOVER_RESTART} (aws:ResourceTag condition)",
             )
-        )
-
-    def _build_document(self, construct_id: str, path: Path) -> ssm.CfnDocument:
-        return ssm.CfnDocument(
-            self, construct_id, content=document_content(path), document_type="Command", document_format="JSON"
         )
 
     def _document_arn(self, document: ssm.CfnDocument) -> str:

@@ -13,15 +13,13 @@ source `stallwatch.slurm` on the default bus only).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aws_cdk import Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from stacks.recovery import DOCUMENTS_DIR, document_content
+from stacks.recovery import DOCUMENTS_DIR, command_document
 from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV
 from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
 
@@ -46,8 +44,8 @@ class SlurmActions(Construct):
         recovering: list[lambda_.Function],
     ) -> None:
         super().__init__(scope, construct_id)
-        self.cancel = self._build_document("Cancel", CANCEL_FILE)
-        self.requeue = self._build_document("Requeue", REQUEUE_FILE)
+        self.cancel = command_document(self, "Cancel", CANCEL_FILE)
+        self.requeue = command_document(self, "Requeue", REQUEUE_FILE)
         names = {SLURM_CANCEL_DOCUMENT_ENV: self.cancel.ref, SLURM_REQUEUE_DOCUMENT_ENV: self.requeue.ref}
         for function in dict.fromkeys([*stopping, *recovering]):
             for name, value in names.items():
@@ -56,11 +54,6 @@ class SlurmActions(Construct):
             for statement in self._send(documents):
                 function.add_to_role_policy(statement)
         self.controller_policy = self._build_controller_policy()
-
-    def _build_document(self, construct_id: str, path: Path) -> ssm.CfnDocument:
-        return ssm.CfnDocument(
-            self, construct_id, content=document_content(path), document_type="Command", document_format="JSON"
-        )
 
     def _send(self, documents: list[ssm.CfnDocument]) -> list[iam.PolicyStatement]:
         """SendCommand of the Slurm documents only, to controllers only (IAM authorizes it against the document and

@@ -10,7 +10,7 @@ from constructs import Construct
 from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
-from stacks.health import ControlPlaneHealth
+from stacks.health import ControlPlaneHealth, health_alarm_arns
 from stacks.log_subscriptions import FatalLineSubscriptions
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
@@ -45,7 +45,13 @@ class StallwatchStack(Stack):
         self.deployment = deployment
         self.config = config
         self.state = StateStore(self, "State")
-        self.notifications = Notifications(self, "Notifications", slack=config.slack, emails=config.notification_emails)
+        self.notifications = Notifications(
+            self,
+            "Notifications",
+            slack=config.slack,
+            emails=config.notification_emails,
+            alarm_arns=health_alarm_arns(self, config.health_alarm_prefix),
+        )
         self.watchdog = Watchdog(
             self,
             "Watchdog",
@@ -71,6 +77,7 @@ class StallwatchStack(Stack):
             table=self.state.table,
             slack_secret=self.notifications.slack_secret,
             job_statements=self.watchdog.permissions.slack_interactions(),
+            dead_letter_queue=self.watchdog.dead_letter_queue,
             service=deployment,
         )
         functions = [*self.watchdog.functions, self.slack_endpoint.function]
@@ -78,8 +85,10 @@ class StallwatchStack(Stack):
             self,
             "Health",
             functions=functions,
+            destinations=[self.slack_endpoint.function],
             dead_letter_queue=self.watchdog.dead_letter_queue,
             topic=self.notifications.topic,
+            name_prefix=config.health_alarm_prefix,
             service=deployment,
         )
         self.dashboards = Dashboards(
@@ -206,7 +215,7 @@ class StallwatchStack(Stack):
             else "policy.stop_requires_tag is false: the operator allowed stopping any job or instance"
         )
         iam_findings = {
-            "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, logs:GetQueryResults, "
+            "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, "
             "ssm:ListCommands, ssm:ListCommandInvocations, cloudwatch:PutMetricData and X-Ray tracing support no "
             "resource-level permissions; each is conditioned "
             f"on aws:RequestedRegion or cloudwatch:namespace={NAMESPACE} where IAM offers a condition",

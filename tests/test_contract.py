@@ -2,7 +2,11 @@
 
 from stallwatch.core import clusters
 from stallwatch.core import contract as control_plane
+from stallwatch.core import stacks as control_plane_stacks
+from stallwatch.core.signals import LogLine
 from trainer_agent import contract as agent
+from trainer_agent.identity import Identity
+from trainer_agent.stacks import STALL, capture
 
 
 def test_namespace_and_dimensions_agree():
@@ -41,3 +45,20 @@ def test_the_stack_dumps_marker_and_read_budget_agree():
         control_plane.STACKS_VERSION,
         control_plane.STACKS_READ_BYTES,
     )
+
+
+def test_a_stack_dump_the_agent_writes_is_the_one_the_control_plane_reads():
+    # Given a dump of this process, as the agent's stdout sink writes it, behind a launcher's prefix
+    dump = capture(Identity("llm", "algo-3", rank=17, world_size=64, local_rank=1), 88, STALL, 61.0)
+    line = LogLine.read(1_700_000_000.0, "llm/algo-3-1700000000", "[default1]:" + dump.line())
+
+    # When the control plane parses it
+    (read,) = control_plane_stacks.latest([line])
+
+    # Then it has the rank, host, world and every frame the line kept, innermost first
+    assert (read.rank, read.host, read.world_size, read.reason) == (17, "algo-3", 64, "stall")
+    assert [(f.file, f.line, f.func) for f in read.main] == [(f["file"], f["line"], f["func"]) for f in dump.main]
+    assert read.user_frame is not None
+    assert read.user_frame.func == "test_a_stack_dump_the_agent_writes_is_the_one_the_control_plane_reads"
+    assert line.pattern is None
+    assert line.marker is None

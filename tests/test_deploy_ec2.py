@@ -57,13 +57,12 @@ if name == "aws":
         query = args[args.index("--query") + 1]
         print(json.loads(os.environ["STUB_OUTPUTS"])[query.split("'")[1]])
     elif args[:2] == ["ec2", "run-instances"]:
-        request = Path(args[args.index("--cli-input-json") + 1].removeprefix("file://")).read_text()
         user_data = args[args.index("--user-data") + 1]
         rank0 = not Path(os.environ["STUB_DIR"], "rank0.sh").exists()
         node = "rank0" if rank0 else "others"
         Path(os.environ["STUB_DIR"], f"{{node}}.sh").write_text(Path(user_data.removeprefix("file://")).read_text())
-        Path(os.environ["STUB_DIR"], f"{{node}}.json").write_text(request)
-        for i in range(json.loads(request)["MinCount"]):
+        Path(os.environ["STUB_DIR"], f"{{node}}.json").write_text(json.dumps(args[2:]))
+        for i in range(int(args[args.index("--count") + 1])):
             print(f"i-0{{'a' if rank0 else 'b'}}{{i:015x}}\\t10.0.1.{{10 + i + (0 if rank0 else 1)}}")
     elif args[:2] == ["ec2", "describe-capacity-reservations"]:
         print("\\t".join(json.loads(os.environ["STUB_RESERVATION"])))
@@ -146,8 +145,33 @@ def _launch(stubs: dict[str, Path], **values: str) -> subprocess.CompletedProces
 
 
 def _request(stubs: dict[str, Path], node: str) -> dict[str, Any]:
-    """The RunInstances request launch.sh made for `node` (rank0, others), as the AWS CLI was given it."""
-    return json.loads((stubs["dir"] / f"{node}.json").read_text())
+    """The RunInstances request launch.sh made for `node` (rank0, others), as the AWS CLI makes it of its options."""
+    return _as_request(json.loads((stubs["dir"] / f"{node}.json").read_text()))
+
+
+# run-instances' options and the request's parameters (the AWS CLI's names; a single --count N is MinCount = MaxCount)
+RUN_INSTANCES_OPTIONS = {
+    "--image-id": "ImageId",
+    "--instance-type": "InstanceType",
+    "--network-interfaces": "NetworkInterfaces",
+    "--iam-instance-profile": "IamInstanceProfile",
+    "--metadata-options": "MetadataOptions",
+    "--tag-specifications": "TagSpecifications",
+    "--placement": "Placement",
+    "--capacity-reservation-specification": "CapacityReservationSpecification",
+    "--instance-market-options": "InstanceMarketOptions",
+}
+
+
+def _as_request(options: list[str]) -> dict[str, Any]:
+    request: dict[str, Any] = {}
+    for option, value in zip(options[::2], options[1::2], strict=True):
+        if option == "--count":
+            request["MinCount"] = request["MaxCount"] = int(value)
+        elif option in RUN_INSTANCES_OPTIONS:
+            name = RUN_INSTANCES_OPTIONS[option]
+            request[name] = value if name in ("ImageId", "InstanceType") else json.loads(value)
+    return request
 
 
 def _tags(request: dict[str, Any]) -> dict[str, str]:
@@ -644,10 +668,13 @@ def test_the_role_it_creates_holds_exactly_what_the_nodes_need(stubs: dict[str, 
     assert _request(stubs, "rank0")["IamInstanceProfile"] == {"Name": role}
 
 
-def test_a_dry_run_prints_the_requests_and_changes_nothing(stubs: dict[str, Path]) -> None:
+def test_a_dry_run_prints_the_commands_and_changes_nothing(stubs: dict[str, Path]) -> None:
     printed = _launch_only(stubs, DRY_RUN="1")
     assert printed.returncode == 0, printed.stderr
-    rank0, others = (json.loads(line) for line in printed.stdout.splitlines())
+    commands = [shlex.split(line) for line in printed.stdout.splitlines()]
+    assert [command[:3] for command in commands] == [["aws", "ec2", "run-instances"]] * 2
+    rank0, others = (_as_request(command[3:]) for command in commands)
+    _valid_request(rank0)
     assert (rank0["MinCount"], others["MinCount"]) == (1, 3)
     assert len(rank0["NetworkInterfaces"]) == 32
     assert _aws_changes(stubs) == []

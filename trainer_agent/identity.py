@@ -9,8 +9,9 @@ not used. Elsewhere, first found: the given ``job_name``; ``STALLWATCH_JOB_NAME`
 ``<cluster>-<SLURM_JOB_ID>-<SLURM_JOB_NAME>`` (`contract.slurm_job_name`); on EC2 the instance's
 ``stallwatch:job`` tag (instance metadata, when tags in metadata are enabled); the EC2 instance id (a one-instance
 job, as the control plane names it); the hostname. The host: SageMaker's ``SM_CURRENT_HOST``, else the Slurm node
-(``SLURMD_NODENAME``), else the EC2 instance id, else the hostname. The global rank: torchrun's ``RANK``, else Open
-MPI's, else ``SLURM_PROCID`` (srun's task id: rank 0 is task 0).
+(``SLURMD_NODENAME``), else the EC2 instance id, else the hostname. The ranks: torch.distributed's once initialised,
+else the first launcher's of `LAUNCHERS` whose rank is set (torchrun's ``RANK``, Open MPI's, MVAPICH2's, Hydra's
+``PMI_RANK``, srun's ``SLURM_PROCID``: rank 0 is task 0), else Lightning's node and local ranks.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 #   STALLWATCH_STACK=stallwatch JOB=llm-70b NODES=4 AMI=ami-... SUBNET=subnet-... SECURITY_GROUP=sg-... \
 #     TRAIN_COMMAND="train.py --config configs/70b.yaml" CHECKPOINT_URI=s3://my-bucket/checkpoints/llm-70b/ \
 #     CAPACITY_RESERVATION=cr-0123456789abcdef0 ./deploy/ec2/launch.sh
-#   DRY_RUN=1 ... ./deploy/ec2/launch.sh     # check everything, print the RunInstances requests, launch nothing
+#   DRY_RUN=1 ... ./deploy/ec2/launch.sh     # check everything, print the run-instances commands, launch nothing
 #
 # Rank 0 is launched first, then the other nodes with its private IP (it stays theirs across stops and starts), each
 # with one EFA per network card (p5, p5e: 32; p4d, p4de: 4; trn1: 8), in a cluster placement group, into the
@@ -37,9 +37,13 @@
 #   PYTHON                the training environment's python                                              (python3)
 #   NPROC_PER_NODE        processes per node: a number, or gpu (one per GPU)                  (gpu; trn1: 32)
 #   RDZV_PORT             torchrun's rendezvous port on rank 0                                            (29400)
-#   DRY_RUN               1: check, print the requests, create and launch nothing                           (none)
+#   DRY_RUN               1: check, print the run-instances commands, create and launch nothing             (none)
 set -euo pipefail
 
+if (( BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4) )); then
+  echo "launch.sh: needs bash 4.4 or newer, not $BASH_VERSION (macOS: brew install bash, then run it with that bash)" >&2
+  exit 2
+fi
 HERE="$(cd "$(dirname "$0")" && pwd)"
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   sed -n '2,/^set -euo pipefail$/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -98,6 +102,7 @@ check RESUME "$RESUME" '^([1-9]|10)?$' "1 to 10 restarts (or unset: no tag)"
 check DRY_RUN "$DRY_RUN" '^(1)?$' "1, or unset"
 [[ -z $RESUME || -n $CHECKPOINT_URI ]] || die "RESUME needs CHECKPOINT_URI: a restart resumes from it"
 (( ${#CHECKPOINT_URI} <= 256 )) || die "CHECKPOINT_URI: at most 256 characters (the stallwatch:checkpoint tag's value)"
+command -v aws >/dev/null || die "the AWS CLI v2 is not on PATH: https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
 PROFILE="${INSTANCE_PROFILE:-stallwatch-$JOB}"
 (( ${#PROFILE} <= 64 )) || die "JOB=$JOB: too long for the role stallwatch-<JOB> (64): set INSTANCE_PROFILE"
 
@@ -148,7 +153,7 @@ fi
 # A Capacity Block's instances are placed together in an UltraCluster; elsewhere a cluster group keeps them close.
 [[ -n $PLACEMENT_GROUP ]] || PLACEMENT_GROUP="$([[ -n $market ]] && echo none || echo "stallwatch-$JOB")"
 
-# ---- the RunInstances request (JSON: no value can break an argument's syntax) ---------------------------------------
+# ---- the RunInstances request (values as JSON: no value can break an argument's syntax) ----------------------------
 interfaces() {  # the network interfaces: the primary EFA with ENA, then one EFA-only per further network card
   local card type
   if (( EFA_INTERFACES == 0 )); then
@@ -173,24 +178,26 @@ tags() {
   done
 }
 
-request() {  # request COUNT NAME: the RunInstances request for COUNT nodes, all or none; prints its path
-  {
-    printf '{"ImageId":"%s","InstanceType":"%s","MinCount":%d,"MaxCount":%d,' "$AMI" "$INSTANCE_TYPE" "$1" "$1"
-    printf '"NetworkInterfaces":[%s],' "$(interfaces)"
-    printf '"IamInstanceProfile":{"Name":"%s"},' "$PROFILE"
-    [[ $PLACEMENT_GROUP == none ]] || printf '"Placement":{"GroupName":"%s"},' "$PLACEMENT_GROUP"
-    [[ -z $CAPACITY_RESERVATION ]] || printf '"CapacityReservationSpecification":{"CapacityReservationTarget":{"CapacityReservationId":"%s"}},' \
-      "$CAPACITY_RESERVATION"
-    [[ -z $market ]] || printf '"InstanceMarketOptions":{"MarketType":"%s"},' "$market"
-    printf '"MetadataOptions":{"HttpTokens":"required","HttpPutResponseHopLimit":2,"InstanceMetadataTags":"enabled"},'
-    printf '"TagSpecifications":[{"ResourceType":"instance","Tags":[%s]}]}' "$(tags)"
-  } > "$WORK/request-$2.json"
-  echo "$WORK/request-$2.json"
+parameters() {  # parameters COUNT: PARAMS, the RunInstances options for COUNT nodes (all or none), values as JSON
+  PARAMS=(
+    --image-id "$AMI" --instance-type "$INSTANCE_TYPE" --count "$1"
+    --network-interfaces "[$(interfaces)]"
+    --iam-instance-profile "{\"Name\":\"$PROFILE\"}"
+    --metadata-options '{"HttpTokens":"required","HttpPutResponseHopLimit":2,"InstanceMetadataTags":"enabled"}'
+    --tag-specifications "[{\"ResourceType\":\"instance\",\"Tags\":[$(tags)]}]"
+  )
+  [[ $PLACEMENT_GROUP == none ]] || PARAMS+=(--placement "{\"GroupName\":\"$PLACEMENT_GROUP\"}")
+  [[ -z $CAPACITY_RESERVATION ]] || PARAMS+=(--capacity-reservation-specification \
+    "{\"CapacityReservationTarget\":{\"CapacityReservationId\":\"$CAPACITY_RESERVATION\"}}")
+  [[ -z $market ]] || PARAMS+=(--instance-market-options "{\"MarketType\":\"$market\"}")
 }
 
-if [[ -n $DRY_RUN ]]; then
-  cat "$(request 1 rank0)"; echo
-  (( NODES == 1 )) || { cat "$(request "$((NODES - 1))" others)"; echo; }
+if [[ -n $DRY_RUN ]]; then  # the two commands, as they would run (the user data is written at launch)
+  for count in 1 $((NODES - 1)); do
+    (( count > 0 )) || continue
+    parameters "$count"
+    printf 'aws ec2 run-instances'; printf ' %q' "${PARAMS[@]}"; echo
+  done
   exit 0
 fi
 
@@ -243,7 +250,10 @@ if [[ $PLACEMENT_GROUP != none ]] \
 fi
 
 launch() {  # launch COUNT NAME MASTER_ADDR: the instances' "id private-ip" lines
-  aws ec2 run-instances --cli-input-json "file://$(request "$1" "$2")" --user-data "file://$(user_data "$3" "$2")" \
+  local user_data_file
+  user_data_file="$(user_data "$3" "$2")"
+  parameters "$1"
+  aws ec2 run-instances "${PARAMS[@]}" --user-data "file://$user_data_file" \
     --query "Instances[].[InstanceId,PrivateIpAddress]" --output text
 }
 

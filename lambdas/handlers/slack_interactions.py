@@ -2,7 +2,8 @@
 
 The Function URL has no IAM auth (Slack cannot sign SigV4); the Slack signature is the authentication. The work
 runs in this function's own asynchronous invocation (event `{"stallwatch_deferred_press": ...}`), after Slack got
-its answer.
+its answer; one Lambda gave up on reaches this function again from its on-failure queue (an SQS event), and is
+posted back to the channel.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
 from stallwatch.aws.observability import logger, metrics, tracer
-from stallwatch.runtime import interactions
+from stallwatch.runtime import failed_presses, interactions
 
 
 @logger.inject_lambda_context
@@ -28,6 +29,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if isinstance(event, dict) and interactions.DEFERRED_EVENT_KEY in event:
         press = interactions.DeferredPress.model_validate(event[interactions.DEFERRED_EVENT_KEY])
         return interactions.endpoint().complete(press).body
+    if isinstance(event, dict) and "Records" in event:  # the on-failure queue: presses Lambda gave up applying
+        return failed_presses.report(event, context)
     try:
         request = parse(event=event, model=LambdaFunctionUrlModel)
         raw = request.body or ""

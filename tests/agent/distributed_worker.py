@@ -6,6 +6,8 @@ dataloader     a loop fed by forked DataLoader workers, with a slow sink, until 
 ddp, fsdp      the core agent around DDP or FSDP2, accumulating gradients; writes the independent count
 hf             the Hugging Face Trainer with StallwatchCallback, likewise
 lightning      Lightning (DDP strategy) with its StallwatchCallback, likewise
+stall-loader   rank 1's data loader blocks in a sleep while rank 0 waits in the next all_reduce; stacks on stdout
+stall-checkpoint  rank 0 alone writes a checkpoint that never ends while rank 1 waits in the next all_reduce
 
 Windows go to OUT/windows.jsonl (hang modes: OUT/windows-RANK.jsonl). The counting modes run the agent
 on a frozen clock that jumps WINDOW_S at the end, so each rate in their single window times WINDOW_S is
@@ -26,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer_agent import JsonlSink, TrainerAgent
+from trainer_agent import EmfStdoutSink, JsonlSink, StallDumps, TrainerAgent
 
 WINDOW_S = 1000.0
 FLOPS_PER_TOKEN = 1e6
@@ -34,6 +36,10 @@ SEQ = 16
 STEPS = 4
 ACCUMULATE = 2
 BLOCK_S = 600
+STALL_FLOOR_S = 3.0
+"""The stall modes' dump floor (their steps take milliseconds: the floor is the threshold)."""
+STALL_AFTER = 3
+"""Steps before the stall modes' fault."""
 
 
 class FrozenClock:
@@ -113,6 +119,43 @@ def dataloader(out: Path) -> None:
             time.sleep(0.01)
         if step == 5:
             publish(out / "running", str(os.getpid()))
+
+
+class Samples(torch.utils.data.Dataset):
+    """A dataset whose item STALL_AFTER blocks when `stuck`, as a loader stuck on one host's storage."""
+
+    def __init__(self, stuck: bool) -> None:
+        self.stuck = stuck
+
+    def __len__(self) -> int:
+        return 10**6
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if self.stuck and index == STALL_AFTER:
+            time.sleep(BLOCK_S)  # the stuck read
+        return torch.full((4,), float(index))
+
+
+def save_checkpoint(path: Path) -> None:
+    """Open a FIFO nobody reads for writing: blocked in C for good, as a write to a hung file system is."""
+    os.mkfifo(path)
+    with path.open("wb") as checkpoint:  # the write that never ends
+        checkpoint.write(b"weights")
+
+
+def stall(out: Path, fault: str) -> None:
+    """Every rank steps (an all_reduce a step) with the agent's stack dumps on stdout, then `fault`: rank 1's loader
+    blocks ("loader") or rank 0 writes a checkpoint alone ("checkpoint"); the other rank waits in the all_reduce."""
+    rank = dist.get_rank()
+    agent = TrainerAgent(
+        interval_s=3600, sinks=[EmfStdoutSink()], stall_dumps=StallDumps(steps=3.0, floor_s=STALL_FLOOR_S)
+    )
+    loader = torch.utils.data.DataLoader(Samples(stuck=fault == "loader" and rank == 1), batch_size=1)
+    for step, batch in enumerate(loader):
+        if fault == "checkpoint" and step == STALL_AFTER and rank == 0:
+            save_checkpoint(out / "checkpoint.pt")
+        with agent.step():
+            dist.all_reduce(batch)  # every step's collective
 
 
 def counts(out: Path, sharded: bool) -> None:
@@ -239,6 +282,8 @@ MODES = {
     "fsdp": functools.partial(counts, sharded=True),
     "hf": hf,
     "lightning": lightning,
+    "stall-loader": functools.partial(stall, fault="loader"),
+    "stall-checkpoint": functools.partial(stall, fault="checkpoint"),
 }
 
 

@@ -14,7 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from stallwatch.aws.slack import AlertMessage, Evidence
+from stallwatch.core import engine
+from stallwatch.core.decision import Action, Diagnosis, JobState
+from stallwatch.core.policy import Policy
+from tests.agent.distributed_worker import STALL_FLOOR_S
+from tests.core.signals_builder import SignalsBuilder
+from trainer_agent.contract import STACKS_MARKER
 from trainer_agent.sigterm import FLUSH_S
+from trainer_agent.stacks import POLL_S
 from trainer_agent.window import TERA
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +40,13 @@ pytestmark = pytest.mark.slow
 class Torchrun:
     """`torchrun distributed_worker.py MODE OUT` on one host (N ranks), or as one of 2 hosts (node, port)."""
 
-    def __init__(self, out: Path, mode: str, nproc: int = 2, node: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, out: Path, mode: str, nproc: int = 2, node: tuple[int, int] | None = None, env: dict | None = None
+    ) -> None:
         self.out = out
+        given = env or {}
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RANK", "WORLD_SIZE", "LOCAL_RANK"))}
-        env |= {"PYTHONPATH": str(ROOT), "STALLWATCH_JOB_NAME": "ddp-job", "OMP_NUM_THREADS": "1"}
+        env |= given | {"PYTHONPATH": str(ROOT), "STALLWATCH_JOB_NAME": "ddp-job", "OMP_NUM_THREADS": "1"}
         env |= {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}"]
         if node is None:
@@ -58,6 +69,15 @@ class Torchrun:
             time.sleep(0.1)
         return path
 
+    def wait_for_lines(self, marker: str, count: int) -> list[str]:
+        """The first `count` lines of its log holding `marker` (the ranks' stdout), waiting for them."""
+        deadline = time.monotonic() + START_S
+        while len(found := [line for line in self.output(None).splitlines() if marker in line]) < count:
+            assert self.process.poll() is None, self.output()
+            assert time.monotonic() < deadline, f"{count} lines with {marker} never appeared: {self.output()}"
+            time.sleep(0.2)
+        return found[:count]
+
     def finish(self, timeout_s: float = START_S) -> int:
         try:
             return self.process.wait(timeout_s)
@@ -65,9 +85,10 @@ class Torchrun:
             self.process.kill()
             raise AssertionError(f"torchrun still running after {timeout_s} s: {self.output()}") from None
 
-    def output(self) -> str:
+    def output(self, last: int | None = 3000) -> str:
         self.log.flush()
-        return self.log_path.read_text()[-3000:]
+        text = self.log_path.read_text()
+        return text if last is None else text[-last:]
 
     def records(self, name: str = "windows.jsonl", scope: str = "job") -> list[dict]:
         path = self.out / name
@@ -144,3 +165,61 @@ def test_ddp_throughput_counts_each_token_and_sample_once(tmp_path, mode):
     assert window["SamplesPerSecond"] * 1000.0 == pytest.approx(expected["samples"], rel=1e-9)
     per_gpu_flops = window["TFLOPsPerGPU"] * TERA * 1000.0
     assert per_gpu_flops * expected["world_size"] == pytest.approx(1e6 * expected["tokens"], rel=1e-9)
+
+
+def source_line(needle: str) -> str:
+    """``distributed_worker.py:N``: where the worker's source holds `needle`."""
+    lines = WORKER.read_text().splitlines()
+    return f"{WORKER.name}:{next(n for n, line in enumerate(lines, start=1) if needle in line)}"
+
+
+@pytest.mark.parametrize(
+    ("mode", "recorder", "odd", "where"),
+    [
+        ("stall-loader", True, 1, source_line("time.sleep(BLOCK_S)  # the stuck read")),
+        ("stall-checkpoint", False, 0, source_line('with path.open("wb") as checkpoint')),
+    ],
+)
+def test_a_stall_leaves_every_ranks_stacks_and_the_alert_names_the_odd_rank_out(tmp_path, mode, recorder, odd, where):
+    # Given 2 ranks that each step with an all_reduce, the agent's stack dumps on their stdout, then one rank stuck
+    # (rank 1 in its data loader's read, or rank 0 alone writing a checkpoint) while the other waits in the all_reduce;
+    # the flight recorder on for the first (gloo's records the collectives' sequence numbers)
+    run = Torchrun(tmp_path, mode, env={"TORCH_NCCL_TRACE_BUFFER_SIZE": "100"} if recorder else {})
+
+    # When both ranks' stacks are in the log, and the job is stopped
+    lines = run.wait_for_lines(STACKS_MARKER, 2)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.finish(STOP_S) != 0
+
+    # Then each rank wrote one line, once its steps had stopped for the threshold (their steps take milliseconds:
+    # the floor), and SIGTERM ended them without a second one
+    records = [json.loads(line[line.index("{") :]) for line in lines]
+    assert sorted(r["Rank"] for r in records) == [0, 1]
+    assert all(STALL_FLOOR_S <= r["StalledSeconds"] <= STALL_FLOOR_S + 3 * POLL_S for r in records)
+    assert run.output(None).count(STACKS_MARKER) == 2
+    if recorder:
+        assert {r["Rank"]: r["Collective"]["seq"] for r in records} == {0: 4, 1: 3}
+
+    # And the engine, deciding on a hung job whose log holds these lines, names the odd rank and its file:line in the
+    # decision's reasons and evidence, and in the Slack alert
+    onset = 3600.0
+    builder = (
+        SignalsBuilder(hosts=1)
+        .progress(0, onset)
+        .no_progress(onset, onset + 20 * 60)
+        .gpu(0, onset + 20 * 60, 99.0)
+        .stacks((onset + r["StalledSeconds"], line) for r, line in zip(records, lines, strict=True))
+    )
+    now = onset + 16 * 60
+    signals = builder.build(now)
+    decision = engine.decide(
+        signals, Policy(stop_requires_tag=False).for_job({"stallwatch:mode": "enforce"}), JobState(), now
+    )
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
+    assert decision.evidence["stacks"]["named"] == [odd]
+    (summary,) = [reason for reason in decision.reasons if f"rank {odd} on" in reason]
+    assert where in summary
+    assert "1 rank in all_reduce" in summary
+    message = AlertMessage(decision, signals.facts, Evidence.of(decision, signals, None)).render()
+    assert f"rank {odd} on" in json.dumps(message)
+    assert where in json.dumps(message)

@@ -12,7 +12,7 @@ from botocore.stub import Stubber
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
 from stallwatch.aws.source import AwsSignalSource
-from stallwatch.aws.store import StoredState, UnseenJobError, job_key
+from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
 from stallwatch.core.policy import Policy
@@ -239,24 +239,6 @@ def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
     assert markers["job#sagemaker#all"].complete
     assert not markers["job#sagemaker#some"].complete
     assert "job#sagemaker#none" not in markers
-
-
-def test_a_job_made_known_is_claimed_by_its_first_alarm_in_one_call(rt) -> None:
-    # Given a job never decided, one made known as its alarms are put, and one whose state a decision wrote earlier
-    now = rt.clock()
-    unseen, provisioned = job_key(Platform.SAGEMAKER, "unseen"), job_key(Platform.SAGEMAKER, "provisioned")
-    rt.store.make_known(provisioned, now)
-    decided = job_key(Platform.SAGEMAKER, "decided")
-    read = rt.store.claim_decision(decided, now, hold_seconds=0)
-    rt.store.commit(decided, read, StoredState(JobState(warned_at=now)), {}, now)
-    rt.store.make_known(decided, now + 1)
-
-    # Then a known-only claim finds the first unseen, and claims the second at once, its state as it was
-    with pytest.raises(UnseenJobError):
-        rt.store.claim_decision(unseen, now, hold_seconds=120, known_only=True)
-    assert rt.store.claim_decision(provisioned, now, hold_seconds=120, known_only=True) == StoredState()
-    # And making a decided job known leaves its state alone
-    assert rt.store.load(decided).state.warned_at == now
 
 
 def test_metric_reads_keep_every_page() -> None:

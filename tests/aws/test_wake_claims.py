@@ -3,9 +3,7 @@ a decision that began before it."""
 
 from __future__ import annotations
 
-import pytest
-
-from stallwatch.aws.store import StoredState, UnseenJobError, job_key
+from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core.decision import JobState
 from stallwatch.core.signals import Platform
 
@@ -50,10 +48,3 @@ def test_an_alarms_claim_taken_before_the_line_does_not_swallow_it(rt) -> None:
     # When a line seen from t0 + 10 arrives, Then its decision takes the claim; one seen from t0 does not
     assert rt.store.claim_wake(KEY, t0 + 3, since=t0, start=t0 + 3, hold_seconds=HOLD) is None
     assert rt.store.claim_wake(KEY, t0 + 3, since=t0 + 10, start=t0 + 10, hold_seconds=HOLD) is not None
-
-
-def test_a_job_never_seen_is_not_written_when_only_known_jobs_may_be(rt) -> None:
-    t0 = rt.clock()
-    with pytest.raises(UnseenJobError):
-        rt.store.claim_wake(KEY, t0, since=t0, start=t0, hold_seconds=HOLD, known_only=True)
-    assert rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"] == []

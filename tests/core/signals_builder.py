@@ -49,6 +49,7 @@ class SignalsBuilder:
     _gpu: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _memory: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _logs: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
+    _stacks: list[LogLine] = field(default_factory=list)
     _step: float = 0.0
     _last_step_t: float | None = None
 
@@ -163,6 +164,12 @@ class SignalsBuilder:
                 self.log(t, message, host)
         return self
 
+    def stacks(self, lines: Iterable[tuple[float, str]], host: str | None = None) -> SignalsBuilder:
+        """The agent's stack dump lines (t, message) on `host`'s stream, as the sources read them for a decision."""
+        host = host or self.host_names[0]
+        self._stacks.extend(LogLine.read(t, f"{self.name}/{host}-1700000000", message) for t, message in lines)
+        return self
+
     # --- the snapshot -----------------------------------------------------------------------------------------------
 
     def facts(self) -> JobFacts:
@@ -202,5 +209,9 @@ class SignalsBuilder:
                 marker_lines=tuple(line for line in lines if line.marker)[-10:],
             )
         return JobSignals(
-            facts=self.facts(), now=now, hosts=hosts, agent={name: cut(p) for name, p in self._job.items()}
+            facts=self.facts(),
+            now=now,
+            hosts=hosts,
+            agent={name: cut(p) for name, p in self._job.items()},
+            stacks=tuple(line for line in self._stacks if line.t <= now),
         )

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from stallwatch.core import alarms, contract
+from stallwatch.core.evaluator import AlarmEvaluator, metric_key
 from stallwatch.core.policy import Policy
 from stallwatch.core.pricing import accelerated, instance_spec
 from stallwatch.core.signals import JobFacts, Platform
 
 PREFIX = "stallwatch-"
+T0 = 1_764_496_800.0  # a whole hour: the alarms' periods start on it
 ARN = "arn:aws:lambda:us-east-1:123456789012:function:on-alarm"
 
 
@@ -150,14 +152,57 @@ def test_sagemaker_gpu_idle_normalizes_by_gpu_count_and_fires_when_evidence_may_
     assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (5.0, "LessThanThreshold")
 
 
-def test_gpu_memory_alarm_takes_a_host_without_datapoints_for_one_that_let_go() -> None:
-    # Given a SageMaker job's gpu-memory alarm / Then a vanished host (no datapoint at all) breaches it, as a host
-    # whose processes let go of their GPU memory does
-    alarm = by_name(alarms.render_alarms(sagemaker_job(), Policy().for_job({}), PREFIX, []))[
+def _gpu_memory_states(points: list[tuple[float, float]], until: float) -> list[str]:
+    """The states a SageMaker host's gpu-memory alarm enters whose action is invoked (`acts_on`), evaluated each
+    minute up to `until`, with the host's GPUMemoryUtilization `points` ((t, percent of 8 GPUs))."""
+    facts = sagemaker_job()
+    [alarm] = [
+        a
+        for a in alarms.render_alarms(facts, Policy().for_job({}), PREFIX, ["arn:on-alarm"])
+        if a["AlarmName"].endswith("gpu-memory.algo-2")
+    ]
+    evaluator = AlarmEvaluator([alarm])
+    key = metric_key(contract.SAGEMAKER_NAMESPACE, "GPUMemoryUtilization", {"Host": f"{facts.name}/algo-2"})
+    for t, value in points:
+        evaluator.add_datapoint(key, T0 + t, value)
+    acted = []
+    for minute in range(1, int(until // 60) + 1):
+        for transition in evaluator.evaluate(T0 + minute * 60):
+            if alarms.acts_on(alarms.GPU_MEMORY, transition.new.value):
+                acted.append(transition.new.value)
+    return acted
+
+
+def test_a_hosts_gpu_memory_alarm_invokes_nothing_before_the_host_reports() -> None:
+    # Given a job whose host reports its first GPU memory 4 minutes after its alarms were put
+    points = [(t, 600.0) for t in range(240, 900, 60)]
+
+    # Then its gpu-memory alarm invokes on_alarm never: starting is not vanishing
+    assert _gpu_memory_states(points, until=900) == []
+    # And a host that never reports invokes nothing either
+    assert _gpu_memory_states([], until=900) == []
+
+
+def test_a_host_that_reported_and_vanished_or_let_go_of_its_gpus_still_invokes_on_alarm() -> None:
+    # Given a host that held its GPUs for 10 minutes, then vanished (no datapoint since)
+    vanished = _gpu_memory_states([(t, 600.0) for t in range(0, 600, 60)], until=1500)
+    # Then its alarm's data stopping invokes on_alarm, once (INSUFFICIENT_DATA, the lost host)
+    assert vanished == ["INSUFFICIENT_DATA"]
+    # And a host whose processes let go of their GPU memory invokes it too (ALARM, as before)
+    released = [(t, 600.0) for t in range(0, 600, 60)] + [(t, 0.0) for t in range(600, 1200, 60)]
+    assert _gpu_memory_states(released, until=1200) == ["ALARM"]
+
+
+def test_the_gpu_memory_alarm_treats_missing_data_as_missing_and_acts_on_insufficient_data() -> None:
+    alarm = by_name(alarms.render_alarms(sagemaker_job(), Policy().for_job({}), PREFIX, ["arn:on-alarm"]))[
         "stallwatch-sagemaker.llm-pretrain-7b.gpu-memory.algo-2"
     ]
-    assert alarm["TreatMissingData"] == "breaching"
+    assert alarm["TreatMissingData"] == "missing"
+    assert alarm["InsufficientDataActions"] == alarm["AlarmActions"] == ["arn:on-alarm"]
     assert alarm["EvaluationPeriods"] == alarms.GPU_MEMORY_PERIODS
+    # And no other kind acts on INSUFFICIENT_DATA
+    rendered = alarms.render_alarms(sagemaker_job(), Policy().for_job({}), PREFIX, ["arn"])
+    assert {a["AlarmName"].split(".")[2] for a in rendered if "InsufficientDataActions" in a} == {alarms.GPU_MEMORY}
 
 
 def test_progress_alarm_is_phase_aware_and_counts_a_dead_agent() -> None:

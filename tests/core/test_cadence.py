@@ -134,7 +134,7 @@ def test_busy_gpus_with_silent_logs_are_alerted_and_stopped_only_after_four_thre
 
     # Then one alert (not a warning) while a long evaluation is as likely; the warning and stop after 4 x 15 min
     assert [d.action for d in decisions] == [Action.ALERT, Action.NONE, Action.WARN, Action.STOP]
-    assert "may be a long evaluation" in decisions[0].reasons[-1]
+    assert "may be a long evaluation" in decisions[0].reasons[-2]  # before the stacks line
     assert not decisions[0].stoppable
 
 

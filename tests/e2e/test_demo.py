@@ -91,6 +91,11 @@ def test_hang_is_stopped_with_a_slack_message_and_nothing_left_behind() -> None:
     assert result["job_status"] == "Stopped"
     assert result["slack_messages"] >= 1
     assert any(d["action"] == "stop" and d["diagnosis"] == "hang" for d in result["decisions"])
+    # ...the timeline showed the rank's stacks, and the stop said where it was
+    stacks = r"algo-1: rank 0's stacks \(stall, [0-9.]+ s without a step\): train_gpt\.py:\d+ hang_forever"
+    assert re.search(stacks, " ".join(log.split()))  # the view wraps its lines at 120 columns
+    stop = next(d for d in result["decisions"] if d["action"] == "stop")
+    assert any(re.match(r"1 rank in hang_forever \(train_gpt\.py:\d+\)$", reason) for reason in stop["reasons"])
     assert result["detection_latency_s"] > 0
     assert result["savings"]["saved_gpu_hours"] > 0
     # ...the training exited cleanly on SageMaker's SIGTERM, and no process or port remains

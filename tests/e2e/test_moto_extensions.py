@@ -1,9 +1,10 @@
 """The moto extensions the tests, the bench and the demo share: requests served one at a time, SEARCH in
-GetMetricData, the Logs Insights last-event query, DescribeAlarms' filters and pages, and FilterLogEvents' term
-patterns (anything else still goes to moto's own code)."""
+GetMetricData, the Logs Insights last-event query, DescribeAlarms' filters and pages, FilterLogEvents' term
+patterns, and CloudFormation's topic policies and key policies (anything else still goes to moto's own code)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -20,6 +21,7 @@ from localrun import (
     moto_logs_insights,
     moto_metric_search,
     moto_threads,
+    moto_topic_policy,
 )
 from localrun.resources import create_table
 from stallwatch.aws.store import Store, StoredState
@@ -30,6 +32,7 @@ moto_metric_search.install()
 moto_logs_insights.install()
 moto_alarm_filters.install()
 moto_logs_filter.install()
+moto_topic_policy.install()
 
 
 @pytest.fixture(autouse=True)
@@ -224,6 +227,38 @@ def test_filter_log_events_needs_every_plain_term_and_none_excluded() -> None:
     assert _filtered("ERROR disk") == ["ERROR disk full"]
     assert _filtered('ERROR -"net"') == ["ERROR disk full"]
     assert len(_filtered("")) == 3
+
+
+def test_a_stacks_topic_policy_replaces_the_topics_and_a_tagged_keys_policy_is_json_text() -> None:
+    # Given a template with a tagged key, a topic encrypted with it, and the topic's policy
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Deny", "Principal": "*", "Action": "sns:Publish"}]}
+    key_policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": "*", "Action": "kms:*"}]}
+    template = {
+        "Resources": {
+            "Key": {
+                "Type": "AWS::KMS::Key",
+                "Properties": {"KeyPolicy": key_policy, "Tags": [{"Key": "a", "Value": "b"}]},
+            },
+            "Topic": {"Type": "AWS::SNS::Topic", "Properties": {"KmsMasterKeyId": {"Fn::GetAtt": ["Key", "Arn"]}}},
+            "Policy": {
+                "Type": "AWS::SNS::TopicPolicy",
+                "Properties": {"Topics": [{"Ref": "Topic"}], "PolicyDocument": policy},
+            },
+        }
+    }
+
+    # When the stack is created
+    boto3.client("cloudformation").create_stack(StackName="s", TemplateBody=json.dumps(template))
+
+    # Then the topic's policy is the stack's, and the key keeps its policy as KMS does: JSON text
+    [topic] = boto3.client("sns").list_topics()["Topics"]
+    attributes = boto3.client("sns").get_topic_attributes(TopicArn=topic["TopicArn"])["Attributes"]
+    assert json.loads(attributes["Policy"]) == policy
+    kms = boto3.client("kms")
+    assert json.loads(kms.get_key_policy(KeyId=attributes["KmsMasterKeyId"], PolicyName="default")["Policy"]) == (
+        key_policy
+    )
+    assert kms.list_resource_tags(KeyId=attributes["KmsMasterKeyId"])["Tags"] == [{"TagKey": "a", "TagValue": "b"}]
 
 
 def test_filter_log_events_keeps_lines_a_regex_pattern_finds_anywhere_case_sensitively() -> None:

@@ -19,7 +19,7 @@ from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import SlackReceiver, scheduled_event
+from tests.fixtures.world import EXAMPLE_AMI, SlackReceiver, scheduled_event
 from tests.stacks.conftest import build_app
 
 STACK = "stallwatch"
@@ -95,6 +95,9 @@ def test_doctor_passes_on_the_demos_deployment_and_its_test_alert_reaches_slack_
     )
     assert any("ok  IAM sweeper sagemaker:CreateTrainingJob (no tag): implicitDeny" in line for line in lines)
     assert any("warn  Slack allow-list: empty" in line for line in lines)
+    assert any("ok  health topic policy: CloudWatch may publish its 1 health alarms" in line for line in lines)
+    assert any("ok  health topic key: CloudWatch may encrypt with" in line for line in lines)
+    assert any("warn  health topic subscribers: none confirmed" in line for line in lines)
     # And the test alert went through on_alarm to Slack, marked as a test; the webhook probe posted nothing
     [probe, alert] = slack.posts
     assert probe == {}
@@ -156,6 +159,95 @@ def test_a_sweeper_that_has_not_run_fails_the_doctor(deployed: Any) -> None:
     checks = doctor.run_checks(Deployment(stack=STACK), clock=lambda: __import__("time").time() + 7200)
     [sweeper] = [c for c in checks if c.name == "sweeper runs"]
     assert (sweeper.status, sweeper.detail) == (doctor.Status.FAIL, "no run in the last 15 min")
+
+
+def _health_topic() -> str:
+    [topic] = [t["TopicArn"] for t in boto3.client("sns").list_topics()["Topics"]]
+    return topic
+
+
+def _check(name: str) -> doctor.Check:
+    [check] = [c for c in doctor.run_checks(Deployment(stack=STACK)) if c.name == name]
+    return check
+
+
+def _cloudwatch_may_publish(topic: str, **conditions: dict[str, str]) -> dict[str, Any]:
+    allow = {
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Action": "sns:Publish",
+        "Resource": topic,
+    }
+    return {"Version": "2012-10-17", "Statement": [{**allow, "Condition": conditions} if conditions else allow]}
+
+
+def test_the_stacks_topic_policy_lets_the_health_alarms_publish_and_a_topic_without_it_fails_the_doctor(
+    deployed: Any,
+) -> None:
+    # Given the deployed health topic, whose policy the stack wrote
+    topic = _health_topic()
+    sns = boto3.client("sns")
+    assert _check("health topic policy").status is doctor.Status.OK
+
+    # When the policy is SNS's default one, or only the SSL deny (what enforce_ssl alone writes)
+    ssl_only = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Deny",
+                "Principal": "*",
+                "Action": "sns:Publish",
+                "Resource": topic,
+                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+            }
+        ],
+    }
+    sns.set_topic_attributes(TopicArn=topic, AttributeName="Policy", AttributeValue=json.dumps(ssl_only))
+
+    # Then the doctor fails the check, saying what is lost and how to mend it
+    check = _check("health topic policy")
+    assert check.status is doctor.Status.FAIL
+    assert "CloudWatch may not publish 1 of 1 health alarms" in check.detail
+    assert check.fix.startswith("deploy the stack again")
+
+
+def test_a_topic_any_accounts_alarms_may_publish_to_is_a_warning(deployed: Any) -> None:
+    # Given a hand-edited policy that lets CloudWatch publish without aws:SourceAccount or aws:SourceArn
+    topic = _health_topic()
+    policy = _cloudwatch_may_publish(topic)
+    boto3.client("sns").set_topic_attributes(TopicArn=topic, AttributeName="Policy", AttributeValue=json.dumps(policy))
+
+    # Then the health alarms can publish, but so can another account's: a warning, with the fix
+    check = _check("health topic policy")
+    assert (check.status, check.detail) == (doctor.Status.WARN, "another account's alarms may publish to it too")
+    assert "aws:SourceAccount" in check.fix
+
+
+def test_a_topic_policy_for_other_alarms_only_fails_the_doctor(deployed: Any) -> None:
+    # Given a policy whose CloudWatch allow names another deployment's alarms
+    topic = _health_topic()
+    other = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:team-b-health-*"
+    policy = _cloudwatch_may_publish(
+        topic, StringEquals={"aws:SourceAccount": "123456789012"}, ArnLike={"aws:SourceArn": other}
+    )
+    boto3.client("sns").set_topic_attributes(TopicArn=topic, AttributeName="Policy", AttributeValue=json.dumps(policy))
+
+    # Then this deployment's health alarms may not publish: the check fails
+    assert _check("health topic policy").status is doctor.Status.FAIL
+
+
+def test_a_key_that_does_not_let_cloudwatch_encrypt_fails_the_doctor(deployed: Any) -> None:
+    # Given the topic's key, its CloudWatch grant removed (the account's root statement kept)
+    kms = boto3.client("kms")
+    key = boto3.client("sns").get_topic_attributes(TopicArn=_health_topic())["Attributes"]["KmsMasterKeyId"]
+    policy = json.loads(kms.get_key_policy(KeyId=key, PolicyName="default")["Policy"])
+    policy["Statement"] = [s for s in policy["Statement"] if "Service" not in s["Principal"]]
+    kms.put_key_policy(KeyId=key, PolicyName="default", Policy=json.dumps(policy))
+
+    # Then the key check fails: nothing would be delivered
+    check = _check("health topic key")
+    assert check.status is doctor.Status.FAIL
+    assert "no alarm is delivered" in check.detail
 
 
 def test_the_iam_simulation_extension_evaluates_conditions_as_iam_does() -> None:
@@ -261,3 +353,47 @@ def test_both_slots_taken_by_other_filters_is_named_and_subscribe_takes_a_slot_o
     names = {f["filterName"] for f in logs.describe_subscription_filters(logGroupName=group)["subscriptionFilters"]}
     assert names == {"splunk-forwarder", "stallwatch-fatal-lines"}
     assert _subscription_checks()[group].status is doctor.Status.OK
+
+
+def test_an_ec2_job_whose_agent_publishes_no_gpu_power_is_a_warning_that_says_what_power_would_give(
+    deployed: Any,
+) -> None:
+    # Given a running 2-node EC2 job, the CloudWatch agent of only one of its nodes publishing GPU power
+    ec2 = boto3.client("ec2")
+    launched = ec2.run_instances(
+        ImageId=EXAMPLE_AMI,
+        InstanceType="p4d.24xlarge",
+        MinCount=2,
+        MaxCount=2,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "stallwatch:job", "Value": "train-a"}]}],
+    )
+    first, second = sorted(i["InstanceId"] for i in launched["Instances"])
+
+    def power(instance: str) -> None:
+        boto3.client("cloudwatch").put_metric_data(
+            Namespace="CWAgent",
+            MetricData=[
+                {
+                    "MetricName": "nvidia_smi_power_draw",
+                    "Dimensions": [{"Name": "InstanceId", "Value": instance}],
+                    "Value": 310.0,
+                }
+            ],
+        )
+
+    power(first)
+
+    # When the doctor runs, Then the job gets a warning naming the node without power, and why power matters
+    with recording() as requests:
+        check = _check("EC2 GPU power train-a")
+    assert [v for r in requests for v in r.violations()] == []
+    assert (check.status, check.detail) == (
+        doctor.Status.WARN,
+        f"1 of 2 instances publish no nvidia_smi_power_draw ({second})",
+    )
+    assert "power_draw" in check.fix
+    assert "decides a silent hang sooner" in check.fix
+
+    # And once every node publishes it, the check passes
+    power(second)
+    assert _check("EC2 GPU power train-a").status is doctor.Status.OK

@@ -16,7 +16,9 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.store import Store, StoredState, job_key
 from stallwatch.core.config import CONFIG_ENV
 from stallwatch.core.decision import JobState
+from stallwatch.core.engine import decide
 from stallwatch.offline import cli, ops
+from tests.core.test_engine import ENFORCE, MIN, ONSET, hung
 from tests.fixtures.world import World
 
 TABLE = "stallwatch-ops"
@@ -104,6 +106,44 @@ def test_incidents_of_one_job(clients, capsys, monkeypatch) -> None:
     assert code == 0
     assert "gpt-small" in out
     assert "bert-ft" not in out
+
+
+# ---- status -----------------------------------------------------------------------------------------------------
+
+
+def test_status_shows_the_latest_decision_why_and_where_each_rank_was(clients, capsys) -> None:
+    # Given a job warned for a hang whose ranks' dumps put rank 1 in its loader (the engine's decision, audited as
+    # the runtime audits it), then snoozed by an operator
+    _create_table(clients)
+    store = Store(clients.dynamodb, TABLE, 90)
+    lines = (Path(__file__).parents[1] / "core" / "stack_dumps" / "loader-stall.log").read_text().splitlines()
+    signals = hung(hosts=1).stacks((ONSET + MIN, line) for line in lines).build(ONSET + 16 * MIN)
+    decision = decide(signals, ENFORCE, JobState(), ONSET + 16 * MIN)
+    key = job_key("sagemaker", "llama-8b")
+    audit = {"at": decision.at, "job": "llama-8b", "diagnosis": decision.diagnosis.value}
+    audit |= {"action": decision.action.value, "reasons": list(decision.reasons), "evidence": decision.evidence}
+    store.commit(key, store.load(key), StoredState(JobState(stall_since=ONSET), None, "incident#1"), audit, decision.at)
+    store.change_state(
+        key, lambda s: s.snoozed(ONSET + HOUR), {"at": ONSET + 17 * MIN, "action": "snooze"}, ONSET + 17 * MIN, "cli#1"
+    )
+
+    # When the operator asks for its status
+    code, out, _ = _stallwatch(["status", "llama-8b", "--table", TABLE], capsys)
+
+    # Then the decision (not the snooze) shows, with its reasons and the ranks' places, rank 1 the odd one out
+    assert code == 0
+    assert "llama-8b (sagemaker): hang, warn" in out
+    assert "rank 1 on vm in distributed_worker.py:135" in out
+    assert "odd one out" in out
+    assert "distributed_worker.py:135 __getitem__" in out
+    assert "all_reduce seq 4" in out
+
+
+def test_status_of_a_job_never_decided_says_so(clients, capsys) -> None:
+    _create_table(clients)
+    code, out, _ = _stallwatch(["status", "new-job", "--table", TABLE], capsys)
+    assert code == 0
+    assert "never decided" in out
 
 
 # ---- snooze -----------------------------------------------------------------------------------------------------

@@ -273,3 +273,19 @@ def test_a_lone_signal_is_rechecked_at_its_full_threshold() -> None:
     assert lone.first_warn_s - HANG_ONSET >= 15 * 60
     assert HANG_ONSET < lone.first_stop_s <= HANG_ONSET + 1_800
     assert agreed.first_stop_s < lone.first_stop_s
+
+
+def test_a_trace_whose_ranks_dumped_their_stacks_names_the_odd_rank_in_the_warning_and_the_stop(capsys) -> None:
+    # Given the corpus's loader stall: 32 ranks' dumps a minute into the hang, rank 13 stuck in its DataLoader
+    trace = CORPUS / "sm-hang-loader-stacks-4host-agent.jsonl"
+
+    # When it is replayed, as a table and as JSON
+    result = replay_file(trace)
+    assert main(["replay", str(trace), "--json"]) == EXIT_OK
+    printed = json.loads(capsys.readouterr().out)
+
+    # Then the warning and the stop say where rank 13 was, and the JSON keeps the grouping
+    named = "31 ranks in all_reduce (train.py:212, seq 88421); rank 13 on algo-2 in train.py:298"
+    assert [d.decision.action for d in result.decisions] == [Action.WARN, Action.STOP]
+    assert all(any(reason.startswith(named) for reason in d.decision.reasons) for d in result.decisions)
+    assert [d["stacks"]["named"] for d in printed["decisions"]] == [[13], [13]]

@@ -23,6 +23,7 @@ from tests.fixtures.world import World
 TABLE = "stallwatch-report"
 RUN = "llama-8b"
 HOUR = 3600.0
+WHY = "7 ranks in all_reduce (train.py:212, seq 88421); rank 3 on algo-1 in loader.py:88 `next(it)`, seq 88420"
 
 moto_sagemaker.install()
 
@@ -74,7 +75,7 @@ def seed_known_run(clients: AwsClients, t0: float) -> Store:
         "job": RUN,
         "action": "stop",
         "diagnosis": "hang",
-        "evidence": {"agent": {"step": 360.0, "last_step_t": t0 + 2880}},
+        "evidence": {"agent": {"step": 360.0, "last_step_t": t0 + 2880}, "stacks": {"summary": WHY}},
     }
     key = job_key("sagemaker", RUN)
     store.commit(key, StoredState(), StoredState(JobState(stopped_at=t0 + 3600)), stop, t0 + 3600)
@@ -121,6 +122,7 @@ def test_stallwatch_report_prints_the_table_and_json(
     assert report["jobs"] == [RUN, f"{RUN}-r1"]
     assert report["categories"]["stalls"]["seconds"] == pytest.approx(720)
     assert report["goodput"] == pytest.approx(0.41)
+    assert report["stalls"] == [{"job": RUN, "why": WHY}]
 
     assert cli.main(["report", f"{RUN}-r1", "--table", TABLE]) == 0
     table = capsys.readouterr().out
@@ -128,6 +130,7 @@ def test_stallwatch_report_prints_the_table_and_json(
     assert "stalls (onset to stop)" in table
     assert "goodput 41.0%" in table
     assert "stalls caught 1" in table
+    assert f"why {RUN} stalled: {WHY}" in table
 
 
 def test_an_unknown_job_is_a_clear_error(clients: AwsClients, capsys: pytest.CaptureFixture[str]) -> None:

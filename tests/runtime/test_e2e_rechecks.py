@@ -17,6 +17,7 @@ from stallwatch.core import contract, engine
 from stallwatch.core.decision import Decision
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import decide, environment
+from tests.fixtures.request_limits import recording
 from tests.fixtures.world import MINUTE, RECHECK_GROUP, RECHECK_ROLE_ARN, alarm_event, scheduled_event
 from tests.runtime.test_e2e_hardening import API_BUDGET, SERVICES, _inject
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
@@ -124,6 +125,56 @@ def test_a_recheck_is_scheduled_once_per_time_the_engine_gives(rt, world, contex
     assert (calls["CreateSchedule"], calls["UpdateSchedule"]) == (1, 1)
     [schedule] = _schedules(rt)
     assert json.loads(schedule["Target"]["Input"])["at"] == world.now + 25 * MINUTE
+
+
+def test_a_pending_recheck_a_later_decision_no_longer_needs_is_deleted_with_one_call(
+    rt, world, context, rechecks, monkeypatch
+) -> None:
+    # Given a job whose first decision asks for a recheck at 10:20, and whose later decisions ask for none
+    _lone_signal(world)
+    asked = iter([rt.clock() + 20 * MINUTE, None, None])
+    decide_now = engine.decide
+    monkeypatch.setattr(engine, "decide", lambda *args: replace(decide_now(*args), recheck_at=next(asked)))
+    on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp="2026-11-30T10:00:00.000+0000"), context)
+    assert len(_schedules(rt)) == 1
+    calls = _calls(rt)
+
+    # When the job is decided again at 10:03 (its recheck pending) and at 10:06 (none left)
+    results = []
+    with recording() as requests:
+        for minute in (3, 6):
+            rt.clock.now = world.now + minute * MINUTE
+            stamp = f"2026-11-30T10:0{minute}:00.000+0000"
+            results.append(on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp=stamp), context))
+
+    # Then the pending schedule was deleted, with one call, and nothing was asked of Scheduler the second time
+    assert [r["status"] for r in results] == ["decided"] * 2
+    assert results[0]["details"]["recheck"] == {"cancelled": True}
+    assert "recheck" not in results[1].get("details", {})
+    assert calls["DeleteSchedule"] == 1
+    assert calls["CreateSchedule"] + calls["UpdateSchedule"] == 0
+    assert _schedules(rt) == []
+    assert [v for r in requests for v in r.violations()] == []
+
+
+def test_a_recheck_that_cannot_be_deleted_is_logged_and_never_raised(rt, world, context, rechecks, monkeypatch) -> None:
+    # Given a pending recheck, and Scheduler refusing DeleteSchedule
+    _lone_signal(world)
+    asked = iter([rt.clock() + 20 * MINUTE, None])
+    decide_now = engine.decide
+    monkeypatch.setattr(engine, "decide", lambda *args: replace(decide_now(*args), recheck_at=next(asked)))
+    on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp="2026-11-30T10:00:00.000+0000"), context)
+    _inject(rt.clients.scheduler, "DeleteSchedule", "AccessDeniedException", times=100)
+
+    # When a later decision needs no recheck
+    rt.clock.now = world.now + 3 * MINUTE
+    result = on_alarm.handler(alarm_event(_alarm(rt, JOB), timestamp="2026-11-30T10:03:00.000+0000"), context)
+
+    # Then the decision stands, the failure is in its outcome, and the schedule is left to fire and be skipped
+    assert result["status"] == "decided"
+    assert result["details"]["recheck"]["cancelled"] is False
+    assert "AccessDenied" in result["details"]["recheck"]["detail"]
+    assert len(_schedules(rt)) == 1
 
 
 def test_a_recheck_is_not_coalesced_into_a_claim_taken_before_its_time(rt, world, slack, context, rechecks) -> None:

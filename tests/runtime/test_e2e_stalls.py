@@ -231,3 +231,19 @@ def test_a_lone_signal_is_decided_again_by_the_sweeper_at_its_full_threshold(rt,
     assert recheck_at == pytest.approx(asked_at + 4 * MINUTE, abs=MINUTE)
     assert (late["diagnosis"], late["action"]) == ("hang", "warn")
     assert len(slack.posts) == 1
+
+
+def test_a_hosts_gpu_memory_going_to_insufficient_data_is_decided_and_other_kinds_are_not(
+    rt, world, slack, context
+) -> None:
+    # Given a hung job whose host's GPU metrics stopped: its gpu-memory alarm entered INSUFFICIENT_DATA (a lost host)
+    job = "lost-host-job"
+    seed_nccl_hang(world, job, ENFORCE)
+    lost = alarm_event(_alarm(rt, job, alarms.GPU_MEMORY, "algo-2"), state="INSUFFICIENT_DATA")
+    other = alarm_event(_alarm(rt, job, alarms.GPU_IDLE, "algo-2"), state="INSUFFICIENT_DATA")
+
+    # When on_alarm gets it, Then the job is decided (its action is invoked on that state)
+    assert on_alarm.handler(lost, context)["status"] == "decided"
+    # And another kind's INSUFFICIENT_DATA (no action is set for it) is ignored before any read
+    result = on_alarm.handler(other, context)
+    assert (result["status"], result["details"]["reason"]) == ("ignored", "alarm state INSUFFICIENT_DATA")

@@ -1,5 +1,6 @@
 """End to end on moto: alarms and state changes of jobs that no platform has, or that no platform could name, write
-nothing to the table: the name is checked first, then the job's existence, and only then is anything written."""
+nothing to the table, not even a conditional write that fails: the name is checked first, then the job's
+existence, and only then is anything written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from handlers import on_alarm, on_job_state
 from stallwatch.core import alarms
-from tests.fixtures.world import alarm_event, job_state_event
+from tests.fixtures.world import alarm_event, instance_state_event, job_state_event
 
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 
@@ -35,8 +36,9 @@ def _items(rt) -> list[dict[str, Any]]:
     return rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"]
 
 
-def _unconditional_writes(requests: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    return [op for op, params in requests if op in WRITES and "ConditionExpression" not in params]
+def _writes(requests: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Every write request, conditional ones included (a failed condition is still a write request, and costs one)."""
+    return [op for op, _ in requests if op in WRITES]
 
 
 @pytest.mark.parametrize(
@@ -58,18 +60,43 @@ def test_an_alarm_naming_a_job_no_platform_allows_is_ignored_before_any_read_or_
     assert (requests, calls) == ([], [])
 
 
-def test_an_alarm_of_a_job_that_does_not_exist_writes_nothing_and_deletes_its_alarms(rt, context) -> None:
-    # Given an alarm of a job SageMaker does not know (deleted, or a name typed by hand)
-    name = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", "no-such-job", alarms.PROGRESS)
+@pytest.mark.parametrize(
+    ("platform", "job", "kind"),
+    [("sagemaker", "no-such-job", alarms.PROGRESS), ("ec2", "i-0123456789abcdef0", alarms.GPU_IDLE)],
+)
+def test_an_alarm_of_a_job_that_does_not_exist_writes_nothing_and_deletes_its_alarms(
+    rt, context, platform, job, kind
+) -> None:
+    # Given an alarm of a job the platform does not know (deleted, or a name typed by hand)
+    host = "i-0123456789abcdef0" if platform == "ec2" else None
+    name = alarms.alarm_name(rt.config.alarm_prefix, platform, job, kind, host)
     requests = _table_requests(rt)
 
     # When on_alarm gets it
     result = on_alarm.handler(alarm_event(name), context)
 
-    # Then it is not found, and nothing was written: no claim, no item, no unconditional delete
+    # Then it is not found, and nothing was written: no claim, no item, no delete
     assert result["status"] == "not_found"
-    assert _unconditional_writes(requests) == []
+    assert _writes(requests) == []
     assert _items(rt) == []
+
+
+def test_an_alarm_of_a_job_the_table_knows_but_the_platform_no_longer_has_writes_nothing(rt, world, context) -> None:
+    # Given a job decided once (its state item and alarm marker in the table), whose instances are gone since
+    instance = "i-0abcdef0123456789"
+    rt.store.mark_provisioned(f"job#ec2#{instance}", 3, 3, rt.clock())
+    rt.store.claim_decision(f"job#ec2#{instance}", rt.clock(), 0)
+    before = _items(rt)
+    name = alarms.alarm_name(rt.config.alarm_prefix, "ec2", instance, alarms.GPU_MEMORY, instance)
+    requests = _table_requests(rt)
+
+    # When one of its alarms fires
+    result = on_alarm.handler(alarm_event(name), context)
+
+    # Then the job is not found before anything is claimed: the table is as it was
+    assert result["status"] == "not_found"
+    assert _writes(requests) == []
+    assert _items(rt) == before
 
 
 def test_an_end_event_of_a_job_that_does_not_exist_writes_nothing(rt, context) -> None:
@@ -82,7 +109,19 @@ def test_an_end_event_of_a_job_that_does_not_exist_writes_nothing(rt, context) -
 
     # Then it is not found, and nothing was written
     assert result["status"] == "not_found"
-    assert _unconditional_writes(requests) == []
+    assert _writes(requests) == []
+    assert _items(rt) == []
+
+
+def test_a_state_change_of_an_instance_that_does_not_exist_writes_nothing(rt, context) -> None:
+    # Given a "terminated" event of an instance EC2 does not know (a made-up event, or one an hour late)
+    requests = _table_requests(rt)
+
+    # When on_job_state gets it
+    on_job_state.handler(instance_state_event("i-0fedcba9876543210", "terminated"), context)
+
+    # Then nothing was written: no marker delete, no state (only reads, to find nothing)
+    assert _writes(requests) == []
     assert _items(rt) == []
 
 

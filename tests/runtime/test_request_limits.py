@@ -71,8 +71,24 @@ def test_the_limit_checks_catch_what_aws_and_slack_refuse() -> None:
         ),
     ]
 
+    bad += [
+        Request("cloudwatch", "ListMetrics", {"Namespace": "CWAgent", "RecentlyActive": "PT1H"}),
+        Request("scheduler", "DeleteSchedule", {"Name": "ec2.team/run 3", "GroupName": "stallwatch-rechecks"}),
+        Request(
+            "cloudwatch",
+            "PutMetricAlarm",
+            {
+                "AlarmName": "a",
+                "InsufficientDataActions": [f"arn:aws:lambda:us-east-1:1:function:f{i}" for i in range(6)],
+            },
+        ),
+    ]
+
     # Then each is named with the limit it crosses
     found = [request.violations() for request in bad]
+    assert any("only PT3H" in v for v in found[3])
+    assert any("DeleteSchedule: Name 'ec2.team/run 3'" in v for v in found[4])
+    assert any("INSUFFICIENT_DATA actions: 6 > 5" in v for v in found[5])
     assert f"SEARCH: {len(expression)} characters, not 1..1024" in " ".join(found[0])
     assert "period 2 s" in " ".join(found[1])
     assert any("tags: 52 > 50" in v for v in found[2])

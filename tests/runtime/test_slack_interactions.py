@@ -21,6 +21,7 @@ from handlers import on_alarm, slack_interactions, sweeper
 from localrun import moto_sagemaker
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.observability import metrics
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import StallwatchConfig
@@ -818,3 +819,189 @@ def test_a_plain_text_body_with_lone_surrogates_gets_a_401(rt, endpoint, slack_a
     # When it reaches the endpoint, Then 401 and nothing changes
     assert _call(event, context)[0] == 401
     assert (_table(rt), slack_api.calls) == ([], [])
+
+
+# ---- presses Lambda gave up applying ----------------------------------------------------------------------------
+
+FUNCTION_ARN = "arn:aws:lambda:us-east-1:123456789012:function:stallwatch-SlackEndpointFunction-Ab12Cd34"
+FAILED_PRESSES_ARN = "arn:aws:sqs:us-east-1:123456789012:stallwatch-SlackEndpointFailedPresses-Ef56Gh78"
+
+
+def _invocation_record(event: dict, error: Exception | None, condition: str = "RetriesExhausted") -> dict[str, Any]:
+    """What Lambda sends to an on-failure destination for an asynchronous invocation it gave up on (the record's
+    shape from the Lambda developer guide, "Capturing records of Lambda asynchronous invocations")."""
+    response: dict[str, Any] = {"statusCode": 200, "executedVersion": "$LATEST"}
+    record: dict[str, Any] = {
+        "version": "1.0",
+        "timestamp": "2026-11-30T10:04:07.123Z",
+        "requestContext": {
+            "requestId": "e4b46cbf-b738-4a10-8880-a18cdf61200e",
+            "functionArn": f"{FUNCTION_ARN}:$LATEST",
+            "condition": condition,
+            "approximateInvokeCount": 3 if error is not None else 1,
+        },
+        "requestPayload": event,
+        "responseContext": response,
+    }
+    if error is not None:
+        response["functionError"] = "Unhandled"
+        record["responsePayload"] = {
+            "errorMessage": str(error),
+            "errorType": type(error).__name__,
+            "requestId": "e4b46cbf-b738-4a10-8880-a18cdf61200e",
+            "stackTrace": ['  File "/var/task/handlers/slack_interactions.py", line 30, in handler\n'],
+        }
+    return record
+
+
+def _sqs_event(*records: dict[str, Any]) -> dict[str, Any]:
+    """The on-failure queue's messages as Lambda's SQS event source delivers them."""
+    messages = []
+    for i, record in enumerate(records):
+        body = json.dumps(record)
+        messages.append(
+            {
+                "messageId": f"059f36b4-87a3-44ab-83d2-66197{i:07d}",
+                "receiptHandle": "AQEBwJnKyrHigUMZj6rYigCgxlaS3SLy0a...",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1764496447123",
+                    "SenderId": "AROAEXAMPLE:awslambda_123_20261130100407123",
+                    "ApproximateFirstReceiveTimestamp": "1764496447130",
+                },
+                "messageAttributes": {},
+                "md5OfBody": hashlib.md5(body.encode()).hexdigest(),
+                "eventSource": "aws:sqs",
+                "eventSourceARN": FAILED_PRESSES_ARN,
+                "awsRegion": "us-east-1",
+            }
+        )
+    return {"Records": messages}
+
+
+@pytest.fixture
+def emf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The handlers print their metrics (EMF), as in Lambda; none left over from tests that did not."""
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED")
+    metrics.clear_metrics()
+
+
+def _published(out: str, metric: str) -> float:
+    """The sum of `metric` in the EMF lines a handler printed."""
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{") and '"_aws"' in line]
+    values = [line.get(metric, []) for line in lines]
+    return sum(sum(v) if isinstance(v, list) else v for v in values)
+
+
+def _failing_press(rt, endpoint, slack_api, context, monkeypatch, action=OperatorAction.STOP_NOW) -> dict:
+    """A press Slack got its answer for, whose deferred invocation then fails each of Lambda's three times (its
+    table throttled); the event Lambda kept."""
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise rt.clients.dynamodb.exceptions.ProvisionedThroughputExceededException(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}},
+            "TransactWriteItems",
+        )
+
+    monkeypatch.setattr(rt.store, "change_state", throttled)
+    assert _answer(_request(_payload(slack_api, action), rt.clock()), context) == (200, {"status": "accepted"})
+    (press,) = endpoint.defer.__self__
+    event = {DEFERRED_EVENT_KEY: press.model_dump()}
+    for _ in range(3):  # the first try and Lambda's two retries
+        with pytest.raises(rt.clients.dynamodb.exceptions.ProvisionedThroughputExceededException):
+            slack_interactions.handler(event, context)
+    return event
+
+
+def test_a_press_lambda_gave_up_applying_is_posted_back_to_the_channel_and_alarmed(
+    rt, endpoint, slack_api, world, context, monkeypatch, capsys, emf
+) -> None:
+    # Given a "Stop now" whose deferred invocation failed three times, which Lambda hands to the on-failure queue
+    event = _failing_press(rt, endpoint, slack_api, context, monkeypatch)
+    error = rt.clients.dynamodb.exceptions.ProvisionedThroughputExceededException(
+        {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}}, "TransactWriteItems"
+    )
+    capsys.readouterr()
+
+    # When the queue delivers the record to the function
+    result = slack_interactions.handler(_sqs_event(_invocation_record(event, error)), context)
+
+    # Then the press is posted back where the channel sees it, naming the button, the job, the user and the reason
+    assert result == {"batchItemFailures": []}
+    ((path, post),) = slack_api.calls
+    assert path.startswith("/actions/")
+    assert (post["response_type"], post["replace_original"]) == ("in_channel", False)
+    assert "*Stop now* on `llama-70b-pretrain`" in post["text"]
+    assert f"<@{ALLOWED_USER}>" in post["text"]
+    assert "could not be applied: it failed 3 times (ProvisionedThroughputExceededException)" in post["text"]
+    assert "Rate exceeded" not in post["text"]  # the error's message stays out of Slack
+    # And it is counted in the metric the health alarm watches, and nothing was done to the job
+    assert _published(capsys.readouterr().out, "OperatorActionsFailed") == 1
+    assert world.status(JOB) == "InProgress"
+    assert _job_items(rt) == []
+
+
+def test_a_press_that_waited_too_long_is_posted_back_in_the_alerts_thread_in_bot_mode(
+    rt, endpoint, slack_api, context
+) -> None:
+    # Given bot mode, and a press Lambda dropped from its queue unrun (the function throttled past the event's age)
+    _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+
+    # When the queue delivers it
+    slack_interactions.handler(_sqs_event(record), context)
+
+    # Then it is a reply in the alert's thread, saying why
+    ((path, post),) = slack_api.calls
+    assert path == "/api/chat.postMessage"
+    assert (post["channel"], post["thread_ts"]) == (CHANNEL, MESSAGE_TS)
+    assert "*Snooze 4 h*" in post["text"]
+    assert "it waited more than 10 minutes for the endpoint (throttled)" in post["text"]
+
+
+def test_a_failed_press_that_cannot_be_posted_back_is_left_on_the_queue(
+    rt, endpoint, slack_api, context, monkeypatch
+) -> None:
+    # Given a failed press, and Slack that cannot be reached now
+    event = _failing_press(rt, endpoint, slack_api, context, monkeypatch, OperatorAction.NOT_STALLED)
+    slack_api.server.shutdown()
+    slack_api.server.server_close()
+
+    # When the queue delivers it, Then its message is a batch item failure: SQS delivers it again (and, after
+    # five receives, moves it to the dead-letter queue, which alarms)
+    sqs_event = _sqs_event(_invocation_record(event, RuntimeError("boom")))
+    result = slack_interactions.handler(sqs_event, context)
+    assert result == {"batchItemFailures": [{"itemIdentifier": sqs_event["Records"][0]["messageId"]}]}
+
+
+def test_a_failed_press_slack_did_not_sign_is_counted_but_not_posted(
+    rt, endpoint, slack_api, context, capsys, emf
+) -> None:
+    # Given a record whose press was never signed by Slack (only this function's failures reach the queue; still
+    # never trusted)
+    forged = DeferredPress(
+        body=urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))}),
+        timestamp=str(int(rt.clock())),
+        signature="v0=" + "0" * 64,
+    )
+    record = _invocation_record({DEFERRED_EVENT_KEY: forged.model_dump()}, RuntimeError("boom"))
+
+    # When the queue delivers it, Then nothing is posted, and it is counted (a failed invocation all the same)
+    assert slack_interactions.handler(_sqs_event(record), context) == {"batchItemFailures": []}
+    assert slack_api.calls == []
+    assert _published(capsys.readouterr().out, "OperatorActionsFailed") == 1
+
+
+def test_a_press_retried_after_slacks_five_minutes_is_still_applied(rt, endpoint, slack_api, context) -> None:
+    # Given a press whose deferred invocation Lambda retries 8 minutes after Slack signed it (a throttled function)
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    rt.clock.advance(8 * MINUTE)
+
+    # When it runs, Then it is applied (the request was claimed when it came: no replay is possible)
+    result = slack_interactions.handler({DEFERRED_EVENT_KEY: press.model_dump()}, context)
+    assert result["status"] == "applied"
+    assert _state(rt).snoozed_until == pytest.approx(rt.clock() + 3600)

@@ -55,6 +55,14 @@ def test_context_given_on_the_command_line_is_json() -> None:
         ({"stallwatch": {"policy": {"mode": "loud"}}}, "stallwatch.policy.mode: Input should be"),
         ({"stallwatch": {"sweeper_minutes": 0}}, "stallwatch.sweeper_minutes: Input should be greater than or equal"),
         ({"stallwatch": {"regions": ["mars-1"]}}, "stallwatch.regions: Value error, not an AWS region: 'mars-1'"),
+        (
+            {"stallwatch": {"slack": {"reserved_concurrency": 1}}},
+            "stallwatch.slack.reserved_concurrency: Input should be greater than or equal to 2",
+        ),
+        (
+            {"stallwatch": {"slack": {"reserved_concurrency": 900}}},
+            "stallwatch.slack.reserved_concurrency: Input should be less than or equal to 100",
+        ),
         ({"stallwatch": {"unknown": 1}}, "stallwatch.unknown: Extra inputs are not permitted"),
         ({"stallwatch": "{not json"}, "context 'stallwatch': not valid JSON"),
         ({"stallwatch:config-file": "/nonexistent/stallwatch.json"}, "stallwatch:config-file: cannot read"),

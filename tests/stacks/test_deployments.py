@@ -113,13 +113,14 @@ def test_each_deployment_alarms_on_its_own_health_metrics(deployments: dict[str,
         functions = template.find_resources("AWS::Lambda::Function").values()
         services = {f["Properties"]["Environment"]["Variables"].get("POWERTOOLS_SERVICE_NAME") for f in functions}
         assert services == {name}
-        # And its failed-stop, Slack, resume and recheck alarms read only those
+        # And its failed-stop, Slack, resume, recheck and press alarms read only those, each named under its prefix
         health = [
             a["Properties"]
             for a in template.find_resources("AWS::CloudWatch::Alarm").values()
             if a["Properties"].get("Namespace") == CONTROL_PLANE_NAMESPACE
         ]
-        assert len(health) == 4
+        assert len(health) == 5
+        assert all(a["AlarmName"].startswith(f"{name}-health-") for a in health)
         assert all(a["Dimensions"] == [{"Name": "service", "Value": name}] for a in health)
         # And the fleet dashboard's control-plane graph searches only its own
         fleet = template.find_resources("AWS::CloudWatch::Dashboard")[logical_id(stack.dashboards.fleet)]

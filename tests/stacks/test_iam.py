@@ -141,6 +141,15 @@ def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(tem
     }
 
 
+def test_logs_insights_queries_and_their_results_are_granted_on_the_training_log_group_only(template: Template) -> None:
+    # The Service Authorization Reference gives GetQueryResults, like StartQuery, the log-group resource type
+    for action in ("logs:StartQuery", "logs:GetQueryResults"):
+        grants = [s for s in iam_statements(template) if _grants(s, action)]
+        resources = [r for s in grants for r in as_list(s["Resource"])]
+        assert resources, action
+        assert all(r != "*" and r["Fn::Join"][1][-1] == ":log-group:/aws/sagemaker/TrainingJobs:*" for r in resources)
+
+
 def test_resume_grants_are_tag_conditioned_and_pass_roles_only_to_sagemaker(template: Template) -> None:
     # on_job_state resumes and the sweeper retries: each role has the same grants, and no other
     creates = [s for s in iam_statements(template) if _grants(s, "sagemaker:CreateTrainingJob")]

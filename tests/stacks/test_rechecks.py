@@ -96,12 +96,16 @@ def test_only_the_deciding_functions_schedule_and_only_in_the_recheck_group(
     }
     deciders = {logical_id(function.role) for function in stack.watchdog.deciders}
 
-    # Then on_alarm's, the sweeper's and on_log_line's roles, and no other, may create and update schedules, in the
-    # group only
+    # Then on_alarm's, the sweeper's and on_log_line's roles, and no other, may create, update and delete schedules, in
+    # the group only
     assert {role for role, statements in scheduling.items() if statements} == deciders
     for role in deciders:
         [statement] = scheduling[role]
-        assert sorted(as_list(statement["Action"])) == ["scheduler:CreateSchedule", "scheduler:UpdateSchedule"]
+        assert sorted(as_list(statement["Action"])) == [
+            "scheduler:CreateSchedule",
+            "scheduler:DeleteSchedule",
+            "scheduler:UpdateSchedule",
+        ]
         assert statement["Resource"]["Fn::Join"][1][-1] == ":schedule/stallwatch-rechecks/*"
         [passes] = [
             s for s in by_role[role] if s["Action"] == "iam:PassRole" and s["Resource"] == _arn(stack.rechecks.role)

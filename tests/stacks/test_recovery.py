@@ -43,6 +43,12 @@ def test_the_stack_creates_its_command_documents_from_deploy_ssm(template: Templ
     assert sorted(contents, key=str) == sorted([document_content(f) for f in files], key=str)
 
 
+def test_a_deploy_that_changes_a_document_gives_it_a_new_version_under_the_same_name(template: Template) -> None:
+    # Then CloudFormation updates each document in place (a new default version) rather than replacing it with a
+    # document of another name: a command sent before the deploy is still found under the name the functions know
+    assert {d["Properties"].get("UpdateMethod") for d in _documents(template).values()} == {"NewVersion"}
+
+
 def test_send_command_is_granted_only_with_stallwatchs_documents_and_only_on_opted_in_instances(
     template: Template,
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from aws_cdk import App, Environment, Stack, Validations
 from aws_cdk import aws_secretsmanager as secretsmanager
+from aws_cdk import aws_sqs as sqs
 from aws_cdk.assertions import Match, Template
 from cdk_nag import AwsSolutionsChecks
 
@@ -16,7 +17,7 @@ from stacks.constants import SLACK_INTERACTIONS_HANDLER
 from stacks.permissions import STOP_INSTANCES, STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB, WatchdogPermissions
 from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
-from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.config import CONFIG_ENV, PRESS_MAX_AGE_SECONDS, StallwatchConfig
 
 from .conftest import as_list, iam_statements, logical_id
 
@@ -34,6 +35,7 @@ def _endpoint_stack(app: App, name: str, env: Environment | None = None) -> tupl
         table=StateStore(stack, "State").table,
         slack_secret=secretsmanager.Secret.from_secret_complete_arn(stack, "SlackSecret", SECRET_ARN),
         job_statements=WatchdogPermissions(stack, CONFIG).slack_interactions(),
+        dead_letter_queue=sqs.Queue(stack, "DeadLetters", enforce_ssl=True),
     )
     return stack, endpoint
 
@@ -117,6 +119,52 @@ def test_the_function_may_invoke_itself_and_no_other_function(synthesized, templ
     function_id = logical_id(synthesized[2].function)
     (invoke,) = [s for s in iam_statements(template) if any(a.startswith("lambda:") for a in as_list(s["Action"]))]
     assert (invoke["Action"], invoke["Resource"]) == ("lambda:InvokeFunction", {"Fn::GetAtt": [function_id, "Arn"]})
+
+
+def test_the_endpoint_has_reserved_concurrency_so_a_flood_never_starves_the_watchdog(synthesized, template) -> None:
+    # Then the function's executions are reserved, and capped, at the configured number
+    template.has_resource_properties(
+        "AWS::Lambda::Function",
+        {"Handler": SLACK_INTERACTIONS_HANDLER, "ReservedConcurrentExecutions": CONFIG.slack.reserved_concurrency},
+    )
+    assert CONFIG.slack.reserved_concurrency == 10
+
+
+def test_a_press_lambda_gives_up_on_goes_to_a_queue_the_function_reads_back(synthesized, template) -> None:
+    # Given the deferred press's asynchronous invocation config and the function's event sources
+    function_id = logical_id(synthesized[2].function)
+    queue_id = logical_id(synthesized[2].failed_presses)
+    [config] = template.find_resources("AWS::Lambda::EventInvokeConfig").values()
+    [mapping] = template.find_resources("AWS::Lambda::EventSourceMapping").values()
+
+    # Then a press that fails twice more, or waits past its age, goes to the failed-press queue
+    assert config["Properties"] == {
+        "FunctionName": {"Ref": function_id},
+        "Qualifier": "$LATEST",
+        "MaximumRetryAttempts": 2,
+        "MaximumEventAgeInSeconds": PRESS_MAX_AGE_SECONDS,
+        "DestinationConfig": {"OnFailure": {"Destination": {"Fn::GetAtt": [queue_id, "Arn"]}}},
+    }
+    # And the function reads that queue back, reporting the records it could not post as batch item failures
+    assert mapping["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    assert mapping["Properties"]["FunctionName"] == {"Ref": function_id}
+    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["Properties"]["ScalingConfig"] == {"MaximumConcurrency": 2}
+    # And the queue is encrypted, SSL-only, and moves what it cannot deliver to the dead-letter queue
+    queue = template.find_resources("AWS::SQS::Queue")[queue_id]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 5
+    assert queue["VisibilityTimeout"] >= 6 * 30
+    # And the function may send to it and consume it, and nothing else of SQS
+    sqs_actions = {a for s in iam_statements(template) for a in as_list(s["Action"]) if a.startswith("sqs:")}
+    assert sqs_actions == {
+        "sqs:SendMessage",
+        "sqs:GetQueueAttributes",
+        "sqs:GetQueueUrl",
+        "sqs:ReceiveMessage",
+        "sqs:ChangeMessageVisibility",
+        "sqs:DeleteMessage",
+    }
 
 
 def test_cdk_nag_is_clean_and_every_acknowledgement_has_a_reason(synthesized) -> None:

@@ -13,6 +13,7 @@ from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, Stallwatch
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
     JOB_METRICS,
+    OPERATOR_ACTIONS_FAILED,
     RECHECK_SCHEDULE_FAILURES,
     RESUME_FAILURES,
     SERVICE,
@@ -165,10 +166,49 @@ def test_every_function_has_error_and_throttle_alarms_to_the_encrypted_topic(
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
 
 
+def _resolved_arn(arn: dict) -> str:
+    """A synthesized `Fn::Join` ARN as text, its pseudo parameters as `<Name>`."""
+    return "".join(part if isinstance(part, str) else f"<{part['Ref']}>" for part in arn["Fn::Join"][1])
+
+
+def test_cloudwatch_may_publish_the_health_alarms_to_the_topic_and_use_its_key_for_them_alone(
+    template: Template, stack: StallwatchStack
+) -> None:
+    # Given the health topic's policy (it replaces SNS's default one) and its key's policy
+    topic = {"Ref": logical_id(stack.notifications.topic)}
+    [policy] = template.find_resources("AWS::SNS::TopicPolicy").values()
+    assert policy["Properties"]["Topics"] == [topic]
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    [key] = template.find_resources("AWS::KMS::Key").values()
+    key_statements = key["Properties"]["KeyPolicy"]["Statement"]
+    alarms = f"arn:<AWS::Partition>:cloudwatch:<AWS::Region>:<AWS::AccountId>:alarm:{stack.config.alarm_prefix}health-*"
+
+    # Then the SSL deny stays, and CloudWatch may publish, for this account's health alarms only
+    assert {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}.items() <= statements[0].items()
+    [allow] = [s for s in statements if s["Effect"] == "Allow"]
+    assert allow["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert (allow["Action"], allow["Resource"]) == ("sns:Publish", topic)
+    assert allow["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+    assert _resolved_arn(allow["Condition"]["ArnLike"]["aws:SourceArn"]) == alarms
+    # And the key lets CloudWatch encrypt for the same alarms only
+    [grant] = [s for s in key_statements if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert grant["Action"] == ["kms:Decrypt", "kms:GenerateDataKey*"]
+    assert grant["Condition"] == allow["Condition"]
+    # And every alarm that notifies the topic is named so that the grants cover it
+    notifying = [
+        a["Properties"]
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        if topic in a["Properties"].get("AlarmActions", [])
+    ]
+    assert len(notifying) >= 13
+    assert all(a["AlarmName"].startswith(f"{stack.config.alarm_prefix}health-") for a in notifying)
+    assert len({a["AlarmName"] for a in notifying}) == len(notifying)
+
+
 def test_failed_stops_slack_posts_resumes_and_rechecks_alarm_to_the_topic(
     template: Template, stack: StallwatchStack
 ) -> None:
-    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES, RECHECK_SCHEDULE_FAILURES):
+    for metric in (STOP_FAILURES, SLACK_FAILURES, RESUME_FAILURES, RECHECK_SCHEDULE_FAILURES, OPERATOR_ACTIONS_FAILED):
         template.has_resource_properties(
             "AWS::CloudWatch::Alarm",
             {
@@ -179,6 +219,19 @@ def test_failed_stops_slack_posts_resumes_and_rechecks_alarm_to_the_topic(
                 "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
             },
         )
+
+
+def test_a_press_record_lambda_could_not_hand_to_its_destination_alarms(template: Template, stack) -> None:
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "DestinationDeliveryFailures",
+            "Namespace": "AWS/Lambda",
+            "Dimensions": [{"Name": "FunctionName", "Value": {"Ref": logical_id(stack.slack_endpoint.function)}}],
+            "Statistic": "Sum",
+            "AlarmActions": [{"Ref": logical_id(stack.notifications.topic)}],
+        },
+    )
 
 
 def test_an_empty_slack_secret_is_created_without_an_arn_in_config(template: Template) -> None:

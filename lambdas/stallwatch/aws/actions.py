@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.clients import AwsClients
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -46,17 +47,17 @@ def stop(clients: AwsClients, facts: JobFacts) -> StopResult:
             return _stop_training_job(clients, facts.name)
         return _stop_instances(clients, facts.instance_ids)
     except BotoCoreError as exc:  # endpoint unreachable, retries exhausted on connection errors
-        return StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+        return StopResult(ok=False, detail=str(api_error(exc)))
 
 
 def _stop_training_job(clients: AwsClients, name: str) -> StopResult:
     try:
         clients.sagemaker.stop_training_job(TrainingJobName=name)
     except ClientError as exc:
-        error = exc.response["Error"]
-        if error["Code"] == "ValidationException" and SAGEMAKER_NOT_RUNNING.search(error.get("Message", "")):
-            return StopResult(ok=True, detail=f"already not running: {error['Message']}")
-        return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error['Code']}: {error.get('Message', '')}")
+        error = api_error(exc)
+        if error.code == "ValidationException" and SAGEMAKER_NOT_RUNNING.search(error.message):
+            return StopResult(ok=True, detail=f"already not running: {error.message}")
+        return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error}")
     return StopResult(ok=True, detail=f"StopTrainingJob {name} accepted")
 
 
@@ -88,6 +89,6 @@ def _stop_call(clients: AwsClients, instance_ids: list[str]) -> tuple[str, str] 
     try:
         clients.ec2.stop_instances(InstanceIds=instance_ids)
     except ClientError as exc:
-        error = exc.response["Error"]
-        return error["Code"], error.get("Message", "")
+        error = api_error(exc)
+        return error.code, error.message
     return None

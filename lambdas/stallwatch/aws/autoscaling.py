@@ -10,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from stallwatch.aws.ssm import api_error
+from stallwatch.aws.api_errors import api_error
 
 GROUP_TAG = "aws:autoscaling:groupName"  # EC2 Auto Scaling tags every instance it launches with its group
 

@@ -72,6 +72,7 @@ def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, perio
             end = now if live else _last_end(members, stops, start)
         found = windows(clients, job, start, end if end is not None else now, period)
         end = end if end is not None else max((w.end for w in found), default=start)
+        stop = _last_stop(stops, start, following)
         spans.append(
             JobSpan(
                 name=job if index == 0 else f"{job} (restart {index})",
@@ -80,7 +81,8 @@ def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, perio
                 created=start,
                 ended=max(end, start),
                 windows=found,
-                stall=_stall(stops, start, following),
+                stall=(max(stop.stall_onset, start), stop.at) if stop is not None else None,
+                stall_why=stop.why if stop is not None else None,
                 fleet=layout.mixed_fleet(),
             )
         )
@@ -138,7 +140,7 @@ def _stop_time(reason: str) -> float | None:
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() if match else None
 
 
-def _stall(stops: list[StopRecord], start: float, following: float | None) -> tuple[float, float] | None:
-    """Stallwatch's last stop of the attempt (before the `following` one's start): (the stall's onset, the stop)."""
+def _last_stop(stops: list[StopRecord], start: float, following: float | None) -> StopRecord | None:
+    """Stallwatch's last stop of the attempt (before the `following` one's start)."""
     within = [s for s in stops if start < s.at and (following is None or s.at <= following)]
-    return (max(within[-1].stall_onset, start), within[-1].at) if within else None
+    return within[-1] if within else None

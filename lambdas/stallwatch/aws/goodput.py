@@ -19,7 +19,7 @@ from stallwatch.core.clusters import INSTANCE_ID, sagemaker_layout
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.policy import MAX_RESTARTS_LIMIT
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
-from stallwatch.core.resume import RUN_TAG, resume_name, run_name
+from stallwatch.core.resume import RUN_TAG, StopRecord, resume_name, run_name
 from stallwatch.core.signals import Platform
 
 NOT_FOUND_CODES = ("ValidationException", "ResourceNotFound")
@@ -91,6 +91,7 @@ def _span(clients: Any, store: Store | None, described: dict[str, Any], now: flo
     ended = end.timestamp() if end else now if described["TrainingJobStatus"] == "InProgress" else created
     training = [t["StartTime"] for t in described.get("SecondaryStatusTransitions", []) if t["Status"] == "Training"]
     layout = sagemaker_layout(described["ResourceConfig"])
+    stop = _stop(store, name)
     return JobSpan(
         name=name,
         instance_type=layout.instance_type,
@@ -98,13 +99,14 @@ def _span(clients: Any, store: Store | None, described: dict[str, Any], now: flo
         created=created,
         ended=max(ended, created),
         windows=windows(clients, name, created, ended, period),
-        stall=_stall(store, name) if store is not None else None,
+        stall=(stop.stall_onset, stop.at) if stop is not None else None,
+        stall_why=stop.why if stop is not None else None,
         training_started=training[0].timestamp() if training else None,
         fleet=layout.mixed_fleet(),
     )
 
 
-def _stall(store: Store, name: str) -> tuple[float, float] | None:
-    """Stallwatch's last stop of the job that went through: (the stall's onset, the stop)."""
-    stops = [s for s in store.stops(job_key(Platform.SAGEMAKER, name)) if s.ok is not False]
-    return (stops[-1].stall_onset, stops[-1].at) if stops else None
+def _stop(store: Store | None, name: str) -> StopRecord | None:
+    """Stallwatch's last stop of the job that went through."""
+    stops = [s for s in store.stops(job_key(Platform.SAGEMAKER, name)) if s.ok is not False] if store else []
+    return stops[-1] if stops else None

@@ -2,6 +2,7 @@
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
     tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or four
+    tails = read_tails(logs, "my-job", hosts, freshness, now, stacks_since=t)  # and the agent's stack dumps since t
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
@@ -10,7 +11,8 @@ write), and, when some hosts are quieter than that, the lines up to the quiet ho
 fit its page (a busy cluster, a job the sweeper has not seen), two more reads ask CloudWatch Logs for the notable
 lines alone over the lookback (`LinePatterns.filter_patterns`: the fatal lines, then the checkpoint markers; one
 1,024-character pattern cannot hold both), so a crashed rank's error among 512 busy hosts is one page away, however
-much they write.
+much they write. A stalled job's decision also takes the agent's stack dumps since its last step: from these pages
+when they hold every line since then, else by one filtered read (`stack_reads`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from stallwatch.aws.stack_reads import read_stacks
 from stallwatch.core import contract, log_patterns
 from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
@@ -46,6 +49,7 @@ class HostLog:
     last_t: float | None = None
     lines: list[LogLine] = field(default_factory=list)
     notable: list[LogLine] = field(default_factory=list)  # fatal and checkpoint lines over the lookback
+    stacks: list[LogLine] = field(default_factory=list)  # the agent's stack dumps since the job's last step
 
 
 def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
@@ -93,10 +97,13 @@ def read_tails(
     freshness: dict[str, float],
     now: float,
     patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
+    stacks_since: float | None = None,
 ) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
-    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read.
+    `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read. With
+    `stacks_since`, the agent's stack dumps since then too: from the pages read when they hold every line since then
+    (a job whose hosts all fell quiet), else by one filtered read (`stack_reads`).
 
     The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
     holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
@@ -107,6 +114,7 @@ def read_tails(
     recent = now - LOG_RECENT_SECONDS
     seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
+    read_from = recent  # every line since then is in the pages read (when `complete`)
     if quiet:
         if None in quiet:
             start, end = now - LOOKBACK_SECONDS, recent
@@ -117,14 +125,32 @@ def read_tails(
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
         complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found, patterns)[1]
+        if len(quiet) == len(found):  # no host wrote after the second window: it and the first hold every line
+            read_from = start_ms / 1000
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
         lookback = int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000)
         for pattern in patterns.filter_patterns:
             _read_window(logs, job, *lookback, found, patterns, notable=pattern)
+    if stacks_since is not None:
+        _stacks(logs, job, found, stacks_since, now, held=complete and read_from <= stacks_since)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
     return found
+
+
+def _stacks(logs: Any, job: str, found: dict[str, HostLog], since: float, now: float, held: bool) -> None:
+    """Each host's stack dumps since `since`: from the lines read when they hold every line since then (`held`: a
+    stalled job whose hosts all fell quiet, as its tail's second window reads them), else by one filtered read."""
+    if held:
+        for log in found.values():
+            log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
+        return
+    selection = {"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{job}/", "interleaved": True}
+    for line in read_stacks(logs, selection, since, now):
+        match = SAGEMAKER_STREAM.match(line.stream)
+        if match and match["job"] == job and match["host"] in found:
+            found[match["host"]].stacks.append(line)
 
 
 def _read_window(

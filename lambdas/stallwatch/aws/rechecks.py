@@ -10,7 +10,8 @@ Each job has one schedule (`schedule_name`) in the deployment's schedule group; 
 UpdateSchedule replaces every field, so both send the whole request). Scheduler invokes within the minute it is
 given (60-second precision), so the time is rounded up to a whole minute and is never less than `MIN_LEAD_SECONDS`
 ahead: the request never names a time that has passed by the time Scheduler reads it. The schedule deletes itself
-once it has invoked its target (`ActionAfterCompletion=DELETE`).
+once it has invoked its target (`ActionAfterCompletion=DELETE`); one a later decision no longer needs is deleted
+(`cancel`, DeleteSchedule).
 """
 
 from __future__ import annotations
@@ -100,6 +101,16 @@ class RecheckScheduler:
         fires_at = fire_time(at, now)
         request = self._request(name, fires_at, RecheckEvent(source=RECHECK_SOURCE, platform=platform, job=job, at=at))
         return Scheduled(name, fires_at, self._upsert(request, pending))
+
+    def cancel(self, platform: Platform, job: str) -> bool:
+        """Delete the job's pending recheck (one DeleteSchedule); False when it had none left (it fired, or was
+        never created). Raises what else Scheduler answers."""
+        scheduler = self.clients.scheduler
+        try:
+            scheduler.delete_schedule(Name=schedule_name(platform, job), GroupName=self.target.group)
+        except scheduler.exceptions.ResourceNotFoundException:
+            return False
+        return True
 
     def _upsert(self, request: dict[str, Any], pending: bool) -> str:
         """The schedule created or replaced; the call that did it."""

@@ -16,6 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from stallwatch.aws.api_errors import api_error
 from stallwatch.core import resume_retry
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG
 
@@ -79,13 +80,9 @@ def start_instances(clients: Any, instance_ids: tuple[str, ...]) -> ResumeResult
 
 def _failure(call: str, exc: ClientError | BotoCoreError) -> ResumeResult:
     """A failed call as a result: its code, and whether it is transient (a connection or read timeout is)."""
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", "Unknown"))
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        detail = f"{call}: {code}: {error.get('Message', '')}"
-        return ResumeResult(ok=False, detail=detail, code=code, transient=resume_retry.transient(code, status))
-    no_answer = isinstance(exc, (BotoConnectionError, HTTPClientError))
-    code = resume_retry.CONNECTION_FAILURE if no_answer else type(exc).__name__
-    detail = f"{call}: {type(exc).__name__}: {exc}"
-    return ResumeResult(ok=False, detail=detail, code=code, transient=resume_retry.transient(code, None))
+    error = api_error(exc)
+    code = error.code
+    if isinstance(exc, (BotoConnectionError, HTTPClientError)):  # no answer at all: a later try may get one
+        code = resume_retry.CONNECTION_FAILURE
+    detail = f"{call}: {error}"
+    return ResumeResult(ok=False, detail=detail, code=code, transient=resume_retry.transient(code, error.status))

@@ -4,9 +4,9 @@
     message = AlertMessage(decision, signals.facts, evidence, stop_result).render()   # {"text", "blocks"}
     SlackNotifier(clients.secretsmanager, secret_arn).post(message)                   # PostResult, never raises
 
-`AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_logs`, `_buttons`,
-`_footer`) as slack_sdk's Block Kit models, whose `to_dict()` checks Slack's limits; text is fitted to the models' own
-limits first (`SectionBlock.text_max_length`, ...). Warnings and alerts carry the operator buttons of
+`AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_stacks`, `_logs`,
+`_buttons`, `_footer`) as slack_sdk's Block Kit models, whose `to_dict()` checks Slack's limits; text is fitted to the
+models' own limits first (`SectionBlock.text_max_length`, ...). Warnings and alerts carry the operator buttons of
 ``buttons.action_buttons``.
 """
 
@@ -30,6 +30,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
+from stallwatch.core import log_patterns
 from stallwatch.core.config import SlackMode, slack_mode_of
 from stallwatch.core.decision import Action, Decision, stall_onset
 from stallwatch.core.goodput import Goodput
@@ -38,7 +39,8 @@ from stallwatch.core.signals import JobFacts, JobSignals, LogLine
 
 LOG_LINES_SHOWN = 5  # per host
 MAX_HOSTS_SHOWN = 4  # hosts with log excerpts; errors first
-EMF_LINE_START = '{"_aws"'  # the agent's CloudWatch EMF stdout line
+STACK_GROUPS_SHOWN = 3  # places of the ranks (the odd ones first) with their frames
+STACK_FRAMES_SHOWN = 6  # innermost frames per place
 CODE_FENCE = "```"
 SLACK_TIMEOUT_SECONDS = 5
 SECRET_CACHE_SECONDS = 300
@@ -131,8 +133,8 @@ class Evidence:
 
 
 def _human_lines(lines: tuple[LogLine, ...]) -> list[LogLine]:
-    """The log tail without the agent's EMF metric lines, which say nothing a reader of the alert needs."""
-    return [line for line in lines if not line.message.lstrip().startswith(EMF_LINE_START)]
+    """The log tail without the agent's own lines (EMF metrics, stack dumps: the stacks have their own section)."""
+    return [line for line in lines if not log_patterns.agent_window(line.message.lstrip())]
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -159,6 +161,24 @@ def _straggler_text(straggler: dict[str, Any]) -> str:
         f"other hosts' median of {straggler['others_median']:g} {unit}: consider cordoning that node"
     )
     return _code_section(head, spread, keep_end=False)
+
+
+def _stacks_text(stacks: dict[str, Any]) -> SectionBlock:
+    """Where the ranks are, the odd ones out first: each place's ranks, collective and innermost frames."""
+    lines = []
+    for group in stacks["groups"][:STACK_GROUPS_SHOWN]:
+        ranks = ", ".join(str(rank) for rank in group["ranks"]) + (
+            " ..." if group["count"] > len(group["ranks"]) else ""
+        )
+        hosts = ", ".join(group["hosts"])
+        seq = group.get("collective") or {}
+        where = f", {seq['op']} seq {seq['seq']}" if seq else ""
+        lines.append(f"{'>' if group['odd'] else ' '} {group['count']} x rank {ranks} on {hosts}{where}")
+        lines += [f"    {frame}".replace(CODE_FENCE, "` ` `") for frame in group["frames"][:STACK_FRAMES_SHOWN]]
+    named = "> the odd ones out, " if any(g["odd"] for g in stacks["groups"]) else ""
+    dumped = f"{stacks['ranks']} rank{'s' if stacks['ranks'] != 1 else ''} dumped"
+    head = f"*Stacks* ({dumped}; {named}innermost frame first)"
+    return _code_section(head, "\n".join(lines), keep_end=False)
 
 
 def _fit(text: str, limit: int = SectionBlock.text_max_length) -> str:
@@ -214,6 +234,7 @@ class AlertMessage:
             *self._header(),
             *self._summary(),
             *self._evidence(),
+            *self._stacks(),
             *self._logs(),
             *self._buttons(),
             *self._footer(),
@@ -279,6 +300,11 @@ class AlertMessage:
         if e.straggler is not None:
             blocks.append(_straggler_text(e.straggler))
         return blocks
+
+    def _stacks(self) -> list[Block]:
+        """The agent's stack dumps of the stall, when there are some (the Why line says when there are none)."""
+        stacks = self.decision.evidence.get("stacks") or {}
+        return [_stacks_text(stacks)] if stacks.get("groups") else []
 
     def _logs(self) -> list[Block]:
         e = self.evidence

@@ -25,7 +25,8 @@ from typing import Any
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog, read_tails
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
-from stallwatch.core import alarms, clusters, contract, log_patterns
+from stallwatch.aws.stack_reads import read_stacks
+from stallwatch.core import alarms, clusters, contract, log_patterns, stacks
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.policy import EC2_MONITOR_TAG, Policy
 from stallwatch.core.pricing import instance_spec
@@ -352,7 +353,9 @@ class AwsSignalSource:
             per_host[search][host] = found[ref][""]
         hosts: dict[str, HostSignals] = {}
         names = alarms.host_names(facts)
-        logs = self._host_logs(facts, names, per_host, reads, freshness, now)
+        agent = {name: found[ref][""] for name, ref in reads.job.items()}
+        stacks_since = stacks.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
+        logs = self._host_logs(facts, names, per_host, reads, freshness, now, stacks_since)
         for host in names:
             log = logs.get(host, HostLog())
             if facts.platform is Platform.EC2:
@@ -378,8 +381,8 @@ class AwsSignalSource:
                 marker_lines=tuple([line for line in notable if line.marker][-ERROR_LINES_PER_HOST:]),
                 log_idle=per_host[reads.log_idle].get(host, Series()) if reads.log_idle else Series(),
             )
-        agent = {name: found[ref][""] for name, ref in reads.job.items()}
-        return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent)
+        dumps = sorted({line for log in logs.values() for line in log.stacks}, key=_line_order)
+        return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent, stacks=tuple(dumps))
 
     def ec2_log_freshness(self, facts: JobFacts) -> dict[str, float]:
         """Each EC2 host's newest log event time, from its streams (named by instance id) in the job's log group."""
@@ -426,13 +429,15 @@ class AwsSignalSource:
         reads: _JobReads,
         freshness: dict[str, float],
         now: float,
+        stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
-        """Hosts' log tails. SageMaker: each host's newest event as the sweeper last published it (its
-        `LogIdleSeconds`) or as the caller knows it, raised by the lines read."""
+        """Hosts' log tails (and, with `stacks_since`, the agent's stack dumps since then). SageMaker: each host's
+        newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows it, raised by the
+        lines read."""
         effective = self.policy.for_job(facts.tags)
         patterns = effective.line_patterns
         if facts.platform is Platform.EC2:
-            return self._ec2_host_logs(facts, now, patterns)
+            return self._ec2_host_logs(facts, now, patterns, stacks_since)
         if reads.log_idle is None:
             return {}
         period = reads.log_idle.period or effective.thresholds.alarm_period_seconds
@@ -444,10 +449,13 @@ class AwsSignalSource:
         }
         for host, t in freshness.items():
             known[host] = max(known.get(host, t), t)
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns)
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, stacks_since)
 
-    def _ec2_host_logs(self, facts: JobFacts, now: float, patterns: log_patterns.LinePatterns) -> dict[str, HostLog]:
-        """EC2 hosts' newest event times (their streams) and the lines around the quietest host's last event."""
+    def _ec2_host_logs(
+        self, facts: JobFacts, now: float, patterns: log_patterns.LinePatterns, stacks_since: float | None = None
+    ) -> dict[str, HostLog]:
+        """EC2 hosts' newest event times (their streams), the lines around the quietest host's last event, and the
+        agent's stack dumps since `stacks_since`."""
         hosts = set(facts.instance_ids)
         host_of = lambda stream: _ec2_host(stream, hosts)  # noqa: E731 - one line, used twice
         group = facts.log_group or self.ec2_log_group
@@ -464,9 +472,17 @@ class AwsSignalSource:
         lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
         for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
             selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            if not self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns):
+            held = self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns)
+            if not held:
                 for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
                     self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
+            if stacks_since is not None and not (held and window["startTime"] <= stacks_since * 1000):
+                for line in read_stacks(self.clients.logs, selection, stacks_since, now):  # not all in the pages
+                    if (host := host_of(line.stream)) in logs:
+                        logs[host].stacks.append(line)
+        if stacks_since is not None:  # the pages' dumps (a filtered read's are no lines of the tail)
+            for log in logs.values():
+                log.stacks += [ln for ln in log.lines if ln.t >= stacks_since and contract.STACKS_MARKER in ln.message]
         for log in logs.values():
             log.lines.sort(key=lambda line: line.t)
             log.notable.sort(key=lambda line: line.t)

@@ -18,12 +18,15 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from stallwatch.aws.api_errors import api_error
 from stallwatch.core.recovery import Invocation
 
 INSTANCES_PER_COMMAND = 50  # SendCommand InstanceIds
 INVOCATIONS_PER_PAGE = 50  # ListCommandInvocations MaxResults
 COMMENT_LIMIT = 100  # SendCommand Comment
-LATEST = "$LATEST"  # the document version sent: the stack updates a document in place
+# The document version sent: the stack gives a changed document a new version under the same name (UpdateMethod
+# NewVersion, stacks/recovery.py), so $LATEST is the deployed content and a command sent before is found by name.
+LATEST = "$LATEST"
 # Every node runs the command at once, and one node's failure never stops it reaching the others.
 ALL_AT_ONCE = "100%"
 
@@ -101,11 +104,3 @@ def find_command(clients: Any, document: str, comment: str, since: float) -> str
             if command.get("DocumentName") == document and command.get("Comment") == wanted:
                 return str(command["CommandId"])
     return None
-
-
-def api_error(exc: ClientError | BotoCoreError) -> str:
-    """A refused call in one line: its error code and message."""
-    if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        return f"{error.get('Code', 'Unknown')}: {error.get('Message', '')}"
-    return f"{type(exc).__name__}: {exc}"

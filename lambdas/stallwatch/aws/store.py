@@ -58,10 +58,6 @@ class AlreadyHandledError(ConcurrentDecisionError):
     """The event (a Slack request, a CLI call) was claimed before: a replay, nothing was written."""
 
 
-class UnseenJobError(LookupError):
-    """The job has no state item (never decided): nothing was written (`Store.claim_decision(known_only=True)`)."""
-
-
 @dataclass(frozen=True)
 class PendingPost:
     """A Slack message that was not delivered, as read from its `pending-post` item."""
@@ -179,31 +175,27 @@ class Store:
         now: float,
         hold_seconds: float,
         undecided_since: float | None = None,
-        known_only: bool = False,
     ) -> StoredState | None:
         """Claim the job for one decision and read its state, in one call: None if another invocation holds a
         claim (it reads the job's signals now, or decided less than `hold_seconds` ago), so the alarms of one job
         firing together cost one signal read. The commit keeps or replaces the claim; an invocation that dies
         before committing lets it run out. `undecided_since` (a recheck's time): None only if a decision was
-        committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`).
-        With `known_only`, a job without a state item is not claimed (nothing is written): `UnseenJobError`, so
-        that the caller first checks that the job exists."""
+        committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`). A
+        job without a state item gets one: the caller has checked that the job exists (`decide.handle_alarm`)."""
         if undecided_since is None:
             condition = "attribute_not_exists(claimed_until) OR claimed_until < :now"
             values = {":now": {"N": f"{now:.3f}"}}
         else:
             condition = "attribute_not_exists(updated_at) OR updated_at < :since"
             values = {":since": {"N": f"{undecided_since:.3f}"}}
-        return self._claim(key, now, now + hold_seconds, condition, values, known_only)
+        return self._claim(key, now, now + hold_seconds, condition, values)
 
-    def claim_wake(
-        self, key: str, now: float, since: float, start: float, hold_seconds: float, known_only: bool = False
-    ) -> StoredState | None:
+    def claim_wake(self, key: str, now: float, since: float, start: float, hold_seconds: float) -> StoredState | None:
         """Claim the job for a fatal line's decision, beginning at `start`, in one call: None if a decision that
         begins (or began) at or after `since` (when a decision sees the line) holds the claim or was committed: it
         sees the line, so a burst of lines wakes one decision. A claim held by a decision that began before `since`
         does not swallow the line: it is taken over (the commit of the two that loses decides again), as is one that
-        ran out. `known_only`: as `claim_decision`."""
+        ran out. A job without a state item gets one: the caller has checked that the job exists (`runtime.wake`)."""
         condition = (
             "(attribute_not_exists(claimed_until) OR claimed_until < :now OR claimed_until < :unseen)"
             " AND (attribute_not_exists(updated_at) OR updated_at < :since)"
@@ -213,29 +205,20 @@ class Store:
             ":unseen": {"N": f"{since + hold_seconds:.3f}"},  # a claim's decision began `hold_seconds` before its end
             ":since": {"N": f"{since:.3f}"},
         }
-        return self._claim(key, now, start + hold_seconds, condition, values, known_only)
+        return self._claim(key, now, start + hold_seconds, condition, values)
 
-    def _claim(
-        self, key: str, now: float, until: float, condition: str, values: dict[str, Any], known_only: bool
-    ) -> StoredState | None:
+    def _claim(self, key: str, now: float, until: float, condition: str, values: dict[str, Any]) -> StoredState | None:
         """Set the job's claim until `until` where `condition` holds (the state as read), else None."""
         try:
             response = self.dynamodb.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
                 UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
-                ConditionExpression=f"attribute_exists(pk) AND ({condition})" if known_only else condition,
-                ExpressionAttributeValues={
-                    **values,
-                    ":until": {"N": f"{until:.3f}"},
-                    ":expires": self._expires(now),
-                },
+                ConditionExpression=condition,
+                ExpressionAttributeValues={**values, ":until": {"N": f"{until:.3f}"}, ":expires": self._expires(now)},
                 ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except self.dynamodb.exceptions.ConditionalCheckFailedException as exc:
-            if known_only and not exc.response.get("Item"):
-                raise UnseenJobError(key) from exc
+        except self.dynamodb.exceptions.ConditionalCheckFailedException:
             return None
         return _stored(response["Attributes"])
 
@@ -269,16 +252,6 @@ class Store:
             "expires_at": self._expires(now),
         }
         self.dynamodb.put_item(TableName=self.table, Item=item)
-
-    def make_known(self, key: str, now: float) -> None:
-        """Give a job that exists (its alarms are being put) a state item if it has none, so its first alarm's claim
-        holds at once, one call, instead of finding it unseen and checking that it exists first. A state already
-        there is left alone: a conditional put, which a decision's commit running on the item makes fail, not the
-        commit (a transaction here could cancel it)."""
-        item = {"pk": {"S": key}, "sk": {"S": STATE_SK}, "expires_at": self._expires(now)}
-        errors = self.dynamodb.exceptions
-        with contextlib.suppress(errors.ConditionalCheckFailedException, errors.TransactionConflictException):
-            self.dynamodb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
 
     def forget_provisioned(self, key: str) -> None:
         """Drop the job's alarm marker; a job that never had one is not written to."""

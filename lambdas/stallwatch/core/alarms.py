@@ -13,10 +13,13 @@ Every later rung (signals that agree, a lone signal's full threshold, the warnin
 names (``Decision.recheck_at``), and the runtime decides again then. Kinds:
 
 - ``gpu-idle`` (per host): GPU utilization per device below ``idle_gpu_percent`` for ``crash_confirm_minutes``.
-- ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent``, or no datapoint at all, for
-  `GPU_MEMORY_PERIODS` periods: the training process on that host let go of its GPUs (a crashed rank, every process
-  gone after NCCL's watchdog tore a hang down: evidence with a fatal line that decides within a minute), or the
-  host vanished.
+- ``gpu-memory`` (per host): GPU memory per device below ``idle_gpu_percent`` for `GPU_MEMORY_PERIODS` periods
+  (ALARM): the training process on that host let go of its GPUs (a crashed rank, every process gone after NCCL's
+  watchdog tore a hang down: evidence with a fatal line that decides within a minute); or no datapoint at all over
+  its evaluation range (INSUFFICIENT_DATA, missing data treated as missing): the host vanished. Its action is
+  invoked on both states (`acts_on`). A new alarm starts in INSUFFICIENT_DATA and stays there until the host's first
+  datapoint (then OK): a job's start, before its hosts report, invokes nothing; a host that reported and then
+  stopped moves OK -> INSUFFICIENT_DATA, which does.
 - ``log-idle`` (per host): ``LogIdleSeconds`` (published by the sweeper) above ``agreement_fraction`` x
   ``log_silence_minutes``.
 - ``progress`` (job): the agent's ``Steps`` stayed 0 for ``crash_confirm_minutes``; a declared phase within its
@@ -60,8 +63,14 @@ TAG_PLATFORM = "stallwatch:platform"
 TAG_KIND = "stallwatch:kind"
 TAG_HOST = "stallwatch:host"
 
-# GPU memory let go of (or no datapoint) for this many periods: the processes left (a training job holds it throughout).
+# GPU memory let go of for this many periods: the processes left (a training job holds it throughout).
 GPU_MEMORY_PERIODS = 2
+ALARM_STATE = "ALARM"
+INSUFFICIENT_DATA_STATE = "INSUFFICIENT_DATA"
+# The states each kind's alarm action is invoked on (the rest: ALARM alone): gpu-memory's data stopping is a lost host.
+ACTION_STATES = {GPU_MEMORY: frozenset({ALARM_STATE, INSUFFICIENT_DATA_STATE})}
+DEFAULT_ACTION_STATES = frozenset({ALARM_STATE})
+ACTING_STATES = DEFAULT_ACTION_STATES.union(*ACTION_STATES.values())  # an alarm of some kind acts on each of these
 # CloudWatch refuses alarms whose EvaluationPeriods x Period exceeds one day.
 MAX_EVALUATION_SECONDS = 86_400
 
@@ -108,6 +117,11 @@ def parse_alarm_name(name: str, prefix: str) -> AlarmRef:
     if kind not in kinds:
         raise ValueError(f"alarm {name!r}: unknown {'host' if host else 'job'} alarm kind {kind!r}")
     return AlarmRef(platform=Platform(platform), job=job, kind=kind, host=host[0] if host else None)
+
+
+def acts_on(kind: str, state: str) -> bool:
+    """Whether an alarm of `kind` invokes its action (on_alarm) on entering `state`."""
+    return state in ACTION_STATES.get(kind, DEFAULT_ACTION_STATES)
 
 
 def host_names(facts: JobFacts) -> list[str]:
@@ -172,11 +186,14 @@ class _Renderer:
             tags[TAG_HOST] = host
         periods = definition.pop("periods")
         where = f" on {host}" if host else ""
+        actions = {"AlarmActions": self.action_arns}
+        if acts_on(kind, INSUFFICIENT_DATA_STATE):
+            actions["InsufficientDataActions"] = self.action_arns
         return {
             "AlarmName": alarm_name(self.prefix, self.facts.platform, self.facts.name, kind, host),
             "AlarmDescription": f"Stallwatch {kind} for {self.facts.name}{where}: {description}",
             "ActionsEnabled": True,
-            "AlarmActions": self.action_arns,
+            **actions,
             "EvaluationPeriods": periods,
             "DatapointsToAlarm": periods,
             **definition,
@@ -221,13 +238,15 @@ class _Renderer:
         return self._alarm(
             GPU_MEMORY,
             host,
-            f"GPU memory per device below {t.idle_gpu_percent}%, or no datapoint, for {GPU_MEMORY_PERIODS} periods "
-            "(the process left the GPUs, or the host vanished).",
+            f"GPU memory per device below {t.idle_gpu_percent}% for {GPU_MEMORY_PERIODS} periods (the process left "
+            "the GPUs), or no datapoint once the host reported (INSUFFICIENT_DATA: the host vanished).",
             Metrics=self._host_gpu_metrics(host, "GPUMemoryUtilization"),
             periods=min(GPU_MEMORY_PERIODS, self._periods(t.crash_confirm_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
-            TreatMissingData="breaching",
+            # missing, not breaching: before its first datapoint a host is starting, not lost (INSUFFICIENT_DATA,
+            # the alarm's initial state, changes nothing); once it reported, losing every datapoint invokes on_alarm
+            TreatMissingData="missing",
         )
 
     def log_idle(self, host: str) -> dict[str, Any]:

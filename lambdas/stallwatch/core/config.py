@@ -38,10 +38,20 @@ ON_ALARM_TIMEOUT_SECONDS = 120  # one decision's time
 # on_log_line decides a fatal line's job and the rechecks its decisions ask for within minutes (`core.wake`): a rank's
 # death confirmed 3 minutes after its last words, then stopped 2 minutes after the warning.
 ON_LOG_LINE_TIMEOUT_SECONDS = 600
+# A Slack press is applied by an asynchronous invocation of the endpoint, which Lambda keeps (retries, throttles) this
+# long (the stack's MaximumEventAge); older, it goes to the on-failure destination and is posted back as not applied.
+PRESS_MAX_AGE_SECONDS = 600
+# The Slack endpoint's reserved concurrency (`SlackConfig.reserved_concurrency`): a press is one request and one
+# deferred invocation. Lambda keeps at least 100 of the account's concurrency unreserved.
+SLACK_RESERVED_CONCURRENCY = 10
+SLACK_RESERVED_CONCURRENCY_MAX = 100
 # An alarm of a job decided by an alarm less than this ago is coalesced into that decision (a hang fires every host's
 # alarms within a period or two); the sweeper decides a job whose alarm went to ALARM after its last decision.
 ALARM_COALESCE_SECONDS = 120
 ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
+# The control plane's health alarms are named <alarm_prefix>health-<what>, never a per-job alarm's name (those go on
+# with a platform and a dot): the health topic's grants to CloudWatch name them so (stacks/notifications.py).
+HEALTH_ALARM_NAME_PART = "health-"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
 LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
@@ -74,6 +84,14 @@ class SlackConfig(BaseModel):
     secret_arn: str | None = Field(None, description="Import an existing secret; None creates an empty one.")
     allowed_user_ids: list[str] = Field(default_factory=list, description="Slack users who may press the buttons.")
     allowed_group_ids: list[str] = Field(default_factory=list, description="Slack user groups who may press them.")
+    reserved_concurrency: int | None = Field(
+        SLACK_RESERVED_CONCURRENCY,
+        ge=2,
+        le=SLACK_RESERVED_CONCURRENCY_MAX,
+        description="Concurrent executions reserved for the Slack endpoint, which are also its most: a flood of "
+        "requests to its public URL can never use up the account's concurrency the watchdog needs. The account "
+        "must keep 100 unreserved after it (a new account's quota can be lower: null reserves nothing).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -156,6 +174,11 @@ class StallwatchConfig(BaseModel):
             )
             if subscribed
         ]
+
+    @property
+    def health_alarm_prefix(self) -> str:
+        """Where the names of the deployment's health alarms start."""
+        return f"{self.alarm_prefix}{HEALTH_ALARM_NAME_PART}"
 
     @field_validator("alarm_prefix")
     @classmethod

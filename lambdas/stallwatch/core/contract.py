@@ -70,4 +70,5 @@ ALARMS_PUT = "AlarmsPut"
 SWEEP_ERRORS = "SweepErrors"
 OPERATOR_ACTIONS = "OperatorActions"  # a Slack button press applied
 OPERATOR_ACTIONS_DENIED = "OperatorActionsDenied"  # pressed by someone not on the allow-list
+OPERATOR_ACTIONS_FAILED = "OperatorActionsFailed"  # a press Lambda gave up applying: posted back to the channel
 SLACK_REQUESTS_REJECTED = "SlackRequestsRejected"  # bad signature, expired, replayed or malformed

@@ -19,8 +19,8 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stallwatch.core import evidence, log_patterns, measures
-from stallwatch.core.decision import Action, Cadence, Decision, Diagnosis, JobState
+from stallwatch.core import evidence, log_patterns, measures, stacks
+from stallwatch.core.decision import STALLS, Action, Cadence, Decision, Diagnosis, JobState, stall_onset
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.reading import host_period
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
@@ -95,6 +95,8 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
     deadlines = _Deadlines(now)
     finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, found, deadlines)
+    if finding.diagnosis in STALLS:
+        finding = _with_stacks(finding, signals, found, state)
     action, would, notes, stop_at = _act(finding, policy, state, now, limits)
     if finding.diagnosis is Diagnosis.STRAGGLER and found["straggler"]["host"] in state.stragglers:
         action, would = Action.NONE, Action.NONE  # a host is named once a run; the evidence still says it lags
@@ -112,6 +114,14 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
         cadence=cadence,
         recheck_at=deadlines.first(),
     )
+
+
+def _with_stacks(finding: _Finding, signals: JobSignals, found: dict[str, Any], state: JobState) -> _Finding:
+    """A stall's finding with where every rank is, from the agent's dumps since the last progress (`core.stacks`):
+    the odd rank out, or one line saying why no dump tells."""
+    report = stacks.explain(stacks.latest(signals.stacks, stall_onset(found, state.stall_since)), signals.has_agent)
+    found["stacks"] = report.evidence()
+    return replace(finding, reasons=(*finding.reasons, report.summary))
 
 
 def next_state(state: JobState, decision: Decision) -> JobState:

@@ -68,6 +68,7 @@ class JobSpan:
     ended: float  # its end, or now while it runs
     windows: tuple[Window, ...] = ()
     stall: tuple[float, float] | None = None  # (onset, Stallwatch's stop)
+    stall_why: str | None = None  # where the ranks were when it was stopped (the stop's stacks summary)
     training_started: float | None = None  # SageMaker's "Training" status: ends the startup of a job without windows
     fleet: dict[str, int] = field(default_factory=dict)  # instance type -> hosts where they differ; else hosts x type
 
@@ -100,6 +101,7 @@ class Goodput:
     stalls_caught: int = 0
     final_step: float | None = None
     redone_steps: float = 0.0
+    stall_whys: tuple[tuple[str, str], ...] = ()  # (job, where its ranks were) for each stall caught that says
 
     @property
     def ratio(self) -> float:
@@ -134,6 +136,7 @@ class Goodput:
             "restarts": self.restarts,
             "final_step": self.final_step,
             "redone_steps": self.redone_steps,
+            "stalls": [{"job": job, "why": why} for job, why in self.stall_whys],
         }
 
 
@@ -214,6 +217,7 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
         stalls_caught=sum(1 for j in ordered if j.stall is not None),
         final_step=max((w.step for j in ordered for w in j.windows if w.step is not None), default=None),
         redone_steps=redone_steps,
+        stall_whys=tuple((j.name, j.stall_why) for j in ordered if j.stall is not None and j.stall_why),
     )
 
 

@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from stallwatch.core.contract import STACKS_MARKER
+
 # Fatal kinds, the names a line's `pattern` takes.
 NCCL = "nccl"
 NCCL_TIMEOUT = "nccl_timeout"
@@ -448,7 +450,10 @@ class LinePatterns:
         return None
 
     def classify(self, message: str) -> tuple[str | None, str | None]:
-        """(fatal kind, checkpoint marker) of a line; (None, None) for the ordinary ones."""
+        """(fatal kind, checkpoint marker) of a line; (None, None) for the ordinary ones, and for the agent's stack
+        dump (its frames may name a checkpoint or a kill)."""
+        if STACKS_MARKER in message:
+            return None, None
         pattern = self.match(message)
         return pattern, None if pattern else self.marker(message)
 
@@ -500,6 +505,6 @@ def notable(message: str) -> bool:
 
 
 def agent_window(message: str) -> bool:
-    """Whether `message` is the trainer agent's EMF line (its stdout sink): the agent's thread speaks, not the
-    training loop, so it says nothing of what the loop does."""
-    return message.startswith(AGENT_WINDOW_PREFIX)
+    """Whether `message` is one of the trainer agent's own lines, its EMF window or its stack dump (its stdout sink):
+    the agent's threads speak, not the training loop, so they say nothing of what the loop does."""
+    return message.startswith(AGENT_WINDOW_PREFIX) or STACKS_MARKER in message

@@ -97,6 +97,7 @@ class StopRecord:
     stall_onset: float  # when progress stopped (the last step, else the last log line, else the decision)
     ok: bool | None  # whether the stop call succeeded; None while its outcome is not recorded yet
     slack_ts: str | None = None  # the stop message's timestamp, for a thread (bot mode)
+    why: str | None = None  # where the ranks were: the agent's stack dumps, summed up (`core.stacks`)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,7 @@ def stop_of(record: dict[str, Any], outcome: dict[str, Any] | None) -> StopRecor
         stall_onset=stall_onset(evidence) or at,
         ok=stop.get("ok"),
         slack_ts=slack.get("ts"),
+        why=(evidence.get("stacks") or {}).get("summary"),
     )
 
 

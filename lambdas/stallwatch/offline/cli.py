@@ -6,7 +6,7 @@
     stallwatch export-trace my-job --region us-east-1 --out my-job.jsonl
     stallwatch export-trace llm-70b --platform ec2 --stack stallwatch   # EC2 instances tagged stallwatch:job=llm-70b
     stallwatch export-trace i-0123456789abcdef0 --out my-host.jsonl   # an untagged instance is named by its id
-    stallwatch incidents | snooze | policy show          # operator commands (`ops.py`)
+    stallwatch incidents | status | snooze | policy show   # operator commands (`ops.py`)
     stallwatch report my-job                            # the goodput of my-job's run (`report.py`)
     stallwatch doctor [--send-test-alert]                # is the deployment working? (`doctor.py`)
 

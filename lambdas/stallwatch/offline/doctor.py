@@ -8,21 +8,25 @@ The checks, in order: the stack's functions, rules (the sweeper's schedule among
 ready; the Slack secret holds what its mode needs; Slack answers (``auth.test`` for a bot token; the webhook, sent an
 empty payload, which Slack refuses without posting); IAM allows the stops and resumes only under their tags
 (``iam:SimulatePrincipalPolicy`` of each function's role, with and without the tag); the sweeper ran recently and
-without errors; each training log group the deployment subscribes holds its fatal-line filter to on_log_line (or
-why not: the group's two slots taken by other filters, named). `--send-test-alert` invokes on_alarm with a test event:
-a fake job's alert, marked as a test, reaches Slack through the function's own credentials, and nothing is stopped.
-`--subscribe` puts the fatal-line filter where it is missing and a slot is free. Exit code 1 if any check fails.
+without errors; the health topic lets this account's health alarms (and no other's) publish, its key lets them
+encrypt, and someone has confirmed a subscription; each running EC2 job's CloudWatch agent publishes GPU power; each
+training log group the deployment subscribes holds its fatal-line filter to on_log_line (or why not: the group's two
+slots taken by other filters, named). `--send-test-alert` invokes on_alarm with a test event: a fake job's alert,
+marked as a test, reaches Slack through the function's own credentials, and nothing is stopped. `--subscribe` puts the
+fatal-line filter where it is missing and a slot is free. Exit code 1 if any check fails.
 
 IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResources, lambda:GetFunctionConfiguration
 (and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
 secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
-cloudwatch:GetMetricData, logs:DescribeSubscriptionFilters of the training log groups (and logs:CreateLogGroup,
-logs:PutSubscriptionFilter for `--subscribe`), sts:GetCallerIdentity.
+cloudwatch:GetMetricData, sts:GetCallerIdentity, sns:GetTopicAttributes of the health topic, kms:GetKeyPolicy of its
+key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances, logs:DescribeSubscriptionFilters of the
+training log groups (and logs:CreateLogGroup, logs:PutSubscriptionFilter for `--subscribe`).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import subprocess
 import sys
@@ -40,8 +44,11 @@ from rich.console import Console
 from rich.text import Text
 
 from stallwatch.aws import log_subscriptions
+from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER
 from stallwatch.core.config import FATAL_LINES_FILTER, SlackMode, StallwatchConfig, slack_mode_of
+from stallwatch.core.contract import CWAGENT_NAMESPACE
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.signals import Platform
 from stallwatch.offline import ops
 
 HANDLERS = {
@@ -65,6 +72,13 @@ RESUME_TAG = "stallwatch:resume"
 RESUMED_FROM_TAG = "stallwatch:resumed-from"
 SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
 TEST_ALERT_KEY = "stallwatch_test_alert"
+TOPIC_RESOURCE_TYPE = "AWS::SNS::Topic"
+CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
+# What CloudWatch needs to notify an encrypted topic: publish to it, and encrypt with its key.
+TOPIC_ACTIONS = ("sns:Publish",)
+KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
+PROBE_ALARM = "probe"  # a health alarm's name after the prefix, where the stack's alarms cannot be listed
+OTHER_ACCOUNT = "000000000000"  # an account the grants must not serve (the confused deputy)
 # The checkout the CLI runs from (an editable install of lambdas/): where --local finds the demo's deployment.
 LOCAL_CHECKOUT = Path(__file__).resolve().parents[3]
 
@@ -327,6 +341,169 @@ def check_sweeper(deployed: Deployed, config: StallwatchConfig, now: float) -> C
     return Check("sweeper runs", Status.OK, f"{sums['invocations']:.0f} runs in {window}, no errors")
 
 
+def check_health_topic(deployed: Deployed, config: StallwatchConfig, region: str, account: str) -> Iterator[Check]:
+    """The health topic's policy lets this account's health alarms publish and no other account's alarms; its key
+    lets them encrypt; someone has confirmed a subscription. The alarms are those named
+    `config.health_alarm_prefix`... that notify the topic (a probe of that name when none is found)."""
+    clients = deployed.deployment.clients
+    topics = deployed.deployment.resources(TOPIC_RESOURCE_TYPE)
+    redeploy = f"deploy the stack again: npx cdk deploy {deployed.deployment.stack}"
+    if len(topics) != 1:
+        yield Check("health topic", Status.FAIL, f"{len(topics)} SNS topics in the stack, expected 1", redeploy)
+        return
+    [topic] = topics
+    sns = clients.session.client("sns", config=clients.config)
+    attributes = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+    partition = topic.split(":")[1]
+    alarm_arns = _health_alarm_arns(deployed, config, topic) or [
+        f"arn:{partition}:cloudwatch:{region}:{account}:alarm:{config.health_alarm_prefix}{PROBE_ALARM}"
+    ]
+    foreign = f"arn:{partition}:cloudwatch:{region}:{OTHER_ACCOUNT}:alarm:{config.health_alarm_prefix}{PROBE_ALARM}"
+    policy = json.loads(attributes.get("Policy") or "{}")
+    refused = [a for a in alarm_arns if not _serves(policy, TOPIC_ACTIONS, topic, account, a)]
+    if refused:
+        detail = f"CloudWatch may not publish {len(refused)} of {len(alarm_arns)} health alarms ({refused[0]})"
+        yield Check("health topic policy", Status.FAIL, f"{detail}: nobody hears of a failed stop", redeploy)
+    elif _serves(policy, TOPIC_ACTIONS, topic, OTHER_ACCOUNT, foreign):
+        fix = "condition the cloudwatch.amazonaws.com statement on aws:SourceAccount and aws:SourceArn (redeploy)"
+        yield Check("health topic policy", Status.WARN, "another account's alarms may publish to it too", fix)
+    else:
+        yield Check("health topic policy", Status.OK, f"CloudWatch may publish its {len(alarm_arns)} health alarms")
+    yield _health_topic_key(deployed, attributes.get("KmsMasterKeyId"), account, alarm_arns, redeploy)
+    confirmed = int(attributes.get("SubscriptionsConfirmed", 0))
+    pending = int(attributes.get("SubscriptionsPending", 0))
+    if confirmed:
+        yield Check("health topic subscribers", Status.OK, f"{confirmed} confirmed")
+    else:
+        fix = "subscribe the on-call (notification_emails in the config, or aws sns subscribe) and confirm the mail"
+        yield Check("health topic subscribers", Status.WARN, f"none confirmed ({pending} pending)", fix)
+
+
+def _health_topic_key(
+    deployed: Deployed, key_id: str | None, account: str, alarm_arns: list[str], redeploy: str
+) -> Check:
+    """The topic's KMS key lets CloudWatch encrypt for the health alarms (an unencrypted topic needs nothing)."""
+    if not key_id:
+        return Check("health topic key", Status.OK, "the topic is not encrypted with a key of its own")
+    clients = deployed.deployment.clients
+    kms = clients.session.client("kms", config=clients.config)
+    policy = json.loads(kms.get_key_policy(KeyId=key_id, PolicyName="default")["Policy"])
+    if all(_serves(policy, KEY_ACTIONS, "*", account, arn) for arn in alarm_arns):
+        return Check("health topic key", Status.OK, f"CloudWatch may encrypt with {key_id.rsplit('/', 1)[-1]}")
+    detail = "CloudWatch may not use the topic's key (kms:GenerateDataKey*, kms:Decrypt): no alarm is delivered"
+    return Check("health topic key", Status.FAIL, detail, redeploy)
+
+
+def _health_alarm_arns(deployed: Deployed, config: StallwatchConfig, topic: str) -> list[str]:
+    """The ARNs of the deployment's health alarms that notify `topic`."""
+    cloudwatch = deployed.deployment.clients.cloudwatch
+    pages = cloudwatch.get_paginator("describe_alarms").paginate(AlarmNamePrefix=config.health_alarm_prefix)
+    return [
+        alarm["AlarmArn"]
+        for page in pages
+        for alarm in [*page["MetricAlarms"], *page.get("CompositeAlarms", [])]
+        if topic in alarm.get("AlarmActions", [])
+    ]
+
+
+def _serves(policy: dict[str, Any], actions: tuple[str, ...], resource: str, account: str, alarm: str) -> bool:
+    """Whether `policy` lets CloudWatch do every one of `actions` on `resource` for the alarm `alarm` of `account`
+    (over TLS): an Allow that matches and no Deny that does."""
+    context = {"aws:sourceaccount": account, "aws:sourcearn": alarm, "aws:securetransport": "true"}
+    statements = policy.get("Statement", [])
+    statements = [statements] if isinstance(statements, dict) else statements
+    for action in actions:
+        matching = [s for s in statements if _applies(s, action, resource, context)]
+        if not any(s.get("Effect") == "Allow" for s in matching) or any(s.get("Effect") == "Deny" for s in matching):
+            return False
+    return True
+
+
+def _applies(statement: dict[str, Any], action: str, resource: str, context: dict[str, str]) -> bool:
+    """Whether a policy statement is about CloudWatch doing `action` on `resource` under `context` (condition keys
+    lower case). A condition operator it does not know never holds."""
+    principal = statement.get("Principal")
+    if principal != "*":
+        named = principal.get("Service", []) if isinstance(principal, dict) else []
+        aws = principal.get("AWS") if isinstance(principal, dict) else None
+        if CLOUDWATCH_PRINCIPAL not in _listed(named) and "*" not in _listed(aws or []):
+            return False
+    if not any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in _listed(statement.get("Action", []))):
+        return False
+    if not any(fnmatch.fnmatchcase(resource, r) or r == "*" for r in _listed(statement.get("Resource", []))):
+        return False
+    for operator, tests in statement.get("Condition", {}).items():
+        base = operator.removesuffix("IfExists")
+        for key, wanted in tests.items():
+            value = context.get(key.lower())
+            if value is None:
+                if base == operator:
+                    return False
+                continue
+            if not _holds(base, value, _listed(wanted)):
+                return False
+    return True
+
+
+def _holds(operator: str, value: str, wanted: list[str]) -> bool:
+    if operator in ("StringEquals", "ArnEquals"):
+        return value in wanted
+    if operator in ("StringLike", "ArnLike"):
+        return any(fnmatch.fnmatchcase(value, w) for w in wanted)
+    if operator == "Bool":
+        return value.lower() in (w.lower() for w in wanted)
+    return False
+
+
+def _listed(value: str | list[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def check_ec2_power(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
+    """Each running EC2 job's instances publish GPU power (the CloudWatch agent's `nvidia_smi_power_draw`): without
+    the training agent, power is what tells a hung collective (busy GPUs drawing less, logs silent) from work, so
+    the engine decides a silent hang sooner with it than from the job's history of silences alone."""
+    if not config.policy.monitor_ec2:
+        return
+    from stallwatch.aws.source import AwsSignalSource  # imported here: only this check reads the jobs
+
+    clients = deployed.deployment.clients
+    jobs = AwsSignalSource(clients, Platform.EC2, config.policy, config.ec2_log_group).ec2_jobs()
+    if not jobs:
+        yield Check("EC2 GPU power", Status.OK, "no EC2 job is running")
+        return
+    powered = _instances_publishing(clients.cloudwatch, CWAGENT_GPU_POWER)
+    fix = (
+        "add \"power_draw\" to nvidia_gpu's measurement in the CloudWatch agent's configuration (deploy/ec2/"
+        "cloudwatch-agent.json, the Ec2AgentConfigParameter) and restart the agent: with GPU power the engine "
+        "decides a silent hang sooner"
+    )
+    for name, facts in jobs.items():
+        silent = [i for i in facts.instance_ids if i not in powered]
+        if silent:
+            detail = (
+                f"{len(silent)} of {len(facts.instance_ids)} instances publish no {CWAGENT_GPU_POWER} "
+                f"({', '.join(silent[:3])}{', ...' if len(silent) > 3 else ''})"
+            )
+            yield Check(f"EC2 GPU power {name}", Status.WARN, detail, fix)
+        else:
+            yield Check(f"EC2 GPU power {name}", Status.OK, f"{len(facts.instance_ids)} instances publish it")
+
+
+def _instances_publishing(cloudwatch: Any, metric: str) -> set[str]:
+    """The instances the CloudWatch agent published `metric` for in the last 3 hours (ListMetrics, 500 a page)."""
+    pages = cloudwatch.get_paginator("list_metrics").paginate(
+        Namespace=CWAGENT_NAMESPACE, MetricName=metric, RecentlyActive="PT3H"
+    )
+    return {
+        dimension["Value"]
+        for page in pages
+        for found in page["Metrics"]
+        for dimension in found.get("Dimensions", [])
+        if dimension["Name"] == CWAGENT_DIM_INSTANCE
+    }
+
+
 def send_test_alert(deployed: Deployed, requested_by: str) -> Check:
     """on_alarm's test alert: a fake job's alert through the function to Slack, marked as a test; nothing stopped."""
     function = deployed.functions.get("on_alarm")
@@ -405,6 +582,8 @@ def run_checks(
     region = deployment.clients.session.region_name or ""
     checks += check_iam(deployed, config, region, identity["Account"])
     checks.append(check_sweeper(deployed, config, clock()))
+    checks += check_health_topic(deployed, config, region, identity["Account"])
+    checks += check_ec2_power(deployed, config)
     checks += check_log_subscriptions(deployed, config, subscribe)
     if send_alert:
         checks.append(send_test_alert(deployed, identity["Arn"]))

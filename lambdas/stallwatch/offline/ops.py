@@ -2,6 +2,7 @@
 
     stallwatch incidents --since 24h                    # the deployment's incidents, newest first
     stallwatch incidents --job my-job
+    stallwatch status my-job                            # its state and latest decision: why, and where each rank is
     stallwatch snooze my-job --for 2h                   # audited with your IAM identity
     stallwatch policy show my-job                       # the policy after the job's stallwatch:* tags
 
@@ -20,7 +21,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,9 @@ TABLE_ENV = "STALLWATCH_TABLE"
 TABLE_RESOURCE_TYPE = "AWS::DynamoDB::Table"
 FUNCTION_RESOURCE_TYPE = "AWS::Lambda::Function"
 INCIDENT_PREFIX = "incident#"
+AUDIT_PREFIX = "audit#"
+STATUS_PAGE = 20  # audit records a page while `status` looks for the newest decision
+STATUS_FRAMES = 6  # frames per place in `status`'s stacks table
 AUDIT_TRIGGER = "cli"
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 DURATION_PATTERN = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
@@ -215,6 +219,75 @@ def run_incidents(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- status -----------------------------------------------------------------------------------------------------
+
+
+def latest_decision(deployment: Deployment, job: str, platform: Platform) -> dict[str, Any] | None:
+    """The job's newest audit record of a decision (one Query, newest first), or None if it was never decided."""
+    pages = deployment.clients.dynamodb.get_paginator("query").paginate(
+        TableName=deployment.table,
+        KeyConditionExpression="pk = :pk AND begins_with(sk, :audit)",
+        ExpressionAttributeValues={":pk": {"S": job_key(platform, job)}, ":audit": {"S": AUDIT_PREFIX}},
+        ScanIndexForward=False,
+        PaginationConfig={"PageSize": STATUS_PAGE},
+    )
+    for page in pages:
+        for item in page["Items"]:
+            record = json.loads(item["record"]["S"])
+            if "diagnosis" in record:  # operators' snoozes and resumes are audited beside the decisions
+                return record | ({"outcome": json.loads(item["outcome"]["S"])} if "outcome" in item else {})
+    return None
+
+
+def stacks_table(stacks: dict[str, Any]) -> Table:
+    """Where the ranks were at the decision (the agent's stack dumps), the odd ones out first."""
+    dumped = f"{stacks['ranks']} rank{'s' if stacks['ranks'] != 1 else ''} dumped"
+    table = Table(title=f"Stacks ({dumped})", title_justify="left", header_style="bold")
+    for column in ("", "ranks", "hosts", "collective", "innermost frames"):
+        table.add_column(column, overflow="fold")
+    for group in stacks["groups"]:
+        ranks = ", ".join(str(r) for r in group["ranks"]) + (" ..." if group["count"] > len(group["ranks"]) else "")
+        seq = group.get("collective") or {}
+        table.add_row(
+            Text("odd one out" if group["odd"] else "", style="bold red"),
+            Text(f"{group['count']}: {ranks}"),
+            Text(", ".join(group["hosts"])),
+            Text(f"{seq['op']} seq {seq['seq']}" if seq else group.get("op") or ""),
+            Text("\n".join(group["frames"][:STATUS_FRAMES])),  # plain text: frames quote the job's source
+        )
+    return table
+
+
+@reported
+def run_status(args: argparse.Namespace) -> int:
+    deployment = Deployment.from_args(args)
+    state = deployment.store().load(job_key(args.platform, args.job))
+    decision = latest_decision(deployment, args.job, args.platform)
+    if args.json:
+        print(
+            json.dumps(
+                {"job": args.job, "state": asdict(state.state), "incident": state.incident, "decision": decision}
+            )
+        )
+        return 0
+    console = Console()
+    if decision is None:
+        console.print(Text(f"{args.job}: never decided by Stallwatch ({deployment.table})"))
+        return 0
+    head = (
+        f"{args.job} ({args.platform.value}): {decision['diagnosis']}, {decision['action']} at {_when(decision['at'])}"
+    )
+    console.print(Text(head, style="bold"))
+    if state.incident:
+        console.print(Text(f"open incident since {_when(state.state.stall_since)}"))
+    for reason in decision.get("reasons", []):
+        console.print(Text(f"- {reason}"))  # plain text: reasons quote log lines and frames
+    stacks = (decision.get("evidence") or {}).get("stacks") or {}
+    if stacks.get("groups"):
+        console.print(stacks_table(stacks))
+    return 0
+
+
 # ---- snooze -----------------------------------------------------------------------------------------------------
 
 
@@ -316,7 +389,7 @@ def _job_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``incidents``, ``snooze`` and ``policy show`` to the ``stallwatch`` CLI."""
+    """Add ``incidents``, ``status``, ``snooze`` and ``policy show`` to the ``stallwatch`` CLI."""
     parser = subparsers.add_parser("incidents", help="incidents of the deployed Stallwatch, newest first")
     parser.add_argument("--job", type=job_name, help=f"only this job ({JOB_HELP})")
     parser.add_argument(
@@ -325,6 +398,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _job_flags(parser)
     deployment_flags(parser)
     parser.set_defaults(handler=run_incidents)
+
+    parser = subparsers.add_parser("status", help="a job's state and latest decision: why, and where each rank is")
+    parser.add_argument("job", metavar="JOB", type=job_name, help="SageMaker training job name or EC2 job")
+    parser.add_argument("--json", action="store_true", help="print the state and the decision's record as JSON")
+    _job_flags(parser)
+    deployment_flags(parser)
+    parser.set_defaults(handler=run_status)
 
     parser = subparsers.add_parser("snooze", help="no stop for a job until the snooze ends")
     parser.add_argument("job", metavar="JOB", type=job_name, help=JOB_HELP)

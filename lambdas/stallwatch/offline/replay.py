@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from stallwatch.core import contract, engine, wake
-from stallwatch.core.alarms import render_alarms
+from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
@@ -74,7 +74,7 @@ class ReplayDecision:
             "would": str(d.would),
             "diagnosis": str(d.diagnosis),
             "reasons": list(d.reasons),
-        }
+        } | ({"stacks": d.evidence["stacks"]} if "stacks" in d.evidence else {})
 
 
 @dataclass(frozen=True)
@@ -177,6 +177,7 @@ class _Run:
 
     def __init__(self, source: TraceSource, policy: Policy, config: StallwatchConfig) -> None:
         self.source = source
+        self.alarm_prefix = config.alarm_prefix
         self.effective = policy.for_job(source.job.tags)
         self.start = self.source.epoch(0)
         self.evaluator = AlarmEvaluator(
@@ -309,6 +310,10 @@ class _Run:
                 if self.woken(woken):
                     return True
 
+    def acts(self, name: str, state: AlarmState) -> bool:
+        """Whether the alarm `name` entering `state` invokes on_alarm (`alarms.acts_on`)."""
+        return acts_on(parse_alarm_name(name, self.alarm_prefix).kind, state.value)
+
     def alarmed(self, now: float, name: str) -> bool:
         """on_alarm for one alarm: True when it stops the job; an alarm of a job claimed by another is coalesced."""
         if now < self.claimed_until:
@@ -336,7 +341,7 @@ class _Run:
                 self.publish_log_idle(now)
             transitions = self.evaluator.evaluate(now)
             self.transitions += [AlarmChange(now - self.start, t.alarm_name, t.new) for t in transitions]
-            alarmed = [t.alarm_name for t in transitions if t.new is AlarmState.ALARM]
+            alarmed = [t.alarm_name for t in transitions if self.acts(t.alarm_name, t.new)]
             for name in alarmed:  # one on_alarm invocation per alarm
                 if self.alarmed(now, name):
                     return

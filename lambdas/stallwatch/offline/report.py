@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from stallwatch.core.goodput import Category, Goodput
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
@@ -82,7 +83,10 @@ def run_report(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(goodput.as_json(), indent=2))
     else:
-        Console().print(goodput_table(goodput))
+        console = Console()
+        console.print(goodput_table(goodput))
+        for job, why in goodput.stall_whys:  # plain text: the summary quotes the job's source lines
+            console.print(Text.assemble(("why ", "bold"), f"{job} stalled: {why}"))
     if args.plot:
         print(f"wrote {plots.goodput_chart(goodput, spans).save(args.plot)}", file=sys.stderr)
     return 0

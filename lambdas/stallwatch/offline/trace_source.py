@@ -6,7 +6,8 @@
 It shows the engine what `aws.source` would at the same moment: datapoints aggregated into the same
 1-minute periods with the same statistics, the same lookback, per-device platform metrics, the agent's
 metrics, per-host log freshness and tails with fatal-error lines, the sweeper's `LogIdleSeconds` as the replay
-publishes them (`publish_log_idle`), and the secondary status history.
+publishes them (`publish_log_idle`), the agent's stack dumps since the last step when it shows none (`core.stacks`),
+and the secondary status history.
 Trace time ``t`` (seconds since InProgress) maps to epoch seconds as ``TRACE_EPOCH + t``.
 """
 
@@ -17,7 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from stallwatch.core import alarms, contract
+from stallwatch.core import alarms, contract, stacks
 from stallwatch.core.evaluator import MetricKey, metric_key
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
@@ -132,6 +133,7 @@ class TraceSource:
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
+        self._stacks: list[LogLine] = []  # the agent's stack dumps, every host's, in time order
         self._statuses: list[tuple[float, str, str | None]] = []
         self.end: float | None = None
         self.last_t = 0.0  # trace time of the last event (the trace's duration)
@@ -149,8 +151,11 @@ class TraceSource:
             elif isinstance(event, LogEvent):
                 host = self.host_of_stream(event.log.stream)
                 if host is not None:
-                    self._logs[host].append(LogLine.read(t, event.log.stream, event.log.message))
+                    line = LogLine.read(t, event.log.stream, event.log.message)
+                    self._logs[host].append(line)
                     self._log_times[host].append(t)
+                    if contract.STACKS_MARKER in line.message:
+                        self._stacks.append(line)
             elif isinstance(event, StatusEvent):
                 self._statuses.append((t, event.status, event.secondary))
             elif isinstance(event, EndEvent):
@@ -305,4 +310,12 @@ class TraceSource:
             now=now,
             hosts={host: self._host(host, now, tail_start) for host in self.hosts},
             agent=agent,
+            stacks=self._stacks_since(stacks.dumps_since(agent, now - self.lookback), now),
         )
+
+    def _stacks_since(self, since: float | None, now: float) -> tuple[LogLine, ...]:
+        """The dump lines in [since, now], as `aws.stack_reads` reads them (None: not read)."""
+        if since is None:
+            return ()
+        times = [line.t for line in self._stacks]
+        return tuple(self._stacks[bisect.bisect_left(times, since) : bisect.bisect_right(times, now)])

@@ -14,10 +14,15 @@ until the stop succeeds (webhook): one message per failed stop, never one per sw
 
 When a decision says a rule turns decisive at a known time (`Decision.recheck_at`) and that time moved, the winner
 schedules a recheck then (`aws.rechecks`, one call); a failure to schedule is logged and counted, never raised,
-and the sweeper's rule (`engine.sweeper_due`) decides the job at its next run instead.
+and the sweeper's rule (`engine.sweeper_due`) decides the job at its next run instead. A decision that needs no
+recheck deletes the one still pending (one call; a failure logged, never raised).
 
 A job that has ended, or no longer exists, is never decided: no state item is written, its alarms are deleted (and
-an ended job's open incident closed, as its end event would).
+an ended job's open incident closed, as its end event would). An alarm's job is read (DescribeTrainingJob or
+DescribeInstances, which the decision's signals then reuse) before anything is written for it, so a job that does not
+exist costs the table nothing: no claim, no delete. Only a job this container found running a moment ago
+(`Runtime.found_running`, within the coalescing window) is claimed at once: the rest of its alarm burst costs one
+UpdateItem each.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange, RecheckEve
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ConcurrentDecisionError, StoredState, UnseenJobError, job_key
+from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms, clusters, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
@@ -68,10 +73,13 @@ class Outcome:
 
 
 def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dict[str, Any]:
-    """An alarm fired: look at its job and act on what the engine decides."""
+    """An alarm fired (ALARM; a gpu-memory alarm also on INSUFFICIENT_DATA, its host's data gone: `alarms.acts_on`):
+    look at its job and act on what the engine decides."""
     alarm = event.alarm
-    if alarm.state.value != "ALARM":
-        return Outcome(job="", status="ignored", details={"reason": f"alarm state {alarm.state.value}"}).as_dict()
+    state = alarm.state.value
+    ignored = {"reason": f"alarm state {state}"}
+    if state not in alarms.ACTING_STATES:
+        return Outcome(job="", status="ignored", details=ignored).as_dict()
     try:
         ref = alarms.parse_alarm_name(alarm.alarm_name, rt.config.alarm_prefix)
         error = clusters.job_name_error(ref.job, ref.platform)
@@ -80,20 +88,20 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
     except ValueError as exc:
         logger.warning("ignoring an alarm Stallwatch did not create", extra={"error": str(exc)})
         return Outcome(job="", status="ignored", details={"reason": str(exc)}).as_dict()
+    if not alarms.acts_on(ref.kind, state):
+        return Outcome(job=ref.job, status="ignored", details=ignored).as_dict()
     now = rt.clock()
-    key = job_key(ref.platform, ref.job)
     facts = None
-    try:
-        read = rt.store.claim_decision(key, now, COALESCE_SECONDS, known_only=True)
-    except UnseenJobError:  # never decided: the job must exist before anything is written for it
+    if not rt.found_running(ref.platform, ref.job, now):  # the job must exist before anything is written for it
         try:
             facts = rt.source(ref.platform).facts(ref.job)
-        except JobNotFoundError as exc:
-            deleted = delete_job_alarms(rt, ref.platform, ref.job)
+        except JobNotFoundError as exc:  # its alarms go; the table is not written to
+            deleted = delete_job_alarms(rt, ref.platform, ref.job, forget=False)
             return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
         if facts.status in ENDED_STATUSES:
             return _retired(rt, ref.platform, ref.job, facts.status)
-        read = rt.store.claim_decision(key, now, COALESCE_SECONDS)
+        rt.saw_running(ref.platform, ref.job, now)
+    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
@@ -134,6 +142,7 @@ def _decide_claimed(
     if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
         rt.store.release_claim(job_key(platform, job))
         return _retired(rt, platform, job, signals.facts.status)
+    rt.saw_running(platform, job, now)
     outcome = decide_and_act(
         signals, rt, trigger=trigger, event_key=event_key, read=read, hold_until=now + COALESCE_SECONDS
     )
@@ -291,13 +300,16 @@ def _schedule_recheck(
     rt: Runtime, facts: JobFacts, decision: Decision, scheduled_at: float | None, outcome: Outcome
 ) -> None:
     """Have the job decided again at `decision.recheck_at`: one Scheduler call when that time moved from the one
-    scheduled before (`scheduled_at`), none after a stop. After the actions, so it never delays a stop or a post; a
-    failure is logged and counted, never raised (the sweeper decides a due recheck, `engine.sweeper_due`)."""
+    scheduled before (`scheduled_at`), none after a stop; a decision that asks for none deletes a pending one (one
+    call). After the actions, so it never delays a stop or a post; a failure is logged (a failed schedule counted),
+    never raised (the sweeper decides a due recheck, `engine.sweeper_due`)."""
     at = decision.recheck_at
+    pending = scheduled_at is not None and scheduled_at > decision.at  # fires at or after its time: not yet
+    if rt.rechecks is not None and at is None and pending:
+        _cancel_recheck(rt, facts, outcome)
     if rt.rechecks is None or at is None or at == scheduled_at or decision.action is Action.STOP:
         return
     try:
-        pending = scheduled_at is not None and scheduled_at > decision.at  # fires at or after its time: not yet
         scheduled = rt.rechecks.schedule(facts.platform, facts.name, at, decision.at, pending=pending)
     except Exception as exc:  # an API error or a bug: the recheck is the sweeper's
         logger.exception("could not schedule the recheck; the sweeper decides it", extra={"job": facts.name, "at": at})
@@ -305,6 +317,19 @@ def _schedule_recheck(
         outcome.details["recheck"] = {"at": at, "ok": False, "detail": f"{type(exc).__name__}: {exc}"}
         return
     outcome.details["recheck"] = {"at": at, "ok": True, "fires_at": scheduled.fires_at, "schedule": scheduled.name}
+
+
+def _cancel_recheck(rt: Runtime, facts: JobFacts, outcome: Outcome) -> None:
+    """Delete the job's pending recheck, which no decision needs any more; a failure is logged, never raised (the
+    recheck then fires, finds a decision newer than its time, and is skipped)."""
+    assert rt.rechecks is not None
+    try:
+        deleted = rt.rechecks.cancel(facts.platform, facts.name)
+    except Exception as exc:  # an API error or a bug: only a skipped invocation is at stake
+        logger.exception("could not delete the recheck no decision needs", extra={"job": facts.name})
+        outcome.details["recheck"] = {"cancelled": False, "detail": f"{type(exc).__name__}: {exc}"}
+        return
+    outcome.details["recheck"] = {"cancelled": deleted}
 
 
 def _deliver(

@@ -10,7 +10,7 @@ import functools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
@@ -22,6 +22,7 @@ from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
 from stallwatch.core.config import (
+    ALARM_COALESCE_SECONDS,
     CONFIG_ENV,
     HEALTH_CHECK_DOCUMENT_ENV,
     JOB_DASHBOARD_URL_ENV,
@@ -29,6 +30,8 @@ from stallwatch.core.config import (
     StallwatchConfig,
 )
 from stallwatch.core.signals import Platform
+
+FOUND_RUNNING_KEPT = 1024  # jobs a container remembers having found running (the oldest are forgotten first)
 
 
 class LambdaEnvironment(BaseModel):
@@ -78,6 +81,8 @@ class Runtime:
     # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
     health_check_document: str = ""
     restart_document: str = ""
+    # The jobs this container found running, and when (`found_running`).
+    _found: dict[tuple[Platform, str], float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_env(cls) -> Runtime:
@@ -117,6 +122,19 @@ class Runtime:
     def deployment_id(self) -> str:
         """This deployment's id, carried by the Slack buttons and checked when they are pressed."""
         return deployment_id(self.clients.session.region_name or "", self.store.table)
+
+    def saw_running(self, platform: Platform, job: str, now: float) -> None:
+        """This container read the job's facts at `now`: it was running."""
+        self._found.pop((platform, job), None)
+        self._found[platform, job] = now
+        if len(self._found) > FOUND_RUNNING_KEPT:
+            del self._found[next(iter(self._found))]
+
+    def found_running(self, platform: Platform, job: str, now: float) -> bool:
+        """Whether this container found the job running less than `ALARM_COALESCE_SECONDS` ago: an alarm of it is
+        then claimed without reading its facts first (its burst costs a claim an alarm, `decide.handle_alarm`)."""
+        seen = self._found.get((platform, job))
+        return seen is not None and 0 <= now - seen < ALARM_COALESCE_SECONDS
 
     def source(self, platform: Platform) -> AwsSignalSource:
         return AwsSignalSource(self.clients, platform, self.config.policy, self.config.ec2_log_group)

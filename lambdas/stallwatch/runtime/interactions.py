@@ -11,7 +11,9 @@ walks: allow-list -> the button's deployment -> a job this deployment watches (r
 one DynamoDB transaction (JobState at the version read + audit record with the Slack user + a claim on this button
 of this alert, so a second press of it changes nothing) -> stop (Stop now) -> the message updated in place (bot
 token: chat.update; webhook: response_url). Users off the allow-list, foreign buttons and jobs not watched get an
-ephemeral answer and nothing else happens.
+ephemeral answer and nothing else happens. A press Lambda gave up applying (its invocation failed after Lambda's
+retries, or waited past `PRESS_MAX_AGE_SECONDS`) reaches `report_failed` through the function's on-failure
+destination (`failed_presses`): it is counted, which alarms, and posted back to the alert's channel.
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws import actions
-from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, SNOOZE_SECONDS, ButtonValue, OperatorAction
+from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, BUTTON_LABELS, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import context_block, slack_retries
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
 from stallwatch.core import clusters, contract
+from stallwatch.core.config import PRESS_MAX_AGE_SECONDS
 from stallwatch.core.decision import JobState
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
@@ -99,6 +102,10 @@ class MalformedPayloadError(RejectedRequestError):
 
 class SigningSecretMissingError(RuntimeError):
     """The Slack secret has no `signing_secret`: no request can be verified."""
+
+
+class PressNotReportedError(RuntimeError):
+    """A press that could not be applied could not be posted back either: the queue delivers it again."""
 
 
 # ---- the interaction payload ------------------------------------------------------------------------------------
@@ -161,10 +168,15 @@ def parse_payload(body: str) -> BlockActionsPayload:
 
 
 def verify_signature(
-    signing_secret: str, body: bytes | str, headers: Mapping[str, Any], now: Callable[[], float]
+    signing_secret: str,
+    body: bytes | str,
+    headers: Mapping[str, Any],
+    now: Callable[[], float],
+    window: float = SIGNATURE_WINDOW_SECONDS,
 ) -> str:
-    """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window; returns the
-    signature (the request's identity). Any header of any type, bytes or size is an `InvalidSignatureError`.
+    """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window (`window`);
+    returns the signature (the request's identity). Any header of any type, bytes or size is an
+    `InvalidSignatureError`.
 
     Written here rather than with slack_sdk's `SignatureVerifier`, which raises where a request must get a 401:
     ``int()`` on the timestamp header (a ValueError on text, or on more than 4,300 digits), ``hmac.compare_digest`` on
@@ -180,8 +192,8 @@ def verify_signature(
     if not SIGNATURE.fullmatch(signature):
         raise InvalidSignatureError(f"{SIGNATURE_HEADER} is not a v0 signature: {signature[:20]!r}")
     age = now() - int(timestamp)
-    if abs(age) > SIGNATURE_WINDOW_SECONDS:
-        raise ExpiredRequestError(f"{TIMESTAMP_HEADER} is {age:.0f} s from now (window {SIGNATURE_WINDOW_SECONDS} s)")
+    if abs(age) > window:
+        raise ExpiredRequestError(f"{TIMESTAMP_HEADER} is {age:.0f} s from now (window {window:.0f} s)")
     digest = hmac.new(signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256)
     if not hmac.compare_digest(f"v0={digest.hexdigest()}", signature):
         raise InvalidSignatureError(f"{SIGNATURE_HEADER} does not match the body")
@@ -248,10 +260,17 @@ class Interactions:
 
     def complete(self, press: DeferredPress) -> Reply:
         """The deferred work: the signature checked again (the event alone is never trusted), then authorize,
-        check the job and apply."""
+        check the job and apply. The request was claimed when Slack sent it, so its window here is as long as
+        Lambda may hold the invocation (a press retried or throttled is applied, not expired)."""
         try:
             secret = self.rt.notifier.credentials()
-            verify_signature(self._signing_secret(), press.body.encode(), press.headers(), self.rt.clock)
+            verify_signature(
+                self._signing_secret(),
+                press.body.encode(),
+                press.headers(),
+                self.rt.clock,
+                window=SIGNATURE_WINDOW_SECONDS + PRESS_MAX_AGE_SECONDS,
+            )
             payload = parse_payload(press.body)
             if not self._allowed(payload.user.id, secret):
                 logger.warning("operator not on the allow-list", extra={"user": payload.user.id})
@@ -261,6 +280,47 @@ class Interactions:
             return self._apply(payload, press.signature, secret)
         except RejectedRequestError as exc:
             return _rejected(exc)
+
+    def report_failed(self, press: DeferredPress, reason: str) -> Reply:
+        """A press Lambda gave up applying: counted (`OperatorActionsFailed`, which alarms), logged, and posted back
+        to the alert's channel, so the person who pressed sees that nothing was done. A press Slack did not sign
+        (its HMAC, whatever its age: it was claimed when it came) is counted and logged only. Raises
+        `PressNotReportedError` when Slack cannot be told, so the queue delivers it again."""
+        metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
+        try:
+            signed_at = int(press.timestamp) if TIMESTAMP.fullmatch(press.timestamp) else 0
+            verify_signature(self._signing_secret(), press.body.encode(), press.headers(), lambda: signed_at)
+            payload = parse_payload(press.body)
+        except RejectedRequestError as exc:
+            logger.error("a failed press Slack did not sign: not posted", extra={"error": str(exc), "reason": reason})
+            return Reply(exc.status, {"status": "rejected", "error": str(exc)})
+        target, user = payload.press.value, payload.user.id
+        label = BUTTON_LABELS[payload.press.action_id]
+        when = datetime.fromtimestamp(signed_at, UTC).strftime("%H:%M UTC")
+        text = (
+            f":warning: *{label}* on `{target.job}`, pressed by <@{user}> at {when}, could not be applied: {reason}. "
+            "Nothing was done: press it again, or act on the job in the console."
+        )
+        logger.error("a press could not be applied", extra={"job": target.job, "user": user, "reason": reason})
+        posted = self._post_back(payload, text, self.rt.notifier.credentials())
+        if not posted["ok"]:
+            raise PressNotReportedError(f"{target.job}: {posted['detail']}")
+        return Reply(200, {"status": "reported", "job": target.job, "action": payload.press.action_id.value, **posted})
+
+    def _post_back(self, payload: BlockActionsPayload, text: str, secret: Mapping[str, str]) -> dict[str, Any]:
+        """Tell the channel: a reply in the alert's thread with a bot token, else an in-channel message through the
+        press's response_url (valid 30 minutes)."""
+        channel, ts = payload.container.channel_id, payload.container.message_ts
+        if secret.get("bot_token") and not secret.get("webhook_url") and channel:
+            try:
+                self._web(secret["bot_token"]).chat_postMessage(channel=channel, thread_ts=ts, text=text)
+            except (SlackClientError, OSError) as exc:
+                logger.error("chat.postMessage failed", extra={"error": _slack_error(exc)})
+                return {"ok": False, "detail": f"chat.postMessage: {_slack_error(exc)}"}
+            return {"ok": True, "detail": "chat.postMessage"}
+        return self._respond(
+            payload.response_url, {"response_type": "in_channel", "replace_original": False, "text": text}
+        )
 
     def _signing_secret(self) -> str:
         signing_secret = self.rt.notifier.credentials().get("signing_secret")

@@ -52,7 +52,7 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
             try:  # a job SageMaker does not know gets nothing written (its alarms, if any, go)
                 rt.source(platform).facts(name)
             except JobNotFoundError as exc:
-                deleted = delete_job_alarms(rt, platform, name)
+                deleted = delete_job_alarms(rt, platform, name, forget=False)
                 return {"status": "not_found", "job": name, "reason": str(exc), "alarms_deleted": deleted}
             retired = retire_job(rt, platform, name, detail.training_job_status)
             if detail.training_job_status == STOPPED_SAGEMAKER:
@@ -69,8 +69,8 @@ def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtim
     source = rt.source(Platform.EC2)
     try:
         tags = {t["Key"]: t["Value"] for t in source.ec2_instance(instance).get("Tags", [])}
-    except JobNotFoundError:  # gone already: its alarms can only be those of a one-instance job
-        return retire_job(rt, Platform.EC2, instance, state)
+    except JobNotFoundError:  # gone already (or never was): only a one-instance job's alarms and state can be its
+        return retire_job(rt, Platform.EC2, instance, state, forget=False)
     job = clusters.job_of(tags, instance)
     if job is None and state in ENDED_EC2:  # untagged since: whatever alarms it had go
         return retire_job(rt, Platform.EC2, instance, state)
@@ -142,8 +142,6 @@ def provision_alarms(
     if not definitions:
         rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": len(stale)}
-    if not done:
-        rt.store.make_known(key, rt.clock())  # before its alarms: the first to fire claims it in one call
     todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
     for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
@@ -160,9 +158,10 @@ def provision_alarms(
     }
 
 
-def retire_job(rt: Runtime, platform: Platform, name: str, reason: str) -> dict[str, Any]:
-    """The job ended: delete its alarms and close its open incident."""
-    deleted = delete_job_alarms(rt, platform, name)
+def retire_job(rt: Runtime, platform: Platform, name: str, reason: str, forget: bool = True) -> dict[str, Any]:
+    """The job ended: delete its alarms and close its open incident (the table is written only for a job it knows;
+    `forget`: its alarm marker too, see `delete_job_alarms`)."""
+    deleted = delete_job_alarms(rt, platform, name, forget=forget)
     closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
@@ -194,11 +193,14 @@ def _delete(rt: Runtime, names: list[str]) -> None:
         rt.clients.cloudwatch.delete_alarms(AlarmNames=names[offset : offset + DELETE_ALARMS_LIMIT])
 
 
-def delete_job_alarms(rt: Runtime, platform: Platform, name: str) -> int:
-    """Delete every alarm under the job's name prefix; how many there were."""
+def delete_job_alarms(rt: Runtime, platform: Platform, name: str, forget: bool = True) -> int:
+    """Delete every alarm under the job's name prefix; how many there were. `forget` drops the job's alarm marker
+    too (a conditional delete); without it, as for a job no platform has, the table is not written to (a marker
+    left over runs out with its TTL)."""
     names = _alarm_names(rt, _job_prefix(rt, platform, name))
     _delete(rt, names)
-    rt.store.forget_provisioned(job_key(platform, name))
+    if forget:
+        rt.store.forget_provisioned(job_key(platform, name))
     return len(names)
 
 

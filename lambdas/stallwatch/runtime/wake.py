@@ -7,7 +7,8 @@ One delivery holds one log stream's events: its log group and stream name the jo
 a SageMaker job's stream, an EC2 instance of a watched job). A delivery with no fatal line among its events (the
 filter pattern is a superset of the regexes), of a stream no watched job writes, or a CONTROL_MESSAGE (CloudWatch Logs
 checking the destination) changes nothing; so does a job the platform does not know or that has ended (nothing is
-written to the table for it: it is first looked up, as an unseen alarm's job is).
+written to the table for it: it is read first, as an alarm's job is, unless this container found it running a moment
+ago).
 
 The decision begins when it sees the line (`core.wake.decision_start`: its timestamp, the time FilterLogEvents takes
 to return it, on a 10-second grid), so every host's watchdog lines, delivered as many events in many invocations,
@@ -27,7 +28,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from stallwatch.aws.events import DATA_MESSAGE, RECHECK_SOURCE, LogLinesEvent, RecheckEvent
 from stallwatch.aws.observability import metrics
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import StoredState, UnseenJobError, job_key
+from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract, wake
 from stallwatch.core.decision import Action
 from stallwatch.core.signals import JobFacts, Platform
@@ -60,16 +61,15 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     since, start = wake.seen_from(line_t), wake.decision_start(line_t, now)
     key = job_key(platform, job)
     facts = None
-    try:
-        read = rt.store.claim_wake(key, now, since, start, COALESCE_SECONDS, known_only=True)
-    except UnseenJobError:  # never decided: the job must exist, and run, before anything is written for it
+    if not rt.found_running(platform, job, now):  # the job must exist, and run, before anything is written for it
         try:
             facts = rt.source(platform).facts(job)
         except JobNotFoundError as exc:
             return Outcome(job, "not_found", details={"reason": str(exc)}).as_dict()
         if facts.status in ENDED_STATUSES:
             return Outcome(job, "ended", details={"reason": f"job {facts.status}"}).as_dict()
-        read = rt.store.claim_wake(key, now, since, start, COALESCE_SECONDS)
+        rt.saw_running(platform, job, now)
+    read = rt.store.claim_wake(key, now, since, start, COALESCE_SECONDS)
     if read is None:  # a decision that sees the line holds the claim, or was committed
         metrics.add_metric(name=contract.COALESCED_LINES, unit=MetricUnit.Count, value=1)
         return Outcome(job, "coalesced", details={"reason": "a decision that sees the line holds the claim"}).as_dict()
