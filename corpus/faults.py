@@ -27,7 +27,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from stallwatch.core import alarms, clusters, contract
+from stallwatch.core import clusters, contract
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -497,12 +497,12 @@ def _platform_metrics(sim: _Sim, t: float, host: int, state: str) -> None:
         _metric(sim, t, ns, "GPUMemoryUtilization", dims, memory * spec.devices)
         _metric(sim, t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
         return
-    dims = {alarms.CWAGENT_DIM_INSTANCE: name}
-    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, util)
-    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, memory / 100 * GPU_MEMORY_MIB)
-    _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, GPU_MEMORY_MIB)
+    dims = {contract.CWAGENT_DIM_INSTANCE: name}
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims, util)
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims, memory / 100 * GPU_MEMORY_MIB)
+    _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims, GPU_MEMORY_MIB)
     if job.ec2_power:
-        _metric(sim, t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER, dims, watts)
+        _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_POWER, dims, watts)
     _metric(sim, t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
 
 

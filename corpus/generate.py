@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes the stack dumps' lines
 
-from stallwatch.core import alarms, clusters, contract
+from stallwatch.core import clusters, contract
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -189,12 +189,12 @@ class Simulation:
             self.metric(t, ns, "GPUMemoryUtilization", dims, mem * spec.devices)
             self.metric(t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
         else:
-            dims = {alarms.CWAGENT_DIM_INSTANCE: name}
-            self.metric(t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, gpu)
+            dims = {contract.CWAGENT_DIM_INSTANCE: name}
+            self.metric(t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims, gpu)
             self.metric(
-                t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, mem / 100 * A100_MEMORY_MIB
+                t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims, mem / 100 * A100_MEMORY_MIB
             )
-            self.metric(t, contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, A100_MEMORY_MIB)
+            self.metric(t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims, A100_MEMORY_MIB)
             self.metric(t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
         if self.sc.agent and activity not in (DOWNLOAD, DEAD):
             power = {BUSY: self.sc.gpu.busy_w, STARVED: self.sc.gpu.busy_w * 0.45, HUNG: self.sc.gpu.hung_w}

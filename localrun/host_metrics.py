@@ -17,8 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from localrun.scenarios import GPUS_PER_HOST, VCPUS_PER_HOST, HostActivity
-from stallwatch.core import alarms
-from stallwatch.core.contract import CWAGENT_NAMESPACE, EC2_NAMESPACE, SAGEMAKER_NAMESPACE
+from stallwatch.core.contract import (
+    CWAGENT_DIM_INSTANCE,
+    CWAGENT_GPU_MEMORY_TOTAL,
+    CWAGENT_GPU_MEMORY_USED,
+    CWAGENT_GPU_UTILIZATION,
+    CWAGENT_NAMESPACE,
+    EC2_NAMESPACE,
+    SAGEMAKER_NAMESPACE,
+)
 from stallwatch.core.signals import Platform
 
 GPU_MEMORY_MIB = 40_960  # one A100 40 GB, as nvidia-smi reports memory.total
@@ -93,12 +100,12 @@ class HostMetricsSimulator:
         )
 
     def _publish_ec2(self, values: dict[str, float]) -> None:
-        dims = [{"Name": alarms.CWAGENT_DIM_INSTANCE, "Value": self._host}]
+        dims = [{"Name": CWAGENT_DIM_INSTANCE, "Value": self._host}]
         used = values["GPUMemoryUtilization"] / GPUS_PER_HOST / 100 * GPU_MEMORY_MIB
         gpu = {
-            alarms.CWAGENT_GPU_UTILIZATION: (values["GPUUtilization"] / GPUS_PER_HOST, "Percent"),
-            alarms.CWAGENT_GPU_MEMORY_USED: (used, "Megabytes"),
-            alarms.CWAGENT_GPU_MEMORY_TOTAL: (GPU_MEMORY_MIB, "Megabytes"),
+            CWAGENT_GPU_UTILIZATION: (values["GPUUtilization"] / GPUS_PER_HOST, "Percent"),
+            CWAGENT_GPU_MEMORY_USED: (used, "Megabytes"),
+            CWAGENT_GPU_MEMORY_TOTAL: (GPU_MEMORY_MIB, "Megabytes"),
         }
         self._cloudwatch.put_metric_data(
             Namespace=CWAGENT_NAMESPACE,

@@ -1,7 +1,7 @@
 """A small moto extension: EC2 instances whose LaunchTime moves on every start, as EC2's does.
 
 moto 5.2.5 keeps an instance's first LaunchTime across StopInstances/StartInstances; EC2 reports the latest start,
-which is what `aws.ec2_goodput` reads an attempt's start from. After `install()`, StartInstances moves it;
+which is what `aws.platforms.ec2_goodput` reads an attempt's start from. After `install()`, StartInstances moves it;
 `set_instance_times` puts a start or a stop (``StateTransitionReason``) at a given time, for a test's clock.
 
     from localrun import moto_ec2

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from stacks.ec2_training import cloudwatch_agent_config
-from stallwatch.core import alarms, clusters, contract
+from stallwatch.core import clusters, contract
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.policy import MODE_TAG, Policy
 from stallwatch.core.reading import EC2_STREAM
@@ -211,12 +211,12 @@ def test_the_cloudwatch_agent_publishes_the_per_instance_gpu_metrics_the_alarms_
     published = {CWAGENT_METRIC_PREFIX + m for m in metrics["metrics_collected"]["nvidia_gpu"]["measurement"]}
     assert metrics["namespace"] == contract.CWAGENT_NAMESPACE
     assert {
-        alarms.CWAGENT_GPU_UTILIZATION,
-        alarms.CWAGENT_GPU_MEMORY_USED,
-        alarms.CWAGENT_GPU_MEMORY_TOTAL,
+        contract.CWAGENT_GPU_UTILIZATION,
+        contract.CWAGENT_GPU_MEMORY_USED,
+        contract.CWAGENT_GPU_MEMORY_TOTAL,
     } <= published
-    assert metrics["append_dimensions"] == {alarms.CWAGENT_DIM_INSTANCE: "${aws:InstanceId}"}
-    assert metrics["aggregation_dimensions"] == [[alarms.CWAGENT_DIM_INSTANCE]]
+    assert metrics["append_dimensions"] == {contract.CWAGENT_DIM_INSTANCE: "${aws:InstanceId}"}
+    assert metrics["aggregation_dimensions"] == [[contract.CWAGENT_DIM_INSTANCE]]
 
 
 def test_the_cloudwatch_agent_ships_logs_to_the_ec2_log_group_one_stream_per_instance_id() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import sys
@@ -303,12 +304,15 @@ def test_the_step_path_makes_no_call_for_the_watch(make_agent, stacks_sink, cloc
             if event in ("call", "c_call"):
                 seen.append(getattr(arg, "__qualname__", None) or frame.f_code.co_qualname)
 
+        gc.collect()
+        gc.disable()  # a collection's weakref callbacks are no call of step()'s
         sys.setprofile(profile)
         try:
             with agent.step(tokens=8, samples=1):
                 pass
         finally:
             sys.setprofile(None)
+            gc.enable()
         return seen
 
     watching = make_agent(sinks=[stacks_sink])

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from stallwatch.aws import actions, autoscaling, resume, ssm
+from stallwatch.aws import actions, autoscaling, ssm
 from stallwatch.aws.api_errors import ApiError, api_error
+from stallwatch.aws.platforms.sagemaker import create_training_job
 from stallwatch.core.signals import JobFacts, Platform
 
 
@@ -50,7 +51,7 @@ def _details(error: Exception) -> list[str]:
         ssm.send(clients, "doc", ("i-0123456789abcdef0",), "comment", timeout_s=60).error,
         autoscaling.mark_unhealthy(clients, "i-0123456789abcdef0") or "",
         actions.stop(clients, JOB).detail,
-        resume.create_training_job(clients, {"TrainingJobName": "llama-r1", "Tags": []}).detail,
+        create_training_job(clients, {"TrainingJobName": "llama-r1", "Tags": []}).detail,
     ]
 
 
@@ -72,7 +73,7 @@ def test_an_unanswered_call_says_its_exception() -> None:
     error = EndpointConnectionError(endpoint_url="https://api.sagemaker.us-east-1.amazonaws.com")
     assert api_error(error) == ApiError("EndpointConnectionError", str(error))
     assert actions.stop(_clients(error), JOB).detail == f"EndpointConnectionError: {error}"
-    assert resume.create_training_job(_clients(error), {"TrainingJobName": "j", "Tags": []}).code == "ConnectionError"
+    assert create_training_job(_clients(error), {"TrainingJobName": "j", "Tags": []}).code == "ConnectionError"
 
 
 @pytest.mark.parametrize(("error", "status"), [(DENIED, 400), (CODELESS, 500)])

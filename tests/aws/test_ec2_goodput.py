@@ -3,7 +3,7 @@ restarted (their audit records), while they link up."""
 
 from __future__ import annotations
 
-from stallwatch.aws.ec2_goodput import RESUME_LAUNCH_SLACK_S, Resume, attempt_starts, resumes_of
+from stallwatch.aws.platforms.ec2_goodput import RESUME_LAUNCH_SLACK_S, Resume, attempt_starts, resumes_of
 
 
 def resume_record(at: float, launched: float | None, ok: bool | None = True) -> dict:

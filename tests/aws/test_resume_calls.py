@@ -11,7 +11,9 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError, ReadTimeoutError
 from botocore.stub import Stubber
 
-from stallwatch.aws.resume import create_training_job, describe_training_job, start_instances
+from stallwatch.aws.platforms.ec2 import start_instances
+from stallwatch.aws.platforms.sagemaker import create_training_job
+from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job
 
 REQUEST = {"TrainingJobName": "llama-r1", "Tags": []}
 

@@ -11,11 +11,10 @@ from botocore.stub import Stubber
 
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
-from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
-from stallwatch.core.policy import Policy
 from stallwatch.core.signals import JobFacts, Platform
 from tests.fixtures.world import MINUTE, World
 
@@ -53,7 +52,7 @@ def test_signals_of_a_job_cost_one_metric_call_whatever_its_hosts(rt, world: Wor
     rt.clients.cloudwatch.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When its signals are read
-    signals = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("wide", world.now)
+    signals = adapter(Platform.SAGEMAKER, rt.clients).job_signals("wide", world.now)
 
     # Then one GetMetricData call gave every host its per-device utilization and its own power
     assert calls.count("GetMetricData") == 1
@@ -75,7 +74,7 @@ def test_a_heterogeneous_jobs_search_is_divided_by_each_hosts_own_devices(rt, wo
     rt.clients.cloudwatch.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When its signals are read
-    signals = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("mixed", world.now)
+    signals = adapter(Platform.SAGEMAKER, rt.clients).job_signals("mixed", world.now)
 
     # Then one call (a SEARCH per metric) gave each host its utilization per device of its own type
     assert calls.count("GetMetricData") == 1
@@ -99,7 +98,7 @@ def test_hosts_beyond_what_one_search_returns_are_read_by_name(
     rt.clients.cloudwatch.meta.events.register("before-call", lambda model, **_: made.append(model.name))
 
     # When its signals are read
-    signals = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("big", world.now)
+    signals = adapter(Platform.SAGEMAKER, rt.clients).job_signals("big", world.now)
 
     # Then every host has its own series, the third read by name, in one call or two
     assert [signals.hosts[f"algo-{i}"].agent["GPUPowerWatts"].latest() for i in (1, 2, 3)] == [100.0, 200.0, 300.0]
@@ -294,7 +293,7 @@ def test_a_job_of_very_many_hosts_reads_them_at_a_coarser_period_in_one_answer(r
     )
 
     # When its signals are read
-    AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("huge", world.now)
+    adapter(Platform.SAGEMAKER, rt.clients).job_signals("huge", world.now)
 
     # Then the job's own series stay at 60 s and the hosts' SEARCHes are at 120 s, in one call
     (request,) = requests
@@ -318,7 +317,7 @@ def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hos
     job = "j" * 62 + "9"
 
     # When its reads are planned (no call: the plan is the job's facts alone)
-    reads = AwsSignalSource(None, platform, Policy())._reads(_facts(job, platform, hosts))  # type: ignore[arg-type]
+    reads = adapter(platform, None)._reads(_facts(job, platform, hosts))  # type: ignore[arg-type]
     searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
 
     # Then every SEARCH is within the limit at any period, and the hosts each leaves out are read by name alongside

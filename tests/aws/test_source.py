@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.platforms import adapter
 from stallwatch.core import contract, measures
-from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 from tests.fixtures.world import World
 
@@ -20,7 +19,7 @@ def test_each_job_is_read_at_its_alarms_period_after_its_tags(rt, world: World) 
         world.agent_job(job, "Steps", every_10s)
 
     # When both jobs' signals are read together
-    source = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy())
+    source = adapter(Platform.SAGEMAKER, rt.clients)
     signals = source.many_job_signals(["fast-job", "plain-job"], world.now + 1)
 
     # Then the tagged job keeps its 10 s datapoints (one per window), the other gets 1-minute sums
@@ -42,11 +41,11 @@ def test_an_ec2_jobs_log_streams_are_found_without_listing_a_shared_group(rt, wo
     rt.clients.logs.meta.events.register(
         "provide-client-params.logs.DescribeLogStreams", lambda params, **_: calls.append(dict(params))
     )
-    source = AwsSignalSource(rt.clients, Platform.EC2)
+    source = adapter(Platform.EC2, rt.clients)
 
     # When the job's hosts' log freshness is read
     facts = source.facts("llm-70b")
-    freshness = source.ec2_log_freshness(facts)
+    freshness = source.log_freshness(facts)
 
     # Then the 7 nodes that log are found among the group's most recent streams (2 pages at most of the 67), the
     # silent one is asked for by its prefix, and every fresh node's newest line is 2 minutes old
@@ -64,8 +63,8 @@ def test_an_ec2_job_whose_nodes_all_log_needs_one_describe_log_streams(rt, world
     rt.clients.logs.meta.events.register(
         "provide-client-params.logs.DescribeLogStreams", lambda params, **_: calls.append(dict(params))
     )
-    source = AwsSignalSource(rt.clients, Platform.EC2)
-    assert sorted(source.ec2_log_freshness(source.facts("llm-70b"))) == nodes
+    source = adapter(Platform.EC2, rt.clients)
+    assert sorted(source.log_freshness(source.facts("llm-70b"))) == nodes
     assert len(calls) == 1
 
 
@@ -82,7 +81,7 @@ def test_the_sweepers_log_idle_history_is_read_per_host(rt, world: World) -> Non
     )
 
     # When the job's signals are read
-    signals = AwsSignalSource(rt.clients, Platform.SAGEMAKER, Policy()).job_signals("rare-logger", world.now + 1)
+    signals = adapter(Platform.SAGEMAKER, rt.clients).job_signals("rare-logger", world.now + 1)
 
     # Then the host carries the history, and its resets are the 20-minute gaps the engine learns
     assert signals.hosts["algo-1"].log_idle.values() == [v for _, v in sawtooth]

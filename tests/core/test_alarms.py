@@ -238,7 +238,7 @@ def test_ec2_alarms_read_the_cloudwatch_agent_per_instance() -> None:
     # Then they read the agent's nvidia_smi metrics by InstanceId, memory as used / total
     assert idle["Metrics"][0]["MetricStat"]["Metric"] == {
         "Namespace": contract.CWAGENT_NAMESPACE,
-        "MetricName": alarms.CWAGENT_GPU_UTILIZATION,
+        "MetricName": contract.CWAGENT_GPU_UTILIZATION,
         "Dimensions": [{"Name": "InstanceId", "Value": "i-0abc123"}],
     }
     assert memory["Metrics"][-1]["Expression"] == "100 * m1 / m2"

@@ -12,7 +12,7 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from stallwatch.aws.clients import AwsClients
-from stallwatch.core import alarms, contract
+from stallwatch.core import contract
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import EndEvent, LogEvent, MetricEvent, StatusEvent
@@ -183,11 +183,11 @@ def run_instance(clients: AwsClients) -> tuple[str, float]:
 
 def put_ec2_history(clients: AwsClients, instance_id: str, launched: float) -> None:
     """Ten minutes of the CloudWatch agent's GPU metrics, EC2 CPU utilization and the agent's Steps."""
-    by_instance = [{"Name": alarms.CWAGENT_DIM_INSTANCE, "Value": instance_id}]
+    by_instance = [{"Name": contract.CWAGENT_DIM_INSTANCE, "Value": instance_id}]
     for minute in range(1, 11):
         at = datetime.fromtimestamp(launched + 60 * minute, UTC)
-        gpu = {alarms.CWAGENT_GPU_UTILIZATION: 97.0, alarms.CWAGENT_GPU_MEMORY_USED: 60_000.0}
-        gpu[alarms.CWAGENT_GPU_MEMORY_TOTAL] = 81_920.0
+        gpu = {contract.CWAGENT_GPU_UTILIZATION: 97.0, contract.CWAGENT_GPU_MEMORY_USED: 60_000.0}
+        gpu[contract.CWAGENT_GPU_MEMORY_TOTAL] = 81_920.0
         clients.cloudwatch.put_metric_data(
             Namespace=contract.CWAGENT_NAMESPACE,
             MetricData=[
@@ -239,11 +239,11 @@ def test_export_of_an_instance_writes_facts_and_metrics(clients: AwsClients, tmp
     assert trace.events[0] == StatusEvent(t=0.0, status="InProgress")
     metrics = [e.metric for e in trace.events if isinstance(e, MetricEvent)]
     seen = {(m.namespace, m.name, tuple(sorted(m.dimensions.items()))) for m in metrics}
-    by_instance = ((alarms.CWAGENT_DIM_INSTANCE, instance_id),)
+    by_instance = ((contract.CWAGENT_DIM_INSTANCE, instance_id),)
     assert seen == {
-        (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, by_instance),
-        (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, by_instance),
-        (contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, by_instance),
+        (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, by_instance),
+        (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, by_instance),
+        (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, by_instance),
         (contract.EC2_NAMESPACE, "CPUUtilization", by_instance),
         (contract.NAMESPACE, "Steps", ((contract.DIM_JOB, instance_id),)),
     }

@@ -22,7 +22,7 @@ from localrun.resources import create_table
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store
-from stallwatch.core import alarms, contract
+from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
 from stallwatch.core.evaluator import AlarmState
@@ -164,8 +164,8 @@ def test_without_the_agent_the_chart_draws_the_cloudwatch_agents_power_and_expla
             out.write(line)
             event = json.loads(line)
             metric = event.get("metric", {})
-            if metric.get("name") == alarms.CWAGENT_GPU_UTILIZATION:
-                power = {**metric, "name": alarms.CWAGENT_GPU_POWER, "value": 600.0 if metric["value"] > 50 else 90.0}
+            if metric.get("name") == contract.CWAGENT_GPU_UTILIZATION:
+                power = {**metric, "name": contract.CWAGENT_GPU_POWER, "value": 600.0 if metric["value"] > 50 else 90.0}
                 out.write(json.dumps({"t": event["t"], "metric": power}) + "\n")
 
     # When its replay is charted

@@ -10,7 +10,7 @@ from botocore.awsrequest import AWSResponse
 
 from handlers import on_alarm, on_job_state, sweeper
 from stallwatch.aws import actions
-from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.signals import Platform
@@ -210,7 +210,7 @@ def test_a_single_tagged_instance_is_its_own_job_named_by_its_id(rt, world, cont
     result = on_job_state.handler(instance_state_event(instance, "running"), context)
 
     # Then it is a one-host job named by its id, its GPU alarms per device of its 4 GPUs
-    facts = AwsSignalSource(rt.clients, Platform.EC2).facts(instance)
+    facts = adapter(Platform.EC2, rt.clients).facts(instance)
     assert (result["job"], result["alarms"]) == (instance, 6)
     assert (facts.instance_ids, facts.gpus_per_host) == ((instance,), 4)
 
@@ -231,7 +231,7 @@ def test_an_instance_that_refuses_the_stop_is_recorded_and_the_others_stop(rt, w
     # Given a 3-node job where StopInstances is refused for one node
     instances = world.launch(3, {"stallwatch:job": JOB, "stallwatch:mode": "enforce"})
     _refuse_stop_of(rt, instances[1])
-    facts = AwsSignalSource(rt.clients, Platform.EC2).facts(JOB)
+    facts = adapter(Platform.EC2, rt.clients).facts(JOB)
 
     # When the job is stopped
     result = actions.stop(rt.clients, facts)

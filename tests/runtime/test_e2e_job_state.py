@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from handlers import on_alarm, on_job_state, sweeper
 from stallwatch.aws import actions
-from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.signals import Platform
@@ -130,7 +130,7 @@ def test_stop_results_for_ec2_and_for_a_job_that_is_gone(rt, world) -> None:
     # Given a running GPU instance and a training job that does not exist
     instance = rt.clients.ec2.run_instances(ImageId=EXAMPLE_AMI, InstanceType="g5.xlarge", MinCount=1, MaxCount=1)
     instance_id = instance["Instances"][0]["InstanceId"]
-    ec2_facts = AwsSignalSource(rt.clients, Platform.EC2).facts(instance_id)
+    ec2_facts = adapter(Platform.EC2, rt.clients).facts(instance_id)
     ghost = replace(ec2_facts, name="ghost-job", platform=Platform.SAGEMAKER, instance_ids=())
 
     # When both are stopped, Then the instance stops and the missing job is a reported failure, not an exception

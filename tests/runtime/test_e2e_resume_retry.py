@@ -11,7 +11,7 @@ import pytest
 
 from handlers import on_job_state, sweeper
 from localrun import moto_sagemaker
-from stallwatch.aws.ec2_goodput import resumes_of
+from stallwatch.aws.platforms.ec2_goodput import resumes_of
 from stallwatch.aws.store import job_key
 from stallwatch.core import resume_retry
 from tests.fixtures.world import MINUTE, instance_state_event, job_state_event, scheduled_event

@@ -140,10 +140,10 @@ def test_hung_ec2_instance_is_warned_then_stopped(rt, world, slack, context) -> 
         TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
     )["Instances"][0]["InstanceId"]
     world.steps_until(instance, last_step_min=40)
-    dims = {alarms.CWAGENT_DIM_INSTANCE: instance}
-    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims, world.every_minute(110, 100.0))
-    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims, world.every_minute(110, 30_000.0))
-    world.metric(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims, world.every_minute(110, 40_000.0))
+    dims = {contract.CWAGENT_DIM_INSTANCE: instance}
+    world.metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims, world.every_minute(110, 100.0))
+    world.metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims, world.every_minute(110, 30_000.0))
+    world.metric(contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims, world.every_minute(110, 40_000.0))
 
     # When its progress alarm fires, and the sweeper runs after the grace period
     name = alarms.alarm_name(rt.config.alarm_prefix, "ec2", instance, alarms.PROGRESS)

@@ -10,23 +10,16 @@ account, region or table sharing the Slack app) instead of acting on a job of th
 from __future__ import annotations
 
 import hashlib
-import re
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, ConfirmObject, MarkdownTextObject, PlainTextObject
 
-from stallwatch.aws.events import EC2_INSTANCE_ID, SAGEMAKER_JOB_NAME
-from stallwatch.core.clusters import JOB_NAME
+from stallwatch.core.platforms import describe
 from stallwatch.core.signals import JobFacts, Platform
 
 ACTIONS_BLOCK_ID = "stallwatch_actions"
 DEPLOYMENT_ID_CHARS = 16
-# An EC2 job is its instances' stallwatch:job tag, or the id of a lone instance.
-JOB_NAMES = {
-    Platform.SAGEMAKER: re.compile(SAGEMAKER_JOB_NAME),
-    Platform.EC2: re.compile(f"(?:{EC2_INSTANCE_ID})|(?:{JOB_NAME.pattern})"),
-}
 
 
 class OperatorAction(StrEnum):
@@ -65,7 +58,7 @@ class ButtonValue(BaseModel):
     @model_validator(mode="after")
     def _job_name(self) -> ButtonValue:
         # A SageMaker job name, an EC2 job tag or an instance id: never an ARN, a path or another account's resource
-        if not JOB_NAMES[self.platform].fullmatch(self.job):
+        if not describe(self.platform).job_name.fullmatch(self.job):
             raise ValueError(f"job {self.job[:64]!r} is not a {self.platform.value} job name")
         return self
 

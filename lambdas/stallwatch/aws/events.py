@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -42,7 +41,7 @@ from pydantic import (
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.core import contract
-from stallwatch.core.clusters import JOB_NAME as EC2_JOB_NAME
+from stallwatch.core.platforms import describe
 from stallwatch.core.signals import Platform
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
@@ -225,12 +224,11 @@ class RecheckEvent(_Model):
     @field_validator("job")
     @classmethod
     def _job_name(cls, value: str, info: ValidationInfo) -> str:
-        # The names a job can have: SageMaker's, or an EC2 job tag's (an instance id included)
+        # The names a job of its platform can have: SageMaker's, or an EC2 job tag's (an instance id included)
         platform = info.data.get("platform")
         if platform is None:  # the platform's own error says what is wrong
             return value
-        pattern = SAGEMAKER_JOB_NAME if platform is Platform.SAGEMAKER else EC2_JOB_NAME.pattern
-        if not re.match(pattern, value):
+        if not describe(platform).names_job(value):
             raise ValueError(f"not a {platform.value} job name: {value!r}")
         return value
 

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from stallwatch.aws.store import NOT_EXISTS, Store
+from stallwatch.core.signals import Platform
 
 RECOVERY_PK = "recovery"
 CLAIM_SK_PREFIX = "recover#"
@@ -32,7 +33,7 @@ CHECKING, REPLACING, RESTARTING = "checking", "replacing", "restarted"
 
 @dataclass(frozen=True)
 class Recovery:
-    """One recovery in place of an EC2 job: what it started from, and where it is."""
+    """One recovery in place of a job (an EC2 job's): what it started from, and where it is."""
 
     job_key: str
     job: str
@@ -56,6 +57,11 @@ class Recovery:
     thread_ts: str | None = None
     version: int = 0
     held_until: float = 0.0  # a live hold: a Lambda is taking a step
+
+    @property
+    def platform(self) -> Platform:
+        """The job's platform, from its key (``job#<platform>#<name>``)."""
+        return Platform(self.job_key.split("#", 2)[1])
 
     @property
     def claim_sk(self) -> str:

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stallwatch.core import contract
+from stallwatch.core.platforms import describe
+from stallwatch.core.platforms.interface import MetricMath
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -73,13 +75,6 @@ DEFAULT_ACTION_STATES = frozenset({ALARM_STATE})
 ACTING_STATES = DEFAULT_ACTION_STATES.union(*ACTION_STATES.values())  # an alarm of some kind acts on each of these
 # CloudWatch refuses alarms whose EvaluationPeriods x Period exceeds one day.
 MAX_EVALUATION_SECONDS = 86_400
-
-# The CloudWatch agent's NVIDIA metrics (aggregated per instance, see the module docstring).
-CWAGENT_GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
-CWAGENT_GPU_MEMORY_USED = "nvidia_smi_memory_used"
-CWAGENT_GPU_MEMORY_TOTAL = "nvidia_smi_memory_total"
-CWAGENT_GPU_POWER = "nvidia_smi_power_draw"  # watts, read where the engine has no power from the training agent
-CWAGENT_DIM_INSTANCE = "InstanceId"
 
 
 @dataclass(frozen=True)
@@ -125,11 +120,9 @@ def acts_on(kind: str, state: str) -> bool:
 
 
 def host_names(facts: JobFacts) -> list[str]:
-    """The job's hosts as the signals name them: algo-1..algo-N on SageMaker (across all instance groups of a
-    heterogeneous cluster), instance ids on EC2 (every instance of the job's group)."""
-    if facts.platform is Platform.EC2:
-        return list(facts.instance_ids)
-    return [f"algo-{i}" for i in range(1, facts.instance_count + 1)]
+    """The job's hosts as the signals name them (`PlatformDescription.hosts`): algo-1..algo-N on SageMaker, instance
+    ids on EC2."""
+    return describe(facts.platform).host_names(facts)
 
 
 def render_alarms(facts: JobFacts, policy: EffectivePolicy, prefix: str, action_arns: list[str]) -> list[dict]:
@@ -171,6 +164,7 @@ class _Renderer:
         self.prefix = prefix
         self.action_arns = list(action_arns)
         self.period = thresholds.alarm_period_seconds
+        self.description = describe(facts.platform)
 
     def _early(self, minutes: float) -> float:
         """When the evidence ladder may first decide on a signal with this threshold (minutes)."""
@@ -200,25 +194,10 @@ class _Renderer:
             "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
         }
 
-    def _host_gpu_metrics(self, host: str, metric_name: str) -> list[dict[str, Any]]:
-        """Metric math giving one host's mean per-GPU percentage of `metric_name` (SageMaker names)."""
-        if self.facts.platform is Platform.SAGEMAKER:
-            metric = _metric(contract.SAGEMAKER_NAMESPACE, metric_name, {"Host": f"{self.facts.name}/{host}"})
-            return [
-                _stat("m1", metric, self.period, "Average"),
-                _expression(f"m1 / {self.facts.gpus_on(host)}", f"{metric_name} per GPU"),
-            ]
-        dims = {CWAGENT_DIM_INSTANCE: host}
-        if metric_name == "GPUUtilization":
-            metric = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_UTILIZATION, dims)
-            return [_stat("m1", metric, self.period, "Average"), _expression("m1", "GPU utilization per GPU")]
-        used = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_MEMORY_USED, dims)
-        total = _metric(contract.CWAGENT_NAMESPACE, CWAGENT_GPU_MEMORY_TOTAL, dims)
-        return [
-            _stat("m1", used, self.period, "Average"),
-            _stat("m2", total, self.period, "Average"),
-            _expression("100 * m1 / m2", "GPU memory used per GPU"),
-        ]
+    def _host_gpu_metrics(self, math: MetricMath) -> list[dict[str, Any]]:
+        """Metric math giving one host's mean per-GPU percentage (the platform's `MetricMath`)."""
+        inputs = [_stat(i, _metric(*metric), self.period, "Average") for i, metric in math.inputs.items()]
+        return [*inputs, _expression(math.expression, math.label)]
 
     def gpu_idle(self, host: str) -> dict[str, Any]:
         t = self.thresholds
@@ -226,7 +205,7 @@ class _Renderer:
             GPU_IDLE,
             host,
             f"GPU utilization per device below {t.idle_gpu_percent}% for {t.crash_confirm_minutes:g} min.",
-            Metrics=self._host_gpu_metrics(host, "GPUUtilization"),
+            Metrics=self._host_gpu_metrics(self.description.gpu_utilization(self.facts, host)),
             periods=self._periods(t.crash_confirm_minutes),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
@@ -240,7 +219,7 @@ class _Renderer:
             host,
             f"GPU memory per device below {t.idle_gpu_percent}% for {GPU_MEMORY_PERIODS} periods (the process left "
             "the GPUs), or no datapoint once the host reported (INSUFFICIENT_DATA: the host vanished).",
-            Metrics=self._host_gpu_metrics(host, "GPUMemoryUtilization"),
+            Metrics=self._host_gpu_metrics(self.description.gpu_memory(self.facts, host)),
             periods=min(GPU_MEMORY_PERIODS, self._periods(t.crash_confirm_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",

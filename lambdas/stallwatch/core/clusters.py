@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.core.policy import EC2_MONITOR_TAG, MODE_TAG, TAG_PREFIX, Mode, Policy, Thresholds
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts
 
 JOB_TAG = "stallwatch:job"
 LOG_GROUP_TAG = "stallwatch:log-group"
@@ -40,21 +40,6 @@ SAFER_LOWER = frozenset({"idle_gpu_percent", "power_drop_ratio", "stop_on_nonfin
 def monitored(tags: Mapping[str, str]) -> bool:
     """`stallwatch:monitor=true`, in any case (`True`, `TRUE`)."""
     return tags.get(EC2_MONITOR_TAG, "").strip().lower() == MONITOR_TAG_VALUE
-
-
-def job_name_error(name: str, platform: Platform | None = None) -> str | None:
-    """Why `name` cannot name a job of `platform` (None: of any platform); None when it can. An EC2 job is its
-    `stallwatch:job` tag or an instance id."""
-    valid = {
-        Platform.SAGEMAKER: SAGEMAKER_JOB_NAME.match(name) is not None,
-        Platform.EC2: JOB_NAME.match(name) is not None or INSTANCE_ID.match(name) is not None,
-    }
-    if valid[platform] if platform is not None else any(valid.values()):
-        return None
-    where = {None: "a SageMaker or EC2 job", Platform.SAGEMAKER: "a SageMaker job", Platform.EC2: "an EC2 job"}[
-        platform
-    ]
-    return f"{name[:80]!r} cannot name {where}: 1 to 63 letters, digits and '-' (EC2 job tags also '_')"
 
 
 def job_tag_error(tags: Mapping[str, str]) -> str | None:

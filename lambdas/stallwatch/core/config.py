@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 
@@ -161,19 +160,6 @@ class StallwatchConfig(BaseModel):
         "another group under it.",
     )
     log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
-
-    @property
-    def subscribed_log_groups(self) -> list[str]:
-        """The log groups whose fatal lines wake the engine: each monitored platform's, where subscribed."""
-        wanted = self.log_subscriptions
-        return [
-            group
-            for group, subscribed in (
-                (SAGEMAKER_LOG_GROUP, wanted.sagemaker and self.policy.monitor_sagemaker),
-                (self.ec2_log_group, wanted.ec2 and self.policy.monitor_ec2),
-            )
-            if subscribed
-        ]
 
     @property
     def health_alarm_prefix(self) -> str:

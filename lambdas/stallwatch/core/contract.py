@@ -47,6 +47,12 @@ SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 CWAGENT_NAMESPACE = "CWAgent"
 EC2_NAMESPACE = "AWS/EC2"
+# The CloudWatch agent's NVIDIA metrics, aggregated per instance (deploy/ec2/cloudwatch-agent.json, core.alarms).
+CWAGENT_GPU_UTILIZATION = "nvidia_smi_utilization_gpu"
+CWAGENT_GPU_MEMORY_USED = "nvidia_smi_memory_used"
+CWAGENT_GPU_MEMORY_TOTAL = "nvidia_smi_memory_total"
+CWAGENT_GPU_POWER = "nvidia_smi_power_draw"  # watts, read where the engine has no power from the training agent
+CWAGENT_DIM_INSTANCE = "InstanceId"
 
 # The control plane's own health metrics (Powertools EMF, dimension `service`: the deployment's name, SERVICE by
 # default), for its alarms and dashboards.

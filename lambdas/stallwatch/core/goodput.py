@@ -14,7 +14,7 @@ one's end, is split into categories that add up to it:
 
 GPU-hours and dollars are counted while a job holds its instances (nothing between jobs), per instance type for a
 heterogeneous job. On EC2 a run is one job name: each start of its instance group is an attempt, given as a `JobSpan`
-(`aws.ec2_goodput`).
+(`aws.platforms.ec2_goodput`).
 
     goodput = measure_goodput("llama-8b", [JobSpan(...), JobSpan(...)])
     goodput.ratio, goodput.totals[Category.STALLS].gpu_hours

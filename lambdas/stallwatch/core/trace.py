@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from stallwatch.core.platforms import describe
 from stallwatch.core.signals import Platform
 
 
@@ -48,15 +49,12 @@ class TraceJob(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> TraceJob:
-        if self.platform is Platform.EC2 and len(self.instance_ids) != self.instance_count:
+        platform = describe(self.platform)
+        if platform.named_hosts and len(self.instance_ids) != self.instance_count:
             raise ValueError(
-                f"ec2 jobs need one instance id per host: {self.instance_count} hosts, {self.instance_ids}"
+                f"{self.platform} jobs need one instance id per host: {self.instance_count} hosts, {self.instance_ids}"
             )
-        hosts = (
-            self.instance_ids
-            if self.platform is Platform.EC2
-            else [f"algo-{i}" for i in range(1, self.instance_count + 1)]
-        )
+        hosts = platform.hosts(self.instance_count, self.instance_ids)
         if unknown := sorted(set(self.host_types or {}) - set(hosts)):
             raise ValueError(f"host_types names hosts the job does not have: {unknown}")
         if "." in self.name:

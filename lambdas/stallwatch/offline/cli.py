@@ -30,8 +30,9 @@ from rich.text import Text
 from stallwatch import __version__
 from stallwatch.aws.observability import cap_library_loggers
 from stallwatch.core.alarms import parse_alarm_name
-from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.decision import Action
+from stallwatch.core.platforms import describe
 from stallwatch.core.policy import MODE_TAG, Mode, Policy
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import TraceError, TraceHeader, scan_trace
@@ -165,10 +166,10 @@ def run_export(args: argparse.Namespace) -> int:
     deployment = ops.Deployment.from_args(args)
     platform = args.platform or platform_of(args.job)
     # An EC2 job's logs are in the deployment's log group (its config: --config, else the deployed functions').
-    log_group = deployment.config.ec2_log_group if platform is Platform.EC2 else EC2_LOG_GROUP
+    config = deployment.config if describe(platform).configured_logs else None
     clients = deployment.clients
     with WorkProgress() as progress, progress.aws_calls(clients.session, f"exporting {args.job}"):
-        trace = export_trace(args.job, clients, out, platform=platform, ec2_log_group=log_group)
+        trace = export_trace(args.job, clients, out, platform=platform, config=config)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 

@@ -44,11 +44,12 @@ from rich.console import Console
 from rich.text import Text
 
 from stallwatch.aws import log_subscriptions
-from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER
+from stallwatch.core.alarms import host_names
 from stallwatch.core.config import FATAL_LINES_FILTER, SlackMode, StallwatchConfig, slack_mode_of
-from stallwatch.core.contract import CWAGENT_NAMESPACE
+from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE
+from stallwatch.core.platforms import DESCRIPTIONS, subscribed_log_groups
+from stallwatch.core.platforms.interface import PlatformDescription
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
-from stallwatch.core.signals import Platform
 from stallwatch.offline import ops
 
 HANDLERS = {
@@ -459,18 +460,24 @@ def _listed(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-def check_ec2_power(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
-    """Each running EC2 job's instances publish GPU power (the CloudWatch agent's `nvidia_smi_power_draw`): without
-    the training agent, power is what tells a hung collective (busy GPUs drawing less, logs silent) from work, so
-    the engine decides a silent hang sooner with it than from the job's history of silences alone."""
-    if not config.policy.monitor_ec2:
-        return
-    from stallwatch.aws.source import AwsSignalSource  # imported here: only this check reads the jobs
+def check_agent_power(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
+    """Each running job's instances publish GPU power (the CloudWatch agent's `nvidia_smi_power_draw`), on every
+    watched platform whose hosts' power is the CloudWatch agent's (EC2): without the training agent, power is what
+    tells a hung collective (busy GPUs drawing less, logs silent) from work, so the engine decides a silent hang
+    sooner with it than from the job's history of silences alone."""
+    for description in DESCRIPTIONS.values():
+        if description.agent_power and getattr(config.policy, description.monitor_setting):
+            yield from _agent_power(deployed, config, description)
+
+
+def _agent_power(deployed: Deployed, config: StallwatchConfig, platform: PlatformDescription) -> Iterator[Check]:
+    from stallwatch.aws.platforms import adapter  # imported here: only this check reads the jobs
 
     clients = deployed.deployment.clients
-    jobs = AwsSignalSource(clients, Platform.EC2, config.policy, config.ec2_log_group).ec2_jobs()
+    source = adapter(platform.platform, clients, config)
+    jobs = {name: facts or source.facts(name) for name, facts in source.running_jobs(time.time()).items()}
     if not jobs:
-        yield Check("EC2 GPU power", Status.OK, "no EC2 job is running")
+        yield Check(f"{platform.label} GPU power", Status.OK, f"no {platform.label} job is running")
         return
     powered = _instances_publishing(clients.cloudwatch, CWAGENT_GPU_POWER)
     fix = (
@@ -479,15 +486,16 @@ def check_ec2_power(deployed: Deployed, config: StallwatchConfig) -> Iterator[Ch
         "decides a silent hang sooner"
     )
     for name, facts in jobs.items():
-        silent = [i for i in facts.instance_ids if i not in powered]
+        hosts = host_names(facts)
+        silent = [i for i in hosts if i not in powered]
         if silent:
             detail = (
-                f"{len(silent)} of {len(facts.instance_ids)} instances publish no {CWAGENT_GPU_POWER} "
+                f"{len(silent)} of {len(hosts)} instances publish no {CWAGENT_GPU_POWER} "
                 f"({', '.join(silent[:3])}{', ...' if len(silent) > 3 else ''})"
             )
-            yield Check(f"EC2 GPU power {name}", Status.WARN, detail, fix)
+            yield Check(f"{platform.label} GPU power {name}", Status.WARN, detail, fix)
         else:
-            yield Check(f"EC2 GPU power {name}", Status.OK, f"{len(facts.instance_ids)} instances publish it")
+            yield Check(f"{platform.label} GPU power {name}", Status.OK, f"{len(hosts)} instances publish it")
 
 
 def _instances_publishing(cloudwatch: Any, metric: str) -> set[str]:
@@ -530,7 +538,7 @@ def check_log_subscriptions(deployed: Deployed, config: StallwatchConfig, subscr
     logs = deployed.deployment.clients.session.client("logs", config=deployed.deployment.clients.config)
     name = FATAL_LINES_FILTER.format(deployment=function["Environment"]["Variables"].get(SERVICE_ENV, ""))
     pattern = config.policy.fatal_filter_pattern
-    for group in config.subscribed_log_groups:
+    for group in subscribed_log_groups(config).values():
         subscription = log_subscriptions.Subscription(group, name, pattern, function["FunctionArn"])
         check = f"fatal lines of {group}"
         found = log_subscriptions.filters(logs, group)
@@ -583,7 +591,7 @@ def run_checks(
     checks += check_iam(deployed, config, region, identity["Account"])
     checks.append(check_sweeper(deployed, config, clock()))
     checks += check_health_topic(deployed, config, region, identity["Account"])
-    checks += check_ec2_power(deployed, config)
+    checks += check_agent_power(deployed, config)
     checks += check_log_subscriptions(deployed, config, subscribe)
     if send_alert:
         checks.append(send_test_alert(deployed, identity["Arn"]))

@@ -19,21 +19,20 @@ CloudWatch keeps 1-minute datapoints for 15 days: export within that.
 from __future__ import annotations
 
 import math
-import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.metric_reads import MetricRef, read_series
-from stallwatch.aws.resume import describe_training_job
-from stallwatch.aws.source import EC2_HOST_METRICS, SAGEMAKER_HOST_METRICS, AwsSignalSource, JobNotFoundError
-from stallwatch.core import clusters, contract
-from stallwatch.core.alarms import CWAGENT_DIM_INSTANCE, host_names
-from stallwatch.core.config import EC2_LOG_GROUP
-from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import AGENT_STATISTICS, FILTER_STREAMS_LIMIT, METRIC_PERIOD_SECONDS
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.aws.platforms import adapter
+from stallwatch.aws.source import JobNotFoundError
+from stallwatch.core import contract
+from stallwatch.core.alarms import host_names
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms import describe, likely
+from stallwatch.core.reading import AGENT_STATISTICS, METRIC_PERIOD_SECONDS
+from stallwatch.core.signals import JobFacts, Platform, Series
 from stallwatch.core.trace import (
     EndEvent,
     Event,
@@ -49,36 +48,33 @@ from stallwatch.core.trace import (
 from stallwatch.offline.trace_file import write_trace
 
 RUNNING = "InProgress"
-# Secondary statuses that end the job; the trace carries the job's final status once, at its end.
-FINAL_SECONDARY = frozenset({"Completed", "Failed", "Stopping", "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
-# DescribeInstances' StateTransitionReason of a stopped instance: "User initiated (2025-06-01 12:00:00 GMT)".
-EC2_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
 
 class ExportError(ValueError):
-    """The job cannot be exported: SageMaker or EC2 does not know it."""
+    """The job cannot be exported: its platform does not know it."""
 
 
 def platform_of(job_name: str) -> Platform:
-    """EC2 for an instance id (``i-`` and 8 to 17 hex digits, as EC2 events spell it), else SageMaker.
+    """The likeliest platform of a job named `job_name` (`core.platforms.likely`): EC2 for an instance id (``i-``
+    and 8 to 17 hex digits, as EC2 events spell it), else SageMaker.
 
     >>> platform_of("i-0123456789abcdef0"), platform_of("llm-7b")
     (<Platform.EC2: 'ec2'>, <Platform.SAGEMAKER: 'sagemaker'>)
     """
-    return Platform.EC2 if clusters.INSTANCE_ID.match(job_name) else Platform.SAGEMAKER
+    return likely(job_name)[0]
 
 
-def _epoch(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
+def _platform_refs(facts: JobFacts, host: str) -> list[MetricRef]:
+    """The host's platform metrics, raw (the replay normalizes them per device, as the adapters do): the series its
+    platform's description reads."""
+    refs: list[MetricRef] = []
 
+    def record(namespace: str, name: str, dimensions: dict[str, str], divisor: float) -> Series:
+        refs.append(MetricRef(namespace, name, tuple(dimensions.items())))
+        return Series()
 
-def _platform_refs(job: TraceJob, host: str) -> list[MetricRef]:
-    """The host's platform metrics, raw: the replay normalizes them per device, as `aws.source` does."""
-    if job.platform is Platform.SAGEMAKER:
-        dims = (("Host", f"{job.name}/{host}"),)
-        return [MetricRef(contract.SAGEMAKER_NAMESPACE, name, dims) for name in SAGEMAKER_HOST_METRICS.values()]
-    dims = ((CWAGENT_DIM_INSTANCE, host),)
-    return [MetricRef(namespace, name, dims) for namespace, name in EC2_HOST_METRICS.values()]
+    describe(facts.platform).host_series(facts, host, record)
+    return refs
 
 
 def _metric_refs(job: TraceJob) -> list[MetricRef]:
@@ -102,7 +98,7 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
         for name in contract.JOB_METRICS
     ]
     for host in host_names(facts):
-        refs += _platform_refs(job, host)
+        refs += _platform_refs(facts, host)
         host_dims = (*job_dims, (contract.DIM_HOST, host))
         refs += [
             MetricRef(contract.NAMESPACE, name, host_dims, AGENT_STATISTICS.get(name, "Average"))
@@ -166,79 +162,24 @@ def export_trace(
     out: str | Path | TextIO | None = None,
     until: float | None = None,
     platform: Platform | None = None,
-    ec2_log_group: str = EC2_LOG_GROUP,
+    config: StallwatchConfig | None = None,
 ) -> Trace:
     """Read `job_name` into a trace; write it to `out` if given. The platform is `platform`, else EC2 for an
-    instance id and SageMaker for any other name (an EC2 job named by its `stallwatch:job` tag needs `platform`).
+    instance id and SageMaker for any other name (an EC2 job named by its `stallwatch:job` tag needs `platform`);
+    `config`: the deployment's, where its platform reads logs from where the deployment says (EC2's log group).
 
     The trace spans the job's start (t = 0: a SageMaker job's creation, an EC2 job's first LaunchTime) to its end,
     or to `until` (epoch seconds; default: now while it runs).
     """
-    if (platform or platform_of(job_name)) is Platform.EC2:
-        return _export_ec2(job_name, clients, out, until, ec2_log_group)
-    return _export_sagemaker(job_name, clients, out, until)
-
-
-def _export_sagemaker(
-    job_name: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None
-) -> Trace:
-    """A SageMaker training job: status history, metrics and logs, from its creation."""
+    source = adapter(platform or platform_of(job_name), clients, config)
     try:
-        described, tags = describe_training_job(clients, job_name)
-    except clients.sagemaker.exceptions.ClientError as exc:
-        raise ExportError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
-    layout = clusters.sagemaker_layout(described["ResourceConfig"])
-    spec = instance_spec(layout.instance_type)
-    job = TraceJob(
-        name=job_name,
-        platform=Platform.SAGEMAKER,
-        instance_type=layout.instance_type,
-        instance_count=layout.instance_count,
-        gpus_per_host=spec.devices,
-        vcpus_per_host=spec.vcpus,
-        tags=tags,
-        host_types=layout.host_types or None,
-    )
-    start = described["CreationTime"].timestamp()
-    status = described["TrainingJobStatus"]
-    ended = _epoch(described.get("TrainingEndTime")) if status != RUNNING else None
-    end = _end_of(start, until, ended)
-
-    events: list[Event] = [
-        StatusEvent(
-            t=max(0.0, transition["StartTime"].timestamp() - start), status=RUNNING, secondary=transition["Status"]
-        )
-        for transition in described.get("SecondaryStatusTransitions", [])
-        if transition["Status"] not in FINAL_SECONDARY
-    ]
-    events += _metric_events(clients.cloudwatch, job, start, end)
-    selection = {"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{job_name}/"}
-    events += _log_events(clients.logs, selection, start, end)
-    if ended is not None and ended <= end:
-        events.append(StatusEvent(t=max(0.0, ended - start), status=status, secondary=described.get("SecondaryStatus")))
-    return _finish(job, events, end - start, f"exported from SageMaker ({status})", out)
-
-
-def _ec2_stop_time(instance: dict[str, Any]) -> float | None:
-    """When a no-longer-running instance stopped, from its StateTransitionReason; None if it does not say."""
-    match = EC2_TRANSITION_TIME.search(instance.get("StateTransitionReason") or "")
-    if match is None:
-        return None
-    return datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
-
-
-def _export_ec2(
-    job_name: str, clients: AwsClients, out: str | Path | TextIO | None, until: float | None, ec2_log_group: str
-) -> Trace:
-    """An EC2 job (its instances), from the first LaunchTime: the metrics and log lines the control plane reads."""
-    source = AwsSignalSource(clients, Platform.EC2, ec2_log_group=ec2_log_group)
-    try:
-        facts = source.facts(job_name)
+        history = source.history(job_name)
     except JobNotFoundError as exc:
         raise ExportError(str(exc)) from exc
+    facts = history.facts
     job = TraceJob(
         name=facts.name,
-        platform=Platform.EC2,
+        platform=facts.platform,
         instance_type=facts.instance_type,
         instance_count=facts.instance_count,
         gpus_per_host=facts.gpus_per_host,
@@ -247,21 +188,19 @@ def _export_ec2(
         instance_ids=list(facts.instance_ids),
         host_types=dict(facts.host_types) or None,
     )
-    start = facts.start_time
-    ended = None
-    if facts.status != RUNNING:  # only a stopped job needs its stop time, which the facts do not carry
-        stops = [_ec2_stop_time(source.ec2_instance(i)) for i in facts.instance_ids]
-        ended = max(stops) if stops and None not in stops else None
+    start, ended = history.start, history.ended
     end = _end_of(start, until, ended)
-
-    events: list[Event] = [StatusEvent(t=0.0, status=RUNNING)]
+    events: list[Event] = [
+        StatusEvent(t=max(0.0, t - start), status=status, secondary=secondary)
+        for t, status, secondary in history.changes
+    ]
     events += _metric_events(clients.cloudwatch, job, start, end)
-    group = facts.log_group or ec2_log_group
-    streams = [s["logStreamName"] for s in source.ec2_streams(facts)]
-    for offset in range(0, len(streams), FILTER_STREAMS_LIMIT):
-        selection = {"logGroupName": group, "logStreamNames": streams[offset : offset + FILTER_STREAMS_LIMIT]}
+    for selection in history.log_selections:
         events += _log_events(clients.logs, selection, start, end)
-    if facts.status != RUNNING and (ended is None or ended <= end):
-        # Without a stop time the job is known stopped only by the end of the trace.
-        events.append(StatusEvent(t=max(0.0, (ended or end) - start), status=facts.status))
-    return _finish(job, events, end - start, f"exported from EC2 ({facts.status})", out)
+    if history.final is not None and (ended is None or ended <= end):
+        # Without its end time the job is known ended only by the end of the trace.
+        status, secondary = history.final
+        events.append(
+            StatusEvent(t=max(0.0, (ended if ended is not None else end) - start), status=status, secondary=secondary)
+        )
+    return _finish(job, events, end - start, f"exported from {source.description.label} ({facts.status})", out)

@@ -31,8 +31,8 @@ from rich.table import Table
 from rich.text import Text
 
 from stallwatch.aws.store import Store, job_key
-from stallwatch.core.clusters import job_name_error
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.platforms import DEFAULT, job_name_error
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
 
@@ -294,9 +294,9 @@ def run_status(args: argparse.Namespace) -> int:
 def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float, now: float) -> float:
     """Snooze a running job until `now + seconds`, audited with the caller's IAM identity; returns the end."""
     # imported here: only the commands that touch a job need the AWS source and the state writer
-    from stallwatch.aws.source import AwsSignalSource
+    from stallwatch.aws.platforms import adapter
 
-    AwsSignalSource(deployment.clients, platform).facts(job)  # JobNotFoundError on a typo, before any write
+    adapter(platform, deployment.clients).facts(job)  # JobNotFoundError on a typo, before any write
     operator = deployment.clients.session.client("sts").get_caller_identity()["Arn"]
     until = now + seconds
     audit = {
@@ -327,11 +327,12 @@ def run_snooze(args: argparse.Namespace) -> int:
 def effective_policy(deployment: Deployment, job: str | None, platform: Platform) -> tuple[EffectivePolicy, dict]:
     """The deployed policy, after `job`'s tags when given; and the tags."""
     # imported here: see `snooze`
-    from stallwatch.aws.source import AwsSignalSource
+    from stallwatch.aws.platforms import adapter
 
     config = deployment.config
-    source = AwsSignalSource(deployment.clients, platform, config.policy, config.ec2_log_group)
-    tags = source.facts(job).tags if job else {}  # an EC2 job's: merged over its instances
+    tags = (
+        adapter(platform, deployment.clients, config).facts(job).tags if job else {}
+    )  # an EC2 job's: merged over its instances
     return config.policy.for_job(tags), tags
 
 
@@ -383,9 +384,7 @@ def deployment_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _job_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--platform", type=Platform, choices=list(Platform), default=Platform.SAGEMAKER, help="default sagemaker"
-    )
+    parser.add_argument("--platform", type=Platform, choices=list(Platform), default=DEFAULT, help=f"default {DEFAULT}")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

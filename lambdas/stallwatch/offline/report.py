@@ -6,8 +6,8 @@
     stallwatch report llm-70b --platform ec2          # the instances tagged stallwatch:job=llm-70b (or i-0abc...)
 
 Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
-(`aws.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance id: EC2
-first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
+(`aws.platforms.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance
+id: EC2 first). The agent's windows come from CloudWatch (read at ``--period`` seconds, so a category is exact to one
 period), Stallwatch's stops from the deployment's table (see `ops.Deployment`). On a terminal the AWS calls are
 counted as they are made (`progress.WorkProgress`).
 """

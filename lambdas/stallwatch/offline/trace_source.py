@@ -20,18 +20,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from stallwatch.core import alarms, contract, stacks
 from stallwatch.core.evaluator import MetricKey, metric_key
+from stallwatch.core.platforms import describe
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
-    EC2_STREAM,
     ERROR_LINES_PER_HOST,
     LOG_LINES_PER_HOST,
     LOG_TAIL_SECONDS,
     LOOKBACK_SECONDS,
     METRIC_PERIOD_SECONDS,
-    SAGEMAKER_STREAM,
     host_period,
 )
-from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform, Series
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
 from stallwatch.core.trace import EndEvent, Event, LogEvent, MetricEvent, StatusEvent, Trace, TraceHeader
 
 # Trace t = 0 (the job entered InProgress) is this epoch second; the corpus's stream names use it too.
@@ -128,6 +127,7 @@ class TraceSource:
         self.job = header.job
         self.job_name = self.job.name
         self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
+        self._platform_description = describe(self.job.platform)
         self.hosts = alarms.host_names(self._layout)
         self.host_period = host_period(len(self.hosts), METRIC_PERIOD_SECONDS)
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
@@ -179,14 +179,9 @@ class TraceSource:
         return self.base + t
 
     def host_of_stream(self, stream: str) -> str | None:
-        """The host a log stream belongs to: SageMaker's ``<job>/algo-N-<epoch>``, or on EC2 the instance id
-        (``i-...`` or ``i-.../<file>``, as the CloudWatch agent names them); None for other streams."""
-        if self.job.platform is Platform.EC2:
-            match = EC2_STREAM.match(stream)
-            return match["host"] if match is not None and match["host"] in self._logs else None
-        match = SAGEMAKER_STREAM.match(stream)
-        ours = match is not None and match["job"] == self.job_name and match["host"] in self._logs
-        return match["host"] if ours else None
+        """The host a log stream belongs to, as its platform names streams (SageMaker's ``<job>/algo-N-<epoch>``, on
+        EC2 the instance id: ``i-...`` or ``i-.../<file>``, as the CloudWatch agent names them); None for others."""
+        return self._platform_description.host_of_stream(stream, self.job_name, self._logs)
 
     def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
         job = self.job
@@ -243,29 +238,12 @@ class TraceSource:
         return self._series(key, now, statistic, divisor, self.host_period)
 
     def _platform(self, host: str, now: float) -> Mapping[str, Series]:
-        job = self.job
-        if job.platform is Platform.SAGEMAKER:
-            dims = {"Host": f"{job.name}/{host}"}
-            ns = contract.SAGEMAKER_NAMESPACE
-            gpus, vcpus = self._layout.gpus_on(host), self._layout.vcpus_on(host)
-            return {
-                "gpu_util": self._host_series(metric_key(ns, "GPUUtilization", dims), now, divisor=gpus),
-                "gpu_mem_util": self._host_series(metric_key(ns, "GPUMemoryUtilization", dims), now, divisor=gpus),
-                "cpu_util": self._host_series(metric_key(ns, "CPUUtilization", dims), now, divisor=vcpus),
-            }
-        dims = {alarms.CWAGENT_DIM_INSTANCE: host}
-        used = self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_USED, dims), now)
-        total = dict(
-            self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_MEMORY_TOTAL, dims), now).points
-        )
-        return {
-            "gpu_util": self._host_series(
-                metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_UTILIZATION, dims), now
-            ),
-            "gpu_mem_util": Series(tuple((t, 100 * v / total[t]) for t, v in used.points if total.get(t))),
-            "cpu_util": self._host_series(metric_key(contract.EC2_NAMESPACE, "CPUUtilization", dims), now),
-            "gpu_power": self._host_series(metric_key(contract.CWAGENT_NAMESPACE, alarms.CWAGENT_GPU_POWER, dims), now),
-        }
+        """The host's platform series, per device, as its platform's description reads them."""
+
+        def read(namespace: str, name: str, dimensions: dict[str, str], divisor: float) -> Series:
+            return self._host_series(metric_key(namespace, name, dimensions), now, divisor=divisor)
+
+        return self._platform_description.host_series(self._layout, host, read)
 
     def _host(self, host: str, now: float, tail_start: float) -> HostSignals:
         host_dims = {contract.DIM_JOB: self.job_name, contract.DIM_HOST: host}

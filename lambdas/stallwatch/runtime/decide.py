@@ -1,6 +1,6 @@
 """Decide and act: one job's signals -> the engine's decision -> commit -> stop -> Slack -> audit.
 
-    outcome = decide_and_act(rt.source(Platform.SAGEMAKER).job_signals(job, now), rt, trigger="sweeper")
+    outcome = decide_and_act(rt.source(platform).job_signals(job, now), rt, trigger="sweeper")
     handle_alarm(parse_event(raw, AlarmEvent), rt)     # on_alarm: the alarm's job, decided
     handle_recheck(parse_event(raw, RecheckEvent), rt) # on_alarm: a recheck the engine asked for, come due
 
@@ -38,19 +38,20 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
-from stallwatch.core import alarms, clusters, contract, engine
+from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision
+from stallwatch.core.platforms import job_name_error
+from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.policy import Mode
 from stallwatch.core.resume import RECOVERY_OUTCOME
 from stallwatch.core.signals import JobFacts, JobSignals, Platform
 from stallwatch.runtime import recover
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.provision import ENDED_SAGEMAKER, delete_job_alarms, retire_job
+from stallwatch.runtime.provision import delete_job_alarms, retire_job
 
 POSTED_ACTIONS = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 COALESCE_SECONDS = ALARM_COALESCE_SECONDS  # an alarm of a job decided (or being decided) this recently is coalesced
-ENDED_STATUSES = ENDED_SAGEMAKER  # `JobFacts.status` of an ended job (an EC2 instance's reads "Stopped")
 # The longest a deciding Lambda runs (the sweeper's timeout): an unfinished decision older
 # than this was abandoned by a Lambda that timed out, and the sweeper decides it again.
 ABANDONED_AFTER_SECONDS = SWEEPER_TIMEOUT_SECONDS + 60
@@ -82,7 +83,7 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         return Outcome(job="", status="ignored", details=ignored).as_dict()
     try:
         ref = alarms.parse_alarm_name(alarm.alarm_name, rt.config.alarm_prefix)
-        error = clusters.job_name_error(ref.job, ref.platform)
+        error = job_name_error(ref.job, ref.platform)
         if error is not None:  # no platform has such a job: nothing is read or written for it
             raise ValueError(error)
     except ValueError as exc:

@@ -1,7 +1,7 @@
 """The runtime the Lambdas share: configuration, AWS clients, the table and Slack, from the environment.
 
 rt = runtime()                       # created once per container, on first use (no AWS call at import time)
-rt.source(Platform.SAGEMAKER)        # the signal source for one platform
+rt.source(facts.platform)            # the platform's adapter: facts, signals, stop
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.slack import SlackNotifier
-from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import Store
 from stallwatch.core.config import (
     ALARM_COALESCE_SECONDS,
@@ -29,6 +29,7 @@ from stallwatch.core.config import (
     RESTART_DOCUMENT_ENV,
     StallwatchConfig,
 )
+from stallwatch.core.platforms.interface import PlatformAdapter
 from stallwatch.core.signals import Platform
 
 FOUND_RUNNING_KEPT = 1024  # jobs a container remembers having found running (the oldest are forgotten first)
@@ -136,8 +137,9 @@ class Runtime:
         seen = self._found.get((platform, job))
         return seen is not None and 0 <= now - seen < ALARM_COALESCE_SECONDS
 
-    def source(self, platform: Platform) -> AwsSignalSource:
-        return AwsSignalSource(self.clients, platform, self.config.policy, self.config.ec2_log_group)
+    def source(self, platform: Platform) -> PlatformAdapter:
+        """The platform's adapter (`aws.platforms`): its facts, signals and actions."""
+        return adapter(platform, self.clients, self.config)
 
 
 @functools.cache

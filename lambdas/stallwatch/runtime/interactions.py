@@ -43,12 +43,12 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import context_block, slack_retries
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
-from stallwatch.core import clusters, contract
+from stallwatch.core import contract
 from stallwatch.core.config import PRESS_MAX_AGE_SECONDS
 from stallwatch.core.decision import JobState
 from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.platforms import describe
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
-from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
 from stallwatch.runtime.environment import Runtime
 
@@ -373,11 +373,9 @@ class Interactions:
         except JobNotFoundError:
             return f"`{target.job}` is not a job in this account and region"
         policy = self.rt.config.policy
-        if target.platform is Platform.SAGEMAKER:
-            monitored = policy.monitor_sagemaker
-        else:
-            # a job of instances tagged stallwatch:job=<job>, or an instance tagged stallwatch:monitor=true alone
-            monitored = policy.monitor_ec2 and clusters.job_of(facts.tags, target.job) == target.job
+        platform = describe(target.platform)
+        # watched on its platform: an EC2 job's instances still tagged for it (`PlatformDescription.unwatched`)
+        monitored = getattr(policy, platform.monitor_setting) and platform.unwatched(facts) is None
         if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None

@@ -3,8 +3,9 @@
 Alarms are put only for a job the platform says is running now: a late or retried start event of a job that has
 ended deletes its alarms instead of bringing them back.
 
-On EC2 an instance's state change concerns its job (`clusters.job_of`): an instance that starts or stops updates the
-job's alarms (one set per instance), and the job ends when its last instance stops or terminates."""
+Each platform's adapter reads its own state-change event (`PlatformAdapter.job_change`): a job that starts or ends,
+or, where a job's hosts come and go one by one (an EC2 instance's state change concerns its job), a host that ends:
+its alarms go, and the job ends with its last host."""
 
 from __future__ import annotations
 
@@ -12,85 +13,80 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws.events import InstanceStateChange, TrainingJobStateChange
+from stallwatch.aws.events import JobStateEvent
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms import platform_of
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core.engine import RUNNING_STATUS
-from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.platforms import describe
+from stallwatch.core.platforms.interface import Change, JobChange
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.resume import resume_after_stop
 from stallwatch.runtime.summary import post_run_summary
 
-ENDED_SAGEMAKER = frozenset({"Completed", "Failed", "Stopped"})
-ENDED_EC2 = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-STOPPED_SAGEMAKER, STOPPED_EC2 = "Stopped", "stopped"  # where a resume may follow Stallwatch's stop
-# A resume that started, or that the sweeper tries again (a SageMaker run's give-up posts its summary): not over.
+# A resume that started, or that the sweeper tries again (its give-up posts the run's summary): not over.
 RUN_GOES_ON = frozenset({"resumed", "retrying"})
-GROUP_ENDED_EC2 = frozenset({STOPPED_EC2, "terminated"})  # an EC2 job's run may end (resume or summary)
 DELETE_ALARMS_LIMIT = 100  # DeleteAlarms names per call
 ALARMS_PER_PAGE = 100  # DescribeAlarms MaxRecords
 # PutMetricAlarm calls one invocation makes, at its default quota of 3 a second: on_job_state's timeout is 60 s.
 ALARMS_PER_INVOCATION = 120
 
 
-def on_job_state(event: TrainingJobStateChange | InstanceStateChange, rt: Runtime) -> dict[str, Any]:
+def on_job_state(event: JobStateEvent, rt: Runtime) -> dict[str, Any]:
     """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
     stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
-    its goodput when it opted in (`summary.post_run_summary`; an EC2 job's when every instance has stopped or
-    terminated and no resume follows)."""
-    if isinstance(event, TrainingJobStateChange):
-        if not rt.config.policy.monitor_sagemaker:
-            return {"status": "ignored", "reason": "monitor_sagemaker is false"}
-        detail = event.detail
-        name, platform = detail.training_job_name, Platform.SAGEMAKER
-        if detail.training_job_status == "InProgress":
-            return provision_alarms(rt, platform, name)
-        if detail.training_job_status in ENDED_SAGEMAKER:
-            try:  # a job SageMaker does not know gets nothing written (its alarms, if any, go)
-                rt.source(platform).facts(name)
-            except JobNotFoundError as exc:
-                deleted = delete_job_alarms(rt, platform, name, forget=False)
-                return {"status": "not_found", "job": name, "reason": str(exc), "alarms_deleted": deleted}
-            retired = retire_job(rt, platform, name, detail.training_job_status)
-            if detail.training_job_status == STOPPED_SAGEMAKER:
-                retired["resume"] = resume_after_stop(rt, platform, name)
-            if retired.get("resume", {}).get("status") not in RUN_GOES_ON:  # the run ends here
-                retired["summary"] = post_run_summary(rt, name, detail.tags)
-            return retired
-        return {"status": "ignored", "job": name, "reason": f"status {detail.training_job_status}"}
-    if not rt.config.policy.monitor_ec2:
-        return {"status": "ignored", "reason": "monitor_ec2 is false"}
-    instance, state = event.detail.instance_id, event.detail.state
-    if state not in ("running", *ENDED_EC2):
-        return {"status": "ignored", "job": instance, "reason": f"state {state}"}
-    source = rt.source(Platform.EC2)
-    try:
-        tags = {t["Key"]: t["Value"] for t in source.ec2_instance(instance).get("Tags", [])}
-    except JobNotFoundError:  # gone already (or never was): only a one-instance job's alarms and state can be its
-        return retire_job(rt, Platform.EC2, instance, state, forget=False)
-    job = clusters.job_of(tags, instance)
-    if job is None and state in ENDED_EC2:  # untagged since: whatever alarms it had go
-        return retire_job(rt, Platform.EC2, instance, state)
-    if job is None:
-        reason = clusters.job_tag_error(tags) or f"not tagged {clusters.JOB_TAG} or {EC2_MONITOR_TAG}=true"
-        return {"status": "ignored", "job": instance, "reason": reason}
-    if state == "running":
-        return provision_alarms(rt, Platform.EC2, job)
-    # One instance left the job: its alarms go; the job ends with its last running instance. DescribeInstances may
-    # still show the instance running just after the event, so the event's word is taken for it.
-    result = provision_alarms(rt, Platform.EC2, job, leaving=instance, ended=state)
-    if result["status"] != "retired" or state not in GROUP_ENDED_EC2:
+    its goodput when it opted in (`summary.post_run_summary`; a job whose hosts end one by one, an EC2 job's, when
+    the last of them has and no resume follows). The platform's adapter reads its event (`job_change`)."""
+    platform = platform_of(event)
+    setting = describe(platform).monitor_setting
+    if not getattr(rt.config.policy, setting):
+        return {"status": "ignored", "reason": f"{setting} is false"}
+    change = rt.source(platform).job_change(event)
+    if change.change is Change.IGNORED:
+        return {"status": "ignored", "job": change.job, "reason": change.reason}
+    if change.change is Change.STARTED:
+        return provision_alarms(rt, platform, change.job)
+    if change.change is Change.RETIRED:
+        return retire_job(rt, platform, change.job, change.state, forget=not change.gone)
+    if change.change is Change.ENDED:
+        return _job_ended(rt, platform, change)
+    return _host_ended(rt, platform, change)
+
+
+def _job_ended(rt: Runtime, platform: Platform, change: JobChange) -> dict[str, Any]:
+    """The job ended: retired, resumed if Stallwatch stopped it, and its run's summary if none follows."""
+    name = change.job
+    try:  # a job the platform does not know gets nothing written (its alarms, if any, go)
+        rt.source(platform).facts(name)
+    except JobNotFoundError as exc:
+        deleted = delete_job_alarms(rt, platform, name, forget=False)
+        return {"status": "not_found", "job": name, "reason": str(exc), "alarms_deleted": deleted}
+    retired = retire_job(rt, platform, name, change.state)
+    if change.stopped:
+        retired["resume"] = resume_after_stop(rt, platform, name)
+    if retired.get("resume", {}).get("status") not in RUN_GOES_ON:  # the run ends here
+        retired["summary"] = post_run_summary(rt, name, change.tags, platform)
+    return retired
+
+
+def _host_ended(rt: Runtime, platform: Platform, change: JobChange) -> dict[str, Any]:
+    """One host left the job: its alarms go; the job ends with its last running host. The platform may still show
+    the host running just after the event, so the event's word is taken for it."""
+    job, host = change.job, change.host
+    result = provision_alarms(rt, platform, job, leaving=host, ended=change.state)
+    if result["status"] != "retired" or not change.run_may_end:
         return result
-    # A resume starts the job's instances: a cluster's once every one of them has stopped. The run ends when its
-    # group has ended and no resume follows: its summary is claimed once per start of the group.
-    ended = _ended_group(rt, job)
-    if state == STOPPED_EC2 and (job == instance or ended is not None):
-        result["resume"] = resume_after_stop(rt, Platform.EC2, job)
+    # A resume starts the job's hosts: a cluster's once every one of them has stopped. The run ends when its hosts
+    # have ended and no resume follows: its summary is claimed once per start of the job (`run_end`).
+    source = rt.source(platform)
+    ended = _ended_group(rt, platform, job)
+    if change.stopped and (job == host or ended is not None):
+        result["resume"] = resume_after_stop(rt, platform, job)
     if ended is not None and result.get("resume", {}).get("status") not in RUN_GOES_ON:
-        result["summary"] = post_run_summary(rt, job, ended.tags, Platform.EC2, ended_run=ended.start_time)
+        result["summary"] = post_run_summary(rt, job, ended.tags, platform, ended_run=source.run_end(ended))
     return result
 
 
@@ -99,13 +95,13 @@ def provision_alarms(
     platform: Platform,
     name: str,
     leaving: str | None = None,
-    ended: str = STOPPED_EC2,
+    ended: str = "",
     budget: int | None = None,
     done: int = 0,
 ) -> dict[str, Any]:
     """Put the job's alarms as the policy (after its tags) renders them, and delete those it no longer renders (a
-    host that left); none for mode off or unmonitored EC2. An EC2 job whose instance `leaving` was its last running
-    one is retired (`ended` is that instance's state).
+    host that left); none for mode off or a job its platform no longer watches (`PlatformDescription.unwatched`). A
+    job whose host `leaving` was its last running one is retired (`ended` is that host's state).
 
     At most `budget` alarms (default `ALARMS_PER_INVOCATION`), from the `done`-th on (PutMetricAlarm's quota is
     3 a second: a 512-host job's 1,539 alarms take more than eight minutes); the job's marker keeps how many are in
@@ -123,8 +119,8 @@ def provision_alarms(
     if facts.status != RUNNING_STATUS:
         deleted = delete_job_alarms(rt, platform, name)
         return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
-    if platform is Platform.EC2 and clusters.job_of(facts.tags, name) != name:
-        reason = f"not tagged {clusters.JOB_TAG}={name} or {EC2_MONITOR_TAG}=true"
+    reason = describe(platform).unwatched(facts)
+    if reason is not None:
         return {"status": "ignored", "job": name, "reason": reason}
     effective = rt.config.policy.for_job(facts.tags)
     tag_errors = [*facts.tag_errors, *effective.tag_errors]
@@ -204,10 +200,10 @@ def delete_job_alarms(rt: Runtime, platform: Platform, name: str, forget: bool =
     return len(names)
 
 
-def _ended_group(rt: Runtime, job: str) -> JobFacts | None:
-    """The EC2 job's facts when every instance is stopped or terminated (none still stopping), else None."""
+def _ended_group(rt: Runtime, platform: Platform, job: str) -> JobFacts | None:
+    """The job's facts when every host is stopped or terminated (none still stopping), else None."""
     try:
-        facts = rt.source(Platform.EC2).facts(job)
+        facts = rt.source(platform).facts(job)
     except JobNotFoundError:
         return None
     return facts if facts.status == "Stopped" else None

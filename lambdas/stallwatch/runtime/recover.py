@@ -1,4 +1,5 @@
-"""Recover in place: a stalled EC2 job tagged `stallwatch:recover=restart` is restarted on its own instances.
+"""Recover in place: a stalled job tagged `stallwatch:recover=restart`, of a platform whose jobs can be
+(`PlatformDescription.restarts_in_place`: EC2), is restarted on its own instances.
 
     instead = instead_of_stop(rt, signals, decision, state, audit_sk)   # the stop decision: the health check sent
     continue_recoveries(rt, now)                                         # the sweeper: each recovery's next step
@@ -47,9 +48,10 @@ from stallwatch.core import recovery as rules
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.platforms import describe
 from stallwatch.core.recovery import FallBack, NodeCheck, Restart, TakeOut, Wait
 from stallwatch.core.resume import NoResume
-from stallwatch.core.signals import JobFacts, JobSignals, Platform
+from stallwatch.core.signals import JobFacts, JobSignals
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 
@@ -84,7 +86,7 @@ def instead_of_stop(
     (the job is not stopped), or why not (stopped as without recovery). None for a job that did not opt in.
     `state`: the job's state as the decision wrote it; `audit_sk`: the decision's audit record. Never raises."""
     facts = signals.facts
-    if facts.platform is not Platform.EC2 or decision.action is not Action.STOP:
+    if not describe(facts.platform).restarts_in_place or decision.action is not Action.STOP:
         return None
     try:
         if not rules.recovers_in_place(facts.tags):
@@ -107,7 +109,7 @@ def _begin(rt: Runtime, signals: JobSignals, decision: Decision, state: JobState
     facts = signals.facts
     if not (rt.health_check_document and rt.restart_document):
         return _not_recovered("this deployment has no recovery documents (SSM)")
-    key = job_key(Platform.EC2, facts.name)
+    key = job_key(facts.platform, facts.name)
     since = state.stall_since if state.stall_since is not None else decision.at
     claimed = rt.recoveries.claim(key, since)
     if claimed is not None:
@@ -218,7 +220,7 @@ def _advance(rt: Runtime, recovery: Recovery, now: float) -> dict[str, Any]:
     if recovery.phase == REPLACING:  # a one-node job has no running node between its node's end and the replacement
         return _await_replacement(rt, recovery, now)
     try:
-        facts = rt.source(Platform.EC2).facts(recovery.job)
+        facts = rt.source(recovery.platform).facts(recovery.job)
     except JobNotFoundError:
         facts = None
     running = facts is not None and facts.status == RUNNING_STATUS
@@ -239,8 +241,7 @@ def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) 
     waited = now - recovery.phase_at >= rules.HEALTH_CHECK_WAIT_S
     answers = ssm.invocations(rt.clients, recovery.commands)
     checks = rules.check_nodes(answers, recovery.nodes, recovery.types, waited)
-    instances = rt.source(Platform.EC2).ec2_group(recovery.job)
-    groups = {i["InstanceId"]: autoscaling.group_of(i) for i in instances}
+    groups = {node.name: node.group for node in rt.source(recovery.platform).nodes(recovery.job)}
     try:
         floor = rules.min_nodes(facts.tags)
     except rules.TagError as exc:
@@ -296,10 +297,10 @@ def _await_replacement(rt: Runtime, recovery: Recovery, now: float) -> dict[str,
     """The restart, once the bad nodes are gone and the job is as large as it is to be again (the group's
     replacements running); a stop of the job if that takes longer than `REPLACEMENT_WAIT_S`."""
     try:
-        instances = rt.source(Platform.EC2).ec2_group(recovery.job)
+        nodes = rt.source(recovery.platform).nodes(recovery.job)
     except JobNotFoundError:
-        instances = []
-    running = {i["InstanceId"] for i in instances if i["State"]["Name"] == "running"}
+        nodes = []
+    running = {node.name for node in nodes if node.running}
     wanted = len(recovery.keep) + len(recovery.replaced)
     if not running & set(recovery.replaced) and len(running) >= wanted:
         joined = sorted(running - set(recovery.nodes))
@@ -378,7 +379,7 @@ def _watch(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float, running
         failed = rules.restart_failures(states)
         if failed is not None:
             return _fall_back(rt, recovery, now, failed)
-    signals = rt.source(Platform.EC2).job_signals(recovery.job, now)
+    signals = rt.source(recovery.platform).job_signals(recovery.job, now)
     period = rt.config.policy.for_job(facts.tags).thresholds.alarm_period_seconds
     logs = [h.log_last_t for h in signals.hosts.values() if h.log_last_t is not None]
     agent = signals.agent
@@ -417,13 +418,13 @@ def _fall_back(
     if held is None:
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     try:
-        stopped = actions.stop(rt.clients, rt.source(Platform.EC2).facts(recovery.job))
+        stopped = actions.stop(rt.clients, rt.source(recovery.platform).facts(recovery.job))
     except JobNotFoundError:
         stopped = actions.StopResult(ok=True, detail="no instance left to stop", stopped=0, targets=0)
     stop_record = {
         "at": now,
         "job": recovery.job,
-        "platform": Platform.EC2.value,
+        "platform": recovery.platform.value,
         "trigger": TRIGGER,
         "action": Action.STOP.value,
         "diagnosis": recovery.diagnosis,
@@ -471,7 +472,7 @@ def _audit(recovery: Recovery, now: float, phase: str) -> dict[str, Any]:
     return {
         "at": now,
         "job": recovery.job,
-        "platform": Platform.EC2.value,
+        "platform": recovery.platform.value,
         "trigger": TRIGGER,
         "action": rules.RECOVER_ACTION,
         rules.PHASE_FIELD: phase,

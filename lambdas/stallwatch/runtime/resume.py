@@ -1,6 +1,6 @@
 """After Stallwatch's stop: resume the run from its checkpoint, and tell Slack when it has made up the lost ground.
 
-    resume_after_stop(rt, Platform.SAGEMAKER, "llama-pretrain")   # on_job_state, once the job is Stopped
+    resume_after_stop(rt, facts.platform, "llama-pretrain")       # on_job_state, once the job is Stopped
     report_progress(rt, now)                                       # the sweeper: resumed jobs past their best step
 
 Only a run that opted in (`stallwatch:resume=<max restarts>`) and was stopped by Stallwatch itself for a hang or a
@@ -11,19 +11,19 @@ that fails for a reason a later try can fix is tried again by the sweeper (`resu
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws import resume as relaunch
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import follow_up
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ResumeRetry, job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
-from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.resume import NoResume, StopRecord
+from stallwatch.core.signals import Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.recover import restarts_so_far
 from stallwatch.runtime.repost import post_safely, record_post
@@ -44,14 +44,10 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
         return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
     now = rt.clock()
     audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
-    if platform is Platform.SAGEMAKER:
-        described, tags = relaunch.describe_training_job(rt.clients, name)
-        verdict = planning.plan_resume(described, tags, stop, rt.config.policy.resume_max_restarts)
-    else:
-        facts = rt.source(Platform.EC2).facts(name)
-        verdict = _plan_instances(rt, key, name, facts, stop)
-        # EC2 moves LaunchTime on every start: the stopped attempt's start is kept for the goodput report
-        audit[planning.LAUNCHED_FIELD] = facts.start_time
+    history = functools.partial(restarts_so_far, rt, key)
+    planned = rt.source(platform).plan_resume(name, stop, rt.config.policy.resume_max_restarts, history)
+    verdict = planned.plan
+    audit |= planned.audit
     if isinstance(verdict, NoResume) and not verdict.alert:
         return {"status": "not_resumed", "job": name, "reason": verdict.reason}
     if isinstance(verdict, NoResume):
@@ -70,24 +66,6 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
         return _tell(rt, key, audit_sk, planning.not_resumed_text(name, verdict), stop, {"status": "gave_up"}, now)
     started = start_attempt(rt, platform, tries.plan)
     return conclude_try(rt, tries, audit_sk, started, now)
-
-
-def _plan_instances(
-    rt: Runtime, key: str, name: str, facts: JobFacts, stop: StopRecord | None
-) -> ResumePlan | NoResume:
-    """An EC2 job restarts under its own name: its restarts are its earlier claims and restarts in place, its best
-    step the one its earlier stalls had reached."""
-    tags = facts.tags
-    done, earlier = restarts_so_far(rt, key, stop.at if stop is not None else None)
-    verdict = planning.next_attempt(tags, stop, rt.config.policy.resume_max_restarts, done, max(earlier, default=None))
-    if isinstance(verdict, NoResume):
-        return verdict
-    if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it
-        return NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
-    attempt, allowed = verdict
-    best = max([*earlier, *([stop.step] if stop and stop.step is not None else [])], default=None)
-    request = {"InstanceIds": list(facts.instance_ids)}
-    return ResumePlan(name=name, attempt=attempt, max_restarts=allowed, request=request, best_step=best)
 
 
 def _tell(

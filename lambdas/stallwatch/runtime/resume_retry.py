@@ -1,14 +1,15 @@
 """A resume's tries: the first when the job is Stopped (`resume.resume_after_stop`), and, after a failure a later try
 can fix (capacity, quotas, throttles, 5xx: `core.resume_retry`), one each sweep for up to an hour.
 
-    started = start_attempt(rt, Platform.SAGEMAKER, plan)     # CreateTrainingJob (or StartInstances)
+    started = start_attempt(rt, platform, plan)               # its adapter's: CreateTrainingJob, StartInstances
     report = conclude_try(rt, retry, audit_sk, started, now)  # audit, release or remove the tries, tell Slack
     retry_resumes(rt, now)                                    # the sweeper: the tries that are due
 
 Every try is claimed on the resume's `resume-retry` item with its own audit record, so a duplicated or overlapping
 sweeper run never tries twice at once; a CreateTrainingJob that went through before its answer was lost is found by
-the next try (`aws.resume.create_training_job`), so a run never gets two jobs. Slack hears the first failure (with
-the retry schedule; in bot mode later tries update that message in place), then once more: resumed, or given up.
+the next try (`aws.platforms.sagemaker.create_training_job`), so a run never gets two jobs. Slack hears the first
+failure (with the retry schedule; in bot mode later tries update that message in place), then once more: resumed, or
+given up.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws import resume as relaunch
 from stallwatch.aws.observability import logger, metrics
-from stallwatch.aws.resume import ResumeResult
 from stallwatch.aws.slack import follow_up
 from stallwatch.aws.store import ProgressWatch, ResumeRetry, job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core import resume_retry as retrying
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+from stallwatch.core.platforms.interface import ResumeResult
 from stallwatch.core.resume import ResumePlan
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import Runtime
@@ -37,12 +37,10 @@ TRY_HOLD_SECONDS = SWEEPER_TIMEOUT_SECONDS  # a try's hold outlives the Lambda t
 
 
 def start_attempt(rt: Runtime, platform: Platform, plan: ResumePlan) -> ResumeResult:
-    """CreateTrainingJob of the planned attempt, or StartInstances of the EC2 group; anything raised is a failure
-    that a later try may not fix."""
+    """The planned attempt, started by the platform's adapter (CreateTrainingJob, StartInstances of the EC2 group);
+    anything raised is a failure that a later try may not fix."""
     try:
-        if platform is Platform.SAGEMAKER:
-            return relaunch.create_training_job(rt.clients, plan.request)
-        return relaunch.start_instances(rt.clients, tuple(plan.request["InstanceIds"]))
+        return rt.source(platform).start_attempt(plan)
     except Exception as exc:  # the API errors are returned; a raise is a bug, recorded like a failure
         logger.exception("resume raised", extra={"resumed_as": plan.name})
         return ResumeResult(ok=False, detail=f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
@@ -91,8 +89,8 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
     if started.ok:
         metrics.add_metric(name=contract.JOBS_RESUMED, unit=MetricUnit.Count, value=1)
         if plan.best_step is not None:
-            resumed_key = job_key(platform, plan.name) if platform == Platform.SAGEMAKER.value else retry.job_key
-            rt.store.watch_progress(ProgressWatch(resumed_key, plan.best_step, now, retry.thread_ts), now)
+            resumed = job_key(platform, plan.name)  # a new job (SageMaker), or the same one started again (EC2)
+            rt.store.watch_progress(ProgressWatch(resumed, plan.best_step, now, retry.thread_ts), now)
     elif next_at is None:
         metrics.add_metric(name=contract.RESUME_FAILURES, unit=MetricUnit.Count, value=1)
         logger.error("resume failed for good", extra={"job": name, "tries": tries, "detail": started.detail})
@@ -101,8 +99,8 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
     if post is not None:  # a failed update is not sent again: the next try's update, or the end's post, follows
         record_post(rt, retry.job_key, audit_sk, outcome, None if in_place else message, post, now)
         result["posted"] = post.ok
-    if next_at is None and not started.ok and tries > 1 and platform == Platform.SAGEMAKER.value:
-        result["summary"] = _summary_of_ended_run(rt, name)
+    if next_at is None and not started.ok and tries > 1:
+        result["summary"] = _summary_of_ended_run(rt, Platform(platform), name)
     return result
 
 
@@ -124,11 +122,12 @@ def _slack_text(
     return retrying.gave_up_text(job, plan.name, tries, now - retry.first_at, detail)
 
 
-def _summary_of_ended_run(rt: Runtime, name: str) -> dict[str, Any]:
+def _summary_of_ended_run(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
     """A run whose resume was given up ends there: its goodput summary, if it opted in (on_job_state held it back)."""
     try:
-        _, tags = relaunch.describe_training_job(rt.clients, name)
-        return post_run_summary(rt, name, tags)
+        source = rt.source(platform)
+        facts = source.facts(name)
+        return post_run_summary(rt, name, facts.tags, platform, ended_run=source.run_end(facts))
     except Exception as exc:  # the summary is extra: the give-up is recorded and posted already
         logger.exception("run summary after a given-up resume failed", extra={"job": name})
         return {"status": "failed", "detail": str(exc)}

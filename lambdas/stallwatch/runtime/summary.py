@@ -22,11 +22,12 @@ def post_run_summary(
     rt: Runtime,
     name: str,
     tags: dict[str, str],
-    platform: Platform = Platform.SAGEMAKER,
+    platform: Platform,
     ended_run: float | None = None,
 ) -> dict[str, Any]:
-    """The job `name` ended and no attempt follows it: post its run's goodput, if the run opted in. `ended_run`: the
-    EC2 group's latest start (LaunchTime), which tells one end of the job from the next."""
+    """The job `name` ended and no attempt follows it: post its run's goodput, if the run opted in. `ended_run`: what
+    tells one end of the job from the next where it restarts under its name (`PlatformAdapter.run_end`: an EC2
+    group's latest start)."""
     if not summary_wanted(tags, rt.config.policy.run_summary):
         return {"status": "off"}
     now = rt.clock()

@@ -11,18 +11,18 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws.log_reads import LogQueryError, newest_events
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.engine import RUNNING_STATUS
-from stallwatch.core.reading import LOOKBACK_SECONDS
+from stallwatch.core.platforms import DESCRIPTIONS
+from stallwatch.core.platforms.interface import PlatformAdapter
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
@@ -41,7 +41,6 @@ PROVISION_UNTIL_SECONDS = 180
 # Listing every alarm (100 a page) finds the alarms of ended jobs whose end event was lost, and EC2 jobs whose
 # nodes changed unseen: one sweep an hour does it; the others list only the alarms in ALARM.
 ALARM_AUDIT_SECONDS = 3600
-SAGEMAKER_MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 
 
 def sweep(rt: Runtime) -> dict[str, Any]:
@@ -55,7 +54,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     first, concurrently; jobs without alarms are provisioned after, a bounded number per sweep (PutMetricAlarm is
     slow), the rest by the next sweeps."""
     started, now = time.monotonic(), rt.clock()
-    running = _running_jobs(rt)
+    running = _running_jobs(rt, now)
     keys = {(p, name): job_key(p, name) for p, name in running}
     # Missing alarms come from the markers, not from this listing.
     audit = rt.store.claim_alarm_audit(now, ALARM_AUDIT_SECONDS)
@@ -65,9 +64,8 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     for ref in _parse_names([a["AlarmName"] for a in existing], rt.config.alarm_prefix):
         alarmed_hosts[ref.platform, ref.job].add(ref.host)
     retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running)) if audit else 0
-    newest = _newest_log_lines(rt, now) if _sagemaker(running) else {}
-    sagemaker_jobs = {name for p, name in running if p is Platform.SAGEMAKER}
-    published = _publish_log_idle(rt, [*_sagemaker_log_idle(newest, sagemaker_jobs), *_ec2_log_idle(rt, running)], now)
+    newest = _newest_log_lines(rt, running, now)
+    published = _publish_log_idle(rt, [line for lines in newest.values() for line in lines], now)
     states = rt.store.load_many(list(keys.values()))
     checkup_s = rt.config.checkup_minutes * 60
     due = [
@@ -78,18 +76,17 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         or _missed_alarm(states[keys[job]], alarmed_at.get(job))
     ]
     resent = resend_pending_posts(rt, now)  # before this sweep's decisions, so older messages go out first
-    freshness: dict[str, dict[str, float]] = defaultdict(dict)
-    for (job, host), t in newest.items():
-        freshness[job][host] = t
-    outcomes = _concurrently(
-        lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job[1], {})), due
-    )
+    freshness: dict[tuple[Platform, str], dict[str, float]] = defaultdict(dict)
+    for platform, lines in newest.items():
+        for job, host, t in lines:
+            freshness[platform, job][host] = t
+    outcomes = _concurrently(lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job, {})), due)
     retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
     recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
     progressed = report_progress(rt, now)
     markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
-    # An EC2 job whose alarms watch other hosts than its running instances: re-rendered from its first alarm.
+    # A job whose alarms watch other hosts than its running ones (an EC2 job's): re-rendered from its first alarm.
     changed = {
         job
         for job, facts in running.items()
@@ -120,19 +117,18 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     return summary
 
 
-def _newest_log_lines(rt: Runtime, now: float) -> dict[tuple[str, str], float]:
-    """Every SageMaker host's newest log line; a query that fails costs this sweep's log idleness, not the sweep
-    (decisions fall back on the last published `LogIdleSeconds` and their own tail)."""
-    try:
-        return newest_events(rt.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep)
-    except LogQueryError:
-        logger.exception("the log freshness query failed; no log idleness published this sweep")
-        metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
-        return {}
-
-
-def _sagemaker(running: Iterable[tuple[Platform, str]]) -> bool:
-    return any(p is Platform.SAGEMAKER for p, _ in running)
+def _newest_log_lines(
+    rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None], now: float
+) -> dict[Platform, list[tuple[str, str, float]]]:
+    """Each running host's newest log line (job, host, t), per platform, as its adapter reads them (SageMaker: one
+    Logs Insights query; EC2: each job's instance-id streams); a read that fails costs its jobs' log idleness this
+    sweep, not the sweep (decisions fall back on the last published `LogIdleSeconds` and their own tail)."""
+    return {
+        source.platform: source.newest_log_lines(
+            {job: facts for (p, job), facts in running.items() if p is source.platform}, now
+        )
+        for source in _watched_sources(rt)
+    }
 
 
 def _concurrently(work: Callable[[Any], dict[str, Any]], items: list[Any]) -> list[dict[str, Any]]:
@@ -213,26 +209,25 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
     return delete_job_alarms(rt, platform, name)
 
 
-def _running_jobs(rt: Runtime) -> dict[tuple[Platform, str], JobFacts | None]:
-    """Every running job; EC2 jobs with their facts (one DescribeInstances lists and groups them all)."""
-    jobs: dict[tuple[Platform, str], JobFacts | None] = {}
-    if rt.config.policy.monitor_sagemaker:
-        # Filtered by status, and bounded to the jobs that can still be running: never the account's whole history
-        created_after = datetime.fromtimestamp(rt.clock(), UTC) - timedelta(seconds=SAGEMAKER_MAX_RUNTIME_SECONDS)
-        pages = rt.clients.sagemaker.get_paginator("list_training_jobs").paginate(
-            StatusEquals="InProgress", CreationTimeAfter=created_after, PaginationConfig={"PageSize": 100}
-        )
-        jobs |= {
-            (Platform.SAGEMAKER, j["TrainingJobName"]): None for page in pages for j in page["TrainingJobSummaries"]
-        }
-    if rt.config.policy.monitor_ec2:
-        jobs |= {(Platform.EC2, name): facts for name, facts in rt.source(Platform.EC2).ec2_jobs().items()}
-    return jobs
+def _watched_sources(rt: Runtime) -> list[PlatformAdapter]:
+    """The adapters of the platforms the policy watches (`monitor_sagemaker`, `monitor_ec2`), in registry order."""
+    return [rt.source(p) for p, d in DESCRIPTIONS.items() if getattr(rt.config.policy, d.monitor_setting)]
+
+
+def _running_jobs(rt: Runtime, now: float) -> dict[tuple[Platform, str], JobFacts | None]:
+    """Every running job of the watched platforms, with its facts where one listing gives them (EC2's: one
+    DescribeInstances lists and groups them all)."""
+    return {
+        (source.platform, name): facts
+        for source in _watched_sources(rt)
+        for name, facts in source.running_jobs(now).items()
+    }
 
 
 def _hosts_changed(facts: JobFacts | None, alarmed: set[str | None]) -> bool:
-    """An EC2 job whose running instances are not the hosts its alarms watch (a join or leave event was missed)."""
-    return facts is not None and set(facts.instance_ids) != alarmed - {None}
+    """A job whose running hosts (as the sweep's listing gave them: an EC2 job's instances) are not the hosts its
+    alarms watch (a join or leave event was missed)."""
+    return facts is not None and set(alarms.host_names(facts)) != alarmed - {None}
 
 
 def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
@@ -243,28 +238,6 @@ def _parse_names(names: Iterable[str], prefix: str) -> list[alarms.AlarmRef]:
         except ValueError:
             continue  # an alarm that shares the prefix but is not one of ours
     return refs
-
-
-def _sagemaker_log_idle(newest: dict[tuple[str, str], float], jobs: set[str]) -> list[tuple[str, str, float]]:
-    """Each running SageMaker host's newest log line (job, host, t), from the sweep's one Logs Insights query."""
-    return [(job, host, t) for (job, host), t in sorted(newest.items()) if job in jobs]
-
-
-def _ec2_log_idle(rt: Runtime, running: dict[tuple[Platform, str], JobFacts | None]) -> list[tuple[str, str, float]]:
-    """Each EC2 host's newest log line (job, host, t), from its instance-id streams in the job's log group (one
-    DescribeLogStreams a job when every node logs); one job's failure costs its log idleness, not the sweep."""
-    found = []
-    for (platform, job), facts in running.items():
-        if platform is not Platform.EC2 or facts is None:
-            continue
-        try:
-            freshness = rt.source(platform).ec2_log_freshness(facts)
-        except Exception:
-            logger.exception("could not read an EC2 job's log streams", extra={"job": job})
-            metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
-            continue
-        found += [(job, host, t) for host, t in sorted(freshness.items())]
-    return found
 
 
 def _publish_log_idle(rt: Runtime, newest: list[tuple[str, str, float]], now: float) -> int:

@@ -12,8 +12,9 @@ from stallwatch.aws.events import TestAlertRequest
 from stallwatch.aws.observability import logger
 from stallwatch.aws.slack import AlertMessage, Evidence
 from stallwatch.core.decision import Action, Decision, Diagnosis
+from stallwatch.core.platforms import DEFAULT
 from stallwatch.core.policy import Mode
-from stallwatch.core.signals import JobFacts, JobSignals, Platform
+from stallwatch.core.signals import JobFacts, JobSignals
 from stallwatch.runtime.environment import Runtime
 
 TEST_JOB = "stallwatch-test-alert"  # no job is stopped for it: the message carries no buttons and nothing acts
@@ -25,7 +26,7 @@ def send_test_alert(rt: Runtime, request: TestAlertRequest) -> dict[str, Any]:
     now = rt.clock()
     facts = JobFacts(
         name=TEST_JOB,
-        platform=Platform.SAGEMAKER,
+        platform=DEFAULT,
         status="InProgress",
         secondary_status="Training",
         start_time=now - 3600,

@@ -3,12 +3,12 @@ through the same engine and the same claim as on_alarm's (`runtime.decide`), wit
 
     handle_log_lines(parse_event(raw, LogLinesEvent), rt, time_left(context))
 
-One delivery holds one log stream's events: its log group and stream name the job (`AwsSignalSource.job_of_log_stream`:
-a SageMaker job's stream, an EC2 instance of a watched job). A delivery with no fatal line among its events (the
-filter pattern is a superset of the regexes), of a stream no watched job writes, or a CONTROL_MESSAGE (CloudWatch Logs
-checking the destination) changes nothing; so does a job the platform does not know or that has ended (nothing is
-written to the table for it: it is read first, as an alarm's job is, unless this container found it running a moment
-ago).
+One delivery holds one log stream's events: its log group and stream name the job (its platform adapter's
+`job_of_log_stream`: a SageMaker job's stream, an EC2 instance of a watched job). A delivery with no fatal line among
+its events (the filter pattern is a superset of the regexes), of a stream no watched job writes, or a CONTROL_MESSAGE
+(CloudWatch Logs checking the destination) changes nothing; so does a job the platform does not know or that has
+ended (nothing is written to the table for it: it is read first, as an alarm's job is, unless this container found it
+running a moment ago).
 
 The decision begins when it sees the line (`core.wake.decision_start`: its timestamp, the time FilterLogEvents takes
 to return it, on a 10-second grid), so every host's watchdog lines, delivered as many events in many invocations,
@@ -31,9 +31,11 @@ from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract, wake
 from stallwatch.core.decision import Action
+from stallwatch.core.platforms import DESCRIPTIONS
+from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import decide
-from stallwatch.runtime.decide import COALESCE_SECONDS, ENDED_STATUSES, Outcome
+from stallwatch.runtime.decide import COALESCE_SECONDS, Outcome
 from stallwatch.runtime.environment import Runtime
 
 TRIGGER_PREFIX = "log:"  # the audit's trigger: the log stream whose fatal line woke the decision
@@ -92,7 +94,7 @@ def time_left(context: Any) -> float:
 
 def _job_of(rt: Runtime, group: str, stream: str) -> tuple[Platform, str] | None:
     """The watched job whose host writes `stream` in `group`, and its platform."""
-    for platform in Platform:
+    for platform in DESCRIPTIONS:
         job = rt.source(platform).job_of_log_stream(group, stream)
         if job is not None:
             return platform, job

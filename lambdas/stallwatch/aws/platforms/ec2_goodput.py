@@ -1,6 +1,6 @@
 """An EC2 job's run, for `core.goodput`: one job name is one run, and each start of its instance group is an attempt.
 
-    run, spans = ec2_run_spans(clients, store, "llm-70b", now=time.time(), period=60)   # [JobSpan, ...]
+    run, spans = ec2_run_spans(clients, instances, store, "llm-70b", now=time.time(), period=60)   # [JobSpan, ...]
 
 What an attempt is built from (docs/resume.md, "Goodput on EC2"):
 
@@ -24,10 +24,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stallwatch.aws.agent_windows import windows
-from stallwatch.aws.source import AwsSignalSource
-from stallwatch.aws.store import Store, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import clusters
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.platforms.interface import AuditTrail
 from stallwatch.core.recovery import RestartInPlace, restart_of
 from stallwatch.core.resume import LAUNCHED_FIELD, RESUME_ACTION, StopRecord
 from stallwatch.core.signals import Platform
@@ -45,9 +45,10 @@ class Resume:
     launched: float | None
 
 
-def ec2_run_spans(clients: Any, store: Store | None, job: str, now: float, period: int) -> tuple[str, list[JobSpan]]:
-    """The EC2 job's latest run as `JobSpan`s, one per attempt; `JobNotFoundError` if no instance is the job's."""
-    instances = AwsSignalSource(clients, Platform.EC2).ec2_group(job)
+def ec2_run_spans(
+    clients: Any, instances: list[dict[str, Any]], store: AuditTrail | None, job: str, now: float, period: int
+) -> tuple[str, list[JobSpan]]:
+    """The EC2 job's latest run as `JobSpan`s, one per attempt, from its instances (DescribeInstances)."""
     states = {i["InstanceId"]: i["State"]["Name"] for i in instances}
     hosts = set(clusters.ec2_hosts(states))
     members = [i for i in instances if i["InstanceId"] in hosts]
@@ -127,7 +128,7 @@ def _stopped_at(stops: list[StopRecord], start: float, next_start: float) -> flo
 
 def _last_end(members: list[dict[str, Any]], stops: list[StopRecord], start: float) -> float | None:
     """The stopped group's end: EC2's stop time, else Stallwatch's stop of it; None if neither is known."""
-    stopped = [_stop_time(i.get("StateTransitionReason", "")) for i in members]
+    stopped = [stop_time(i) for i in members]
     known = [t for t in stopped if t is not None and t >= start]
     if known:
         return max(known)
@@ -135,8 +136,9 @@ def _last_end(members: list[dict[str, Any]], stops: list[StopRecord], start: flo
     return ours[-1] if ours else None
 
 
-def _stop_time(reason: str) -> float | None:
-    match = STOP_TIME.search(reason)
+def stop_time(instance: dict[str, Any]) -> float | None:
+    """When a no-longer-running instance stopped, from its StateTransitionReason; None if it does not say."""
+    match = STOP_TIME.search(instance.get("StateTransitionReason") or "")
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() if match else None
 
 

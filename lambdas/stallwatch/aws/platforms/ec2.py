@@ -1,0 +1,438 @@
+"""EC2 jobs: the instances tagged ``stallwatch:job=<name>`` (or one tagged ``stallwatch:monitor=true``, named by its
+id), read with DescribeInstances, their CloudWatch agent metrics read per instance by name, their logs from their
+instance-id streams in the job's log group; stopped with StopInstances, resumed by starting the same instances again
+(StartInstances: the user's launch script resumes from the checkpoint), restarted in place on them
+(`runtime.recover`), a run being each start of the group (`ec2_goodput`).
+
+The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, per device already (see docs/lambdas.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
+
+from stallwatch.aws import autoscaling
+from stallwatch.aws.api_errors import api_error
+from stallwatch.aws.events import InstanceStateChange
+from stallwatch.aws.log_reads import HostLog
+from stallwatch.aws.metric_reads import MetricQuery, MetricRef
+from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
+from stallwatch.aws.resume import failure
+from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads
+from stallwatch.aws.stack_reads import read_stacks
+from stallwatch.core import alarms, clusters, contract, log_patterns
+from stallwatch.core import resume as planning
+from stallwatch.core.engine import RUNNING_STATUS
+from stallwatch.core.goodput import JobSpan
+from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.interface import (
+    AuditTrail,
+    Change,
+    JobChange,
+    JobHistory,
+    Node,
+    RestartHistory,
+    ResumeResult,
+    ResumeVerdict,
+    StopResult,
+)
+from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT, LOG_TAIL_SECONDS, LOOKBACK_SECONDS
+from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
+from stallwatch.core.signals import JobFacts, LogLine, Platform, Series
+
+LOG_TAIL_PAGES = 2  # FilterLogEvents pages of a job's streams
+RECENT_STREAM_PAGES = 2  # pages of a log group's most recently written streams read before asking per host
+# The instances a sweep looks at: running, and tagged with a job or the monitor tag (EC2 filters match tag values
+# exactly, so the values are matched in code, as `clusters.job_of` does).
+WATCHED_FILTERS = [
+    {"Name": "tag-key", "Values": [clusters.JOB_TAG, EC2_MONITOR_TAG]},
+    {"Name": "instance-state-name", "Values": ["running"]},
+]
+NOT_RUNNING_CODES = frozenset({"IncorrectInstanceState"})
+RUNNING = "running"
+ENDED = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STOPPED = "stopped"  # where a resume may follow Stallwatch's stop
+RUN_ENDS = frozenset({STOPPED, "terminated"})  # an EC2 job's run may end (resume or summary)
+
+
+class Ec2Platform(AwsSignalSource):
+    """`PlatformAdapter` of EC2 jobs (instance groups)."""
+
+    platform = Platform.EC2
+    description = EC2
+    state_event = InstanceStateChange
+
+    def facts(self, job_name: str) -> JobFacts:
+        return self._group_facts(job_name, self.instances(job_name))
+
+    def instances(self, job_name: str) -> list[dict[str, Any]]:
+        """An EC2 job's instances (DescribeInstances): those tagged `stallwatch:job=<job_name>`, or the untagged
+        instance `job_name`; `JobNotFoundError` if there are none."""
+        if not clusters.INSTANCE_ID.match(job_name):
+            instances = self._describe_instances(Filters=[{"Name": f"tag:{clusters.JOB_TAG}", "Values": [job_name]}])
+            if not instances:
+                raise JobNotFoundError(f"no EC2 instance is tagged {clusters.JOB_TAG}={job_name!r}")
+            return instances
+        instance = self.instance(job_name)
+        owner = clusters.job_of(_tags(instance), job_name)
+        if owner not in (None, job_name):
+            raise JobNotFoundError(f"EC2 instance {job_name!r} belongs to job {owner!r}")
+        return [instance]
+
+    def instance(self, instance_id: str) -> dict[str, Any]:
+        """DescribeInstances of one instance; `JobNotFoundError` if EC2 does not know it."""
+        ec2 = self.clients.ec2
+        try:
+            instances = self._describe_instances(InstanceIds=[instance_id])
+        except ec2.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"].startswith("InvalidInstanceID"):
+                raise JobNotFoundError(f"EC2 instance {instance_id!r}: {exc.response['Error']['Message']}") from exc
+            raise
+        if not instances:
+            raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
+        return instances[0]
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A stream is named by its instance's id (one DescribeInstances): the job its tags name, if watched."""
+        match = EC2_STREAM.match(stream)
+        if match is None:
+            return None
+        try:
+            instance = self.instance(match["host"])
+        except JobNotFoundError:
+            return None
+        return clusters.job_of(_tags(instance), instance["InstanceId"])
+
+    def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
+        """Every watched EC2 job with a running instance, from one paginated DescribeInstances."""
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for instance in self._describe_instances(Filters=WATCHED_FILTERS):
+            name = clusters.job_of(_tags(instance), instance["InstanceId"])
+            if name is not None:
+                groups[name].append(instance)
+        return {name: self._group_facts(name, instances) for name, instances in sorted(groups.items())}
+
+    def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
+        """Each host's newest log line from its instance-id streams in the job's log group (one DescribeLogStreams a
+        job when every node logs); one job's failure costs its log idleness, not the sweep."""
+        found = []
+        for job, facts in jobs.items():
+            if facts is None:
+                continue
+            try:
+                freshness = self.log_freshness(facts)
+            except Exception:
+                logger.exception("could not read an EC2 job's log streams", extra={"job": job})
+                metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+                continue
+            found += [(job, host, t) for host, t in sorted(freshness.items())]
+        return found
+
+    def job_change(self, event: InstanceStateChange) -> JobChange:
+        """An instance's state change concerns its job (`clusters.job_of`): an instance that starts or stops updates
+        the job's alarms (one set per instance), and the job ends when its last instance stops or terminates."""
+        instance, state = event.detail.instance_id, event.detail.state
+        if state not in (RUNNING, *ENDED):
+            return JobChange(Change.IGNORED, instance, state, reason=f"state {state}")
+        try:
+            tags = _tags(self.instance(instance))
+        except JobNotFoundError:  # gone already (or never was): only a one-instance job's alarms and state can be its
+            return JobChange(Change.RETIRED, instance, state, gone=True)
+        job = clusters.job_of(tags, instance)
+        if job is None and state in ENDED:  # untagged since: whatever alarms it had go
+            return JobChange(Change.RETIRED, instance, state)
+        if job is None:
+            reason = clusters.job_tag_error(tags) or f"not tagged {clusters.JOB_TAG} or {EC2_MONITOR_TAG}=true"
+            return JobChange(Change.IGNORED, instance, state, reason=reason)
+        if state == RUNNING:
+            return JobChange(Change.STARTED, job, state)
+        return JobChange(
+            Change.HOST_ENDED, job, state, host=instance, stopped=state == STOPPED, run_may_end=state in RUN_ENDS
+        )
+
+    def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
+        """An EC2 job restarts under its own name: its restarts are its earlier claims and restarts in place, its
+        best step the one its earlier stalls had reached. EC2 moves LaunchTime on every start: the stopped
+        attempt's start is kept for the goodput report."""
+        facts = self.facts(name)
+        tags = facts.tags
+        done, earlier = history(stop.at)
+        audit = {planning.LAUNCHED_FIELD: facts.start_time}
+        verdict = planning.next_attempt(tags, stop, max_restarts, done, max(earlier, default=None))
+        if isinstance(verdict, NoResume):
+            return ResumeVerdict(verdict, audit)
+        if not planning.has_checkpoint({}, tags):  # an instance has no CheckpointConfig: the tag names it
+            refusal = NoResume(f"cannot resume: no checkpoint (no {planning.CHECKPOINT_TAG} tag)", alert=True)
+            return ResumeVerdict(refusal, audit)
+        attempt, allowed = verdict
+        best = max([*earlier, *([stop.step] if stop.step is not None else [])], default=None)
+        request = {"InstanceIds": list(facts.instance_ids)}
+        return ResumeVerdict(ResumePlan(name, attempt, allowed, request, best_step=best), audit)
+
+    def start_attempt(self, plan: ResumePlan) -> ResumeResult:
+        return start_instances(self.clients, tuple(plan.request["InstanceIds"]))
+
+    def run_end(self, facts: JobFacts) -> float | None:
+        return facts.start_time  # the group's latest start: each start of it is an attempt of the job's run
+
+    def run_spans(self, store: AuditTrail | None, job: str, now: float, period: int) -> tuple[str, list[JobSpan]]:
+        return ec2_run_spans(self.clients, self.instances(job), store, job, now, period)
+
+    def nodes(self, job: str) -> list[Node]:
+        """The job's instances, each with its Auto Scaling group (one that replaces it when marked unhealthy)."""
+        return [
+            Node(i["InstanceId"], i["State"]["Name"] == RUNNING, autoscaling.group_of(i)) for i in self.instances(job)
+        ]
+
+    def history(self, job: str) -> JobHistory:
+        """From the first LaunchTime (t = 0) to the latest stop time once none runs; its hosts' streams."""
+        facts = self.facts(job)
+        ended = None
+        if facts.status != RUNNING_STATUS:  # only a stopped job needs its stop time, which the facts do not carry
+            stops = [stop_time(self.instance(i)) for i in facts.instance_ids]
+            ended = max(stops) if stops and None not in stops else None  # type: ignore[type-var]
+        group = facts.log_group or self.config.ec2_log_group
+        streams = [s["logStreamName"] for s in self.log_streams(facts)]
+        selections = tuple(
+            {"logGroupName": group, "logStreamNames": streams[offset : offset + FILTER_STREAMS_LIMIT]}
+            for offset in range(0, len(streams), FILTER_STREAMS_LIMIT)
+        )
+        return JobHistory(
+            facts=facts,
+            start=facts.start_time,
+            ended=ended,
+            changes=((facts.start_time, RUNNING_STATUS, None),),
+            final=(facts.status, None) if facts.status != RUNNING_STATUS else None,
+            log_selections=selections,
+        )
+
+    def _describe_instances(self, **request: Any) -> list[dict[str, Any]]:
+        pages = self.clients.ec2.get_paginator("describe_instances").paginate(**request)
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+
+    def _group_facts(self, name: str, instances: list[dict[str, Any]]) -> JobFacts:
+        """The job's facts from its instances: hosts, types, status, and one tag set (disagreements reported)."""
+        states = {i["InstanceId"]: i["State"]["Name"] for i in instances}
+        hosts = clusters.ec2_hosts(states)
+        members = [i for i in instances if i["InstanceId"] in hosts]
+        layout = clusters.ec2_layout({i["InstanceId"]: i["InstanceType"] for i in members})
+        merged = clusters.merge_instance_tags([_tags(i) for i in members], self.policy)
+        log_group, log_group_error = clusters.log_group_of(merged.tags, self.config.ec2_log_group)
+        errors = [*merged.errors, *filter(None, [clusters.job_tag_error(merged.tags), log_group_error])]
+        spec = instance_spec(layout.instance_type)
+        return JobFacts(
+            name=name,
+            platform=Platform.EC2,
+            status=clusters.ec2_status(states.values()),
+            secondary_status=None,
+            start_time=min(i["LaunchTime"].timestamp() for i in members),
+            instance_type=layout.instance_type,
+            instance_count=layout.instance_count,
+            gpus_per_host=spec.devices,
+            vcpus_per_host=spec.vcpus,
+            tags=merged.tags,
+            instance_ids=tuple(hosts),
+            host_types=layout.host_types,
+            tag_errors=tuple(errors),
+            log_group=log_group,
+        )
+
+    def log_freshness(self, facts: JobFacts) -> dict[str, float]:
+        """Each host's newest log event time, from its streams (named by instance id) in the job's log group."""
+        hosts = set(facts.instance_ids)
+        return _newest(self.log_streams(facts), lambda stream: _host_of(stream, hosts))
+
+    def log_streams(self, facts: JobFacts) -> list[dict[str, Any]]:
+        """The job's hosts' log streams (``i-...`` or ``i-.../<file>``) in its log group.
+
+        The group's most recently written streams first (one call for a job whose hosts log), then one call by prefix
+        for each host not among them (quiet for long, never logged, or a group shared by many busy jobs): a group
+        that keeps the streams of instances long gone is never listed whole."""
+        hosts = set(facts.instance_ids)
+        group = facts.log_group or self.config.ec2_log_group
+        logs = self.clients.logs
+        request: dict[str, Any] = {"logGroupName": group, "orderBy": "LastEventTime", "descending": True}
+        found: list[dict[str, Any]] = []
+        try:
+            for _ in range(RECENT_STREAM_PAGES):
+                page = logs.describe_log_streams(**request)
+                found += [s for s in page["logStreams"] if _host_of(s["logStreamName"], hosts)]
+                if not page.get("nextToken") or hosts <= {_host_of(s["logStreamName"], hosts) for s in found}:
+                    break
+                request["nextToken"] = page["nextToken"]
+        except logs.exceptions.ResourceNotFoundException:
+            return []
+        missing = hosts - {_host_of(s["logStreamName"], hosts) for s in found}
+        streams = [s for host in sorted(missing) for s in self._streams(group, host)]
+        return found + [s for s in streams if _host_of(s["logStreamName"], hosts)]
+
+    def _streams(self, log_group: str, prefix: str | None) -> list[dict[str, Any]]:
+        paginator = self.clients.logs.get_paginator("describe_log_streams")
+        request = {"logGroupName": log_group} | ({"logStreamNamePrefix": prefix} if prefix else {})
+        try:
+            return [s for page in paginator.paginate(**request) for s in page["logStreams"]]
+        except self.clients.logs.exceptions.ResourceNotFoundException:
+            return []
+
+    def _host_logs(
+        self,
+        facts: JobFacts,
+        hosts: list[str],
+        per_host: dict[MetricQuery, dict[str, Series]],
+        reads: JobReads,
+        freshness: dict[str, float],
+        now: float,
+        stacks_since: float | None = None,
+    ) -> dict[str, HostLog]:
+        """The hosts' newest event times (their streams), the lines around the quietest host's last event, and the
+        agent's stack dumps since `stacks_since`."""
+        patterns = self.policy.for_job(facts.tags).line_patterns
+        instances = set(facts.instance_ids)
+        host_of = lambda stream: _host_of(stream, instances)  # noqa: E731 - one line, used twice
+        group = facts.log_group or self.config.ec2_log_group
+        found = self.log_streams(facts)
+        newest = _newest(found, host_of)
+        if not newest:
+            return {}
+        streams = [s["logStreamName"] for s in found]
+        window = {
+            "startTime": max(int((min(newest.values()) - LOG_TAIL_SECONDS) * 1000), 0),
+            "endTime": int(now * 1000),
+        }
+        logs = {host: HostLog(last_t=t) for host, t in newest.items()}
+        lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
+        for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
+            selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
+            held = self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns)
+            if not held:
+                for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
+                    self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
+            if stacks_since is not None and not (held and window["startTime"] <= stacks_since * 1000):
+                for line in read_stacks(self.clients.logs, selection, stacks_since, now):  # not all in the pages
+                    if (host := host_of(line.stream)) in logs:
+                        logs[host].stacks.append(line)
+        if stacks_since is not None:  # the pages' dumps (a filtered read's are no lines of the tail)
+            for log in logs.values():
+                log.stacks += [ln for ln in log.lines if ln.t >= stacks_since and contract.STACKS_MARKER in ln.message]
+        for log in logs.values():
+            log.lines.sort(key=lambda line: line.t)
+            log.notable.sort(key=lambda line: line.t)
+        return logs
+
+    def _read_lines(
+        self,
+        request: dict[str, Any],
+        host_of: Callable[[str], str | None],
+        logs: dict[str, HostLog],
+        pages: int,
+        patterns: log_patterns.LinePatterns,
+    ) -> bool:
+        """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
+        held the whole window."""
+        for _ in range(pages):
+            response = self.clients.logs.filter_log_events(**request)
+            for event in response.get("events", []):
+                host = host_of(event["logStreamName"])
+                if host not in logs:
+                    continue
+                message = event["message"].rstrip("\n")
+                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], message, patterns)
+                log = logs[host]
+                if "filterPattern" not in request:
+                    log.lines.append(line)
+                elif line.pattern or line.marker:
+                    log.notable.append(line)
+                log.last_t = max(log.last_t or line.t, line.t)
+            if not response.get("nextToken"):
+                return True
+            request["nextToken"] = response["nextToken"]
+        return False
+
+    def stop(self, facts: JobFacts) -> StopResult:
+        """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
+        or in a state that cannot stop, refuses the whole call), each instance is stopped on its own, so the others
+        stop and the refusals are named; the result is ok only when every instance is stopping."""
+        instance_ids = facts.instance_ids
+        if not instance_ids:
+            return StopResult(ok=True, detail="no instance left to stop", stopped=0, targets=0)
+        error = self._stop_call(list(instance_ids))
+        refused: dict[str, str] = {}
+        if error is not None and len(instance_ids) == 1:
+            refused = {} if error[0] in NOT_RUNNING_CODES else {instance_ids[0]: f"{error[0]}: {error[1]}"}
+        elif error is not None:
+            for instance_id in instance_ids:
+                own = self._stop_call([instance_id])
+                if own is not None and own[0] not in NOT_RUNNING_CODES:
+                    refused[instance_id] = f"{own[0]}: {own[1]}"
+        stopped = len(instance_ids) - len(refused)
+        detail = f"StopInstances: {stopped} of {len(instance_ids)} instances stopping"
+        if refused:
+            detail += "; refused: " + "; ".join(f"{i}: {why}" for i, why in sorted(refused.items()))
+        return StopResult(ok=not refused, detail=detail, stopped=stopped, targets=len(instance_ids))
+
+    def _stop_call(self, instance_ids: list[str]) -> tuple[str, str] | None:
+        """StopInstances for `instance_ids`: None when accepted, else the error's code and message (already stopping
+        or stopped instances are accepted; one that is neither yet cannot stop answers IncorrectInstanceState)."""
+        try:
+            self.clients.ec2.stop_instances(InstanceIds=instance_ids)
+        except ClientError as exc:
+            error = api_error(exc)
+            return error.code, error.message
+        return None
+
+    def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
+        for host in alarms.host_names(facts):
+            dims = tuple(host_dimensions(host).items())
+            reads.instances.update({(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in HOST_METRICS.items()})
+        return reads
+
+    def _platform_series(
+        self,
+        facts: JobFacts,
+        host: str,
+        reads: JobReads,
+        found: dict[MetricQuery, dict[str, Series]],
+        per_host: dict[MetricQuery, dict[str, Series]],
+    ) -> dict[str, Series]:
+        series = {fld: found[ref][""] for (ref_host, fld), ref in reads.instances.items() if ref_host == host}
+        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
+        return series
+
+
+def _host_of(stream: str, hosts: set[str]) -> str | None:
+    return EC2.host_of_stream(stream, "", hosts)
+
+
+def _newest(streams: list[dict[str, Any]], host_of: Callable[[str], str | None]) -> dict[str, float]:
+    """Per host, the newest event time of its streams (epoch seconds)."""
+    newest: dict[str, float] = {}
+    for stream in streams:
+        host = host_of(stream["logStreamName"])
+        last_ms = stream.get("lastEventTimestamp") or stream.get("lastIngestionTime")
+        if host and last_ms:
+            newest[host] = max(newest.get(host, 0.0), last_ms / 1000)
+    return newest
+
+
+def _tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def start_instances(clients: Any, instance_ids: tuple[str, ...]) -> ResumeResult:
+    """StartInstances of the stopped group; the user's launch script resumes training from the checkpoint."""
+    if not instance_ids:
+        raise ValueError("instance_ids is empty: an EC2 job needs the instances to start")
+    try:
+        response = clients.ec2.start_instances(InstanceIds=list(instance_ids))
+    except (ClientError, BotoCoreError) as exc:
+        return failure(f"StartInstances {list(instance_ids)}", exc)
+    states = {i["InstanceId"]: i["CurrentState"]["Name"] for i in response.get("StartingInstances", [])}
+    return ResumeResult(ok=True, detail=f"StartInstances: {states}")

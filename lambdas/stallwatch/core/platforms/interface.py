@@ -1,0 +1,267 @@
+"""The platform seam: what Stallwatch needs of a platform, as one interface and one pure description.
+
+    describe(facts.platform).host_names(facts)           # core.platforms: names, hosts, metrics, log streams
+    adapter(facts.platform, clients).stop(facts)         # aws.platforms: the platform's API behind `PlatformAdapter`
+
+A platform is two modules, each with its registry entry: its description (`core.platforms.<name>`, a
+`PlatformDescription`: pure data and rules) and its adapter (`aws.platforms.<name>`, a `PlatformAdapter`: facts,
+signals, stop, resume, goodput, the sweep's listing, its state-change events). Nothing else names a platform:
+callers ask the registries (tests/test_platform_seam.py checks it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar, Protocol
+
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.goodput import JobSpan
+from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
+from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
+
+# How a description reads one of a host's platform series in replay: (namespace, name, dimensions, divisor) -> series.
+SeriesReader = Callable[[str, str, dict[str, str], float], Series]
+# `JobFacts.status` is in SageMaker's words on every platform: these are a job that has ended.
+ENDED_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
+
+
+@dataclass(frozen=True)
+class MetricMath:
+    """A host's per-device GPU percentage as CloudWatch metric math: the series it reads (id -> namespace, metric
+    name, dimensions; their Average) and the expression over them."""
+
+    inputs: dict[str, tuple[str, str, dict[str, str]]]
+    expression: str
+    label: str
+
+
+class PlatformDescription:
+    """One platform as data and pure rules: how it names jobs and hosts, where its host metrics and logs are."""
+
+    platform: ClassVar[Platform]
+    label: ClassVar[str]  # "SageMaker": in messages and exported traces
+    job_kind: ClassVar[str]  # "a SageMaker job"
+    job_name: ClassVar[re.Pattern[str]]  # every name a job of it can have
+    # Names that are this platform's before any other's (an instance id is EC2's); None: no such names.
+    name_hint: ClassVar[re.Pattern[str] | None] = None
+    monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
+    resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
+    host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series a decision reads (core.reading)
+    named_hosts: ClassVar[bool] = False  # its hosts are named by the platform (`JobFacts.instance_ids`), not counted
+    # A stalled job may be restarted in place on its own nodes (`runtime.recover`), when its tags opt in.
+    restarts_in_place: ClassVar[bool] = False
+    # Its logs are read from where the deployment's config says (EC2's log group): a reader needs that config.
+    configured_logs: ClassVar[bool] = False
+    # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
+    agent_power: ClassVar[bool] = False
+
+    def names_job(self, name: str) -> bool:
+        return self.job_name.match(name) is not None
+
+    def unwatched(self, facts: JobFacts) -> str | None:
+        """Why the job as its facts show it is not one Stallwatch watches (its tags no longer make it one); None
+        when it is."""
+        return None
+
+    def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
+        """The job's hosts as the signals name them."""
+        raise NotImplementedError
+
+    def host_names(self, facts: JobFacts) -> list[str]:
+        return self.hosts(facts.instance_count, facts.instance_ids)
+
+    def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
+        """The host's GPU utilization per device, for its gpu-idle alarm."""
+        raise NotImplementedError
+
+    def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
+        """The host's GPU memory per device, for its gpu-memory alarm."""
+        raise NotImplementedError
+
+    def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
+        """The host among `hosts` whose log stream `stream` is; None for another job's or no host's."""
+        raise NotImplementedError
+
+    def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
+        """The host's `HostSignals` platform fields, per device, from its raw series as `read` gives them."""
+        raise NotImplementedError
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
+        (`config.log_subscriptions`); None where it has none of its own."""
+        return None
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """Whether the job is stopped or stopping now, and what the platform said; where a job is several instances,
+    how many of them are (`stopped` of `targets`)."""
+
+    ok: bool
+    detail: str
+    stopped: int | None = None
+    targets: int | None = None
+
+    @property
+    def count(self) -> str:
+        """ "3 of 4 instances stopping", or "" where the platform stops one job."""
+        return "" if self.targets is None else f"{self.stopped} of {self.targets} instances stopping"
+
+
+@dataclass(frozen=True)
+class ResumeResult:
+    """Whether the new attempt was started, what the platform said, and whether a later try may succeed."""
+
+    ok: bool
+    detail: str
+    code: str = ""  # the error code ("" when started)
+    transient: bool = False
+
+
+@dataclass(frozen=True)
+class ResumeVerdict:
+    """What a platform makes of resuming a stopped job: the plan (or why not), and what the audit record keeps of
+    the stopped attempt (EC2: when its group had started, as each start moves it)."""
+
+    plan: ResumePlan | NoResume
+    audit: dict[str, Any] = field(default_factory=dict)
+
+
+# The job's restarts so far and the steps it had reached at its earlier stalls, before a time (`runtime.recover`).
+RestartHistory = Callable[[float | None], tuple[int, list[float]]]
+
+
+class Change(StrEnum):
+    """What a platform's state-change event says happened to a job."""
+
+    IGNORED = "ignored"  # nothing Stallwatch acts on (`JobChange.reason` says why)
+    STARTED = "started"  # the job, or one of its hosts, runs: its alarms are put
+    ENDED = "ended"  # the job ended (the platform confirms it first)
+    HOST_ENDED = "host_ended"  # one of its hosts ended: its alarms go, and the job's with its last host
+    RETIRED = "retired"  # a job the platform no longer knows or watches: its alarms go without a look
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """A platform's state-change event, read: what happened to which job. `state` is the platform's word for it."""
+
+    change: Change
+    job: str
+    state: str
+    host: str | None = None  # HOST_ENDED: the host that ended
+    stopped: bool = False  # a stop that a resume may follow (SageMaker's Stopped, an EC2 instance stopped)
+    run_may_end: bool = False  # HOST_ENDED: a state the job's run may end in (its summary, when no resume follows)
+    tags: dict[str, str] = field(default_factory=dict)  # the job's tags as the event carries them
+    reason: str = ""  # IGNORED: why
+    gone: bool = False  # RETIRED: the platform no longer knows it (or never did): the table is not written for it
+
+
+@dataclass(frozen=True)
+class Node:
+    """One of a job's nodes, for recovery in place: whether it runs, and the group that replaces it (if any)."""
+
+    name: str
+    running: bool
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """A job from its start, as an exported trace holds it (`offline.export`)."""
+
+    facts: JobFacts
+    start: float  # the trace's t = 0 (epoch seconds)
+    ended: float | None  # when it ended, where it has and the platform says when
+    changes: tuple[tuple[float, str, str | None], ...] = ()  # status changes before its end: (epoch, status, secondary)
+    final: tuple[str, str | None] | None = None  # the status it ended in (at `ended`, else the trace's end)
+    log_selections: tuple[dict[str, Any], ...] = ()  # FilterLogEvents selections of its streams (group, streams)
+
+
+class AuditTrail(Protocol):
+    """Stallwatch's records of a job (`aws.store.Store`), as a platform's goodput reads them."""
+
+    def stops(self, key: str) -> list[StopRecord]: ...
+
+    def records(self, key: str, kind: str) -> list[dict[str, Any]]: ...
+
+
+class PlatformAdapter(Protocol):
+    """One platform's API, as the runtime, the sweeper and the CLI use it (`aws.platforms.adapter`).
+
+    Reads raise `aws.source.JobNotFoundError` for a job the platform does not know; `stop` never raises for an API
+    error (it returns it)."""
+
+    platform: ClassVar[Platform]
+    description: ClassVar[PlatformDescription]
+    state_event: ClassVar[type]  # its EventBridge state-change event (`aws.events`)
+
+    def facts(self, job_name: str) -> JobFacts:
+        """What the platform says about the job now."""
+        ...
+
+    def job_signals(
+        self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None
+    ) -> JobSignals:
+        """The job's signals at `now`: `freshness`, each host's newest log event if the caller knows it; `facts`,
+        the job's if the caller has just read them."""
+        ...
+
+    def many_job_signals(
+        self,
+        job_names: Iterable[str],
+        now: float,
+        freshness: dict[str, dict[str, float]] | None = None,
+        known: dict[str, JobFacts] | None = None,
+    ) -> dict[str, JobSignals]:
+        """Several jobs' signals, their metrics read together."""
+        ...
+
+    def stop(self, facts: JobFacts) -> StopResult:
+        """Stop the job as `facts` describe it (its hosts in `facts.instance_ids`, where the platform stops hosts)."""
+        ...
+
+    def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
+        """Every running job the sweep looks at, with its facts where one listing gives them."""
+        ...
+
+    def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
+        """Each host's newest log line (job, host, epoch seconds) of the running `jobs`; a failed read costs its
+        jobs' log idleness (logged and counted), never the sweep."""
+        ...
+
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
+        the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
+        ...
+
+    def job_change(self, event: Any) -> JobChange:
+        """What the platform's state-change event (`state_event`) says happened."""
+        ...
+
+    def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
+        """Whether and as what the job Stallwatch stopped (`stop`) restarts from its checkpoint."""
+        ...
+
+    def start_attempt(self, plan: ResumePlan) -> ResumeResult:
+        """Start the planned attempt; API errors are returned, never raised."""
+        ...
+
+    def run_end(self, facts: JobFacts) -> float | None:
+        """What tells one end of the job's run from the next where a job restarts under its own name (EC2: its
+        group's start), for the end-of-run summary's claim; None where each attempt is a job of its own."""
+        ...
+
+    def run_spans(self, store: AuditTrail | None, job: str, now: float, period: int) -> tuple[str, list[JobSpan]]:
+        """The run `job` belongs to, as `JobSpan`s for `core.goodput` (stops from `store`, if given)."""
+        ...
+
+    def nodes(self, job: str) -> list[Node]:
+        """The job's nodes as they are now (recovery in place, where `description.restarts_in_place`)."""
+        ...
+
+    def history(self, job: str) -> JobHistory:
+        """The job from its start, for an exported trace."""
+        ...

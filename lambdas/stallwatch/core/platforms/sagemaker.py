@@ -1,0 +1,72 @@
+"""SageMaker training jobs as Stallwatch sees them: named by SageMaker, hosts ``algo-1..algo-N``, GPU and CPU
+metrics summed over a host's devices in ``/aws/sagemaker/TrainingJobs`` (dimension ``Host=<job>/algo-N``), logs in
+streams ``<job>/algo-N-<epoch>``."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from stallwatch.core import clusters, contract
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.reading import HOST_AGENT_METRICS_READ, SAGEMAKER_STREAM
+from stallwatch.core.signals import JobFacts, Platform, Series
+
+# Platform metrics per host: HostSignals field -> SageMaker's metric name.
+HOST_METRICS = {
+    "gpu_util": "GPUUtilization",
+    "gpu_mem_util": "GPUMemoryUtilization",
+    "cpu_util": "CPUUtilization",
+}
+
+
+def host_dimensions(job: str, host: str) -> dict[str, str]:
+    return {"Host": f"{job}/{host}"}
+
+
+class SageMakerDescription(PlatformDescription):
+    platform = Platform.SAGEMAKER
+    label = "SageMaker"
+    job_kind = "a SageMaker job"
+    job_name = clusters.SAGEMAKER_JOB_NAME
+    monitor_setting = "monitor_sagemaker"
+    resource = "a SageMaker training job"
+    host_agent_metrics = HOST_AGENT_METRICS_READ
+
+    def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
+        """algo-1..algo-N, across all instance groups of a heterogeneous cluster."""
+        return [f"algo-{i}" for i in range(1, instance_count + 1)]
+
+    def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
+        return _per_gpu(facts, host, HOST_METRICS["gpu_util"])
+
+    def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
+        return _per_gpu(facts, host, HOST_METRICS["gpu_mem_util"])
+
+    def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
+        match = SAGEMAKER_STREAM.match(stream)
+        ours = match is not None and match["job"] == job and match["host"] in hosts
+        return match["host"] if ours else None
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """SageMaker's, shared by every training job of the account and region."""
+        return contract.SAGEMAKER_LOG_GROUP
+
+    def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
+        """SageMaker sums a host's devices: GPU fields over its GPUs, CPU over its vCPUs (the host's own type's)."""
+        dims, ns = host_dimensions(facts.name, host), contract.SAGEMAKER_NAMESPACE
+        gpus, vcpus = facts.gpus_on(host), facts.vcpus_on(host)
+        return {
+            "gpu_util": read(ns, HOST_METRICS["gpu_util"], dims, gpus),
+            "gpu_mem_util": read(ns, HOST_METRICS["gpu_mem_util"], dims, gpus),
+            "cpu_util": read(ns, HOST_METRICS["cpu_util"], dims, vcpus),
+        }
+
+
+def _per_gpu(facts: JobFacts, host: str, metric_name: str) -> MetricMath:
+    """SageMaker's GPU metrics are 0-100 x GPUs: divided by the host's GPUs (each group's type's)."""
+    metric = (contract.SAGEMAKER_NAMESPACE, metric_name, host_dimensions(facts.name, host))
+    return MetricMath({"m1": metric}, f"m1 / {facts.gpus_on(host)}", f"{metric_name} per GPU")
+
+
+SAGEMAKER = SageMakerDescription()

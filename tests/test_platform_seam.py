@@ -1,0 +1,89 @@
+"""The platform seam (docs/lambdas.md, "Platforms"): nothing outside the platforms' own modules names a platform.
+
+A platform is its description (`stallwatch/core/platforms/`) and its adapter (`stallwatch/aws/platforms/`); the
+engine, the store, the runtime, the offline commands and the handlers ask the registries and never branch on the
+platform: no `Platform.EC2`, no comparison with a platform's name, no event type of one platform told apart from
+another's. Read from the source of every module, as tests/test_layers.py reads the imports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from stallwatch.aws import events
+from stallwatch.aws.platforms import ADAPTERS
+from stallwatch.core.platforms import DESCRIPTIONS
+from stallwatch.core.platforms.interface import PlatformAdapter
+from stallwatch.core.signals import Platform
+from tests.test_layers import LAMBDAS, write_tree
+
+# The modules that may name a platform: its own, the registries, and the enum.
+PLATFORM_MODULES = ("stallwatch/core/platforms/", "stallwatch/aws/platforms/")
+ENUM_MODULE = "stallwatch/core/signals.py"
+
+
+def platform_references(path: Path, relative: str) -> list[str]:
+    """Where the module at `path` names a platform: a `Platform` member, or a comparison with a platform's value."""
+    members = {p.name for p in Platform}
+    values = {p.value for p in Platform}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id == "Platform" and node.attr in members:
+                found.append(f"{relative}:{node.lineno}: Platform.{node.attr}")
+        elif isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                if isinstance(operand, ast.Constant) and operand.value in values:
+                    found.append(f"{relative}:{node.lineno}: compared with {operand.value!r}")
+    return found
+
+
+def branches(root: Path) -> list[str]:
+    """Every reference to a platform outside the platforms' modules, under `root` (the Lambda asset)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(PLATFORM_MODULES) or relative == ENUM_MODULE:
+            continue
+        found += platform_references(path, relative)
+    return found
+
+
+def test_a_runtime_module_branching_on_the_platform_is_caught(tmp_path: Path) -> None:
+    # Given a tree whose sweep branches on EC2, whose store compares a key's platform with "sagemaker", and whose
+    # adapter (allowed) names its platform
+    write_tree(
+        tmp_path,
+        {
+            "stallwatch/runtime/sweep.py": "def f(p):\n    if p is Platform.EC2:\n        return 1\n",
+            "stallwatch/aws/store.py": "def g(key):\n    return key.split('#')[1] == 'sagemaker'\n",
+            "stallwatch/aws/platforms/ec2.py": "platform = Platform.EC2\n",
+            "stallwatch/core/signals.py": "class Platform:\n    EC2 = 'ec2'\n",
+        },
+    )
+    # When the tree is read, Then both branches are named, and neither the adapter nor the enum
+    assert branches(tmp_path) == [
+        "stallwatch/aws/store.py:2: compared with 'sagemaker'",
+        "stallwatch/runtime/sweep.py:2: Platform.EC2",
+    ]
+
+
+def test_nothing_outside_the_platforms_modules_names_a_platform() -> None:
+    assert branches(LAMBDAS) == []
+
+
+def test_every_platform_has_a_description_and_an_adapter_that_implements_the_interface() -> None:
+    assert set(DESCRIPTIONS) == set(ADAPTERS) == set(Platform)
+    operations = [
+        name for name in vars(PlatformAdapter) if not name.startswith("_") and callable(getattr(PlatformAdapter, name))
+    ]
+    for platform, adapter in ADAPTERS.items():
+        assert adapter.platform is platform
+        assert adapter.description is DESCRIPTIONS[platform]
+        assert [name for name in operations if not callable(getattr(adapter, name, None))] == [], adapter.__name__
+
+
+def test_every_platforms_state_event_is_one_the_handler_parses() -> None:
+    handled = set(events.JobStateEvent.__origin__.__args__)  # type: ignore[attr-defined]
+    assert {adapter.state_event for adapter in ADAPTERS.values()} == handled
