@@ -14,7 +14,7 @@ from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import alarms, contract, wake
-from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from tests.fixtures.request_limits import recording
 from tests.fixtures.world import MINUTE, World, alarm_event, log_lines_event
 
@@ -265,6 +265,16 @@ def test_an_ec2_instances_line_wakes_its_jobs_decision(rt, world, context) -> No
 def test_a_line_of_no_known_job_writes_nothing(rt, context, group: str, stream: str, reason: str) -> None:
     result = on_log_line.handler(log_lines_event(group, stream, [(rt.clock() - 30, CRASH)]), context)
     assert result["status"] == reason
+    assert _table_items(rt) == []
+
+
+def test_a_line_of_a_platform_not_watched_wakes_nothing(rt, world, context) -> None:
+    # Given an EC2 job whose node's rank died, in a deployment that does not watch EC2
+    nodes = world.launch(1, {"stallwatch:job": "ec2-llm", **ENFORCE})
+    rt.config = StallwatchConfig.model_validate({"policy": {"monitor_ec2": False}})
+    # When its fatal line is delivered from the EC2 group, Then nothing is read of it, decided or written
+    result = on_log_line.handler(log_lines_event(EC2_LOG_GROUP, nodes[0], [(rt.clock() - 30, CRASH)]), context)
+    assert result["status"] == "ignored"
     assert _table_items(rt) == []
 
 
