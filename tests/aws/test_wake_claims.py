@@ -48,3 +48,21 @@ def test_an_alarms_claim_taken_before_the_line_does_not_swallow_it(rt) -> None:
     # When a line seen from t0 + 10 arrives, Then its decision takes the claim; one seen from t0 does not
     assert rt.store.claim_wake(KEY, t0 + 3, since=t0, start=t0 + 3, hold_seconds=HOLD) is None
     assert rt.store.claim_wake(KEY, t0 + 3, since=t0 + 10, start=t0 + 10, hold_seconds=HOLD) is not None
+
+
+def test_the_look_before_the_claim_agrees_with_it(rt) -> None:
+    # Given no state, then an alarm's claim since t0, then a line's decision seen from t0 + 20 committed at t0 + 20
+    t0 = rt.clock()
+    cases = [(t0 + 3, t0), (t0 + 3, t0 + 10), (t0 + 25, t0 + 10), (t0 + 25, t0 + 30), (t0 + 400, t0 + 10)]
+    assert not rt.store.line_seen(KEY, t0, since=t0, hold_seconds=HOLD)  # a job without a state item
+    rt.store.claim_decision(KEY, t0, HOLD)
+    first = [rt.store.line_seen(KEY, now, since, HOLD) for now, since in cases[:2]]
+    rt.store.commit(KEY, StoredState(), StoredState(JobState(warned_at=t0)), {}, t0 + 20, hold_until=t0 + 20 + HOLD)
+    then = [rt.store.line_seen(KEY, now, since, HOLD) for now, since in cases[2:]]
+
+    # Then the look coalesces exactly what the claim would: the line the alarm's decision (begun at t0) sees, and
+    # lines the committed decision saw; not a line seen only after either began
+    assert first == [True, False]
+    assert then == [True, False, True]
+    for (now, since), seen in zip(cases[2:], then, strict=True):
+        assert (rt.store.claim_wake(KEY, now, since, now, HOLD) is None) == seen

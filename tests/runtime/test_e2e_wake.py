@@ -117,7 +117,7 @@ def test_a_line_just_written_is_decided_when_a_read_returns_it(rt, world, contex
     assert now - 1 + wake.LINE_READABLE_S <= audit["at"] <= now - 1 + 15
 
 
-def test_every_hosts_watchdog_lines_make_one_decision(rt, world, context, counted) -> None:
+def test_every_hosts_watchdog_lines_make_one_decision(rt, world, context, counted, monkeypatch) -> None:
     # Given 4 hosts hung in a collective whose NCCL watchdogs fire within a second of each other
     job = "llama-70b"
     world.create_job(job, hosts=4, tags=ENFORCE)
@@ -126,18 +126,20 @@ def test_every_hosts_watchdog_lines_make_one_decision(rt, world, context, counte
         world.progress_logs(job, f"algo-{h}", until_min=11)
     line_t = world.now - 3
 
-    # When each host's stream is delivered in its own invocation, the last ones while the first decides
-    results = [
-        on_log_line.handler(
-            log_lines_event(SAGEMAKER, _stream(job, f"algo-{h}"), [(line_t + h * 0.3, WATCHDOG.format(rank=8 * h))]),
-            context,
-        )
-        for h in range(1, 5)
-    ]
+    # When each host's stream is delivered in its own invocation, the last ones while the first decides, each in a
+    # container of its own (none has seen the job running)
+    monkeypatch.setattr(rt, "found_running", lambda *_: False)
+    results, calls = [], []
+    for h in range(1, 5):
+        event = log_lines_event(SAGEMAKER, _stream(job, f"algo-{h}"), [(line_t + h * 0.3, WATCHDOG.format(rank=8 * h))])
+        with recording() as requests:
+            results.append(on_log_line.handler(event, context))
+        calls.append([r.operation for r in requests])
 
-    # Then one decision was made: the other deliveries were coalesced into it
+    # Then one decision was made: the other deliveries were coalesced into it, each at the cost of one GetItem
     assert [r["status"] for r in results] == ["decided", "coalesced", "coalesced", "coalesced"]
     assert counted[contract.COALESCED_LINES] == 3
+    assert calls[1:] == [["GetItem"]] * 3
     assert [a["trigger"] for a in _audits(rt, job)].count(f"log:{_stream(job, 'algo-1')}") == 1
 
 

@@ -207,6 +207,23 @@ class Store:
         }
         return self._claim(key, now, start + hold_seconds, condition, values)
 
+    def line_seen(self, key: str, now: float, since: float, hold_seconds: float) -> bool:
+        """Whether `claim_wake` would coalesce the line (a decision that begins, or began, at or after `since` holds
+        the claim or was committed), from one consistent GetItem of two attributes: the look a burst's deliveries take
+        before they read the job. False for a job without a state item."""
+        item = self.dynamodb.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            ConsistentRead=True,
+            ProjectionExpression="claimed_until, updated_at",
+        ).get("Item", {})
+        claimed_until = float(item["claimed_until"]["N"]) if "claimed_until" in item else None
+        updated_at = float(item["updated_at"]["N"]) if "updated_at" in item else None
+        # compared as `claim_wake` compares them: at the table's millisecond
+        at, seen, unseen = (float(f"{t:.3f}") for t in (now, since, since + hold_seconds))
+        held = claimed_until is not None and claimed_until >= max(at, unseen)
+        return held or (updated_at is not None and updated_at >= seen)
+
     def _claim(self, key: str, now: float, until: float, condition: str, values: dict[str, Any]) -> StoredState | None:
         """Set the job's claim until `until` where `condition` holds (the state as read), else None."""
         try:

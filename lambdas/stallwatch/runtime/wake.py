@@ -62,6 +62,8 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     line_t = min(max(fatal), now)  # a host clock ahead of ours is read as now
     since, start = wake.seen_from(line_t), wake.decision_start(line_t, now)
     key = job_key(platform, job)
+    if rt.store.line_seen(key, now, since, COALESCE_SECONDS):  # a burst's other deliveries: the job is not read
+        return _coalesced(job)
     facts = None
     if not rt.found_running(platform, job, now):  # the job must exist, and run, before anything is written for it
         try:
@@ -72,9 +74,8 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
             return Outcome(job, "ended", details={"reason": f"job {facts.status}"}).as_dict()
         rt.saw_running(platform, job, now)
     read = rt.store.claim_wake(key, now, since, start, COALESCE_SECONDS)
-    if read is None:  # a decision that sees the line holds the claim, or was committed
-        metrics.add_metric(name=contract.COALESCED_LINES, unit=MetricUnit.Count, value=1)
-        return Outcome(job, "coalesced", details={"reason": "a decision that sees the line holds the claim"}).as_dict()
+    if read is None:  # a decision that sees the line took the claim, or was committed, since the look
+        return _coalesced(job)
     if start > now:
         rt.sleep(start - now)
         read = rt.store.load(key)
@@ -148,6 +149,12 @@ def _decide_near_rechecks(rt: Runtime, platform: Platform, job: str, deadline: f
             break
     if decided:
         outcome.details["rechecks"] = decided
+
+
+def _coalesced(job: str) -> dict[str, Any]:
+    """A line a decision that sees it covers (it holds the claim, or was committed)."""
+    metrics.add_metric(name=contract.COALESCED_LINES, unit=MetricUnit.Count, value=1)
+    return Outcome(job, "coalesced", details={"reason": "a decision that sees the line holds the claim"}).as_dict()
 
 
 def _ignored(reason: str) -> dict[str, Any]:
