@@ -10,6 +10,7 @@ import json
 import pytest
 
 from handlers import on_alarm, on_log_line
+from localrun import moto_ec2
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.store import StoredState, job_key
@@ -241,6 +242,7 @@ def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt,
 def test_an_ec2_instances_line_wakes_its_jobs_decision(rt, world, context) -> None:
     # Given a 2-node EC2 job whose node 2's rank died 10 minutes ago, its GPUs idle since; node 1 spins
     nodes = world.launch(2, {"stallwatch:job": "ec2-llm", **ENFORCE})
+    moto_ec2.set_instance_times(nodes, launched=world.now - 120 * MINUTE)
     world.ec2_gpu(nodes[0], world.every_minute(110, 100.0))
     world.ec2_gpu(nodes[1], world.every_minute(110, lambda m: 100.0 if m > 10 else 0.0), memory_mib=0.0)
     world.ec2_logs(nodes[1], [(m, f"step {110 - m} loss 2.3") for m in range(110, 10, -5)] + [(10, CRASH)])
@@ -249,8 +251,8 @@ def test_an_ec2_instances_line_wakes_its_jobs_decision(rt, world, context) -> No
     line_t = world.now - 10 * MINUTE
     result = on_log_line.handler(log_lines_event(EC2_LOG_GROUP, nodes[1], [(line_t, CRASH)]), context)
 
-    # Then the job its tags name is decided
-    assert (result["job"], result["status"]) == ("ec2-llm", "decided")
+    # Then the job its tags name is decided: its crashed rank warned
+    assert (result["job"], result["status"], result["diagnosis"]) == ("ec2-llm", "decided", "crashed_rank")
     assert _audits(rt, "ec2-llm", "ec2")[0]["trigger"] == f"log:{nodes[1]}"
 
 

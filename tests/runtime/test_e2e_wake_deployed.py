@@ -1,7 +1,7 @@
 """End to end on moto, the deployed way: the stack's template on moto (its functions, their permissions, the
-subscription filters its custom resource and CloudFormation put), a fatal line put to SageMaker's log group
-(PutLogEvents), the subscription delivering it to the real on_log_line, and a decision committed, warned and posted,
-without any alarm or sweeper run."""
+subscription filters its custom resource and CloudFormation put), a fatal line put to SageMaker's log group or the
+EC2 group (PutLogEvents), the subscription delivering it to the real on_log_line, and a decision committed, warned and
+posted, without any alarm or sweeper run."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ import boto3
 import moto
 import pytest
 
-from localrun import moto_lambda_invoke, moto_logs_subscription
+from localrun import moto_ec2, moto_lambda_invoke, moto_logs_subscription
 from localrun.resources import create_resources
 from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
+from stallwatch.core.config import CONFIG_ENV
 from tests.fixtures.moto_runtime import aws_env, slack  # noqa: F401 - moto's extensions, its environment, Slack
 from tests.fixtures.world import MINUTE, SlackReceiver, World
 from tests.stacks.conftest import build_app
@@ -104,6 +105,30 @@ def test_a_fatal_line_put_to_the_log_group_is_decided_without_an_alarm_or_the_sw
     }
     subscriber = _function("handlers.log_subscription.handler")
     assert invoked == {deployed["function"]["FunctionName"], subscriber["FunctionName"]}
+
+
+def test_an_ec2_nodes_fatal_line_put_to_the_stacks_group_is_decided(deployed: dict[str, Any]) -> None:
+    # Given a 2-node EC2 job whose node 2's rank died 10 minutes ago (its GPUs idle since), node 1 spinning, and the
+    # stack's EC2 group subscribed to on_log_line
+    world = deployed["world"]
+    tags = {"stallwatch:job": "ec2-llm", "stallwatch:mode": "enforce", "stallwatch:confirmed-grace-minutes": "5"}
+    nodes = world.launch(2, tags)  # stopped after the warning's 5 minutes: the recheck's schedule decides it
+    moto_ec2.set_instance_times(nodes, launched=world.now - 120 * MINUTE)
+    world.ec2_gpu(nodes[0], world.every_minute(110, 100.0))
+    world.ec2_gpu(nodes[1], world.every_minute(110, lambda m: 100.0 if m > 10 else 0.0), memory_mib=0.0)
+    config = json.loads(deployed["function"]["Environment"]["Variables"][CONFIG_ENV])
+    group = config["ec2_log_group"]
+    [subscription] = boto3.client("logs").describe_subscription_filters(logGroupName=group)["subscriptionFilters"]
+    assert subscription["destinationArn"] == deployed["function"]["FunctionArn"]
+
+    # When node 2's agent ships its log, the rank's last words at its end
+    world.ec2_logs(nodes[1], [(m, f"step {110 - m} loss 2.3") for m in range(110, 10, -5)] + [(10, CRASH)], group)
+
+    # Then the job its tags name is decided by the wake-up and warned, with no alarm
+    store = Store(boto3.client("dynamodb"), deployed["table"], ttl_days=90)
+    [audit] = [r["record"] for r in store.records(job_key("ec2", "ec2-llm"), "audit")]
+    assert (audit["trigger"], audit["diagnosis"], audit["action"]) == (f"log:{nodes[1]}", "crashed_rank", "warn")
+    assert boto3.client("cloudwatch").describe_alarms()["MetricAlarms"] == []
 
 
 def test_ordinary_lines_put_to_the_log_group_wake_nothing(deployed: dict[str, Any]) -> None:
