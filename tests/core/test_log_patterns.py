@@ -112,6 +112,17 @@ FATAL_LINES = [
     ("Traceback (most recent call last):", "traceback"),
     ("[rank7]: Traceback (most recent call last):", "traceback"),
     ("ValueError: too many values to unpack (expected 2)", "python_exception"),
+    ("RuntimeError: NCCL Error 2: unhandled system error", "nccl"),
+    ("NET/IB : Got completion from peer 10.0.0.1<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv)", "nccl"),
+    ("NVRM: Xid (0000:03:00): 13, 0000 00000000 0000c197 00000000 00000000", "xid"),
+    ("Mar 10 01:33:03 cpu-6-2 kernel: Killed process 1234 (python) total-vm:1kB, anon-rss:1kB", "oom_kill"),
+    ("slurmstepd: error: Exceeded step memory limit at some point.", "oom_kill"),
+    ("RuntimeError: Process 0 terminated with exit code 1", "launcher_exit"),
+    (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down workers",
+        "launcher_exit",
+    ),
+    ("[E socket.cpp:860] [c10d] The server socket has failed to listen on any local network address.", "c10d_timeout"),
 ]
 
 BENIGN_LINES = [
@@ -133,6 +144,8 @@ BENIGN_LINES = [
     "CUBLAS_STATUS_SUCCESS",
     "[  +0.000005] pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer",
     "r8169 0000:03:00.0 eth0: RTL8125B, 58:47:ca:7b:55:71, XID 641, IRQ 51",
+    "[W socket.cpp:663] [c10d] The client socket has failed to connect to [localhost]:29500 (errno: 99).",
+    "NVRM: Xid (0000:03:00): 63, pid=1, Row Remapper: New row marked for remapping",
     "wandb: Network error (TransientError), entering retry loop.",
     "/opt/conda/lib/python3.10/site-packages/torch/utils/checkpoint.py:90: UserWarning: None of the inputs have "
     "requires_grad=True. Gradients will be None",
@@ -234,6 +247,9 @@ CHECKPOINT_LINES = [
     ("Async checkpoint save for step 100 (/ckpt/step=99-last.ckpt) finalized successfully.", "checkpoint_end"),
     ("Epoch 0, global step 100: 'val_loss' reached 0.50, saving model to '/ckpt/e0.ckpt' as top 1", "checkpoint_start"),
     ("checkpoint saved to s3://bucket/run-7/step-12000", "checkpoint_end"),
+    ("chat template saved in /out/checkpoint-5/chat_template.jinja", "checkpoint_start"),
+    ("=> saving checkpoint 'checkpoint.pth.tar'", "checkpoint_start"),
+    ("Saving checkpoint took 36.72 secs", "checkpoint_end"),  # torchtune
 ]
 NOT_MARKERS = [
     "gradient_checkpointing=True",
@@ -244,6 +260,7 @@ NOT_MARKERS = [
     "[INFO] [config.py:964:print]   load_universal_checkpoint .... False",
     "time (ms) | save-checkpoint: 57514.53",
     "[INFO] [checkpointing.py:226:model_parallel_cuda_manual_seed] > initializing model parallel cuda seeds",
+    "Loading checkpoint from /fsx/ckpt/step-1200",
 ]
 
 
@@ -352,9 +369,51 @@ def _unbounded_repeat_inside_repeat(parsed: sre_parse.SubPattern, inside: bool =
 
 @pytest.mark.parametrize(
     "regex",
-    [p for _, p in log_patterns.PATTERNS] + [p for _, p in log_patterns.MARKERS],
+    [rule.regex for rule in log_patterns.RULES + log_patterns.MARKERS],
     ids=lambda p: p.pattern[:30],
 )
 def test_no_built_in_rule_nests_an_unbounded_repeat(regex: re.Pattern[str]) -> None:
     # The rules run on every tail line of hundreds of hosts: a nested unbounded repeat can backtrack exponentially
     assert not _unbounded_repeat_inside_repeat(sre_parse.parse(regex.pattern))
+
+
+def _same_letter(av: list) -> bool:
+    """A class of one letter in either case (`[Ss]`)."""
+    letters = {chr(v).lower() for o, v in av if o == sre_constants.LITERAL}
+    return len(letters) == 1 and all(o == sre_constants.LITERAL for o, _ in av)
+
+
+def _texts(items: sre_parse.SubPattern) -> list[str]:
+    """Every path through a sequence as its literal characters (lowercased), anything else (a wider class, a repeat,
+    a lookaround) as a gap; a branch, inside a group or not, is one path per alternative."""
+    paths = [""]
+    for op, av in items:
+        if op == sre_constants.LITERAL:
+            parts = [chr(av)]
+        elif op == sre_constants.IN and _same_letter(av):
+            parts = [chr(av[0][1])]
+        elif op == sre_constants.BRANCH:
+            parts = [text for alt in av[1] for text in _texts(alt)]
+        elif op == sre_constants.SUBPATTERN:
+            parts = _texts(av[-1])
+        else:
+            parts = ["\0"]
+        paths = [path + part.lower() for path in paths for part in parts]
+    return paths
+
+
+@pytest.mark.parametrize(
+    "rule", log_patterns.RULES + log_patterns.MARKERS, ids=lambda r: f"{r.name}:{r.regex.pattern[:24]}"
+)
+def test_every_alternative_of_a_rule_holds_a_phrase_of_its_gate(rule: log_patterns.Rule) -> None:
+    # The gate (a substring test on the lowercased line) skips the regex where it cannot match: never a line it would
+    assert all(phrase == phrase.lower() for phrase in rule.gate)
+    ungated = [text for text in _texts(sre_parse.parse(rule.regex.pattern)) if not any(p in text for p in rule.gate)]
+    assert not ungated
+
+
+def test_every_phrase_of_every_gate_holds_a_phrase_of_the_cover() -> None:
+    # A line holding no phrase of COVER skips every rule: never one a gate would let through.
+    phrases = {phrase for rule in log_patterns.RULES + log_patterns.MARKERS for phrase in rule.gate}
+    assert not [p for p in phrases if not any(c in p for c in log_patterns.COVER)]
+    assert all(c == c.lower() for c in log_patterns.COVER)

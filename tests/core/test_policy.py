@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from localrun import moto_logs_filter
 from stallwatch.core import log_patterns
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.policy import LogLines, Mode, Policy, Thresholds
 
 
@@ -195,3 +196,12 @@ def test_the_example_in_the_engine_docs_validates() -> None:
     assert policy.log_lines.fatal
     assert policy.log_lines.checkpoint_start
     assert policy.log_lines.checkpoint_end
+
+
+def test_the_deployments_config_names_the_bad_line_at_synth() -> None:
+    # Given cdk.json's stallwatch context with a group in a fatal line (no CloudWatch filter pattern can hold it)
+    with pytest.raises(ValidationError) as raised:
+        StallwatchConfig.model_validate({"policy": {"log_lines": {"fatal": ["(NaN|inf) loss"]}}})
+    # Then synth fails naming the field, and says what to write instead
+    assert raised.value.errors()[0]["loc"] == ("policy", "log_lines", "fatal")
+    assert "write each alternative as its own entry" in str(raised.value)

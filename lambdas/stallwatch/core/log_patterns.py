@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from stallwatch.core.contract import STACKS_MARKER
 
@@ -48,33 +49,53 @@ USER_FATAL = "user_fatal"
 # could not be recorded, a recovery action changed); 144-150 NVLink events are a death only when marked "Fatal".
 XID_INFORMATIONAL = frozenset({63, 64, 154})
 XID_NVLINK = range(144, 151)
-_XID = re.compile(r"\bXid \(PCI:[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
+_XID = re.compile(r"\bXid \((?:PCI:)?[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
 _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 
 # The aws-ofi-nccl plugin failing to load at start-up: NCCL falls back to sockets and trains on.
 _OFI_FALLBACK = r"(?!NET/OFI (?:Failed to initialize|aws-ofi-nccl initialization failed))"
 
-# (kind, regex), most specific first.
-PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
+
+class Rule(NamedTuple):
+    """A kind's regex, and its gate: lowercase phrases one of which every line the regex matches holds (a substring
+    test costs a fraction of a regex scan; tests/core/test_log_patterns.py checks every alternative holds one)."""
+
+    name: str
+    regex: re.Pattern[str]
+    gate: tuple[str, ...]
+
+    def search(self, message: str, low: str) -> bool:
+        for phrase in self.gate:
+            if phrase in low:
+                return self.regex.search(message) is not None
+        return False
+
+
+# Fatal kinds, most specific first.
+RULES: tuple[Rule, ...] = (
+    Rule(
         ILLEGAL_MEMORY_ACCESS,
         re.compile(r"an illegal memory access was encountered|cudaErrorIllegalAddress|CUDA_ERROR_ILLEGAL_ADDRESS"),
+        ("illegal",),
     ),
-    (
+    Rule(
         CUDA_OOM,
         re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory"),
+        ("out of memory", "outofmemoryerror"),
     ),
-    (
+    Rule(
         NCCL,
         re.compile(
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
-            r"|DistBackendError|\bNCCL error\b|Test NCCL failure"
+            r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
+            r"|Got completion from peer"
             rf"|NCCL WARN {_OFI_FALLBACK}[^\n]{{0,400}}?(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
             r"|Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed"
             r"|Exception raised from ncclCommWatchdog"
         ),
+        ("nccl", "distbackenderror", "connection", "call to recv", "cuda failure", "got completion"),
     ),
-    (
+    Rule(
         NCCL_TIMEOUT,
         re.compile(
             r"Watchdog caught collective operation timeout"
@@ -87,66 +108,91 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|Exception raised from checkTimeout|watchdog got stuck"
             r"|NCCL communicator was aborted|\bAbort COMPLETE\b"  # what the watchdog does after a timeout, too
         ),
+        ("watchdog", "nccl", "heartbeat", "timeout", "process down", "abort complete", "timed out"),
     ),
-    (
+    Rule(
         EFA,
         re.compile(
             r"NET/OFI (?!Failed to initialize|aws-ofi-nccl initialization failed)"
             r"[^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
-            r"|OFI NCCL failure|\bfi_\w{1,40} failed"
+            r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
         ),
+        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq"),
     ),
-    (
+    Rule(
         C10D_TIMEOUT,
         re.compile(
             r"DistStoreError|DistNetworkError|\bSocket Timeout\b|\bRendezvous\w{0,20}(?:Error|Timeout)"
             r"|Timed out waiting \d+ ?ms|socket has timed out|\bwait timeout after\b"
             r"|Timed out after \d+ seconds waiting"
-            r"|Timed out initializing process group|socket has failed to"
+            r"|Timed out initializing process group|server socket has failed to"
         ),
+        ("diststoreerror", "distnetworkerror", "socket", "rendezvous", "timed out", "wait timeout"),
     ),
-    (XID, re.compile(r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding")),
-    (
+    Rule(
+        XID,
+        re.compile(r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding"),
+        ("xid", "fallen off the bus"),
+    ),
+    Rule(
         CUDA_ERROR,
         re.compile(
             r"\bCUDA error\b|\bcudaError[A-Z]\w*|c10::CUDAError|device-side assert triggered|unspecified launch failure"
             r"|CUBLAS_STATUS_(?!SUCCESS)[A-Z_]+|CUDNN_STATUS_(?!SUCCESS)[A-Z_]+|uncorrectable ECC error"
             r"|Exception raised from \w+ at \S{0,200}?(?i:cuda)|CUDA driver error"
         ),
+        ("cuda", "device-side", "launch failure", "cublas_status", "cudnn_status", "ecc error"),
     ),
-    (NCCL, re.compile(r"watchdog thread terminated with exception")),
-    (
+    Rule(NCCL, re.compile(r"watchdog thread terminated with exception"), ("watchdog thread terminated",)),
+    Rule(
         OOM_KILL,
         re.compile(
             r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:|oom_reaper: reaped"
             r"|Memory cgroup out of memory|\boom[-_]kill events?\b|killed by signal: Killed|\bOut Of Memory\b"
-            r"|^\S{0,60}\s*Killed process \d+ \(|Exceeded job memory limit"
+            r"|\bKilled process \d+ \(|Exceeded (?:job|step) memory limit|\bOOMKilled\b"
         ),
+        ("out of memory", "oom", "killed by signal: killed", "killed process", "exceeded"),
     ),
-    (
+    Rule(
         SEGFAULT,
         re.compile(
             r"(?i:segmentation fault)|SIGSEGV|\bsegfault at [0-9a-f]+ ip |\b[Ss]ignal 11\b|\bexit code 139\b"
             r"|\*\*\* SIG[A-Z]+ \(@"
         ),
+        ("segmentation fault", "sigsegv", "segfault", "signal 11", "exit code 139", "*** sig"),
     ),
-    (
+    Rule(
         SIGABRT,
         re.compile(
             r"terminate called (?:after throwing|without an active exception|recursively)|SIGABRT|\b[Ss]ignal 6\b"
             r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
         ),
+        (
+            "terminate called",
+            "sigabrt",
+            "signal 6",
+            "signal received: 6",
+            "aborted",
+            "fatal python error",
+            "*** backtrace",
+        ),
     ),
-    (BUS_ERROR, re.compile(r"killed by signal: Bus error|(?i:bus error) (?:\(core dumped\)|encountered)|: Bus error$")),
-    (
+    Rule(
+        BUS_ERROR,
+        re.compile(r"killed by signal: Bus error|(?i:bus error) (?:\(core dumped\)|encountered)|: Bus error$"),
+        ("bus error",),
+    ),
+    Rule(
         SLURM,
         re.compile(
             r"CANCELLED AT \d{4}-\d\d-\d\dT|srun: error: [^:\n]{1,200}: tasks? [\d,\-]{1,100}: "
             r"|srun: (?:Job step aborted|Force Terminated|Terminating|forcing job termination)|\bWTERMSIG \d"
-            r"|srun: error: (?:Node failure|Timed out|Unable to allocate)|this job is preempted|STEPD TERMINATED"
+            r"|srun: error: (?:Node failure|Timed out|Unable to (?:allocate|create step))|this job is preempted"
+            r"|STEPD TERMINATED"
         ),
+        ("cancelled at", "srun:", "wtermsig", "preempted", "stepd terminated"),
     ),
-    (
+    Rule(
         MPI,
         re.compile(
             r"MPI_ABORT|total processes killed|refused to die|Primary job\s+terminated normally, but \d+ process"
@@ -155,49 +201,83 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|\*\*\* Process received signal \*\*\*|\] Signal: [A-Z][a-z]+|lost communication with a remote daemon"
             r"|peer process has unexpectedly disconnected"
         ),
+        (
+            "mpi_abort",
+            "processes killed",
+            "refused to die",
+            "primary job",
+            "non-zero",
+            "exited",
+            "bad termination",
+            "cleaning up",
+            "process received signal",
+            "] signal: ",
+            "lost communication",
+            "unexpectedly disconnected",
+        ),
     ),
-    (
+    Rule(
         SAGEMAKER,
         re.compile(
             r"ExecuteUserScriptError|AlgorithmError|Reporting training FAILURE"
             r"|sagemaker-(?:training-toolkit|containers) ERROR|(?i:framework error):|\bErrorMessage \""
             r"|Failed\. Reason: "
         ),
+        (
+            "executeuserscripterror",
+            "algorithmerror",
+            "training failure",
+            "sagemaker-",
+            "framework error",
+            "errormessage",
+            "failed. reason",
+        ),
     ),
-    (DEEPSPEED_LAUNCHER, re.compile(r"Killing subprocess \d|exits with return code = -?[1-9]")),
-    (
+    Rule(
+        DEEPSPEED_LAUNCHER,
+        re.compile(r"Killing subprocess \d|exits with return code = -?[1-9]"),
+        ("killing subprocess", "exits with return code"),
+    ),
+    Rule(
         LAUNCHER_EXIT,
         re.compile(
             r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
             r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+-?[1-9]"
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
-            r"|process \d+ terminated with (?:signal|exit code)|Worker group FAILED"
+            r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
         ),
+        ("exit", "childfailederror", "failed", "signal", "return code", "non-zero", "terminated with"),
     ),
-    (
+    Rule(
         KILLED,
         re.compile(r"(?:^|[\]\s])Killed\s*$|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"),
+        ("killed", "sigkill", "signal 9", "137"),
     ),
-    (
+    Rule(
         TRACEBACK,
         re.compile(
             r"Traceback \(most recent call last\)|\(most recent call first\)"
             r"|The above exception was the direct cause|During handling of the above exception"
         ),
+        ("traceback", "most recent call", "above exception"),
     ),
-    (PYTHON_EXCEPTION, re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$")),
+    Rule(
+        PYTHON_EXCEPTION,
+        re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$"),
+        ("error", "exception"),
+    ),
 )
 
-PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(name for name, _ in PATTERNS), USER_FATAL)
+PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(rule.name for rule in RULES), USER_FATAL)
 
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
-_FILE = r"[^\s'\"]{1,300}\.(?:pt|pth|bin|json|safetensors|ckpt|distcp|model|txt|npy|pkl|tar|index|h5|nemo)\b"
-MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (
+_FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
+MARKERS: tuple[Rule, ...] = (
+    Rule(
         CHECKPOINT_END,  # the frameworks' own completion lines
         re.compile(
             r"\bCheckpoint \S{1,100} is ready now\b"  # DeepSpeed
@@ -210,8 +290,19 @@ MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|Deleting older checkpoint"  # Transformers Trainer: after every file of the new one is written
             r"|Global Checkpoint Save : "  # NeMo
         ),
+        (
+            "ready now",
+            "successfully saved",
+            "finished saving",
+            "writing took",
+            "finalized successfully",
+            "saving checkpoint took",
+            "peft modules are saved",
+            "deleting older checkpoint",
+            "global checkpoint save",
+        ),
     ),
-    (
+    Rule(
         CHECKPOINT_START,  # one file of a checkpoint being written (never its end)
         re.compile(
             r"\[Torch\] Sav(?:ing|ed) |zero checkpoint saved|Saving model checkpoint: "  # DeepSpeed
@@ -219,15 +310,17 @@ MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
             rf"|\bsaved (?:in|to) {_FILE}"
         ),
+        ("[torch] sav", "zero checkpoint saved", "saving model checkpoint: ", "saved in", "saved to"),
     ),
-    (
+    Rule(
         CHECKPOINT_END,  # generic completion: a checkpoint (not one of its files) saved
         re.compile(
             r"\b(?i:checkpoint|ckpt)\S{0,40} (?:saved|written|uploaded|completed?|finished)\b"
             r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:checkpoint|ckpt|model)s? (?:to|at|in)\b"
         ),
+        ("checkpoint", "ckpt", "model"),
     ),
-    (
+    Rule(
         CHECKPOINT_START,
         re.compile(
             r"\bCheckpoint \S{1,100} is about to be saved"  # DeepSpeed
@@ -245,18 +338,20 @@ MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"|, saving model to "  # Keras
             r"|\b(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting) (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
         ),
+        ("sav", "checkpoint", "ckpt", "state dict"),
     ),
 )
 
 # CloudWatch Logs' regex subset (Filter pattern syntax: alphanumerics, these symbols and operators, no parentheses).
 FILTER_REGEX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_#=@/;,-^$?[]{}|\\*+.")
 FILTER_PATTERN_MAX = 1024  # characters, CloudWatch Logs API reference (FilterLogEvents, PutSubscriptionFilter)
-FILTER_REGEXES_MAX = 2  # %regex% per pattern
 # Needles (CloudWatch regexes), one of which every fatal line the rules name contains; `.` stands for a space or any
 # character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch.
 FATAL_NEEDLES: tuple[str, ...] = (
     # NCCL, its watchdog, the c10d store, EFA
-    "NCCL.error",
+    "NCCL.[Ee]rror",
+    "Cuda.failure",
+    "completion.from.peer",
     "NCCL.WARN",
     "NCCL.failure",
     "ProcessGroupNCCL",
@@ -268,9 +363,11 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "Call.to.recv",
     "NET/OFI",
     "fi_[a-z_]+.failed",
+    "write.to.EQ",
     "Socket.Timeout",
     "[Tt]imed.out",
     "wait.timeout",
+    "socket.has.failed",
     # CUDA, the driver, the kernel
     "CUDA.?[EeOo][RrUu]",
     "illegal.memory",
@@ -299,6 +396,8 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "Killing",
     "terminated.with",
     "CANCELLED",
+    "Exceeded",
+    "death.signal",
     "srun:",
     "WTERMSIG",
     "preempted",
@@ -432,21 +531,33 @@ class LinePatterns:
 
     def match(self, message: str) -> str | None:
         """The fatal kind of the first rule `message` matches, or None for an ordinary line."""
-        for name, pattern in PATTERNS:
-            if pattern.search(message):
-                return None if name == XID and not _xid_fatal(message) else name
+        low = message.lower()
+        return self._match(message, low) if _gated(low) else self._user_fatal(message)
+
+    def _match(self, message: str, low: str) -> str | None:
+        for rule in RULES:
+            if rule.search(message, low):
+                return None if rule.name == XID and not _xid_fatal(message) else rule.name
+        return self._user_fatal(message)
+
+    def _user_fatal(self, message: str) -> str | None:
         return USER_FATAL if any(p.search(message) for p in self.fatal) else None
 
     def marker(self, message: str) -> str | None:
         """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start (or in-progress) or end line, else None (ask
         `match` first: a fatal line is never a marker)."""
+        low = message.lower()
+        return self._marker(message, low, gated=_gated(low))
+
+    def _marker(self, message: str, low: str, gated: bool) -> str | None:
         if any(p.search(message) for p in self.checkpoint_end):
             return CHECKPOINT_END
         if any(p.search(message) for p in self.checkpoint_start):
             return CHECKPOINT_START
-        for name, pattern in MARKERS:
-            if pattern.search(message):
-                return name
+        if gated:
+            for rule in MARKERS:
+                if rule.search(message, low):
+                    return rule.name
         return None
 
     def classify(self, message: str) -> tuple[str | None, str | None]:
@@ -454,13 +565,35 @@ class LinePatterns:
         dump (its frames may name a checkpoint or a kill)."""
         if STACKS_MARKER in message:
             return None, None
-        pattern = self.match(message)
-        return pattern, None if pattern else self.marker(message)
+        low = message.lower()
+        gated = _gated(low)
+        pattern = self._match(message, low) if gated else self._user_fatal(message)
+        return pattern, None if pattern else self._marker(message, low, gated)
 
     @property
     def filter_patterns(self) -> tuple[str, str]:
         """FilterLogEvents' filter patterns for the notable lines, one call each: the fatal lines, the markers."""
         return self.fatal_filter or FATAL_FILTER_PATTERN, self.checkpoint_filter or CHECKPOINT_FILTER_PATTERN
+
+
+# Short phrases one of which every phrase of every gate holds (tests/core/test_log_patterns.py checks it): a line
+# holding none of them is ordinary without a look at any rule (most lines of a training log: its steps and losses).
+COVER: tuple[str, ...] = (
+    "err", "fail", "kill", "sig", "sav", "exit", "nccl", "cuda", "checkpoint", "ckpt", "model", "abort", "terminat",
+    "timeout", "timed out", "illegal", "memory", "connection", "recv", "completion", "watchdog", "heartbeat",
+    "process down", "ofi", "fi_", "socket", "rendezvous", "xid", "bus", "device-side", "_status", "oom", "exceeded",
+    "seg", "cancelled", "srun:", "preempted", "refused to die", "primary job", "non-zero", "cleaning up",
+    "lost communication", "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace", "to eq",
+    "most recent call", "exception", "ready now", "successfully", "writing took", "state dict",
+)  # fmt: skip
+
+
+def _gated(low: str) -> bool:
+    """Whether the lowercased line holds a phrase of `COVER` (else no rule's gate lets it through)."""
+    for phrase in COVER:  # noqa: SIM110 - a loop costs a third of any() on every step's line
+        if phrase in low:
+            return True
+    return False
 
 
 def _xid_fatal(message: str) -> bool:
