@@ -79,8 +79,8 @@ class WatchdogPermissions:
                     resources=[self._training_jobs_arn()],
                 )
             )
-        if self.policy.monitor_ec2:
-            # DescribeInstances has no resource-level permissions.
+        if self.policy.monitor_ec2 or self.policy.monitor_slurm:
+            # DescribeInstances has no resource-level permissions (EC2 jobs; Slurm nodes' instances, by address).
             statements.append(self._in_this_region("DescribeInstances", ["ec2:DescribeInstances"]))
         return statements
 
@@ -118,6 +118,12 @@ class WatchdogPermissions:
             read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
             ec2_groups = log_group_arns(self.stack, self.config.ec2_log_group)
             statements.append(iam.PolicyStatement(sid="ReadEc2TrainingLogs", actions=read, resources=ec2_groups))
+        if self.policy.monitor_slurm and not self.policy.monitor_ec2:
+            # Slurm nodes' logs (one stream per job and node, read by the job's prefix): a group under the EC2 one,
+            # which the EC2 grant covers when EC2 is watched.
+            read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
+            slurm_groups = log_group_arns(self.stack, self.config.slurm_log_group)[:1]
+            statements.append(iam.PolicyStatement(sid="ReadSlurmJobLogs", actions=read, resources=slurm_groups))
         return statements
 
     def _query_logs(self) -> list[iam.PolicyStatement]:

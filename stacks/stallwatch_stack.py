@@ -126,8 +126,11 @@ class StallwatchStack(Stack):
             self.slurm = SlurmActions(
                 self,
                 "SlurmActions",
-                stopping=[*self.watchdog.deciders, self.slack_endpoint.function],
-                recovering=self.watchdog.deciders,
+                stopping=[self.watchdog.on_alarm, self.watchdog.sweeper, self.slack_endpoint.function],
+                recovering=[self.watchdog.on_alarm, self.watchdog.sweeper],
+                # the sweeper reads the commands' answers; recovery in place grants it that already
+                reading=[] if config.policy.monitor_ec2 else [self.watchdog.sweeper],
+                log_group=config.slurm_log_group,
             )
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
@@ -198,6 +201,10 @@ class StallwatchStack(Stack):
                 self.slurm.controller_policy.managed_policy_arn,
                 "Managed policy to attach to a Slurm controller's role (deploy/slurm): post its job events",
             )
+            outputs["SlurmLogGroup"] = (
+                self.slurm.log_group.log_group_name,
+                "Log group of Slurm jobs' output: deploy/slurm/cloudwatch-agent.json's log_group_name on the nodes",
+            )
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
 
@@ -234,6 +241,14 @@ class StallwatchStack(Stack):
                 ec2_log_arns,
                 "read-only: the CloudWatch agent of EC2 training instances writes one stream per instance id, named "
                 "at run time; a job may name a group under the configured one",
+            ),
+            **(
+                {
+                    arn.format(service="logs", resource=f"log-group:{self.config.slurm_log_group}:*"): "read-only: the "
+                    "CloudWatch agent of Slurm nodes writes one stream per job and node, named at run time"
+                }
+                if self.config.policy.monitor_slurm and not self.config.policy.monitor_ec2
+                else {}
             ),
             arn_template(self, regional=False).format(
                 service="iam", resource="role/*"

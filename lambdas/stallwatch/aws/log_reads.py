@@ -90,6 +90,25 @@ def _query_time(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
+@dataclass(frozen=True)
+class JobStreams:
+    """Where a job's streams are: a log group, the prefix every one of them starts with, and the host of a stream
+    (None for another job's). SageMaker's by default."""
+
+    group: str = contract.SAGEMAKER_LOG_GROUP
+    prefix: str | None = None  # default: "<job>/"
+    host_of: Callable[[str, str], str | None] | None = None  # (stream, job) -> host; default: SageMaker's names
+
+    def prefix_of(self, job: str) -> str:
+        return self.prefix if self.prefix is not None else f"{job}/"
+
+    def host(self, stream: str, job: str) -> str | None:
+        if self.host_of is not None:
+            return self.host_of(stream, job)
+        match = SAGEMAKER_STREAM.match(stream)
+        return match["host"] if match and match["job"] == job else None
+
+
 def read_tails(
     logs: Any,
     job: str,
@@ -97,6 +116,7 @@ def read_tails(
     freshness: dict[str, float],
     now: float,
     patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
+    streams: JobStreams = JobStreams(),
     stacks_since: float | None = None,
 ) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
@@ -112,7 +132,7 @@ def read_tails(
     policy may add its own)."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen, complete = _read_window(logs, job, int(recent * 1000), int(now * 1000), found, patterns)
+    seen, complete = _read_window(logs, job, streams, int(recent * 1000), int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     read_from = recent  # every line since then is in the pages read (when `complete`)
     if quiet:
@@ -124,38 +144,41 @@ def read_tails(
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        complete &= _read_window(logs, job, start_ms, int(end * 1000) - 1, found, patterns)[1]
+        complete &= _read_window(logs, job, streams, start_ms, int(end * 1000) - 1, found, patterns)[1]
         if len(quiet) == len(found):  # no host wrote after the second window: it and the first hold every line
             read_from = start_ms / 1000
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
         lookback = int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000)
         for pattern in patterns.filter_patterns:
-            _read_window(logs, job, *lookback, found, patterns, notable=pattern)
+            _read_window(logs, job, streams, *lookback, found, patterns, notable=pattern)
     if stacks_since is not None:
-        _stacks(logs, job, found, stacks_since, now, held=complete and read_from <= stacks_since)
+        _stacks(logs, job, streams, found, stacks_since, now, held=complete and read_from <= stacks_since)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
     return found
 
 
-def _stacks(logs: Any, job: str, found: dict[str, HostLog], since: float, now: float, held: bool) -> None:
+def _stacks(
+    logs: Any, job: str, streams: JobStreams, found: dict[str, HostLog], since: float, now: float, held: bool
+) -> None:
     """Each host's stack dumps since `since`: from the lines read when they hold every line since then (`held`: a
     stalled job whose hosts all fell quiet, as its tail's second window reads them), else by one filtered read."""
     if held:
         for log in found.values():
             log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
         return
-    selection = {"logGroupName": contract.SAGEMAKER_LOG_GROUP, "logStreamNamePrefix": f"{job}/", "interleaved": True}
+    selection = {"logGroupName": streams.group, "logStreamNamePrefix": streams.prefix_of(job), "interleaved": True}
     for line in read_stacks(logs, selection, since, now):
-        match = SAGEMAKER_STREAM.match(line.stream)
-        if match and match["job"] == job and match["host"] in found:
-            found[match["host"]].stacks.append(line)
+        host = streams.host(line.stream, job)
+        if host in found:
+            found[host].stacks.append(line)
 
 
 def _read_window(
     logs: Any,
     job: str,
+    streams: JobStreams,
     start_ms: int,
     end_ms: int,
     found: dict[str, HostLog],
@@ -168,8 +191,8 @@ def _read_window(
     filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
-            logGroupName=contract.SAGEMAKER_LOG_GROUP,
-            logStreamNamePrefix=f"{job}/",
+            logGroupName=streams.group,
+            logStreamNamePrefix=streams.prefix_of(job),
             startTime=max(start_ms, 0),
             endTime=end_ms,
             limit=PAGE_EVENTS,
@@ -180,11 +203,11 @@ def _read_window(
         return 0, True
     events = response.get("events", [])
     for event in events:
-        match = SAGEMAKER_STREAM.match(event["logStreamName"])
-        if not match or match["job"] != job or match["host"] not in found:
+        host = streams.host(event["logStreamName"], job)
+        if host not in found:
             continue
         line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"), patterns)
-        log = found[match["host"]]
+        log = found[host]
         if notable:
             if line.pattern or line.marker:
                 log.notable.append(line)

@@ -12,18 +12,20 @@ turns them into the `HostSignals` fields (`_platform_series`) and reads its host
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
+from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stacks
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.interface import PlatformDescription, StopResult
+from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
@@ -74,18 +76,30 @@ class AwsSignalSource(ABC):
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
 
-    def __init__(self, clients: AwsClients, config: StallwatchConfig | None = None) -> None:
+    def __init__(
+        self,
+        clients: AwsClients,
+        config: StallwatchConfig | None = None,
+        store: Store | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.clients = clients
         self.config = config or StallwatchConfig()
         self.policy = self.config.policy  # each job is read at its alarms' period, after its tags (10 s in the demo)
+        self.store = store  # the deployment's table, where a platform's facts are what its events said (Slurm)
+        self.clock = clock  # what facts that age read the time from (a Slurm job's held state)
 
     @abstractmethod
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job; `JobNotFoundError` if it does not exist."""
 
     @abstractmethod
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """Stop the job; API errors are returned, never raised (`aws.actions.stop`)."""
+
+    def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
+        """How an asynchronous stop went: none is, where the platform's stop answers at once."""
+        raise NotImplementedError(f"{self.platform} stops answer at once")
 
     @abstractmethod
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:

@@ -53,6 +53,7 @@ ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 HEALTH_ALARM_NAME_PART = "health-"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
+SLURM_LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the EC2 group
 LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
 
 
@@ -160,6 +161,12 @@ class StallwatchConfig(BaseModel):
         "another group under it.",
     )
     log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
+
+    @property
+    def slurm_log_group(self) -> str:
+        """Where Slurm jobs' logs are (deploy/slurm/cloudwatch-agent.json): under the EC2 group, which the nodes'
+        instance policy writes and the functions read."""
+        return f"{self.ec2_log_group.rstrip('/')}/{SLURM_LOG_GROUP_PART}"
 
     @property
     def health_alarm_prefix(self) -> str:

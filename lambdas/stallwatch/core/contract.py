@@ -42,6 +42,10 @@ STACKS_READ_BYTES = 2_800_000  # a decision reads this much of one stall's dumps
 # Published by the control plane itself (sweeper), per host, from log-stream freshness.
 LOG_IDLE_SECONDS = "LogIdleSeconds"
 
+# deploy/slurm/stallwatch-events.sh's EventBridge events (one per Slurm job start and end): the rule's pattern.
+SLURM_EVENT_SOURCE = "stallwatch.slurm"
+SLURM_EVENT_DETAIL_TYPE = "Slurm Job State Change"
+
 # Where the platforms publish host metrics.
 SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"

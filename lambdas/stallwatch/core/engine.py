@@ -82,15 +82,17 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     found: dict[str, Any] = {"status": facts.status, "secondary_status": facts.secondary_status}
     if policy.tag_errors:
         found["tag_errors"] = list(policy.tag_errors)
-    if facts.status != RUNNING_STATUS:
+    past_limit = facts.ends_by is not None and now >= facts.ends_by  # the platform ends it itself (Slurm's --time)
+    if facts.status != RUNNING_STATUS or past_limit:
+        reason = f"job is {facts.status}" if not past_limit else "past its time limit: the platform ends it"
         return Decision(
             job=facts.name,
             at=now,
             diagnosis=Diagnosis.FINISHED,
             action=Action.NONE,
             mode=policy.mode,
-            reasons=(f"job is {facts.status}",),
-            evidence=found,
+            reasons=(reason,),
+            evidence=found | ({"ends_by": facts.ends_by} if past_limit else {}),
         )
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
     deadlines = _Deadlines(now)

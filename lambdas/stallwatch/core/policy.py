@@ -29,6 +29,7 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # Auto Scaling permissions are conditioned on this tag too.
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
+RECOVER_REQUEUE = "requeue"  # a Slurm job: its bad nodes drained, the job requeued (deploy/ssm/slurm-requeue.yaml)
 # A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
 SLURM_CONTROLLER_TAG = "stallwatch:slurm"
 SLURM_CONTROLLER_VALUE = "controller"

@@ -199,6 +199,7 @@ class TraceSource:
             status_history=history,
             instance_ids=tuple(job.instance_ids),
             host_types=dict(job.host_types or {}),
+            host_instances=dict(job.host_instances or {}),
         )
 
     def facts(self, now: float) -> JobFacts:

@@ -139,7 +139,7 @@ class Runtime:
 
     def source(self, platform: Platform) -> PlatformAdapter:
         """The platform's adapter (`aws.platforms`): its facts, signals and actions."""
-        return adapter(platform, self.clients, self.config)
+        return adapter(platform, self.clients, self.config, self.store, self.clock)
 
 
 @functools.cache

@@ -356,7 +356,7 @@ class Ec2Platform(AwsSignalSource):
             request["nextToken"] = response["nextToken"]
         return False
 
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
         or in a state that cannot stop, refuses the whole call), each instance is stopped on its own, so the others
         stop and the refusals are named; the result is ok only when every instance is stopping."""

@@ -95,7 +95,7 @@ class SageMakerPlatform(AwsSignalSource):
             host_types=layout.host_types,
         )
 
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """StopTrainingJob by the job's exact name; a job that is not running counts as stopped."""
         name = facts.name
         try:
@@ -263,7 +263,9 @@ class SageMakerPlatform(AwsSignalSource):
         }
         for host, t in freshness.items():
             known[host] = max(known.get(host, t), t)
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, stacks_since)
+        return read_tails(
+            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, stacks_since=stacks_since
+        )
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

@@ -4,7 +4,7 @@
     subscribed_log_groups(config)                # {platform: the log group whose fatal lines wake the engine}
     job_name_error("llm.70b", Platform.EC2)      # why a name cannot be an EC2 job's (None when it can)
 
-A new platform is a module beside `sagemaker` and `ec2` and its entry in `DESCRIPTIONS` (and its adapter in
+A new platform is a module beside `sagemaker`, `ec2` and `slurm` and its entry in `DESCRIPTIONS` (and its adapter in
 `aws.platforms`); see docs/lambdas.md, "Platforms".
 """
 
@@ -14,9 +14,10 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.ec2 import EC2
 from stallwatch.core.platforms.interface import PlatformDescription
 from stallwatch.core.platforms.sagemaker import SAGEMAKER
+from stallwatch.core.platforms.slurm import SLURM
 from stallwatch.core.signals import Platform
 
-DESCRIPTIONS: dict[Platform, PlatformDescription] = {d.platform: d for d in (SAGEMAKER, EC2)}
+DESCRIPTIONS: dict[Platform, PlatformDescription] = {d.platform: d for d in (SAGEMAKER, EC2, SLURM)}
 # A job named without its platform (the CLI's default, a name no hint claims) is a SageMaker job's.
 DEFAULT = Platform.SAGEMAKER
 
