@@ -914,6 +914,21 @@ def evidence_scenarios() -> list[Scenario]:
             straggler=(1_500.0, 3, 1.3),
             expect=_no_stop(diagnosis="straggler", alerts=2),
         ),
+        Scenario(
+            name="sm-hang-watchdog-4host-noagent",
+            summary="4 p4d hosts without the agent hang in a collective (GPUs pinned at 100 %, logs silent); 10 "
+            "minutes later every host's NCCL watchdog times out, and those lines are every host's last words: their "
+            "subscription wakes the engine, no alarm needed.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=4,
+            agent=False,
+            segments=[*_start(300.0), Segment(3_000.0, HUNG, logs=False)],
+            duration_s=3_000.0 + 3_600,
+            seed=407,
+            lines=tuple((3_000.0 + 600 + h * 0.4, h, NCCL_WATCHDOG.format(rank=8 * h)) for h in range(4)),
+            expect=_stop_within(3_000.0, minutes=15.0, diagnosis="hang"),
+        ),
     ]
 
 

@@ -1,4 +1,4 @@
-"""Least-privilege IAM statements for the three functions, one builder per need.
+"""Least-privilege IAM statements for the functions, one builder per need.
 
 No statement has a `*` action. Stops are conditioned on the opt-in tag (`stallwatch:mode=enforce`) unless
 `policy.stop_requires_tag` is False; resumes on the resume tags (`_resume`); alarm writes are scoped to the
@@ -43,6 +43,10 @@ class WatchdogPermissions:
     def on_alarm(self) -> list[iam.PolicyStatement]:
         """An alarm fired: gather signals, decide, maybe stop."""
         return [*self._read_jobs(), self._describe_alarms(), self._read_metrics(), *self._read_logs(), *self._stop()]
+
+    def on_log_line(self) -> list[iam.PolicyStatement]:
+        """A fatal line in a training log: find its job (an EC2 instance's tags), gather signals, decide, maybe stop."""
+        return [*self._read_jobs(), self._read_metrics(), *self._read_logs(), *self._stop()]
 
     def sweeper(self) -> list[iam.PolicyStatement]:
         """The periodic pass: find jobs, reconcile their alarms, publish log idleness, decide like `on_alarm`, and

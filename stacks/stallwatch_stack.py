@@ -11,6 +11,7 @@ from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERV
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
 from stacks.health import ControlPlaneHealth, health_alarm_arns
+from stacks.log_subscriptions import FatalLineSubscriptions
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
 from stacks.rechecks import Rechecks
@@ -66,7 +67,7 @@ class StallwatchStack(Stack):
             deployment=deployment,
             target=self.watchdog.on_alarm,
             dead_letter_queue=self.watchdog.dead_letter_queue,
-            deciders=[self.watchdog.on_alarm, self.watchdog.sweeper],
+            deciders=self.watchdog.deciders,
         )
         self.slack_endpoint = SlackEndpoint(
             self,
@@ -105,9 +106,21 @@ class StallwatchStack(Stack):
             log_group=config.ec2_log_group,
             bundle_dependencies=bundle_dependencies,
         )
+        self.log_subscriptions = FatalLineSubscriptions(
+            self,
+            "LogSubscriptions",
+            deployment=deployment,
+            config=config,
+            destination=self.watchdog.on_log_line,
+            ec2_log_group=self.ec2_training.log_group,
+            code=self.watchdog.code,
+        )
         if config.policy.monitor_ec2:
             self.recovery = RecoverInPlace(
-                self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper
+                self,
+                "RecoverInPlace",
+                deciding=[self.watchdog.on_alarm, self.watchdog.on_log_line],
+                continuing=self.watchdog.sweeper,
             )
         if config.policy.monitor_slurm:
             self.slurm = SlurmActions(

@@ -7,6 +7,9 @@
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
 - `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
 - `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
+- `SubscriptionRequest`: CloudFormation's request to the custom resource of the SageMaker group's subscription.
+- `LogLinesEvent`: a CloudWatch Logs subscription's delivery (Powertools' `CloudWatchLogsModel`: ``awslogs.data``
+  is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`), a DATA_MESSAGE of log events or a CONTROL_MESSAGE.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -19,7 +22,11 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import (
+    CloudFormationCustomResourceBaseModel,
+    CloudWatchLogsModel,
+    EventBridgeModel,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -71,6 +78,7 @@ SSM_TARGET = r"^(i-[0-9a-f]{8,17})?$"
 SETTINGS_MAX = 50  # as a resource's tags
 RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
 RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave
+DATA_MESSAGE = "DATA_MESSAGE"  # a subscription's log events; CONTROL_MESSAGE: CloudWatch Logs checking the destination
 
 
 class InvalidEventError(ValueError):
@@ -306,9 +314,44 @@ OnAlarmEvent = Annotated[
     Annotated[AlarmEvent, Tag("alarm")] | Annotated[RecheckEvent, Tag("recheck")], Discriminator(_on_alarm_kind)
 ]
 
+LogLinesEvent = CloudWatchLogsModel
+# PutSubscriptionFilter's limits (CloudWatch Logs API reference): filterName 1-512 characters, no ':' or '*';
+# filterPattern at most 1,024 characters; logGroupName 1-512 of [.-_/#A-Za-z0-9].
+FILTER_NAME = r"^[^:*]{1,512}$"
+FILTER_PATTERN_MAX = 1024
+LOG_GROUP_NAME = r"^[.\-_/#A-Za-z0-9]{1,512}$"
+LAMBDA_ARN = r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]{1,64}$"
+
+
+class SubscriptionProperties(_Model):
+    """The custom resource's properties: this deployment's filter on a log group it does not own."""
+
+    log_group_name: str = Field(alias="LogGroupName", pattern=LOG_GROUP_NAME)
+    filter_name: str = Field(alias="FilterName", pattern=FILTER_NAME)
+    filter_pattern: str = Field(alias="FilterPattern", max_length=FILTER_PATTERN_MAX)
+    destination_arn: str = Field(alias="DestinationArn", pattern=LAMBDA_ARN)
+
+
+class SubscriptionRequest(CloudFormationCustomResourceBaseModel):
+    """CloudFormation's Create, Update or Delete of `Custom::FatalLineSubscription`."""
+
+    request_type: Literal["Create", "Update", "Delete"] = Field(alias="RequestType")
+    physical_resource_id: str | None = Field(None, alias="PhysicalResourceId")
+    resource_properties: SubscriptionProperties = Field(alias="ResourceProperties")  # type: ignore[assignment]
+
+
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
     model: TypeAdapter(model)
-    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent)
+    for model in (
+        JobStateEvent,
+        AlarmEvent,
+        ScheduledEvent,
+        RecheckEvent,
+        OnAlarmEvent,
+        TestAlertEvent,
+        LogLinesEvent,
+        SubscriptionRequest,
+    )
 }
 
 
@@ -334,5 +377,7 @@ def _name(model: Any) -> str:
         ScheduledEvent: "scheduled",
         RecheckEvent: "recheck",
         TestAlertEvent: "test alert",
+        LogLinesEvent: "CloudWatch Logs subscription",
+        SubscriptionRequest: "custom resource",
     }
     return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))

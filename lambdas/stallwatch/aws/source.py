@@ -130,6 +130,19 @@ class AwsSignalSource(ABC):
         """The hosts' log tails, newest event times and notable lines (and, with `stacks_since`, the agent's stack
         dumps since then)."""
 
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
+        the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
+        watched = getattr(self.policy, self.description.monitor_setting)
+        if not watched or group != self.description.log_group(self.config):
+            return None
+        return self._job_of_stream(stream)
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in the platform's log group, else None (a platform with a
+        log group of its own implements it)."""
+        raise NotImplementedError
+
     def job_signals(
         self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None
     ) -> JobSignals:

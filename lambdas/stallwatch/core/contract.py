@@ -65,6 +65,7 @@ SERVICE = "stallwatch"
 DECISIONS = "Decisions"
 DUPLICATE_DECISIONS = "DuplicateDecisions"  # a duplicated event or a concurrent decision that lost the commit
 COALESCED_ALARMS = "CoalescedAlarms"  # an alarm of a job another invocation was deciding (an alarm burst)
+COALESCED_LINES = "CoalescedFatalLines"  # a fatal line a decision that sees it covers already (a burst of lines)
 RECHECK_SCHEDULE_FAILURES = "RecheckScheduleFailures"  # a recheck not scheduled: the sweeper decides it later
 JOBS_STOPPED = "JobsStopped"
 STOP_FAILURES = "StopFailures"

@@ -400,6 +400,9 @@ def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: flo
     if not decisive:
         for death in deaths:
             ctx.deadlines.add(death.onset + death.confirm_s)
+        for h in hosts.values():  # last words whose GPUs are not seen dead yet: look when their death would confirm
+            if h.last_words_t is not None:
+                ctx.deadlines.add(h.last_words_t + ctx.limits.crash_s)
         return None
     found = decisive[0]
     confirm = found.confirm_s

@@ -166,6 +166,10 @@ class TraceSource:
         for key, points in self._metrics.items():
             yield key, points.times, points.values
 
+    def log_lines(self) -> list[LogLine]:
+        """Every host's log lines, in time order."""
+        return sorted((line for lines in self._logs.values() for line in lines), key=lambda line: line.t)
+
     def status_times(self) -> list[tuple[float, str]]:
         """(epoch seconds, status) of every status change, in order."""
         return [(t, status) for t, status, _ in self._statuses]

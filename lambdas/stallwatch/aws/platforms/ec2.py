@@ -44,7 +44,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import FILTER_STREAMS_LIMIT, LOG_TAIL_SECONDS, LOOKBACK_SECONDS
+from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT, LOG_TAIL_SECONDS, LOOKBACK_SECONDS
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, LogLine, Platform, Series
 
@@ -99,6 +99,17 @@ class Ec2Platform(AwsSignalSource):
         if not instances:
             raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
         return instances[0]
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A stream is named by its instance's id (one DescribeInstances): the job its tags name, if watched."""
+        match = EC2_STREAM.match(stream)
+        if match is None:
+            return None
+        try:
+            instance = self.instance(match["host"])
+        except JobNotFoundError:
+            return None
+        return clusters.job_of(_tags(instance), instance["InstanceId"])
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """Every watched EC2 job with a running instance, from one paginated DescribeInstances."""

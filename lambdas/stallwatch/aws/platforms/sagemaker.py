@@ -45,7 +45,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, host_dimensions
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ
+from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ, SAGEMAKER_STREAM
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, Platform, Series
 
@@ -106,6 +106,11 @@ class SageMakerPlatform(AwsSignalSource):
                 return StopResult(ok=True, detail=f"already not running: {error.message}")
             return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error}")
         return StopResult(ok=True, detail=f"StopTrainingJob {name} accepted")
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A stream ``<job>/algo-N-<epoch>`` names its job."""
+        match = SAGEMAKER_STREAM.match(stream)
+        return match["job"] if match is not None and self.description.names_job(match["job"]) else None
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """The InProgress training jobs, filtered by status and bounded to the jobs that can still be running (created

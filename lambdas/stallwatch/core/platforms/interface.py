@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
@@ -89,6 +90,11 @@ class PlatformDescription:
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The host's `HostSignals` platform fields, per device, from its raw series as `read` gives them."""
         raise NotImplementedError
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
+        (`config.log_subscriptions`); None where it has none of its own."""
+        return None
 
 
 @dataclass(frozen=True)
@@ -249,6 +255,11 @@ class PlatformAdapter(Protocol):
     def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
         """Each host's newest log line (job, host, epoch seconds) of the running `jobs`; a failed read costs its
         jobs' log idleness (logged and counted), never the sweep."""
+        ...
+
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
+        the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
         ...
 
     def job_change(self, event: Any) -> JobChange:
