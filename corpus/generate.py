@@ -733,7 +733,9 @@ def decision_quality_scenarios() -> list[Scenario]:
         ),
         Scenario(
             name="sm-eval-40min-noagent",
-            summary="No agent, no declared phase: a 40-minute evaluation on busy GPUs writes no log line; one alert.",
+            summary="No agent, no declared phase, no GPU power: a 40-minute evaluation on busy GPUs writes no log "
+            "line, and the job says so (stallwatch:busy-silence-minutes=60; busy GPUs silent 30 minutes are a hang "
+            "otherwise); one alert.",
             platform=sm,
             instance_type="ml.p4d.24xlarge",
             hosts=2,
@@ -745,6 +747,7 @@ def decision_quality_scenarios() -> list[Scenario]:
             ],
             duration_s=3 * 3_600.0,
             seed=121,
+            tags={"stallwatch:busy-silence-minutes": "60"},
             expect=_no_stop(alerts=1),
         ),
         Scenario(

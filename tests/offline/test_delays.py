@@ -40,7 +40,8 @@ ROWS = [
     ("sm-xid-rare-logger-noagent", "crashed_rank", 3 * MIN, RECHECK_S),
     # 4 periods past its newest datapoint's (stamped at its period's start: 3 to 4 minutes after it died)
     ("sm-rank0-host-lost-4host-agent", "crashed_rank", 3 * MIN, RECHECK_S + MIN),
-    ("ec2-idle-after-training-4node", "idle", 3 * MIN, RECHECK_S),  # every process left its GPUs
+    # every process left its GPUs without a fatal line: the agreement rung of idle_minutes (2/3 of 15)
+    ("ec2-idle-after-training-4node", "idle", 10 * MIN, RECHECK_S),
     ("sm-idle-silent-1host", "idle", 10 * MIN, RECHECK_S),  # idle GPUs and silent logs agree at 2/3
     ("sm-checkpoint-overrun-2host", "phase_overrun", 10 * MIN, RECHECK_S),  # the budget's end + the allowance
     ("sm-eval-phase-hangs-2host-agent", "phase_overrun", 10 * MIN, RECHECK_S),

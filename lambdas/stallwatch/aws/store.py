@@ -149,6 +149,8 @@ def _state_from_json(raw: str) -> JobState:
     data = json.loads(raw)
     data["alerted"] = tuple(data.get("alerted", ()))
     data["stragglers"] = tuple(data.get("stragglers", ()))
+    if data.get("warning") is not None:
+        data["warning"] = tuple(data["warning"])
     return JobState(**data)
 
 
@@ -731,7 +733,7 @@ class Store:
         (a snooze, say) is newer and wins, and a job whose state was cleared (`close_job`) is not brought back.
         True if the stop was released."""
         condition = "attribute_exists(pk) AND #s = :written"
-        over = {"warned_at": None, "stall_since": None, "stall_from": None} if forget_stall else {}
+        over = {"warned_at": None, "warning": None, "stall_since": None, "stall_from": None} if forget_stall else {}
         values = {
             ":written": {"S": _state_to_json(state)},
             ":s": {"S": _state_to_json(state.with_(stopped_at=None, **over))},

@@ -76,6 +76,13 @@ class Thresholds(BaseModel):
     idle_minutes: float = Field(
         15.0, gt=0, description="All GPUs idle (or, without the agent, pinned busy) this long, logs silent: a stall."
     )
+    busy_silence_minutes: float = Field(
+        30.0,
+        gt=0,
+        description="Without the agent and without GPU power: every GPU busy and the logs silent this long is a hang "
+        "(or 1.5x the longest such silence the job came back from, if longer). Raise it for a job whose first "
+        "evaluation runs longer without a log line.",
+    )
     crash_confirm_minutes: float = Field(
         3.0,
         gt=0,

@@ -527,7 +527,7 @@ def _changed(state: JobState, action: OperatorAction, now: float) -> JobState:
     if action is OperatorAction.NOT_STALLED:
         # The current stall, its warning and alerts are void; a stall at the doubled thresholds starts afresh.
         factor = state.threshold_factor * NOT_STALLED_FACTOR
-        return state.with_(threshold_factor=factor, stall_since=None, warned_at=None, alerted=())
+        return state.with_(threshold_factor=factor, stall_since=None, warned_at=None, warning=None, alerted=())
     return state.with_(stopped_at=now)
 
 
