@@ -1,6 +1,7 @@
 """Fatal lines wake the engine: subscription filters that send the training log groups' fatal lines to on_log_line.
 
-- the EC2 jobs' group (the stack's own, `Ec2Training`): an `AWS::Logs::SubscriptionFilter`;
+- the EC2 jobs' group and the Slurm jobs' (the stack's own, `Ec2Training`'s and `SlurmActions`'): an
+  `AWS::Logs::SubscriptionFilter` each (`subscribe`);
 - SageMaker's `/aws/sagemaker/TrainingJobs`, shared by every training job of the account, absent until the first
   job: a custom resource (`Custom::FatalLineSubscription`, `handlers.log_subscription`) creates it if absent and puts
   our filter where one of its two slots is free, never removing another (docs/deploy.md says what to do otherwise);
@@ -67,7 +68,7 @@ class FatalLineSubscriptions(Construct):
         self.subscriber: lambda_.Function | None = None
         wanted = config.log_subscriptions
         if wanted.ec2 and config.policy.monitor_ec2:
-            self.ec2_filter = self._build_ec2_filter(ec2_log_group, config.ec2_log_group)
+            self.ec2_filter = self.subscribe("Ec2", ec2_log_group, config.ec2_log_group)
         if wanted.sagemaker and config.policy.monitor_sagemaker:
             self.subscriber = self._build_subscriber(code, deployment)
             self.sagemaker_subscription = self._build_sagemaker_subscription(self.subscriber)
@@ -84,12 +85,12 @@ class FatalLineSubscriptions(Construct):
             source_arn=self._group_arn(group, streams=True),
         )
 
-    def _build_ec2_filter(self, group: logs.ILogGroup, name: str) -> logs.CfnSubscriptionFilter:
-        """The filter on `group` (the stack's, named `name`): created after it, deleted before it."""
-        permission = self._build_permission("Ec2FatalLines", name)
+    def subscribe(self, construct_id: str, group: logs.ILogGroup, name: str) -> logs.CfnSubscriptionFilter:
+        """The filter on `group` (one of the stack's, named `name`): created after it, deleted before it."""
+        permission = self._build_permission(f"{construct_id}FatalLines", name)
         subscription = logs.CfnSubscriptionFilter(
             self,
-            "Ec2",
+            construct_id,
             log_group_name=group.log_group_name,
             filter_name=self.filter_name,
             filter_pattern=self.pattern,

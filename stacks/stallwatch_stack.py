@@ -123,15 +123,20 @@ class StallwatchStack(Stack):
                 continuing=self.watchdog.sweeper,
             )
         if config.policy.monitor_slurm:
+            deciders = [self.watchdog.on_alarm, self.watchdog.sweeper]
+            if config.log_subscriptions.slurm:  # their group's fatal lines wake on_log_line, which decides them then
+                deciders.append(self.watchdog.on_log_line)
             self.slurm = SlurmActions(
                 self,
                 "SlurmActions",
-                stopping=[self.watchdog.on_alarm, self.watchdog.sweeper, self.slack_endpoint.function],
-                recovering=[self.watchdog.on_alarm, self.watchdog.sweeper],
+                stopping=[*deciders, self.slack_endpoint.function],
+                recovering=deciders,
                 # the sweeper reads the commands' answers; recovery in place grants it that already
                 reading=[] if config.policy.monitor_ec2 else [self.watchdog.sweeper],
                 log_group=config.slurm_log_group,
             )
+            if config.log_subscriptions.slurm:
+                self.log_subscriptions.subscribe("Slurm", self.slurm.log_group, config.slurm_log_group)
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
         Tags.of(self).add("Service", SERVICE_NAME)

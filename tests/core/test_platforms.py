@@ -16,11 +16,14 @@ def test_every_watched_platforms_log_group_is_subscribed_by_default() -> None:
     assert subscribed_log_groups(_config(ec2_log_group="/team/ec2")) == {
         Platform.SAGEMAKER: contract.SAGEMAKER_LOG_GROUP,
         Platform.EC2: "/team/ec2",
+        Platform.SLURM: "/team/ec2/slurm",
     }
 
 
 def test_a_platform_not_watched_or_not_subscribed_has_no_subscribed_group() -> None:
-    assert list(subscribed_log_groups(_config(policy={"monitor_ec2": False}))) == [Platform.SAGEMAKER]
-    assert list(subscribed_log_groups(_config(log_subscriptions={"sagemaker": False}))) == [Platform.EC2]
-    unsubscribed = _config(log_subscriptions={"sagemaker": False, "ec2": False})
+    unwatched = _config(policy={"monitor_ec2": False, "monitor_slurm": False})
+    assert list(subscribed_log_groups(unwatched)) == [Platform.SAGEMAKER]
+    ec2_only = _config(log_subscriptions={"sagemaker": False, "slurm": False})
+    assert list(subscribed_log_groups(ec2_only)) == [Platform.EC2]
+    unsubscribed = _config(log_subscriptions={"sagemaker": False, "ec2": False, "slurm": False})
     assert subscribed_log_groups(unsubscribed) == {}

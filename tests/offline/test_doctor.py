@@ -322,7 +322,7 @@ def _subscription_checks(**kwargs: Any) -> dict[str, doctor.Check]:
 
 def test_the_doctor_finds_each_groups_fatal_line_filter_to_on_log_line(deployed: Any) -> None:
     checks = _subscription_checks()
-    assert set(checks) == {"/aws/sagemaker/TrainingJobs", "/stallwatch/ec2"}
+    assert set(checks) == {"/aws/sagemaker/TrainingJobs", "/stallwatch/ec2", "/stallwatch/ec2/slurm"}
     on_log_line = _function("handlers.on_log_line.handler")["FunctionName"]
     for check in checks.values():
         assert (check.status, check.detail) == (doctor.Status.OK, f"stallwatch-fatal-lines → {on_log_line}")

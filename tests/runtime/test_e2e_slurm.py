@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from handlers import on_alarm, on_job_state, sweeper
+from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import moto_ssm
 from localrun.resources import SLURM_CANCEL_DOCUMENT, SLURM_REQUEUE_DOCUMENT
 from stallwatch.aws.pending_stops import PendingStops
@@ -20,7 +20,7 @@ from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCU
 from stallwatch.core.platforms.slurm import HELD_RECHECK_S, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from tests.fixtures.slurm import FakeController, slurm_event
-from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, scheduled_event
+from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, log_lines_event, scheduled_event
 
 JOB = slurm_job_name("pc1", "42", "llm")
 SLURM_LOG_GROUP = StallwatchConfig().slurm_log_group
@@ -201,3 +201,21 @@ def test_a_late_start_and_a_malformed_event_change_nothing(rt, controller, conte
     with pytest.raises(Exception, match="job_id"):
         on_job_state.handler(bad, context)
     assert not all_alarms(rt.clients.cloudwatch)
+
+
+def test_a_nodes_fatal_line_in_the_slurm_group_wakes_the_jobs_decision(rt, world, controller, context) -> None:
+    # Given a running job whose node2's rank died of a CUDA error 40 minutes ago while node1 spins
+    on_job_state.handler(started(controller, settings=ENFORCE), context)
+    seed_hang(world, crashed="node2")
+
+    # When the subscription delivers node2's last words from the Slurm group
+    line = [(world.now - 40 * MINUTE, CRASH)]
+    result = on_log_line.handler(log_lines_event(SLURM_LOG_GROUP, stream_name(JOB, "node2"), line), context)
+
+    # Then the job is decided by the wake-up, without an alarm: its crashed rank warned
+    assert (result["job"], result["status"], result["diagnosis"]) == (JOB, "decided", "crashed_rank")
+    [audit, *_] = [r["record"] for r in rt.store.records(job_key(Platform.SLURM, JOB), "audit")]
+    assert audit["trigger"] == f"log:{stream_name(JOB, 'node2')}"
+    # And a line of no job this deployment heard of wakes nothing
+    other = stream_name(slurm_job_name("pc1", "43", "other"), "node1")
+    assert on_log_line.handler(log_lines_event(SLURM_LOG_GROUP, other, line), context)["status"] == "not_found"

@@ -11,12 +11,13 @@ from aws_cdk.assertions import Match, Template
 from stacks.log_subscriptions import CUSTOM_RESOURCE_TYPE, SUBSCRIPTION_ACTIONS
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.core import log_patterns
-from stallwatch.core.config import EC2_LOG_GROUP, ON_LOG_LINE_TIMEOUT_SECONDS
+from stallwatch.core.config import EC2_LOG_GROUP, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 
 from .conftest import as_list, build_app, logical_id
 
 FILTER = "stallwatch-fatal-lines"
+SLURM_GROUP = StallwatchConfig().slurm_log_group
 
 
 def _group_arn(group: str) -> dict[str, Any]:
@@ -49,21 +50,27 @@ def _role_statements(template: Template, role: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_the_ec2_group_sends_its_fatal_lines_to_on_log_line(template: Template, stack: StallwatchStack) -> None:
-    [subscription] = template.find_resources("AWS::Logs::SubscriptionFilter").values()
-    assert subscription["Properties"] == {
-        "LogGroupName": {"Ref": logical_id(stack.ec2_training.log_group)},
-        "FilterName": FILTER,
-        "FilterPattern": log_patterns.FATAL_FILTER_PATTERN,
-        "DestinationArn": _arn(logical_id(stack.watchdog.on_log_line)),
-    }
+def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
+    template: Template, stack: StallwatchStack
+) -> None:
+    found = template.find_resources("AWS::Logs::SubscriptionFilter").values()
+    filters = {f["Properties"]["LogGroupName"]["Ref"]: f for f in found}
+    groups = {logical_id(stack.ec2_training.log_group): EC2_LOG_GROUP, logical_id(stack.slurm.log_group): SLURM_GROUP}
+    assert set(filters) == set(groups)
+    for group, name in groups.items():
+        assert filters[group]["Properties"] == {
+            "LogGroupName": {"Ref": group},
+            "FilterName": FILTER,
+            "FilterPattern": log_patterns.FATAL_FILTER_PATTERN,
+            "DestinationArn": _arn(logical_id(stack.watchdog.on_log_line)),
+        }
+        # And each is created after the permission CloudWatch Logs invokes the function with for its group
+        [permission] = filters[group]["DependsOn"]
+        assert template.to_json()["Resources"][permission]["Properties"]["SourceArn"] == _group_arn(f"{name}:*")
     assert len(log_patterns.FATAL_FILTER_PATTERN) <= 1024  # PutSubscriptionFilter's filterPattern
-    # And it is created after the permission CloudWatch Logs invokes the function with (PutSubscriptionFilter checks)
-    [permission] = subscription["DependsOn"]
-    assert template.to_json()["Resources"][permission]["Properties"]["SourceArn"] == _group_arn(f"{EC2_LOG_GROUP}:*")
 
 
-def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_two_groups_of_this_account(
+def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_this_account(
     template: Template, stack: StallwatchStack
 ) -> None:
     permissions = [
@@ -72,12 +79,26 @@ def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_two_groups_of_this_
         if p["Properties"]["Principal"] == "logs.amazonaws.com"
     ]
     assert sorted(str(p["SourceArn"]) for p in permissions) == sorted(
-        str(_group_arn(f"{group}:*")) for group in (EC2_LOG_GROUP, SAGEMAKER_LOG_GROUP)
+        str(_group_arn(f"{group}:*")) for group in (EC2_LOG_GROUP, SLURM_GROUP, SAGEMAKER_LOG_GROUP)
     )
     for permission in permissions:
         assert permission["Action"] == "lambda:InvokeFunction"
         assert permission["FunctionName"] == _arn(logical_id(stack.watchdog.on_log_line))
         assert permission["SourceAccount"] == {"Ref": "AWS::AccountId"}
+
+
+def test_on_log_line_may_cancel_and_requeue_slurm_jobs_only_where_their_group_is_subscribed(
+    template: Template, stack: StallwatchStack, tmp_path: Path
+) -> None:
+    def sends(template: Template, role: str) -> bool:
+        return any(s.get("Sid") == "SendStallwatchSlurmDocuments" for s in _role_statements(template, role))
+
+    assert sends(template, logical_id(stack.watchdog.on_log_line.role))
+    _, [unsubscribed] = build_app(tmp_path, stallwatch={"log_subscriptions": {"slurm": False}})
+    other = Template.from_stack(unsubscribed)
+    assert not sends(other, logical_id(unsubscribed.watchdog.on_log_line.role))
+    assert sends(other, logical_id(unsubscribed.watchdog.on_alarm.role))
+    assert len(other.find_resources("AWS::Logs::SubscriptionFilter")) == 1
 
 
 def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_permission(
@@ -140,8 +161,9 @@ def test_on_log_line_decides_like_on_alarm_and_needs_no_alarm_or_subscription_ri
 
 
 def test_subscriptions_switched_off_leave_no_filter_permission_or_custom_resource(tmp_path: Path) -> None:
-    # Given a deployment that subscribes neither group
-    _, [stack] = build_app(tmp_path, stallwatch={"log_subscriptions": {"sagemaker": False, "ec2": False}})
+    # Given a deployment that subscribes no group
+    unsubscribed = {"log_subscriptions": {"sagemaker": False, "ec2": False, "slurm": False}}
+    _, [stack] = build_app(tmp_path, stallwatch=unsubscribed)
     template = Template.from_stack(stack)
     # Then on_log_line stays (idle), and nothing sends it lines
     assert not template.find_resources("AWS::Logs::SubscriptionFilter")

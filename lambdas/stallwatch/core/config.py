@@ -128,6 +128,7 @@ class LogSubscriptions(BaseModel):
         "this deployment's is never removed; `stallwatch doctor` says which hold them).",
     )
     ec2: bool = Field(True, description="Subscribe `ec2_log_group` (the stack creates it).")
+    slurm: bool = Field(True, description="Subscribe the Slurm jobs' group under it (the stack creates it).")
 
     def of(self, platform: Platform) -> bool:
         """Whether the log group of `platform`'s jobs is subscribed."""

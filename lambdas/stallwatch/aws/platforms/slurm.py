@@ -55,6 +55,7 @@ from stallwatch.core.platforms.slurm import (
     SlurmJob,
     answer_outcome,
     end_state,
+    job_of_stream,
     requeues,
     stream_prefix,
     this_attempt,
@@ -91,6 +92,10 @@ class SlurmPlatform(AwsSignalSource):
         if job is None:
             raise JobNotFoundError(f"no Slurm job {job_name!r}: no start or end event of it was received")
         return job.facts(self.clock())
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A node's output file names its job (deploy/slurm/stallwatch-log.sh's ``<job>.<node>.log``)."""
+        return job_of_stream(stream)
 
     # ---- events ---------------------------------------------------------------------------------------------
 

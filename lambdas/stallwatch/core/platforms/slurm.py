@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.core import contract
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
@@ -131,6 +132,14 @@ def stream_prefix(job: str) -> str:
 def stream_name(job: str, node: str) -> str:
     """The CloudWatch agent's stream of `node`'s output file of `job`."""
     return f"{stream_prefix(job)}{node}.log"
+
+
+def job_of_stream(stream: str) -> str | None:
+    """The job whose node's output file `stream` is (`stream_name`); None for any other stream."""
+    if not (stream.startswith(STREAM_PREFIX) and stream.endswith(".log")):
+        return None
+    job, _, node = stream[len(STREAM_PREFIX) : -len(".log")].partition(".")
+    return job if node and JOB_NAME.match(job) else None
 
 
 @dataclass(frozen=True)
@@ -280,6 +289,10 @@ class SlurmDescription(PlatformDescription):
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
     named_hosts = True
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """Under the EC2 group (`StallwatchConfig.slurm_log_group`), one stream per node's output file of a job."""
+        return config.slurm_log_group
 
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
         """Slurm node names, as SLURMD_NODENAME names them to the agent."""
