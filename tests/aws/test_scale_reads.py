@@ -168,6 +168,26 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     assert tails["algo-3"].last_t == pytest.approx(world.now - 40 * MINUTE, abs=0.001)
 
 
+def test_a_quiet_hosts_last_lines_are_read_when_its_freshness_is_their_own_millisecond(rt) -> None:
+    # Given a host silent for 40 min whose last lines (a CUDA error among them) are at a millisecond whose float times
+    # 1000 falls short of it, and that time as its freshness (its stream's lastEventTimestamp / 1000, as a sweep reads)
+    start = round(rt.clock(), 3)
+    ms = next(
+        int((now - 40 * MINUTE) * 1000)
+        for now in (start + i / 1000 for i in range(1000))
+        if int((int((now - 40 * MINUTE) * 1000) / 1000 + 0.001) * 1000) <= int((now - 40 * MINUTE) * 1000)
+    )
+    world = World(rt.clients, now=ms / 1000 + 40 * MINUTE)
+    crash = "[rank 7] RuntimeError: CUDA error: an illegal memory access was encountered"
+    world.logs("quiet", "algo-1", [(m, f"step {m}") for m in range(60, 39, -5)] + [(40, crash)])
+
+    # When its tail is read
+    tails = log_reads.read_tails(rt.clients.logs, "quiet", ["algo-1"], {"algo-1": ms / 1000}, world.now)
+
+    # Then its last lines are there, the error with them
+    assert [line.message for line in tails["algo-1"].lines][-2:] == ["step 40", crash]
+
+
 def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, world: World) -> None:
     # Given 63 hosts writing a line a minute for 3 hours (more than a page of FilterLogEvents) and one that died 10
     # minutes ago with a CUDA error, and no sweep yet (no freshness known: the quiet window reaches to the lookback)

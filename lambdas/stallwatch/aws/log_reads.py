@@ -132,19 +132,21 @@ def read_tails(
     policy may add its own)."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen, complete = _read_window(logs, job, streams, int(recent * 1000), int(now * 1000), found, patterns)
+    recent_ms = int(recent * 1000)
+    seen, complete = _read_window(logs, job, streams, recent_ms, int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     read_from = recent  # every line since then is in the pages read (when `complete`)
     if quiet:
         if None in quiet:
-            start, end = now - LOOKBACK_SECONDS, recent
+            start, end_ms = now - LOOKBACK_SECONDS, recent_ms - 1
         else:
             known = [t for t in quiet if t is not None]
             rate = seen / LOG_RECENT_SECONDS  # events a second, of the hosts still writing
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
-            start, end = min(known) - span, min(max(known) + 0.001, recent)
+            # up to the quiet hosts' last lines, whole milliseconds (a float's *1000 may fall short of the event's)
+            start, end_ms = min(known) - span, min(round(max(known) * 1000), recent_ms - 1)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        complete &= _read_window(logs, job, streams, start_ms, int(end * 1000) - 1, found, patterns)[1]
+        complete &= _read_window(logs, job, streams, start_ms, end_ms, found, patterns)[1]
         if len(quiet) == len(found):  # no host wrote after the second window: it and the first hold every line
             read_from = start_ms / 1000
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
