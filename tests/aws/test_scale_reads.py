@@ -12,6 +12,7 @@ from botocore.stub import Stubber
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
 from stallwatch.aws.platforms import adapter
+from stallwatch.aws.platforms.sagemaker import job_streams
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
@@ -157,7 +158,8 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    tails = log_reads.read_tails(rt.clients.logs, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
+    hosts = ["algo-1", "algo-2", "algo-3"]
+    tails = log_reads.read_tails(rt.clients.logs, job_streams("busy", hosts), hosts, freshness, world.now)
 
     # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence (each
     # window held on its page: no third read for the notable lines)
@@ -180,7 +182,7 @@ def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, 
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    tails = log_reads.read_tails(rt.clients.logs, "big", hosts, {}, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, job_streams("big", hosts), hosts, {}, world.now)
 
     # Then the dead host's error line is among its notable lines, in four FilterLogEvents calls whatever the noise
     # (the quiet window's page could not hold three hours of it: two more reads ask for the notable lines alone, the
@@ -277,7 +279,8 @@ def test_a_crashed_hosts_last_lines_are_read_even_when_busy_hosts_fill_the_page(
     hosts = [f"algo-{i}" for i in range(1, 6)]
 
     # When the tails are read, the crashed host's freshness known from the sweeper
-    tails = log_reads.read_tails(rt.clients.logs, "crash", hosts, {"algo-5": world.now - 30 * MINUTE}, world.now)
+    freshness = {"algo-5": world.now - 30 * MINUTE}
+    tails = log_reads.read_tails(rt.clients.logs, job_streams("crash", hosts), hosts, freshness, world.now)
 
     # Then the crashed host's error line is in its tail, and the busy hosts' newest lines too
     assert tails["algo-5"].lines[-1].pattern is not None
@@ -317,10 +320,12 @@ def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hos
     job = "j" * 62 + "9"
 
     # When its reads are planned (no call: the plan is the job's facts alone)
-    reads = adapter(platform, None)._reads(_facts(job, platform, hosts))  # type: ignore[arg-type]
-    searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
+    facts = _facts(job, platform, hosts)
+    reads = adapter(platform, None)._reads(facts)  # type: ignore[arg-type]
+    searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle]), *reads.parts]
 
     # Then every SEARCH is within the limit at any period, and the hosts each leaves out are read by name alongside
+    # (EC2: each search is sent as parts over the job's instances, which cover every one of them once)
     assert searches
     assert all(len(s.expression(metric_reads.LONGEST_PERIOD)) <= metric_reads.MAX_SEARCH_CHARS for s in searches)
     for search in searches:
@@ -328,6 +333,13 @@ def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hos
         assert len(left_out) == len(search.excluded)
     if platform is Platform.SAGEMAKER:  # its hosts are named "<job>/algo-N": fewer fit than the 24 a short name has
         assert all(0 < len(s.excluded) < source.MAX_EXCLUDED_PER_SEARCH for s in reads.platform.values())
+    else:
+        for search in reads.searches():
+            parts = [part for part, by_name in reads.parts.items() if search in by_name.values()]
+            covered = [host for part in parts for host in part.any_of]
+            assert sorted(covered) == sorted(facts.instance_ids)
+        if hosts <= 1000:  # one GetMetricData call
+            assert sum(1 for q in reads.all() if isinstance(q, SearchRef)) <= metric_reads.MAX_SEARCHES_PER_CALL
 
 
 @pytest.mark.parametrize("period", [2, 0, 90, -60])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import TrainingJobStateChange
-from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
+from stallwatch.aws.log_reads import HostLog, LogQueryError, Streams, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job, sagemaker_run_spans
@@ -246,19 +247,17 @@ class SageMakerPlatform(AwsSignalSource):
     ) -> dict[str, HostLog]:
         """Each host's newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows
         it, raised by the lines read."""
-        effective = self.policy.for_job(facts.tags)
         if reads.log_idle is None:
             return {}
-        period = reads.log_idle.period or effective.thresholds.alarm_period_seconds
-        known = {
-            host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end is an upper bound
-            for host, series in per_host[reads.log_idle].items()
-            if series.points
-            for t, idle in [series.points[-1]]
-        }
-        for host, t in freshness.items():
-            known[host] = max(known.get(host, t), t)
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, stacks_since)
+        known = self._known_freshness(facts, per_host, reads, freshness, now)
+        patterns = self.policy.for_job(facts.tags).line_patterns
+        streams = job_streams(facts.name, set(hosts))
+        return read_tails(self.clients.logs, streams, hosts, known, now, patterns, stacks_since)
+
+
+def job_streams(job: str, hosts: Collection[str]) -> Streams:
+    """The streams ``<job>/algo-N-<epoch>`` of `hosts` in the training jobs' log group."""
+    return Streams(contract.SAGEMAKER_LOG_GROUP, f"{job}/", lambda stream: SAGEMAKER.host_of_stream(stream, job, hosts))
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:
