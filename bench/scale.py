@@ -281,24 +281,25 @@ def bench_on_alarm(hosts: int) -> dict[str, Any]:
         on_alarm.handler(
             alarm_event(alarms.alarm_name(prefix, "sagemaker", "warm-up", alarms.PROGRESS)), LambdaContext()
         )
-        results = {}
-        for action, event in (
-            ("warn", alarm_event(alarms.alarm_name(prefix, "sagemaker", job, alarms.PROGRESS))),
-            (
-                "stop",
-                alarm_event(
-                    alarms.alarm_name(prefix, "sagemaker", job, alarms.GPU_IDLE, "algo-1"),
-                    LATER,
-                ),
-            ),
-        ):
-            with counting(rt) as calls:
-                start = time.perf_counter()
-                result = on_alarm.handler(event, LambdaContext())
-                seconds = time.perf_counter() - start
-            results[action] = {"action": result.get("action"), "seconds": round(seconds, 2)} | calls.report()
-            rt.clock.advance(6 * MINUTE)
+        results = _warn_then_stop(rt, "sagemaker", job, "algo-1")
     return {"hosts": hosts, **results}
+
+
+def _warn_then_stop(rt: environment.Runtime, platform: str, job: str, host: str) -> dict[str, Any]:
+    """on_alarm on the job's progress alarm, then 6 minutes later on `host`'s gpu-idle alarm: each one's calls."""
+    prefix = rt.config.alarm_prefix
+    results = {}
+    for action, event in (
+        ("warn", alarm_event(alarms.alarm_name(prefix, platform, job, alarms.PROGRESS))),
+        ("stop", alarm_event(alarms.alarm_name(prefix, platform, job, alarms.GPU_IDLE, host), LATER)),
+    ):
+        with counting(rt) as calls:
+            start = time.perf_counter()
+            result = on_alarm.handler(event, LambdaContext())
+            seconds = time.perf_counter() - start
+        results[action] = {"action": result.get("action"), "seconds": round(seconds, 2)} | calls.report()
+        rt.clock.advance(6 * MINUTE)
+    return results
 
 
 def bench_on_alarm_ec2(nodes: int) -> dict[str, Any]:
@@ -308,19 +309,7 @@ def bench_on_alarm_ec2(nodes: int) -> dict[str, Any]:
     job = f"hang-ec2-{nodes}"
     with moto_world() as (rt, world):
         instances = world.hung_ec2_cluster(job, nodes)
-        prefix = rt.config.alarm_prefix
-        results: dict[str, Any] = {"nodes": nodes}
-        events = (
-            ("warn", alarm_event(alarms.alarm_name(prefix, "ec2", job, alarms.PROGRESS))),
-            ("stop", alarm_event(alarms.alarm_name(prefix, "ec2", job, alarms.GPU_IDLE, instances[0]), LATER)),
-        )
-        for action, event in events:
-            with counting(rt) as calls:
-                start = time.perf_counter()
-                result = on_alarm.handler(event, LambdaContext())
-                seconds = time.perf_counter() - start
-            results[action] = {"action": result.get("action"), "seconds": round(seconds, 2)} | calls.report()
-            rt.clock.advance(6 * MINUTE)
+        results = {"nodes": nodes, **_warn_then_stop(rt, "ec2", job, instances[0])}
     period = host_period(nodes, METRIC_PERIOD_SECONDS, EC2.host_series_read)
     full = len(contract.JOB_METRICS) * (LOOKBACK_SECONDS // 60) + nodes * EC2.host_series_read * (
         LOOKBACK_SECONDS // period
