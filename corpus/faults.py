@@ -9,25 +9,29 @@ Llama 3 Herd of Models", table 5): each cause is mapped to what it does to a job
 system processor kills its rank (a CUDA error or an Xid; "fallen off the bus" takes the host's GPU metrics with it), a
 software bug kills a rank with a traceback, a network switch, cable, NIC or an NCCL bug hangs a collective, host
 maintenance and a host's power, chassis or board lose the host, thermal trouble slows a node. A dead rank's peers
-spin in their collective (GPUs busy, power fallen) until PyTorch's NCCL watchdog tears them down after 10 minutes,
-and the job stays up (a wrapper, or EC2 instances): a stall that leaves the job running. Faults are drawn more often
-than Meta saw them (about one job in two has one), so that there are enough to measure; the mix is theirs.
+spin in their collective (GPUs busy, power fallen) until PyTorch's NCCL watchdog tears them down after its timeout
+(10 minutes by default; some jobs raise it, and their hangs spin silently, with no watchdog line, for up to two
+hours), and the job stays up (a wrapper, or EC2 instances): a stall that leaves the job running. Faults are drawn
+more often than Meta saw them (about one job in two has one), so that there are enough to measure; the mix is theirs.
 
 Healthy jobs do what healthy jobs do: declared and undeclared checkpoints (some beyond their budget, some silent),
-evaluations, data stalls, restarts by the launcher after a rank failed (torchrun's `max_restarts`), long downloads,
-long steps, rank-0-only logging and rare loggers. The agent's behaviour follows trainer_agent: job metrics from
-global rank 0, host metrics and an EMF line a window from every host while its process lives, the time a blocked
-loop waits outside step() counted as data wait.
+evaluations that log nothing while they run (each job's of about the same length each time, 3 to 25 minutes, begun
+at a step count as its log lines are; most end with a line of results), data stalls, restarts by the launcher after
+a rank failed (torchrun's `max_restarts`), long downloads, long steps, rank-0-only logging and rare loggers. The
+agent's behaviour follows trainer_agent: job metrics from global rank 0, host metrics and an EMF line a window from
+every host while its process lives, the time a blocked loop waits outside step() counted as data wait.
 """
 
 from __future__ import annotations
 
 import json
 import random
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from stallwatch.core import clusters, contract
+from corpus import real_lines
+from stallwatch.core import clusters, contract, log_patterns
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -43,8 +47,14 @@ from stallwatch.core.trace import (
 )
 
 MINUTE = 60.0
+LOG_LINE_S = 20.0  # a logging host writes its progress line this far into a minute
 AGENT_OFFSET_S = 7.0  # the agent's windows close this far into each minute
 NCCL_TIMEOUT_S = 600.0  # PyTorch's default ProcessGroupNCCL timeout: the watchdog tears a hung collective down
+# The NCCL timeouts jobs run with, and how often: PyTorch's 10 minutes, DeepSpeed's and NeMo's 30, and the hours
+# jobs with long checkpoints set (`init_process_group(timeout=timedelta(hours=1))`). A hang spins silently, with no
+# watchdog line, for that long.
+NCCL_TIMEOUTS_S = ((NCCL_TIMEOUT_S, 0.5), (1800.0, 0.2), (3600.0, 0.15), (7200.0, 0.15))
+EVAL_RESULT_SHARE = 0.7  # of jobs, this many print their evaluation's results when it ends (most frameworks do)
 AFTER_ONSET_S = 5400.0  # a fault job's trace ends this long after the fault (a stop later than that is a miss)
 GPU_MEMORY_MIB = 81_559  # H100 80 GB, as nvidia-smi reports it
 STREAM_EPOCH = 1_700_000_000
@@ -96,6 +106,8 @@ CRASH_LINES: dict[str, tuple[str, ...]] = {
         "[rank{rank}]: RuntimeError: CUDA error: unspecified launch failure",
     ),
 }
+# The Transformers Trainer's line at the end of an evaluation.
+EVAL_RESULTS = "{{'eval_loss': 2.3124, 'eval_runtime': {runtime:.1f}, 'eval_samples_per_second': 41.8, 'epoch': 0.42}}"
 NCCL_LINES = (
     "[rank{rank}]:[E ProcessGroupNCCL.cpp:616] [Rank {rank}] Watchdog caught collective operation timeout: "
     "WorkNCCL(SeqNum=81234, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600050 "
@@ -166,9 +178,30 @@ class Job:
     log_every_s: float  # the logging hosts write a progress line this often
     rank0_only_logs: bool  # only global rank 0's host logs after start-up
     ec2_power: bool  # EC2: the CloudWatch agent publishes power_draw too
+    nccl_timeout_s: float = NCCL_TIMEOUT_S  # a hang's watchdog lines come this long after its onset
+    eval_s: float = 600.0  # its evaluations take about this long
+    eval_results: bool = True  # an evaluation ends with a line of its results
+    # With real lines: the checkpoint sequence it writes, and its crash's last words (None: drawn for it)
+    checkpoint_lines: str | None = None
+    crash_lines: str | None = None
     episodes: tuple[Episode, ...] = ()
     fault: Fault | None = None
     groups: tuple[tuple[str, int], ...] = ()  # a heterogeneous SageMaker cluster's groups (type, hosts)
+
+    @property
+    def logging_steps(self) -> int:
+        """With steps of a minute or more, it logs every this many steps (about `log_every_s`)."""
+        return max(1, round(self.log_every_s / self.step_s))
+
+    @property
+    def log_interval_s(self) -> float:
+        """How often its logging hosts write a progress line."""
+        return self.log_every_s if self.step_s < MINUTE else self.logging_steps * self.step_s
+
+    @property
+    def power(self) -> bool:
+        """Whether the control plane sees GPU power: the agent's, or EC2's CloudWatch agent's power_draw."""
+        return self.agent or (self.platform is Platform.EC2 and self.ec2_power)
 
     @property
     def end_s(self) -> float:
@@ -233,6 +266,9 @@ def _draw_job(rng: random.Random, index: int, seed: int) -> Job:
         log_every_s=log_every,
         rank0_only_logs=rank0_only,
         ec2_power=platform is Platform.EC2 and rng.random() < 0.7,
+        nccl_timeout_s=rng.choices([t for t, _ in NCCL_TIMEOUTS_S], weights=[w for _, w in NCCL_TIMEOUTS_S])[0],
+        eval_s=rng.uniform(180, 1500),
+        eval_results=rng.random() < EVAL_RESULT_SHARE,
         groups=groups,
     )
     fault = _draw_fault(rng, job)
@@ -269,11 +305,18 @@ def _draw_episodes(rng: random.Random, job: Job, fault: Fault | None) -> tuple[E
             t += every  # a stall's first hour and a slow node's first 40 minutes are the fault's alone
             continue
         if t > busy_until:
-            episode = _draw_episode(rng, job, t, declared)
+            episode = _draw_episode(rng, job, _after_a_log_line(job, t), declared)
             episodes.append(episode)
             busy_until = episode.end_s + 300
         t += every * rng.uniform(0.9, 1.1)
     return tuple(episodes)
+
+
+def _after_a_log_line(job: Job, t: float) -> float:
+    """The moment after the job's first log line from `t`: checkpoints and evaluations come at a step count, as its
+    log lines do."""
+    every = max(1, int(job.log_every_s // MINUTE)) * MINUTE
+    return (t // every + 1) * every + LOG_LINE_S + 10.0
 
 
 def _draw_episode(rng: random.Random, job: Job, t: float, declared: bool) -> Episode:
@@ -287,7 +330,7 @@ def _draw_episode(rng: random.Random, job: Job, t: float, declared: bool) -> Epi
             return Episode("checkpoint", t, min(length, 480.0), start_line=False, end_line=False)
         return Episode("checkpoint", t, length, start_line=True, end_line=rng.random() < 0.6)
     if roll < 0.80:  # an evaluation on the GPUs, undeclared, logging nothing until it ends
-        return Episode("eval", t, rng.uniform(300, 2400), start_line=rng.random() < 0.5)
+        return Episode("eval", t, job.eval_s * rng.uniform(0.9, 1.1), start_line=rng.random() < 0.5)
     if roll < 0.92:  # the input pipeline stalls (a slow bucket, a throttled file system)
         return Episode("data_stall", t, rng.uniform(120, 1200), start_line=False)
     return Episode("restart", t, rng.uniform(180, 600), host=rng.randrange(job.hosts))
@@ -320,6 +363,8 @@ class _Sim:
     agent_started_t: float = 0.0
     events: list[Event] = field(default_factory=list)
     emf: list[str] = field(default_factory=list)  # each host's EMF line (the heartbeat's; its values never change)
+    # With real lines: (t, host, line) in time order, written in place of the simulator's own checkpoint and crash lines
+    real: deque[tuple[float, int, str]] | None = None
 
 
 def _episode_at(job: Job, t: float) -> Episode | None:
@@ -336,7 +381,7 @@ def _host_state(job: Job, t: float, host: int) -> str:
             return GONE
         if fault.kind == "crash" and host == fault.host:
             return DEAD
-        if t >= fault.onset_s + NCCL_TIMEOUT_S:
+        if t >= fault.onset_s + job.nccl_timeout_s:
             return DEAD  # the watchdog tore the collective down: the processes exited, the job stays up
         return SPIN  # the others wait in the collective the dead or lost rank never joins
     episode = _episode_at(job, t)
@@ -352,15 +397,58 @@ def _host_state(job: Job, t: float, host: int) -> str:
     return DEAD if into < 60 else LOADING  # restart: the launcher stops every rank, then loads the checkpoint
 
 
-def simulate(job: Job) -> tuple[TraceHeader, Iterator[Event]]:
-    """The job's trace: the header, and its events in time order, minute by minute."""
+def simulate(job: Job, real: bool = False) -> tuple[TraceHeader, Iterator[Event]]:
+    """The job's trace: the header, and its events in time order, minute by minute. `real`: its checkpoints' lines,
+    its crash's last words and its watchdog lines are real ones (`corpus.real_lines`), not the simulator's."""
     rng = random.Random(job.seed)
     if job.platform is Platform.EC2:
         hosts = [f"i-0{rng.randrange(16**16):016x}" for _ in range(job.hosts)]
     else:
         hosts = [f"algo-{i}" for i in range(1, job.hosts + 1)]
     sim = _Sim(job, rng, hosts, job.name, emf=[_emf(job.name, host) for host in hosts])
+    sim.real = deque(_real_lines(job)) if real else None
     return _header(sim), _events(sim)
+
+
+def _real_lines(job: Job) -> list[tuple[float, int, str]]:
+    """The real lines a job writes, drawn for it (seeded by the job): its framework's checkpoint sequence (one whose
+    training goes on while it saves is no pause, and left out) at each checkpoint that logs, its silent write
+    stretched to the checkpoint's length; its fault's real lines."""
+    rng = random.Random(f"real-lines-{job.seed}")
+    framework = rng.choice([s for s in real_lines.sequences(kind="checkpoint") if s.blocking])
+    if job.checkpoint_lines is not None:
+        framework = next(s for s in real_lines.sequences(kind="checkpoint") if s.name == job.checkpoint_lines)
+    writers = [0] if job.rank0_only_logs else list(range(job.hosts))
+    lines: list[tuple[float, int, str]] = []
+    for episode in job.episodes:
+        if episode.kind == "checkpoint" and episode.start_line and framework.write_after is not None:
+            seq = framework.stretched(episode.length_s)
+            t0 = episode.start_s - (seq.lines[framework.write_after].t - seq.lines[0].t)
+            lines += [(t, host, text) for t, text in seq.at(t0) for host in writers]
+    if job.fault is not None and job.fault.stall:
+        lines += _real_fault_lines(job, job.fault, rng)
+    return sorted(lines, key=lambda line: line[0])  # stable: a sequence's order at equal times
+
+
+def _real_fault_lines(job: Job, fault: Fault, rng: random.Random) -> list[tuple[float, int, str]]:
+    """A crash's real last words, their first fatal line at the onset, and a real NCCL watchdog burst on each host the
+    timeout tears down."""
+    crashes = real_lines.sequences(kind="crash")
+    timeouts = {log_patterns.NCCL_TIMEOUT}
+    watchdog = next(s for s in crashes if {log_patterns.match(line.text) for line in s.lines} == timeouts)
+    lines: list[tuple[float, int, str]] = []
+    if fault.kind == "crash":
+        sagemaker = job.platform is Platform.SAGEMAKER
+        words = rng.choice([s for s in crashes if s is not watchdog and (sagemaker or s.framework != "sagemaker")])
+        if job.crash_lines is not None:
+            words = next(s for s in crashes if s.name == job.crash_lines)
+        first_fatal = next(line.t for line in words.lines if log_patterns.match(line.text)) - words.lines[0].t
+        lines += [(t, fault.host, text) for t, text in words.at(fault.onset_s - first_fatal)]
+    timeout = fault.onset_s + job.nccl_timeout_s
+    for host in range(job.hosts):
+        if fault.kind == "hang" or host != fault.host:
+            lines += [(t, host, text) for t, text in watchdog.at(timeout + host * 0.02)]
+    return lines
 
 
 def _header(sim: _Sim) -> TraceHeader:
@@ -584,17 +672,33 @@ def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
                 f"[rank {host * 8}] initialized process group, world size {8 * job.hosts}",
             )
     for episode in job.episodes:
+        if sim.real is not None and episode.kind == "checkpoint":
+            continue  # its real lines are written below
         if t <= episode.start_s < t + MINUTE:
             _episode_start_lines(sim, episode)
         if t <= episode.end_s < t + MINUTE:
             _episode_end_lines(sim, episode)
-    if steps and minute % every == 0:
+    while sim.real and sim.real[0][0] < t + MINUTE:
+        at, host, text = sim.real.popleft()
+        _log(sim, at, host, text)
+    for at, step in _progress_lines(sim, t, steps, minute % every == 0):
         for host in loggers:
-            at = t + 20 + host * 0.37
+            at += host * 0.37
             if states[host] == BUSY and _host_state(job, at, host) == BUSY:  # a rank that died or paused is silent
-                _log(sim, at, host, f"[rank {host * 8}] step {sim.step} loss 2.0{minute % 97:02d}")
-    if fault is not None and fault.stall:
+                _log(sim, at, host, f"[rank {host * 8}] step {step} loss 2.0{minute % 97:02d}")
+    if fault is not None and fault.stall and sim.real is None:
         _fault_lines(sim, t)
+
+
+def _progress_lines(sim: _Sim, t: float, steps: list[float], marked: bool) -> list[tuple[float, int]]:
+    """(time, step) of the progress lines of the minute from `t`: one in each minute `marked` by the job's logging
+    interval that completed a step; with steps of a minute or more, one every N steps (N steps about the logging
+    interval), when the step completes, as a framework's `logging_steps` writes it."""
+    job = sim.job
+    if job.step_s < MINUTE:
+        return [(t + LOG_LINE_S, sim.step)] if steps and marked else []
+    first = sim.step - len(steps) + 1
+    return [(at, first + i) for i, at in enumerate(steps) if (first + i) % job.logging_steps == 0]
 
 
 def _episode_start_lines(sim: _Sim, episode: Episode) -> None:
@@ -615,6 +719,8 @@ def _episode_start_lines(sim: _Sim, episode: Episode) -> None:
 
 
 def _episode_end_lines(sim: _Sim, episode: Episode) -> None:
+    if episode.kind == "eval" and sim.job.eval_results:
+        _log(sim, episode.end_s + 0.5, 0, EVAL_RESULTS.format(runtime=episode.length_s))
     if episode.kind == "checkpoint" and episode.end_line:
         writers = [0] if sim.job.rank0_only_logs else range(sim.job.hosts)
         for host in writers:
@@ -629,7 +735,7 @@ def _fault_lines(sim: _Sim, t: float) -> None:
         lines = CRASH_LINES.get(fault.cause, CRASH_LINES["faulty GPU"])
         for i, line in enumerate(lines):
             _log(sim, fault.onset_s + i * 0.05, fault.host, line.format(rank=fault.host * 8))
-    timeout = fault.onset_s + NCCL_TIMEOUT_S
+    timeout = fault.onset_s + sim.job.nccl_timeout_s
     if t <= timeout < t + MINUTE:
         for host in range(sim.job.hosts):
             if fault.kind != "hang" and host == fault.host:

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes the stack dumps' lines
 
 from stallwatch.core import clusters, contract
+from stallwatch.core.platforms import slurm
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -61,7 +62,7 @@ A100 = Gpu(busy_w=380.0, hung_w=100.0, idle_w=58.0)
 H100 = Gpu(busy_w=640.0, hung_w=150.0, idle_w=75.0)
 
 # Host activity -> (GPU %, GPU memory %, CPU %) per device, before noise; power picked from the Gpu.
-DOWNLOAD, BUSY, HUNG, CHECKPOINT, STARVED, DEAD, IDLE = (
+DOWNLOAD, BUSY, HUNG, CHECKPOINT, STARVED, DEAD, IDLE, GONE = (
     "download",
     "busy",
     "hung",
@@ -69,6 +70,7 @@ DOWNLOAD, BUSY, HUNG, CHECKPOINT, STARVED, DEAD, IDLE = (
     "starved",
     "dead",
     "idle",
+    "gone",  # the job's processes are gone from its nodes (a Slurm job preempted, pending to run again)
 )
 ACTIVITY = {
     DOWNLOAD: (0.0, 0.0, 4.0),
@@ -78,6 +80,7 @@ ACTIVITY = {
     STARVED: (28.0, 76.0, 96.0),
     DEAD: (0.0, 0.0, 0.4),
     IDLE: (0.0, 78.0, 1.1),
+    GONE: (0.0, 0.0, 0.4),
 }
 
 
@@ -92,7 +95,8 @@ class Segment:
     phase_budget_s: float | None = None  # a declared phase (checkpoint) with this budget
     nonfinite: bool = False
     data_wait: float = 4.0  # percent of the window spent waiting for input
-    secondary: str | None = None  # the SageMaker secondary status this segment starts
+    secondary: str | None = None  # the SageMaker secondary status this segment starts (a Slurm job's state)
+    status: str = "InProgress"  # the status that goes with it (a Slurm job held out of running: "Paused")
     log_every_min: int = 1  # hosts write a line every this many minutes
 
 
@@ -136,6 +140,9 @@ class Simulation:
         self.host_specs = [instance_spec(t) for t in sc.host_types()]
         if sc.platform is Platform.EC2:
             self.hosts = [f"i-0{self.rng.randrange(16**16):016x}" for _ in range(sc.hosts)]
+        elif sc.platform is Platform.SLURM:  # ParallelCluster's node names, each an instance of the account
+            self.hosts = [f"gpu-st-{sc.instance_type.replace('.', '')}-{i}" for i in range(1, sc.hosts + 1)]
+            self.instances = {h: f"i-0{self.rng.randrange(16**16):016x}" for h in self.hosts}
         else:
             self.hosts = [f"algo-{i}" for i in range(1, sc.hosts + 1)]
         self.events: list[Event] = []
@@ -144,7 +151,9 @@ class Simulation:
         self.next_step_t: float | None = None
         self.loss = 2.9 + self.rng.random() * 0.3
         # The job as Stallwatch names it: the training job; on EC2 the instances' job tag, else the instance.
-        self.job = sc.name if sc.platform is Platform.SAGEMAKER else sc.tags.get(clusters.JOB_TAG, self.hosts[0])
+        # A Slurm job is named <cluster>-<id>-<name>: the scenario's name is one.
+        named = sc.platform in (Platform.SAGEMAKER, Platform.SLURM)
+        self.job = sc.name if named else sc.tags.get(clusters.JOB_TAG, self.hosts[0])
 
     def segment_at(self, t: float) -> Segment:
         return [s for s in self.sc.segments if s.start_s <= t][-1]
@@ -159,6 +168,8 @@ class Simulation:
     def log(self, t: float, host: int, message: str) -> None:
         name = self.hosts[host]
         stream = f"{self.job}/{name}-{STREAM_EPOCH}" if self.sc.platform is Platform.SAGEMAKER else f"{name}/train.log"
+        if self.sc.platform is Platform.SLURM:
+            stream = slurm.stream_name(self.job, name)
         self.events.append(LogEvent(t=round(t, 3), log=LogRecord(stream=stream, message=message)))
 
     def crashed(self, t: float, host: int) -> bool:
@@ -189,14 +200,14 @@ class Simulation:
             self.metric(t, ns, "GPUMemoryUtilization", dims, mem * spec.devices)
             self.metric(t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
         else:
-            dims = {contract.CWAGENT_DIM_INSTANCE: name}
+            dims = {contract.CWAGENT_DIM_INSTANCE: self.instances[name] if self.sc.platform is Platform.SLURM else name}
             self.metric(t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims, gpu)
             self.metric(
                 t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims, mem / 100 * A100_MEMORY_MIB
             )
             self.metric(t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims, A100_MEMORY_MIB)
             self.metric(t, contract.EC2_NAMESPACE, "CPUUtilization", dims, cpu)
-        if self.sc.agent and activity not in (DOWNLOAD, DEAD):
+        if self.sc.agent and activity not in (DOWNLOAD, DEAD, GONE):
             power = {BUSY: self.sc.gpu.busy_w, STARVED: self.sc.gpu.busy_w * 0.45, HUNG: self.sc.gpu.hung_w}
             watts = power.get(activity, self.sc.gpu.idle_w * 1.5) / self.straggling(t, host)
             host_dims = {contract.DIM_JOB: self.job, contract.DIM_HOST: name}
@@ -274,9 +285,9 @@ class Simulation:
         t = 0.0
         while t < sc.duration_s:
             seg = self.segment_at(t)
-            if seg.secondary and seg.start_s not in announced and sc.platform is Platform.SAGEMAKER:
+            if seg.secondary and seg.start_s not in announced and sc.platform is not Platform.EC2:
                 announced.add(seg.start_s)
-                self.events.append(StatusEvent(t=t, status="InProgress", secondary=seg.secondary))
+                self.events.append(StatusEvent(t=t, status=seg.status, secondary=seg.secondary))
             for host in range(len(self.hosts)):
                 self.host_minute(t, host, seg.activity)
             steps = self.steps_in(t, t + MINUTE, seg)
@@ -284,7 +295,8 @@ class Simulation:
                 self.step += len(steps)
                 self.last_step_t = steps[-1]
                 self.loss = max(1.2, self.loss - 0.0004 * len(steps) + self.rng.uniform(-0.01, 0.01))
-            if sc.agent and seg.activity != DOWNLOAD and not self.vanished(t, 0):  # global rank 0 reports the job
+            # global rank 0 reports the job, while its processes run
+            if sc.agent and seg.activity not in (DOWNLOAD, GONE) and not self.vanished(t, 0):
                 self.agent_window(t + MINUTE + AGENT_OFFSET_S, seg, steps)
                 if sc.straggler is not None:
                     self.host_step_times(t + MINUTE + AGENT_OFFSET_S, seg, steps)
@@ -309,8 +321,9 @@ class Simulation:
             gpus_per_host=self.gpus,
             vcpus_per_host=self.vcpus,
             tags=sc.tags,
-            instance_ids=self.hosts if sc.platform is Platform.EC2 else [],
+            instance_ids=self.hosts if sc.platform in (Platform.EC2, Platform.SLURM) else [],
             host_types=dict(zip(self.hosts, sc.host_types(), strict=True)) if sc.groups else None,
+            host_instances=getattr(self, "instances", None),
         )
         return TraceHeader(stallwatch_trace=1, job=job, expect=sc.expect, scenario=sc.summary)
 
@@ -615,6 +628,87 @@ def _cluster_scenarios() -> list[Scenario]:
     ]
 
 
+# --- issue 30: Slurm jobs (ParallelCluster nodes, each an instance of the account; one stream per job and node) ------
+
+SLURM_CRASH = [
+    "[rank 24]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    "srun: error: gpu-st-p548xlarge-4: task 3: Exited with exit code 1",
+]
+
+
+def slurm_scenarios() -> list[Scenario]:
+    """A Slurm job's hang, crashed rank and lost node are stopped; a preempted job, requeued and waiting to run again,
+    is not (issue 30)."""
+    pc = Platform.SLURM
+    return [
+        Scenario(
+            name="pc1-4242-llama-hang",
+            summary="A 4-node Slurm job on ParallelCluster (p5), agent on: a collective hangs at 100% on every node, "
+            "power drops, steps stop; the nodes' streams keep NCCL's watchdog lines.",
+            platform=pc,
+            instance_type="p5.48xlarge",
+            hosts=4,
+            agent=True,
+            segments=[Segment(0.0, BUSY, step_s=2.4, secondary="RUNNING"), Segment(2_520.0, HUNG)],
+            duration_s=2_520.0 + 1_800,
+            seed=401,
+            gpu=H100,
+            tags={"stallwatch:mode": "enforce"},
+            expect=_stop_within(2_520.0, diagnosis="hang"),
+        ),
+        Scenario(
+            name="pc1-4243-llama-crashed-rank",
+            summary="A 4-node Slurm job without the agent: rank 24 on node 4 dies of an illegal memory access (srun "
+            "says so), the other nodes spin in the collective and fall silent.",
+            platform=pc,
+            instance_type="p5.48xlarge",
+            hosts=4,
+            agent=False,
+            segments=[Segment(0.0, BUSY, step_s=2.4, secondary="RUNNING"), Segment(1_980.0, HUNG, logs=False)],
+            duration_s=1_980.0 + 1_800,
+            seed=402,
+            gpu=H100,
+            crash=(1_980.0, 3, SLURM_CRASH),
+            expect=_stop_within(1_980.0, diagnosis="crashed_rank"),
+        ),
+        Scenario(
+            name="pc1-4244-llama-lost-node",
+            summary="A 4-node Slurm job, agent on: node 2 is lost (nothing more comes from it, metrics or lines), the "
+            "others wait in the collective at 100%; Slurm has not failed the node yet.",
+            platform=pc,
+            instance_type="p5.48xlarge",
+            hosts=4,
+            agent=True,
+            segments=[Segment(0.0, BUSY, step_s=2.4, secondary="RUNNING"), Segment(2_160.0, HUNG, logs=False)],
+            duration_s=2_160.0 + 1_800,
+            seed=403,
+            gpu=H100,
+            vanish=(2_160.0, 1),
+            expect=_stop_within(2_160.0),
+        ),
+        Scenario(
+            name="pc1-4245-llama-preempted",
+            summary="A 2-node Slurm job preempted by a higher-priority partition (PreemptMode=REQUEUE): its processes "
+            "are killed, the epilog says REQUEUED, it waits 25 min in the queue, then runs again from its checkpoint: "
+            "idle GPUs and silent logs meanwhile are no stall.",
+            platform=pc,
+            instance_type="p5.48xlarge",
+            hosts=2,
+            agent=True,
+            segments=[
+                Segment(0.0, BUSY, step_s=2.4, secondary="RUNNING"),
+                Segment(2_400.0, GONE, logs=False, secondary="REQUEUED", status="Paused"),
+                Segment(3_900.0, BUSY, step_s=2.4, secondary="RUNNING"),
+            ],
+            duration_s=3_900.0 + 1_800,
+            seed=404,
+            gpu=H100,
+            tags={"stallwatch:mode": "enforce"},
+            expect=_no_stop(),
+        ),
+    ]
+
+
 # --- issue 12: decision quality (learned cadence, no nagging, stragglers, slowdowns) --------------------------------
 
 
@@ -639,7 +733,9 @@ def decision_quality_scenarios() -> list[Scenario]:
         ),
         Scenario(
             name="sm-eval-40min-noagent",
-            summary="No agent, no declared phase: a 40-minute evaluation on busy GPUs writes no log line; one alert.",
+            summary="No agent, no declared phase, no GPU power: a 40-minute evaluation on busy GPUs writes no log "
+            "line, and the job says so (stallwatch:busy-silence-minutes=60; busy GPUs silent 30 minutes are a hang "
+            "otherwise); one alert.",
             platform=sm,
             instance_type="ml.p4d.24xlarge",
             hosts=2,
@@ -651,6 +747,7 @@ def decision_quality_scenarios() -> list[Scenario]:
             ],
             duration_s=3 * 3_600.0,
             seed=121,
+            tags={"stallwatch:busy-silence-minutes": "60"},
             expect=_no_stop(alerts=1),
         ),
         Scenario(
@@ -817,6 +914,21 @@ def evidence_scenarios() -> list[Scenario]:
             straggler=(1_500.0, 3, 1.3),
             expect=_no_stop(diagnosis="straggler", alerts=2),
         ),
+        Scenario(
+            name="sm-hang-watchdog-4host-noagent",
+            summary="4 p4d hosts without the agent hang in a collective (GPUs pinned at 100 %, logs silent); 10 "
+            "minutes later every host's NCCL watchdog times out, and those lines are every host's last words: their "
+            "subscription wakes the engine, no alarm needed.",
+            platform=sm,
+            instance_type="ml.p4d.24xlarge",
+            hosts=4,
+            agent=False,
+            segments=[*_start(300.0), Segment(3_000.0, HUNG, logs=False)],
+            duration_s=3_000.0 + 3_600,
+            seed=407,
+            lines=tuple((3_000.0 + 600 + h * 0.4, h, NCCL_WATCHDOG.format(rank=8 * h)) for h in range(4)),
+            expect=_stop_within(3_000.0, minutes=15.0, diagnosis="hang"),
+        ),
     ]
 
 
@@ -905,7 +1017,7 @@ def generate(out: Path, select: Callable[[Scenario], bool] = lambda _: True) -> 
     """Write every corpus trace into `out`; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
-    for sc in [*scenarios(), *decision_quality_scenarios(), *evidence_scenarios()]:
+    for sc in [*scenarios(), *decision_quality_scenarios(), *evidence_scenarios(), *slurm_scenarios()]:
         if select(sc):
             path = out / f"{sc.name}.jsonl"
             write_scenario(sc, path)

@@ -7,6 +7,8 @@
     python -m localrun --scenario hang --resume   # stopped, resumed as <job>-r1 from its checkpoint, goodput report
     python -m localrun --platform ec2 --scenario hang --recover restart   # health checks, restart in place
     python -m localrun --platform ec2 --scenario xid --recover restart    # the node with Xid 79 taken out
+    python -m localrun --platform slurm --scenario hang    # a real Slurm (make slurm): the 2-node job scancel'd
+    python -m localrun --platform slurm --scenario crash --recover requeue   # the crashed node drained, job requeued
 
 Exit code 0 only if the scenario's expected outcome happened; 130 after Ctrl-C (everything is cleaned up).
 """
@@ -36,13 +38,16 @@ from localrun.scenarios import (
     RUN_DEADLINE_S,
     SCENARIOS,
 )
+from localrun.slurm_run import SlurmRun
 from localrun.summary import summary_table
 from stallwatch.core.signals import Platform
 from stallwatch.offline.report import goodput_table
 
 EXIT_INTERRUPTED = 130
 LOG_WIDTH = 120
-RECOVER_MODES = ("stop", "restart")  # stallwatch:recover: as without recovery, or in place (EC2)
+# stallwatch:recover: as without recovery, in place (EC2), or requeued off the bad node (Slurm)
+RECOVER_MODES = ("stop", "restart", "requeue")
+SLURM_SCENARIOS = ("hang", "crash", "idle")  # a 2-node job: a one-host scenario's fault on both nodes
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Platform,
         choices=list(Platform),
         default=Platform.SAGEMAKER,
-        help="a SageMaker training job, or an EC2 cluster (instances tagged stallwatch:job, at least 2)",
+        help="a SageMaker training job, an EC2 cluster (instances tagged stallwatch:job, at least 2), or a 2-node "
+        "job on a real 3-node Slurm on this machine (`make slurm` installs it)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (the view on stderr)")
     parser.add_argument(
@@ -81,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=RECOVER_MODES,
         default="stop",
         help="EC2: restart tags the job stallwatch:recover=restart: a stall Stallwatch would stop is health-checked "
-        "node by node through SSM and restarted in place from its checkpoint (hang, crash, xid), a bad node taken out",
+        "node by node through SSM and restarted in place from its checkpoint (hang, crash, xid), a bad node taken out; "
+        "Slurm: requeue tags the job stallwatch:recover=requeue: the node at fault is drained with Stallwatch's reason "
+        "and the job requeued, which Slurm runs again on healthy nodes from its checkpoint",
     )
     parser.add_argument(
         "--deadline",
@@ -101,11 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume and args.platform is Platform.EC2:
         parser.error("--resume: the local run resumes SageMaker jobs only")
     recover = args.recover == "restart"
+    requeue = args.recover == "requeue"
     if recover and args.platform is not Platform.EC2:
         parser.error("--recover restart: recovery in place is for EC2 clusters (add --platform ec2)")
-    if recover and not SCENARIOS[args.scenario].resumable:
-        parser.error(f"--recover restart: recovers {', '.join(sorted(RESUMABLE_SCENARIOS))} (not {args.scenario})")
-    default_deadline = RECOVER_DEADLINE_S if recover else RESUME_DEADLINE_S if args.resume else RUN_DEADLINE_S
+    if requeue and args.platform is not Platform.SLURM:
+        parser.error("--recover requeue: a requeue is a Slurm job's recovery (add --platform slurm)")
+    if (recover or requeue) and not SCENARIOS[args.scenario].resumable:
+        parser.error(
+            f"--recover {args.recover}: recovers {', '.join(sorted(RESUMABLE_SCENARIOS))} (not {args.scenario})"
+        )
+    if args.platform is Platform.SLURM and args.scenario not in SLURM_SCENARIOS:
+        parser.error(f"--platform slurm: runs {', '.join(SLURM_SCENARIOS)} (not {args.scenario})")
+    if args.platform is Platform.SLURM and args.resume:
+        parser.error("--resume: a Slurm job is requeued instead (--recover requeue)")
+    slow = recover or requeue
+    default_deadline = RECOVER_DEADLINE_S if slow else RESUME_DEADLINE_S if args.resume else RUN_DEADLINE_S
     deadline = args.deadline or default_deadline
     interrupted = threading.Event()
 
@@ -122,17 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(file=stream, highlight=False, width=None if stream.isatty() else LOG_WIDTH)
     try:
         scenario = SCENARIOS[args.scenario]
-        if args.platform is Platform.EC2:
+        if args.platform is not Platform.SAGEMAKER:
             scenario = scenario.as_cluster()
-        run = LocalRun(
-            scenario,
-            console,
-            deadline_s=deadline,
-            interrupted=interrupted,
-            resume=args.resume,
-            platform=args.platform,
-            recover=recover,
-        )
+        run: LocalRun | SlurmRun
+        if args.platform is Platform.SLURM:
+            run = SlurmRun(scenario, console, deadline_s=deadline, interrupted=interrupted, requeue=requeue)
+        else:
+            run = LocalRun(
+                scenario,
+                console,
+                deadline_s=deadline,
+                interrupted=interrupted,
+                resume=args.resume,
+                platform=args.platform,
+                recover=recover,
+            )
         with _recording(args.record_requests):
             result = run.run()
     except KeyboardInterrupt:

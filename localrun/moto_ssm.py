@@ -12,7 +12,8 @@ instance id (and, without Targets, for every instance of the account), and has n
   8,000 characters; the plugin's Output, 2,500), or TimedOut (Execution Timed Out);
 - a node whose agent is `Agent.UNRESPONSIVE` stays InProgress, one `Agent.OFFLINE` is Failed (Undeliverable);
 - ListCommandInvocations filters by CommandId and InstanceId, pages (MaxResults, NextToken) and gives the plugins'
-  details with ``Details``.
+  details with ``Details``;
+- DescribeInstanceInformation lists the registered nodes (filter InstanceIds), Online while their agent answers.
 
 Commands run when they are sent, one after the other, so a test reads a settled result; with
 `run_in_background(True)` (the demo, whose moto server serves one request at a time) each invocation is InProgress
@@ -259,6 +260,28 @@ def _invocation(command: Command, invocation: dict[str, Any], details: bool) -> 
     return answer
 
 
+def _describe_instance_information(self: SimpleSystemManagerResponse) -> ActionResult:
+    """The registered nodes (`manage`), filtered by InstanceIds: Online while their agent answers (moto 5.2.5 has no
+    DescribeInstanceInformation)."""
+    wanted: set[str] | None = None
+    for found in self._get_param("Filters") or []:
+        if found.get("Key") == "InstanceIds":
+            wanted = set(found.get("Values", []))
+    with _lock:
+        nodes = dict(_nodes)
+    listed = [
+        {
+            "InstanceId": instance,
+            "PingStatus": "Online" if node.agent is Agent.ONLINE else "ConnectionLost",
+            "PlatformType": "Linux",
+            "ResourceType": "EC2Instance",
+        }
+        for instance, node in sorted(nodes.items())
+        if wanted is None or instance in wanted
+    ]
+    return ActionResult({"InstanceInformationList": listed})
+
+
 def install() -> None:
     """Patch moto (idempotent)."""
     global _original_send
@@ -266,3 +289,4 @@ def install() -> None:
         _original_send = SimpleSystemManagerBackend.send_command
         SimpleSystemManagerBackend.send_command = _send_command  # type: ignore[method-assign]
         SimpleSystemManagerResponse.list_command_invocations = _list_command_invocations  # type: ignore[attr-defined]
+        SimpleSystemManagerResponse.describe_instance_information = _describe_instance_information  # type: ignore[attr-defined]

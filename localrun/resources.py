@@ -20,6 +20,8 @@ from localrun.local_aws import ACCOUNT_ID
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.core.config import (
     CONFIG_ENV,
+    SLURM_CANCEL_DOCUMENT_ENV,
+    SLURM_REQUEUE_DOCUMENT_ENV,
     TABLE_PARTITION_KEY,
     TABLE_SORT_KEY,
     TABLE_TTL_ATTRIBUTE,
@@ -36,6 +38,11 @@ HEALTH_CHECK_DOCUMENT = "stallwatch-health-check"
 RESTART_DOCUMENT = "stallwatch-restart-training"
 SLURM_CANCEL_DOCUMENT = "stallwatch-slurm-cancel"
 SLURM_REQUEUE_DOCUMENT = "stallwatch-slurm-requeue"
+# The Slurm adapter finds its documents in the functions' environment (the stack sets these).
+SLURM_DOCUMENT_ENV = {
+    SLURM_CANCEL_DOCUMENT_ENV: SLURM_CANCEL_DOCUMENT,
+    SLURM_REQUEUE_DOCUMENT_ENV: SLURM_REQUEUE_DOCUMENT,
+}
 DOCUMENT_FILES = {
     HEALTH_CHECK_DOCUMENT: "health-check.yaml",
     RESTART_DOCUMENT: "restart-training.yaml",

@@ -14,10 +14,12 @@ demo) never meet; leaving the block stops them all, whatever happened inside it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -39,6 +41,10 @@ CRED_EXPIRE_S = 5
 # `scontrol -o show job`'s fields: CamelCase keys; a comment's lowercase `stallwatch:x=y` words are not keys.
 FIELD = re.compile(r"(?:^|\s)([A-Z][A-Za-z0-9_:/]*)=")
 IDLE_STATES = frozenset({"IDLE"})
+OUT_OF_SERVICE = ("DRAIN", "FAIL", "DOWN")  # words of a node state that `state=resume` returns to service
+# Each node its own address, as on a cluster (127.0.0.0/8 is all this machine's): node1 is 127.0.0.11.
+NODE_ADDRESS_PREFIX = "127.0.0."
+FIRST_NODE_ADDRESS = 11
 
 
 class SlurmNotInstalledError(RuntimeError):
@@ -180,7 +186,7 @@ class SlurmDaemons:
         if self.epilog is not None:
             lines.append(f"EpilogSlurmctld={self.epilog}")
         lines += [
-            f"NodeName={node} NodeHostname=localhost NodeAddr=127.0.0.1 Port={port} CPUs=1 State=UNKNOWN"
+            f"NodeName={node} NodeHostname=localhost NodeAddr={self.address(node)} Port={port} CPUs=1 State=UNKNOWN"
             for node, port in ports.items()
         ]
         lines.append(
@@ -188,14 +194,18 @@ class SlurmDaemons:
         )
         return "\n".join(lines) + "\n"
 
+    def address(self, node: str) -> str:
+        """The node's own loopback address (its NodeAddr: the events carry it, and the demo's instances have it)."""
+        return f"{NODE_ADDRESS_PREFIX}{FIRST_NODE_ADDRESS + self.nodes.index(node)}"
+
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = (self.logs / f"{name.replace(' ', '-')}.out").open("ab")
         process = subprocess.Popen(argv, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self._processes.append((name, process))
 
-    def _wait(self, ready: object, what: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+    def _wait(self, ready: object, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             dead = [name for name, process in self._processes if process.poll() is not None]
             if dead:
@@ -203,10 +213,13 @@ class SlurmDaemons:
             if ready():  # type: ignore[operator]
                 return
             time.sleep(POLL_S)
-        raise SlurmError(f"timed out after {START_TIMEOUT_S:.0f} s waiting for {what}\n{self.log_tails()}")
+        raise SlurmError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.log_tails()}")
 
     def stop(self) -> None:
-        """Stop every daemon this instance started (SIGTERM, then SIGKILL after `STOP_GRACE_S`), newest first."""
+        """Cancel what still runs, stop every daemon this instance started (SIGTERM, then SIGKILL after
+        `STOP_GRACE_S`), newest first, and kill whatever its jobs left: slurmstepd and the tasks outlive slurmd."""
+        if self._processes:
+            self._cancel_all()
         for _, process in reversed(self._processes):
             if process.poll() is None:
                 process.terminate()
@@ -218,7 +231,72 @@ class SlurmDaemons:
                 process.kill()
                 process.wait()
         self._processes.clear()
+        self._kill_leftovers()
         shutil.rmtree(self.sockets, ignore_errors=True)
+
+    def reset(self, timeout_s: float) -> None:
+        """Every job cancelled and gone, every node back in service and idle (waiting up to `timeout_s`): where a
+        test starts, whatever the one before it left (a job pending or running, a node drained, nodes completing)."""
+        jobs = self.command("squeue", "-h", "-o", "%i").split()
+        if jobs:
+            self.command("scancel", *jobs, check=False)
+        for node in self.nodes:
+            if any(word in self.node_state(node) for word in OUT_OF_SERVICE):
+                self.command("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+        self._wait(self._at_rest, "no job and every node idle", timeout_s)
+
+    def wait_for_tasks(self, command: str, count: int, timeout_s: float) -> None:
+        """Until `count` processes of this cluster run `command` (its program by name: srun runs it by its path):
+        a job's tasks started on its nodes."""
+
+        def started() -> bool:
+            lines = [line.partition(" ") for line in self.processes(command).values()]
+            return sum(f"{Path(program).name} {args}".strip() == command for program, _, args in lines) >= count
+
+        self._wait(started, f"{count} tasks running {command!r}", timeout_s)
+
+    def _at_rest(self) -> bool:
+        try:
+            queued = self.command("squeue", "-h", "-o", "%i", check=False).strip()
+        except subprocess.TimeoutExpired:
+            return False
+        return not queued and all(self.node_state(n) in IDLE_STATES for n in self.nodes)
+
+    def _cancel_all(self) -> None:
+        """scancel every job, and wait (up to `STOP_GRACE_S`) until Slurm has ended them."""
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            jobs = self.command("squeue", "-h", "-o", "%i", check=False).split()
+            if jobs:
+                self.command("scancel", *jobs, check=False)
+            while jobs and time.monotonic() < deadline and self.command("squeue", "-h", "-o", "%i", check=False):
+                time.sleep(POLL_S)
+        except subprocess.TimeoutExpired:
+            return
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL every process that runs with this cluster's SLURM_CONF: its slurmstepds and their tasks."""
+        for pid in self.processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def processes(self, command: str = "") -> dict[int, str]:
+        """The processes that run with this cluster's SLURM_CONF (its daemons, slurmstepds, jobs' tasks) whose
+        command line holds `command`: pid -> command line."""
+        mark = f"SLURM_CONF={self.conf}".encode()
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                    continue
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            except OSError:
+                continue
+            if command in cmdline:
+                found[int(entry.name)] = cmdline
+        return found
 
     # ---- commands ---------------------------------------------------------------------------------------------
 

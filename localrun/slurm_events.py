@@ -5,7 +5,7 @@ The script is the one a cluster installs, copied beside its settings file (stall
 controller; only `aws events put-events` is played here: the stand-in writes the request's entries to the spool and
 answers as PutEvents does (or fails, `failing=True`, as an unreachable AWS would).
 
-    spool = EventSpool(tmp / "events", cluster="local", ssm_target="i-0abc...")
+    spool = EventSpool(tmp / "events", ssm_target="i-0abc...")
     script = spool.install(slurm_conf)          # PrologSlurmctld=script, EpilogSlurmctld=script
     for event in spool.take(): ...              # "Slurm Job State Change" events, oldest first, each once
 """
@@ -16,6 +16,7 @@ import json
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,9 @@ printf '{\\n    "FailedEntryCount": 0,\\n    "Entries": [{"EventId": "%s"}]\\n}\
 class EventSpool:
     """The events the script posted, kept in `folder` until taken."""
 
-    def __init__(self, folder: Path, cluster: str, ssm_target: str, platform: str = "slurm", failing: bool = False):
+    def __init__(self, folder: Path, ssm_target: str, platform: str = "slurm", failing: bool = False):
         self.folder = folder
         self.settings = {
-            "STALLWATCH_CLUSTER": cluster,
             "STALLWATCH_PLATFORM": platform,
             "STALLWATCH_SSM_TARGET": ssm_target,
             "AWS_REGION": REGION,
@@ -87,13 +87,14 @@ class EventSpool:
                 events.append(delivered(entry, path.stat().st_mtime))
         return events
 
-    def wait(self, count: int, timeout_s: float) -> list[dict[str, Any]]:
-        """At least `count` new events, waiting up to `timeout_s` (fewer if they do not come)."""
+    def wait(self, count: int, timeout_s: float, keep: Callable[[dict[str, Any]], bool] = bool) -> list[dict[str, Any]]:
+        """At least `count` new events that `keep` wants (others are taken and dropped: an earlier job's), waiting
+        up to `timeout_s` (fewer if they do not come)."""
         deadline = time.monotonic() + timeout_s
-        events = self.take()
+        events = [e for e in self.take() if keep(e)]
         while len(events) < count and time.monotonic() < deadline:
             time.sleep(0.1)
-            events += self.take()
+            events += [e for e in self.take() if keep(e)]
         return events
 
 

@@ -8,7 +8,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 
-from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
+from stallwatch.core.config import ON_ALARM_TIMEOUT_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, SWEEPER_TIMEOUT_SECONDS
 
 SERVICE_NAME = "stallwatch"
 CONFIG_CONTEXT_KEY = "stallwatch"
@@ -48,17 +48,23 @@ LAMBDA_ARCHITECTURE = lambda_.Architecture.ARM_64
 LAMBDA_MEMORY_MB = 512
 LAMBDA_LOG_RETENTION = logs.RetentionDays.THREE_MONTHS
 ON_JOB_STATE_TIMEOUT = Duration.seconds(60)
-ON_ALARM_TIMEOUT = Duration.minutes(2)
+ON_ALARM_TIMEOUT = Duration.seconds(ON_ALARM_TIMEOUT_SECONDS)
+ON_LOG_LINE_TIMEOUT = Duration.seconds(ON_LOG_LINE_TIMEOUT_SECONDS)
 SWEEPER_TIMEOUT = Duration.seconds(SWEEPER_TIMEOUT_SECONDS)
+LOG_SUBSCRIPTION_TIMEOUT = Duration.minutes(1)  # the custom resource: three Logs calls
 SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
 ON_ALARM_HANDLER = "handlers.on_alarm.handler"
 SWEEPER_HANDLER = "handlers.sweeper.handler"
+ON_LOG_LINE_HANDLER = "handlers.on_log_line.handler"
+LOG_SUBSCRIPTION_HANDLER = "handlers.log_subscription.handler"
 SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.
 ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"
+# The principal CloudWatch Logs delivers a subscription's log events with.
+LOGS_PRINCIPAL = "logs.amazonaws.com"
 
 DLQ_RETENTION = Duration.days(14)
 # A failed Slack press that could not be posted back this many times goes to the dead-letter queue (which alarms).

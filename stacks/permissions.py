@@ -1,4 +1,4 @@
-"""Least-privilege IAM statements for the three functions, one builder per need.
+"""Least-privilege IAM statements for the functions, one builder per need.
 
 No statement has a `*` action. Stops are conditioned on the opt-in tag (`stallwatch:mode=enforce`) unless
 `policy.stop_requires_tag` is False; resumes on the resume tags (`_resume`); alarm writes are scoped to the
@@ -44,6 +44,10 @@ class WatchdogPermissions:
         """An alarm fired: gather signals, decide, maybe stop."""
         return [*self._read_jobs(), self._describe_alarms(), self._read_metrics(), *self._read_logs(), *self._stop()]
 
+    def on_log_line(self) -> list[iam.PolicyStatement]:
+        """A fatal line in a training log: find its job (an EC2 instance's tags), gather signals, decide, maybe stop."""
+        return [*self._read_jobs(), self._read_metrics(), *self._read_logs(), *self._stop()]
+
     def sweeper(self) -> list[iam.PolicyStatement]:
         """The periodic pass: find jobs, reconcile their alarms, publish log idleness, decide like `on_alarm`, and
         try again the resumes that failed for a reason a later try can fix (the same grants as `on_job_state`'s)."""
@@ -75,8 +79,8 @@ class WatchdogPermissions:
                     resources=[self._training_jobs_arn()],
                 )
             )
-        if self.policy.monitor_ec2:
-            # DescribeInstances has no resource-level permissions.
+        if self.policy.monitor_ec2 or self.policy.monitor_slurm:
+            # DescribeInstances has no resource-level permissions (EC2 jobs; Slurm nodes' instances, by address).
             statements.append(self._in_this_region("DescribeInstances", ["ec2:DescribeInstances"]))
         return statements
 
@@ -114,6 +118,12 @@ class WatchdogPermissions:
             read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
             ec2_groups = log_group_arns(self.stack, self.config.ec2_log_group)
             statements.append(iam.PolicyStatement(sid="ReadEc2TrainingLogs", actions=read, resources=ec2_groups))
+        if self.policy.monitor_slurm and not self.policy.monitor_ec2:
+            # Slurm nodes' logs (one stream per job and node, read by the job's prefix): a group under the EC2 one,
+            # which the EC2 grant covers when EC2 is watched.
+            read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
+            slurm_groups = log_group_arns(self.stack, self.config.slurm_log_group)[:1]
+            statements.append(iam.PolicyStatement(sid="ReadSlurmJobLogs", actions=read, resources=slurm_groups))
         return statements
 
     def _query_logs(self) -> list[iam.PolicyStatement]:

@@ -3,10 +3,11 @@
 - `health_check`: deploy/ssm/health-check.yaml, one JSON line of a node's GPU, NVLink, EFA and DCGM health;
 - `restart`: deploy/ssm/restart-training.yaml, `systemctl restart stallwatch-train.service` (deploy/ec2's unit).
 
-`on_alarm` may send the health check (a stop decision starts the recovery); the sweeper, which continues it, may send
-both, read the invocations and mark a bad node unhealthy in its Auto Scaling group. SendCommand is granted only with
-these two documents and only on instances tagged `stallwatch:recover=restart`; SetInstanceHealth only on groups
-tagged so (the tag propagates to their instances). The functions get the documents' names in their environment.
+`on_alarm` and `on_log_line` may send the health check (a stop decision starts the recovery); the sweeper, which
+continues it, may send both, read the invocations and mark a bad node unhealthy in its Auto Scaling group.
+SendCommand is granted only with these two documents and only on instances tagged `stallwatch:recover=restart`;
+SetInstanceHealth only on groups tagged so (the tag propagates to their instances). The functions get the documents'
+names in their environment.
 """
 
 from __future__ import annotations
@@ -56,21 +57,22 @@ def document_content(path: Path) -> dict[str, object]:
 
 
 class RecoverInPlace(Construct):
-    """The documents (`health_check`, `restart`), granted to `deciding` (on_alarm: the health check) and
+    """The documents (`health_check`, `restart`), granted to `deciding` (on_alarm, on_log_line: the health check) and
     `continuing` (the sweeper: both, the invocations, SetInstanceHealth)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, deciding: lambda_.Function, continuing: lambda_.Function
+        self, scope: Construct, construct_id: str, *, deciding: list[lambda_.Function], continuing: lambda_.Function
     ) -> None:
         super().__init__(scope, construct_id)
         self.health_check = command_document(self, "HealthCheck", HEALTH_CHECK_FILE)
         self.restart = command_document(self, "RestartTraining", RESTART_FILE)
         names = {HEALTH_CHECK_DOCUMENT_ENV: self.health_check.ref, RESTART_DOCUMENT_ENV: self.restart.ref}
-        for function in (deciding, continuing):
+        for function in (*deciding, continuing):
             for name, value in names.items():
                 function.add_environment(name, value)
-        for statement in self._send([self.health_check]):
-            deciding.add_to_role_policy(statement)
+        for function in deciding:
+            for statement in self._send([self.health_check]):
+                function.add_to_role_policy(statement)
         for statement in [*self._send([self.health_check, self.restart]), *self._continue()]:
             continuing.add_to_role_policy(statement)
         groups = arn_template(Stack.of(self)).format(service="autoscaling", resource=AUTO_SCALING_GROUPS)

@@ -13,19 +13,22 @@ source `stallwatch.slurm` on the default bus only).
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+from aws_cdk import Aws, RemovalPolicy, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from stacks.constants import EC2_LOG_RETENTION
 from stacks.recovery import DOCUMENTS_DIR, command_document
 from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV
+from stallwatch.core.contract import SLURM_EVENT_SOURCE
 from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
 
 CANCEL_FILE = DOCUMENTS_DIR / "slurm-cancel.yaml"
 REQUEUE_FILE = DOCUMENTS_DIR / "slurm-requeue.yaml"
-EVENT_SOURCE = "stallwatch.slurm"  # deploy/slurm/stallwatch-events.sh's events
+EVENT_SOURCE = SLURM_EVENT_SOURCE  # deploy/slurm/stallwatch-events.sh's events
 EVENT_BUS = "default"
 # IgnoreCase: an operator's tag value in any case.
 CONTROLLER_CONDITION = {"StringEqualsIgnoreCase": {f"aws:ResourceTag/{SLURM_CONTROLLER_TAG}": SLURM_CONTROLLER_VALUE}}
@@ -42,8 +45,14 @@ class SlurmActions(Construct):
         *,
         stopping: list[lambda_.Function],
         recovering: list[lambda_.Function],
+        reading: list[lambda_.Function],
+        log_group: str,
     ) -> None:
         super().__init__(scope, construct_id)
+        # The agent on the nodes writes the jobs' logs here (deploy/slurm/cloudwatch-agent.json), never creating it.
+        self.log_group = logs.LogGroup(
+            self, "LogGroup", log_group_name=log_group, retention=EC2_LOG_RETENTION, removal_policy=RemovalPolicy.RETAIN
+        )
         self.cancel = command_document(self, "Cancel", CANCEL_FILE)
         self.requeue = command_document(self, "Requeue", REQUEUE_FILE)
         names = {SLURM_CANCEL_DOCUMENT_ENV: self.cancel.ref, SLURM_REQUEUE_DOCUMENT_ENV: self.requeue.ref}
@@ -53,6 +62,15 @@ class SlurmActions(Construct):
             documents = [self.cancel, self.requeue] if function in recovering else [self.cancel]
             for statement in self._send(documents):
                 function.add_to_role_policy(statement)
+        for function in reading:  # the sweeper reads each command's answer (runtime.settle)
+            function.add_to_role_policy(
+                iam.PolicyStatement(
+                    sid="ReadSlurmCommandAnswers",
+                    actions=["ssm:ListCommandInvocations"],
+                    resources=["*"],  # no resource-level permissions
+                    conditions={"StringEquals": {"aws:RequestedRegion": Aws.REGION}},
+                )
+            )
         self.controller_policy = self._build_controller_policy()
 
     def _send(self, documents: list[ssm.CfnDocument]) -> list[iam.PolicyStatement]:

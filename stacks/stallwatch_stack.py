@@ -11,6 +11,7 @@ from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERV
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
 from stacks.health import ControlPlaneHealth, health_alarm_arns
+from stacks.log_subscriptions import FatalLineSubscriptions
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
 from stacks.rechecks import Rechecks
@@ -66,7 +67,7 @@ class StallwatchStack(Stack):
             deployment=deployment,
             target=self.watchdog.on_alarm,
             dead_letter_queue=self.watchdog.dead_letter_queue,
-            deciders=[self.watchdog.on_alarm, self.watchdog.sweeper],
+            deciders=self.watchdog.deciders,
         )
         self.slack_endpoint = SlackEndpoint(
             self,
@@ -105,17 +106,37 @@ class StallwatchStack(Stack):
             log_group=config.ec2_log_group,
             bundle_dependencies=bundle_dependencies,
         )
+        self.log_subscriptions = FatalLineSubscriptions(
+            self,
+            "LogSubscriptions",
+            deployment=deployment,
+            config=config,
+            destination=self.watchdog.on_log_line,
+            ec2_log_group=self.ec2_training.log_group,
+            code=self.watchdog.code,
+        )
         if config.policy.monitor_ec2:
             self.recovery = RecoverInPlace(
-                self, "RecoverInPlace", deciding=self.watchdog.on_alarm, continuing=self.watchdog.sweeper
+                self,
+                "RecoverInPlace",
+                deciding=[self.watchdog.on_alarm, self.watchdog.on_log_line],
+                continuing=self.watchdog.sweeper,
             )
         if config.policy.monitor_slurm:
+            deciders = [self.watchdog.on_alarm, self.watchdog.sweeper]
+            if config.log_subscriptions.slurm:  # their group's fatal lines wake on_log_line, which decides them then
+                deciders.append(self.watchdog.on_log_line)
             self.slurm = SlurmActions(
                 self,
                 "SlurmActions",
-                stopping=[self.watchdog.on_alarm, self.watchdog.sweeper, self.slack_endpoint.function],
-                recovering=[self.watchdog.on_alarm, self.watchdog.sweeper],
+                stopping=[*deciders, self.slack_endpoint.function],
+                recovering=deciders,
+                # the sweeper reads the commands' answers; recovery in place grants it that already
+                reading=[] if config.policy.monitor_ec2 else [self.watchdog.sweeper],
+                log_group=config.slurm_log_group,
             )
+            if config.log_subscriptions.slurm:
+                self.log_subscriptions.subscribe("Slurm", self.slurm.log_group, config.slurm_log_group)
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
         Tags.of(self).add("Service", SERVICE_NAME)
@@ -185,6 +206,10 @@ class StallwatchStack(Stack):
                 self.slurm.controller_policy.managed_policy_arn,
                 "Managed policy to attach to a Slurm controller's role (deploy/slurm): post its job events",
             )
+            outputs["SlurmLogGroup"] = (
+                self.slurm.log_group.log_group_name,
+                "Log group of Slurm jobs' output: deploy/slurm/cloudwatch-agent.json's log_group_name on the nodes",
+            )
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
 
@@ -221,6 +246,14 @@ class StallwatchStack(Stack):
                 ec2_log_arns,
                 "read-only: the CloudWatch agent of EC2 training instances writes one stream per instance id, named "
                 "at run time; a job may name a group under the configured one",
+            ),
+            **(
+                {
+                    arn.format(service="logs", resource=f"log-group:{self.config.slurm_log_group}:*"): "read-only: the "
+                    "CloudWatch agent of Slurm nodes writes one stream per job and node, named at run time"
+                }
+                if self.config.policy.monitor_slurm and not self.config.policy.monitor_ec2
+                else {}
             ),
             arn_template(self, regional=False).format(
                 service="iam", resource="role/*"

@@ -1,8 +1,9 @@
-"""The control plane: three functions on one asset, their dead-letter queue, and what invokes them.
+"""The control plane: four functions on one asset, their dead-letter queue, and what invokes them.
 
 - `on_job_state`: SageMaker and EC2 state changes (EventBridge) -> create or delete a job's alarms;
 - `on_alarm`: the alarms' Lambda action (principal lambda.alarms.cloudwatch.amazonaws.com) -> decide, act;
-- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide.
+- `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide;
+- `on_log_line`: a fatal line in a training log group (the subscription filters, `log_subscriptions.py`) -> decide.
 
 The Slack buttons' function shares the asset (`code`) but is its own construct (`slack_endpoint.py`).
 """
@@ -35,17 +36,19 @@ from stacks.constants import (
     ON_ALARM_TIMEOUT,
     ON_JOB_STATE_HANDLER,
     ON_JOB_STATE_TIMEOUT,
+    ON_LOG_LINE_HANDLER,
+    ON_LOG_LINE_TIMEOUT,
     SWEEPER_HANDLER,
     SWEEPER_TIMEOUT,
 )
 from stacks.permissions import WatchdogPermissions
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.core.contract import SERVICE
+from stallwatch.core.contract import SERVICE, SLURM_EVENT_DETAIL_TYPE, SLURM_EVENT_SOURCE
 
 
 @dataclass(frozen=True)
 class FunctionSpec:
-    """What differs between the three functions."""
+    """What differs between the four functions."""
 
     construct_id: str
     handler: str
@@ -58,10 +61,13 @@ ON_JOB_STATE = FunctionSpec(
 )
 ON_ALARM = FunctionSpec("OnAlarm", ON_ALARM_HANDLER, ON_ALARM_TIMEOUT, "Stallwatch: decides and acts on a job's alarm")
 SWEEPER = FunctionSpec("Sweeper", SWEEPER_HANDLER, SWEEPER_TIMEOUT, "Stallwatch: periodic reconcile and decide")
+ON_LOG_LINE = FunctionSpec(
+    "OnLogLine", ON_LOG_LINE_HANDLER, ON_LOG_LINE_TIMEOUT, "Stallwatch: decides on a job whose log shows a fatal line"
+)
 
 
 class Watchdog(Construct):
-    """The three functions (least-privilege roles, DLQ, X-Ray) and their triggers; `code` is the shared asset."""
+    """The four functions (least-privilege roles, DLQ, X-Ray) and their triggers; `code` is the shared asset."""
 
     def __init__(
         self,
@@ -90,7 +96,11 @@ class Watchdog(Construct):
         self.sweeper = self._build_function(
             SWEEPER, self.permissions.sweeper(), ALARM_ACTION_ARN=self.on_alarm.function_arn
         )
-        self.functions = [self.on_job_state, self.on_alarm, self.sweeper]
+        self.on_log_line = self._build_function(
+            ON_LOG_LINE, self.permissions.on_log_line(), ALARM_ACTION_ARN=self.on_alarm.function_arn
+        )
+        self.functions = [self.on_job_state, self.on_alarm, self.sweeper, self.on_log_line]
+        self.deciders = [self.on_alarm, self.sweeper, self.on_log_line]  # decide and schedule rechecks
         self._build_alarm_action_permission()
         self.rules = self._build_rules()
 
@@ -131,7 +141,7 @@ class Watchdog(Construct):
             log_group=log_group,
             logging_format=lambda_.LoggingFormat.JSON,
             tracing=lambda_.Tracing.ACTIVE,
-            dead_letter_queue=self.dead_letter_queue,  # all three are invoked asynchronously
+            dead_letter_queue=self.dead_letter_queue,  # all four are invoked asynchronously
             environment={
                 CONFIG_ENV: self.config.model_dump_json(),
                 "TABLE_NAME": self.table.table_name,
@@ -177,6 +187,17 @@ class Watchdog(Construct):
                         source=["aws.ec2"], detail_type=["EC2 Instance State-change Notification"]
                     ),
                     description="Stallwatch: EC2 instance state changes (the function keeps tagged GPU instances)",
+                )
+            )
+        if self.config.policy.monitor_slurm:
+            rules.append(
+                self._rule_to(
+                    self.on_job_state,
+                    "SlurmJobState",
+                    event_pattern=events.EventPattern(
+                        source=[SLURM_EVENT_SOURCE], detail_type=[SLURM_EVENT_DETAIL_TYPE]
+                    ),
+                    description="Stallwatch: Slurm job starts and ends (deploy/slurm's prolog and epilog)",
                 )
             )
         rules.append(

@@ -60,11 +60,12 @@ SLURM_NAME_MAX = 63  # a job name becomes alarm names and the JobName dimension,
 
 
 def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
-    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every character but letters, digits, '-' and '_' made '-',
-    at most 63 (``slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"``). The id keeps two jobs of a cluster
-    apart; the control plane's key adds the submit time (Slurm reuses ids)."""
-    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part)
-    cleaned = "".join(c if c.isascii() and (c.isalnum() or c in "-_") else "-" for c in joined)
+    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every byte (UTF-8) but letters, digits, '-' and '_' made
+    '-', at most 63 (``slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"``), as deploy/slurm/stallwatch-log.sh
+    names the job's log files with `tr`. The id keeps two jobs of a cluster apart; the control plane's key adds the
+    submit time (Slurm reuses ids)."""
+    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part).encode()
+    cleaned = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)
     return cleaned[:SLURM_NAME_MAX]
 
 

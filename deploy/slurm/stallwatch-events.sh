@@ -6,8 +6,8 @@
 #                 EpilogSlurmctld=/opt/stallwatch/slurm/stallwatch-events.sh
 #
 # slurmctld runs it on the controller, as SlurmUser, with the job's SLURM_* variables and nothing else (no PATH, no
-# SLURM_CONF): its settings come from stallwatch-slurm.env beside it, else /etc/stallwatch/slurm.env:
-#   STALLWATCH_CLUSTER      the cluster's name in Stallwatch (default: Slurm's ClusterName)
+# SLURM_CONF): its settings come from stallwatch-slurm.env beside it, else /etc/stallwatch/slurm.env. The job is named
+# <ClusterName>-<job id>-<job name> (SLURM_CLUSTER_NAME), as the agent names it on the nodes.
 #   STALLWATCH_PLATFORM     parallelcluster, pcs, hyperpod or slurm (what the control plane may do with the nodes)
 #   STALLWATCH_SSM_TARGET   where Stallwatch's SSM documents (scancel, drain and requeue) run: this controller's
 #                           instance id (default: from instance metadata); on HyperPod, the SSM name of the
@@ -38,6 +38,7 @@ POST_TIMEOUT_S=${POST_TIMEOUT_S:-20}
 SOURCE=stallwatch.slurm
 DETAIL_TYPE="Slurm Job State Change"
 MAX_NODES=2000  # the event stays far below PutEvents' 256 KB
+FINAL_STATE_WAIT_S=30  # after the epilog, the job's final state is read within this
 SETTING='^stallwatch:[a-z0-9-]{1,64}=[A-Za-z0-9_.:/+-]{0,256}$'
 
 say() {
@@ -72,11 +73,36 @@ case "$job_id" in
   '' | *[!0-9]*) say "SLURM_JOB_ID=$job_id: not a job id"; exit 0 ;;
 esac
 
-# What the environment lacks: the submit time (Slurm reuses ids; the key holds it), the state, the time limit. squeue's
-# fields, '|'-separated: no job name or comment can stand among them.
-IFS='|' read -r submit_time start_time job_state time_limit restarts <<FIELDS
-$(squeue -h -t all -j "$job_id" -O "SubmitTime:|,StartTime:|,State:|,TimeLimit:|,RestartCnt:|" 2>/dev/null | head -n 1)
+fields() {  # squeue's fields of the job, '|'-separated: no job name or comment can stand among them
+  squeue -h -t all -j "$job_id" -O "SubmitTime:|,StartTime:|,State:|,TimeLimit:|,RestartCnt:|,Reason:|,EndTime:|" \
+    2>/dev/null | head -n 1
+}
+# What the environment lacks: the submit time (Slurm reuses ids; the key holds it), the state, the time limit, why it
+# ended. While the epilog runs the job is COMPLETING whatever its end: a requeued job has no end time yet (it runs
+# again), any other's final state (COMPLETED, CANCELLED, FAILED, TIMEOUT, PREEMPTED...) is read once the epilog has
+# returned, by a copy of this script detached from slurmctld (which waits for its epilog's every process).
+IFS='|' read -r submit_time start_time job_state time_limit restarts reason end_time <<FIELDS
+$(fields)
 FIELDS
+if [ "$state" = ended ]; then
+  case "${end_time:-}" in
+    NONE | Unknown | N/A) job_state=REQUEUED ;;
+    *)
+      if [ "${1:-}" = --after-epilog ]; then
+        waited=0
+        while [ "${job_state:-COMPLETING}" = COMPLETING ] && [ "$waited" -lt "$FINAL_STATE_WAIT_S" ]; do
+          sleep 1
+          waited=$((waited + 1))
+          IFS='|' read -r submit_time start_time job_state time_limit restarts reason end_time <<FIELDS
+$(fields)
+FIELDS
+        done
+      elif command -v setsid >/dev/null 2>&1; then
+        setsid "$0" --after-epilog </dev/null >/dev/null 2>&1 &
+        exit 0
+      fi ;;
+  esac
+fi
 epoch() {  # a Slurm time (the controller's local time) in epoch seconds; 0 for none (N/A, Unknown, empty)
   case "$1" in
     [0-9][0-9][0-9][0-9]-*) date -d "$1" +%s 2>/dev/null || echo 0 ;;
@@ -91,13 +117,17 @@ nodes=""
 count=0
 if [ -n "$node_list" ]; then
   for node in $(scontrol show hostnames "$node_list" 2>/dev/null | head -n "$MAX_NODES"); do
-    addr=$(scontrol -o show node "$node" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
-    nodes="$nodes${nodes:+,}{\"name\":$(json "$node"),\"addr\":$(json "$addr")}"
+    record=$(scontrol -o show node "$node" 2>/dev/null | tr ' ' '\n')
+    addr=$(printf '%s\n' "$record" | sed -n 's/^NodeAddr=//p' | head -n 1)
+    # Gres=gpu:8, gpu:h100:8(S:0-1) or gpu:h100:4,gpu:a100:4: the node's GPUs, where no EC2 instance tells them
+    gpus=$(printf '%s\n' "$record" | sed -n 's/^Gres=//p' | head -n 1 | tr ',' '\n' \
+      | sed -n 's/([^)]*)//; s/^gpu:\(.*:\)\{0,1\}\([0-9][0-9]*\)$/\2/p' | awk '{ n += $1 } END { print n + 0 }')
+    nodes="$nodes${nodes:+,}{\"name\":$(json "$node"),\"addr\":$(json "$addr"),\"gpus\":${gpus:-0}}"
     count=$((count + 1))
   done
 fi
 
-cluster=${STALLWATCH_CLUSTER:-${SLURM_CLUSTER_NAME:-}}
+cluster=${SLURM_CLUSTER_NAME:-slurm}
 target=${STALLWATCH_SSM_TARGET:-$(imds meta-data/instance-id)}
 detail=$(printf '{"version":1,"state":"%s","cluster":%s,"platform":%s,"ssm_target":%s,"job_id":"%s",' \
   "$state" "$(json "$cluster")" "$(json "${STALLWATCH_PLATFORM:-slurm}")" "$(json "$target")" "$job_id"
@@ -105,8 +135,9 @@ detail=$(printf '{"version":1,"state":"%s","cluster":%s,"platform":%s,"ssm_targe
     "$(json "${SLURM_JOB_NAME:-}")" "$(json "${SLURM_JOB_USER:-}")" "$(json "${SLURM_JOB_PARTITION:-}")"
   printf '"submit_time":%s,"submit_epoch":%s,"start_epoch":%s,"job_state":%s,"time_limit":%s,' \
     "$(json "${submit_time:-}")" "${submit_epoch:-0}" "${start_epoch:-0}" "$(json "${job_state:-}")" "$(json "${time_limit:-}")"
-  printf '"restarts":%s,"exit_code":%s,"node_list":%s,"node_count":%s,"nodes":[%s],"settings":{%s}}' \
-    "${restarts:-${SLURM_JOB_RESTART_COUNT:-0}}" "$(json "${SLURM_JOB_EXIT_CODE2:-}")" "$(json "$node_list")" \
+  printf '"restarts":%s,"exit_code":%s,"reason":%s,"node_list":%s,"node_count":%s,"nodes":[%s],"settings":{%s}}' \
+    "${restarts:-${SLURM_JOB_RESTART_COUNT:-0}}" "$(json "${SLURM_JOB_EXIT_CODE2:-}")" "$(json "${reason:-}")" \
+    "$(json "$node_list")" \
     "$count" "$nodes" "$(settings "${STALLWATCH_DEFAULTS:-}" "${SLURM_JOB_EXTRA:-}" "${SLURM_JOB_COMMENT:-}")")
 
 entries=$(mktemp "${TMPDIR:-/tmp}/stallwatch-event.XXXXXX") || { say "job $job_id: no temporary file"; exit 0; }

@@ -12,7 +12,6 @@ from botocore.stub import Stubber
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
 from stallwatch.aws.platforms import adapter
-from stallwatch.aws.platforms.sagemaker import job_streams
 from stallwatch.aws.store import StoredState, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
@@ -158,8 +157,7 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    hosts = ["algo-1", "algo-2", "algo-3"]
-    tails = log_reads.read_tails(rt.clients.logs, job_streams("busy", hosts), hosts, freshness, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
 
     # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence (each
     # window held on its page: no third read for the notable lines)
@@ -182,7 +180,7 @@ def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, 
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    tails = log_reads.read_tails(rt.clients.logs, job_streams("big", hosts), hosts, {}, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, "big", hosts, {}, world.now)
 
     # Then the dead host's error line is among its notable lines, in four FilterLogEvents calls whatever the noise
     # (the quiet window's page could not hold three hours of it: two more reads ask for the notable lines alone, the
@@ -279,8 +277,7 @@ def test_a_crashed_hosts_last_lines_are_read_even_when_busy_hosts_fill_the_page(
     hosts = [f"algo-{i}" for i in range(1, 6)]
 
     # When the tails are read, the crashed host's freshness known from the sweeper
-    freshness = {"algo-5": world.now - 30 * MINUTE}
-    tails = log_reads.read_tails(rt.clients.logs, job_streams("crash", hosts), hosts, freshness, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, "crash", hosts, {"algo-5": world.now - 30 * MINUTE}, world.now)
 
     # Then the crashed host's error line is in its tail, and the busy hosts' newest lines too
     assert tails["algo-5"].lines[-1].pattern is not None

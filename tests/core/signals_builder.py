@@ -48,7 +48,9 @@ class SignalsBuilder:
     _host_agent: dict[tuple[str, str], list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _gpu: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _memory: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    _power: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
     _logs: dict[str, list[LogLine]] = field(default_factory=lambda: defaultdict(list))
+    _sweeps: list[float] = field(default_factory=list)
     _stacks: list[LogLine] = field(default_factory=list)
     _step: float = 0.0
     _last_step_t: float | None = None
@@ -142,6 +144,14 @@ class SignalsBuilder:
             self._memory[host].extend((t, percent) for t in _grid(start, end, every))
         return self
 
+    def gpu_power(
+        self, start: float, end: float, watts: float, hosts: Iterable[str] | None = None, every: float = WINDOW_S
+    ) -> SignalsBuilder:
+        """Host GPU power per device from the platform (EC2: the CloudWatch agent's power_draw)."""
+        for host in self._pick(hosts):
+            self._power[host].extend((t, watts) for t in _grid(start, end, every))
+        return self
+
     # --- logs -------------------------------------------------------------------------------------------------------
 
     def log(self, t: float, message: str, host: str | None = None) -> SignalsBuilder:
@@ -163,6 +173,20 @@ class SignalsBuilder:
             for t in _grid(start, end, every):
                 self.log(t, message, host)
         return self
+
+    def sweeps(self, start: float, end: float, every: float = 300.0) -> SignalsBuilder:
+        """The sweeper publishes each host's LogIdleSeconds every `every` seconds (from all its lines so far)."""
+        self._sweeps.extend(_grid(start, end, every))
+        return self
+
+    def _log_idle(self, host: str, now: float) -> Series:
+        times = sorted(line.t for line in self._logs[host])
+        points = []
+        for t in sorted(s for s in self._sweeps if s <= now):
+            seen = [x for x in times if x <= t]
+            if seen:
+                points.append((t, t - seen[-1]))
+        return Series(tuple(points))
 
     def stacks(self, lines: Iterable[tuple[float, str]], host: str | None = None) -> SignalsBuilder:
         """The agent's stack dump lines (t, message) on `host`'s stream, as the sources read them for a decision."""
@@ -202,11 +226,13 @@ class SignalsBuilder:
                 host=host,
                 gpu_util=cut(self._gpu[host]),
                 gpu_mem_util=cut(self._memory[host]),
+                gpu_power=cut(self._power[host]),
                 agent=agent,
                 log_last_t=lines[-1].t if lines else None,
                 log_tail=tuple(lines[-20:]),
                 error_lines=tuple(line for line in lines if line.pattern)[-10:],
                 marker_lines=tuple(line for line in lines if line.marker)[-10:],
+                log_idle=self._log_idle(host, now),
             )
         return JobSignals(
             facts=self.facts(),

@@ -4,6 +4,7 @@ rechecks, the straggler, and the sweeper's rule for deciding without an alarm.""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import pytest
 
@@ -11,7 +12,7 @@ from stallwatch.core import measures
 from stallwatch.core.decision import Action, Diagnosis, JobState
 from stallwatch.core.engine import decide, next_state, sweeper_due
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.signals import HostSignals, JobSignals, Series
+from stallwatch.core.signals import HostSignals, JobSignals, Platform, Series
 from tests.core.signals_builder import SignalsBuilder
 
 MIN = 60.0
@@ -122,20 +123,71 @@ def test_a_warned_silence_that_recovers_teaches_the_threshold() -> None:
 # --- lone signals and the evidence ladder ------------------------------------------------------------------------
 
 
-def test_busy_gpus_with_silent_logs_are_alerted_and_stopped_only_after_four_thresholds() -> None:
-    # Given a job without the agent whose logs stop at 1 h while its GPUs stay busy (an evaluation, or a hang)
-    builder = SignalsBuilder(hosts=2).gpu(0, 5 * HOUR, 97.0).logs(0, HOUR, MIN)
+def decisions_at(builder: SignalsBuilder, minutes_after: float, times: Iterable[float]):
+    """The decisions at each of `times` (minutes after `minutes_after` minutes), the state carried between them."""
     state, decisions = JobState(), []
-    for minutes in (16, 40, 61, 67):
-        now = HOUR + minutes * MIN
+    for minutes in times:
+        now = (minutes_after + minutes) * MIN
         decision = decide(builder.build(now), ENFORCE, state, now)
         state = next_state(state, decision)
         decisions.append(decision)
+    return decisions
 
-    # Then one alert (not a warning) while a long evaluation is as likely; the warning and stop after 4 x 15 min
+
+def test_busy_gpus_with_silent_logs_and_no_power_are_alerted_then_stopped_at_busy_silence_minutes() -> None:
+    # Given a job without the agent or GPU power whose logs stop at 1 h while its GPUs stay busy (a hang, or an
+    # evaluation that logs nothing), never silent with busy GPUs before
+    builder = SignalsBuilder(hosts=2).gpu(0, 5 * HOUR, 97.0).logs(0, HOUR, MIN)
+    decisions = decisions_at(builder, 60, (16, 29, 30, 35))
+    # Then one alert at the log threshold, the warning at busy_silence_minutes (30) and the stop 5 minutes later:
+    # within 45 minutes of the last line (behaviour change: 4 x the log threshold, 60 minutes, before)
     assert [d.action for d in decisions] == [Action.ALERT, Action.NONE, Action.WARN, Action.STOP]
-    assert "may be a long evaluation" in decisions[0].reasons[-2]  # before the stacks line
+    assert any("may be a long evaluation" in r for r in decisions[0].reasons)
     assert not decisions[0].stoppable
+    assert decisions[1].recheck_at == pytest.approx(HOUR + 30 * MIN)
+    # And the alert says that GPU power would have decided sooner
+    assert any("no GPU power reported" in r and "3.0 min" in r for r in decisions[2].reasons)
+
+
+def test_busy_gpus_with_silent_logs_and_power_that_holds_are_stopped_only_after_four_thresholds() -> None:
+    # Given the same silence on EC2 whose CloudWatch agent reports GPU power, holding its baseline (compute runs)
+    builder = SignalsBuilder(hosts=2, platform=Platform.EC2).gpu(0, 5 * HOUR, 97.0).logs(0, HOUR, MIN)
+    builder.gpu_power(0, 5 * HOUR, 380.0)
+    decisions = decisions_at(builder, 60, (16, 40, 61, 67))
+    # Then an evaluation is as likely: one alert, the warning and the stop after 4 x 15 minutes
+    assert [d.action for d in decisions] == [Action.ALERT, Action.NONE, Action.WARN, Action.STOP]
+
+
+def test_a_job_that_came_back_from_a_long_busy_silence_may_be_as_silent_again() -> None:
+    # Given a job without power that once evaluated 25 minutes without a line, GPUs busy, and came back (the
+    # sweeper's sawtooth shows it), then falls silent again at 3 h with its GPUs busy
+    builder = SignalsBuilder(hosts=1).gpu(0, 5 * HOUR, 97.0).logs(0, HOUR, MIN).logs(HOUR + 25 * MIN, 3 * HOUR, MIN)
+    decisions = decisions_at(builder.sweeps(0, 5 * HOUR), 180, (31, 36, 37.5, 42.5))
+    # Then it learned a busy silence of at least 20 minutes (the last sample that saw it silent) ...
+    assert 20 * MIN <= decisions[0].cadence.busy_pause_s <= 25 * MIN
+    # ... and is not warned before 1.5 x it: a second evaluation of the same length is never stopped
+    stop_s = decisions[0].evidence["busy_silence"]["stop_s"]
+    assert stop_s == pytest.approx(1.5 * decisions[0].cadence.busy_pause_s)
+    assert decisions[0].action is not Action.WARN
+    assert [d.action for d in decisions[2:]] == [Action.WARN, Action.STOP]
+
+
+def test_a_job_that_logged_every_30_s_and_is_silent_30_minutes_with_pinned_gpus_is_stopped() -> None:
+    # Given a job logging every 30 s for 3 hours (its gaps never longer), its GPUs busy throughout
+    builder = SignalsBuilder(hosts=4).gpu(0, 5 * HOUR, 100.0).logs(0, 3 * HOUR, 30).sweeps(0, 5 * HOUR)
+    # When its logs have been silent 30 minutes / Then it is warned as a hang, stoppable
+    (decision,) = decisions_at(builder, 180, (30,))
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
+
+
+def test_a_rare_loggers_silence_with_busy_gpus_is_counted_from_the_line_it_owed() -> None:
+    # Given a job without power that logs every 20 minutes, silent since 3 h with its GPUs busy
+    builder = SignalsBuilder(hosts=1).gpu(0, 6 * HOUR, 97.0).logs(0, 3 * HOUR, 20 * MIN).sweeps(0, 6 * HOUR)
+    early, warn = decisions_at(builder, 180, (45, 49))
+    # Then not before 30 minutes past the line due at 3 h 20 (an evaluation that logs nothing has 30 minutes)
+    assert early.action is not Action.WARN
+    assert early.evidence["busy_silence"]["stop_s"] == pytest.approx(49 * MIN)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.HANG, Action.WARN)
 
 
 def test_a_lone_silence_asks_to_be_decided_again_at_its_full_threshold() -> None:

@@ -277,6 +277,20 @@ def test_crashed_rank_without_the_agent_needs_the_host_silent_after_its_error() 
     assert "algo-2 silent for 6.0 min after it (threshold 5.0 min)" in decision.reasons
 
 
+def test_fatal_last_words_whose_gpus_are_not_yet_seen_dead_ask_for_a_look_when_they_would_be_confirmed() -> None:
+    # Given no agent; algo-2's rank died at ONSET (its traceback, then silence) while algo-1 spins; its GPUs' idle
+    # minute is not complete yet when the line is read (a fatal line's wake-up decides seconds after it)
+    builder = SignalsBuilder(hosts=2).gpu(0, 3 * HOUR, 99, hosts=["algo-1"]).logs(0, ONSET, 300)
+    builder.gpu(0, ONSET, 99, hosts=["algo-2"]).gpu(ONSET, 3 * HOUR, 0, hosts=["algo-2"])
+    builder.log(ONSET + 1, "RuntimeError: CUDA error: an illegal memory access was encountered", "algo-2")
+    early = diagnose(builder, ONSET + 15)
+    # Then no verdict yet, and the decision asks to be made again when its death would be confirmed
+    assert early.diagnosis is Diagnosis.HEALTHY
+    assert early.recheck_at == pytest.approx(ONSET + 1 + 3 * MIN)
+    # And then it is: its GPUs went idle with it
+    assert diagnose(builder, ONSET + 1 + 3 * MIN).diagnosis is Diagnosis.CRASHED_RANK
+
+
 def test_quiet_rank_whose_last_line_is_a_traceback_is_not_taken_for_crashed() -> None:
     # Given algo-2 only printed startup lines, then (an hour later) a caught exception's traceback; algo-1 logs on
     builder = SignalsBuilder(hosts=2).gpu(0, 3 * HOUR, 97).logs(0, 3 * HOUR, 30, hosts=["algo-1"])

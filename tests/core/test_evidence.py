@@ -113,16 +113,61 @@ def test_a_fatal_line_is_never_held_back_by_a_learned_cadence() -> None:
     assert decision.evidence["logs"]["threshold_s"] >= 199 * MIN  # the silence it would otherwise have waited for
 
 
-def test_processes_gone_from_every_gpu_decide_at_once_not_at_the_learned_cadence() -> None:
-    # Given a job whose long checkpoints taught it a 2-hour log gap; at ONSET its processes die: GPUs 0 %, memory
-    # released, logs silent
-    builder = SignalsBuilder(hosts=2).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 0.0)
-    builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, 3 * HOUR, 0.5)
-    learned = JobState(log_gap_s=2 * HOUR)
-    # When 4 minutes have passed / Then idle, warned with the short grace
-    decision = at(builder, ONSET + 4 * MIN, learned)
-    assert (decision.diagnosis, decision.action) == (Diagnosis.IDLE, Action.WARN)
-    assert "every process left its GPUs" in decision.reasons[0]
+def processes_gone(hosts: int = 2) -> SignalsBuilder:
+    """`hosts` hosts log every minute; at ONSET their processes end without a word: GPUs 0 %, memory released, logs
+    silent."""
+    builder = SignalsBuilder(hosts=hosts).logs(0, ONSET, 60).gpu(0, ONSET, 97.0).gpu(ONSET, 3 * HOUR, 0.0)
+    return builder.gpu_memory(0, ONSET, 80.0).gpu_memory(ONSET, 3 * HOUR, 0.5)
+
+
+IDLE_30 = Policy(mode=Mode.ENFORCE).for_job({"stallwatch:mode": "enforce", "stallwatch:idle-minutes": "30"})
+
+
+@pytest.mark.parametrize(("policy", "idle_minutes"), [(ENFORCE, 15.0), (IDLE_30, 30.0)])
+def test_every_process_gone_without_a_fatal_line_is_idle_after_the_agreement_rung_of_idle_minutes(
+    policy, idle_minutes: float
+) -> None:
+    # Given a job whose long checkpoints taught it a 2-hour log gap; at ONSET every process ends without a fatal line
+    builder, learned = processes_gone(), JobState(log_gap_s=2 * HOUR)
+    released = ONSET + MIN  # the first datapoint that shows the memory let go of
+    rung = 2 / 3 * idle_minutes * MIN  # memory, utilization and logs agree: 2/3 of idle_minutes
+    # When less than the rung has passed / Then nothing yet (a box kept between runs), and a recheck at the rung
+    early = decide(builder.build(released + rung - MIN), policy, learned, released + rung - MIN)
+    assert not early.stalled
+    assert early.recheck_at == pytest.approx(released + rung)
+    # When the rung is reached / Then idle, warned with the full grace (the processes ended by themselves), whatever
+    # the learned cadence
+    warn = decide(builder.build(released + rung), policy, learned, released + rung)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.IDLE, Action.WARN)
+    assert "every process left its GPUs" in warn.reasons[0]
+    assert warn.recheck_at == pytest.approx(released + rung + 5 * MIN)
+    # And the stop comes 5 minutes later: 25 minutes after the end with stallwatch:idle-minutes=30, not 6
+    stop_at = warn.recheck_at
+    stop = decide(builder.build(stop_at), policy, next_state(learned, warn), stop_at)
+    assert stop.action is Action.STOP
+
+
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_fatal_last_words_before_every_process_went_are_a_crash_decided_at_once(policy) -> None:
+    # Given every process gone at ONSET, algo-2's last words a CUDA OOM
+    builder = processes_gone().log(ONSET + 1, OOM, "algo-2")
+    # When crash_confirm_minutes (3) have passed / Then a crashed rank, conclusive: idle_minutes plays no part
+    decision = decide(builder.build(ONSET + 1 + 3 * MIN), policy, FRESH, ONSET + 1 + 3 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.recheck_at == pytest.approx(ONSET + 1 + 5 * MIN)  # the 2-minute grace
+
+
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_one_host_let_go_while_the_others_hold_their_gpus_is_decided_at_once(policy) -> None:
+    # Given 4 hosts; at ONSET algo-3's processes let go of its GPUs without a word while the others spin, memory held
+    builder = SignalsBuilder(hosts=4).logs(0, ONSET, 60).gpu(0, 3 * HOUR, 100.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu(0, ONSET, 97.0, hosts=["algo-3"]).gpu(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    builder.gpu_memory(0, 3 * HOUR, 80.0, hosts=["algo-1", "algo-2", "algo-4"])
+    builder.gpu_memory(0, ONSET, 80.0, hosts=["algo-3"]).gpu_memory(ONSET, 3 * HOUR, 0.0, hosts=["algo-3"])
+    # When 4 minutes have passed / Then a crashed rank on algo-3, conclusive, whatever idle_minutes says
+    decision = decide(builder.build(ONSET + 4 * MIN), policy, FRESH, ONSET + 4 * MIN)
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-3"]
 
 
 def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:
@@ -135,6 +180,25 @@ def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:
     # When 5 minutes have passed / Then no stall: the rank speaks again and the GPUs are held
     decision = at(builder, ONSET + 5 * MIN)
     assert not decision.stalled
+
+
+def test_a_512_host_jobs_crashed_rank_is_read_on_its_5_minute_host_periods() -> None:
+    # Given 512 hosts without the agent, their series in 5-minute periods (one GetMetricData answer holds them all);
+    # algo-101 dies at ONSET saying so, its GPUs let go, while the others spin (a raised timeout: no watchdog line)
+    hosts = SignalsBuilder(hosts=512).host_names
+    others = [h for h in hosts if h != "algo-101"]
+    builder = SignalsBuilder(hosts=512).logs(0, ONSET, 20 * MIN, hosts=["algo-1"]).log(ONSET + 5, OOM, "algo-101")
+    builder.gpu(0, 3 * HOUR, 100.0, hosts=others, every=300).gpu_memory(0, 3 * HOUR, 80.0, hosts=others, every=300)
+    builder.gpu(0, ONSET, 97.0, ["algo-101"], every=300).gpu(ONSET, 3 * HOUR, 0.0, ["algo-101"], every=300)
+    builder.gpu_memory(0, ONSET, 80.0, ["algo-101"], every=300).gpu_memory(
+        ONSET, 3 * HOUR, 0.0, ["algo-101"], every=300
+    )
+    # When 11 minutes have passed, the hosts' newest period ended 5 minutes ago (a 5-minute datapoint is stamped at
+    # its period's start and lands after its end): older than 5 of the job's own 1-minute periods
+    decision = decide(builder.build(ONSET + 6 * MIN), ENFORCE, FRESH, ONSET + 11 * MIN)
+    # Then a crashed rank, conclusive: its GPUs are read on their own 5-minute periods, not taken for stale
+    assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    assert decision.evidence["death"]["hosts"] == ["algo-101"]
 
 
 # --- a vanished host -------------------------------------------------------------------------------------------------
@@ -151,12 +215,49 @@ def rank_zero_host_lost() -> SignalsBuilder:
     return builder
 
 
-def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data() -> None:
+@pytest.mark.parametrize("policy", [ENFORCE, IDLE_30])
+def test_losing_the_reporting_host_is_a_fault_not_an_absence_of_data(policy) -> None:
     # When 6 minutes have passed / Then the vanished host is named, a crashed rank, warned with the short grace
-    decision = at(rank_zero_host_lost(), ONSET + 6 * MIN)
+    # (idle_minutes plays no part)
+    decision = decide(rank_zero_host_lost().build(ONSET + 6 * MIN), policy, FRESH, ONSET + 6 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
     assert decision.evidence["death"]["hosts"] == ["algo-1"]
     assert "algo-1 vanished" in decision.reasons[0]
+
+
+def test_a_warning_withdrawn_while_its_evidence_was_out_of_view_keeps_its_grace_when_reissued() -> None:
+    # Given the lost host warned at ONSET + 6 min (conclusive: a 2-minute grace)
+    builder, state = rank_zero_host_lost(), FRESH
+    warn = at(builder, ONSET + 6 * MIN, state)
+    assert (warn.diagnosis, warn.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
+    state = next_state(state, warn)
+    # When a decision a minute later reads every host's metrics 5 minutes late (no host vanished in them), and
+    # withdraws the warning
+    late = decide(builder.build(ONSET + 2 * MIN), ENFORCE, state, ONSET + 7 * MIN)
+    assert not late.stoppable
+    state = next_state(state, late)
+    assert state.warned_at is None
+    # Then the decision that sees the same finding again, with no progress since, stops at the first warning's
+    # grace: no second warning and a fresh grace
+    again = at(builder, ONSET + 9 * MIN, state)
+    assert (again.diagnosis, again.action) == (Diagnosis.CRASHED_RANK, Action.STOP)
+
+
+def test_a_warning_withdrawn_by_progress_is_warned_afresh() -> None:
+    # Given the lost host warned, then a decision that sees steps after it (the job came back), then the same finding
+    builder, state = rank_zero_host_lost(), FRESH
+    state = next_state(state, at(builder, ONSET + 6 * MIN, state))
+    resumed = SignalsBuilder(hosts=4).progress(0, ONSET + 7 * MIN).gpu(0, ONSET + 7 * MIN, 97.0)
+    state = next_state(state, at(resumed, ONSET + 7 * MIN, state))
+    assert state.warning is None
+    # Then a new warning with its own grace
+    assert at(builder, ONSET + 9 * MIN, state).action is Action.WARN
+
+
+def test_a_snooze_voids_a_withdrawn_warning_too() -> None:
+    builder, state = rank_zero_host_lost(), FRESH
+    state = next_state(state, at(builder, ONSET + 6 * MIN, state)).snoozed(ONSET + 6.5 * MIN)
+    assert at(builder, ONSET + 9 * MIN, state).action is Action.WARN
 
 
 def test_a_host_that_vanishes_while_the_others_step_on_is_no_stall() -> None:
@@ -259,6 +360,65 @@ def test_a_pause_does_not_count_as_data_starvation_once_steps_resume() -> None:
     builder.progress(ONSET + 5 * MIN, 3 * HOUR).agent("DataWaitFraction", ONSET + 5 * MIN, 3 * HOUR, 4.0)
     # When decided 2 minutes after steps resumed / Then healthy, not starving
     assert at(builder, ONSET + 7 * MIN).diagnosis is Diagnosis.HEALTHY
+
+
+UNREAD = "[orbax] persisting 64 shards of state to /fsx/run7/24000"  # a start line no pattern reads
+
+
+def two_checkpoints_without_the_agent() -> SignalsBuilder:
+    """One host logs every minute; at ONSET a 25-minute checkpoint it announces in a line the patterns read, at
+    3 h one it announces in a line they do not: GPUs near 0 %, memory held, logs silent while each is written."""
+    builder = SignalsBuilder(hosts=1).gpu_memory(0, 6 * HOUR, 80.0).sweeps(0, 6 * HOUR)
+    builder.gpu(0, ONSET, 97.0).gpu(ONSET, ONSET + 25 * MIN, 1.0).gpu(ONSET + 25 * MIN, 3 * HOUR, 97.0)
+    builder.gpu(3 * HOUR, 6 * HOUR, 1.0).logs(0, ONSET - 1, MIN).log(ONSET, "Saving model checkpoint to /ckpt/c-1")
+    return builder.logs(ONSET + 25 * MIN, 3 * HOUR - 1, MIN).log(3 * HOUR, UNREAD)
+
+
+def test_a_checkpoint_no_pattern_reads_is_no_stop_once_the_job_has_shown_one() -> None:
+    # Given the two checkpoints, a decision during the first one (the job's history is learned as decisions go)
+    builder, state = two_checkpoints_without_the_agent(), FRESH
+    for now in (ONSET + 15 * MIN, ONSET + 45 * MIN):
+        state = next_state(state, at(builder, now, state))
+    assert state.idle_pause_s == pytest.approx(25 * MIN, abs=MIN)
+    # When the second has lasted 30 minutes (past the idle rung of the learned log gap) / Then a pause like the
+    # ones it came back from: no alert, no stop, and a recheck at 1.5 x the learned pause
+    during = at(builder, 3 * HOUR + 30 * MIN, state)
+    assert (during.diagnosis, during.action) == (Diagnosis.PHASE, Action.NONE)
+    assert during.recheck_at == pytest.approx(3 * HOUR + 1.5 * state.idle_pause_s)
+    # When it outlasts 1.5 x the learned pause / Then idle, a stall like any other
+    late = at(builder, during.recheck_at, state)
+    assert (late.diagnosis, late.action) == (Diagnosis.IDLE, Action.WARN)
+
+
+def test_with_the_agent_a_pause_the_job_came_back_from_outlasts_the_data_wait_allowance() -> None:
+    # Given a job with the agent whose loop paused 35 minutes at ONSET (an undeclared checkpoint: GPUs idle, memory
+    # held, all waiting to the agent) and stepped on; at 3 h it pauses again, its lines unread
+    builder = SignalsBuilder(hosts=2).gpu_memory(0, 6 * HOUR, 80.0).agent("DataWaitFraction", 0, 6 * HOUR, 100.0)
+    builder.progress(0, ONSET).no_progress(ONSET, ONSET + 35 * MIN).progress(ONSET + 35 * MIN, 3 * HOUR)
+    builder.no_progress(3 * HOUR, 6 * HOUR).gpu(0, ONSET, 97.0).gpu(ONSET, ONSET + 35 * MIN, 1.0)
+    builder.gpu(ONSET + 35 * MIN, 3 * HOUR, 97.0).gpu(3 * HOUR, 6 * HOUR, 1.0)
+    # When 45 minutes into the second (past the 30-minute data-wait allowance) / Then still not stoppable
+    during = at(builder, 3 * HOUR + 45 * MIN)
+    assert during.cadence.idle_pause_s == pytest.approx(35 * MIN, abs=MIN)
+    assert (during.diagnosis, during.stoppable) == (Diagnosis.DATA_STARVATION, False)
+    # When it outlasts 1.5 x the pause it came back from / Then idle, stoppable
+    late = at(builder, 3 * HOUR + 1.5 * during.cadence.idle_pause_s + 1)
+    assert (late.diagnosis, late.stoppable) == (Diagnosis.IDLE, True)
+
+
+def test_an_idle_pause_the_job_came_back_from_excuses_no_silence_with_busy_gpus() -> None:
+    # Given a job without power that came back from a 40-minute checkpoint (GPUs idle, memory held, logs silent),
+    # its GPUs busy since, its logs silent since 3 h
+    builder = SignalsBuilder(hosts=1).gpu_memory(0, 6 * HOUR, 80.0).sweeps(0, 6 * HOUR).gpu(0, ONSET, 97.0)
+    builder.gpu(ONSET, ONSET + 40 * MIN, 1.0).gpu(ONSET + 40 * MIN, 6 * HOUR, 97.0)
+    builder.logs(0, ONSET, MIN).logs(ONSET + 40 * MIN, 3 * HOUR, MIN)
+    # When silent 30 minutes / Then a hang, warned: the checkpoint says nothing of a silence with busy GPUs (though
+    # its gap raised the log threshold past an hour)
+    decision = at(builder, 3 * HOUR + 30 * MIN)
+    assert decision.cadence.idle_pause_s is not None
+    assert decision.cadence.busy_pause_s is None
+    assert decision.evidence["logs"]["threshold_s"] > HOUR
+    assert (decision.diagnosis, decision.action) == (Diagnosis.HANG, Action.WARN)
 
 
 # --- stragglers ------------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from stallwatch.core.goodput import Category, JobSpan, Window, measure_goodput, run_timeline
+from stallwatch.core.goodput import SCHEDULER_CATEGORIES, Category, JobSpan, Window, measure_goodput, run_timeline
 from stallwatch.core.pricing import instance_spec
 
 TYPE = "ml.p4d.24xlarge"  # 8 GPUs, priced
@@ -92,7 +92,8 @@ def test_the_timeline_is_the_split_in_time_covering_the_run_once() -> None:
     assert all(a.end == pytest.approx(b.start) for a, b in itertools.pairwise(segments))
     # And its seconds per category are the totals; the gap between the jobs is the only time no job holds instances
     goodput = measure_goodput("llama", known_run())
-    per_category = {c: sum(s.seconds for s in segments if s.category is c) for c in Category}
+    per_category = {c: sum(s.seconds for s in segments if s.category is c) for c in goodput.totals}
+    assert {s.category for s in segments} <= set(goodput.totals)
     assert per_category == pytest.approx({c: t.seconds for c, t in goodput.totals.items()})
     unheld = [(s.attempt, s.start, s.end, s.category) for s in segments if not s.held]
     assert unheld == [(0, 4000.0, 4300.0, Category.RESTART_GAPS)]
@@ -185,3 +186,54 @@ def test_an_ec2_run_of_a_heterogeneous_group_is_priced_per_type_and_unbilled_bet
 def test_one_unpriced_type_in_the_group_leaves_the_dollars_unknown() -> None:
     job = JobSpan("mixed", "p4d.24xlarge", hosts=2, created=0, ended=3600, fleet={"p4d.24xlarge": 1, "x9.weird": 1})
     assert measure_goodput("mixed", [job]).dollars is None
+
+
+# ---- a scheduler's holds (a Slurm job's run) ----------------------------------------------------------------------
+
+
+def slurm_run() -> list[JobSpan]:
+    """Attempt 1: submitted at 0, pending until 300, stepping until 1500 (0 -> 200), suspended from 1500 to 2100,
+    stepping to 2400 (-> 250), requeued by someone else (preempted) at 2400. Attempt 2: requeued at 2400, pending until
+    2700, stepping to 3300 (250 -> 350), past its time limit from 3300 until Slurm ended it at 3400."""
+    first = JobSpan(
+        name="pc1-7-llm",
+        instance_type=TYPE,
+        hosts=1,
+        created=300.0,
+        ended=2400.0,
+        windows=(*stepping(300, 20, 0), *stepping(2100, 5, 200)),
+        submitted=0.0,
+        gap=Category.PENDING,
+        held=((1500.0, 2100.0, Category.SUSPENDED),),
+    )
+    second = JobSpan(
+        name="pc1-7-llm (restart 1)",
+        instance_type=TYPE,
+        hosts=1,
+        created=2700.0,
+        ended=3400.0,
+        windows=tuple(stepping(2700, 10, 250)),
+        submitted=2400.0,
+        gap=Category.REQUEUED,
+        held=((3300.0, 3400.0, Category.TIME_LIMIT),),
+    )
+    return [first, second]
+
+
+def test_a_schedulers_holds_are_each_their_own_badput_and_only_held_time_is_paid() -> None:
+    goodput = measure_goodput("pc1-7-llm", slurm_run())
+    seconds = {c: round(t.seconds) for c, t in goodput.totals.items() if t.seconds}
+    assert seconds == {
+        Category.PENDING: 300,  # in the queue before its first nodes
+        Category.PRODUCTIVE: 2100,
+        Category.SUSPENDED: 600,
+        Category.REQUEUED: 300,  # from the requeue to the next attempt's nodes
+        Category.TIME_LIMIT: 100,
+    }
+    assert goodput.wall_s == 3400.0  # from the submission
+    assert goodput.totals[Category.PENDING].gpu_hours == goodput.totals[Category.REQUEUED].gpu_hours == 0.0
+    assert goodput.totals[Category.SUSPENDED].gpu_hours > 0  # a suspended job holds its nodes
+
+
+def test_a_run_without_holds_keeps_the_categories_it_always_had() -> None:
+    assert set(measure_goodput("llama", known_run()).totals) == set(Category) - SCHEDULER_CATEGORIES

@@ -1,3 +1,3 @@
 """The real Slurm some of this room's tests run on (tests/fixtures/slurm.py)."""
 
-from tests.fixtures.slurm import slurm  # noqa: F401
+from tests.fixtures.slurm import slurm, slurm_daemons  # noqa: F401

@@ -30,8 +30,9 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _demo(*args: str) -> tuple[int, dict[str, Any], str]:
-    """Run the demo; every AWS request it made (the training processes' too) must be one AWS would accept."""
+def _demo(*args: str, deadline_s: float = DEMO_DEADLINE_S) -> tuple[int, dict[str, Any], str]:
+    """Run the demo (its own deadline `deadline_s`); every AWS request it made (the training processes' too) must be
+    one AWS would accept."""
     with tempfile.TemporaryDirectory() as requests:
         done = subprocess.run(
             [
@@ -40,7 +41,7 @@ def _demo(*args: str) -> tuple[int, dict[str, Any], str]:
                 "localrun",
                 "--json",
                 "--deadline",
-                str(DEMO_DEADLINE_S),
+                str(deadline_s),
                 "--record-requests",
                 requests,
                 *args,
@@ -49,7 +50,7 @@ def _demo(*args: str) -> tuple[int, dict[str, Any], str]:
             env=_env(),
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=deadline_s + RUN_TIMEOUT_S - DEMO_DEADLINE_S,
             check=False,
         )
         # The demo also plays the platforms, publishing their own metrics (AWS/EC2, which no customer may write to):

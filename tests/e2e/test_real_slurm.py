@@ -4,19 +4,23 @@ run a 2-node job and cancel it, and stop, leaving nothing (draining and requeuei
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from localrun.slurm_daemons import SlurmDaemons, SlurmError, parse_fields
+from tests.fixtures.slurm import DEADLINE_S
 
 pytestmark = pytest.mark.slow
-RUN_S = 90.0  # generous: a busy CI machine; a quiet one takes seconds
 
 
-def _running(slurm: SlurmDaemons, args: list[str]) -> tuple[str, dict[str, str]]:
-    job = slurm.sbatch(args)
-    return job, slurm.wait_for(job, {"RUNNING"}, RUN_S)
+def _running(slurm: SlurmDaemons, args: list[str], task: str, tasks: int) -> tuple[str, dict[str, str]]:
+    """A job running with its tasks started (one cancelled while srun launches them holds its nodes longer)."""
+    job = slurm.sbatch([*args, "--wrap", f"srun {task}"])
+    fields = slurm.wait_for(job, {"RUNNING"}, DEADLINE_S)
+    slurm.wait_for_tasks(task, tasks, DEADLINE_S)
+    return job, fields
 
 
 def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Path) -> None:
@@ -24,7 +28,7 @@ def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Pa
     out = tmp_path / "ranks-%j.out"
     script = "srun sh -c 'echo \"$SLURM_PROCID $SLURMD_NODENAME $SLURM_JOB_ID $SLURM_JOB_NAME\"'"
     job = slurm.sbatch(["--nodes=2", "--job-name=ranks", f"--output={out}", "--wrap", script])
-    fields = slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)
+    fields = slurm.wait_for(job, {"COMPLETED", "FAILED"}, DEADLINE_S)
 
     assert fields["JobState"] == "COMPLETED"
     lines = sorted(Path(str(out).replace("%j", job)).read_text().split("\n"))[1:]
@@ -32,18 +36,27 @@ def test_a_two_node_job_runs_one_rank_per_node(slurm: SlurmDaemons, tmp_path: Pa
 
 
 def test_scancel_ends_the_job_cancelled(slurm: SlurmDaemons) -> None:
-    job, _ = _running(slurm, ["--nodes=2", "--wrap", "srun sleep 300"])
+    job, _ = _running(slurm, ["--nodes=2"], "sleep 300", 2)
 
     slurm.command("scancel", job)
 
-    assert slurm.wait_for(job, {"CANCELLED"}, RUN_S)["JobState"] == "CANCELLED"
+    assert slurm.wait_for(job, {"CANCELLED"}, DEADLINE_S)["JobState"] == "CANCELLED"
 
 
-def test_leaving_the_block_stops_every_daemon(tmp_path: Path) -> None:
-    """Two clusters at once on their own ports and sockets; leaving each block ends its daemons."""
+def test_leaving_the_block_stops_every_daemon_and_what_its_jobs_still_ran(tmp_path: Path) -> None:
+    """Two clusters at once on their own ports and sockets; leaving each block ends its daemons, and a job still
+    running (slurmstepd and its tasks outlive slurmd) with them."""
     with SlurmDaemons(tmp_path / "a", nodes=1) as a, SlurmDaemons(tmp_path / "b", nodes=1) as b:
         pids = [int((d.root / "slurmctld.pid").read_text()) for d in (a, b)]
         assert a.node_state("node1") == b.node_state("node1") == "IDLE"
+        job = a.sbatch(
+            [f"--output={tmp_path / 'out.txt'}", "--wrap", f"srun sh -c 'echo $$ > {tmp_path / 'pid'}; sleep 600'"]
+        )
+        a.wait_for(job, {"RUNNING"}, DEADLINE_S)
+        deadline = time.monotonic() + DEADLINE_S
+        while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        pids.append(int((tmp_path / "pid").read_text()))
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)

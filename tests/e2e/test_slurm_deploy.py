@@ -23,23 +23,32 @@ from localrun.slurm_daemons import ControllerNode, SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
 from stallwatch.aws import ssm
 from stallwatch.aws.clients import AwsClients
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
+from tests.fixtures.slurm import DEADLINE_S
 
 moto_ssm.install()
 pytestmark = pytest.mark.slow
-RUN_S = 90.0  # generous: a busy CI machine; a quiet one takes seconds
-EVENT_S = 15.0
 SLURM_DOCUMENTS = ("slurm-cancel.yaml", "slurm-requeue.yaml")
 DEFAULTS = "stallwatch:mode=notify stallwatch:idle-minutes=9"
+TASK = "sleep 300"
 
 
 @pytest.fixture(scope="module")
-def spool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmDaemons, EventSpool]]:
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SlurmDaemons, EventSpool]]:
     """A real Slurm whose PrologSlurmctld and EpilogSlurmctld are deploy/slurm's script."""
     root = Path(tmp_path_factory.mktemp("slurm-deploy"))
-    events = EventSpool(root / "events", cluster="pc-test", ssm_target="i-0123456789abcdef0", platform="pcs")
+    events = EventSpool(root / "events", ssm_target="i-0123456789abcdef0", platform="pcs")
     script = events.install(root / "slurm" / "slurm.conf", defaults=DEFAULTS)
-    with SlurmDaemons(root / "slurm", prolog=script, epilog=script) as daemons:
+    with SlurmDaemons(root / "slurm", cluster="pc-test", prolog=script, epilog=script) as daemons:
         yield daemons, events
+
+
+@pytest.fixture
+def spool(deployed: tuple[SlurmDaemons, EventSpool]) -> tuple[SlurmDaemons, EventSpool]:
+    """The module's cluster at rest, whatever the test before left on it (a job still pending, a node drained)."""
+    deployed[0].reset(DEADLINE_S)
+    return deployed
 
 
 @pytest.fixture
@@ -55,13 +64,18 @@ def controller(spool: tuple[SlurmDaemons, EventSpool], monkeypatch: pytest.Monke
 
 
 def _run(slurm: SlurmDaemons, *args: str) -> tuple[str, dict[str, str]]:
-    job = slurm.sbatch(["--nodes=2", *args, "--wrap", "srun sleep 300"])
-    return job, slurm.wait_for(job, {"RUNNING"}, RUN_S)
+    """A 2-node job running with its task started on each node (one suspended or requeued while srun still launches
+    them holds a node COMPLETING for a MessageTimeout)."""
+    job = slurm.sbatch(["--nodes=2", *args, "--wrap", f"srun {TASK}"])
+    fields = slurm.wait_for(job, {"RUNNING"}, DEADLINE_S)
+    slurm.wait_for_tasks(TASK, 2, DEADLINE_S)
+    return job, fields
 
 
 def _events(events: EventSpool, job: str, count: int) -> list[dict[str, Any]]:
-    found = [e for e in events.wait(count, EVENT_S) if e["detail"]["job_id"] == job]
-    assert len(found) >= count, found
+    """The job's next `count` events (an earlier job's that come meanwhile are dropped)."""
+    found = events.wait(count, DEADLINE_S, keep=lambda e: e["detail"]["job_id"] == job)
+    assert len(found) == count, found
     return found
 
 
@@ -82,7 +96,7 @@ def test_the_prolog_posts_the_jobs_start_and_the_epilog_its_end(spool: tuple[Slu
 
     [started] = _events(events, job, 1)
     slurm.command("scancel", job)
-    slurm.wait_for(job, {"CANCELLED"}, RUN_S)
+    slurm.wait_for(job, {"CANCELLED"}, DEADLINE_S)
     [ended] = _events(events, job, 1)
 
     assert started["source"] == "stallwatch.slurm"
@@ -94,15 +108,32 @@ def test_the_prolog_posts_the_jobs_start_and_the_epilog_its_end(spool: tuple[Slu
     assert detail["submit_time"] == fields["SubmitTime"]
     assert detail["submit_epoch"] > 0
     assert [n["name"] for n in detail["nodes"]] == slurm.hostnames(fields["NodeList"])
-    assert {n["addr"] for n in detail["nodes"]} == {"127.0.0.1"}
+    assert [n["addr"] for n in detail["nodes"]] == [slurm.address(n["name"]) for n in detail["nodes"]]
     # the job's words win over the cluster's defaults; other words of the comment are left alone
     assert detail["settings"] == {
         "stallwatch:mode": "enforce",
         "stallwatch:idle-minutes": "9",
         "stallwatch:stall-minutes": "20",
     }
+    assert [n["gpus"] for n in detail["nodes"]] == [0, 0]  # no Gres here; gpu:h100:8 would say 8
     assert ended["detail"]["state"] == "ended"
     assert ended["detail"]["submit_time"] == detail["submit_time"]
+    # read once the epilog has returned: while it runs, every job is COMPLETING
+    assert ended["detail"]["job_state"] == "CANCELLED"
+
+
+def test_the_end_event_says_how_the_job_ended(spool: tuple[SlurmDaemons, EventSpool]) -> None:
+    slurm, events = spool
+    jobs = {slurm.sbatch(["--wrap", command]): command for command in ("true", "false")}
+    for job in jobs:
+        slurm.wait_for(job, {"COMPLETED", "FAILED"}, DEADLINE_S)
+    ends = events.wait(2, DEADLINE_S, keep=lambda e: e["detail"]["job_id"] in jobs and e["detail"]["state"] == "ended")
+    ended = {e["detail"]["job_id"]: e["detail"] for e in ends}
+
+    assert {jobs[job]: (d["job_state"], d["reason"], d["exit_code"]) for job, d in ended.items()} == {
+        "true": ("COMPLETED", "None", "0:0"),
+        "false": ("FAILED", "NonZeroExitCode", "1:0"),
+    }
 
 
 def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_as_one_stream_each(
@@ -114,28 +145,37 @@ def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_
     job = slurm.sbatch(
         ["--nodes=2", "--wrap", f"srun {wrapper} sh -c 'echo rank $SLURM_PROCID; echo oops >&2'"], env=env
     )
-    assert slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)["JobState"] == "COMPLETED"
+    assert slurm.wait_for(job, {"COMPLETED", "FAILED"}, DEADLINE_S)["JobState"] == "COMPLETED"
 
     files = {p.name: sorted(p.read_text().splitlines()) for p in tmp_path.glob("*.log")}
-    assert files == {f"{job}-node1.log": ["oops", "rank 0"], f"{job}-node2.log": ["oops", "rank 1"]}
+    name = slurm_job_name("pc-test", job, "wrap")  # as the agent and the control plane name the job
+    assert files == {f"{name}.node1.log": ["oops", "rank 0"], f"{name}.node2.log": ["oops", "rank 1"]}
     config = json.loads((EVENTS_SCRIPT.parent / "cloudwatch-agent.json").read_text())
     [files_config] = config["logs"]["logs_collected"]["files"]["collect_list"]
     assert files_config["file_path"] == "/var/log/stallwatch/slurm/*.log"
-    assert files_config["publish_multi_logs"] is True  # one stream per file: <instance id>_<path, / as _>
-    assert files_config["log_group_name"].startswith("/stallwatch/ec2/")  # under the EC2 group the functions read
+    assert files_config["publish_multi_logs"] is True  # one stream per file: <log_stream_name>_<path, / as _>
+    assert (
+        files_config["log_group_name"] == StallwatchConfig().slurm_log_group
+    )  # under the EC2 group the functions read
+    # one prefix for each job's streams, which the control plane reads them by
+    streams = {
+        f"{files_config['log_stream_name']}_{path.as_posix().replace('/', '_')}"
+        for path in [Path(files_config["file_path"]).parent / name for name in files]
+    }
+    assert streams == {stream_name(name, "node1"), stream_name(name, "node2")}
 
 
 def test_the_script_never_fails_the_job_when_aws_is_unreachable(tmp_path: Path) -> None:
-    events = EventSpool(tmp_path / "events", cluster="c", ssm_target="i-0123456789abcdef0", failing=True)
+    events = EventSpool(tmp_path / "events", ssm_target="i-0123456789abcdef0", failing=True)
     script = events.install(tmp_path / "slurm" / "slurm.conf")
     with SlurmDaemons(tmp_path / "slurm", nodes=1, prolog=script, epilog=script) as slurm:
         job = slurm.sbatch(["--wrap", "true"])
-        assert slurm.wait_for(job, {"COMPLETED", "FAILED"}, RUN_S)["JobState"] == "COMPLETED"
+        assert slurm.wait_for(job, {"COMPLETED", "FAILED"}, DEADLINE_S)["JobState"] == "COMPLETED"
     assert events.take() == []
 
 
 def test_the_script_run_by_hand_posts_nothing_and_exits_0(tmp_path: Path) -> None:
-    events = EventSpool(tmp_path / "events", cluster="c", ssm_target="i-0123456789abcdef0")
+    events = EventSpool(tmp_path / "events", ssm_target="i-0123456789abcdef0")
     script = events.install(tmp_path / "slurm.conf")
     for env in ({}, {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "1;reboot"}):
         done = subprocess.run([str(script)], env=env, capture_output=True, text=True, check=False)
@@ -154,7 +194,7 @@ def test_the_cancel_document_cancels_only_the_running_job_it_names(
 
     done = _send(controller, SLURM_CANCEL_DOCUMENT, jobId=job, submitTime=fields["SubmitTime"])
     assert (done["result"], done["code"]) == ("cancelled", 0)
-    assert slurm.wait_for(job, {"CANCELLED"}, RUN_S)["JobState"] == "CANCELLED"
+    assert slurm.wait_for(job, {"CANCELLED"}, DEADLINE_S)["JobState"] == "CANCELLED"
 
 
 def test_the_cancel_document_leaves_a_pending_or_suspended_job_alone(
@@ -170,7 +210,8 @@ def test_the_cancel_document_leaves_a_pending_or_suspended_job_alone(
         assert (suspended["result"], suspended["state"], suspended["code"]) == ("not_running", "SUSPENDED", 4)
         assert (queued["result"], queued["state"]) == ("not_running", "PENDING")
         assert slurm.job(running)["JobState"] == "SUSPENDED"
-    finally:
+    finally:  # a suspended job cancelled as it is holds its nodes COMPLETING for minutes
+        slurm.scontrol("resume", running)
         slurm.command("scancel", running, pending)
 
 
@@ -186,7 +227,7 @@ def test_the_requeue_document_drains_the_bad_node_and_the_job_runs_again_on_the_
         done = _send(
             controller, SLURM_REQUEUE_DOCUMENT, jobId=job, submitTime=fields["SubmitTime"], nodes=bad, reason="hang"
         )
-        again = slurm.wait_for(job, {"RUNNING"}, RUN_S)
+        again = slurm.wait_for(job, {"RUNNING"}, DEADLINE_S)
 
         assert (done["result"], done["drained"], done["code"]) == ("requeued", bad, 0)
         assert again["Restarts"] == "1"
@@ -195,6 +236,8 @@ def test_the_requeue_document_drains_the_bad_node_and_the_job_runs_again_on_the_
         assert slurm.node(bad)["Reason"].startswith("stallwatch: hang")
         ended, started = _events(events, job, 2)
         assert (ended["detail"]["state"], started["detail"]["state"]) == ("ended", "started")
+        assert ended["detail"]["job_state"] == "REQUEUED"
+        assert ended["detail"]["submit_time"] == fields["SubmitTime"]  # the attempt that ended; the next has its own
         assert started["detail"]["restarts"] == 1
         assert bad not in [n["name"] for n in started["detail"]["nodes"]]
     finally:

@@ -39,7 +39,7 @@ def test_the_committed_corpus_is_what_the_generator_writes(tmp_path: Path) -> No
 def test_the_corpus_covers_platforms_sizes_agents_and_cases() -> None:
     traces = [load_trace(p) for p in TRACES]
     assert len(traces) >= 12
-    assert {t.job.platform for t in traces} == {Platform.SAGEMAKER, Platform.EC2}
+    assert {t.job.platform for t in traces} == {Platform.SAGEMAKER, Platform.EC2, Platform.SLURM}
     assert {1, 8} <= {t.job.instance_count for t in traces}
     with_agent = {
         any(getattr(e, "metric", None) and e.metric.namespace == "Stallwatch" for e in t.events) for t in traces
@@ -57,6 +57,26 @@ def test_the_corpus_covers_ec2_clusters_and_heterogeneous_sagemaker_clusters() -
     assert {t.job.instance_count for t in ec2_clusters} >= {4, 8}
     assert all(t.job.tags.get("stallwatch:job") == t.job.name for t in ec2_clusters)
     assert any(len(set(t.job.host_types.values())) > 1 for t in traces if t.job.host_types)
+
+
+def test_the_corpus_covers_slurm_jobs_stalled_and_held_out_of_running() -> None:
+    # A Slurm job's hang, crashed rank and lost node are stopped; a preempted one, requeued and waiting, is not
+    traces = {p.stem: load_trace(p) for p in TRACES}
+    slurm = {name: t for name, t in traces.items() if t.job.platform is Platform.SLURM}
+    expected = {name: t.header.expect.action for name, t in slurm.items() if t.header.expect}
+    assert expected == {
+        "pc1-4242-llama-hang": "stop",
+        "pc1-4243-llama-crashed-rank": "stop",
+        "pc1-4244-llama-lost-node": "stop",
+        "pc1-4245-llama-preempted": "none",
+    }
+    preempted = slurm["pc1-4245-llama-preempted"]
+    assert [(e.status, e.secondary) for e in preempted.events if hasattr(e, "status")] == [
+        ("InProgress", "RUNNING"),
+        ("Paused", "REQUEUED"),
+        ("InProgress", "RUNNING"),
+    ]
+    assert all(set(t.job.host_instances or {}) == set(t.job.instance_ids) for t in slurm.values())
 
 
 def test_the_corpus_stays_commit_sized() -> None:

@@ -35,11 +35,13 @@ ROWS = [
     ("sm-hang-8host-agent", "hang", 3 * MIN, RECHECK_S),  # a collective spins on every host: crash_confirm
     ("ec2-hang-8node-agent", "hang", 3 * MIN, RECHECK_S),
     ("sm-crashed-rank-8host", "crashed_rank", 3 * MIN, RECHECK_S),  # fatal last words, the rank's GPUs dead
-    ("ec2-crash-rank0-logs-4node-noagent", "crashed_rank", 3 * MIN, RECHECK_S),
+    # its memory released in the minute that holds the crash, stamped at that minute's start (20 s before it)
+    ("ec2-crash-rank0-logs-4node-noagent", "crashed_rank", 3 * MIN - 20, RECHECK_S),
     ("sm-xid-rare-logger-noagent", "crashed_rank", 3 * MIN, RECHECK_S),
     # 4 periods past its newest datapoint's (stamped at its period's start: 3 to 4 minutes after it died)
     ("sm-rank0-host-lost-4host-agent", "crashed_rank", 3 * MIN, RECHECK_S + MIN),
-    ("ec2-idle-after-training-4node", "idle", 3 * MIN, RECHECK_S),  # every process left its GPUs
+    # every process left its GPUs without a fatal line: the agreement rung of idle_minutes (2/3 of 15)
+    ("ec2-idle-after-training-4node", "idle", 10 * MIN, RECHECK_S),
     ("sm-idle-silent-1host", "idle", 10 * MIN, RECHECK_S),  # idle GPUs and silent logs agree at 2/3
     ("sm-checkpoint-overrun-2host", "phase_overrun", 10 * MIN, RECHECK_S),  # the budget's end + the allowance
     ("sm-eval-phase-hangs-2host-agent", "phase_overrun", 10 * MIN, RECHECK_S),

@@ -315,6 +315,46 @@ def test_the_iam_simulation_extension_evaluates_conditions_as_iam_does() -> None
         evaluate([{"Statement": [other]}], "s3:GetObject", "*", {})
 
 
+def _subscription_checks(**kwargs: Any) -> dict[str, doctor.Check]:
+    checks = doctor.run_checks(Deployment(stack=STACK), **kwargs)
+    return {c.name.removeprefix("fatal lines of "): c for c in checks if c.name.startswith("fatal lines of ")}
+
+
+def test_the_doctor_finds_each_groups_fatal_line_filter_to_on_log_line(deployed: Any) -> None:
+    checks = _subscription_checks()
+    assert set(checks) == {"/aws/sagemaker/TrainingJobs", "/stallwatch/ec2", "/stallwatch/ec2/slurm"}
+    on_log_line = _function("handlers.on_log_line.handler")["FunctionName"]
+    for check in checks.values():
+        assert (check.status, check.detail) == (doctor.Status.OK, f"stallwatch-fatal-lines → {on_log_line}")
+
+
+def test_both_slots_taken_by_other_filters_is_named_and_subscribe_takes_a_slot_once_one_is_free(
+    deployed: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given SageMaker's group whose two slots other tools took (our filter was never put: no slot was free)
+    logs, group = boto3.client("logs"), "/aws/sagemaker/TrainingJobs"
+    theirs = _function("handlers.on_log_line.handler")["FunctionArn"]  # one CloudWatch Logs may invoke for the group
+    logs.delete_subscription_filter(logGroupName=group, filterName="stallwatch-fatal-lines")
+    for name in ("splunk-forwarder", "datadog-forwarder"):
+        logs.put_subscription_filter(logGroupName=group, filterName=name, filterPattern="", destinationArn=theirs)
+    # When the doctor checks, Then it warns, names them, and says what to do (the run still passes)
+    check = _subscription_checks()[group]
+    assert check.status is doctor.Status.WARN
+    assert "splunk-forwarder" in check.detail
+    assert "datadog-forwarder" in check.detail
+    assert "docs/deploy.md" in check.fix
+    assert "--subscribe" in check.fix
+    # And --subscribe changes nothing while both are taken
+    assert _subscription_checks(subscribe=True)[group].status is doctor.Status.WARN
+    assert len(logs.describe_subscription_filters(logGroupName=group)["subscriptionFilters"]) == 2
+    # When one is freed and the doctor runs with --subscribe, Then ours takes it, beside the other tool's
+    logs.delete_subscription_filter(logGroupName=group, filterName="datadog-forwarder")
+    assert cli.main(["doctor", "--stack", STACK, "--subscribe"]) == 0
+    names = {f["filterName"] for f in logs.describe_subscription_filters(logGroupName=group)["subscriptionFilters"]}
+    assert names == {"splunk-forwarder", "stallwatch-fatal-lines"}
+    assert _subscription_checks()[group].status is doctor.Status.OK
+
+
 def test_an_ec2_job_whose_agent_publishes_no_gpu_power_is_a_warning_that_says_what_power_would_give(
     deployed: Any,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import faultmix
+from corpus import real_lines
 from corpus.faults import Episode, Fault, Job, draw_jobs, simulate
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import LogEvent
@@ -42,6 +43,36 @@ FAULTS = [
     job("hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False),
     job("lost-rank0-agent", Fault("lost", "host maintenance", 2 * HOUR, host=0)),
     job("lost-noagent-ec2", Fault("lost", "power supply", 2 * HOUR, host=1), agent=False, platform=Platform.EC2),
+    # NCCL timeouts raised to hours: the hang spins silently, no watchdog line
+    job(
+        "silent-hang-power-ec2",
+        Fault("hang", "NIC", 2 * HOUR),
+        agent=False,
+        platform=Platform.EC2,
+        ec2_power=True,
+        nccl_timeout_s=7200.0,
+    ),
+    job("silent-hang-agent", Fault("hang", "network switch or cable", 2 * HOUR), nccl_timeout_s=3600.0),
+]
+# Without the agent or GPU power nothing tells a silent hang from an evaluation but time: within 45 minutes
+SILENT_HANGS = [
+    job("silent-hang-noagent", Fault("hang", "NIC", 2 * HOUR), agent=False, nccl_timeout_s=7200.0),
+    job(
+        "silent-hang-noagent-after-evals",
+        Fault("hang", "network switch or cable", 4 * HOUR),
+        episodes=(Episode("eval", 1 * HOUR + 30, 1200.0), Episode("eval", 2.5 * HOUR + 30, 1300.0)),
+        agent=False,
+        eval_results=False,
+        nccl_timeout_s=7200.0,
+    ),
+    job(
+        "silent-hang-noagent-ec2-rank0-logs",
+        Fault("hang", "NIC", 2 * HOUR + 50),
+        agent=False,
+        platform=Platform.EC2,
+        rank0_only_logs=True,
+        nccl_timeout_s=3600.0,
+    ),
 ]
 
 
@@ -54,6 +85,17 @@ def test_every_kind_of_fault_is_stopped_soon_after_its_onset(stalled: Job) -> No
     assert not outcome.false_stop
     minutes = (outcome.stop_s - stalled.fault.onset_s) / 60
     assert minutes <= (15 if stalled.agent else 25)
+
+
+@pytest.mark.parametrize("stalled", SILENT_HANGS, ids=[j.name for j in SILENT_HANGS])
+def test_a_silent_hang_without_the_agent_or_power_is_stopped_within_45_minutes(stalled: Job) -> None:
+    # Given a hang whose watchdog lines come an hour or more later, no agent and no GPU power / When replayed
+    outcome = faultmix.run_job(stalled)
+    # Then it is stopped as a hang within 45 minutes of its onset, and the reason says power would have been sooner
+    assert outcome.stop_s is not None
+    assert not outcome.false_stop
+    assert (outcome.stop_s - stalled.fault.onset_s) / 60 <= 45
+    assert outcome.stop_diagnosis == "hang"
 
 
 @pytest.mark.parametrize("minute_offset", [10.0, 45.0])
@@ -83,7 +125,7 @@ def test_a_job_through_every_healthy_pause_is_never_stopped_or_warned(agent: boo
     pauses = (
         Episode("checkpoint", 1 * HOUR, 1500.0, start_line=True, end_line=False),
         Episode("checkpoint", 1.8 * HOUR, 900.0, declared_budget_s=720.0 if agent else None),
-        Episode("eval", 2.5 * HOUR, 1800.0, start_line=False),
+        Episode("eval", 2.5 * HOUR, 1500.0, start_line=False),  # 25 minutes without a line
         Episode("data_stall", 3.3 * HOUR, 900.0, start_line=False),
         Episode("restart", 4.0 * HOUR, 480.0, host=2),
         Episode("checkpoint", 4.8 * HOUR, 600.0, start_line=False, end_line=False),
@@ -91,6 +133,48 @@ def test_a_job_through_every_healthy_pause_is_never_stopped_or_warned(agent: boo
     outcome = faultmix.run_job(job("healthy", episodes=pauses, agent=agent, rank0_only_logs=not agent))
     assert outcome.stop_s is None
     assert outcome.warnings_healthy == 0
+
+
+def test_a_rare_logger_whose_evaluations_log_nothing_is_never_stopped_or_warned() -> None:
+    # Given a job without the agent or power that logs every 20 minutes and evaluates 25 minutes without a line (nor
+    # one of results) every 90 minutes, from right after a log line
+    evals = tuple(Episode("eval", h * 1.5 * HOUR + 20 * 60 + 30, 1500.0, start_line=False) for h in range(1, 4))
+    outcome = faultmix.run_job(job("rare-evals", episodes=evals, agent=False, log_every_s=1200.0, eval_results=False))
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+@pytest.mark.parametrize("sequence", [s.name for s in real_lines.sequences(kind="checkpoint") if s.blocking])
+@pytest.mark.parametrize("agent", [True, False])
+def test_with_real_lines_a_long_undeclared_checkpoint_is_never_stopped_or_warned(sequence: str, agent: bool) -> None:
+    # Given a job whose undeclared checkpoints write a framework's real lines, one of them for 35 minutes
+    pauses = (
+        Episode("checkpoint", 1 * HOUR, 600.0),
+        Episode("checkpoint", 2 * HOUR, 2100.0),
+        Episode("checkpoint", 4 * HOUR, 900.0, end_line=False),
+    )
+    long_write = job("real-checkpoints", episodes=pauses, agent=agent, rank0_only_logs=True, checkpoint_lines=sequence)
+    # When replayed with real lines / Then never stopped nor warned
+    outcome = faultmix.run_job(long_write, real=True)
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+CRASHES = [s.name for s in real_lines.sequences(kind="crash") if "watchdog" not in s.name]
+
+
+@pytest.mark.parametrize("sequence", CRASHES)
+def test_with_real_lines_every_crash_is_stopped_soon_after_its_onset(sequence: str) -> None:
+    # Given a crash whose last words, and its peers' watchdog lines, are real ones
+    crashed = job("real-crash", Fault("crash", "faulty GPU", 2 * HOUR, host=1), agent=False, crash_lines=sequence)
+    _, events = simulate(crashed, real=True)
+    stream = f"{crashed.name}/algo-2-"
+    words = [e.log.message for e in events if isinstance(e, LogEvent) and e.log.stream.startswith(stream)]
+    assert words[-1] in {line.text for s in real_lines.sequences(kind="crash") for line in s.lines}
+    # When replayed / Then stopped within the goal without the agent
+    outcome = faultmix.run_job(crashed, real=True)
+    assert outcome.stop_s is not None
+    assert 0 <= (outcome.stop_s - crashed.fault.onset_s) / 60 <= 25
 
 
 def test_the_draw_is_seeded_and_follows_the_mix() -> None:

@@ -71,7 +71,7 @@ def test_the_deciding_functions_know_the_group_the_role_and_the_dead_letters(
         ROLE_ENV: _arn(stack.rechecks.role),
         DEAD_LETTER_ENV: _arn(stack.watchdog.dead_letter_queue),
     }
-    for function in (stack.watchdog.on_alarm, stack.watchdog.sweeper):
+    for function in (stack.watchdog.on_alarm, stack.watchdog.sweeper, stack.watchdog.on_log_line):
         env = functions[logical_id(function)]["Properties"]["Environment"]["Variables"]
         assert {name: env.get(name) for name in expected} == expected
     for function in (stack.watchdog.on_job_state, stack.slack_endpoint.function):
@@ -94,9 +94,10 @@ def test_only_the_deciding_functions_schedule_and_only_in_the_recheck_group(
         role: [s for s in statements if any(a.startswith("scheduler:") for a in as_list(s["Action"]))]
         for role, statements in by_role.items()
     }
-    deciders = {logical_id(stack.watchdog.on_alarm.role), logical_id(stack.watchdog.sweeper.role)}
+    deciders = {logical_id(function.role) for function in stack.watchdog.deciders}
 
-    # Then on_alarm's and the sweeper's roles, and no other, may create, update and delete schedules, in the group only
+    # Then on_alarm's, the sweeper's and on_log_line's roles, and no other, may create, update and delete schedules, in
+    # the group only
     assert {role for role, statements in scheduling.items() if statements} == deciders
     for role in deciders:
         [statement] = scheduling[role]

@@ -118,7 +118,7 @@ def test_the_deciding_functions_find_the_documents_in_their_environment(template
     documents = {_document_id(template, HEALTH_CHECK_FILE), _document_id(template, RESTART_FILE)}
     for logical_id, function in functions.items():
         env = function["Properties"]["Environment"]["Variables"]
-        deciding = logical_id.startswith(("WatchdogOnAlarm", "WatchdogSweeper"))
+        deciding = logical_id.startswith(("WatchdogOnAlarm", "WatchdogSweeper", "WatchdogOnLogLine"))
         names = {env.get(HEALTH_CHECK_DOCUMENT_ENV, {}).get("Ref"), env.get(RESTART_DOCUMENT_ENV, {}).get("Ref")}
         assert names == (documents if deciding else {None}), logical_id
 

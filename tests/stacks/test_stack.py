@@ -41,7 +41,7 @@ def test_the_table_has_the_runtime_keys_ttl_pitr_and_encryption(template: Templa
     )
 
 
-def test_four_arm64_python_functions_share_one_asset_and_the_environment(
+def test_five_arm64_python_functions_share_one_asset_and_the_environment(
     template: Template, stack: StallwatchStack
 ) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
@@ -49,11 +49,16 @@ def test_four_arm64_python_functions_share_one_asset_and_the_environment(
         "handlers.on_job_state.handler",
         "handlers.on_alarm.handler",
         "handlers.sweeper.handler",
+        "handlers.on_log_line.handler",
         "handlers.slack_interactions.handler",
+        "handlers.log_subscription.handler",  # the subscription's custom resource (tests/stacks/test_log_subscriptions)
     }
     assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
     on_alarm = logical_id(stack.watchdog.on_alarm)
-    for function in functions.values():
+    subscriber = logical_id(stack.log_subscriptions.subscriber)
+    for name, function in functions.items():
+        if name == subscriber:
+            continue
         properties = function["Properties"]
         assert properties["Runtime"] == "python3.12"
         assert properties["Architectures"] == ["arm64"]
@@ -65,7 +70,7 @@ def test_four_arm64_python_functions_share_one_asset_and_the_environment(
         assert StallwatchConfig.model_validate_json(env[CONFIG_ENV]) == stack.config
         assert env["POWERTOOLS_SERVICE_NAME"] == "stallwatch"
         assert set(env) >= {"TABLE_NAME", "SLACK_SECRET_ARN"}
-    for function in (stack.watchdog.on_job_state, stack.watchdog.sweeper):
+    for function in (stack.watchdog.on_job_state, stack.watchdog.sweeper, stack.watchdog.on_log_line):
         env = functions[logical_id(function)]["Properties"]["Environment"]["Variables"]
         assert env["ALARM_ACTION_ARN"] == {"Fn::GetAtt": [on_alarm, "Arn"]}
 

@@ -20,9 +20,10 @@ from stallwatch.core.platforms.interface import StopResult
 from stallwatch.core.signals import JobFacts
 
 
-def stop(clients: AwsClients, facts: JobFacts) -> StopResult:
-    """Stop the job described by `facts`; never raises for API errors."""
+def stop(clients: AwsClients, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    """Stop the job described by `facts` (`at_fault`: the engine's stop decision's hosts at fault, which a platform
+    that requeues may keep the job off; None: a plain stop); never raises for API errors."""
     try:
-        return adapter(facts.platform, clients).stop(facts)
+        return adapter(facts.platform, clients).stop(facts, at_fault)
     except BotoCoreError as exc:  # endpoint unreachable, retries exhausted on connection errors
         return StopResult(ok=False, detail=str(api_error(exc)))

@@ -1,11 +1,15 @@
 """The events the Lambdas receive, as pydantic models for the Powertools parser.
 
-- `JobStateEvent`: EventBridge "SageMaker Training Job State Change" or "EC2 Instance State-change Notification".
+- `JobStateEvent`: EventBridge "SageMaker Training Job State Change", "EC2 Instance State-change Notification", or
+  deploy/slurm's "Slurm Job State Change" (source `stallwatch.slurm`).
 - `AlarmEvent`: a CloudWatch alarm's direct Lambda action, or the EventBridge "CloudWatch Alarm State Change".
 - `ScheduledEvent`: the sweeper's EventBridge schedule.
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
 - `OnAlarmEvent`: what on_alarm receives, an `AlarmEvent` or a `RecheckEvent` (told apart by `source`).
 - `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
+- `SubscriptionRequest`: CloudFormation's request to the custom resource of the SageMaker group's subscription.
+- `LogLinesEvent`: a CloudWatch Logs subscription's delivery (Powertools' `CloudWatchLogsModel`: ``awslogs.data``
+  is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`), a DATA_MESSAGE of log events or a CONTROL_MESSAGE.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -18,7 +22,11 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser.models import (
+    CloudFormationCustomResourceBaseModel,
+    CloudWatchLogsModel,
+    EventBridgeModel,
+)
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,10 +43,13 @@ from pydantic import (
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.core import contract
 from stallwatch.core.platforms import describe
+from stallwatch.core.platforms.slurm import time_limit_seconds
 from stallwatch.core.signals import Platform
 
 SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
 EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
+SLURM_STATE_CHANGE = contract.SLURM_EVENT_DETAIL_TYPE
+SLURM_SOURCE = contract.SLURM_EVENT_SOURCE  # deploy/slurm/stallwatch-events.sh's PutEvents
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
 
 # AWS's own limits, enforced at parse time so an oversized field never reaches a read or a DynamoDB key.
@@ -56,8 +67,18 @@ ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2}
 AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
 SAGEMAKER_JOB_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
 EC2_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
+# deploy/slurm's event: what the script writes (its strings at most 512 bytes, at most 2,000 nodes).
+SLURM_TEXT_MAX = 512
+SLURM_NODES_MAX = 2000
+SLURM_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"  # as Slurm prints it, the controller's local time
+SLURM_NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# Where the documents run: the EC2 instance (tagged stallwatch:slurm=controller) of the controller or a login node;
+# none: the job is watched and alerted on, never acted on.
+SSM_TARGET = r"^(i-[0-9a-f]{8,17})?$"
+SETTINGS_MAX = 50  # as a resource's tags
 RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
 RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave
+DATA_MESSAGE = "DATA_MESSAGE"  # a subscription's log events; CONTROL_MESSAGE: CloudWatch Logs checking the destination
 
 
 class InvalidEventError(ValueError):
@@ -134,7 +155,62 @@ class InstanceStateChange(EventBridgeModel):
     detail: InstanceStateDetail
 
 
-JobStateEvent = Annotated[TrainingJobStateChange | InstanceStateChange, Field(discriminator="detail_type")]
+class SlurmNodeDetail(_Model):
+    """One node of a Slurm job, as the prolog names it: its Slurm name, its NodeAddr, its GPUs (Gres)."""
+
+    name: str = Field(pattern=SLURM_NODE_NAME)
+    addr: str = Field("", max_length=SLURM_TEXT_MAX)
+    gpus: int = Field(0, ge=0, le=1024)
+
+
+class SlurmJobDetail(_Model):
+    """The `detail` of deploy/slurm's "Slurm Job State Change" (docs/deploy.md, "Slurm clusters")."""
+
+    version: Literal[1]
+    state: Literal["started", "ended"]
+    cluster: str = Field(min_length=1, max_length=SLURM_TEXT_MAX)
+    platform: Literal["parallelcluster", "pcs", "hyperpod", "slurm"] = "slurm"
+    ssm_target: str = Field("", pattern=SSM_TARGET)
+    job_id: str = Field(pattern=r"^[0-9]{1,10}$")
+    name: str = Field("", max_length=SLURM_TEXT_MAX)
+    user: str = Field("", max_length=SLURM_TEXT_MAX)
+    partition: str = Field("", max_length=SLURM_TEXT_MAX)
+    submit_time: str = Field(pattern=SLURM_TIME)
+    submit_epoch: int = Field(gt=0, lt=RECHECK_AT_MAX)
+    start_epoch: int = Field(0, ge=0, lt=RECHECK_AT_MAX)
+    job_state: str = Field("", pattern=r"^[A-Z_+]{0,32}$")
+    time_limit: str = Field("", max_length=32)
+    restarts: int = Field(0, ge=0, le=100_000)
+    exit_code: str = Field("", max_length=32)
+    reason: str = Field("", max_length=SLURM_TEXT_MAX)
+    node_list: str = Field("", max_length=SLURM_TEXT_MAX)
+    nodes: list[SlurmNodeDetail] = Field(default_factory=list, max_length=SLURM_NODES_MAX)
+    settings: dict[
+        Annotated[str, Field(pattern=r"^stallwatch:[a-z0-9-]{1,64}$")], Annotated[str, Field(max_length=TAG_VALUE_MAX)]
+    ] = Field(default_factory=dict, max_length=SETTINGS_MAX)
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit(cls, value: str) -> str:
+        time_limit_seconds(value)  # ValueError names it
+        return value
+
+    @model_validator(mode="after")
+    def _started_on_nodes(self) -> SlurmJobDetail:
+        if self.state == "started" and not self.nodes:
+            raise ValueError("a started job names its nodes")
+        return self
+
+
+class SlurmJobStateChange(EventBridgeModel):
+    source: Literal["stallwatch.slurm"]
+    detail_type: Literal["Slurm Job State Change"] = Field(alias="detail-type")
+    detail: SlurmJobDetail
+
+
+JobStateEvent = Annotated[
+    TrainingJobStateChange | InstanceStateChange | SlurmJobStateChange, Field(discriminator="detail_type")
+]
 
 
 class AlarmState(_Model):
@@ -238,9 +314,44 @@ OnAlarmEvent = Annotated[
     Annotated[AlarmEvent, Tag("alarm")] | Annotated[RecheckEvent, Tag("recheck")], Discriminator(_on_alarm_kind)
 ]
 
+LogLinesEvent = CloudWatchLogsModel
+# PutSubscriptionFilter's limits (CloudWatch Logs API reference): filterName 1-512 characters, no ':' or '*';
+# filterPattern at most 1,024 characters; logGroupName 1-512 of [.-_/#A-Za-z0-9].
+FILTER_NAME = r"^[^:*]{1,512}$"
+FILTER_PATTERN_MAX = 1024
+LOG_GROUP_NAME = r"^[.\-_/#A-Za-z0-9]{1,512}$"
+LAMBDA_ARN = r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]{1,64}$"
+
+
+class SubscriptionProperties(_Model):
+    """The custom resource's properties: this deployment's filter on a log group it does not own."""
+
+    log_group_name: str = Field(alias="LogGroupName", pattern=LOG_GROUP_NAME)
+    filter_name: str = Field(alias="FilterName", pattern=FILTER_NAME)
+    filter_pattern: str = Field(alias="FilterPattern", max_length=FILTER_PATTERN_MAX)
+    destination_arn: str = Field(alias="DestinationArn", pattern=LAMBDA_ARN)
+
+
+class SubscriptionRequest(CloudFormationCustomResourceBaseModel):
+    """CloudFormation's Create, Update or Delete of `Custom::FatalLineSubscription`."""
+
+    request_type: Literal["Create", "Update", "Delete"] = Field(alias="RequestType")
+    physical_resource_id: str | None = Field(None, alias="PhysicalResourceId")
+    resource_properties: SubscriptionProperties = Field(alias="ResourceProperties")  # type: ignore[assignment]
+
+
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
     model: TypeAdapter(model)
-    for model in (JobStateEvent, AlarmEvent, ScheduledEvent, RecheckEvent, OnAlarmEvent, TestAlertEvent)
+    for model in (
+        JobStateEvent,
+        AlarmEvent,
+        ScheduledEvent,
+        RecheckEvent,
+        OnAlarmEvent,
+        TestAlertEvent,
+        LogLinesEvent,
+        SubscriptionRequest,
+    )
 }
 
 
@@ -266,5 +377,7 @@ def _name(model: Any) -> str:
         ScheduledEvent: "scheduled",
         RecheckEvent: "recheck",
         TestAlertEvent: "test alert",
+        LogLinesEvent: "CloudWatch Logs subscription",
+        SubscriptionRequest: "custom resource",
     }
     return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))

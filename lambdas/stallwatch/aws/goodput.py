@@ -33,11 +33,11 @@ def run_spans(
     else an EC2 job of that name; an instance id is looked up on EC2 first); `JobNotFoundError` names them all when
     none has it."""
     if platform is not None:
-        return adapter(platform, clients).run_spans(store, job, now, period)
+        return adapter(platform, clients, store=store).run_spans(store, job, now, period)
     missing = []
     for candidate in likely(job):
         try:
-            return adapter(candidate, clients).run_spans(store, job, now, period)
+            return adapter(candidate, clients, store=store).run_spans(store, job, now, period)
         except JobNotFoundError as exc:
             missing.append(f"{candidate.value}: {exc}")
     kinds = " nor ".join(d.resource for d in DESCRIPTIONS.values())

@@ -1,9 +1,8 @@
 """CloudWatch Logs reads that do not grow with hosts: each SageMaker host's newest event, and a job's log tail.
 
     last = newest_events(logs, start, now, sleep=time.sleep)       # {(job, host): t}, one Logs Insights query
-    streams = Streams(group, "my-job/", host_of)                   # where the job's lines are, and whose each is
-    tails = read_tails(logs, streams, hosts, freshness, now)        # {host: HostLog}, two FilterLogEvents, or four
-    tails = read_tails(logs, streams, hosts, freshness, now, stacks_since=t)  # and the agent's stack dumps since t
+    tails = read_tails(logs, "my-job", hosts, freshness, now)       # {host: HostLog}, two FilterLogEvents, or four
+    tails = read_tails(logs, "my-job", hosts, freshness, now, stacks_since=t)  # and the agent's stack dumps since t
 
 The sweeper runs one query per sweep over the whole log group (``stats max(@timestamp) by @logStream``) and
 publishes each host's idleness; a decision reads its job's tail in at most two windows, one page each (10,000
@@ -36,25 +35,12 @@ LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
 QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
 QUERY_POLL_MAX_SECONDS = 8.0
 QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
+WHOLE_GROUP = ""  # `JobStreams.prefix` of streams that share no prefix (EC2's instance ids)
 QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
 
 
 class LogQueryError(RuntimeError):
     """A Logs Insights query failed, was cancelled, or did not finish in time."""
-
-
-@dataclass(frozen=True)
-class Streams:
-    """Where a job's hosts write: a log group, the prefix its streams share (None: read the whole group, each
-    line's stream telling whose it is), and the host a stream is of (None: another job's)."""
-
-    group: str
-    prefix: str | None
-    host_of: Callable[[str], str | None]
-
-    def selection(self) -> dict[str, Any]:
-        """FilterLogEvents' selection of the streams."""
-        return {"logGroupName": self.group} | ({"logStreamNamePrefix": self.prefix} if self.prefix else {})
 
 
 @dataclass
@@ -105,13 +91,39 @@ def _query_time(text: str) -> float:
     return datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
+@dataclass(frozen=True)
+class JobStreams:
+    """Where a job's streams are: a log group, the prefix every one of them starts with (`WHOLE_GROUP`: they share
+    none, the group is read as a whole), and the host of a stream (None for another job's). SageMaker's by
+    default."""
+
+    group: str = contract.SAGEMAKER_LOG_GROUP
+    prefix: str | None = None  # default: "<job>/"
+    host_of: Callable[[str, str], str | None] | None = None  # (stream, job) -> host; default: SageMaker's names
+
+    def prefix_of(self, job: str) -> str:
+        return self.prefix if self.prefix is not None else f"{job}/"
+
+    def selection(self, job: str) -> dict[str, str]:
+        """FilterLogEvents' selection of the job's streams."""
+        prefix = self.prefix_of(job)
+        return {"logGroupName": self.group} | ({"logStreamNamePrefix": prefix} if prefix else {})
+
+    def host(self, stream: str, job: str) -> str | None:
+        if self.host_of is not None:
+            return self.host_of(stream, job)
+        match = SAGEMAKER_STREAM.match(stream)
+        return match["host"] if match and match["job"] == job else None
+
+
 def read_tails(
     logs: Any,
-    streams: Streams,
+    job: str,
     hosts: list[str],
     freshness: dict[str, float],
     now: float,
     patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
+    streams: JobStreams = JobStreams(),
     stacks_since: float | None = None,
 ) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the
@@ -127,7 +139,7 @@ def read_tails(
     policy may add its own)."""
     found = {host: HostLog(last_t=freshness.get(host)) for host in hosts}
     recent = now - LOG_RECENT_SECONDS
-    seen, complete = _read_window(logs, streams, int(recent * 1000), int(now * 1000), found, patterns)
+    seen, complete = _read_window(logs, job, streams, int(recent * 1000), int(now * 1000), found, patterns)
     quiet = [log.last_t for log in found.values() if log.last_t is None or log.last_t < recent]
     read_from = recent  # every line since then is in the pages read (when `complete`)
     if quiet:
@@ -139,36 +151,40 @@ def read_tails(
             span = min(LOG_TAIL_SECONDS, PAGE_FILL * PAGE_EVENTS / rate) if rate else LOG_TAIL_SECONDS
             start, end = min(known) - span, min(max(known) + 0.001, recent)
         start_ms = int(max(start, now - LOOKBACK_SECONDS) * 1000)
-        complete &= _read_window(logs, streams, start_ms, int(end * 1000) - 1, found, patterns)[1]
+        complete &= _read_window(logs, job, streams, start_ms, int(end * 1000) - 1, found, patterns)[1]
         if len(quiet) == len(found):  # no host wrote after the second window: it and the first hold every line
             read_from = start_ms / 1000
     if not complete:  # a page that could not hold its window: its fatal and checkpoint lines, on their own
         lookback = int((now - LOOKBACK_SECONDS) * 1000), int(now * 1000)
         for pattern in patterns.filter_patterns:
-            _read_window(logs, streams, *lookback, found, patterns, notable=pattern)
+            _read_window(logs, job, streams, *lookback, found, patterns, notable=pattern)
     if stacks_since is not None:
-        _stacks(logs, streams, found, stacks_since, now, held=complete and read_from <= stacks_since)
+        _stacks(logs, job, streams, found, stacks_since, now, held=complete and read_from <= stacks_since)
     for log in found.values():
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
     return found
 
 
-def _stacks(logs: Any, streams: Streams, found: dict[str, HostLog], since: float, now: float, held: bool) -> None:
+def _stacks(
+    logs: Any, job: str, streams: JobStreams, found: dict[str, HostLog], since: float, now: float, held: bool
+) -> None:
     """Each host's stack dumps since `since`: from the lines read when they hold every line since then (`held`: a
     stalled job whose hosts all fell quiet, as its tail's second window reads them), else by one filtered read."""
     if held:
         for log in found.values():
             log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
         return
-    for line in read_stacks(logs, streams.selection() | {"interleaved": True}, since, now):
-        if (host := streams.host_of(line.stream)) in found:
+    for line in read_stacks(logs, streams.selection(job) | {"interleaved": True}, since, now):
+        host = streams.host(line.stream, job)
+        if host in found:
             found[host].stacks.append(line)
 
 
 def _read_window(
     logs: Any,
-    streams: Streams,
+    job: str,
+    streams: JobStreams,
     start_ms: int,
     end_ms: int,
     found: dict[str, HostLog],
@@ -181,7 +197,7 @@ def _read_window(
     filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
-            **streams.selection(),
+            **streams.selection(job),
             startTime=max(start_ms, 0),
             endTime=end_ms,
             limit=PAGE_EVENTS,
@@ -192,7 +208,7 @@ def _read_window(
         return 0, True
     events = response.get("events", [])
     for event in events:
-        host = streams.host_of(event["logStreamName"])
+        host = streams.host(event["logStreamName"], job)
         if host not in found:
             continue
         line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], event["message"].rstrip("\n"), patterns)

@@ -12,18 +12,20 @@ turns them into the `HostSignals` fields (`_platform_series`) and reads its host
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
+from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stacks
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.interface import PlatformDescription, StopResult
+from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
@@ -51,6 +53,7 @@ class JobReads:
     job: dict[str, MetricRef] = field(default_factory=dict)  # JOB_METRICS name -> ref
     agent: dict[str, SearchRef] = field(default_factory=dict)  # HOST_METRICS name -> search, labelled "job host"
     platform: dict[str, SearchRef] = field(default_factory=dict)  # HostSignals field -> search over the hosts
+    instances: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, field) -> ref
     log_idle: SearchRef | None = None  # the sweeper's LogIdleSeconds, labelled "job host"
     named: dict[MetricRef, tuple[SearchRef, str]] = field(default_factory=dict)  # hosts a SEARCH leaves out
     # The SEARCHes sent in place of the searches above, where a platform reads its hosts by name (`host_parts`):
@@ -63,6 +66,7 @@ class JobReads:
         covered = {search for by_name in self.parts.values() for search in by_name.values()}
         yield from (search for search in self.searches() if search not in covered)
         yield from self.parts
+        yield from self.instances.values()
 
     def searches(self) -> list[SearchRef]:
         return [*self.agent.values(), *self.platform.values(), *filter(None, [self.log_idle])]
@@ -75,18 +79,30 @@ class AwsSignalSource(ABC):
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
 
-    def __init__(self, clients: AwsClients, config: StallwatchConfig | None = None) -> None:
+    def __init__(
+        self,
+        clients: AwsClients,
+        config: StallwatchConfig | None = None,
+        store: Store | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.clients = clients
         self.config = config or StallwatchConfig()
         self.policy = self.config.policy  # each job is read at its alarms' period, after its tags (10 s in the demo)
+        self.store = store  # the deployment's table, where a platform's facts are what its events said (Slurm)
+        self.clock = clock  # what facts that age read the time from (a Slurm job's held state)
 
     @abstractmethod
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job; `JobNotFoundError` if it does not exist."""
 
     @abstractmethod
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """Stop the job; API errors are returned, never raised (`aws.actions.stop`)."""
+
+    def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
+        """How an asynchronous stop went: none is, where the platform's stop answers at once."""
+        raise NotImplementedError(f"{self.platform} stops answer at once")
 
     @abstractmethod
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
@@ -116,6 +132,19 @@ class AwsSignalSource(ABC):
     ) -> dict[str, HostLog]:
         """The hosts' log tails, newest event times and notable lines (and, with `stacks_since`, the agent's stack
         dumps since then)."""
+
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
+        the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
+        watched = getattr(self.policy, self.description.monitor_setting)
+        if not watched or group != self.description.log_group(self.config):
+            return None
+        return self._job_of_stream(stream)
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in the platform's log group, else None (a platform with a
+        log group of its own implements it)."""
+        raise NotImplementedError
 
     def job_signals(
         self, job_name: str, now: float, freshness: dict[str, float] | None = None, facts: JobFacts | None = None

@@ -149,6 +149,8 @@ def _state_from_json(raw: str) -> JobState:
     data = json.loads(raw)
     data["alerted"] = tuple(data.get("alerted", ()))
     data["stragglers"] = tuple(data.get("stragglers", ()))
+    if data.get("warning") is not None:
+        data["warning"] = tuple(data["warning"])
     return JobState(**data)
 
 
@@ -182,20 +184,57 @@ class Store:
         before committing lets it run out. `undecided_since` (a recheck's time): None only if a decision was
         committed at or after it, whatever claim is held (a concurrent decision still commits once: `commit`). A
         job without a state item gets one: the caller has checked that the job exists (`decide.handle_alarm`)."""
-        values = {":until": {"N": f"{now + hold_seconds:.3f}"}, ":expires": self._expires(now)}
         if undecided_since is None:
             condition = "attribute_not_exists(claimed_until) OR claimed_until < :now"
-            values[":now"] = {"N": f"{now:.3f}"}
+            values = {":now": {"N": f"{now:.3f}"}}
         else:
             condition = "attribute_not_exists(updated_at) OR updated_at < :since"
-            values[":since"] = {"N": f"{undecided_since:.3f}"}
+            values = {":since": {"N": f"{undecided_since:.3f}"}}
+        return self._claim(key, now, now + hold_seconds, condition, values)
+
+    def claim_wake(self, key: str, now: float, since: float, start: float, hold_seconds: float) -> StoredState | None:
+        """Claim the job for a fatal line's decision, beginning at `start`, in one call: None if a decision that
+        begins (or began) at or after `since` (when a decision sees the line) holds the claim or was committed: it
+        sees the line, so a burst of lines wakes one decision. A claim held by a decision that began before `since`
+        does not swallow the line: it is taken over (the commit of the two that loses decides again), as is one that
+        ran out. A job without a state item gets one: the caller has checked that the job exists (`runtime.wake`)."""
+        condition = (
+            "(attribute_not_exists(claimed_until) OR claimed_until < :now OR claimed_until < :unseen)"
+            " AND (attribute_not_exists(updated_at) OR updated_at < :since)"
+        )
+        values = {
+            ":now": {"N": f"{now:.3f}"},
+            ":unseen": {"N": f"{since + hold_seconds:.3f}"},  # a claim's decision began `hold_seconds` before its end
+            ":since": {"N": f"{since:.3f}"},
+        }
+        return self._claim(key, now, start + hold_seconds, condition, values)
+
+    def line_seen(self, key: str, now: float, since: float, hold_seconds: float) -> bool:
+        """Whether `claim_wake` would coalesce the line (a decision that begins, or began, at or after `since` holds
+        the claim or was committed), from one consistent GetItem of two attributes: the look a burst's deliveries take
+        before they read the job. False for a job without a state item."""
+        item = self.dynamodb.get_item(
+            TableName=self.table,
+            Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
+            ConsistentRead=True,
+            ProjectionExpression="claimed_until, updated_at",
+        ).get("Item", {})
+        claimed_until = float(item["claimed_until"]["N"]) if "claimed_until" in item else None
+        updated_at = float(item["updated_at"]["N"]) if "updated_at" in item else None
+        # compared as `claim_wake` compares them: at the table's millisecond
+        at, seen, unseen = (float(f"{t:.3f}") for t in (now, since, since + hold_seconds))
+        held = claimed_until is not None and claimed_until >= max(at, unseen)
+        return held or (updated_at is not None and updated_at >= seen)
+
+    def _claim(self, key: str, now: float, until: float, condition: str, values: dict[str, Any]) -> StoredState | None:
+        """Set the job's claim until `until` where `condition` holds (the state as read), else None."""
         try:
             response = self.dynamodb.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": key}, "sk": {"S": STATE_SK}},
                 UpdateExpression="SET claimed_until = :until, expires_at = if_not_exists(expires_at, :expires)",
                 ConditionExpression=condition,
-                ExpressionAttributeValues=values,
+                ExpressionAttributeValues={**values, ":until": {"N": f"{until:.3f}"}, ":expires": self._expires(now)},
                 ReturnValues="ALL_NEW",
             )
         except self.dynamodb.exceptions.ConditionalCheckFailedException:
@@ -694,7 +733,7 @@ class Store:
         (a snooze, say) is newer and wins, and a job whose state was cleared (`close_job`) is not brought back.
         True if the stop was released."""
         condition = "attribute_exists(pk) AND #s = :written"
-        over = {"warned_at": None, "stall_since": None, "stall_from": None} if forget_stall else {}
+        over = {"warned_at": None, "warning": None, "stall_since": None, "stall_from": None} if forget_stall else {}
         values = {
             ":written": {"S": _state_to_json(state)},
             ":s": {"S": _state_to_json(state.with_(stopped_at=None, **over))},

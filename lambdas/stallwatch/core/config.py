@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stallwatch.core.policy import Policy
+from stallwatch.core.signals import Platform
 
 CONFIG_ENV = "STALLWATCH_CONFIG"
 # The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
@@ -32,6 +33,10 @@ TABLE_SORT_KEY = "sk"
 TABLE_TTL_ATTRIBUTE = "expires_at"
 # The sweeper function's timeout: the stacks set it, and the runtime's claims and clean-ups outlast it.
 SWEEPER_TIMEOUT_SECONDS = 300
+ON_ALARM_TIMEOUT_SECONDS = 120  # one decision's time
+# on_log_line decides a fatal line's job and the rechecks its decisions ask for within minutes (`core.wake`): a rank's
+# death confirmed 3 minutes after its last words, then stopped 2 minutes after the warning.
+ON_LOG_LINE_TIMEOUT_SECONDS = 600
 # A Slack press is applied by an asynchronous invocation of the endpoint, which Lambda keeps (retries, throttles) this
 # long (the stack's MaximumEventAge); older, it goes to the on-failure destination and is posted back as not applied.
 PRESS_MAX_AGE_SECONDS = 600
@@ -48,6 +53,7 @@ ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 HEALTH_ALARM_NAME_PART = "health-"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
+SLURM_LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the EC2 group
 LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
 
 
@@ -105,6 +111,30 @@ class SlackConfig(BaseModel):
         return value
 
 
+# The subscription filter each subscribed log group holds for a deployment (stacks/log_subscriptions.py).
+FATAL_LINES_FILTER = "{deployment}-fatal-lines"
+
+
+class LogSubscriptions(BaseModel):
+    """The training log groups whose fatal lines wake the engine: a subscription filter on each sends its fatal lines
+    (`Policy.fatal_filter_pattern`) to on_log_line (docs/deploy.md, "Fatal lines wake the engine")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sagemaker: bool = Field(
+        True,
+        description="Subscribe /aws/sagemaker/TrainingJobs, shared by every training job of the account and region: "
+        "created if absent, subscribed where one of its two subscription filter slots is free (a filter that is not "
+        "this deployment's is never removed; `stallwatch doctor` says which hold them).",
+    )
+    ec2: bool = Field(True, description="Subscribe `ec2_log_group` (the stack creates it).")
+    slurm: bool = Field(True, description="Subscribe the Slurm jobs' group under it (the stack creates it).")
+
+    def of(self, platform: Platform) -> bool:
+        """Whether the log group of `platform`'s jobs is subscribed."""
+        return bool(getattr(self, platform.value, False))
+
+
 class StallwatchConfig(BaseModel):
     """Everything a deployment is configured with."""
 
@@ -131,6 +161,13 @@ class StallwatchConfig(BaseModel):
         description="EC2 jobs' log group (streams named by instance id); a job's `stallwatch:log-group` tag may name "
         "another group under it.",
     )
+    log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
+
+    @property
+    def slurm_log_group(self) -> str:
+        """Where Slurm jobs' logs are (deploy/slurm/cloudwatch-agent.json): under the EC2 group, which the nodes'
+        instance policy writes and the functions read."""
+        return f"{self.ec2_log_group.rstrip('/')}/{SLURM_LOG_GROUP_PART}"
 
     @property
     def health_alarm_prefix(self) -> str:

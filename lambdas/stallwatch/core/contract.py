@@ -42,6 +42,10 @@ STACKS_READ_BYTES = 2_800_000  # a decision reads this much of one stall's dumps
 # Published by the control plane itself (sweeper), per host, from log-stream freshness.
 LOG_IDLE_SECONDS = "LogIdleSeconds"
 
+# deploy/slurm/stallwatch-events.sh's EventBridge events (one per Slurm job start and end): the rule's pattern.
+SLURM_EVENT_SOURCE = "stallwatch.slurm"
+SLURM_EVENT_DETAIL_TYPE = "Slurm Job State Change"
+
 # Where the platforms publish host metrics.
 SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -61,6 +65,7 @@ SERVICE = "stallwatch"
 DECISIONS = "Decisions"
 DUPLICATE_DECISIONS = "DuplicateDecisions"  # a duplicated event or a concurrent decision that lost the commit
 COALESCED_ALARMS = "CoalescedAlarms"  # an alarm of a job another invocation was deciding (an alarm burst)
+COALESCED_LINES = "CoalescedFatalLines"  # a fatal line a decision that sees it covers already (a burst of lines)
 RECHECK_SCHEDULE_FAILURES = "RecheckScheduleFailures"  # a recheck not scheduled: the sweeper decides it later
 JOBS_STOPPED = "JobsStopped"
 STOP_FAILURES = "StopFailures"

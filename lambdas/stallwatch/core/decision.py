@@ -46,6 +46,8 @@ class Cadence:
 
     step_interval_s: float | None = None  # the recent seconds per step
     log_gap_s: float | None = None  # the longest log silence the job came back from
+    busy_pause_s: float | None = None  # the longest pause (no step, else no line) it came back from, GPUs busy
+    idle_pause_s: float | None = None  # ... with GPUs idle and their memory held (a checkpoint, an input stall)
 
 
 @dataclass(frozen=True)
@@ -86,16 +88,21 @@ class JobState:
     step_interval_s: float | None = None
     log_gap_s: float | None = None
     step_gap_s: float | None = None  # the longest stall without a step the job recovered from after a warning
+    busy_pause_s: float | None = None  # the longest healthy pauses it came back from (`Cadence`): they only grow
+    idle_pause_s: float | None = None
     stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
     stragglers: tuple[str, ...] = ()  # hosts already named as stragglers in this run (each is alerted once)
+    # The incident's stop warning: (diagnosis, the last progress before it, when it went out). Kept while no progress
+    # is seen, so a warning withdrawn by a decision that lost sight of its evidence keeps its grace when re-issued.
+    warning: tuple[str, float, float] | None = None
 
     def with_(self, **changes: Any) -> JobState:
         return replace(self, **changes)
 
     def snoozed(self, until: float) -> JobState:
         """No stop before `until`; the warning is void, so when the snooze ends a fresh one comes before any stop."""
-        return replace(self, snoozed_until=until, warned_at=None)
+        return replace(self, snoozed_until=until, warned_at=None, warning=None)
 
 
 def stall_onset(evidence: dict[str, Any], noticed: float | None = None) -> float | None:

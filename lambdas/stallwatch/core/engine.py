@@ -21,6 +21,7 @@ from typing import Any
 
 from stallwatch.core import evidence, log_patterns, measures, stacks
 from stallwatch.core.decision import STALLS, Action, Cadence, Decision, Diagnosis, JobState, stall_onset
+from stallwatch.core.measures import LEARNED_GAP_MARGIN
 from stallwatch.core.platforms import describe
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.reading import host_period
@@ -45,7 +46,8 @@ SLOW_RATIO = 1.5  # current step interval over the earlier one above this is slo
 SLOW_SAMPLES = 3  # the current interval: the median of this many latest samples (one slow checkpoint step is not slow)
 CRASH_STEP_INTERVALS = 2.0  # a crashed rank needs at least this many step intervals without a step
 # Without the agent, busy GPUs and silent logs are one signal (busy GPUs are what training and a long evaluation look
-# like): alerted at the log threshold, stopped only after this many times it.
+# like), alerted at the log threshold; where GPU power holds its baseline (compute runs), stopped only after this many
+# times it (without power: `Thresholds.busy_silence_minutes` and the job's own history).
 BUSY_SILENCE_FACTOR = 4.0
 # No progress a live job explains is never stopped before this many times the stall (without the agent, the
 # log-silence) threshold: an undeclared checkpoint being written (its start line), the loop waiting for input
@@ -58,6 +60,7 @@ CHECKPOINT_JOIN_INTERVALS = 2.0  # no agent: other hosts' lines may follow a che
 STALLING_PERIODS = 2
 STARVED_WINDOWS = 3  # data starvation is seen in at least this many recent windows that completed steps
 SUMMARY_HOSTS = 4  # hosts named in a reason; the evidence has them all
+SAME_PROGRESS_S = 1.0  # two decisions' last progress this close is the same (read from different datapoints)
 WOULD_STOP = "would_stop"  # `JobState.alerted` marker: observe/notify already recorded "enforce would stop now"
 NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
 
@@ -83,19 +86,23 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     found: dict[str, Any] = {"status": facts.status, "secondary_status": facts.secondary_status}
     if policy.tag_errors:
         found["tag_errors"] = list(policy.tag_errors)
-    if facts.status != RUNNING_STATUS:
+    past_limit = facts.ends_by is not None and now >= facts.ends_by  # the platform ends it itself (Slurm's --time)
+    if facts.status != RUNNING_STATUS or past_limit:
+        reason = f"job is {facts.status}" if not past_limit else "past its time limit: the platform ends it"
         return Decision(
             job=facts.name,
             at=now,
             diagnosis=Diagnosis.FINISHED,
             action=Action.NONE,
             mode=policy.mode,
-            reasons=(f"job is {facts.status}",),
-            evidence=found,
+            reasons=(reason,),
+            evidence=found | ({"ends_by": facts.ends_by} if past_limit else {}),
         )
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
     deadlines = _Deadlines(now)
     finding, cadence = _diagnose(signals, policy.thresholds, limits, state, now, found, deadlines)
+    if finding.stoppable:
+        state = _resumed_warning(state, finding.diagnosis, found)
     if finding.diagnosis in STALLS:
         finding = _with_stacks(finding, signals, found, state)
     action, would, notes, stop_at = _act(finding, policy, state, now, limits)
@@ -131,14 +138,20 @@ def next_state(state: JobState, decision: Decision) -> JobState:
     if decision.diagnosis is Diagnosis.FINISHED:
         return state
     learned = decision.cadence
+    pauses = measures.Pauses(state.busy_pause_s, state.idle_pause_s).merged(
+        measures.Pauses(learned.busy_pause_s, learned.idle_pause_s)
+    )
     gaps = [g for g in (state.log_gap_s, learned.log_gap_s) if g is not None]
     state = state.with_(
         step_interval_s=learned.step_interval_s if learned.step_interval_s is not None else state.step_interval_s,
         log_gap_s=max(gaps, default=None),
+        busy_pause_s=pauses.busy_s,
+        idle_pause_s=pauses.idle_s,
         recheck_at=decision.recheck_at,
     )
     if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
         state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
+    warning = _kept_warning(state, decision.evidence)
     if decision.diagnosis in (Diagnosis.HEALTHY, Diagnosis.PHASE):
         state = _learn_recovery(state, decision)
         return JobState(
@@ -147,8 +160,11 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             step_interval_s=state.step_interval_s,
             log_gap_s=state.log_gap_s,
             step_gap_s=state.step_gap_s,
+            busy_pause_s=state.busy_pause_s,
+            idle_pause_s=state.idle_pause_s,
             recheck_at=state.recheck_at,
             stragglers=state.stragglers,
+            warning=warning,
         )
     alerted = state.alerted
     if decision.action is not Action.NONE:
@@ -158,13 +174,18 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         alerted += tuple(k for k in keys if k not in alerted)
     snoozed = state.snoozed_until is not None and state.snoozed_until > decision.at
     if not decision.stoppable:
-        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted)
+        return state.with_(stall_since=None, stall_from=None, warned_at=None, alerted=alerted, warning=warning)
+    state = _resumed_warning(state, decision.diagnosis, decision.evidence)
     warned_at = decision.at if decision.action is Action.WARN else state.warned_at
+    if decision.action is Action.WARN:
+        mark = _stall_mark(decision.evidence)
+        warning = None if mark is None else (decision.diagnosis.value, mark, decision.at)
     return state.with_(
         stall_since=state.stall_since if state.stall_since is not None else decision.at,
         stall_from=state.stall_from if state.stall_since is not None else _last_progress(decision),
         # A snooze voids an earlier warning: when it ends, a fresh warning comes before any stop.
         warned_at=None if snoozed else warned_at,
+        warning=None if snoozed else warning,
         alerted=alerted,
         stopped_at=decision.at if decision.action is Action.STOP else state.stopped_at,
     )
@@ -176,6 +197,30 @@ def _last_progress(decision: Decision) -> float | None:
     if agent.get("fresh") and agent.get("last_step_t") is not None:
         return agent["last_step_t"]
     return decision.evidence.get("logs", {}).get("last_t")
+
+
+def _stall_mark(evidence: dict[str, Any]) -> float | None:
+    """What marks one stall: the agent's last step (known once its metrics stopped too), else the newest log line.
+    A decision that sees a later one saw progress."""
+    last_step = evidence.get("agent", {}).get("last_step_t")
+    return last_step if last_step is not None else evidence.get("logs", {}).get("last_t")
+
+
+def _kept_warning(state: JobState, evidence: dict[str, Any]) -> tuple[str, float, float] | None:
+    """The incident's warning, while the decision saw no progress since it."""
+    mark = _stall_mark(evidence)
+    if state.warning is None or mark is None or abs(mark - state.warning[1]) > SAME_PROGRESS_S:
+        return None
+    return state.warning
+
+
+def _resumed_warning(state: JobState, diagnosis: Diagnosis, evidence: dict[str, Any]) -> JobState:
+    """A warning withdrawn by a decision that lost sight of its evidence (a metric late, a tail cut short) and the
+    same diagnosis found again with no progress since: the warning stands, and its grace runs on."""
+    warning = _kept_warning(state, evidence)
+    if state.warned_at is not None or warning is None or warning[0] != diagnosis.value:
+        return state
+    return state.with_(warned_at=warning[2], stall_from=state.stall_from or warning[1])
 
 
 def _learn_recovery(state: JobState, decision: Decision) -> JobState:
@@ -234,6 +279,7 @@ class _Context:
     training_since: float
     logs: measures.Logs
     period: float  # the hosts' datapoints' period (or the agent's window, if longer)
+    pauses: measures.Pauses  # the longest healthy pauses the job came back from, learned so far
 
 
 def _diagnose(
@@ -249,7 +295,12 @@ def _diagnose(
     facts = signals.facts
     training_since = measures.training_since(signals)
     found["training_s"] = round(now - training_since, 1)
-    remembered = Cadence(step_interval_s=state.step_interval_s, log_gap_s=state.log_gap_s)
+    remembered = Cadence(
+        step_interval_s=state.step_interval_s,
+        log_gap_s=state.log_gap_s,
+        busy_pause_s=state.busy_pause_s,
+        idle_pause_s=state.idle_pause_s,
+    )
     if facts.secondary_status in STARTUP_STATUSES:
         deadlines.add(facts.start_time + limits.startup_s)
         return _startup(facts.secondary_status, now - facts.start_time, limits), remembered
@@ -270,13 +321,16 @@ def _diagnose(
         else None
     )
     interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
-    cadence = Cadence(step_interval_s=interval, log_gap_s=logs.learned_gap_s)
     series = describe(signals.facts.platform).host_series_read
     period = max(
         float(host_period(len(signals.hosts), thresholds.alarm_period_seconds, series)),
         measures.agent_window(signals.agent) or 0.0,
     )
-    ctx = _Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period)
+    pauses = measures.Pauses(state.busy_pause_s, state.idle_pause_s).merged(
+        measures.pauses(signals, thresholds, period)
+    )
+    cadence = Cadence(interval, logs.learned_gap_s, pauses.busy_s, pauses.idle_s)
+    ctx = _Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses)
     return _diagnose_running(ctx, progress), cadence
 
 
@@ -290,9 +344,10 @@ def _diagnose_running(ctx: _Context, progress: measures.Progress | None) -> _Fin
         since = last_step_t
     else:
         since = ctx.logs.last_t if ctx.logs.last_t is not None else ctx.training_since
-    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, ctx.limits, ctx.now)
+    host_limits = ctx.limits.for_hosts(ctx.period)
+    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, host_limits, ctx.now)
     ctx.evidence["hosts"] = {
-        name: measures.host_evidence(host, since, ctx.thresholds, ctx.limits, ctx.now) | _life_signs(hosts[name])
+        name: measures.host_evidence(host, since, ctx.thresholds, host_limits, ctx.now) | _life_signs(hosts[name])
         for name, host in ctx.signals.hosts.items()
     }
     if progress is not None:
@@ -331,8 +386,9 @@ def _life_signs(host: evidence.Host) -> dict[str, Any]:
 
 def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: float | None) -> _Finding | None:
     """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
-    GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process finishes no
-    step, so no step interval, however long, delays it."""
+    one host's GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process
+    finishes no step, so no step interval, however long, delays it. Every process gone without a fatal line is
+    idleness: it waits the agreement rung of `idle_minutes`, and the full grace."""
     deaths = evidence.death(
         hosts,
         last_step_t,
@@ -346,6 +402,9 @@ def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: flo
     if not decisive:
         for death in deaths:
             ctx.deadlines.add(death.onset + death.confirm_s)
+        for h in hosts.values():  # last words whose GPUs are not seen dead yet: look when their death would confirm
+            if h.last_words_t is not None:
+                ctx.deadlines.add(h.last_words_t + ctx.limits.crash_s)
         return None
     found = decisive[0]
     confirm = found.confirm_s
@@ -355,7 +414,7 @@ def _conclusive(ctx: _Context, hosts: dict[str, evidence.Host], last_step_t: flo
         reasons.append(_error_summary(found.lines))
     reasons.append(f"no progress for {_min(ctx.now - found.onset)} since (confirm {_min(confirm)})")
     reasons.append(_utilization_summary(_with_gpus(ctx.evidence["hosts"], ctx.signals.facts)))
-    return _Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=True)
+    return _Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=found.conclusive)
 
 
 def _intervals_s(ctx: _Context, progress: measures.Progress | None) -> float:
@@ -511,9 +570,10 @@ def _benign_wait(
 ) -> _Finding | None:
     """No progress, explained by something a live job does: a checkpoint being written (its start line at most
     `slack_s` before the last progress, nothing since on its host) or just written (its end line less than the
-    threshold ago), or, with the agent, the loop waiting outside step() for input. Never stopped before
-    `CHECKPOINT_FACTOR` (`DATA_WAIT_FACTOR`) x the threshold from the last progress; then it is a stall like any
-    other."""
+    threshold ago), with the agent the loop waiting outside step() for input, or a pause like the ones the job came
+    back from (idle GPUs, memory held: a checkpoint whose lines no pattern reads). Never stopped before
+    `CHECKPOINT_FACTOR` (`DATA_WAIT_FACTOR`) x the threshold, or LEARNED_GAP_MARGIN x that pause, from the last
+    progress; then it is a stall like any other."""
     now = ctx.now
     checkpoint = evidence.checkpoint_since(hosts, since, slack_s)
     ended = evidence.checkpoint_ended(hosts, since)
@@ -526,23 +586,40 @@ def _benign_wait(
         return _Finding(Diagnosis.PHASE, (f"no progress for {_min(now - since)}, {what}",))
     wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(since).mean()
     waiting = wait is not None and wait > ctx.thresholds.data_wait_percent
-    if checkpoint is None and not waiting:
+    paused = _as_paused_before(ctx, hosts)
+    if checkpoint is None and not waiting and not paused:
         return None
-    limit = (CHECKPOINT_FACTOR if checkpoint is not None else DATA_WAIT_FACTOR) * threshold_s
-    ctx.deadlines.add(since + limit)
     if checkpoint is not None:
         ctx.evidence["checkpoint"] = {"since_t": checkpoint}
         what = f"writing a checkpoint for {_min(now - checkpoint)} (its start line, nothing since)"
-        diagnosis, overrun = Diagnosis.PHASE, Diagnosis.PHASE_OVERRUN
-    else:
+        limit, diagnosis, overrun = CHECKPOINT_FACTOR * threshold_s, Diagnosis.PHASE, Diagnosis.PHASE_OVERRUN
+    elif waiting:
         ctx.evidence["data_wait_percent"] = round(wait or 0.0, 1)
         what = f"waiting for input {wait:.0f}% of the time since the last step"
-        diagnosis, overrun = Diagnosis.DATA_STARVATION, Diagnosis.IDLE
+        limit, diagnosis, overrun = DATA_WAIT_FACTOR * threshold_s, Diagnosis.DATA_STARVATION, Diagnosis.IDLE
+    else:
+        what = f"paused with idle GPUs and memory held, as it came back from a {_min(ctx.pauses.idle_s or 0.0)} pause"
+        limit, diagnosis, overrun = 0.0, Diagnosis.PHASE, Diagnosis.IDLE
+    limit = max(limit, paused)
+    ctx.deadlines.add(since + limit)
     if now - since < limit:
         return _Finding(
             diagnosis, (f"no progress for {_min(now - since)}, {what}", f"not stopping before {_min(limit)}")
         )
     return _Finding(overrun, (f"no progress for {_min(now - since)}, {what}: past {_min(limit)}",), stoppable=True)
+
+
+def _as_paused_before(ctx: _Context, hosts: dict[str, evidence.Host]) -> float:
+    """How long the job may pause with idle GPUs and memory held: LEARNED_GAP_MARGIN x the longest such pause it
+    came back from (its own checkpoints, whatever their lines say), if every GPU host holds its memory now; else 0."""
+    learned = ctx.pauses.idle_s
+    gpu_hosts = [h for h in hosts.values() if h.gpus]
+    held = bool(gpu_hosts) and all(
+        h.memory_now is not None and h.memory_now >= ctx.thresholds.idle_gpu_percent for h in gpu_hosts
+    )
+    if learned is None or not held:
+        return 0.0
+    return LEARNED_GAP_MARGIN * learned * ctx.limits.factor
 
 
 def _with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:
@@ -647,44 +724,78 @@ def _without_agent(ctx: _Context, hosts: dict[str, evidence.Host], notes: tuple[
                 *filter(None, [_power_summary(hosts_ev)]),
             )
             return _Finding(Diagnosis.HANG, reasons, stoppable=True, conclusive=True)
+    # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
+    # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.)
+    complete = len(gpu_hosts) >= max(signals.facts.gpu_host_count(), 1)
+    stale_s = limits.for_hosts(ctx.period).stale_s
+    busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, stale_s) for u in utils]
+    hung = silent and logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy)
+    stop_s, why = _busy_silence_s(ctx, hosts) if hung else (math.inf, ())
     # Idle GPUs and silent logs are two signals: when both agree they decide after `agreement_fraction` of their
     # thresholds. Neither alone ever stops a job without the agent.
     agree = thresholds.agreement_fraction
     if silent:
         ctx.deadlines.add(last + agree * logs.threshold_s)
-    if logs.silence_s < agree * logs.threshold_s:
+    if logs.silence_s >= agree * logs.threshold_s:
+        idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, stale_s) for u in utils]
+        if silent and complete and all(d is not None for d in idle):
+            ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
+        if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
+            # The other hosts' lines may follow its start line for a log interval or two, until they join it.
+            slack = max(evidence.LAST_WORDS_S, CHECKPOINT_JOIN_INTERVALS * (logs.interval_s or 0.0))
+            benign = _benign_wait(ctx, hosts, last, logs.threshold_s, slack)
+            if benign is not None:
+                return replace(benign, reasons=(*notes, *benign.reasons))
+            reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(idle))}"
+            ladder = f"idle GPUs and silent logs agree: each decides after {agree:.2g} of its threshold"
+            return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason, ladder), stoppable=True)
+    if logs.silence_s < min(logs.threshold_s, stop_s):
+        if logs.silence_s >= agree * logs.threshold_s or hung:
+            ctx.deadlines.add(last + min(logs.threshold_s, stop_s))
         return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
-    complete = len(gpu_hosts) >= max(signals.facts.gpu_host_count(), 1)
-    idle = [measures.trailing_run(u, lambda v: v < thresholds.idle_gpu_percent, now, limits.stale_s) for u in utils]
-    if silent and complete and all(d is not None for d in idle):
-        ctx.deadlines.add(now + agree * limits.idle_s - min(d for d in idle if d is not None))
-    if complete and all(d is not None and d >= agree * limits.idle_s for d in idle):
-        # The other hosts' lines may follow its start line for a log interval or two, until they join it.
-        slack = max(evidence.LAST_WORDS_S, CHECKPOINT_JOIN_INTERVALS * (logs.interval_s or 0.0))
-        benign = _benign_wait(ctx, hosts, last, logs.threshold_s, slack)
-        if benign is not None:
-            return replace(benign, reasons=(*notes, *benign.reasons))
-        reason = f"GPUs below {thresholds.idle_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(idle))}"
-        ladder = f"idle GPUs and silent logs agree: each decides after {agree:.2g} of its threshold"
-        return _Finding(Diagnosis.IDLE, (*notes, reason, log_reason, ladder), stoppable=True)
-    if logs.silence_s < logs.threshold_s:
-        ctx.deadlines.add(last + logs.threshold_s)
-        return _Finding(Diagnosis.HEALTHY, (*notes, f"within the log-silence threshold: {log_reason}"))
-    # Busy GPUs are what training looks like: only logs that were seen and then fell silent make them a hang.
-    # (No log line at all means the logs are unknown, e.g. an EC2 host whose logs are not shipped.) Silence is then
-    # the lone signal (a long evaluation looks the same): alerted now, stopped after BUSY_SILENCE_FACTOR x it.
-    busy = [measures.trailing_run(u, lambda v: v >= thresholds.busy_gpu_percent, now, limits.stale_s) for u in utils]
-    if logs.last_t is not None and complete and all(d is not None and d >= limits.idle_s for d in busy):
-        reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(busy))}"
-        stop_s = BUSY_SILENCE_FACTOR * logs.threshold_s
-        ctx.deadlines.add(last + stop_s)
-        if logs.silence_s >= stop_s:
-            return _Finding(Diagnosis.HANG, (*notes, reason, log_reason), stoppable=True)
-        lone = f"busy GPUs with silent logs may be a long evaluation: not stopping before {_min(stop_s)} of silence"
-        return _Finding(Diagnosis.HANG, (*notes, reason, log_reason, lone))
-    return _Finding(
-        Diagnosis.HEALTHY, (*notes, log_reason, "but GPU utilization does not show a consistent idle or hung job")
+    if not hung:
+        return _Finding(
+            Diagnosis.HEALTHY, (*notes, log_reason, "but GPU utilization does not show a consistent idle or hung job")
+        )
+    # Busy GPUs and silent logs: a hang, or an evaluation that logs nothing. Alerted at the log threshold, stopped
+    # once the silence outlasts what the job's own history allows (`_busy_silence_s`).
+    reason = f"GPUs at or above {thresholds.busy_gpu_percent:g}% on all {_hosts(gpu_hosts)} for {_min(min(busy))}"
+    ctx.deadlines.add(last + stop_s)
+    if logs.silence_s >= stop_s:
+        return _Finding(Diagnosis.HANG, (*notes, reason, log_reason, *why), stoppable=True)
+    lone = f"busy GPUs with silent logs may be a long evaluation: not stopping before {_min(stop_s)} of silence"
+    return _Finding(Diagnosis.HANG, (*notes, reason, log_reason, lone, *why))
+
+
+def _busy_silence_s(ctx: _Context, hosts: dict[str, evidence.Host]) -> tuple[float, tuple[str, ...]]:
+    """How long busy GPUs and silent logs may last before they are stopped as a hang, and why.
+
+    GPU power that holds its baseline says compute runs (a long evaluation): BUSY_SILENCE_FACTOR x the log threshold.
+    Without power (SageMaker without the agent, EC2 without the CloudWatch agent's power_draw) nothing tells a
+    collective spinning from an evaluation but time: `busy_silence_minutes`, and a rare logger's line was due that
+    much later (its interval beyond a period), or LEARNED_GAP_MARGIN x the longest silence with busy GPUs the job
+    came back from (its own evaluations), if longer."""
+    limits, learned = ctx.limits, ctx.pauses.busy_s
+    if any(h.reports_power for h in hosts.values() if h.gpus):
+        return BUSY_SILENCE_FACTOR * ctx.logs.threshold_s, ("GPU power holds: compute runs, as in an evaluation",)
+    interval = measures.log_interval(ctx.signals.hosts.values(), ctx.training_since) or 0.0
+    overdue = max(0.0, interval - ctx.period)
+    stop_s = max(limits.busy_silence_s + overdue, LEARNED_GAP_MARGIN * (learned or 0.0) * limits.factor)
+    ctx.evidence["busy_silence"] = {
+        "stop_s": round(stop_s, 1),
+        "log_interval_s": measures.rounded(interval),
+        "learned_busy_pause_s": measures.rounded(learned),
+    }
+    history = (
+        f"the longest silence with busy GPUs it came back from is {_min(learned)}"
+        if learned is not None
+        else "it was never silent that long with busy GPUs"
     )
+    power = (
+        f"no GPU power reported: with it (the agent, or the CloudWatch agent's power_draw on EC2) a hung collective "
+        f"would be decided {_min(limits.crash_s)} after its last progress"
+    )
+    return stop_s, (history, power)
 
 
 def _error_finding(errors: dict[str, list[LogLine]], reasons: tuple[str, ...]) -> _Finding:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.measures import Limits, fatal, gpu_util, rounded
+from stallwatch.core.measures import Limits, fatal, gpu_memory, gpu_util, rounded
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
@@ -96,11 +96,6 @@ def _recent(series: Series, since: float, now: float, limits: Limits) -> Series:
     """The datapoints after the last progress, within the recent periods: what the GPUs do now."""
     start = now - limits.recent_s
     return Series(tuple(p for p in series.points if p[0] > since and p[0] >= start))
-
-
-def gpu_memory(host: HostSignals) -> Series:
-    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
-    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
 
 
 def gpu_power(host: HostSignals) -> Series:
@@ -185,6 +180,7 @@ class Death:
     hosts: tuple[str, ...]
     reasons: tuple[str, ...]
     lines: dict[str, list[LogLine]]
+    conclusive: bool = True  # False: the processes ended by themselves (idleness), the user's idle_minutes decide
 
 
 def vanished(hosts: dict[str, Host], period: float, now: float) -> dict[str, float]:
@@ -211,9 +207,10 @@ def death(
     period: float,
     now: float,
 ) -> list[Death]:
-    """Conclusive evidence, most specific first: fatal last words on every host (NCCL watchdog timeouts after a hang),
-    ranks whose last words were fatal and whose GPUs died with them, hosts that vanished, a host whose
-    processes let go of its GPUs while the others hold theirs, or every process gone from its GPUs.
+    """Evidence that the job can no longer progress, most specific first: fatal last words on every host (NCCL
+    watchdog timeouts after a hang), ranks whose last words were fatal and whose GPUs died with them, hosts that
+    vanished, a host whose processes let go of its GPUs while the others hold theirs (all conclusive), or every
+    process gone from its GPUs without a fatal line (idleness: after the agreement rung of `idle_minutes`).
 
     `last_step_t`: the agent's last step (None without the agent): fatal lines before it are old news, and the
     evidence without a fatal line needs no step since. Without the agent, that evidence needs the logs silent since
@@ -260,8 +257,14 @@ def death(
     if gpu_hosts and len(released) == len(gpu_hosts) and all(h.idle_since is not None for h in gpu_hosts.values()):
         onset = max(t for t in released.values() if t is not None)
         if still(onset, logs_too=True):
-            reason = f"every process left its GPUs on all {_count(gpu_hosts)}: memory released, utilization idle"
-            found.append(Death(Diagnosis.IDLE, onset, confirm, tuple(sorted(gpu_hosts)), (reason,), {}))
+            # Without a fatal line (that is a death, above) every process ended by itself: a box idle between runs,
+            # kept for the user's `idle_minutes` (its agreement rung: memory, utilization and logs agree).
+            wait = thresholds.agreement_fraction * limits.idle_s
+            reason = (
+                f"every process left its GPUs on all {_count(gpu_hosts)}: memory released, utilization idle, "
+                f"no fatal line (idle after {wait / 60:.1f} min: {thresholds.agreement_fraction:.2g} of idle_minutes)"
+            )
+            found.append(Death(Diagnosis.IDLE, onset, wait, tuple(sorted(gpu_hosts)), (reason,), {}, conclusive=False))
     holding = [
         n for n, h in gpu_hosts.items() if n not in released and (h.memory_now or 0.0) >= thresholds.idle_gpu_percent
     ]

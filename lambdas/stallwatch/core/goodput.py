@@ -10,6 +10,8 @@ one's end, is split into categories that add up to it:
 - phases: declared phases (checkpoint, eval) within their budget;
 - stalls: from a stall's onset (the last step) to Stallwatch's stop;
 - restart gaps: from Stallwatch's stop to the next attempt's creation (the stopping job's shutdown included);
+- what a scheduler held the job in, each its own (a Slurm job's): pending in the queue before it ran, suspended,
+  preempted or requeued by someone else until it ran again, and past its time limit until the scheduler ended it;
 - other: the rest (windows without a step outside a stall, the last job's shutdown and upload).
 
 GPU-hours and dollars are counted while a job holds its instances (nothing between jobs), per instance type for a
@@ -41,7 +43,18 @@ class Category(StrEnum):
     PHASES = "phases"
     STALLS = "stalls"
     RESTART_GAPS = "restart_gaps"
+    PENDING = "pending"
+    SUSPENDED = "suspended"
+    PREEMPTED = "preempted"
+    REQUEUED = "requeued"
+    TIME_LIMIT = "time_limit"
     OTHER = "other"
+
+
+# A scheduler's holds (Slurm's): in a run's totals only where it has some (other platforms' runs have none).
+SCHEDULER_CATEGORIES = frozenset(
+    {Category.PENDING, Category.SUSPENDED, Category.PREEMPTED, Category.REQUEUED, Category.TIME_LIMIT}
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,17 @@ class JobSpan:
     stall_why: str | None = None  # where the ranks were when it was stopped (the stop's stacks summary)
     training_started: float | None = None  # SageMaker's "Training" status: ends the startup of a job without windows
     fleet: dict[str, int] = field(default_factory=dict)  # instance type -> hosts where they differ; else hosts x type
+    # A scheduler's job (Slurm): when it entered the queue; from then to `created` (its nodes) it waited, as `gap`.
+    submitted: float | None = None
+    # How the time before it counts: from the previous job's end (or `submitted`, for the first) to its creation.
+    gap: Category = Category.RESTART_GAPS
+    # Stretches within it the scheduler held it in a state that is not a stall (suspended, past its time limit).
+    held: tuple[tuple[float, float, Category], ...] = ()
+
+    @property
+    def begins(self) -> float:
+        """Where its part of the run's wall time begins: its submission, else its creation."""
+        return min(self.submitted, self.created) if self.submitted is not None else self.created
 
     def instance_types(self) -> dict[str, int]:
         """Instance type -> hosts of it, for the job's burn."""
@@ -180,12 +204,15 @@ def _timeline(ordered: Sequence[JobSpan]) -> tuple[tuple[Segment, ...], float]:
     best: float | None = None  # the highest step reached by the jobs before this one
     redone_steps = 0.0
     for index, job in enumerate(ordered):
+        if index == 0 and job.begins < job.created:  # queued before its first nodes: no instance is paid for
+            segments.append(Segment(index, job.begins, job.created, job.gap, held=False))
         restarts_after = index + 1 < len(ordered)
         spans, redone = _job_spans(job, best, restarts_after)
         redone_steps += redone
         segments += [Segment(index, s.start, s.end, s.category) for s in spans]
-        if restarts_after and ordered[index + 1].created > job.ended:
-            segments.append(Segment(index, job.ended, ordered[index + 1].created, Category.RESTART_GAPS, held=False))
+        following = ordered[index + 1] if restarts_after else None
+        if following is not None and following.created > job.ended:
+            segments.append(Segment(index, job.ended, following.created, following.gap, held=False))
         steps = [w.step for w in job.windows if w.step is not None]
         best = max([*steps, *([best] if best is not None else [])], default=None)
     return tuple(segments), redone_steps
@@ -197,9 +224,11 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
         raise ValueError(f"run {run!r} has no jobs")
     ordered = sorted(jobs, key=lambda j: j.created)
     priced = all(instance_spec(t).usd_per_hour for j in ordered for t in j.instance_types())
-    totals = {c: Total(dollars=0.0 if priced else None) for c in Category}
+    empty = Total(dollars=0.0 if priced else None)
+    totals = {c: empty for c in Category if c not in SCHEDULER_CATEGORIES}
     segments, redone_steps = _timeline(ordered)
     for segment in segments:
+        totals.setdefault(segment.category, empty)
         if not segment.held:  # between jobs: no instance is paid for
             totals[segment.category] = totals[segment.category].plus(segment.seconds, 0.0, None)
             continue
@@ -210,7 +239,7 @@ def measure_goodput(run: str, jobs: Sequence[JobSpan]) -> Goodput:
     return Goodput(
         run=run,
         jobs=tuple(j.name for j in ordered),
-        wall_s=max(ordered[-1].ended - ordered[0].created, 0.0),
+        wall_s=max(ordered[-1].ended - ordered[0].begins, 0.0),
         totals=totals,
         mean_tflops_per_gpu=_weighted([(w.end - w.start, w.tflops_per_gpu) for w in stepping]),
         mean_mfu=_weighted([(w.end - w.start, w.mfu) for w in stepping]),
@@ -263,6 +292,7 @@ def _idle_spans(job: JobSpan, start: float, end: float, first_activity: float, r
     cuts = {start, end}
     if job.stall is not None:
         cuts |= {t for t in job.stall if start < t < end}
+    cuts |= {t for a, b, _ in job.held for t in (a, b) if start < t < end}
     if start < first_activity < end:
         cuts.add(first_activity)
     points = sorted(cuts)
@@ -273,6 +303,9 @@ def _idle_spans(job: JobSpan, start: float, end: float, first_activity: float, r
 
 
 def _idle_category(job: JobSpan, t: float, first_activity: float, restarts_after: bool) -> Category:
+    held = next((category for a, b, category in job.held if a <= t < b), None)
+    if held is not None:
+        return held
     if job.stall is not None:
         onset, stop = job.stall
         if onset <= t < stop:

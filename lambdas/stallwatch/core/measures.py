@@ -13,7 +13,7 @@ import itertools
 import math
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from stallwatch.core import log_patterns
@@ -34,6 +34,8 @@ STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `s
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
 STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
+CADENCE_MIN_GAPS = 3  # a host's cadence read from fewer gaps (a rare logger's two lines, 10 s apart) says nothing
+PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class Limits:
     stale_s: float
     grace_s: float
     confirmed_grace_s: float  # the grace after conclusive evidence (never more than `grace_s`)
+    busy_silence_s: float
     straggler_s: float
     factor: float
 
@@ -67,9 +70,16 @@ class Limits:
             stale_s=STALE_PERIODS * period,
             grace_s=thresholds.stop_grace_minutes * 60,
             confirmed_grace_s=min(thresholds.confirmed_grace_minutes, thresholds.stop_grace_minutes) * 60,
+            busy_silence_s=thresholds.busy_silence_minutes * 60 * factor,
             straggler_s=thresholds.straggler_minutes * 60,
             factor=factor,
         )
+
+    def for_hosts(self, period: float) -> Limits:
+        """These limits for the hosts' series, whose period may be longer than the job's (a 512-host job's: 5
+        minutes): "now" and "stale" span as many of their periods."""
+        recent_s, stale_s = max(self.recent_s, RECENT_PERIODS * period), max(self.stale_s, STALE_PERIODS * period)
+        return replace(self, recent_s=recent_s, stale_s=stale_s)
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,11 @@ def gpu_util(host: HostSignals) -> Series:
     return host.gpu_util if len(host.gpu_util) else host.agent.get("GPUUtilization", Series())
 
 
+def gpu_memory(host: HostSignals) -> Series:
+    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
+    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
+
+
 def trailing_run(series: Series, holds: Callable[[float], bool], now: float, stale_s: float) -> float | None:
     """How long `holds` has been true of the newest datapoints, up to now; None if the data is stale or it fails."""
     if not len(series) or now - series.points[-1][0] > stale_s or not holds(series.points[-1][1]):
@@ -238,13 +253,94 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     Each sample says when the job's newest line was (sample time - the least idle host's value); where that moves
     on, the logs came back after at most the difference. A 10-minute log tail never holds two bursts of a
     20-minute cadence; the 3-hour sawtooth holds nine. The silence still going on is not a gap yet."""
+    return max((b - a for a, _, b in _log_resumptions(hosts)), default=None)
+
+
+def log_interval(hosts: Iterable[HostSignals], since: float) -> float | None:
+    """How often the job logs: its chattiest host's cadence where its tail shows it (`CADENCE_MIN_GAPS` gaps between
+    bursts); else (a rare logger: a line or two in its tail, two of them maybe seconds apart) the longer of that and
+    the median gap of the sweeper's sawtooth since `since` (training began: start-up lines are no cadence)."""
+    hosts = list(hosts)
+    tails = {h.host: _burst_gaps(h.log_tail) for h in hosts}
+    known = [statistics.median(gaps) for gaps in tails.values() if len(gaps) >= CADENCE_MIN_GAPS]
+    if known:
+        return min(known)
+    gaps = [b - a for a, _, b in _log_resumptions(hosts) if a >= since]
+    few = [statistics.median(g) for g in tails.values() if g]
+    return max([*few, *([statistics.median(gaps)] if gaps else [])], default=None)
+
+
+def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, float]]:
+    """(a, s, b) for each time the sawtooth's newest line moved on: the logs were silent from a (a line) to at least
+    s (the last sample that still saw it), and spoke again by b (the newest line at the next sample)."""
     newest: dict[float, float] = {}
     for host in hosts:
         for t, idle in host.log_idle.points:
             newest[t] = max(newest.get(t, -math.inf), t - idle)
-    lasts = [newest[t] for t in sorted(newest)]
-    gaps = [b - a for a, b in itertools.pairwise(lasts) if b > a]
-    return max(gaps) if gaps else None
+    samples = sorted(newest)
+    return [(newest[s], s, newest[t]) for s, t in itertools.pairwise(samples) if newest[t] > newest[s]]
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """The longest pauses the job came back from (no step with the agent, no log line without it), by what its GPUs
+    did meanwhile: every GPU busy (an evaluation that logs nothing), or every GPU idle with its memory held (a
+    checkpoint, an input stall). Kept across decisions in `JobState`: a pause within `LEARNED_GAP_MARGIN` of one the
+    job came back from is normal for it."""
+
+    busy_s: float | None = None  # at least this long (to the last moment it was seen still silent)
+    idle_s: float | None = None  # until its GPUs worked again
+
+    def merged(self, other: Pauses) -> Pauses:
+        return Pauses(_larger(self.busy_s, other.busy_s), _larger(self.idle_s, other.idle_s))
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    return max((v for v in (a, b) if v is not None), default=None)
+
+
+def pauses(signals: JobSignals, thresholds: Thresholds, period: float) -> Pauses:
+    """The longest busy and idle pauses that ended within the lookback. A pause runs from the last progress (a step
+    with the agent, else a log line) to the next; its GPUs are read on every GPU host from a period after it began
+    to the last moment it was known still paused, and count only if they all did the same throughout."""
+    gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
+    if not gpu_hosts:
+        return Pauses()
+    busy: list[float] = []
+    idle: list[float] = []
+    for a, s, b in _progress_gaps(signals, period):
+        utils = [gpu_util(h).between(a + period, s + 1e-6).values() for h in gpu_hosts]
+        if not all(utils):
+            continue
+        if all(min(u) >= thresholds.busy_gpu_percent for u in utils):
+            busy.append(s - a)
+        elif all(max(u) < thresholds.idle_gpu_percent for u in utils) and _memory_held(gpu_hosts, a, s, thresholds):
+            idle.append(_working_again(gpu_hosts, s, b, thresholds) - a)
+    return Pauses(max(busy, default=None), max(idle, default=None))
+
+
+def _progress_gaps(signals: JobSignals, period: float) -> list[tuple[float, float, float]]:
+    """(a, s, b) for each pause of at least `PAUSE_MIN_PERIODS` periods that ended: progress at a, still none at s,
+    progress again by b. The agent's step completions where it reports progress, else the sweeper's log sawtooth."""
+    completions = [t for t, _ in _step_completions(signals.agent)]
+    if completions:
+        window = agent_window(signals.agent) or period
+        gaps = [(a, b - window, b) for a, b in itertools.pairwise(completions)]
+    else:
+        gaps = _log_resumptions(signals.hosts.values())
+    return [(a, s, b) for a, s, b in gaps if s - a >= PAUSE_MIN_PERIODS * period]
+
+
+def _memory_held(hosts: list[HostSignals], start: float, end: float, thresholds: Thresholds) -> bool:
+    """Every host's processes held their GPU memory from `start` to `end`."""
+    memory = [gpu_memory(h).between(start, end + 1e-6).values() for h in hosts]
+    return all(memory) and all(min(m) >= thresholds.idle_gpu_percent for m in memory)
+
+
+def _working_again(hosts: list[HostSignals], after: float, by: float, thresholds: Thresholds) -> float:
+    """When the first GPU worked again after `after` (at most `by`, when progress was seen again)."""
+    starts = [t for h in hosts for t, v in gpu_util(h).between(after, by).points if v >= thresholds.idle_gpu_percent]
+    return min(starts, default=by)
 
 
 def straggler_window(limits: Limits, period: float) -> float:
@@ -381,12 +477,17 @@ def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, j
 def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:
     """(median, longest) gap between one host's recent bursts of lines. The job's cadence is its chattiest host's:
     the job is silent only when every host is, and quiet ranks' old startup lines say nothing about it."""
+    gaps = _burst_gaps(lines)
+    return (statistics.median(gaps), max(gaps)) if gaps else None
+
+
+def _burst_gaps(lines: tuple[LogLine, ...]) -> list[float]:
+    """The latest gaps between one host's bursts of lines (lines closer than LOG_BURST_S are one burst)."""
     bursts: list[float] = []
     for t in sorted(line.t for line in lines):
         if not bursts or t - bursts[-1] >= LOG_BURST_S:
             bursts.append(t)
-    gaps = [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
-    return (statistics.median(gaps), max(gaps)) if gaps else None
+    return [b - a for a, b in itertools.pairwise(bursts)][-INTERVAL_SAMPLES:]
 
 
 def host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limits: Limits, now: float) -> dict:

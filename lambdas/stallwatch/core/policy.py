@@ -29,6 +29,7 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # Auto Scaling permissions are conditioned on this tag too.
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
+RECOVER_REQUEUE = "requeue"  # a Slurm job: its bad nodes drained, the job requeued (deploy/ssm/slurm-requeue.yaml)
 # A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
 SLURM_CONTROLLER_TAG = "stallwatch:slurm"
 SLURM_CONTROLLER_VALUE = "controller"
@@ -74,6 +75,13 @@ class Thresholds(BaseModel):
     busy_gpu_percent: float = Field(90.0, ge=0, le=100, description="GPU utilization per device above this is busy.")
     idle_minutes: float = Field(
         15.0, gt=0, description="All GPUs idle (or, without the agent, pinned busy) this long, logs silent: a stall."
+    )
+    busy_silence_minutes: float = Field(
+        30.0,
+        gt=0,
+        description="Without the agent and without GPU power: every GPU busy and the logs silent this long is a hang "
+        "(or 1.5x the longest such silence the job came back from, if longer). Raise it for a job whose first "
+        "evaluation runs longer without a log line.",
     )
     crash_confirm_minutes: float = Field(
         3.0,

@@ -15,7 +15,7 @@ no-progress rule are the resume's (`core.resume.next_attempt`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -458,6 +458,17 @@ def stop_of_decision(decision_at: float, diagnosis: str, evidence: Mapping[str, 
         stall_onset=stall_onset(dict(evidence)) or decision_at,
         ok=None,
     )
+
+
+def hosts_at_fault(evidence: Mapping[str, Any], hosts: Collection[str]) -> tuple[str, ...]:
+    """The hosts a decision found at fault, for a requeue to keep the job off: the hosts that died (their fatal last
+    words, then their GPUs let go), else those with fatal error lines while others had none; none for a stall no host
+    is named for (a hang every rank is in)."""
+    died = [h for h in (evidence.get("death") or {}).get("hosts", []) if h in hosts]
+    if died:
+        return tuple(sorted(died))
+    erring = [h for h, found in (evidence.get("hosts") or {}).items() if h in hosts and found.get("errors")]
+    return tuple(sorted(erring)) if 0 < len(erring) < len(hosts) else ()
 
 
 # ---- what Slack is told -----------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ class Series:
 class Platform(StrEnum):
     SAGEMAKER = "sagemaker"
     EC2 = "ec2"
+    SLURM = "slurm"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class JobFacts:
     tags: dict[str, str] = field(default_factory=dict)
     # The secondary status transitions seen so far: ((t, status), ...).
     status_history: tuple[tuple[float, str], ...] = ()
-    # EC2 instance ids (EC2 only); SageMaker hosts are algo-1..algo-N.
+    # The hosts where the platform names them: EC2 instance ids, Slurm node names; SageMaker hosts are algo-1..algo-N.
     instance_ids: tuple[str, ...] = ()
     # Each host's instance type where the hosts differ (heterogeneous clusters); else empty: all are instance_type.
     host_types: dict[str, str] = field(default_factory=dict)
@@ -91,6 +92,12 @@ class JobFacts:
     tag_errors: tuple[str, ...] = ()
     # Where the hosts' logs are (EC2: streams named by instance id); None: the platform's own place.
     log_group: str | None = None
+    # What the platform's actions name the job by, beyond its name (Slurm: cluster, job id, submit time, controller).
+    platform_ids: dict[str, str] = field(default_factory=dict)
+    # Each named host's EC2 instance where the host is not one (a Slurm node on ParallelCluster or PCS): its metrics.
+    host_instances: dict[str, str] = field(default_factory=dict)
+    # When the platform ends the job itself (Slurm's --time limit); None: never. Past it, the job is not stopped.
+    ends_by: float | None = None
 
     def gpus_on(self, host: str) -> int:
         """Accelerator devices on `host`: its type's where the hosts differ (none on a CPU-only group's host)."""

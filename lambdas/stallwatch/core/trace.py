@@ -6,7 +6,8 @@
 Line 1 is the header, then one event per line, sorted by ``t`` (seconds since the job entered InProgress):
 a status change, a metric datapoint, a log line, or the end of the trace. Errors name the line and field.
 Log streams are as on the platform: SageMaker's ``<job>/algo-N-<epoch>``, EC2's instance id (``i-...``, optionally
-``i-.../<file>``), one job's instances spanning many streams.
+``i-.../<file>``), one job's instances spanning many streams; a Slurm node's
+``slurm__var_log_stallwatch_slurm_<job>.<node>.log``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class TraceJob(_Model):
     # Each host's instance type where they differ (a heterogeneous cluster, a mixed EC2 group); absent: all hosts are
     # instance_type (with gpus_per_host and vcpus_per_host).
     host_types: dict[str, str] | None = None
+    # Slurm: each node's EC2 instance, whose CloudWatch agent metrics are the node's (ParallelCluster, PCS).
+    host_instances: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> TraceJob:
@@ -57,6 +60,8 @@ class TraceJob(_Model):
         hosts = platform.hosts(self.instance_count, self.instance_ids)
         if unknown := sorted(set(self.host_types or {}) - set(hosts)):
             raise ValueError(f"host_types names hosts the job does not have: {unknown}")
+        if unknown := sorted(set(self.host_instances or {}) - set(hosts)):
+            raise ValueError(f"host_instances names hosts the job does not have: {unknown}")
         if "." in self.name:
             raise ValueError(f"job name {self.name!r} must not contain '.'")
         return self

@@ -167,9 +167,11 @@ def run_export(args: argparse.Namespace) -> int:
     platform = args.platform or platform_of(args.job)
     # An EC2 job's logs are in the deployment's log group (its config: --config, else the deployed functions').
     config = deployment.config if describe(platform).configured_logs else None
+    # A Slurm job is what its events said, in the deployment's table.
+    store = deployment.store() if describe(platform).known_from_events else None
     clients = deployment.clients
     with WorkProgress() as progress, progress.aws_calls(clients.session, f"exporting {args.job}"):
-        trace = export_trace(args.job, clients, out, platform=platform, config=config)
+        trace = export_trace(args.job, clients, out, platform=platform, config=config, store=store)
     print(f"wrote {out}: {len(trace.events)} events over {_clock(trace.duration_s)}", file=sys.stderr)
     return EXIT_OK
 

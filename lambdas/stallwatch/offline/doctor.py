@@ -9,15 +9,22 @@ ready; the Slack secret holds what its mode needs; Slack answers (``auth.test`` 
 empty payload, which Slack refuses without posting); IAM allows the stops and resumes only under their tags
 (``iam:SimulatePrincipalPolicy`` of each function's role, with and without the tag); the sweeper ran recently and
 without errors; the health topic lets this account's health alarms (and no other's) publish, its key lets them
-encrypt, and someone has confirmed a subscription; each running EC2 job's CloudWatch agent publishes GPU power.
+encrypt, and someone has confirmed a subscription; each running EC2 job's CloudWatch agent publishes GPU power; with
+Slurm watched, the job events' rule, the Slurm documents and log group exist, the controllers are online in SSM, and
+a running Slurm job is heard of; each training log group the deployment subscribes holds its fatal-line filter to
+on_log_line (or why not: the group's two slots taken by other filters, named).
 `--send-test-alert` invokes on_alarm with a test event: a fake job's alert, marked as a test, reaches Slack through
-the function's own credentials, and nothing is stopped. Exit code 1 if any check fails.
+the function's own credentials, and nothing is stopped. `--subscribe` puts the fatal-line filter where it is missing
+and a slot is free. Exit code 1 if any check fails.
 
 IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResources, lambda:GetFunctionConfiguration
 (and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
 secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
 cloudwatch:GetMetricData, sts:GetCallerIdentity, sns:GetTopicAttributes of the health topic, kms:GetKeyPolicy of its
-key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances.
+key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances; with Slurm, ssm:ListDocuments,
+ssm:DescribeInstanceInformation, logs:DescribeLogGroups and dynamodb:Query of the table;
+logs:DescribeSubscriptionFilters of the training log groups (and logs:CreateLogGroup, logs:PutSubscriptionFilter for
+`--subscribe`).
 """
 
 from __future__ import annotations
@@ -40,12 +47,21 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from stallwatch.aws import log_subscriptions
+from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
 from stallwatch.core.alarms import host_names
-from stallwatch.core.config import SlackMode, StallwatchConfig, slack_mode_of
-from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE
-from stallwatch.core.platforms import DESCRIPTIONS
+from stallwatch.core.config import (
+    FATAL_LINES_FILTER,
+    SLURM_CANCEL_DOCUMENT_ENV,
+    SLURM_REQUEUE_DOCUMENT_ENV,
+    SlackMode,
+    StallwatchConfig,
+    slack_mode_of,
+)
+from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE, SLURM_EVENT_SOURCE
+from stallwatch.core.platforms import DESCRIPTIONS, subscribed_log_groups
 from stallwatch.core.platforms.interface import PlatformDescription
-from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.offline import ops
 
 HANDLERS = {
@@ -53,7 +69,10 @@ HANDLERS = {
     "on_job_state": "handlers.on_job_state.handler",
     "sweeper": "handlers.sweeper.handler",
     "slack_interactions": "handlers.slack_interactions.handler",
+    "on_log_line": "handlers.on_log_line.handler",
 }
+SERVICE_ENV = "POWERTOOLS_SERVICE_NAME"  # the functions' deployment name
+SUBSCRIPTION_DOCS = 'docs/deploy.md, "Fatal lines wake the engine"'
 RULE_RESOURCE_TYPE = "AWS::Events::Rule"
 SLACK_SECRET_ENV = "SLACK_SECRET_ARN"
 SLACK_API_URL = "https://slack.com/api/"
@@ -66,6 +85,7 @@ RESUME_TAG = "stallwatch:resume"
 RESUMED_FROM_TAG = "stallwatch:resumed-from"
 SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
 TEST_ALERT_KEY = "stallwatch_test_alert"
+SSM_FILTER_VALUES = 50  # DescribeInstanceInformation: values of its InstanceIds filter
 TOPIC_RESOURCE_TYPE = "AWS::SNS::Topic"
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 # What CloudWatch needs to notify an encrypted topic: publish to it, and encrypt with its key.
@@ -123,7 +143,7 @@ class Deployed:
 
 
 def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
-    """The four functions (active), the rules each monitored platform and the sweeper need (enabled), the table."""
+    """The functions (active), the rules each monitored platform and the sweeper need (enabled), the table."""
     redeploy = f"deploy the stack again: npx cdk deploy {deployed.deployment.stack}"
     for role in HANDLERS:
         function = deployed.functions.get(role)
@@ -139,6 +159,8 @@ def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Ch
         wanted["SageMaker job states rule"] = lambda r: "aws.sagemaker" in r.get("EventPattern", "")
     if config.policy.monitor_ec2:
         wanted["EC2 instance states rule"] = lambda r: "aws.ec2" in r.get("EventPattern", "")
+    if config.policy.monitor_slurm:
+        wanted["Slurm job events rule"] = lambda r: SLURM_EVENT_SOURCE in r.get("EventPattern", "")
     for name, matches in wanted.items():
         rule = next((r for r in deployed.rules if matches(r)), None)
         if rule is None:
@@ -505,6 +527,70 @@ def _instances_publishing(cloudwatch: Any, metric: str) -> set[str]:
     }
 
 
+def check_slurm(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
+    """A deployment that watches Slurm: its documents exist, its controllers (tagged `stallwatch:slurm=controller`)
+    are online in SSM, its log group exists, and its clusters' prologs are heard (a running Slurm job is known)."""
+    if not config.policy.monitor_slurm:
+        return
+    clients = deployed.deployment.clients
+    yield from _slurm_documents(deployed)
+    yield _slurm_controllers(clients)
+    groups = clients.logs.describe_log_groups(logGroupNamePrefix=config.slurm_log_group)["logGroups"]
+    if any(g["logGroupName"] == config.slurm_log_group for g in groups):
+        yield Check("Slurm log group", Status.OK, config.slurm_log_group)
+    else:
+        fix = "deploy the stack again (it creates the group; the nodes' CloudWatch agent never does)"
+        yield Check("Slurm log group", Status.FAIL, f"{config.slurm_log_group} does not exist", fix)
+    running = SlurmJobs(deployed.deployment.store()).running()
+    if running:
+        yield Check("Slurm job events", Status.OK, f"{len(running)} running job(s) heard of, e.g. {min(running)}")
+    else:
+        fix = (
+            'if jobs run: on the controller, `scontrol show config | grep -E "(Prolog|Epilog)Slurmctld"` names '
+            'deploy/slurm/stallwatch-events.sh, and `journalctl -t stallwatch-slurm` holds no "PutEvents failed"'
+        )
+        yield Check("Slurm job events", Status.WARN, "no running Slurm job was heard of", fix)
+
+
+def _slurm_documents(deployed: Deployed) -> Iterator[Check]:
+    ssm = deployed.deployment.clients.ssm
+    fix = f"deploy the stack again: npx cdk deploy {deployed.deployment.stack}"
+    for variable in (SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV):
+        name = deployed.env(variable)
+        if not name:
+            yield Check(f"Slurm document {variable}", Status.FAIL, "the functions name none", fix)
+            continue
+        found = ssm.list_documents(Filters=[{"Key": "Name", "Values": [name]}])["DocumentIdentifiers"]
+        if any(d["Name"] == name for d in found):
+            yield Check(f"Slurm document {variable}", Status.OK, name)
+        else:
+            yield Check(f"Slurm document {variable}", Status.FAIL, f"{name} does not exist", fix)
+
+
+def _slurm_controllers(clients: Any) -> Check:
+    """The instances tagged as Slurm controllers, and whether SSM can reach each (its agent online)."""
+    tag = {"Name": f"tag:{SLURM_CONTROLLER_TAG}", "Values": [SLURM_CONTROLLER_VALUE]}
+    pages = clients.ec2.get_paginator("describe_instances").paginate(Filters=[tag])
+    controllers = sorted(i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"])
+    if not controllers:
+        fix = f"tag each cluster's controller (or login node) {SLURM_CONTROLLER_TAG}={SLURM_CONTROLLER_VALUE}"
+        return Check("Slurm controllers", Status.WARN, "no instance is tagged as one: no job can be stopped", fix)
+    ssm = clients.ssm
+    online = {
+        item["InstanceId"]
+        for offset in range(0, len(controllers), SSM_FILTER_VALUES)
+        for item in ssm.describe_instance_information(
+            Filters=[{"Key": "InstanceIds", "Values": controllers[offset : offset + SSM_FILTER_VALUES]}]
+        )["InstanceInformationList"]
+        if item.get("PingStatus") == "Online"
+    }
+    offline = [c for c in controllers if c not in online]
+    if offline:
+        fix = "start the SSM agent there, and give the instance role AmazonSSMManagedInstanceCore"
+        return Check("Slurm controllers", Status.FAIL, f"not online in SSM: {', '.join(offline)}", fix)
+    return Check("Slurm controllers", Status.OK, f"{len(controllers)} online in SSM")
+
+
 def send_test_alert(deployed: Deployed, requested_by: str) -> Check:
     """on_alarm's test alert: a fake job's alert through the function to Slack, marked as a test; nothing stopped."""
     function = deployed.functions.get("on_alarm")
@@ -522,14 +608,54 @@ def send_test_alert(deployed: Deployed, requested_by: str) -> Check:
     return Check("test alert", Status.OK, f"posted to Slack, marked as a test ({result.get('detail')})")
 
 
+def check_log_subscriptions(deployed: Deployed, config: StallwatchConfig, subscribe: bool = False) -> Iterator[Check]:
+    """Each subscribed log group holds our filter to on_log_line, with this deployment's pattern; or why not, and
+    what to do. `subscribe`: put it where a slot is free (as the stack's custom resource does)."""
+    function = deployed.functions.get("on_log_line")
+    if function is None:
+        return  # reported by the resources check
+    logs = deployed.deployment.clients.session.client("logs", config=deployed.deployment.clients.config)
+    name = FATAL_LINES_FILTER.format(deployment=function["Environment"]["Variables"].get(SERVICE_ENV, ""))
+    pattern = config.policy.fatal_filter_pattern
+    for group in subscribed_log_groups(config).values():
+        subscription = log_subscriptions.Subscription(group, name, pattern, function["FunctionArn"])
+        check = f"fatal lines of {group}"
+        found = log_subscriptions.filters(logs, group)
+        ours = next((f for f in found or [] if log_subscriptions.is_ours(f, subscription)), None)
+        if ours is not None and ours.get("filterPattern") == pattern:
+            yield Check(check, Status.OK, f"{name} → {function['FunctionName']}")
+            continue
+        if subscribe:
+            result = log_subscriptions.subscribe(logs, subscription)
+            fix = "" if result.subscribed else f"free a slot ({SUBSCRIPTION_DOCS}), then run this again"
+            yield Check(check, Status.OK if result.subscribed else Status.WARN, result.detail, fix)
+            continue
+        if ours is not None:
+            detail = f"{name}'s pattern is not this deployment's (its fatal lines changed)"
+            yield Check(check, Status.WARN, detail, "deploy the stack again, or stallwatch doctor --subscribe")
+        elif found is None:
+            yield Check(check, Status.WARN, "the log group does not exist", "deploy the stack again")
+        elif len(found) >= log_subscriptions.SUBSCRIPTION_FILTERS_PER_GROUP:
+            detail = (
+                f"not subscribed: both subscription filter slots are taken by {log_subscriptions.held_by(found)}; its "
+                "fatal lines wake nothing (the alarms, rechecks and sweeper decide, minutes later)"
+            )
+            yield Check(
+                check, Status.WARN, detail, f"free a slot ({SUBSCRIPTION_DOCS}), then stallwatch doctor --subscribe"
+            )
+        else:
+            yield Check(check, Status.WARN, "not subscribed, though a slot is free", "stallwatch doctor --subscribe")
+
+
 def run_checks(
     deployment: ops.Deployment,
     *,
     send_alert: bool = False,
+    subscribe: bool = False,
     slack_api_url: str = SLACK_API_URL,
     clock: Callable[[], float] = time.time,
 ) -> list[Check]:
-    """Every check of a deployed stack, in order (and the test alert, when asked)."""
+    """Every check of a deployed stack, in order (and the test alert, and the subscriptions put, when asked)."""
     deployed = Deployed.find(deployment)
     config = deployment.config
     checks = list(check_resources(deployed, config))
@@ -545,6 +671,8 @@ def run_checks(
     checks.append(check_sweeper(deployed, config, clock()))
     checks += check_health_topic(deployed, config, region, identity["Account"])
     checks += check_agent_power(deployed, config)
+    checks += check_slurm(deployed, config)
+    checks += check_log_subscriptions(deployed, config, subscribe)
     if send_alert:
         checks.append(send_test_alert(deployed, identity["Arn"]))
     return checks
@@ -555,7 +683,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     if args.local:
         return run_local(args.send_test_alert)
     deployment = ops.Deployment.from_args(args)
-    return print_checks(run_checks(deployment, send_alert=args.send_test_alert))
+    return print_checks(run_checks(deployment, send_alert=args.send_test_alert, subscribe=args.subscribe))
 
 
 def run_local(send_alert: bool) -> int:
@@ -588,6 +716,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--send-test-alert",
         action="store_true",
         help="also send a test alert of a fake job through on_alarm to Slack (marked as a test; nothing is stopped)",
+    )
+    parser.add_argument(
+        "--subscribe",
+        action="store_true",
+        help="put this deployment's fatal-line subscription filter on each log group that lacks it, where one of its "
+        "two slots is free (never removing another)",
     )
     parser.add_argument(
         "--local",

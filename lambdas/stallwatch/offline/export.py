@@ -27,6 +27,7 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.metric_reads import MetricRef, read_series
 from stallwatch.aws.platforms import adapter
 from stallwatch.aws.source import JobNotFoundError
+from stallwatch.aws.store import Store
 from stallwatch.core import contract
 from stallwatch.core.alarms import host_names
 from stallwatch.core.config import StallwatchConfig
@@ -91,6 +92,7 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
         vcpus_per_host=job.vcpus_per_host,
         instance_ids=tuple(job.instance_ids),
         host_types=dict(job.host_types or {}),
+        host_instances=dict(job.host_instances or {}),
     )
     job_dims = ((contract.DIM_JOB, job.name),)
     refs = [
@@ -163,15 +165,17 @@ def export_trace(
     until: float | None = None,
     platform: Platform | None = None,
     config: StallwatchConfig | None = None,
+    store: Store | None = None,
 ) -> Trace:
     """Read `job_name` into a trace; write it to `out` if given. The platform is `platform`, else EC2 for an
     instance id and SageMaker for any other name (an EC2 job named by its `stallwatch:job` tag needs `platform`);
-    `config`: the deployment's, where its platform reads logs from where the deployment says (EC2's log group).
+    `config`: the deployment's, where its platform reads logs from where the deployment says (EC2's log group);
+    `store`: the deployment's table, where its platform's jobs are what their events said (Slurm's).
 
     The trace spans the job's start (t = 0: a SageMaker job's creation, an EC2 job's first LaunchTime) to its end,
     or to `until` (epoch seconds; default: now while it runs).
     """
-    source = adapter(platform or platform_of(job_name), clients, config)
+    source = adapter(platform or platform_of(job_name), clients, config, store)
     try:
         history = source.history(job_name)
     except JobNotFoundError as exc:
@@ -187,6 +191,7 @@ def export_trace(
         tags=dict(facts.tags),
         instance_ids=list(facts.instance_ids),
         host_types=dict(facts.host_types) or None,
+        host_instances=dict(facts.host_instances) or None,
     )
     start, ended = history.start, history.ended
     end = _end_of(start, until, ended)

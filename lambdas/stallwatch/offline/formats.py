@@ -14,6 +14,11 @@ LABELS = {
     Category.PHASES: "declared phases (checkpoint, eval)",
     Category.STALLS: "stalls (onset to stop)",
     Category.RESTART_GAPS: "restart gaps",
+    Category.PENDING: "pending in the scheduler's queue",
+    Category.SUSPENDED: "suspended by the scheduler",
+    Category.PREEMPTED: "preempted, until it ran again",
+    Category.REQUEUED: "requeued, until it ran again",
+    Category.TIME_LIMIT: "past its time limit",
     Category.OTHER: "other",
 }
 

@@ -296,7 +296,7 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
     # imported here: only the commands that touch a job need the AWS source and the state writer
     from stallwatch.aws.platforms import adapter
 
-    adapter(platform, deployment.clients).facts(job)  # JobNotFoundError on a typo, before any write
+    adapter(platform, deployment.clients, store=deployment.store()).facts(job)  # JobNotFoundError on a typo first
     operator = deployment.clients.session.client("sts").get_caller_identity()["Arn"]
     until = now + seconds
     audit = {
@@ -331,7 +331,7 @@ def effective_policy(deployment: Deployment, job: str | None, platform: Platform
 
     config = deployment.config
     tags = (
-        adapter(platform, deployment.clients, config).facts(job).tags if job else {}
+        adapter(platform, deployment.clients, config, deployment.store()).facts(job).tags if job else {}
     )  # an EC2 job's: merged over its instances
     return config.policy.for_job(tags), tags
 

@@ -41,6 +41,11 @@ CATEGORY_COLORS = {
     Category.PHASES: "#1e88e5",
     Category.STALLS: "#e53935",
     Category.RESTART_GAPS: "#fb8c00",
+    Category.PENDING: "#b0bec5",
+    Category.SUSPENDED: "#8d6e63",
+    Category.PREEMPTED: "#ab47bc",
+    Category.REQUEUED: "#ffb74d",
+    Category.TIME_LIMIT: "#6d4c41",
     Category.OTHER: "#bdbdbd",
 }
 ACTION_COLORS = {Action.ALERT: "#00838f", Action.WARN: "#f9a825", Action.STOP: "#c62828", Action.AUDIT: "#757575"}

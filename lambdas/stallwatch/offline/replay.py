@@ -10,9 +10,11 @@ source, which reads its history back as AWS does); the engine decides on
 every alarm transition to ALARM (one alarm-triggered decision each `ALARM_COALESCE_SECONDS`, as on_alarm's claim
 coalesces an alarm burst; the sweeper decides a job whose alarm went to ALARM after its last decision), at the
 recheck it asked for (`Decision.recheck_at`, scheduled as the runtime
-schedules it: EventBridge Scheduler fires within the minute it is set to, the next whole minute), and, at sweeper
-ticks, by the watchdog's rule (`engine.sweeper_due`: an open incident, a pending warning, an expired snooze, a
-recheck that passed, a check-up); `next_state` is kept between decisions; a STOP stops the replay's job.
+schedules it: EventBridge Scheduler fires within the minute it is set to, the next whole minute), at a fatal line
+the subscription filter delivers (`core.wake`: `DELIVERY_DELAY_S` after the line, a decision beginning when it sees
+it, one for a burst, and the recheck it asks for within `WAIT_FOR_RECHECK_S` decided in the same invocation), and,
+at sweeper ticks, by the watchdog's rule (`engine.sweeper_due`: an open incident, a pending warning, an expired
+snooze, a recheck that passed, a check-up); `next_state` is kept between decisions; a STOP stops the replay's job.
 
 Without a policy the replay enforces (stops need no opt-in tag); the trace's tags still apply on top.
 """
@@ -26,12 +28,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from stallwatch.core import contract, engine
+from stallwatch.core import contract, engine, wake
 from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
-from stallwatch.core.config import ALARM_COALESCE_SECONDS, StallwatchConfig
+from stallwatch.core.config import ALARM_COALESCE_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
 from stallwatch.core.decision import Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
+from stallwatch.core.platforms import subscribed_log_groups
 from stallwatch.core.policy import Mode, Policy
+from stallwatch.core.signals import LogLine
 from stallwatch.core.trace import Event, Trace, TraceHeader, scan_trace
 from stallwatch.offline.trace_source import TraceSource
 
@@ -44,6 +48,7 @@ SCHEDULER_MINUTE_S = 60
 SCHEDULER_DELAY_S = 30.0
 TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
 SWEEPER = "sweeper"
+WAKE_PREFIX = "log:"  # a wake-up's trigger: the stream of the fatal line that woke it
 # Decisions that reached a person (Slack) or the job.
 NOTIFYING = frozenset({Action.ALERT, Action.WARN, Action.STOP})
 
@@ -58,7 +63,7 @@ class ReplayDecision:
     """One decision of the replay: when (trace seconds), what triggered it, and the engine's answer."""
 
     t: float
-    trigger: str  # the alarm name, or "sweeper"
+    trigger: str  # the alarm name, "recheck", "sweeper", or "log:<stream>" (a fatal line's wake-up)
     decision: Decision
 
     def to_json(self) -> dict[str, Any]:
@@ -103,6 +108,7 @@ class ReplayResult:
     tag_errors: tuple[str, ...] = field(default_factory=tuple)
     expect: dict[str, Any] | None = None  # the trace's label, as written
     alarm_changes: tuple[AlarmChange, ...] = ()  # every alarm transition, in time order
+    wake_ups: int = 0  # decisions a fatal line woke (the rechecks they waited for not counted)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +125,7 @@ class ReplayResult:
             "verdict": None if self.verdict is None else str(self.verdict),
             "verdict_reason": self.verdict_reason,
             "expect": self.expect,
+            "wake_ups": self.wake_ups,
         }
 
 
@@ -156,6 +163,16 @@ def _judge(
     return Verdict.PASS, f"{expect.action}" + (f" in {list(expect.window_s)}" if expect.window_s else "")
 
 
+@dataclass(frozen=True, order=True)
+class _Wake:
+    """A wake-up's decision pending in on_log_line, or a recheck its invocation waits for (`trigger` RECHECK)."""
+
+    start: float  # when it begins reading
+    trigger: str
+    since: float  # a decision that began at or after this time makes it unnecessary
+    deadline: float  # the invocation's end
+
+
 class _Run:
     """One replay in progress: the simulated control plane's clock, alarms and memory of the job."""
 
@@ -177,6 +194,16 @@ class _Run:
         self.checkup_every = config.checkup_minutes * 60
         self.last_decision_at: float | None = None
         self.claimed_until = -math.inf  # on_alarm's claim: alarms of the job until then are coalesced
+        self.decided_from = -math.inf  # when the newest decision (any trigger) began reading
+        # The fatal lines the subscription delivers, in time order, and the wake-ups they started.
+        subscribed = source.job.platform in subscribed_log_groups(config)
+        filter_pattern, patterns = policy.fatal_filter_pattern, policy.log_lines.line_patterns()
+        self.fatal_lines = [
+            line for line in source.log_lines() if subscribed and wake.delivered(line.message, filter_pattern, patterns)
+        ]
+        self.delivered = 0
+        self.wakes: list[_Wake] = []  # pending
+        self.recheck_fired: float | None = None  # the newest recheck fired (each fires once)
         self.coalesced_at: float | None = None  # the newest alarm coalesced since the last decision
         self.state = JobState()
         self.incident_open = False
@@ -184,6 +211,7 @@ class _Run:
         self.diagnoses: list[str] = []
         self.decision_count = 0
         self.transitions: list[AlarmChange] = []
+        self.wake_ups = 0
 
     def running(self, now: float) -> bool:
         """False once the job has ended (a terminal status at or before `now`)."""
@@ -207,6 +235,7 @@ class _Run:
         self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
         self.decision_count += 1
         self.last_decision_at = now
+        self.decided_from = max(self.decided_from, now)
         if decision.diagnosis.value not in self.diagnoses:
             self.diagnoses.append(decision.diagnosis.value)
         if decision.action is not Action.NONE or decision.would is not Action.NONE:
@@ -219,6 +248,68 @@ class _Run:
         if at is None:
             return None
         return math.ceil(at / SCHEDULER_MINUTE_S) * SCHEDULER_MINUTE_S + SCHEDULER_DELAY_S
+
+    def arrive(self, line: LogLine) -> None:
+        """on_log_line for one fatal line, `DELIVERY_DELAY_S` after it: a wake-up that begins when it sees the line,
+        unless a decision begins (or began) then or later (`Store.claim_wake`)."""
+        since = wake.seen_from(line.t)
+        if self.decided_from >= since or any(w.start >= since for w in self.wakes):
+            return
+        arrival = line.t + wake.DELIVERY_DELAY_S
+        start = wake.decision_start(line.t, arrival)
+        self.wakes.append(_Wake(start, f"{WAKE_PREFIX}{line.stream}", since, arrival + ON_LOG_LINE_TIMEOUT_SECONDS))
+        self.claimed_until = max(self.claimed_until, start + ALARM_COALESCE_SECONDS)
+
+    def woken(self, woken: _Wake) -> bool:
+        """A wake-up's decision, or a recheck its invocation waits for (skipped if a decision began at or after its
+        time); True when it stops the job. The invocation waits for the next recheck its decision asks for within
+        `WAIT_FOR_RECHECK_S`, while its time allows (`wake.wait_for_recheck`)."""
+        if woken.trigger == RECHECK:
+            if self.decided_from >= woken.since:
+                return False
+            if self.decide(woken.start, RECHECK):
+                return True
+        else:
+            self.claimed_until = max(self.claimed_until, woken.start + ALARM_COALESCE_SECONDS)
+            self.wake_ups += 1
+            if self.decide(woken.start, woken.trigger):
+                return True
+        at = self.state.recheck_at
+        wait = wake.wait_for_recheck(at, woken.start, woken.deadline)
+        if at is not None and wait is not None:
+            self.wakes.append(_Wake(woken.start + wait, RECHECK, at, woken.deadline))
+        return False
+
+    def catch_up(self, now: float) -> bool:
+        """The rechecks, fatal lines delivered and wake-ups due by `now`, in time order; True when one stops the
+        job."""
+        while True:
+            due: list[tuple[float, int]] = []
+            fires = self.recheck_fires_at()
+            if fires is not None and fires != self.recheck_fired:
+                due.append((fires, 0))
+            if self.delivered < len(self.fatal_lines):
+                due.append((self.fatal_lines[self.delivered].t + wake.DELIVERY_DELAY_S, 1))
+            if self.wakes:
+                due.append((min(self.wakes).start, 2))
+            due = [d for d in due if d[0] <= now]
+            if not due:
+                return False
+            t, kind = min(due)
+            if not self.running(t):
+                return False
+            if kind == 0:
+                self.recheck_fired = fires
+                if self.decide(t, RECHECK):
+                    return True
+            elif kind == 1:
+                self.arrive(self.fatal_lines[self.delivered])
+                self.delivered += 1
+            else:
+                woken = min(self.wakes)
+                self.wakes.remove(woken)
+                if self.woken(woken):
+                    return True
 
     def acts(self, name: str, state: AlarmState) -> bool:
         """Whether the alarm `name` entering `state` invokes on_alarm (`alarms.acts_on`)."""
@@ -244,12 +335,8 @@ class _Run:
         end = self.source.epoch(self.source.last_t)
         now = math.ceil(self.start / tick) * tick
         while now <= end and self.running(now):
-            fires = self.recheck_fires_at()
-            while fires is not None and fires <= now and self.running(fires):
-                if self.decide(fires, RECHECK):
-                    return
-                later = self.recheck_fires_at()
-                fires = later if later is not None and later > fires else None
+            if self.catch_up(now):
+                return
             sweeping = now % self.sweep_every == 0
             if sweeping:
                 self.publish_log_idle(now)
@@ -314,4 +401,5 @@ def _replay(source: TraceSource, policy: Policy | None, config: StallwatchConfig
         tag_errors=tuple(run.effective.tag_errors),
         expect=None if expect is None else expect.model_dump(mode="json", exclude_none=True),
         alarm_changes=tuple(run.transitions),
+        wake_ups=run.wake_ups,
     )

@@ -168,6 +168,10 @@ class TraceSource:
         for key, points in self._metrics.items():
             yield key, points.times, points.values
 
+    def log_lines(self) -> list[LogLine]:
+        """Every host's log lines, in time order."""
+        return sorted((line for lines in self._logs.values() for line in lines), key=lambda line: line.t)
+
     def status_times(self) -> list[tuple[float, str]]:
         """(epoch seconds, status) of every status change, in order."""
         return [(t, status) for t, status, _ in self._statuses]
@@ -197,6 +201,7 @@ class TraceSource:
             status_history=history,
             instance_ids=tuple(job.instance_ids),
             host_types=dict(job.host_types or {}),
+            host_instances=dict(job.host_instances or {}),
         )
 
     def facts(self, now: float) -> JobFacts:

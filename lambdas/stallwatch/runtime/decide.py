@@ -44,9 +44,10 @@ from stallwatch.core.decision import Action, Decision
 from stallwatch.core.platforms import job_name_error
 from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.policy import Mode
+from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.resume import RECOVERY_OUTCOME
 from stallwatch.core.signals import JobFacts, JobSignals, Platform
-from stallwatch.runtime import recover
+from stallwatch.runtime import recover, settle
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import delete_job_alarms, retire_job
 
@@ -260,11 +261,13 @@ def _act(
     if recovery is not None:
         result[RECOVERY_OUTCOME] = recovery.audited
     recovering = recovery is not None and recovery.recovering
-    stop_result = _stop(rt, signals) if decision.action is Action.STOP and not recovering else None
+    stop_result = _stop(rt, signals, decision) if decision.action is Action.STOP and not recovering else None
     stop_post = written.stop_post
     if stop_result is not None:
         outcome.stopped = stop_result.ok
         result["stop"] = {"ok": stop_result.ok, "detail": stop_result.detail}
+        if stop_result.commands:  # its answer comes later: the sweeper reads it (runtime.settle)
+            result["stop"]["commands"] = list(stop_result.commands)
     message: dict[str, Any] | None = None
     try:
         evidence = Evidence.of(decision, signals, written.state.stall_since)
@@ -295,6 +298,8 @@ def _act(
         rt.store.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
     except Exception:  # the actions happened; the sweeper completes the unfinished decision
         logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
+    if stop_result is not None:
+        settle.track(rt, key, audit_sk, signals.facts, stop_result, signals.now)
 
 
 def _schedule_recheck(
@@ -354,11 +359,12 @@ def _deliver(
     return post, None if stop.ok else {**stop_post, "failures": failures}
 
 
-def _stop(rt: Runtime, signals: JobSignals) -> actions.StopResult:
-    """`actions.stop`, with any failure (returned or raised) counted and logged; `_act` releases it."""
+def _stop(rt: Runtime, signals: JobSignals, decision: Decision) -> actions.StopResult:
+    """`actions.stop` (the hosts the decision found at fault named, for a platform that keeps the job off them), with
+    any failure (returned or raised) counted and logged; `_act` releases it."""
     job = signals.facts.name
     try:
-        stopped = actions.stop(rt.clients, signals.facts)
+        stopped = actions.stop(rt.clients, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
     except Exception as exc:  # actions.stop returns API errors; anything raised is a bug, treated as a failed stop
         logger.exception("stop raised; the sweeper will retry", extra={"job": job})
         stopped = actions.StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")

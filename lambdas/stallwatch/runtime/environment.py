@@ -76,6 +76,7 @@ class Runtime:
     notifier: SlackNotifier
     alarm_action_arn: str
     clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep  # a wake-up waits for the moment its decision sees the line
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
     job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
     # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
@@ -138,7 +139,7 @@ class Runtime:
 
     def source(self, platform: Platform) -> PlatformAdapter:
         """The platform's adapter (`aws.platforms`): its facts, signals and actions."""
-        return adapter(platform, self.clients, self.config)
+        return adapter(platform, self.clients, self.config, self.store, self.clock)
 
 
 @functools.cache

@@ -49,7 +49,7 @@ from stallwatch.core.decision import JobState
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
-from stallwatch.runtime import environment
+from stallwatch.runtime import environment, settle
 from stallwatch.runtime.environment import Runtime
 
 SIGNATURE_WINDOW_SECONDS = 5 * 60  # Slack's replay window
@@ -431,6 +431,8 @@ class Interactions:
                 line = f":x: Stop requested by <@{user}> FAILED: {stopped.detail}"
         result["slack"] = self._update_message(payload, line, secret)
         self.rt.store.record_outcome(key, audit_sk, result)
+        if facts is not None:
+            settle.track(self.rt, key, audit_sk, facts, stopped, now)  # an answer that comes later: the sweeper's
         metrics.add_metric(name=contract.OPERATOR_ACTIONS, unit=MetricUnit.Count, value=1)
         logger.info("operator action", extra={"audit": audit, "outcome": result})
         return Reply(200, {"status": "applied", "job": target.job, "action": press.action_id.value, **result})
@@ -525,7 +527,7 @@ def _changed(state: JobState, action: OperatorAction, now: float) -> JobState:
     if action is OperatorAction.NOT_STALLED:
         # The current stall, its warning and alerts are void; a stall at the doubled thresholds starts afresh.
         factor = state.threshold_factor * NOT_STALLED_FACTOR
-        return state.with_(threshold_factor=factor, stall_since=None, warned_at=None, alerted=())
+        return state.with_(threshold_factor=factor, stall_since=None, warned_at=None, warning=None, alerted=())
     return state.with_(stopped_at=now)
 
 

@@ -65,6 +65,8 @@ def _job_ended(rt: Runtime, platform: Platform, change: JobChange) -> dict[str, 
         deleted = delete_job_alarms(rt, platform, name, forget=False)
         return {"status": "not_found", "job": name, "reason": str(exc), "alarms_deleted": deleted}
     retired = retire_job(rt, platform, name, change.state)
+    if change.run_goes_on:  # an attempt ended; the next one starts under its name (a Slurm requeue)
+        return retired
     if change.stopped:
         retired["resume"] = resume_after_stop(rt, platform, name)
     if retired.get("resume", {}).get("status") not in RUN_GOES_ON:  # the run ends here

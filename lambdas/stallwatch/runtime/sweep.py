@@ -31,6 +31,7 @@ from stallwatch.runtime.recover import continue_recoveries
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 from stallwatch.runtime.resume_retry import retry_resumes
+from stallwatch.runtime.settle import settle_stops
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
@@ -83,6 +84,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     outcomes = _concurrently(lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job, {})), due)
     retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
     recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
+    settled = _isolated(lambda: settle_stops(rt, now), "could not read the stops' answers")
     progressed = report_progress(rt, now)
     markers = rt.store.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
@@ -111,6 +113,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "slack_resent": resent,
         "resume_retries": retried,
         "recoveries": recovered,
+        "stop_answers": settled,
         "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)

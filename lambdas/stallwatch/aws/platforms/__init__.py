@@ -1,36 +1,52 @@
 """One adapter per platform behind one interface (`core.platforms.interface.PlatformAdapter`).
 
-    source = adapter(facts.platform, clients, config)     # SageMakerPlatform, Ec2Platform
+    source = adapter(facts.platform, clients, config, store)   # SageMakerPlatform, Ec2Platform, SlurmPlatform
     source.facts("llm-70b"); source.job_signals("llm-70b", now); source.stop(facts)
 
-A new platform is a module beside `sagemaker` and `ec2` (a class over `aws.source.AwsSignalSource`) and its entry in
-`ADAPTERS`, with its description in `core.platforms`; callers never branch on the platform (docs/lambdas.md,
-"Platforms").
+A new platform is a module beside `sagemaker`, `ec2` and `slurm` (a class over `aws.source.AwsSignalSource`) and
+its entry in `ADAPTERS`, with its description in `core.platforms`; callers never branch on the platform
+(docs/lambdas.md, "Platforms").
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.platforms.ec2 import Ec2Platform
 from stallwatch.aws.platforms.sagemaker import SageMakerPlatform
+from stallwatch.aws.platforms.slurm import SlurmPlatform
 from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.store import Store
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import PlatformAdapter
 from stallwatch.core.signals import Platform
 
-ADAPTERS: dict[Platform, type[AwsSignalSource]] = {a.platform: a for a in (SageMakerPlatform, Ec2Platform)}
+ADAPTERS: dict[Platform, type[AwsSignalSource]] = {
+    a.platform: a for a in (SageMakerPlatform, Ec2Platform, SlurmPlatform)
+}
 
 
-def adapter(platform: Platform | str, clients: AwsClients, config: StallwatchConfig | None = None) -> PlatformAdapter:
-    """The adapter of `platform`, over `clients`, reading jobs after `config`'s policy (its defaults if None)."""
-    return ADAPTERS[Platform(platform)](clients, config)
+def adapter(
+    platform: Platform | str,
+    clients: AwsClients,
+    config: StallwatchConfig | None = None,
+    store: Store | None = None,
+    clock: Callable[[], float] = time.time,
+) -> PlatformAdapter:
+    """The adapter of `platform`, over `clients`, reading jobs after `config`'s policy (its defaults if None); `store`:
+    the deployment's table, where a platform whose jobs are known from their events keeps them (Slurm); `clock`: the
+    time facts that age are read at."""
+    return ADAPTERS[Platform(platform)](clients, config, store, clock)
 
 
-def adapters(clients: AwsClients, config: StallwatchConfig | None = None) -> list[PlatformAdapter]:
+def adapters(
+    clients: AwsClients, config: StallwatchConfig | None = None, store: Store | None = None
+) -> list[PlatformAdapter]:
     """Every platform's adapter, in registry order."""
-    return [adapter(platform, clients, config) for platform in ADAPTERS]
+    return [adapter(platform, clients, config, store) for platform in ADAPTERS]
 
 
 def platform_of(event: Any) -> Platform:

@@ -21,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from stallwatch.aws import autoscaling
 from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import InstanceStateChange
-from stallwatch.aws.log_reads import HostLog, Streams, read_tails
+from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
@@ -45,7 +45,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import FILTER_STREAMS_LIMIT
+from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, Platform, Series
 
@@ -100,6 +100,17 @@ class Ec2Platform(AwsSignalSource):
         if not instances:
             raise JobNotFoundError(f"EC2 instance {instance_id!r} not found")
         return instances[0]
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A stream is named by its instance's id (one DescribeInstances): the job its tags name, if watched."""
+        match = EC2_STREAM.match(stream)
+        if match is None:
+            return None
+        try:
+            instance = self.instance(match["host"])
+        except JobNotFoundError:
+            return None
+        return clusters.job_of(_tags(instance), instance["InstanceId"])
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """Every watched EC2 job with a running instance, from one paginated DescribeInstances."""
@@ -289,11 +300,12 @@ class Ec2Platform(AwsSignalSource):
         events as the sweeper last published them (`LogIdleSeconds`) or the caller knows them."""
         known = self._known_freshness(facts, per_host, reads, freshness, now)
         instances = set(facts.instance_ids)
-        streams = Streams(facts.log_group or self.config.ec2_log_group, None, lambda s: _host_of(s, instances))
+        group = facts.log_group or self.config.ec2_log_group
+        streams = JobStreams(group, WHOLE_GROUP, lambda stream, _: _host_of(stream, instances))
         patterns = self.policy.for_job(facts.tags).line_patterns
-        return read_tails(self.clients.logs, streams, hosts, known, now, patterns, stacks_since)
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, streams, stacks_since)
 
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
         or in a state that cannot stop, refuses the whole call), each instance is stopped on its own, so the others
         stop and the refusals are named; the result is ok only when every instance is stopping."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import TrainingJobStateChange
-from stallwatch.aws.log_reads import HostLog, LogQueryError, Streams, newest_events, read_tails
+from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job, sagemaker_run_spans
@@ -46,7 +45,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, host_dimensions
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ
+from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ, SAGEMAKER_STREAM
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, Platform, Series
 
@@ -96,7 +95,7 @@ class SageMakerPlatform(AwsSignalSource):
             host_types=layout.host_types,
         )
 
-    def stop(self, facts: JobFacts) -> StopResult:
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """StopTrainingJob by the job's exact name; a job that is not running counts as stopped."""
         name = facts.name
         try:
@@ -107,6 +106,11 @@ class SageMakerPlatform(AwsSignalSource):
                 return StopResult(ok=True, detail=f"already not running: {error.message}")
             return StopResult(ok=False, detail=f"StopTrainingJob {name}: {error}")
         return StopResult(ok=True, detail=f"StopTrainingJob {name} accepted")
+
+    def _job_of_stream(self, stream: str) -> str | None:
+        """A stream ``<job>/algo-N-<epoch>`` names its job."""
+        match = SAGEMAKER_STREAM.match(stream)
+        return match["job"] if match is not None and self.description.names_job(match["job"]) else None
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """The InProgress training jobs, filtered by status and bounded to the jobs that can still be running (created
@@ -251,13 +255,7 @@ class SageMakerPlatform(AwsSignalSource):
             return {}
         known = self._known_freshness(facts, per_host, reads, freshness, now)
         patterns = self.policy.for_job(facts.tags).line_patterns
-        streams = job_streams(facts.name, set(hosts))
-        return read_tails(self.clients.logs, streams, hosts, known, now, patterns, stacks_since)
-
-
-def job_streams(job: str, hosts: Collection[str]) -> Streams:
-    """The streams ``<job>/algo-N-<epoch>`` of `hosts` in the training jobs' log group."""
-    return Streams(contract.SAGEMAKER_LOG_GROUP, f"{job}/", lambda stream: SAGEMAKER.host_of_stream(stream, job, hosts))
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, stacks_since=stacks_since)
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

@@ -9,6 +9,7 @@ import re
 from collections.abc import Collection, Sequence
 
 from stallwatch.core import clusters, contract
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ, EC2_STREAM
@@ -75,6 +76,11 @@ class Ec2Description(PlatformDescription):
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
         match = EC2_STREAM.match(stream)
         return match["host"] if match is not None and match["host"] in hosts else None
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """The deployment's EC2 group (a job's `stallwatch:log-group` tag may name another, which no filter of ours
+        subscribes)."""
+        return config.ec2_log_group
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The CloudWatch agent's series are per device already; memory is a percentage of the total."""

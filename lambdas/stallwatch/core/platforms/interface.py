@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.reading import HOST_SERIES_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
@@ -56,6 +57,8 @@ class PlatformDescription:
     restarts_in_place: ClassVar[bool] = False
     # Its logs are read from where the deployment's config says (EC2's log group): a reader needs that config.
     configured_logs: ClassVar[bool] = False
+    # Its jobs are what their events said, kept in the deployment's table (Slurm's): a reader needs the table.
+    known_from_events: ClassVar[bool] = False
     # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
     agent_power: ClassVar[bool] = False
 
@@ -90,6 +93,11 @@ class PlatformDescription:
         """The host's `HostSignals` platform fields, per device, from its raw series as `read` gives them."""
         raise NotImplementedError
 
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
+        (`config.log_subscriptions`); None where it has none of its own."""
+        return None
+
 
 @dataclass(frozen=True)
 class StopResult:
@@ -100,11 +108,26 @@ class StopResult:
     detail: str
     stopped: int | None = None
     targets: int | None = None
+    # Where the stop is asynchronous (an SSM command: Slurm's scancel or requeue), the commands whose answers say how
+    # it went, read back by the sweeper (`PlatformAdapter.stop_outcome`); `ok` says only that they were sent.
+    commands: tuple[str, ...] = ()
 
     @property
     def count(self) -> str:
         """ "3 of 4 instances stopping", or "" where the platform stops one job."""
         return "" if self.targets is None else f"{self.stopped} of {self.targets} instances stopping"
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """How an asynchronous stop went, from its commands' answers: the job stopped (or requeued) or not (`ok`), what
+    the platform said, and whether the platform held the job in a state that is not a stall (`held`: suspended,
+    pending, preempted; nothing was done, and the job is watched again)."""
+
+    ok: bool
+    detail: str
+    state: str = ""  # the platform's word for the job's state, as the command found it
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +175,7 @@ class JobChange:
     run_may_end: bool = False  # HOST_ENDED: a state the job's run may end in (its summary, when no resume follows)
     tags: dict[str, str] = field(default_factory=dict)  # the job's tags as the event carries them
     reason: str = ""  # IGNORED: why
+    run_goes_on: bool = False  # ENDED: an attempt ended and the next one follows under its name (Slurm's requeue)
     gone: bool = False  # RETIRED: the platform no longer knows it (or never did): the table is not written for it
 
 
@@ -215,8 +239,15 @@ class PlatformAdapter(Protocol):
         """Several jobs' signals, their metrics read together."""
         ...
 
-    def stop(self, facts: JobFacts) -> StopResult:
-        """Stop the job as `facts` describe it (its hosts in `facts.instance_ids`, where the platform stops hosts)."""
+    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+        """Stop the job as `facts` describe it (its hosts in `facts.instance_ids`, where the platform stops hosts).
+        `at_fault`, given by the engine's stop decision (the hosts it found at fault, maybe none): a platform that
+        recovers a job by requeueing it (Slurm, where the job opted in) requeues it off them; None (an operator's
+        stop, a recovery's fallback): a plain stop."""
+        ...
+
+    def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
+        """How an asynchronous stop (`result.commands`) went; None while its commands have not answered."""
         ...
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
@@ -226,6 +257,11 @@ class PlatformAdapter(Protocol):
     def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
         """Each host's newest log line (job, host, epoch seconds) of the running `jobs`; a failed read costs its
         jobs' log idleness (logged and counted), never the sweep."""
+        ...
+
+    def job_of_log_stream(self, group: str, stream: str) -> str | None:
+        """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
+        the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
         ...
 
     def job_change(self, event: Any) -> JobChange:

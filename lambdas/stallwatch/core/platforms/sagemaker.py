@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from stallwatch.core import clusters, contract
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
 from stallwatch.core.reading import HOST_AGENT_METRICS_READ, SAGEMAKER_STREAM
 from stallwatch.core.signals import JobFacts, Platform, Series
@@ -46,6 +47,10 @@ class SageMakerDescription(PlatformDescription):
         match = SAGEMAKER_STREAM.match(stream)
         ours = match is not None and match["job"] == job and match["host"] in hosts
         return match["host"] if ours else None
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """SageMaker's, shared by every training job of the account and region."""
+        return contract.SAGEMAKER_LOG_GROUP
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """SageMaker sums a host's devices: GPU fields over its GPUs, CPU over its vCPUs (the host's own type's)."""

@@ -1,0 +1,421 @@
+"""Slurm jobs as Stallwatch sees them (ParallelCluster, PCS, HyperPod's Slurm): a job is named
+``<cluster>-<id>-<name>`` (`slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its facts are
+what deploy/slurm's start and end events said (`SlurmJob`), its GPU metrics the CloudWatch agent's of the node's EC2
+instance (``InstanceId``, where a node is one) or else the agent's own, its logs one stream per node in the Slurm log
+group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<job>.<node>.log``).
+
+    job = SlurmJob.of_event(detail)        # deploy/slurm's event, read
+    facts = job.facts()                    # JobFacts: hosts, status, settings as tags, the time limit
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stallwatch.core import contract
+from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.goodput import Category
+from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
+from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
+from stallwatch.core.pricing import instance_spec
+from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
+from stallwatch.core.signals import JobFacts, JobSignals, LogLine, Platform, Series
+
+NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
+JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
+# The CloudWatch agent's stream of a file (publish_multi_logs): its log_stream_name ("slurm"), '_', the file's path with
+# '/' as '_': one prefix for a job's nodes (`stream_prefix`).
+STREAM_PREFIX = "slurm__var_log_stallwatch_slurm_"
+# JobFacts.status in SageMaker's words (`engine.RUNNING_STATUS`, the runtime's ended statuses); a job that Slurm holds
+# out of running (pending, suspended, requeued, preempted) is neither: never a stall, never stopped.
+RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = "InProgress", "Paused", "Completed", "Failed", "Stopped"
+STATUS_OF_STATE = {
+    "RUNNING": RUNNING,
+    "CONFIGURING": RUNNING,  # its nodes are booting: the startup grace covers it
+    "COMPLETING": RUNNING,
+    "PENDING": PAUSED,
+    "SUSPENDED": PAUSED,
+    "REQUEUED": PAUSED,
+    "REQUEUE_HOLD": PAUSED,
+    "REQUEUE_FED": PAUSED,
+    "RESIZING": PAUSED,
+    "STOPPED": PAUSED,  # scontrol stop: held, its processes SIGSTOPped
+    "COMPLETED": COMPLETED,
+    "FAILED": FAILED,
+    "NODE_FAIL": FAILED,
+    "OUT_OF_MEMORY": FAILED,
+    "BOOT_FAIL": FAILED,
+    "DEADLINE": FAILED,
+    "CANCELLED": STOPPED,
+    "TIMEOUT": STOPPED,
+    "PREEMPTED": STOPPED,
+}
+# States Slurm holds a job in that are not stalls: goodput counts each as its own badput (`core.goodput`).
+NOT_STALLS = frozenset({"PENDING", "SUSPENDED", "REQUEUED", "PREEMPTED", "TIMEOUT"})
+HELD_RECHECK_S = 1800.0  # a held answer (SUSPENDED) is believed this long; the next stop asks again
+# Slurm's states that are not stalls, as goodput counts them: each its own badput.
+HELD_CATEGORIES = {
+    "PENDING": Category.PENDING,
+    "SUSPENDED": Category.SUSPENDED,
+    "STOPPED": Category.SUSPENDED,
+    "PREEMPTED": Category.PREEMPTED,
+    "REQUEUED": Category.REQUEUED,
+    "TIMEOUT": Category.TIME_LIMIT,
+}
+UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "INVALID", "PARTITION_LIMIT", "N/A", ""})
+# Where a job's settings are, and what its actions need (`JobFacts.platform_ids`).
+CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
+    "cluster",
+    "job_id",
+    "submit_time",
+    "submit_epoch",
+    "ssm_target",
+    "flavor",
+    "restarts",
+)
+RECOVER_STOP_VALUE = "stop"  # stallwatch:recover=stop: cancelled, as without the tag
+HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
+
+
+def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
+    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every byte but letters, digits, '-' and '_' made '-', at most
+    63 (the agent's `trainer_agent.contract.slurm_job_name`, and deploy/slurm/stallwatch-log.sh's)."""
+    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part).encode()
+    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)[
+        :NAME_MAX
+    ]
+
+
+def time_limit_seconds(text: str) -> float | None:
+    """Slurm's time limit as squeue prints it (``[days-]hours:minutes:seconds``, ``minutes:seconds``, ``UNLIMITED``)
+    in seconds; None for no limit."""
+    text = text.strip()
+    if text.upper() in UNLIMITED:
+        return None
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in [*parts, *([days] if days else [])]):
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    if len(parts) == 1:  # minutes
+        parts = [*parts, "0"]
+    if len(parts) == 2 and not days:  # minutes:seconds
+        parts = ["0", *parts]
+    elif len(parts) == 2:  # days-hours:minutes
+        parts = [*parts, "0"]
+    hours, minutes, seconds = (int(p) for p in parts)
+    return float(int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds)
+
+
+def end_state(job_state: str, reason: str, exit_code: str) -> str:
+    """How an attempt ended, from its end event: the state the epilog read once it returned (COMPLETED, CANCELLED,
+    REQUEUED...), else, where it could only read COMPLETING (no `setsid`), the state its reason and exit code say."""
+    if job_state and job_state != "COMPLETING":
+        return job_state
+    if reason == "TimeLimit":
+        return "TIMEOUT"
+    if reason == "NonZeroExitCode" or exit_code.split(":")[0] not in ("", "0"):
+        return "FAILED"
+    return "COMPLETED"
+
+
+def stream_prefix(job: str) -> str:
+    """What every stream of the job's nodes starts with (deploy/slurm/stallwatch-log.sh's files
+    ``<job>.<node>.log``)."""
+    return f"{STREAM_PREFIX}{job}."
+
+
+def stream_name(job: str, node: str) -> str:
+    """The CloudWatch agent's stream of `node`'s output file of `job`."""
+    return f"{stream_prefix(job)}{node}.log"
+
+
+def job_of_stream(stream: str) -> str | None:
+    """The job whose node's output file `stream` is (`stream_name`); None for any other stream."""
+    if not (stream.startswith(STREAM_PREFIX) and stream.endswith(".log")):
+        return None
+    job, _, node = stream[len(STREAM_PREFIX) : -len(".log")].partition(".")
+    return job if node and JOB_NAME.match(job) else None
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node of the job as the start event names it, and the EC2 instance behind it (where there is one)."""
+
+    name: str
+    addr: str = ""
+    gpus: int = 0
+    instance: str | None = None
+    instance_type: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One attempt of a Slurm job (a requeue starts the next, with a new submit time), as its events said."""
+
+    cluster: str
+    job_id: str
+    name: str
+    submit_time: str  # as Slurm prints it (the controller's local time): the documents check it
+    submit_epoch: int
+    start_epoch: float
+    state: str  # Slurm's word: CONFIGURING, RUNNING at its start; COMPLETED, CANCELLED, REQUEUED... at its end
+    restarts: int = 0
+    user: str = ""
+    partition: str = ""
+    nodes: tuple[SlurmNode, ...] = ()
+    settings: dict[str, str] = field(default_factory=dict)  # stallwatch:NAME -> value (its comment, the defaults)
+    time_limit_s: float | None = None
+    ssm_target: str = ""
+    flavor: str = "slurm"  # parallelcluster, pcs, hyperpod or slurm
+    ended_epoch: float | None = None
+    reason: str = ""  # Slurm's reason at its end (TimeLimit, NonZeroExitCode, ...)
+    # A state that is not a stall the controller answered a stop with (SUSPENDED): the job is not stopped while it is
+    # believed (`HELD_RECHECK_S` from the answer), then asked again by the next stop.
+    held_state: str = ""
+    held_since: float | None = None
+    held_checked: float | None = None
+
+    @property
+    def job_name(self) -> str:
+        return slurm_job_name(self.cluster, self.job_id, self.name)
+
+    @classmethod
+    def of_event(cls, detail: Any) -> SlurmJob:
+        """The attempt as a start event (`aws.events.SlurmJobDetail`) describes it."""
+        return cls(
+            cluster=detail.cluster,
+            job_id=detail.job_id,
+            name=detail.name,
+            submit_time=detail.submit_time,
+            submit_epoch=detail.submit_epoch,
+            start_epoch=float(detail.start_epoch or detail.submit_epoch),
+            state=detail.job_state or "RUNNING",
+            restarts=detail.restarts,
+            user=detail.user,
+            partition=detail.partition,
+            nodes=tuple(SlurmNode(n.name, n.addr, n.gpus) for n in detail.nodes),
+            settings=dict(detail.settings),
+            time_limit_s=time_limit_seconds(detail.time_limit),
+            ssm_target=detail.ssm_target,
+            flavor=detail.platform,
+        )
+
+    def ended(self, state: str, at: float, reason: str = "") -> SlurmJob:
+        return replace(self, state=state, ended_epoch=at, reason=reason)
+
+    def with_instances(self, instances: dict[str, tuple[str, str]]) -> SlurmJob:
+        """The nodes with their EC2 instance (id, type), by node address (`instances`: address -> (id, type))."""
+        nodes = tuple(
+            replace(n, instance=instances[n.addr][0], instance_type=instances[n.addr][1]) if n.addr in instances else n
+            for n in self.nodes
+        )
+        return replace(self, nodes=nodes)
+
+    @property
+    def status(self) -> str:
+        return STATUS_OF_STATE.get(self.state, RUNNING if self.ended_epoch is None else FAILED)
+
+    def held(self, state: str, now: float) -> SlurmJob:
+        """The attempt as the controller found it at `now`: in `state`, which is not a stall."""
+        since = self.held_since if self.held_state == state and self.held_since is not None else now
+        return replace(self, held_state=state, held_since=since, held_checked=now)
+
+    def held_at(self, now: float) -> str | None:
+        """The state that is not a stall the attempt is believed in at `now`, if any."""
+        if self.ended_epoch is not None or not self.held_state or self.held_checked is None:
+            return None
+        return self.held_state if now - self.held_checked < HELD_RECHECK_S else None
+
+    def held_spans(self, now: float) -> tuple[tuple[float, float, str], ...]:
+        """The attempt's time in states that are not stalls, as (start, end, state): held as the controller said
+        (until the attempt ended or the answer lapsed), and past its time limit (until Slurm ended it)."""
+        end = self.ended_epoch if self.ended_epoch is not None else now
+        spans = []
+        if self.held_state and self.held_since is not None and self.held_checked is not None:
+            spans.append((self.held_since, min(end, self.held_checked + HELD_RECHECK_S), self.held_state))
+        if self.time_limit_s is not None and self.start_epoch + self.time_limit_s < end:
+            spans.append((self.start_epoch + self.time_limit_s, end, "TIMEOUT"))
+        return tuple((a, b, state) for a, b, state in spans if b > a)
+
+    def facts(self, now: float | None = None) -> JobFacts:
+        hosts = tuple(n.name for n in self.nodes)
+        types = {n.name: n.instance_type for n in self.nodes if n.instance_type}
+        first_type = next(iter(types.values()), "")
+        known = first_type and all(types.get(h) == first_type for h in hosts)
+        spec = instance_spec(first_type) if known else None
+        gpus = spec.devices if spec else max((n.gpus for n in self.nodes), default=0)
+        held = self.held_at(now) if now is not None else None
+        return JobFacts(
+            name=self.job_name,
+            platform=Platform.SLURM,
+            status=PAUSED if held else self.status,
+            secondary_status=held or self.state,
+            start_time=self.start_epoch,
+            instance_type=first_type if known else "",
+            instance_count=len(hosts),
+            gpus_per_host=gpus,
+            vcpus_per_host=spec.vcpus if spec else 1,
+            tags=dict(self.settings),
+            instance_ids=hosts,
+            host_types={} if known else types,
+            platform_ids={
+                CLUSTER: self.cluster,
+                JOB_ID: self.job_id,
+                SUBMIT_TIME: self.submit_time,
+                SUBMIT_EPOCH: str(self.submit_epoch),
+                SSM_TARGET: self.ssm_target,
+                FLAVOR: self.flavor,
+                RESTARTS: str(self.restarts),
+            },
+            host_instances={n.name: n.instance for n in self.nodes if n.instance},
+            ends_by=None if self.time_limit_s is None else self.start_epoch + self.time_limit_s,
+        )
+
+
+class SlurmDescription(PlatformDescription):
+    platform = Platform.SLURM
+    label = "Slurm"
+    job_kind = "a Slurm job"
+    resource = "a Slurm job"
+    job_name = JOB_NAME
+    monitor_setting = "monitor_slurm"
+    configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
+    known_from_events = True  # deploy/slurm's start and end events, kept in the table (`aws.platforms.slurm_jobs`)
+    # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
+    host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
+    named_hosts = True
+
+    def log_group(self, config: StallwatchConfig) -> str | None:
+        """Under the EC2 group (`StallwatchConfig.slurm_log_group`), one stream per node's output file of a job."""
+        return config.slurm_log_group
+
+    def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
+        """Slurm node names, as SLURMD_NODENAME names them to the agent."""
+        return list(instance_ids)
+
+    def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return _agent(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
+        metric = (*HOST_METRICS["gpu_util"], host_dimensions(instance))
+        return MetricMath({"m1": metric}, "m1", "GPU utilization per GPU")
+
+    def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return _agent(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
+        used = (*HOST_METRICS["gpu_mem_used"], host_dimensions(instance))
+        total = (*HOST_METRICS["gpu_mem_total"], host_dimensions(instance))
+        return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
+
+    def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
+        prefix = stream_prefix(job)
+        host = stream[len(prefix) : -len(".log")]
+        return host if stream.startswith(prefix) and stream.endswith(".log") and host in hosts else None
+
+    def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
+        """A node's EC2 instance's CloudWatch agent series (per device already); none for a node that is no
+        instance of the account: the agent's own stand in."""
+        instance = facts.host_instances.get(host)
+        if instance is None:
+            return {"gpu_util": Series(), "gpu_mem_util": Series(), "cpu_util": Series(), "gpu_power": Series()}
+        dims = host_dimensions(instance)
+        series = {name: read(ns, metric, dims, 1.0) for name, (ns, metric) in HOST_METRICS.items()}
+        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
+        return series
+
+
+def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
+    dims = {contract.DIM_JOB: facts.name, contract.DIM_HOST: host}
+    return MetricMath({"m1": (contract.NAMESPACE, metric, dims)}, "m1", label)
+
+
+SLURM = SlurmDescription()
+
+
+# ---- the actions: Stallwatch's SSM documents' answers (deploy/ssm/slurm-cancel.yaml, slurm-requeue.yaml) ----------
+
+ANSWER_KEY = "stallwatch_slurm"  # the documents' one JSON line
+WAITING = frozenset({"Pending", "InProgress", "Delayed"})  # an invocation not answered yet
+# A document's results that leave nothing to stop: the job ended, or the id is another job's now (Slurm reuses ids).
+NOTHING_TO_STOP = frozenset({"gone", "other_job"})
+DONE = frozenset({"cancelled", "cancelling", "requeued"})
+
+
+def requeues(tags: dict[str, str]) -> bool:
+    """Whether a stop of the job is a requeue (`stallwatch:recover=requeue`, any case); ValueError for a value other
+    than requeue or stop."""
+    raw = tags.get(RECOVER_TAG)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value not in (RECOVER_REQUEUE, RECOVER_STOP_VALUE):
+        raise ValueError(f"{RECOVER_TAG}={raw!r}: a Slurm job takes {RECOVER_REQUEUE} or {RECOVER_STOP_VALUE}")
+    return value == RECOVER_REQUEUE
+
+
+def answer_outcome(status: str, details: str, code: int | None, output: str) -> StopOutcome | None:
+    """What a document's invocation says of the stop: None while it has not answered; else the job stopped or
+    requeued (or nothing left to stop), held in a state that is not a stall, or the failure."""
+    if status in WAITING:
+        return None
+    answer = _answer(output)
+    if answer is None:
+        return StopOutcome(ok=False, detail=f"{status}: {details or 'no answer'} (exit {code}): {output[:300]}")
+    result, state, drained = answer.get("result", ""), answer.get("state", ""), answer.get("drained", "")
+    if result in DONE:
+        said = f"{result} ({state or 'ended'})" + (f"; {drained} drained" if drained else "")
+        return StopOutcome(ok=True, detail=said, state=state)
+    if result in NOTHING_TO_STOP:
+        return StopOutcome(ok=True, detail=f"nothing to stop: {result.replace('_', ' ')}", state=state)
+    if result == "not_running":
+        return StopOutcome(ok=True, detail=f"left alone: the job is {state}, not a stall", state=state, held=True)
+    return StopOutcome(
+        ok=False, detail=f"{result or status}: the job is {state or 'unknown'} (exit {code})", state=state
+    )
+
+
+def _answer(output: str) -> dict[str, str] | None:
+    for line in output.splitlines():
+        if ANSWER_KEY in line:
+            try:
+                found = json.loads(line)
+            except ValueError:
+                return None
+            return {k: str(v) for k, v in found.items()} if isinstance(found, dict) else None
+    return None
+
+
+def this_attempt(signals: JobSignals) -> JobSignals:
+    """The job's signals since its attempt began: a requeued job keeps its name, and the earlier attempt's steps,
+    GPU series and lines are not this one's (its steps start again from the checkpoint)."""
+    since = signals.facts.start_time
+
+    def cut(series: dict[str, Series]) -> dict[str, Series]:
+        return {name: s.since(since) for name, s in series.items()}
+
+    def lines(found: tuple[LogLine, ...]) -> tuple[LogLine, ...]:
+        return tuple(line for line in found if line.t >= since)
+
+    hosts = {
+        name: replace(
+            host,
+            gpu_util=host.gpu_util.since(since),
+            gpu_mem_util=host.gpu_mem_util.since(since),
+            cpu_util=host.cpu_util.since(since),
+            gpu_power=host.gpu_power.since(since),
+            agent=cut(host.agent),
+            log_last_t=host.log_last_t if host.log_last_t is not None and host.log_last_t >= since else None,
+            log_tail=lines(host.log_tail),
+            error_lines=lines(host.error_lines),
+            marker_lines=lines(host.marker_lines),
+            log_idle=host.log_idle.since(since),
+        )
+        for name, host in signals.hosts.items()
+    }
+    return replace(signals, hosts=hosts, agent=cut(signals.agent))
