@@ -190,6 +190,20 @@ def test_a_rare_loggers_silence_with_busy_gpus_is_counted_from_the_line_it_owed(
     assert (warn.diagnosis, warn.action) == (Diagnosis.HANG, Action.WARN)
 
 
+def test_a_rare_loggers_restart_lines_seconds_apart_are_not_its_cadence() -> None:
+    # Given a job without power that logs every 20 minutes on 2 hosts; at 40 min the launcher restarts its ranks
+    # (algo-2's traceback, the launcher's warning, rendezvous and loading lines, seconds apart); from 1 h it evaluates
+    # for 26 minutes without a line, GPUs busy, and its next line is due at 1 h 20 (Slurm's draw, fm-0527)
+    builder = SignalsBuilder(hosts=2).gpu(0, 3 * HOUR, 97.0).logs(0, HOUR, 20 * MIN).sweeps(0, 3 * HOUR)
+    for t in (40 * MIN + 10, 40 * MIN + 11, 40 * MIN + 30, 41 * MIN + 30):
+        builder.log(t, "[rank 8] Rendezvous complete; restarting from checkpoint", "algo-2")
+    (decision,) = decisions_at(builder, 60, (31,))
+    # Then its cadence is the sawtooth's 20 minutes, not the restart's seconds: not warned 31 minutes into the
+    # silence, stoppable only 30 minutes past the line it owed
+    assert decision.action is not Action.WARN
+    assert decision.evidence["busy_silence"]["stop_s"] >= 49 * MIN
+
+
 def test_a_lone_silence_asks_to_be_decided_again_at_its_full_threshold() -> None:
     # Given busy GPUs and logs silent 11 minutes (the log-idle alarm fires at 2/3 of 15)
     builder = SignalsBuilder(hosts=1).gpu(0, 3 * HOUR, 97.0).logs(0, HOUR, MIN)

@@ -35,6 +35,7 @@ STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
 STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
 CADENCE_MIN_GAPS = 3  # a host's cadence read from fewer gaps (a rare logger's two lines, 10 s apart) says nothing
+RARE_LOGGER_SAMPLES = 2  # lines seen moving less often than every this many sweeper samples: a rare logger
 PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
 
 
@@ -258,16 +259,25 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
 
 def log_interval(hosts: Iterable[HostSignals], since: float) -> float | None:
     """How often the job logs: its chattiest host's cadence where its tail shows it (`CADENCE_MIN_GAPS` gaps between
-    bursts); else (a rare logger: a line or two in its tail, two of them maybe seconds apart) the longer of that and
-    the median gap of the sweeper's sawtooth since `since` (training began: start-up lines are no cadence)."""
+    bursts) and the sweeper's sawtooth since `since` (training began: start-up lines are no cadence) does not say it
+    logs rarer (its lines seen moving less often than every `RARE_LOGGER_SAMPLES` samples: a launcher's restart writes
+    its lines seconds apart in a rare logger's tail); else (a rare logger: a line or two in its tail, two of them maybe
+    seconds apart) the longer of that and the median gap of the sawtooth."""
     hosts = list(hosts)
     tails = {h.host: _burst_gaps(h.log_tail) for h in hosts}
     known = [statistics.median(gaps) for gaps in tails.values() if len(gaps) >= CADENCE_MIN_GAPS]
-    if known:
+    resumptions = [(a, s, b) for a, s, b in _log_resumptions(hosts) if a >= since]
+    sawtooth = statistics.median(b - a for a, _, b in resumptions) if resumptions else None
+    if known and (sawtooth is None or sawtooth <= RARE_LOGGER_SAMPLES * _sample_spacing(hosts)):
         return min(known)
-    gaps = [b - a for a, _, b in _log_resumptions(hosts) if a >= since]
     few = [statistics.median(g) for g in tails.values() if g]
-    return max([*few, *([statistics.median(gaps)] if gaps else [])], default=None)
+    return max([*few, *([sawtooth] if sawtooth is not None else [])], default=None)
+
+
+def _sample_spacing(hosts: Iterable[HostSignals]) -> float:
+    """How often the sweeper samples the sawtooth (the median time between its samples)."""
+    samples = sorted({t for host in hosts for t, _ in host.log_idle.points})
+    return statistics.median(b - a for a, b in itertools.pairwise(samples)) if len(samples) > 1 else math.inf
 
 
 def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, float]]:
