@@ -35,6 +35,7 @@ LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
 QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
 QUERY_POLL_MAX_SECONDS = 8.0
 QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
+WHOLE_GROUP = ""  # `JobStreams.prefix` of streams that share no prefix (EC2's instance ids)
 QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
 
 
@@ -92,8 +93,9 @@ def _query_time(text: str) -> float:
 
 @dataclass(frozen=True)
 class JobStreams:
-    """Where a job's streams are: a log group, the prefix every one of them starts with, and the host of a stream
-    (None for another job's). SageMaker's by default."""
+    """Where a job's streams are: a log group, the prefix every one of them starts with (`WHOLE_GROUP`: they share
+    none, the group is read as a whole), and the host of a stream (None for another job's). SageMaker's by
+    default."""
 
     group: str = contract.SAGEMAKER_LOG_GROUP
     prefix: str | None = None  # default: "<job>/"
@@ -101,6 +103,11 @@ class JobStreams:
 
     def prefix_of(self, job: str) -> str:
         return self.prefix if self.prefix is not None else f"{job}/"
+
+    def selection(self, job: str) -> dict[str, str]:
+        """FilterLogEvents' selection of the job's streams."""
+        prefix = self.prefix_of(job)
+        return {"logGroupName": self.group} | ({"logStreamNamePrefix": prefix} if prefix else {})
 
     def host(self, stream: str, job: str) -> str | None:
         if self.host_of is not None:
@@ -168,8 +175,7 @@ def _stacks(
         for log in found.values():
             log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
         return
-    selection = {"logGroupName": streams.group, "logStreamNamePrefix": streams.prefix_of(job), "interleaved": True}
-    for line in read_stacks(logs, selection, since, now):
+    for line in read_stacks(logs, streams.selection(job) | {"interleaved": True}, since, now):
         host = streams.host(line.stream, job)
         if host in found:
             found[host].stacks.append(line)
@@ -191,8 +197,7 @@ def _read_window(
     filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
-            logGroupName=streams.group,
-            logStreamNamePrefix=streams.prefix_of(job),
+            **streams.selection(job),
             startTime=max(start_ms, 0),
             endTime=end_ms,
             limit=PAGE_EVENTS,

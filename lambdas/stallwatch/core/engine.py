@@ -22,6 +22,7 @@ from typing import Any
 from stallwatch.core import evidence, log_patterns, measures, stacks
 from stallwatch.core.decision import STALLS, Action, Cadence, Decision, Diagnosis, JobState, stall_onset
 from stallwatch.core.measures import LEARNED_GAP_MARGIN
+from stallwatch.core.platforms import describe
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.reading import host_period
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
@@ -320,8 +321,9 @@ def _diagnose(
         else None
     )
     interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
+    series = describe(signals.facts.platform).host_series_read
     period = max(
-        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds)),
+        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds, series)),
         measures.agent_window(signals.agent) or 0.0,
     )
     pauses = measures.Pauses(state.busy_pause_s, state.idle_pause_s).merged(

@@ -129,7 +129,9 @@ class TraceSource:
         self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
         self._platform_description = describe(self.job.platform)
         self.hosts = alarms.host_names(self._layout)
-        self.host_period = host_period(len(self.hosts), METRIC_PERIOD_SECONDS)
+        self.host_period = host_period(
+            len(self.hosts), METRIC_PERIOD_SECONDS, self._platform_description.host_series_read
+        )
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
