@@ -12,7 +12,7 @@ fit its page (a busy cluster, a job the sweeper has not seen), two more reads as
 lines alone over the lookback (`LinePatterns.filter_patterns`: the fatal lines, then the checkpoint markers; one
 1,024-character pattern cannot hold both), so a crashed rank's error among 512 busy hosts is one page away, however
 much they write. A stalled job's decision also takes the agent's stack dumps since its last step: from these pages
-when they hold every line since then, else by one filtered read (`stack_reads`).
+when they hold every line since then, else by one filtered read (`stack_dump_reads`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stallwatch.aws.stack_reads import read_stacks
+from stallwatch.aws.stack_dump_reads import read_stacks
 from stallwatch.core import contract, log_patterns
 from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
@@ -130,7 +130,7 @@ def read_tails(
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
     `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read. With
     `stacks_since`, the agent's stack dumps since then too: from the pages read when they hold every line since then
-    (a job whose hosts all fell quiet), else by one filtered read (`stack_reads`).
+    (a job whose hosts all fell quiet), else by one filtered read (`stack_dump_reads`).
 
     The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
     holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that

@@ -23,7 +23,7 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
 from stallwatch.aws.store import Store
-from stallwatch.core import alarms, contract, stacks
+from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
@@ -238,7 +238,7 @@ class AwsSignalSource(ABC):
         hosts: dict[str, HostSignals] = {}
         names = alarms.host_names(facts)
         agent = {name: found[ref][""] for name, ref in reads.job.items()}
-        stacks_since = stacks.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
+        stacks_since = stack_dumps.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
         logs = self._host_logs(facts, names, per_host, reads, freshness, now, stacks_since)
         for host in names:
             log = logs.get(host, HostLog())

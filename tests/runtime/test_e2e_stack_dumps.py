@@ -11,7 +11,7 @@ import pytest
 
 from handlers import on_alarm
 from stallwatch.aws.store import job_key
-from stallwatch.core import alarms, stacks
+from stallwatch.core import alarms, stack_dumps
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from tests.fixtures.request_limits import recording, slack_violations
@@ -37,7 +37,7 @@ def _stack_reads(requests) -> list[dict]:
     return [
         r.params
         for r in requests
-        if r.operation == "FilterLogEvents" and r.params.get("filterPattern") == stacks.FILTER_PATTERN
+        if r.operation == "FilterLogEvents" and r.params.get("filterPattern") == stack_dumps.FILTER_PATTERN
     ]
 
 
