@@ -1,8 +1,9 @@
 """Scale: the AWS calls of one sweep over 10, 100 and 1,000 running jobs, of a cold sweep, of on_alarm on 1 to 512
-hosts, and of an alarm burst on a 64-host hang, on moto.
+hosts (and on EC2 jobs of 512 and 1,000 nodes), and of an alarm burst on a 64-host hang, on moto.
 
-    .venv/bin/python bench/scale.py                 # everything (about 13 minutes on 2 cores)
+    .venv/bin/python bench/scale.py                 # everything (about 16 minutes on 2 cores)
     .venv/bin/python bench/scale.py --only on_alarm --hosts 1 64
+    .venv/bin/python bench/scale.py --only on_alarm_ec2 --nodes 512 1000
 
 Calls are counted by operation with botocore ``before-call`` hooks on every client the runtime uses (one per API
 call, each page its own call; DescribeAlarms asks 100 alarms a page, AWS's most, and `localrun.moto_alarm_filters`
@@ -16,7 +17,7 @@ bench exits non-zero if a goal is missed:
   as AWS pages, and its critical path at 80 ms a call stays under 60 s;
 - a cold sweep over 1,000 jobs decides before it puts any alarm, puts at most 450 alarms (150 s at
   PutMetricAlarm's 3 a second), and the sweeps that follow put the rest;
-- on_alarm (warn, then stop) makes <= 10 calls for every cluster size, a warm container;
+- on_alarm (warn, then stop) makes <= 10 calls for every cluster size, a warm container (EC2: a cold one);
 - 65 alarms of a 64-host hang cost <= 3 full signal reads.
 """
 
@@ -53,8 +54,10 @@ from localrun import (  # noqa: E402
 )
 from stallwatch.aws.observability import metrics  # noqa: E402
 from stallwatch.aws.store import StoredState, job_key  # noqa: E402
-from stallwatch.core import alarms  # noqa: E402
+from stallwatch.core import alarms, contract  # noqa: E402
 from stallwatch.core.decision import JobState  # noqa: E402
+from stallwatch.core.platforms.ec2 import EC2  # noqa: E402
+from stallwatch.core.reading import LOOKBACK_SECONDS, METRIC_PERIOD_SECONDS, host_period  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.runtime import environment, provision, sweep  # noqa: E402
 from tests.fixtures import moto_metric_index  # noqa: E402
@@ -79,6 +82,7 @@ ON_ALARM_CALLS = 10
 BURST_READS = 3
 DATAPOINTS_PER_CALL = 100_800  # GetMetricData's answer limit; AWS pages beyond it
 ALARMS_PER_SWEEP = 450
+LATER = "2026-11-30T10:06:00.000+0000"  # the stop's alarm, 6 minutes after the warning's
 
 
 @dataclass
@@ -277,24 +281,40 @@ def bench_on_alarm(hosts: int) -> dict[str, Any]:
         on_alarm.handler(
             alarm_event(alarms.alarm_name(prefix, "sagemaker", "warm-up", alarms.PROGRESS)), LambdaContext()
         )
-        results = {}
-        for action, event in (
-            ("warn", alarm_event(alarms.alarm_name(prefix, "sagemaker", job, alarms.PROGRESS))),
-            (
-                "stop",
-                alarm_event(
-                    alarms.alarm_name(prefix, "sagemaker", job, alarms.GPU_IDLE, "algo-1"),
-                    "2026-11-30T10:06:00.000+0000",
-                ),
-            ),
-        ):
-            with counting(rt) as calls:
-                start = time.perf_counter()
-                result = on_alarm.handler(event, LambdaContext())
-                seconds = time.perf_counter() - start
-            results[action] = {"action": result.get("action"), "seconds": round(seconds, 2)} | calls.report()
-            rt.clock.advance(6 * MINUTE)
+        results = _warn_then_stop(rt, "sagemaker", job, "algo-1")
     return {"hosts": hosts, **results}
+
+
+def _warn_then_stop(rt: environment.Runtime, platform: str, job: str, host: str) -> dict[str, Any]:
+    """on_alarm on the job's progress alarm, then 6 minutes later on `host`'s gpu-idle alarm: each one's calls."""
+    prefix = rt.config.alarm_prefix
+    results = {}
+    for action, event in (
+        ("warn", alarm_event(alarms.alarm_name(prefix, platform, job, alarms.PROGRESS))),
+        ("stop", alarm_event(alarms.alarm_name(prefix, platform, job, alarms.GPU_IDLE, host), LATER)),
+    ):
+        with counting(rt) as calls:
+            start = time.perf_counter()
+            result = on_alarm.handler(event, LambdaContext())
+            seconds = time.perf_counter() - start
+        results[action] = {"action": result.get("action"), "seconds": round(seconds, 2)} | calls.report()
+        rt.clock.advance(6 * MINUTE)
+    return results
+
+
+def bench_on_alarm_ec2(nodes: int) -> dict[str, Any]:
+    """A hung EC2 job of `nodes` instances (`World.hung_ec2_cluster`), no sweep yet, in a cold container: on_alarm
+    warns, then 6 minutes later stops; "every series full" is the datapoints of the job's 13 series and its 8 a node
+    over the lookback at the hosts' period, as AWS would answer them."""
+    job = f"hang-ec2-{nodes}"
+    with moto_world() as (rt, world):
+        instances = world.hung_ec2_cluster(job, nodes)
+        results = {"nodes": nodes, **_warn_then_stop(rt, "ec2", job, instances[0])}
+    period = host_period(nodes, METRIC_PERIOD_SECONDS, EC2.host_series_read)
+    full = len(contract.JOB_METRICS) * (LOOKBACK_SECONDS // 60) + nodes * EC2.host_series_read * (
+        LOOKBACK_SECONDS // period
+    )
+    return results | {"hosts_period_s": period, "every_series_full": full, "pages_on_aws": math.ceil(full / 100_800)}
 
 
 def bench_log_freshness(hosts: int) -> dict[str, Any]:
@@ -384,6 +404,7 @@ BENCHES: dict[str, Callable[[argparse.Namespace], list[dict[str, Any]]]] = {
     "sweep": lambda a: [bench_sweep(n, hourly) for n in a.jobs for hourly in (False, True)],
     "cold_sweep": lambda a: [bench_cold_sweep(max(a.jobs))],
     "on_alarm": lambda a: [bench_on_alarm(h) for h in a.hosts],
+    "on_alarm_ec2": lambda a: [bench_on_alarm_ec2(n) for n in a.nodes],
     "log_freshness": lambda a: [bench_log_freshness(h) for h in (64, 512) if h <= max(a.hosts)],
     "crash_among_busy": lambda a: [bench_crash_among_busy(h) for h in (64, 512) if h <= max(a.hosts)],
     "burst": lambda a: [bench_burst()],
@@ -410,6 +431,11 @@ def _goals(results: dict[str, list[dict[str, Any]]]) -> dict[str, bool]:
             goals[f"on_alarm {r['hosts']} hosts {action}: {on_aws} <= {ON_ALARM_CALLS} calls as AWS pages"] = (
                 on_aws <= ON_ALARM_CALLS
             )
+    for r in results.get("on_alarm_ec2", []):
+        for action in ("warn", "stop"):
+            calls = r[action]["calls"]
+            ok = calls <= ON_ALARM_CALLS and r["pages_on_aws"] == 1
+            goals[f"on_alarm EC2 {r['nodes']} nodes {action}: {calls} <= {ON_ALARM_CALLS} calls, one answer"] = ok
     for r in results.get("crash_among_busy", []):
         found = r["fatal_line_read"] and r["calls"] <= ON_ALARM_CALLS
         goals[f"crash among {r['hosts']} busy hosts: error line read in {r['calls']} <= {ON_ALARM_CALLS} calls"] = found
@@ -424,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=sorted(BENCHES), nargs="*", default=sorted(BENCHES))
     parser.add_argument("--jobs", type=int, nargs="*", default=[10, 100, 1000])
     parser.add_argument("--hosts", type=int, nargs="*", default=[1, 8, 64, 128, 512])
+    parser.add_argument("--nodes", type=int, nargs="*", default=[512, 1000])
     args = parser.parse_args(argv)
     moto_sagemaker.install()
     moto_metric_index.install()

@@ -40,7 +40,7 @@ from stallwatch.core.trace import (
 )
 from stallwatch.offline.trace_file import write_trace
 from stallwatch.offline.trace_source import TRACE_EPOCH
-from trainer_agent.stacks import STALL, StackDump, line_bytes
+from trainer_agent.stack_dumps import STALL, StackDump, line_bytes
 
 TRACES_DIR = Path(__file__).resolve().parent / "traces"
 MINUTE = 60.0
@@ -932,7 +932,7 @@ def evidence_scenarios() -> list[Scenario]:
     ]
 
 
-# The agent's stack dumps (trainer_agent.stacks) of a DDP job blocked in its step's all_reduce, and of a rank whose
+# The agent's stack dumps (trainer_agent.stack_dumps) of a DDP job blocked in its step's all_reduce, and of a rank whose
 # DataLoader waits on its workers (a stuck read on one host's storage): frames innermost first, (file, line, function,
 # source line, library).
 IN_ALL_REDUCE = (

@@ -21,7 +21,7 @@ from localrun.periodic import Periodic
 from localrun.scenarios import FAULT_ACTIVITY, HOST_METRICS_INTERVAL_S, TRAINING_THREADS, HostActivity
 from localrun.timeline import Kind, Progress, Timeline
 from localrun.training import TrainingProcess
-from stallwatch.core import stacks
+from stallwatch.core import stack_dumps
 from stallwatch.core.contract import STACKS_MARKER
 from stallwatch.core.signals import LogLine, Platform
 
@@ -148,7 +148,7 @@ class HostRun:
             self.fault_started = True
             self._timeline.mark_fault_onset(t)
             self._timeline.event(Kind.FAULT, f"{self.host}: {line}")
-        elif STACKS_MARKER in line and (dump := stacks.parse(LogLine(t, self.host, line))) is not None:
+        elif STACKS_MARKER in line and (dump := stack_dumps.parse(LogLine(t, self.host, line))) is not None:
             self._timeline.event(Kind.STACKS, f"{self.host}: {dump.describe()}")
         elif line.startswith(RESUMED_MARKER):
             self._timeline.event(Kind.TRAIN, f"{self.host}: {line}")

@@ -11,8 +11,8 @@
 The subset Stallwatch uses, as CloudWatch documents it: a schema ``{Namespace,Dim1,...}`` (metrics with exactly
 those dimensions), ``Name="value"`` terms (the metric name or a dimension value, matched exactly), quoted phrases
 (matched anywhere in the metric name or a dimension value), at most `MAX_SERIES_PER_SEARCH` series, and the
-dynamic labels ``${PROP('Dim.<name>')}`` and ``${PROP('MetricName')}``, and one ``NOT (Name="v" OR ...)`` of
-exact terms. Each matching series is read by moto's
+dynamic labels ``${PROP('Dim.<name>')}`` and ``${PROP('MetricName')}``, one ``NOT (Name="v" OR ...)`` of exact
+terms, and groups ``(term OR term ...)`` of which one term must match. Each matching series is read by moto's
 own MetricStat code (whatever `get_metric_data` is installed when this is), so the values are moto's.
 """
 
@@ -28,6 +28,7 @@ MAX_SERIES_PER_SEARCH = 500  # CloudWatch's limit on the series one SEARCH retur
 _SEARCH = re.compile(r"^SEARCH\('\{(?P<schema>[^}]*)\}(?P<terms>[^']*)',\s*'(?P<stat>\w+)',\s*(?P<period>\d+)\)$")
 _TERM = re.compile(r'(?:(?P<key>[\w.:/-]+)=)?"(?P<value>[^"]*)"')
 _NOT = re.compile(r"NOT \(([^)]*)\)")
+_ANY = re.compile(r"\(([^)]*)\)")
 _LABEL = re.compile(r"\$\{PROP\('(?P<prop>[\w.]+)'\)\}")
 
 _inner: Any = None
@@ -37,7 +38,9 @@ def _matching(backend: CloudWatchBackend, schema: list[str], terms: str) -> list
     namespace, dim_names = schema[0], set(schema[1:])
     excluded_text = _NOT.search(terms)
     excluded = {(m["key"], m["value"]) for m in _TERM.finditer(excluded_text[1])} if excluded_text else set()
-    wanted = [(m["key"], m["value"]) for m in _TERM.finditer(_NOT.sub("", terms))]
+    rest = _NOT.sub("", terms)
+    groups = [[(m["key"], m["value"]) for m in _TERM.finditer(group)] for group in _ANY.findall(rest)]
+    wanted = [[(m["key"], m["value"])] for m in _TERM.finditer(_ANY.sub("", rest))]
     found: dict[tuple[str, frozenset[tuple[str, str]]], dict[str, str]] = {}
     for datum in backend.get_all_metrics():
         dims = {d.name: d.value for d in datum.dimensions}  # in the order published: moto compares them in order
@@ -46,9 +49,13 @@ def _matching(backend: CloudWatchBackend, schema: list[str], terms: str) -> list
         props = {"MetricName": datum.name, **dims}
         if any(props.get(k) == v for k, v in excluded):
             continue
-        if all(props.get(k) == v if k else any(v in p for p in props.values()) for k, v in wanted):
+        if all(any(_matches(props, k, v) for k, v in group) for group in [*wanted, *groups]):
             found.setdefault((datum.name, frozenset(dims.items())), dims)
     return [(name, dims) for (name, _), dims in found.items()][:MAX_SERIES_PER_SEARCH]
+
+
+def _matches(props: dict[str, str], key: str | None, value: str) -> bool:
+    return props.get(key) == value if key else any(value in p for p in props.values())
 
 
 def _label(template: str, name: str, dims: dict[str, str]) -> str:

@@ -2,12 +2,12 @@
 
 from stallwatch.core import clusters
 from stallwatch.core import contract as control_plane
-from stallwatch.core import stacks as control_plane_stacks
+from stallwatch.core import stack_dumps as control_plane_stacks
 from stallwatch.core.platforms import slurm
 from stallwatch.core.signals import LogLine
 from trainer_agent import contract as agent
 from trainer_agent.identity import Identity
-from trainer_agent.stacks import STALL, capture
+from trainer_agent.stack_dumps import STALL, capture
 
 
 def test_namespace_and_dimensions_agree():

@@ -15,7 +15,7 @@ from trainer_agent.agent import TrainerAgent
 from trainer_agent.cloudwatch import CloudWatchSink
 from trainer_agent.emf import metric_definitions
 from trainer_agent.sinks import EmfStdoutSink, FanOutSink, JsonlSink, NullSink, Sink
-from trainer_agent.stacks import StallDumps
+from trainer_agent.stack_dumps import StallDumps
 from trainer_agent.window import Window
 
 __version__ = "0.1.0"  # the distribution's version (pyproject.toml reads it); CHANGELOG.md says what changed

@@ -13,7 +13,7 @@ step() and record() never synchronize host and device, and no method raises into
 failure is logged once and training goes on. A background thread emits one window every interval_s,
 with Steps=0 when the loop is stuck. SIGTERM flushes the last window within 2 s even while the loop is
 blocked in a collective (see trainer_agent.sigterm), and so does interpreter exit. On every rank, a stall
-(no step for a while) writes every thread's stack once (see trainer_agent.stacks), and so does SIGTERM
+(no step for a while) writes every thread's stack once (see trainer_agent.stack_dumps), and so does SIGTERM
 while the loop is blocked.
 """
 
@@ -39,7 +39,7 @@ from trainer_agent.peaks import peak_tflops as table_peak_tflops
 from trainer_agent.peaks import precision_key
 from trainer_agent.pending import CompletedStep, CudaStepEvents, LossBuffer, read
 from trainer_agent.sinks import AUTO, Sink, build_sinks
-from trainer_agent.stacks import StackWatch, StallDumps
+from trainer_agent.stack_dumps import StackWatch, StallDumps
 from trainer_agent.window import Progress, Scale, Window, WindowTotals, host_metrics, job_metrics
 
 DEFAULT_INTERVAL_S = 60.0

@@ -69,8 +69,8 @@ def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
     return cleaned[:SLURM_NAME_MAX]
 
 
-# The stack dump (trainer_agent.stacks): one JSON line per rank and stall whose first key is this marker, the term the
-# control plane's log filter asks CloudWatch Logs for; its value is the line's format version.
+# The stack dump (trainer_agent.stack_dumps): one JSON line per rank and stall whose first key is this marker, the
+# term the control plane's log filter asks CloudWatch Logs for; its value is the line's format version.
 STACKS_MARKER = "StallwatchStacks"
 STACKS_VERSION = 1
 # What a decision reads of one stall's dumps (three FilterLogEvents pages of 1 MB, less each event's overhead): each

@@ -3,7 +3,7 @@
 sinks = FanOutSink([EmfStdoutSink(), JsonlSink("metrics.jsonl")])
 build_sinks("auto")   # CloudWatch (when boto3 and credentials are present) + the EMF stdout line
 
-A sink that also has `emit_stacks(dump)` takes the stall's stack dumps (trainer_agent.stacks): the stdout line and
+A sink that also has `emit_stacks(dump)` takes the stall's stack dumps (trainer_agent.stack_dumps): the stdout line and
 JSONL do; CloudWatch metrics do not.
 """
 
@@ -21,7 +21,7 @@ from typing import IO, Protocol, runtime_checkable
 from trainer_agent.cloudwatch import CloudWatchSink
 from trainer_agent.emf import emf_document
 from trainer_agent.log import logger, warn_once
-from trainer_agent.stacks import StackDump
+from trainer_agent.stack_dumps import StackDump
 from trainer_agent.window import Window
 
 AUTO = "auto"

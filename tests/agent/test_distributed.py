@@ -22,7 +22,7 @@ from tests.agent.distributed_worker import STALL_FLOOR_S
 from tests.core.signals_builder import SignalsBuilder
 from trainer_agent.contract import STACKS_MARKER
 from trainer_agent.sigterm import FLUSH_S
-from trainer_agent.stacks import POLL_S
+from trainer_agent.stack_dumps import POLL_S
 from trainer_agent.window import TERA
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -337,10 +337,12 @@ def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hos
     job = "j" * 62 + "9"
 
     # When its reads are planned (no call: the plan is the job's facts alone)
-    reads = adapter(platform, None)._reads(_facts(job, platform, hosts))  # type: ignore[arg-type]
-    searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle])]
+    facts = _facts(job, platform, hosts)
+    reads = adapter(platform, None)._reads(facts)  # type: ignore[arg-type]
+    searches = [*reads.agent.values(), *reads.platform.values(), *filter(None, [reads.log_idle]), *reads.parts]
 
     # Then every SEARCH is within the limit at any period, and the hosts each leaves out are read by name alongside
+    # (EC2: each search is sent as parts over the job's instances, which cover every one of them once)
     assert searches
     assert all(len(s.expression(metric_reads.LONGEST_PERIOD)) <= metric_reads.MAX_SEARCH_CHARS for s in searches)
     for search in searches:
@@ -348,6 +350,13 @@ def test_every_search_of_a_63_character_job_fits_cloudwatchs_1024_characters(hos
         assert len(left_out) == len(search.excluded)
     if platform is Platform.SAGEMAKER:  # its hosts are named "<job>/algo-N": fewer fit than the 24 a short name has
         assert all(0 < len(s.excluded) < source.MAX_EXCLUDED_PER_SEARCH for s in reads.platform.values())
+    else:
+        for search in reads.searches():
+            parts = [part for part, by_name in reads.parts.items() if search in by_name.values()]
+            covered = [host for part in parts for host in part.any_of]
+            assert sorted(covered) == sorted(facts.instance_ids)
+        if hosts <= 1000:  # one GetMetricData call
+            assert sum(1 for q in reads.all() if isinstance(q, SearchRef)) <= metric_reads.MAX_SEARCHES_PER_CALL
 
 
 @pytest.mark.parametrize("period", [2, 0, 90, -60])

@@ -107,6 +107,37 @@ def test_search_labels_each_series_and_plain_queries_still_work() -> None:
     assert by_label == {("s", "job/algo-1"): [1.0], ("s", "job/algo-2"): [2.0], ("p", "m Sum"): [9.0]}
 
 
+def test_a_search_with_groups_of_alternatives_matches_one_of_each() -> None:
+    # Given three instances' utilization and memory, and their power (a metric the SEARCH does not name)
+    cloudwatch = boto3.client("cloudwatch")
+    at = datetime.fromtimestamp(time.time() - 120, UTC)
+    for instance, value in (("i-1", 1.0), ("i-2", 2.0), ("i-3", 3.0)):
+        dims = [{"Name": "InstanceId", "Value": instance}]
+        data = [{"MetricName": m, "Dimensions": dims, "Timestamp": at, "Value": value} for m in ("util", "mem", "pow")]
+        cloudwatch.put_metric_data(Namespace="CWAgent", MetricData=data)
+    search = {
+        "Id": "s",
+        "Expression": 'SEARCH(\'{CWAgent,InstanceId} (MetricName="util" OR MetricName="mem") ("i-1" OR "i-3")\', '
+        "'Average', 60)",
+        "Label": "${PROP('MetricName')} job ${PROP('Dim.InstanceId')}",
+    }
+
+    # When it is read
+    results = cloudwatch.get_metric_data(
+        MetricDataQueries=[search],
+        StartTime=datetime.fromtimestamp(time.time() - 600, UTC),
+        EndTime=datetime.fromtimestamp(time.time(), UTC),
+    )["MetricDataResults"]
+
+    # Then each named metric of each named instance came back, labelled by both, and nothing else
+    assert {r["Label"]: r["Values"] for r in results} == {
+        "util job i-1": [1.0],
+        "mem job i-1": [1.0],
+        "util job i-3": [3.0],
+        "mem job i-3": [3.0],
+    }
+
+
 def test_other_logs_insights_queries_go_to_moto() -> None:
     # Given a log stream with two lines
     logs = boto3.client("logs")

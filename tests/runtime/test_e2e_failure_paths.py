@@ -88,10 +88,10 @@ def test_a_stop_that_raises_is_recorded_and_retried_by_the_next_sweep(
     stop = actions.stop
     broken = [True]
 
-    def stop_or_raise(clients: object, facts: object) -> actions.StopResult:
+    def stop_or_raise(clients: object, facts: object, at_fault: object = None) -> actions.StopResult:
         if broken[0]:
             raise RuntimeError("unexpected answer from StopTrainingJob")
-        return stop(clients, facts)
+        return stop(clients, facts, at_fault)
 
     monkeypatch.setattr(actions, "stop", stop_or_raise)
     event = alarm_event(_alarm(rt, JOB, alarms.GPU_IDLE, "algo-1"), "2026-11-30T10:06:00.000+0000")

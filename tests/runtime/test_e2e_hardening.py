@@ -269,7 +269,7 @@ def test_a_lambda_timeout_after_the_commit_is_completed_by_the_sweeper(rt, world
     # Given a warned job, and on_alarm killed right after it committed the stop (before StopTrainingJob)
     _warned(rt, world, context)
 
-    def timed_out(clients: object, facts: object) -> actions.StopResult:
+    def timed_out(clients: object, facts: object, at_fault: object = None) -> actions.StopResult:
         raise LambdaTimeout
 
     stop = actions.stop

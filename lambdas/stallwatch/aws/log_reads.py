@@ -12,7 +12,7 @@ fit its page (a busy cluster, a job the sweeper has not seen), two more reads as
 lines alone over the lookback (`LinePatterns.filter_patterns`: the fatal lines, then the checkpoint markers; one
 1,024-character pattern cannot hold both), so a crashed rank's error among 512 busy hosts is one page away, however
 much they write. A stalled job's decision also takes the agent's stack dumps since its last step: from these pages
-when they hold every line since then, else by one filtered read (`stack_reads`).
+when they hold every line since then, else by one filtered read (`stack_dump_reads`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from stallwatch.aws.stack_reads import read_stacks
+from stallwatch.aws.stack_dump_reads import read_stacks
 from stallwatch.core import contract, log_patterns
 from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
 from stallwatch.core.signals import LogLine
@@ -35,6 +35,7 @@ LAST_EVENT_QUERY = f"stats max(@timestamp) as {LAST_EVENT_FIELD} by @logStream"
 QUERY_POLL_SECONDS = 1.0  # first wait for a Logs Insights query; doubled up to QUERY_POLL_MAX_SECONDS
 QUERY_POLL_MAX_SECONDS = 8.0
 QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
+WHOLE_GROUP = ""  # `JobStreams.prefix` of streams that share no prefix (EC2's instance ids)
 QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
 
 
@@ -92,8 +93,9 @@ def _query_time(text: str) -> float:
 
 @dataclass(frozen=True)
 class JobStreams:
-    """Where a job's streams are: a log group, the prefix every one of them starts with, and the host of a stream
-    (None for another job's). SageMaker's by default."""
+    """Where a job's streams are: a log group, the prefix every one of them starts with (`WHOLE_GROUP`: they share
+    none, the group is read as a whole), and the host of a stream (None for another job's). SageMaker's by
+    default."""
 
     group: str = contract.SAGEMAKER_LOG_GROUP
     prefix: str | None = None  # default: "<job>/"
@@ -101,6 +103,11 @@ class JobStreams:
 
     def prefix_of(self, job: str) -> str:
         return self.prefix if self.prefix is not None else f"{job}/"
+
+    def selection(self, job: str) -> dict[str, str]:
+        """FilterLogEvents' selection of the job's streams."""
+        prefix = self.prefix_of(job)
+        return {"logGroupName": self.group} | ({"logStreamNamePrefix": prefix} if prefix else {})
 
     def host(self, stream: str, job: str) -> str | None:
         if self.host_of is not None:
@@ -123,7 +130,7 @@ def read_tails(
     quietest hosts' last ones (where a crashed rank's error is). One page each, so the calls do not grow with hosts;
     `freshness` (a host's newest event, as the sweeper last saw it) is raised by every line read. With
     `stacks_since`, the agent's stack dumps since then too: from the pages read when they hold every line since then
-    (a job whose hosts all fell quiet), else by one filtered read (`stack_reads`).
+    (a job whose hosts all fell quiet), else by one filtered read (`stack_dump_reads`).
 
     The second window starts `LOG_TAIL_SECONDS` before the quiet hosts' last lines, or later: as late as one page
     holds at the rate the first window saw (512 busy hosts at a line every 10 s: about 3 minutes), so a page that
@@ -170,8 +177,7 @@ def _stacks(
         for log in found.values():
             log.stacks += [line for line in log.lines if line.t >= since and contract.STACKS_MARKER in line.message]
         return
-    selection = {"logGroupName": streams.group, "logStreamNamePrefix": streams.prefix_of(job), "interleaved": True}
-    for line in read_stacks(logs, selection, since, now):
+    for line in read_stacks(logs, streams.selection(job) | {"interleaved": True}, since, now):
         host = streams.host(line.stream, job)
         if host in found:
             found[host].stacks.append(line)
@@ -193,8 +199,7 @@ def _read_window(
     filtered = {"filterPattern": notable} if notable else {}
     try:
         response = logs.filter_log_events(
-            logGroupName=streams.group,
-            logStreamNamePrefix=streams.prefix_of(job),
+            **streams.selection(job),
             startTime=max(start_ms, 0),
             endTime=end_ms,
             limit=PAGE_EVENTS,

@@ -13,6 +13,7 @@ at most 500 series per SEARCH, each labelled by the dynamic label given, here th
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,8 @@ from stallwatch.core.signals import Series
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 MAX_SERIES_PER_SEARCH = 500  # CloudWatch returns at most this many series from one SEARCH
+# "You can have as many as 100 search expressions on one graph" (search expression syntax, limits): held to per call.
+MAX_SEARCHES_PER_CALL = 100
 # "The maximum search expression query size is 1,024 characters" (CloudWatch search expression syntax, limits:
 # https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/search-expression-syntax.html); the whole
 # SEARCH(...) is held to it, the stricter reading.
@@ -55,8 +58,9 @@ class MetricRef:
 
 @dataclass(frozen=True)
 class SearchRef:
-    """Every series of one metric whose dimensions are `dimension_names` and match `exact` (plus, optionally, a
-    `phrase` found in a dimension value), each labelled by the dynamic `label`."""
+    """Every series of one metric (or of any of `names`, with it) whose dimensions are `dimension_names` and match
+    `exact` (plus, optionally, a `phrase` found in a dimension value, and one of the phrases `any_of`), each labelled
+    by the dynamic `label`."""
 
     namespace: str
     name: str
@@ -68,14 +72,19 @@ class SearchRef:
     divisor: float = 1.0
     period: int | None = None  # its own period, instead of the read's
     excluded: tuple[tuple[str, str], ...] = ()  # series left out (dimension, value): read by name instead
+    names: tuple[str, ...] = ()  # more metric names, any of them (the label then names the metric)
+    any_of: tuple[str, ...] = ()  # dimension values (exact phrases), any of them: the hosts of one part of a job
 
     def query(self, query_id: str, period: int) -> dict[str, Any]:
         return {"Id": query_id, "Expression": self.expression(period), "Label": self.label, "ReturnData": True}
 
     def expression(self, period: int) -> str:
-        terms = [f'MetricName="{self.name}"', *(f'{k}="{v}"' for k, v in self.exact)]
+        names = [f'MetricName="{name}"' for name in (self.name, *self.names)]
+        terms = [names[0] if len(names) == 1 else f"({' OR '.join(names)})", *(f'{k}="{v}"' for k, v in self.exact)]
         if self.phrase:
             terms.append(f'"{self.phrase}"')
+        if self.any_of:
+            terms.append("(" + " OR ".join(f'"{value}"' for value in self.any_of) + ")")
         if self.excluded:
             terms.append("NOT (" + " OR ".join(f'{k}="{v}"' for k, v in self.excluded) + ")")
         schema = ",".join((self.namespace, *self.dimension_names))
@@ -98,13 +107,12 @@ def read_metrics(
     cloudwatch: Any, wanted: list[MetricQuery], start: float, end: float, period: int = METRIC_PERIOD_SECONDS
 ) -> dict[MetricQuery, dict[str, Series]]:
     """Datapoints of every query, oldest first, per result label (a `MetricRef` has one, ``""``), divided by the
-    query's divisor; 500 queries per GetMetricData call, every page read."""
+    query's divisor; 500 queries (100 of them SEARCHes) per GetMetricData call, every page read."""
     out: dict[MetricQuery, dict[str, Series]] = {}
     unique = list(dict.fromkeys(wanted))
     for given in {period, *(q.period for q in unique if q.period)}:
         check_period(given)
-    for offset in range(0, len(unique), MAX_QUERIES_PER_CALL):
-        chunk = unique[offset : offset + MAX_QUERIES_PER_CALL]
+    for chunk in _calls(unique):
         points: dict[str, dict[str, list[Point]]] = {f"q{i}": defaultdict(list) for i in range(len(chunk))}
         request = {
             "MetricDataQueries": [q.query(f"q{i}", period) for i, q in enumerate(chunk)],
@@ -124,6 +132,21 @@ def read_metrics(
                 found.setdefault("", [])
             out[query] = {label: _series(series, query.divisor) for label, series in found.items()}
     return out
+
+
+def _calls(queries: list[MetricQuery]) -> Iterator[list[MetricQuery]]:
+    """The queries in GetMetricData calls: at most `MAX_QUERIES_PER_CALL`, `MAX_SEARCHES_PER_CALL` of them SEARCHes."""
+    chunk: list[MetricQuery] = []
+    searches = 0
+    for query in queries:
+        search = isinstance(query, SearchRef)
+        if len(chunk) == MAX_QUERIES_PER_CALL or (search and searches == MAX_SEARCHES_PER_CALL):
+            yield chunk
+            chunk, searches = [], 0
+        chunk.append(query)
+        searches += search
+    if chunk:
+        yield chunk
 
 
 def check_period(period: int) -> None:

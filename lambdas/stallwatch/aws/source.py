@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -23,7 +23,7 @@ from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
 from stallwatch.aws.store import Store
-from stallwatch.core import alarms, contract, stacks
+from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
@@ -37,6 +37,7 @@ from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, 
 
 AGENT_DIMENSIONS = (contract.DIM_JOB, contract.DIM_HOST)
 AGENT_LABEL = "${PROP('Dim.JobName')} ${PROP('Dim.Host')}"  # job names have no spaces
+PART_LABEL = "${PROP('MetricName')}"  # a part of a job's hosts reads several metrics: its labels name each one's
 MAX_EXCLUDED_PER_SEARCH = 24  # hosts a SEARCH names to leave out (its expression stays short); more: one more call
 
 
@@ -55,15 +56,17 @@ class JobReads:
     instances: dict[tuple[str, str], MetricRef] = field(default_factory=dict)  # (host, field) -> ref
     log_idle: SearchRef | None = None  # the sweeper's LogIdleSeconds, labelled "job host"
     named: dict[MetricRef, tuple[SearchRef, str]] = field(default_factory=dict)  # hosts a SEARCH leaves out
+    # The SEARCHes sent in place of the searches above, where a platform reads its hosts by name (`host_parts`):
+    # each one's series, labelled "<metric> job host", are the searches' of that metric name.
+    parts: dict[SearchRef, dict[str, SearchRef]] = field(default_factory=dict)
 
     def all(self) -> Iterator[MetricQuery]:
         yield from self.job.values()
         yield from self.named
-        yield from self.agent.values()
-        yield from self.platform.values()
+        covered = {search for by_name in self.parts.values() for search in by_name.values()}
+        yield from (search for search in self.searches() if search not in covered)
+        yield from self.parts
         yield from self.instances.values()
-        if self.log_idle:
-            yield self.log_idle
 
     def searches(self) -> list[SearchRef]:
         return [*self.agent.values(), *self.platform.values(), *filter(None, [self.log_idle])]
@@ -187,7 +190,7 @@ class AwsSignalSource(ABC):
     def _reads(self, facts: JobFacts) -> JobReads:
         job_dim = ((contract.DIM_JOB, facts.name),)
         period = self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
-        coarser = host_period(len(alarms.host_names(facts)), period)
+        coarser = host_period(len(alarms.host_names(facts)), period, self.description.host_series_read)
         hosts_period = coarser if coarser != period else None  # a job of many hosts: one answer still holds them
         reads = JobReads(
             job={
@@ -228,13 +231,14 @@ class AwsSignalSource(ABC):
         freshness: dict[str, float],
         now: float,
     ) -> JobSignals:
+        found = _from_parts(found, reads.parts)
         per_host = {search: _by_host(found.get(search, {}), facts.name) for search in reads.searches()}
         for ref, (search, host) in {**reads.named, **extra}.items():
             per_host[search][host] = found[ref][""]
         hosts: dict[str, HostSignals] = {}
         names = alarms.host_names(facts)
         agent = {name: found[ref][""] for name, ref in reads.job.items()}
-        stacks_since = stacks.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
+        stacks_since = stack_dumps.dumps_since(agent, now - LOOKBACK_SECONDS)  # None: stepping, or no agent
         logs = self._host_logs(facts, names, per_host, reads, freshness, now, stacks_since)
         for host in names:
             log = logs.get(host, HostLog())
@@ -255,6 +259,29 @@ class AwsSignalSource(ABC):
             )
         dumps = sorted({line for log in logs.values() for line in log.stacks}, key=_line_order)
         return JobSignals(facts=facts, now=now, hosts=hosts, agent=agent, stacks=tuple(dumps))
+
+    def _known_freshness(
+        self,
+        facts: JobFacts,
+        per_host: dict[MetricQuery, dict[str, Series]],
+        reads: JobReads,
+        freshness: dict[str, float],
+        now: float,
+    ) -> dict[str, float]:
+        """Each host's newest log event as the sweeper last published it (its `LogIdleSeconds`), or as the caller
+        knows it, whichever is later."""
+        known: dict[str, float] = {}
+        if reads.log_idle is not None:
+            period = reads.log_idle.period or self.policy.for_job(facts.tags).thresholds.alarm_period_seconds
+            known = {
+                host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end bounds it
+                for host, series in per_host[reads.log_idle].items()
+                if series.points
+                for t, idle in [series.points[-1]]
+            }
+        for host, t in freshness.items():
+            known[host] = max(known.get(host, t), t)
+        return known
 
     def _host_dimensions(self, search: SearchRef, job: str, host: str) -> tuple[tuple[str, str], ...]:
         """The dimensions of one host's series of `search` (to read it by name)."""
@@ -301,6 +328,48 @@ def agent_search(
 ) -> SearchRef:
     """One metric of every host of the job, in the Stallwatch namespace (the agent's, and `LogIdleSeconds`)."""
     return SearchRef(contract.NAMESPACE, name, AGENT_DIMENSIONS, job_dim, statistic, AGENT_LABEL, period=period)
+
+
+def host_parts(searches: Iterable[SearchRef], hosts: Sequence[str]) -> dict[SearchRef, dict[str, SearchRef]]:
+    """`searches` sent as SEARCHes over parts of `hosts` (exact phrases, `SearchRef.any_of`), the searches of one
+    schema, job, statistic and period together (their metric names ORed), each part as many hosts as keep it within
+    CloudWatch's 1,024 characters and 500 series: 34 to 37 instance ids a part, so that an EC2 job of 1,000 instances
+    is 89 to 94 SEARCHes, one GetMetricData call. Each part maps the metric names it reads to their searches."""
+    together: dict[tuple[object, ...], list[SearchRef]] = defaultdict(list)
+    for s in searches:
+        together[s.namespace, s.dimension_names, s.exact, s.statistic, s.period, s.label, s.divisor].append(s)
+    parts: dict[SearchRef, dict[str, SearchRef]] = {}
+    for group in together.values():
+        by_name = {s.name: s for s in group}
+        base = replace(group[0], names=tuple(s.name for s in group[1:]), label=f"{PART_LABEL} {group[0].label}")
+        most = MAX_SERIES_PER_SEARCH // len(by_name)
+        part: tuple[str, ...] = ()
+        for host in hosts:
+            wider = replace(base, any_of=(*part, host))
+            if part and (len(part) == most or not wider.fits()):
+                parts[replace(base, any_of=part)] = by_name
+                wider = replace(base, any_of=(host,))
+            if not wider.fits():
+                raise ValueError(f"host {host!r}: a SEARCH of {sorted(by_name)} over it is over 1,024 characters")
+            part = wider.any_of
+        if part:
+            parts[replace(base, any_of=part)] = by_name
+    return parts
+
+
+def _from_parts(
+    found: dict[MetricQuery, dict[str, Series]], parts: dict[SearchRef, dict[str, SearchRef]]
+) -> dict[MetricQuery, dict[str, Series]]:
+    """`found` with each part's series under its searches, by the metric name its label starts with."""
+    merged = dict(found)
+    for part, by_name in parts.items():
+        for search in by_name.values():
+            merged.setdefault(search, {})
+        for label, series in found.get(part, {}).items():
+            name, _, rest = label.partition(" ")
+            if name in by_name:
+                merged[by_name[name]][rest] = series
+    return merged
 
 
 def _by_host(found: dict[str, Series], job: str) -> dict[str, Series]:

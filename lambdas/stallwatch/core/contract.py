@@ -34,10 +34,11 @@ HOST_METRICS: dict[str, str] = {
     "StepTime": "Seconds",
 }
 
-# The agent's stack dump (trainer_agent.stacks): one JSON line per rank and stall, its first key this marker (`stacks`).
+# The agent's stack dump (trainer_agent.stack_dumps): one JSON line per rank and stall, its first key this marker
+# (`stacks`).
 STACKS_MARKER = "StallwatchStacks"
 STACKS_VERSION = 1
-STACKS_READ_BYTES = 2_800_000  # a decision reads this much of one stall's dumps (aws.stack_reads)
+STACKS_READ_BYTES = 2_800_000  # a decision reads this much of one stall's dumps (aws.stack_dump_reads)
 
 # Published by the control plane itself (sweeper), per host, from log-stream freshness.
 LOG_IDLE_SECONDS = "LogIdleSeconds"

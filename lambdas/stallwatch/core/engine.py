@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass, replace
 from typing import Any
 
-from stallwatch.core import evidence, log_patterns, measures, stacks
+from stallwatch.core import evidence, log_patterns, measures, stack_dumps
 from stallwatch.core.decision import STALLS, Action, Cadence, Decision, Diagnosis, JobState, stall_onset
 from stallwatch.core.measures import LEARNED_GAP_MARGIN
+from stallwatch.core.platforms import describe
 from stallwatch.core.policy import EffectivePolicy, Mode, Thresholds
 from stallwatch.core.reading import host_period
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
@@ -124,9 +125,11 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
 
 
 def _with_stacks(finding: _Finding, signals: JobSignals, found: dict[str, Any], state: JobState) -> _Finding:
-    """A stall's finding with where every rank is, from the agent's dumps since the last progress (`core.stacks`):
+    """A stall's finding with where every rank is, from the agent's dumps since the last progress (`core.stack_dumps`):
     the odd rank out, or one line saying why no dump tells."""
-    report = stacks.explain(stacks.latest(signals.stacks, stall_onset(found, state.stall_since)), signals.has_agent)
+    report = stack_dumps.explain(
+        stack_dumps.latest(signals.stacks, stall_onset(found, state.stall_since)), signals.has_agent
+    )
     found["stacks"] = report.evidence()
     return replace(finding, reasons=(*finding.reasons, report.summary))
 
@@ -320,8 +323,9 @@ def _diagnose(
         else None
     )
     interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
+    series = describe(signals.facts.platform).host_series_read
     period = max(
-        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds)),
+        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds, series)),
         measures.agent_window(signals.agent) or 0.0,
     )
     pauses = measures.Pauses(state.busy_pause_s, state.idle_pause_s).merged(

@@ -36,13 +36,13 @@ HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_REA
 DATAPOINTS_PER_ANSWER = 100_800  # GetMetricData answers at most this many datapoints a call, and pages the rest
 
 
-def host_period(hosts: int, period: int) -> int:
-    """The period of a job's per-host series: the job's own (`period`), or, for a job of so many hosts that one
-    GetMetricData answer would not hold them (above 109 hosts at 60 s), the smallest multiple of it that does
-    (512 hosts: 300 s). The job's own series keep `period`."""
+def host_period(hosts: int, period: int, series: int = HOST_SERIES_READ) -> int:
+    """The period of a job's per-host series (`series` a host: its platform's `host_series_read`): the job's own
+    (`period`), or, for a job of so many hosts that one GetMetricData answer would not hold them (above 109 hosts
+    at 60 s), the smallest multiple of it that does (512 hosts: 300 s). The job's own series keep `period`."""
     room = DATAPOINTS_PER_ANSWER - len(contract.JOB_METRICS) * (LOOKBACK_SECONDS // period)
     multiple = 1
-    while hosts * HOST_SERIES_READ * (LOOKBACK_SECONDS // (period * multiple)) > room:
+    while hosts * series * (LOOKBACK_SECONDS // (period * multiple)) > room:
         multiple += 1
     return period * multiple
 

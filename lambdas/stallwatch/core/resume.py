@@ -97,7 +97,7 @@ class StopRecord:
     stall_onset: float  # when progress stopped (the last step, else the last log line, else the decision)
     ok: bool | None  # whether the stop call succeeded; None while its outcome is not recorded yet
     slack_ts: str | None = None  # the stop message's timestamp, for a thread (bot mode)
-    why: str | None = None  # where the ranks were: the agent's stack dumps, summed up (`core.stacks`)
+    why: str | None = None  # where the ranks were: the agent's stack dumps, summed up (`core.stack_dumps`)
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ class JobSignals:
     now: float
     hosts: dict[str, HostSignals] = field(default_factory=dict)
     agent: dict[str, Series] = field(default_factory=dict)  # contract.JOB_METRICS name -> series (rank 0)
-    # The agent's stack dumps (`core.stacks`) read since the job's last step: every rank's at a stall.
+    # The agent's stack dumps (`core.stack_dumps`) read since the job's last step: every rank's at a stall.
     stacks: tuple[LogLine, ...] = ()
 
     @property

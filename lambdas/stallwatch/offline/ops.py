@@ -154,6 +154,14 @@ class Deployment:
         days = ttl_days if ttl_days is not None else StallwatchConfig().incident_ttl_days
         return Store(self.clients.dynamodb, self.table, days)
 
+    def store_if_deployed(self) -> Store | None:
+        """The table when the deployment has one; None when none answers (a `--config` file without a stack: the
+        platforms whose jobs are read from the cloud need none)."""
+        try:
+            return self.store()
+        except OpsError:
+            return None
+
 
 # ---- incidents --------------------------------------------------------------------------------------------------
 
@@ -331,7 +339,7 @@ def effective_policy(deployment: Deployment, job: str | None, platform: Platform
 
     config = deployment.config
     tags = (
-        adapter(platform, deployment.clients, config, deployment.store()).facts(job).tags if job else {}
+        adapter(platform, deployment.clients, config, deployment.store_if_deployed()).facts(job).tags if job else {}
     )  # an EC2 job's: merged over its instances
     return config.policy.for_job(tags), tags
 

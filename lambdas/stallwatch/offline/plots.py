@@ -140,8 +140,9 @@ class GoodputChart:
         return {c: 100 * t.seconds / wall for c, t in self.goodput.totals.items() if t.seconds > 0 and wall > 0}
 
     def category_seconds(self) -> dict[Category, float]:
-        """The timeline's seconds per category: the report's totals."""
-        found = dict.fromkeys(Category, 0.0)
+        """The timeline's seconds per category: the report's totals (its categories: a scheduler's holds only where
+        the run has some)."""
+        found = dict.fromkeys(self.goodput.totals, 0.0)
         for bar in self.bars:
             found[bar.category] += bar.width
         return found

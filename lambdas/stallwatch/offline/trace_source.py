@@ -6,8 +6,8 @@
 It shows the engine what `aws.source` would at the same moment: datapoints aggregated into the same
 1-minute periods with the same statistics, the same lookback, per-device platform metrics, the agent's
 metrics, per-host log freshness and tails with fatal-error lines, the sweeper's `LogIdleSeconds` as the replay
-publishes them (`publish_log_idle`), the agent's stack dumps since the last step when it shows none (`core.stacks`),
-and the secondary status history.
+publishes them (`publish_log_idle`), the agent's stack dumps since the last step when it shows none
+(`core.stack_dumps`), and the secondary status history.
 Trace time ``t`` (seconds since InProgress) maps to epoch seconds as ``TRACE_EPOCH + t``.
 """
 
@@ -18,7 +18,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from stallwatch.core import alarms, contract, stacks
+from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.evaluator import MetricKey, metric_key
 from stallwatch.core.platforms import describe
 from stallwatch.core.reading import (
@@ -129,7 +129,9 @@ class TraceSource:
         self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
         self._platform_description = describe(self.job.platform)
         self.hosts = alarms.host_names(self._layout)
-        self.host_period = host_period(len(self.hosts), METRIC_PERIOD_SECONDS)
+        self.host_period = host_period(
+            len(self.hosts), METRIC_PERIOD_SECONDS, self._platform_description.host_series_read
+        )
         self._metrics: dict[MetricKey, _Points] = defaultdict(_Points)
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
@@ -289,11 +291,11 @@ class TraceSource:
             now=now,
             hosts={host: self._host(host, now, tail_start) for host in self.hosts},
             agent=agent,
-            stacks=self._stacks_since(stacks.dumps_since(agent, now - self.lookback), now),
+            stacks=self._stacks_since(stack_dumps.dumps_since(agent, now - self.lookback), now),
         )
 
     def _stacks_since(self, since: float | None, now: float) -> tuple[LogLine, ...]:
-        """The dump lines in [since, now], as `aws.stack_reads` reads them (None: not read)."""
+        """The dump lines in [since, now], as `aws.stack_dump_reads` reads them (None: not read)."""
         if since is None:
             return ()
         times = [line.t for line in self._stacks]

@@ -1,8 +1,9 @@
 """EC2 jobs: the instances tagged ``stallwatch:job=<name>`` (or one tagged ``stallwatch:monitor=true``, named by its
-id), read with DescribeInstances, their CloudWatch agent metrics read per instance by name, their logs from their
-instance-id streams in the job's log group; stopped with StopInstances, resumed by starting the same instances again
-(StartInstances: the user's launch script resumes from the checkpoint), restarted in place on them
-(`runtime.recover`), a run being each start of the group (`ec2_goodput`).
+id), read with DescribeInstances, their CloudWatch agent metrics by SEARCHes over parts of the job's instances, their
+logs from their instance-id streams in the job's log group (read as a whole); stopped with StopInstances, resumed by
+starting the same instances again (StartInstances: the user's launch script resumes from the checkpoint), restarted
+in place on them (`runtime.recover`), a run being each start of the group (`ec2_goodput`). A decision's reads do not
+grow with the nodes (docs/lambdas.md, "Scale").
 
 The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, per device already (see docs/lambdas.md).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -19,18 +21,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 from stallwatch.aws import autoscaling
 from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.events import InstanceStateChange
-from stallwatch.aws.log_reads import HostLog
-from stallwatch.aws.metric_reads import MetricQuery, MetricRef
+from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
+from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
-from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads
-from stallwatch.aws.stack_reads import read_stacks
-from stallwatch.core import alarms, clusters, contract, log_patterns
+from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search, host_parts
+from stallwatch.core import alarms, clusters, contract
 from stallwatch.core import resume as planning
 from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.goodput import JobSpan
-from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, HOST_METRICS_READ, memory_percent
 from stallwatch.core.platforms.interface import (
     AuditTrail,
     Change,
@@ -44,11 +45,11 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT, LOG_TAIL_SECONDS, LOOKBACK_SECONDS
+from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, LogLine, Platform, Series
+from stallwatch.core.signals import JobFacts, Platform, Series
 
-LOG_TAIL_PAGES = 2  # FilterLogEvents pages of a job's streams
+INSTANCES_PAGE = 1000  # DescribeInstances MaxResults: 5 to 1,000 (not with InstanceIds)
 RECENT_STREAM_PAGES = 2  # pages of a log group's most recently written streams read before asking per host
 # The instances a sweep looks at: running, and tagged with a job or the monitor tag (EC2 filters match tag values
 # exactly, so the values are matched in code, as `clusters.job_of` does).
@@ -215,7 +216,9 @@ class Ec2Platform(AwsSignalSource):
         )
 
     def _describe_instances(self, **request: Any) -> list[dict[str, Any]]:
-        pages = self.clients.ec2.get_paginator("describe_instances").paginate(**request)
+        """Every page; a filtered request asks `INSTANCES_PAGE` a page (AWS's most), a job of 1,000 nodes one call."""
+        paging = {} if "InstanceIds" in request else {"PaginationConfig": {"PageSize": INSTANCES_PAGE}}
+        pages = self.clients.ec2.get_paginator("describe_instances").paginate(**request, **paging)
         return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
     def _group_facts(self, name: str, instances: list[dict[str, Any]]) -> JobFacts:
@@ -292,69 +295,15 @@ class Ec2Platform(AwsSignalSource):
         now: float,
         stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
-        """The hosts' newest event times (their streams), the lines around the quietest host's last event, and the
-        agent's stack dumps since `stacks_since`."""
-        patterns = self.policy.for_job(facts.tags).line_patterns
+        """The hosts' tails from their log group as a whole (`log_reads.read_tails`: a job's instance-id streams
+        share no prefix, and naming them is 100 streams a call), each line's stream telling its host; their newest
+        events as the sweeper last published them (`LogIdleSeconds`) or the caller knows them."""
+        known = self._known_freshness(facts, per_host, reads, freshness, now)
         instances = set(facts.instance_ids)
-        host_of = lambda stream: _host_of(stream, instances)  # noqa: E731 - one line, used twice
         group = facts.log_group or self.config.ec2_log_group
-        found = self.log_streams(facts)
-        newest = _newest(found, host_of)
-        if not newest:
-            return {}
-        streams = [s["logStreamName"] for s in found]
-        window = {
-            "startTime": max(int((min(newest.values()) - LOG_TAIL_SECONDS) * 1000), 0),
-            "endTime": int(now * 1000),
-        }
-        logs = {host: HostLog(last_t=t) for host, t in newest.items()}
-        lookback = {"startTime": max(int((now - LOOKBACK_SECONDS) * 1000), 0), "endTime": int(now * 1000)}
-        for i in range(0, len(streams), FILTER_STREAMS_LIMIT):
-            selection = {"logGroupName": group, "logStreamNames": streams[i : i + FILTER_STREAMS_LIMIT]}
-            held = self._read_lines(selection | window, host_of, logs, LOG_TAIL_PAGES, patterns)
-            if not held:
-                for pattern in patterns.filter_patterns:  # the pages did not reach now: the notable lines alone
-                    self._read_lines(selection | lookback | {"filterPattern": pattern}, host_of, logs, 1, patterns)
-            if stacks_since is not None and not (held and window["startTime"] <= stacks_since * 1000):
-                for line in read_stacks(self.clients.logs, selection, stacks_since, now):  # not all in the pages
-                    if (host := host_of(line.stream)) in logs:
-                        logs[host].stacks.append(line)
-        if stacks_since is not None:  # the pages' dumps (a filtered read's are no lines of the tail)
-            for log in logs.values():
-                log.stacks += [ln for ln in log.lines if ln.t >= stacks_since and contract.STACKS_MARKER in ln.message]
-        for log in logs.values():
-            log.lines.sort(key=lambda line: line.t)
-            log.notable.sort(key=lambda line: line.t)
-        return logs
-
-    def _read_lines(
-        self,
-        request: dict[str, Any],
-        host_of: Callable[[str], str | None],
-        logs: dict[str, HostLog],
-        pages: int,
-        patterns: log_patterns.LinePatterns,
-    ) -> bool:
-        """FilterLogEvents pages into each host's lines, or, with a `filterPattern`, its notable lines; whether they
-        held the whole window."""
-        for _ in range(pages):
-            response = self.clients.logs.filter_log_events(**request)
-            for event in response.get("events", []):
-                host = host_of(event["logStreamName"])
-                if host not in logs:
-                    continue
-                message = event["message"].rstrip("\n")
-                line = LogLine.read(event["timestamp"] / 1000, event["logStreamName"], message, patterns)
-                log = logs[host]
-                if "filterPattern" not in request:
-                    log.lines.append(line)
-                elif line.pattern or line.marker:
-                    log.notable.append(line)
-                log.last_t = max(log.last_t or line.t, line.t)
-            if not response.get("nextToken"):
-                return True
-            request["nextToken"] = response["nextToken"]
-        return False
+        streams = JobStreams(group, WHOLE_GROUP, lambda stream, _: _host_of(stream, instances))
+        patterns = self.policy.for_job(facts.tags).line_patterns
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, streams, stacks_since)
 
     def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
@@ -389,10 +338,18 @@ class Ec2Platform(AwsSignalSource):
         return None
 
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
-        for host in alarms.host_names(facts):
-            dims = tuple(host_dimensions(host).items())
-            reads.instances.update({(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in HOST_METRICS.items()})
-        return reads
+        """The CloudWatch agent's series by InstanceId, labelled "job host" as the agent's are, and the sweeper's
+        `LogIdleSeconds`; every host series read by SEARCHes over parts of the job's instances (`host_parts`),
+        as the CloudWatch agent's series carry no job: a job of 1,000 instances is one GetMetricData call."""
+        label = f"{facts.name} ${{PROP('Dim.{contract.CWAGENT_DIM_INSTANCE}')}}"
+        platform = {
+            fld: SearchRef(ns, name, (contract.CWAGENT_DIM_INSTANCE,), (), "Average", label, period=hosts_period)
+            for fld, (ns, name) in HOST_METRICS.items()
+            if fld in HOST_METRICS_READ
+        }
+        idle = agent_search(contract.LOG_IDLE_SECONDS, ((contract.DIM_JOB, facts.name),), "Maximum", hosts_period)
+        reads = replace(reads, platform=platform, log_idle=idle)
+        return replace(reads, parts=host_parts(reads.searches(), alarms.host_names(facts)))
 
     def _platform_series(
         self,
@@ -402,9 +359,9 @@ class Ec2Platform(AwsSignalSource):
         found: dict[MetricQuery, dict[str, Series]],
         per_host: dict[MetricQuery, dict[str, Series]],
     ) -> dict[str, Series]:
-        series = {fld: found[ref][""] for (ref_host, fld), ref in reads.instances.items() if ref_host == host}
-        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
-        return series
+        series = {fld: per_host[search].get(host, Series()) for fld, search in reads.platform.items()}
+        memory = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
+        return series | {"gpu_mem_util": memory, "cpu_util": Series()}  # cpu_util: no rule reads it
 
 
 def _host_of(stream: str, hosts: set[str]) -> str | None:

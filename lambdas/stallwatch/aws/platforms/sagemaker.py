@@ -251,21 +251,11 @@ class SageMakerPlatform(AwsSignalSource):
     ) -> dict[str, HostLog]:
         """Each host's newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows
         it, raised by the lines read."""
-        effective = self.policy.for_job(facts.tags)
         if reads.log_idle is None:
             return {}
-        period = reads.log_idle.period or effective.thresholds.alarm_period_seconds
-        known = {
-            host: min(t + period - idle, now)  # the datapoint's period holds the publication: its end is an upper bound
-            for host, series in per_host[reads.log_idle].items()
-            if series.points
-            for t, idle in [series.points[-1]]
-        }
-        for host, t in freshness.items():
-            known[host] = max(known.get(host, t), t)
-        return read_tails(
-            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, stacks_since=stacks_since
-        )
+        known = self._known_freshness(facts, per_host, reads, freshness, now)
+        patterns = self.policy.for_job(facts.tags).line_patterns
+        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, stacks_since=stacks_since)
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

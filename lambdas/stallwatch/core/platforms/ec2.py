@@ -23,6 +23,8 @@ HOST_METRICS = {
     "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
     "gpu_power": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_POWER),
 }
+# The CloudWatch agent's series a decision reads (`cpu_util` is no rule's: SageMaker's is not read either).
+HOST_METRICS_READ = ("gpu_util", "gpu_mem_used", "gpu_mem_total", "gpu_power")
 # A job is its `stallwatch:job` tag or an instance id.
 JOB_NAME = re.compile(f"(?:{clusters.INSTANCE_ID.pattern})|(?:{clusters.JOB_NAME.pattern})")
 
@@ -46,6 +48,7 @@ class Ec2Description(PlatformDescription):
     monitor_setting = "monitor_ec2"
     resource = "an EC2 job"
     host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
+    host_series_read = len(EC2_HOST_AGENT_METRICS_READ) + len(HOST_METRICS_READ) + 1  # and LogIdleSeconds
     named_hosts = True
     restarts_in_place = True
     configured_logs = True

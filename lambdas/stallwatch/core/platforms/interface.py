@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Protocol
 
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.reading import HOST_SERIES_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
 
@@ -50,6 +51,7 @@ class PlatformDescription:
     monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
     resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
     host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series a decision reads (core.reading)
+    host_series_read: ClassVar[int] = HOST_SERIES_READ  # every per-host series a decision reads (`host_period`)
     named_hosts: ClassVar[bool] = False  # its hosts are named by the platform (`JobFacts.instance_ids`), not counted
     # A stalled job may be restarted in place on its own nodes (`runtime.recover`), when its tags opt in.
     restarts_in_place: ClassVar[bool] = False

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stallwatch.core import log_patterns, stacks
+from stallwatch.core import log_patterns, stack_dumps
 from stallwatch.core.decision import Diagnosis
 from stallwatch.core.signals import LogLine, Series
 from tests.core.signals_builder import SignalsBuilder
@@ -41,8 +41,8 @@ IN_LOADER = [("loader.py", 88, "__next__", False), ("train.py", 198, "train", Fa
 
 
 def test_the_loader_stall_names_rank_1_behind_in_the_sequence_and_its_file_and_line() -> None:
-    report = stacks.explain(stacks.latest(lines(LOADER)))
-    assert (report.rule, report.named) == (stacks.SEQUENCE, [1])
+    report = stack_dumps.explain(stack_dumps.latest(lines(LOADER)))
+    assert (report.rule, report.named) == (stack_dumps.SEQUENCE, [1])
     assert report.summary == (
         "1 rank in all_reduce (distributed_worker.py:158, seq 4); rank 1 on vm in distributed_worker.py:135 "
         "`time.sleep(BLOCK_S)  # the stuck read`, seq 3"
@@ -50,8 +50,8 @@ def test_the_loader_stall_names_rank_1_behind_in_the_sequence_and_its_file_and_l
 
 
 def test_the_checkpoint_stall_names_rank_0_outside_the_collective_the_other_waits_in() -> None:
-    report = stacks.explain(stacks.latest(lines(CHECKPOINT)))
-    assert (report.rule, report.named) == (stacks.COLLECTIVE, [0])
+    report = stack_dumps.explain(stack_dumps.latest(lines(CHECKPOINT)))
+    assert (report.rule, report.named) == (stack_dumps.COLLECTIVE, [0])
     assert report.summary.startswith("1 rank in all_reduce (distributed_worker.py:158); rank 0 on vm in ")
     assert 'distributed_worker.py:142 `with path.open("wb") as checkpoint:' in report.summary
 
@@ -61,7 +61,7 @@ def test_63_ranks_in_all_reduce_and_one_in_its_loader_name_the_one_with_its_host
     messages = [dump_line(r, IN_ALL_REDUCE, 64, 88421) for r in range(64) if r != 17]
     messages.append(dump_line(17, IN_LOADER, 64, 88420))
 
-    report = stacks.explain(stacks.latest(lines(messages)))
+    report = stack_dumps.explain(stack_dumps.latest(lines(messages)))
 
     assert report.named == [17]
     assert report.summary == (
@@ -71,23 +71,23 @@ def test_63_ranks_in_all_reduce_and_one_in_its_loader_name_the_one_with_its_host
     assert evidence["named"] == [17]
     odd, majority = evidence["groups"]
     assert (odd["odd"], odd["count"], odd["hosts"], odd["frames"][0]) == (True, 1, ["algo-3"], "loader.py:88 __next__")
-    assert (majority["count"], len(majority["ranks"])) == (63, stacks.RANKS_NAMED)
+    assert (majority["count"], len(majority["ranks"])) == (63, stack_dumps.RANKS_NAMED)
     assert len(json.dumps(evidence)) < 4_000
 
 
 def test_without_the_recorder_ranks_outside_any_collective_are_named_and_a_minority_otherwise() -> None:
     waiting = [dump_line(r, IN_ALL_REDUCE, 8) for r in range(7)]
-    assert stacks.explain(stacks.latest(lines([*waiting, dump_line(7, IN_LOADER, 8)]))).named == [7]
+    assert stack_dumps.explain(stack_dumps.latest(lines([*waiting, dump_line(7, IN_LOADER, 8)]))).named == [7]
     # every rank outside a collective: the smaller group is named
     eval_loop = [("eval.py", 40, "evaluate", False)]
     elsewhere = [dump_line(r, IN_LOADER, 8) for r in range(6)] + [dump_line(r, eval_loop, 8) for r in (6, 7)]
-    report = stacks.explain(stacks.latest(lines(elsewhere)))
-    assert (report.rule, report.named) == (stacks.MINORITY, [6, 7])
+    report = stack_dumps.explain(stack_dumps.latest(lines(elsewhere)))
+    assert (report.rule, report.named) == (stack_dumps.MINORITY, [6, 7])
 
 
 def test_a_tie_names_nobody_and_says_where_each_group_is() -> None:
-    report = stacks.explain(
-        stacks.latest(lines([dump_line(0, IN_LOADER, 2), dump_line(1, [("eval.py", 1, "f", False)], 2)]))
+    report = stack_dumps.explain(
+        stack_dumps.latest(lines([dump_line(0, IN_LOADER, 2), dump_line(1, [("eval.py", 1, "f", False)], 2)]))
     )
     assert report.rule is None
     assert report.named == []
@@ -96,14 +96,16 @@ def test_a_tie_names_nobody_and_says_where_each_group_is() -> None:
 
 def test_when_every_rank_waits_the_ranks_without_a_dump_are_named() -> None:
     # Given 15 of 16 ranks waiting in all_reduce and rank 9 silent (a dead process writes no dump)
-    report = stacks.explain(stacks.latest(lines([dump_line(r, IN_ALL_REDUCE, 16) for r in range(16) if r != 9])))
-    assert (report.rule, report.named, report.missing) == (stacks.MISSING, [9], (9,))
+    report = stack_dumps.explain(
+        stack_dumps.latest(lines([dump_line(r, IN_ALL_REDUCE, 16) for r in range(16) if r != 9]))
+    )
+    assert (report.rule, report.named, report.missing) == (stack_dumps.MISSING, [9], (9,))
     assert report.summary.endswith("; no dump from rank 9")
 
 
 def test_a_read_that_holds_few_ranks_names_no_missing_rank() -> None:
     # Given 40 of a 4,096-rank job's dumps (a read cut short), all in one place
-    report = stacks.explain(stacks.latest(lines([dump_line(r, IN_ALL_REDUCE, 4096) for r in range(40)])))
+    report = stack_dumps.explain(stack_dumps.latest(lines([dump_line(r, IN_ALL_REDUCE, 4096) for r in range(40)])))
     assert report.named == []
     assert "of 4096 ranks" in report.summary
 
@@ -115,7 +117,7 @@ def test_each_ranks_newest_dump_since_the_stall_began_counts_and_launcher_prefix
         LogLine.read(200.0, "s", "[default0]:" + dump_line(0, IN_ALL_REDUCE, 2)),
         LogLine.read(201.0, "s", "1: " + dump_line(1, IN_LOADER, 2)),
     ]
-    found = stacks.latest([old, *new], since=150.0)
+    found = stack_dumps.latest([old, *new], since=150.0)
     assert [(d.rank, d.t) for d in found] == [(0, 200.0), (1, 201.0)]
 
 
@@ -132,7 +134,7 @@ def test_each_ranks_newest_dump_since_the_stall_began_counts_and_launcher_prefix
     ],
 )
 def test_a_line_that_is_not_a_well_formed_dump_is_ignored(message: str) -> None:
-    assert stacks.latest([LogLine.read(1.0, "s", message)]) == []
+    assert stack_dumps.latest([LogLine.read(1.0, "s", message)]) == []
 
 
 def test_a_dump_is_the_agents_own_line_never_a_fatal_line_or_a_checkpoint_marker() -> None:
@@ -147,11 +149,11 @@ def test_the_read_starts_at_the_last_window_with_a_step_and_not_at_all_while_ste
     stepping = {"Steps": Series(((60.0, 30.0), (120.0, 28.0)))}
     stalled = {"Steps": Series(((60.0, 30.0), (120.0, 2.0), (180.0, 0.0), (240.0, 0.0)))}
     never = {"Steps": Series(((60.0, 0.0),))}
-    assert stacks.dumps_since(stepping, 0.0) is None
-    assert stacks.dumps_since(stalled, 0.0) == 120.0
-    assert stacks.dumps_since(never, -5.0) == -5.0
-    assert stacks.dumps_since({}, 0.0) is None  # no agent: no dump to read
-    assert len(stacks.FILTER_PATTERN) <= 1024
+    assert stack_dumps.dumps_since(stepping, 0.0) is None
+    assert stack_dumps.dumps_since(stalled, 0.0) == 120.0
+    assert stack_dumps.dumps_since(never, -5.0) == -5.0
+    assert stack_dumps.dumps_since({}, 0.0) is None  # no agent: no dump to read
+    assert len(stack_dumps.FILTER_PATTERN) <= 1024
 
 
 # --- in the decision ----------------------------------------------------------------------------------------------
@@ -174,13 +176,13 @@ def test_dumps_of_an_earlier_stall_are_not_this_ones() -> None:
     # Given rank 5's dump written during a pause an hour before the steps stopped
     builder = hung(hosts=1).stacks([(ONSET - HOUR, dump_line(5, IN_LOADER, 8))])
     decision = diagnose(builder, ONSET + 16 * MIN)
-    assert stacks.NO_DUMPS in decision.reasons
+    assert stack_dumps.NO_DUMPS in decision.reasons
 
 
 def test_without_the_agent_the_alert_says_in_one_line_that_there_is_no_dump() -> None:
     decision = diagnose(idle_without_agent(), ONSET + 40 * MIN, ENFORCE)
     assert decision.stalled
-    assert [r for r in decision.reasons if "stack" in r] == [stacks.NO_AGENT]
+    assert [r for r in decision.reasons if "stack" in r] == [stack_dumps.NO_AGENT]
     assert decision.evidence["stacks"]["groups"] == []
 
 

@@ -2,17 +2,17 @@
 
     lines = read_stacks(logs, {"logGroupName": group, "logStreamNamePrefix": "my-job/"}, since, now)
 
-One call asks CloudWatch Logs for the dump lines alone (`stacks.FILTER_PATTERN`) since the job's last step; a stall's
-dumps are one line per rank, each kept by the agent within `contract.STACKS_READ_BYTES` over the ranks, so
+One call asks CloudWatch Logs for the dump lines alone (`stack_dumps.FILTER_PATTERN`) since the job's last step; a
+stall's dumps are one line per rank, each kept by the agent within `contract.STACKS_READ_BYTES` over the ranks, so
 `STACK_PAGES` pages hold every rank's. The decision reads them only when the agent's metrics show no step
-(`stacks.dumps_since`): a healthy decision makes no call.
+(`stack_dumps.dumps_since`): a healthy decision makes no call.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from stallwatch.core import stacks
+from stallwatch.core import stack_dumps
 from stallwatch.core.signals import LogLine
 
 STACK_PAGES = 3  # FilterLogEvents pages of 1 MB (contract.STACKS_READ_BYTES fits them)
@@ -25,7 +25,7 @@ def read_stacks(logs: Any, selection: dict[str, Any], since: float, now: float) 
     request = selection | {
         "startTime": max(int(since * 1000), 0),
         "endTime": int(now * 1000),
-        "filterPattern": stacks.FILTER_PATTERN,
+        "filterPattern": stack_dumps.FILTER_PATTERN,
         "limit": PAGE_EVENTS,
     }
     lines: list[LogLine] = []

@@ -15,9 +15,9 @@ import torch
 
 from tests.agent.conftest import MemorySink
 from trainer_agent import StallDumps, TrainerAgent
-from trainer_agent import stacks as stacks_module
+from trainer_agent import stack_dumps as stack_dumps_module
 from trainer_agent.contract import STACKS_MARKER, STACKS_READ_BYTES
-from trainer_agent.stacks import (
+from trainer_agent.stack_dumps import (
     MAX_LINE_BYTES,
     MIN_LINE_BYTES,
     SIGTERM,
@@ -125,7 +125,7 @@ def test_a_stalled_loop_gets_one_dump_of_its_stacks_through_the_sinks_that_take_
         f["func"] == "test_a_stalled_loop_gets_one_dump_of_its_stacks_through_the_sinks_that_take_them"
         for f in dump.main
     )
-    this = next(f for f in dump.main if f["file"].endswith("test_stacks.py"))
+    this = next(f for f in dump.main if f["file"].endswith("test_stack_dumps.py"))
     assert "lib" not in this
     assert "agent._stacks.check()" in this["code"]
 
@@ -226,8 +226,8 @@ def test_a_failing_sink_never_reaches_the_loop_and_the_others_still_get_the_dump
 def test_a_source_file_that_cannot_be_read_in_time_leaves_its_lines_out(watched, stacks_sink, clock, monkeypatch):
     # Given source files on a mount that hangs
     hung = threading.Event()
-    monkeypatch.setattr(stacks_module.linecache, "getline", lambda *_: hung.wait(30.0) and "")
-    monkeypatch.setattr(stacks_module, "SOURCE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(stack_dumps_module.linecache, "getline", lambda *_: hung.wait(30.0) and "")
+    monkeypatch.setattr(stack_dumps_module, "SOURCE_TIMEOUT_S", 0.2)
     agent = watched()
     steps(agent, clock, 2, every_s=1.0)
 

@@ -11,7 +11,7 @@ import pytest
 
 from handlers import on_alarm
 from stallwatch.aws.store import job_key
-from stallwatch.core import alarms, stacks
+from stallwatch.core import alarms, stack_dumps
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from tests.fixtures.request_limits import recording, slack_violations
@@ -37,7 +37,7 @@ def _stack_reads(requests) -> list[dict]:
     return [
         r.params
         for r in requests
-        if r.operation == "FilterLogEvents" and r.params.get("filterPattern") == stacks.FILTER_PATTERN
+        if r.operation == "FilterLogEvents" and r.params.get("filterPattern") == stack_dumps.FILTER_PATTERN
     ]
 
 
@@ -121,8 +121,9 @@ def test_an_ec2_clusters_dumps_are_read_from_its_instances_streams(rt, world, sl
             alarm_event(alarms.alarm_name(rt.config.alarm_prefix, "ec2", EC2_JOB, alarms.PROGRESS)), context
         )
 
-    # Then the warning names rank 1, read from the instances' streams by one filtered call
+    # Then the warning names rank 1, read by one filtered call over the job's log group (each line's stream, an
+    # instance id, names its node)
     assert result["diagnosis"] == "hang"
     (read,) = _stack_reads(requests)
-    assert sorted(read["logStreamNames"]) == instances
+    assert (read["logGroupName"], read.get("logStreamNames")) == (EC2_LOG_GROUP, None)
     assert f"rank 1 on vm in {WHERE}" in str(slack.posts[0]["blocks"])

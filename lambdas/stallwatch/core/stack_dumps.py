@@ -1,7 +1,7 @@
 """Why it hung: the agent's stack dumps (one line per rank per stall), grouped, and the odd rank out named.
 
-    dumps = stacks.latest(signals.stacks, since=last_step_t)    # each rank's newest dump of this stall
-    report = stacks.explain(dumps, has_agent=True)
+    dumps = stack_dumps.latest(signals.stacks, since=last_step_t)    # each rank's newest dump of this stall
+    report = stack_dumps.explain(dumps, has_agent=True)
     report.summary  # "63 ranks in all_reduce (train.py:212, seq 88421); rank 17 on algo-3 in loader.py:88
                     #  `batch = next(it)`, seq 88420"
 
