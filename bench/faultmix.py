@@ -4,7 +4,8 @@
     .venv/bin/python bench/faultmix.py --job-days 20 --json  # a quick look, machine-readable
     .venv/bin/python bench/faultmix.py --real-lines          # crashes' and checkpoints' lines from real logs
 
-Each job (`corpus.faults`: SageMaker, heterogeneous SageMaker and EC2, 1 to 512 hosts, with and without the agent)
+Each job (`corpus.faults`: SageMaker, heterogeneous SageMaker and EC2, 1 to 512 hosts, with and without the agent;
+then Slurm jobs on ParallelCluster, a fifth as many job-days more, drawn after them so the others stay the same)
 is replayed through the same alarms, rechecks, sweeper and engine as the Lambdas (`stallwatch.offline.replay`,
 enforce, no opt-in tag needed). It prints recall (stalls that leave the job running, stopped after their onset),
 precision, false stops per 1,000 job-days, warnings per healthy job-day, hang→stop p50/p95 per fault kind and per

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from corpus import real_lines
 from stallwatch.core import clusters, contract, log_patterns
+from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -57,6 +58,11 @@ NCCL_TIMEOUTS_S = ((NCCL_TIMEOUT_S, 0.5), (1800.0, 0.2), (3600.0, 0.15), (7200.0
 EVAL_RESULT_SHARE = 0.7  # of jobs, this many print their evaluation's results when it ends (most frameworks do)
 AFTER_ONSET_S = 5400.0  # a fault job's trace ends this long after the fault (a stop later than that is a miss)
 GPU_MEMORY_MIB = 81_559  # H100 80 GB, as nvidia-smi reports it
+# Slurm jobs add this share of the job-days, drawn on a stream of their own after the others (which stay as they were),
+# on a ParallelCluster whose job ids count from SLURM_FIRST_ID.
+SLURM_SHARE = 0.2
+SLURM_CLUSTER = "pc-fm"
+SLURM_FIRST_ID = 4000
 STREAM_EPOCH = 1_700_000_000
 
 # (cause, share of interruptions, what it does): Llama 3's table 5, the causes the issue names and the rest.
@@ -177,7 +183,7 @@ class Job:
     step_s: float
     log_every_s: float  # the logging hosts write a progress line this often
     rank0_only_logs: bool  # only global rank 0's host logs after start-up
-    ec2_power: bool  # EC2: the CloudWatch agent publishes power_draw too
+    ec2_power: bool  # EC2 and Slurm's nodes: the CloudWatch agent publishes power_draw too
     nccl_timeout_s: float = NCCL_TIMEOUT_S  # a hang's watchdog lines come this long after its onset
     eval_s: float = 600.0  # its evaluations take about this long
     eval_results: bool = True  # an evaluation ends with a line of its results
@@ -200,8 +206,8 @@ class Job:
 
     @property
     def power(self) -> bool:
-        """Whether the control plane sees GPU power: the agent's, or EC2's CloudWatch agent's power_draw."""
-        return self.agent or (self.platform is Platform.EC2 and self.ec2_power)
+        """Whether the control plane sees GPU power: the agent's, or the CloudWatch agent's power_draw."""
+        return self.agent or self.ec2_power
 
     @property
     def end_s(self) -> float:
@@ -229,20 +235,22 @@ def _duration_s(hosts: int) -> float:
 
 
 def draw_jobs(seed: int, job_days: float) -> list[Job]:
-    """Jobs until `job_days` of them (their traces' lengths) are drawn."""
-    rng = random.Random(seed)
+    """SageMaker and EC2 jobs until `job_days` of them (their traces' lengths) are drawn, then Slurm jobs until
+    `SLURM_SHARE` as many more, from a stream of their own (`seed + 1`)."""
     jobs: list[Job] = []
-    days = 0.0
-    while days < job_days:
-        job = _draw_job(rng, len(jobs), rng.randrange(2**31))
-        jobs.append(job)
-        days += job.days
+    for stream, platform, budget in ((seed, None, job_days), (seed + 1, Platform.SLURM, job_days * SLURM_SHARE)):
+        rng, days = random.Random(stream), 0.0
+        while days < budget:
+            job = _draw_job(rng, len(jobs), rng.randrange(2**31), platform)
+            jobs.append(job)
+            days += job.days
     return jobs
 
 
-def _draw_job(rng: random.Random, index: int, seed: int) -> Job:
+def _draw_job(rng: random.Random, index: int, seed: int, platform: Platform | None = None) -> Job:
+    """A job of `platform` (default: SageMaker or EC2, drawn)."""
     hosts = rng.choices([h for h, _ in HOST_COUNTS], weights=[w for _, w in HOST_COUNTS])[0]
-    platform = Platform.EC2 if rng.random() < 0.4 else Platform.SAGEMAKER
+    platform = platform or (Platform.EC2 if rng.random() < 0.4 else Platform.SAGEMAKER)
     instance_type = rng.choice(("p4d.24xlarge", "p5.48xlarge"))
     groups: tuple[tuple[str, int], ...] = ()
     if platform is Platform.SAGEMAKER and hosts >= 4 and rng.random() < 0.15:
@@ -253,8 +261,9 @@ def _draw_job(rng: random.Random, index: int, seed: int) -> Job:
     step_s = rng.uniform(0.8, 6.0) if rng.random() < 0.95 else rng.uniform(300, 1500)  # a few long-step jobs
     log_every = 60.0 if rng.random() < 0.85 else 1200.0  # some log rarely (a line every 20 min)
     rank0_only = hosts > 1 and rng.random() < 0.5
+    name = f"fm-{index:04d}-{platform.value[:2]}-{hosts}h-{'agent' if agent else 'noagent'}"
     job = Job(
-        name=f"fm-{index:04d}-{platform.value[:2]}-{hosts}h-{'agent' if agent else 'noagent'}",
+        name=slurm_job_name(SLURM_CLUSTER, str(SLURM_FIRST_ID + index), name) if platform is Platform.SLURM else name,
         platform=platform,
         instance_type=instance_type,
         hosts=hosts,
@@ -265,7 +274,7 @@ def _draw_job(rng: random.Random, index: int, seed: int) -> Job:
         step_s=step_s,
         log_every_s=log_every,
         rank0_only_logs=rank0_only,
-        ec2_power=platform is Platform.EC2 and rng.random() < 0.7,
+        ec2_power=platform is not Platform.SAGEMAKER and rng.random() < 0.7,
         nccl_timeout_s=rng.choices([t for t, _ in NCCL_TIMEOUTS_S], weights=[w for _, w in NCCL_TIMEOUTS_S])[0],
         eval_s=rng.uniform(180, 1500),
         eval_results=rng.random() < EVAL_RESULT_SHARE,
@@ -357,6 +366,8 @@ class _Sim:
     rng: random.Random
     hosts: list[str]
     name: str  # the job's name as Stallwatch knows it
+    streams: list[str]  # each host's log stream
+    instances: dict[str, str] = field(default_factory=dict)  # a host's EC2 instance, where it is named otherwise
     step: int = 0
     last_step_t: float = 0.0
     next_step_t: float | None = None
@@ -401,13 +412,24 @@ def simulate(job: Job, real: bool = False) -> tuple[TraceHeader, Iterator[Event]
     """The job's trace: the header, and its events in time order, minute by minute. `real`: its checkpoints' lines,
     its crash's last words and its watchdog lines are real ones (`corpus.real_lines`), not the simulator's."""
     rng = random.Random(job.seed)
-    if job.platform is Platform.EC2:
-        hosts = [f"i-0{rng.randrange(16**16):016x}" for _ in range(job.hosts)]
-    else:
-        hosts = [f"algo-{i}" for i in range(1, job.hosts + 1)]
-    sim = _Sim(job, rng, hosts, job.name, emf=[_emf(job.name, host) for host in hosts])
+    hosts, streams, instances = _layout(job, rng)
+    sim = _Sim(job, rng, hosts, job.name, streams, instances, emf=[_emf(job.name, host) for host in hosts])
     sim.real = deque(_real_lines(job)) if real else None
     return _header(sim), _events(sim)
+
+
+def _layout(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[str, str]]:
+    """Where the job's platform puts it: its hosts' names, their log streams, and the EC2 instance behind a host named
+    otherwise (SageMaker's algo-N and <job>/<host>-<epoch>; EC2's instances, a stream each; ParallelCluster's nodes,
+    each an instance, one stream per job and node)."""
+    if job.platform is Platform.SAGEMAKER:
+        hosts = [f"algo-{i}" for i in range(1, job.hosts + 1)]
+        return hosts, [f"{job.name}/{host}-{STREAM_EPOCH}" for host in hosts], {}
+    instances = [f"i-0{rng.randrange(16**16):016x}" for _ in range(job.hosts)]
+    if job.platform is Platform.EC2:
+        return instances, instances, {}
+    nodes = [f"gpu-st-{job.instance_type.replace('.', '')}-{i}" for i in range(1, job.hosts + 1)]
+    return nodes, [stream_name(job.name, node) for node in nodes], dict(zip(nodes, instances, strict=True))
 
 
 def _real_lines(job: Job) -> list[tuple[float, int, str]]:
@@ -455,7 +477,7 @@ def _header(sim: _Sim) -> TraceHeader:
     job = sim.job
     sagemaker = job.platform is Platform.SAGEMAKER
     spec = instance_spec(job.instance_type)
-    tags = {} if sagemaker else {clusters.JOB_TAG: sim.name}
+    tags = {clusters.JOB_TAG: sim.name} if job.platform is Platform.EC2 else {}
     host_types = None
     if job.groups:
         host_types = dict(zip(sim.hosts, [f"ml.{t}" for t in job.host_types()], strict=True))
@@ -471,6 +493,7 @@ def _header(sim: _Sim) -> TraceHeader:
             tags=tags,
             instance_ids=[] if sagemaker else sim.hosts,
             host_types=host_types,
+            host_instances=sim.instances or None,
         ),
         scenario=f"fault-mix job: {job.fault.kind + ' (' + job.fault.cause + ')' if job.fault else 'healthy'}",
     )
@@ -534,9 +557,7 @@ def _metric(sim: _Sim, t: float, namespace: str, name: str, dims: dict[str, str]
 
 
 def _log(sim: _Sim, t: float, host: int, message: str) -> None:
-    name = sim.hosts[host]
-    stream = f"{sim.name}/{name}-{STREAM_EPOCH}" if sim.job.platform is Platform.SAGEMAKER else name
-    record = LogRecord.model_construct(stream=stream, message=message)
+    record = LogRecord.model_construct(stream=sim.streams[host], message=message)
     sim.events.append(LogEvent.model_construct(t=round(t, 3), log=record))
 
 
@@ -585,7 +606,7 @@ def _platform_metrics(sim: _Sim, t: float, host: int, state: str) -> None:
         _metric(sim, t, ns, "GPUMemoryUtilization", dims, memory * spec.devices)
         _metric(sim, t, ns, "CPUUtilization", dims, cpu * spec.vcpus)
         return
-    dims = {contract.CWAGENT_DIM_INSTANCE: name}
+    dims = {contract.CWAGENT_DIM_INSTANCE: sim.instances.get(name, name)}
     _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION, dims, util)
     _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED, dims, memory / 100 * GPU_MEMORY_MIB)
     _metric(sim, t, contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL, dims, GPU_MEMORY_MIB)
