@@ -30,6 +30,10 @@ SLURM_PROGRAMS := munged slurmctld slurmd sbatch scontrol shellcheck
 slurm:
 	@for p in $(SLURM_PROGRAMS); do command -v $$p >/dev/null || missing=1; done; \
 	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "make slurm: install slurmctld, slurmd and slurm-client (22.05), munge and shellcheck (root and apt-get needed to do it here)" >&2; \
+	    exit 1; \
+	  fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	    slurmctld slurmd slurm-client munge shellcheck; \
 	fi
