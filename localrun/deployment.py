@@ -26,7 +26,7 @@ from typing import Any
 import moto  # imported before any boto3 client is created
 
 from localrun import aws_events, moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
-from localrun.local_aws import REGION, scoped_environ
+from localrun.local_aws import FAKE_ACCOUNT, scoped_environ
 from localrun.resources import create_resources
 from localrun.slack_receiver import SlackReceiver
 from localrun.stack_on_moto import deploy_on_moto
@@ -36,19 +36,8 @@ from stallwatch.offline.ops import Deployment
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SWEEPER_HANDLER = "handlers.sweeper.handler"
 OUTPUT_SHOWN_ON_FAILURE = 4000  # characters of the kept output
-# moto's own account, with fake credentials: nothing here can reach a real account.
-MOTO_ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
-    "AWS_DEFAULT_REGION": REGION,
-    "AWS_REGION": REGION,
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": "/dev/null",
-    "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
-    "AWS_ENDPOINT_URL": None,
-    "AWS_PROFILE": None,
-}
+# moto's own account in this process (mock_aws, no server): no endpoint, no profile.
+MOTO_ENVIRONMENT = {**FAKE_ACCOUNT, "AWS_ENDPOINT_URL": None, "AWS_PROFILE": None}
 
 
 def synthesized_template(outdir: Path) -> tuple[str, dict[str, Any]]:

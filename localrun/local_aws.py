@@ -35,6 +35,17 @@ from localrun import (
 )
 
 REGION = moto_sagemaker.DEFAULT_REGION
+# moto's own account, with fake credentials and no config or credentials file: nothing can reach a real account.
+FAKE_ACCOUNT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": REGION,
+    "AWS_REGION": REGION,
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
 ACCOUNT_ID = moto_sagemaker.DEFAULT_ACCOUNT
 BIND_ADDRESS = "127.0.0.1"
 _CLIENT_CONFIG = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=30)
@@ -73,17 +84,7 @@ class LocalAws:
     @property
     def env(self) -> dict[str, str]:
         """Environment variables that send boto3 to this server with fake credentials, never to a real account."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_SESSION_TOKEN": "testing",
-            "AWS_DEFAULT_REGION": REGION,
-            "AWS_REGION": REGION,
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_CONFIG_FILE": os.devnull,
-            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        }
+        return {"AWS_ENDPOINT_URL": self.endpoint_url, **FAKE_ACCOUNT}
 
     def start(self) -> LocalAws:
         """Start the server (port chosen by the OS) and point this process's environment at it."""
