@@ -89,6 +89,7 @@ if [ "$state" = ended ]; then
     NONE | Unknown | N/A) job_state=REQUEUED ;;
     *)
       if [ "${1:-}" = --after-epilog ]; then
+        trap '' HUP INT TERM
         waited=0
         while [ "${job_state:-COMPLETING}" = COMPLETING ] && [ "$waited" -lt "$FINAL_STATE_WAIT_S" ]; do
           sleep 1
@@ -98,7 +99,9 @@ $(fields)
 FIELDS
         done
       elif command -v setsid >/dev/null 2>&1; then
-        setsid "$0" --after-epilog </dev/null >/dev/null 2>&1 &
+        # A subshell's child (init's once it returns), signals ignored from its start: slurmctld's cleanup of its
+        # epilog may signal what the epilog started, and the end must still be posted
+        (trap '' HUP INT TERM; setsid "$0" --after-epilog </dev/null >/dev/null 2>&1 &)
         exit 0
       fi ;;
   esac
