@@ -30,9 +30,8 @@ LABELS = ("fatal", "benign", "checkpoint_start", "checkpoint_end")
 WRITTEN = "written"
 MEASURED = "measured"
 PARTS = (WRITTEN, MEASURED)
-FIRST_ISSUE = (
-    29  # the sources quoted for it are all in the written part: the patterns of that wave were written from them
-)
+# The sources quoted for issue 29 are all in the written part: that wave's patterns were written from them.
+FIRST_ISSUE = 29
 SPLIT_SEED = "stallwatch real_lines split, issue 39"
 MEASURED_PERCENT = 70  # of the sources added since, by the seeded hash of their address
 
