@@ -2,17 +2,23 @@
 
     from corpus import real_lines
     fatal = real_lines.lines(label="fatal")                        # RealLine(text, label, kind, framework, ...)
+    unseen = real_lines.lines(label="fatal", part="measured")      # lines the patterns were not written from
     for seq in real_lines.sequences(kind="checkpoint"):            # Sequence(name, framework, lines, ...)
         long = seq.stretched(20 * 60)                              # its silent write made 20 minutes long
         events = long.at(t0)                                       # [(t0 + t, text), ...]
+    for block in real_lines.harmless_blocks(every_rank=True):      # what a healthy job prints and trains on after
+        block.lines                                                # ("Exception ignored in: ...", "Traceback ...", ...)
 
-`lines.jsonl` holds one labelled line a record (fatal, benign, checkpoint_start, checkpoint_end); `sequences.jsonl`
-holds crashes' last words and checkpoints' lines in their order, with the gaps the sources show (`times`: "source"),
-derive ("derived") or, where a source shows none, plausible ones (documented in each `note`).
+`lines.jsonl` holds one labelled line a record (fatal, benign, checkpoint_start, checkpoint_end) and the part of the
+corpus its source belongs to (`part_of`); `sequences.jsonl` holds crashes' last words and checkpoints' lines in their
+order, with the gaps the sources show (`times`: "source"), derive ("derived") or, where a source shows none, plausible
+ones (documented in each `note`); `harmless.jsonl` holds blocks a healthy job prints mid-training; `hyperpod.jsonl`
+holds SageMaker HyperPod's own lines (its health-monitoring agent, Slurm auto-resume), as data.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, replace
 from functools import cache
@@ -20,11 +26,28 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 LABELS = ("fatal", "benign", "checkpoint_start", "checkpoint_end")
+# The split by source (README.md, "Two parts"): the patterns may be written from the first part, never the second.
+WRITTEN = "written"
+MEASURED = "measured"
+PARTS = (WRITTEN, MEASURED)
+# The sources quoted for issue 29 are all in the written part: that wave's patterns were written from them.
+FIRST_ISSUE = 29
+SPLIT_SEED = "stallwatch real_lines split, issue 39"
+MEASURED_PERCENT = 70  # of the sources added since, by the seeded hash of their address
+
+
+def part_of(source: str, added: int) -> str:
+    """The part a source's lines belong to: a fixed, seeded split by source (never by line)."""
+    if added <= FIRST_ISSUE:
+        return WRITTEN
+    digest = hashlib.sha256(f"{SPLIT_SEED}\n{source}".encode()).hexdigest()
+    return MEASURED if int(digest[:8], 16) % 100 < MEASURED_PERCENT else WRITTEN
 
 
 @dataclass(frozen=True)
 class RealLine:
-    """One quoted line: `incident` groups a crash's lines (None for the others); `source` is where it was quoted."""
+    """One quoted line: `incident` groups a crash's lines (None for the others); `source` is where it was quoted;
+    `part` whether the patterns may be written from it (`part_of`); `added` the issue whose wave quoted it."""
 
     text: str
     label: str
@@ -32,6 +55,31 @@ class RealLine:
     framework: str
     incident: str | None
     source: str
+    part: str
+    added: int
+
+
+@dataclass(frozen=True)
+class HarmlessBlock:
+    """Lines a healthy job printed mid-training and trained on after (a caught exception's traceback, a retry, a
+    skipped batch); `every_rank`: printed by every rank at once (an epoch-end or compile-time warning)."""
+
+    name: str
+    framework: str
+    source: str
+    every_rank: bool
+    note: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HyperPodLine:
+    """A line SageMaker HyperPod itself writes (`kind`: "health_monitoring_agent", "auto_resume"), as data."""
+
+    kind: str
+    text: str
+    source: str
+    note: str
 
 
 @dataclass(frozen=True)
@@ -77,9 +125,23 @@ class Sequence:
         return [(t0 + line.t - first, line.text) for line in self.lines]
 
 
-def lines(label: str | None = None, kind: str | None = None) -> tuple[RealLine, ...]:
-    """The quoted lines, of one label and kind if given."""
-    return tuple(r for r in _lines() if (label is None or r.label == label) and (kind is None or r.kind == kind))
+def lines(label: str | None = None, kind: str | None = None, part: str | None = None) -> tuple[RealLine, ...]:
+    """The quoted lines, of one label, kind and part if given."""
+    return tuple(
+        r
+        for r in _lines()
+        if (label is None or r.label == label) and (kind is None or r.kind == kind) and (part is None or r.part == part)
+    )
+
+
+def harmless_blocks(every_rank: bool | None = None) -> tuple[HarmlessBlock, ...]:
+    """The blocks healthy jobs printed and trained on after (those every rank prints at once, if asked)."""
+    return tuple(b for b in _harmless() if every_rank is None or b.every_rank == every_rank)
+
+
+def hyperpod(kind: str | None = None) -> tuple[HyperPodLine, ...]:
+    """SageMaker HyperPod's own lines, of one kind if given."""
+    return tuple(r for r in _hyperpod() if kind is None or r.kind == kind)
 
 
 def sequences(kind: str | None = None, framework: str | None = None) -> tuple[Sequence, ...]:
@@ -91,12 +153,27 @@ def sequences(kind: str | None = None, framework: str | None = None) -> tuple[Se
 
 @cache
 def _lines() -> tuple[RealLine, ...]:
-    with (HERE / "lines.jsonl").open(encoding="utf-8") as f:
-        return tuple(RealLine(**json.loads(row)) for row in f if row.strip())
+    return tuple(RealLine(**row) for row in _rows("lines.jsonl"))
+
+
+@cache
+def _harmless() -> tuple[HarmlessBlock, ...]:
+    return tuple(HarmlessBlock(**(row | {"lines": tuple(row["lines"])})) for row in _rows("harmless.jsonl"))
+
+
+@cache
+def _hyperpod() -> tuple[HyperPodLine, ...]:
+    return tuple(HyperPodLine(**row) for row in _rows("hyperpod.jsonl"))
+
+
+def _rows(name: str) -> list[dict]:
+    with (HERE / name).open(encoding="utf-8") as f:
+        return [json.loads(row) for row in f if row.strip()]
 
 
 @cache
 def _sequences() -> tuple[Sequence, ...]:
-    with (HERE / "sequences.jsonl").open(encoding="utf-8") as f:
-        rows = [json.loads(row) for row in f if row.strip()]
-    return tuple(Sequence(**(row | {"lines": tuple(TimedLine(**line) for line in row["lines"])})) for row in rows)
+    return tuple(
+        Sequence(**(row | {"lines": tuple(TimedLine(**line) for line in row["lines"])}))
+        for row in _rows("sequences.jsonl")
+    )

@@ -123,6 +123,36 @@ FATAL_LINES = [
         "launcher_exit",
     ),
     ("[E socket.cpp:860] [c10d] The server socket has failed to listen on any local network address.", "c10d_timeout"),
+    # the Neuron runtime's layout (level, COMPONENT:function, message), its status codes and its TensorFlow wrapper
+    ("2025-Mar-02 10:11:12.0001 4242:4242 ERROR  NRT:nrt_init   Failure: NRT_UNINITIALIZED in nrt_init()", "neuron"),
+    (
+        "1: 2022-05-26 01:44:11.574098: E tensorflow/neuron/runtime/model.cc:706] shard error code 13, error message "
+        'nrt::infer_wait failed with grpc status code 0, error message ""; nrt status code 1004, details '
+        '"[NMGR:exec_wait] Inference completed with err: 1004',
+        "neuron",
+    ),
+    ("node-7:311:402 [2] CCOM WARN Call to recv from 10.1.2.3<40418> failed : Connection reset by peer", "nccl"),
+    (
+        "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: during context [hlo verifier]: Expected instruction to have "
+        "shape equal to f32[16,2,1000,336,3], actual shape is f32[1000,16,2,336,3]:",
+        "xla",
+    ),
+    ("RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: Error allocating device buffer", "xla"),
+    ("ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.", "ray"),
+    ("TERM_CPULIMIT: job killed after reaching LSF CPU usage limit.", "lsf"),
+    ("salloc: Job allocation 235454 has been revoked.", "slurm"),
+    ("slurmstepd: error: execve(): /tmp/slurmd/job00089/slurm_script: No such file or directory", "slurm"),
+    ("socketProgressOpt: Call to recv from 172.16.0.9<33759> failed : Connection reset by peer", "nccl"),
+    ("2022-06-02 17:28:14 Failed - Training job failed", "sagemaker_toolkit"),
+    ("python3: /opt/workspace/tdrv/ring.c:41: ring_init: Assertion `ring != NULL' failed.", "sigabrt"),
+    # no family names these: an error mark with a failure word, or a fatal mark alone
+    (
+        "E0929 17:42:48.594192 1044529 coordination_service_agent.cc:332] Polled an error from coordination service "
+        "(this can be an error from this or another task).",
+        "error",
+    ),
+    ("2026-01-05 10:11:12,123 - trainer - ERROR - data shard 17 could not be read, aborting", "error"),
+    ("F0423 12:34:56.789012 4242 device_manager.cc:88] Check failed: devices.size() == 8", "error"),
 ]
 
 BENIGN_LINES = [
@@ -151,6 +181,27 @@ BENIGN_LINES = [
     "requires_grad=True. Gradients will be None",
     "2026-01-05 10:11:12,123 sagemaker-training-toolkit INFO     Reporting training SUCCESS",
     "",
+    "[ERROR] First test message",  # an error mark with nothing said to have failed (AWS's sample delivery)
+    # lines that say the job goes on: a retry, a skipped batch, an ignored exception, a fallback, a Python warning
+    "wandb: Network error (ReadTimeout), entering retry loop.",
+    "node-7:311:402 [2] NCCL WARN Call to connect returned Connection refused, retrying",
+    "| WARNING: ran out of memory with exception: CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0);",
+    "WARNING skipping a corrupt record: UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 0",
+    "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f7162a08af0>",
+    "[2023-08-14 14:53:48,863] torch._dynamo.output_graph: [WARNING] Falling back to eager for this frame.",
+    "slurmstepd: error: couldn't chdir to `/root/burst-buffer': No such file or directory: going to /tmp instead",
+    "/opt/conda/lib/python3.10/site-packages/torch/cuda/__init__.py:138: UserWarning: CUDA initialization: CUDA "
+    "driver initialization failed, you might not have a CUDA gpu.",
+    # a socket error is not NCCL's unless NCCL or its transport says so; an experiment tracker's errors are its own
+    "WARNING:urllib3.connectionpool:Retrying (Retry(total=4)) after connection broken by 'ProtocolError('Connection "
+    "aborted.', ConnectionResetError(104, 'Connection reset by peer'))': /api/2.0/mlflow/runs/log-metric",
+    "wandb: ERROR Failed to sample metric: Not Supported",
+    # an error a probe reports at INFO level; a caught error logged at WARNING
+    "I0223 22:58:05.579842 140312230876992 xla_bridge.py:660] Unable to initialize backend 'tpu': INTERNAL: Failed to "
+    "open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory",
+    "[2023-07-31 11:08:28,980] torch._dynamo.convert_frame: [WARNING] Traceback (most recent call last):",
+    "E0000 00:00:1723141151.233718 5214 cuda_dnn.cc:8310] Unable to register cuDNN factory: Attempting to register "
+    "factory for plugin cuDNN when one has already been registered",
 ]
 
 
@@ -167,6 +218,78 @@ def test_benign_lookalike_matches_nothing(line: str) -> None:
 
 def test_every_built_in_kind_is_exercised_by_a_fatal_line() -> None:
     assert {expected for _, expected in FATAL_LINES} == set(PATTERN_NAMES) - {log_patterns.USER_FATAL}
+
+
+def test_a_socket_error_alone_is_a_python_exception_not_nccl() -> None:
+    # Given a DataLoader worker's socket error (no NCCL, no transport of its on the line)
+    line = "ConnectionResetError: [Errno 104] Connection reset by peer"
+    # Then it names an exception the engine weighs as any other (a line after it is life), not a collective's death
+    assert match(line) == "python_exception"
+
+
+@pytest.mark.parametrize(
+    ("caught", "uncaught", "kind"),
+    [
+        (
+            "2022-08-21 00:29:47 | WARNING | metaseq.trainer | OOM: Ran out of memory with exception: CUDA out of "
+            "memory.",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+            "cuda_oom",
+        ),
+        (
+            "INFO:root:retry budget left 2, last error ValueError: bad header",
+            "ValueError: bad header",
+            "python_exception",
+        ),
+        (
+            "W0607 10:11:12.000000 4242 pjrt_client.cc:88] INTERNAL: RET_CHECK failure on a probe",
+            "jaxlib.xla_extension.XlaRuntimeError: INTERNAL: RET_CHECK failure",
+            "xla",
+        ),
+    ],
+    ids=["fairseq-oom", "python-logging", "xla-status"],
+)
+def test_a_strict_kind_logged_at_a_low_severity_is_a_caught_error(caught: str, uncaught: str, kind: str) -> None:
+    # Given the same error logged by a framework that caught it (INFO, WARNING) and raised by one that did not
+    # Then only the uncaught one is fatal
+    assert match(caught) is None
+    assert match(uncaught) == kind
+
+
+def test_a_collectives_warn_is_its_error_level() -> None:
+    # NCCL and the Neuron collectives print their errors at WARN: the level does not make them benign
+    assert match("node-1:311:402 [0] NCCL WARN Net : Connection closed by remote peer 10.0.0.2<40318>") == "nccl"
+    assert match("2023-Aug-01 16:12:43.0204 332066:332438 [21] bootstrap.cc:106 CCOM WARN Call to accept failed") == (
+        "nccl"
+    )
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "wandb: Network error (TransientError), entering retry loop.",
+        "| WARNING: ran out of memory on GPU #2, skipping batch",
+        "Exception ignored in: <bound method _DataLoaderIter.__del__ of <torch.utils.data.dataloader._DataLoaderIter>>",
+        "[WARNING] Backend compiler failed with a fake tensor exception; falling back to eager",
+        "Connect to localhost:33666 failed - retrying",
+        "torch/cuda/__init__.py:138: UserWarning: CUDA initialization: CUDA driver initialization failed",
+    ],
+)
+def test_a_line_that_says_the_job_goes_on_survives(line: str) -> None:
+    # The engine may read such a line as the end of a harmless block (a traceback the job trained on after)
+    assert log_patterns.survives(line)
+    assert match(line) is None
+
+
+def test_an_ordinary_or_fatal_line_does_not_survive() -> None:
+    for line in ["step 120 loss 2.31", "Killed", "srun: error: node-3: task 3: Killed", "RuntimeError: CUDA error"]:
+        assert not log_patterns.survives(line)
+
+
+def test_a_users_fatal_line_is_named_even_when_it_says_it_retries() -> None:
+    # A deployment's own fatal regex is its word: the built-in benign shapes do not overrule it
+    patterns = LinePatterns.extended(fatal=[r"giving up after \d+ retries"])
+    assert patterns.match("loader: retrying; giving up after 5 retries") == log_patterns.USER_FATAL
 
 
 def test_specific_kind_wins_over_the_traceback_it_comes_with() -> None:
@@ -250,6 +373,25 @@ CHECKPOINT_LINES = [
     ("chat template saved in /out/checkpoint-5/chat_template.jinja", "checkpoint_start"),
     ("=> saving checkpoint 'checkpoint.pth.tar'", "checkpoint_start"),
     ("Saving checkpoint took 36.72 secs", "checkpoint_end"),  # torchtune
+    # Orbax, in its source's words: a step's tmp directory and write throughput while it writes; its finalize lines
+    ("Creating tmp directory /ckpt/19.orbax-checkpoint-tmp", "checkpoint_start"),
+    ("[process=0] /jax/checkpoint/write/bytes_per_sec: 118.7 MiB/s (total bytes: 7.0 GiB)", "checkpoint_start"),
+    ("Finished asynchronous save (blocking + background) in 27.50 seconds to /ckpt/5000", "checkpoint_end"),
+    (
+        "[process=0][thread=save_finalize][step=5000] CheckpointManager Save Finalize is done on all hosts.",
+        "checkpoint_end",
+    ),
+    ("12/01/2026 10:11:12 - INFO - __main__ - Saved state to /out/checkpoint-500", "checkpoint_end"),  # Accelerate
+    (
+        "10:11:12 - INFO - accelerate.checkpointing - Optimizer state saved in /out/checkpoint-500/optimizer.bin",
+        "checkpoint_start",
+    ),
+    (
+        "The best checkpoint with 0.8150 accuracy/top1 at 10 epoch is saved to best_accuracy_top1_epoch_10.pth.",
+        "checkpoint_end",
+    ),  # mmengine
+    ("Saving checkpoint at 1000 iterations", "checkpoint_start"),  # mmengine
+    ("Saved checkpoint for step 9485", "checkpoint_end"),  # Levanter
 ]
 NOT_MARKERS = [
     "gradient_checkpointing=True",

@@ -4,9 +4,15 @@
     match("step 120 loss 2.31")  # None
     marker("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500")  # "checkpoint_start"
 
-The first rule that matches names the line, so the specific ones come before the general ones. Every rule is linear in
-the line (no nested quantifiers; bounded gaps), since the engine runs them on every tail line of hundreds of hosts.
-The kinds and their real lines are in corpus/real_lines/ (tests/core/test_real_lines.py holds the figures).
+A line is read by its structure before its strings: a line that says the job goes on (a retry, a skipped batch, an
+ignored exception, a fallback, a Python warning: `survives`) is never fatal; a family's signature names the line (the
+first rule that matches, the specific ones before the general ones), except that a rule marked `strict` yields to a
+low severity mark (INFO, WARNING: frameworks log the errors they catch at those levels); and a line no family names is
+fatal when its severity mark (Python logging's ERROR/CRITICAL, glog's E/F, Slurm's `error:`) comes with a failure word,
+or when the mark is FATAL alone (`ERROR_LINE`). Every rule is linear in the line (no nested quantifiers; bounded gaps),
+since the engine runs them on every tail line of hundreds of hosts. The kinds and their real lines are in
+corpus/real_lines/ (tests/core/test_real_lines.py holds the figures, on the part the rules were written from and on
+the part they were not).
 
 CloudWatch Logs returns only the lines one of `FILTER_PATTERNS` keeps (a ``%regex%`` filter pattern each: CloudWatch's
 regex subset, no parentheses, at most 1,024 characters), a superset of what the rules name: `FATAL_FILTER_PATTERN`
@@ -43,6 +49,11 @@ LAUNCHER_EXIT = "launcher_exit"
 KILLED = "killed"
 TRACEBACK = "traceback"
 PYTHON_EXCEPTION = "python_exception"
+NEURON = "neuron"
+XLA = "xla"
+RAY = "ray"
+LSF = "lsf"
+ERROR_LINE = "error"
 USER_FATAL = "user_fatal"
 
 # NVIDIA's Xid catalogue: events that leave the running process alive (a row marked for remapping, a remapping that
@@ -54,15 +65,19 @@ _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 
 # The aws-ofi-nccl plugin failing to load at start-up: NCCL falls back to sockets and trains on.
 _OFI_FALLBACK = r"(?!NET/OFI (?:Failed to initialize|aws-ofi-nccl initialization failed))"
+# What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
+_COLLECTIVE_FAILURE = r"(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
 
 
 class Rule(NamedTuple):
     """A kind's regex, and its gate: lowercase phrases one of which every line the regex matches holds (a substring
-    test costs a fraction of a regex scan; tests/core/test_log_patterns.py checks every alternative holds one)."""
+    test costs a fraction of a regex scan; tests/core/test_log_patterns.py checks every alternative holds one).
+    `strict`: a low severity mark on the line (INFO, WARNING) makes it ordinary, as frameworks log what they catch."""
 
     name: str
     regex: re.Pattern[str]
     gate: tuple[str, ...]
+    strict: bool = False
 
     def search(self, message: str, low: str) -> bool:
         for phrase in self.gate:
@@ -82,6 +97,7 @@ RULES: tuple[Rule, ...] = (
         CUDA_OOM,
         re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory"),
         ("out of memory", "outofmemoryerror"),
+        strict=True,  # fairseq's "WARNING: ran out of memory with exception: CUDA out of memory ...": a skipped batch
     ),
     Rule(
         NCCL,
@@ -89,11 +105,21 @@ RULES: tuple[Rule, ...] = (
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
             r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
             r"|Got completion from peer"
-            rf"|NCCL WARN {_OFI_FALLBACK}[^\n]{{0,400}}?(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
-            r"|Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed"
+            rf"|(?:NCCL|CCOM) WARN {_OFI_FALLBACK}[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
             r"|Exception raised from ncclCommWatchdog"
+            r"|\b(?:socketProgress\w{0,20}|Net) ?: [^\n]{0,200}?"  # NCCL's socket transport, in its own words
+            r"(?:Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed)"
+        ),  # a socket error alone ("Connection reset by peer") is NCCL's only when NCCL or its transport says so
+        (
+            "nccl",
+            "distbackenderror",
+            "cuda failure",
+            "got completion",
+            "ccom warn",
+            "socketprogress",
+            "connection",
+            "call to recv",
         ),
-        ("nccl", "distbackenderror", "connection", "call to recv", "cuda failure", "got completion"),
     ),
     Rule(
         NCCL_TIMEOUT,
@@ -116,8 +142,10 @@ RULES: tuple[Rule, ...] = (
             r"NET/OFI (?!Failed to initialize|aws-ofi-nccl initialization failed)"
             r"[^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
+            r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
+            r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
         ),
-        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq"),
+        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed"),
     ),
     Rule(
         C10D_TIMEOUT,
@@ -166,6 +194,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"terminate called (?:after throwing|without an active exception|recursively)|SIGABRT|\b[Ss]ignal 6\b"
             r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
+            r"|: Assertion `[^\n]{1,300}' failed\.$"  # glibc's assert(), which aborts
         ),
         (
             "terminate called",
@@ -175,6 +204,7 @@ RULES: tuple[Rule, ...] = (
             "aborted",
             "fatal python error",
             "*** backtrace",
+            "failed",
         ),
     ),
     Rule(
@@ -189,9 +219,13 @@ RULES: tuple[Rule, ...] = (
             r"|srun: (?:Job step aborted|Force Terminated|Terminating|forcing job termination)|\bWTERMSIG \d"
             r"|srun: error: (?:Node failure|Timed out|Unable to (?:allocate|create step))|this job is preempted"
             r"|STEPD TERMINATED"
+            # Slurm's own tools in the job's output: an error of theirs, or a step or allocation they say has ended
+            r"|\b(?:(?:srun|salloc|sbatch):|slurm(?:stepd|d)(?:-[\w.-]{1,80})?:) "
+            r"(?:error: |[^\n]{0,120}?(?i:fail|abort|revoked|cancel|terminat|kill))"
         ),
-        ("cancelled at", "srun:", "wtermsig", "preempted", "stepd terminated"),
+        ("cancelled at", "srun:", "wtermsig", "preempted", "stepd terminated", "slurm", "salloc:", "sbatch:"),
     ),
+    Rule(LSF, re.compile(r"\bTERM_[A-Z_]{3,40}: "), ("term_",)),  # LSF's termination reasons (TERM_MEMLIMIT: ...)
     Rule(
         MPI,
         re.compile(
@@ -221,7 +255,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"ExecuteUserScriptError|AlgorithmError|Reporting training FAILURE"
             r"|sagemaker-(?:training-toolkit|containers) ERROR|(?i:framework error):|\bErrorMessage \""
-            r"|Failed\. Reason: "
+            r"|Failed\. Reason: |\b\d\d:\d\d:\d\d Failed - "  # the SDK's status: "<time> Failed - Training job failed"
         ),
         (
             "executeuserscripterror",
@@ -231,6 +265,48 @@ RULES: tuple[Rule, ...] = (
             "framework error",
             "errormessage",
             "failed. reason",
+            "failed - ",
+        ),
+    ),
+    Rule(
+        NEURON,
+        re.compile(
+            r"\b(?:ERROR|FATAL)\s{1,8}[A-Z]{2,8}:\w"  # the Neuron runtime's layout: level, COMPONENT:function, message
+            r"|\bNRT_(?!SUCCESS\b)[A-Z][A-Z_]{2,40}"  # its status codes (nrt_status.h), e.g. NRT_RESOURCE
+            r"|\b(?i:nrt)(?:::|_)\w{2,40}:? (?:failed|status ?= ?[1-9])|\bnrt status code [1-9]|\[NRTD:\w{1,40}\] error"
+        ),
+        ("error", "fatal", "nrt"),
+    ),
+    Rule(
+        XLA,
+        re.compile(
+            r"XlaRuntimeError|Intercepted XLA runtime error|Bad StatusOr access"
+            r"|Terminating process because the JAX distributed service detected fatal errors"
+        ),
+        ("xlaruntimeerror", "xla runtime error", "statusor", "terminating process because"),
+    ),
+    Rule(
+        XLA,  # absl's status codes, as XLA and its runtimes print a failed call (an INFO line may report a probe's)
+        re.compile(r"(?:^|[\s:(])(?:INTERNAL|RESOURCE_EXHAUSTED|UNAVAILABLE|DEADLINE_EXCEEDED|DATA_LOSS): "),
+        ("internal: ", "resource_exhausted: ", "unavailable: ", "deadline_exceeded: ", "data_loss: "),
+        strict=True,
+    ),
+    Rule(
+        RAY,
+        re.compile(
+            r"\bRay(?:Task|Actor)Error\b|\b(?:ActorDied|WorkerCrashed)Error\b|\bA worker died or was killed\b"
+            r"|\bThe actor (?:died|is dead)\b|Worker exit type: (?:SYSTEM|USER)_ERROR|\bTrial task failed\b"
+        ),
+        (
+            "raytaskerror",
+            "rayactorerror",
+            "actordiederror",
+            "workercrashederror",
+            "worker died",
+            "actor died",
+            "actor is dead",
+            "worker exit type",
+            "trial task failed",
         ),
     ),
     Rule(
@@ -251,8 +327,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         KILLED,
-        re.compile(r"(?:^|[\]\s])Killed\s*$|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"),
-        ("killed", "sigkill", "signal 9", "137"),
+        re.compile(
+            r"(?:^|[\]\s\\])(?:Killed|Terminated)\s*$"  # the shell's word for a job it saw killed (SIGKILL, SIGTERM)
+            r"|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"
+        ),
+        ("killed", "terminated", "sigkill", "signal 9", "137"),
     ),
     Rule(
         TRACEBACK,
@@ -261,15 +340,48 @@ RULES: tuple[Rule, ...] = (
             r"|The above exception was the direct cause|During handling of the above exception"
         ),
         ("traceback", "most recent call", "above exception"),
+        strict=True,
     ),
     Rule(
         PYTHON_EXCEPTION,
         re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$"),
         ("error", "exception"),
+        strict=True,
     ),
 )
 
-PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(rule.name for rule in RULES), USER_FATAL)
+PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(rule.name for rule in RULES), ERROR_LINE, USER_FATAL)
+
+# Lines that say the job goes on: never fatal, whatever else they say (the engine judges a block they end or begin).
+SURVIVES = Rule(
+    "survives",
+    re.compile(
+        r"(?i:\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
+        r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b)"
+        r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
+    ),
+    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: "),
+)
+# Severity marks. Low: Python logging, NCCL's and libfabric's levels, glog's I/W (PyTorch's C++, XLA, TensorFlow).
+_LOW_SEVERITY = re.compile(
+    r"(?:^|[\s\[|(:])(?:WARN(?:ING)?|INFO|DEBUG)(?=[\s\]|:)]|$)|<(?:warn|info|debug)>|\[[IWD]\]"
+    r"|(?:^|[\s\[\]:])[IW](?:\d{3,4} \d\d:\d\d:\d\d| \S{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\])"
+)
+_ERROR_WORD = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|: error: |^error: ")  # logging's levels; Slurm's and tools'
+# glog's E and F: "E0929 17:42:48", PyTorch's "[E socket.cpp:957]", TensorFlow's "E tensorflow/...cc:706]", Ray's
+_GLOG_ERROR = re.compile(
+    r"(?<![^\s\[\]:(])[EF](?:\d{3,4} \d\d:\d\d:\d\d| [\w./-]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]"
+    r"| \d{1,8} \d{1,8}\])"
+)
+# A mark that is fatal by itself: FATAL, CRITICAL, glog's F (a CHECK that failed and aborts).
+_FATAL_SEVERITY = re.compile(r"\b(?:FATAL|CRITICAL)\b|\bFatal error\b|(?:^|[\s\[\]:])F\d{3,4} \d\d:\d\d:\d\d")
+# What an error line says went wrong, beyond its mark (an "[ERROR] First test message" says nothing failed).
+_FAILURE = re.compile(
+    r"(?i:fail|abort|terminat|\bkill|crash|\bdied\b|\bdead\b|timed? ?out|exhaust|exception|fatal|panic|invalid"
+    r"|refused|\blost\b|unexpected|cannot|could not|not available|incompatible|mismatch|unrecoverable)|\b[Ee]rr"
+)
+# A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
+_SIDE_CHANNEL = re.compile(r"\bwandb: ")
 
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
@@ -289,6 +401,9 @@ MARKERS: tuple[Rule, ...] = (
             r"|PEFT modules are saved in"  # llama-recipes
             r"|Deleting older checkpoint"  # Transformers Trainer: after every file of the new one is written
             r"|Global Checkpoint Save : "  # NeMo
+            r"|Finished asynchronous save\b|Save Finalize is done\b"  # Orbax (its async save, its CheckpointManager)
+            r"|\bSaved state to\b"  # Accelerate's save_state, as the diffusers and accelerate examples log it
+            r"|\bcheckpoint\b[^\n]{0,160}? is saved to\b"  # mmengine's best checkpoint
         ),
         (
             "ready now",
@@ -300,6 +415,10 @@ MARKERS: tuple[Rule, ...] = (
             "peft modules are saved",
             "deleting older checkpoint",
             "global checkpoint save",
+            "finished asynchronous save",
+            "save finalize is done",
+            "saved state to",
+            "is saved to",
         ),
     ),
     Rule(
@@ -309,14 +428,23 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\b(?:[Cc]onfiguration|[Mm]odel weights|[Tt]okenizer config file|[Ss]pecial tokens file) saved in "
             rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
             rf"|\bsaved (?:in|to) {_FILE}"
+            r"|\.orbax-checkpoint-tmp\b|/checkpoint/write/"  # Orbax: a step's tmp directory, its write throughput
         ),
-        ("[torch] sav", "zero checkpoint saved", "saving model checkpoint: ", "saved in", "saved to"),
+        (
+            "[torch] sav",
+            "zero checkpoint saved",
+            "saving model checkpoint: ",
+            "saved in",
+            "saved to",
+            "orbax-checkpoint-tmp",
+            "/checkpoint/write/",
+        ),
     ),
     Rule(
         CHECKPOINT_END,  # generic completion: a checkpoint (not one of its files) saved
         re.compile(
             r"\b(?i:checkpoint|ckpt)\S{0,40} (?:saved|written|uploaded|completed?|finished)\b"
-            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:checkpoint|ckpt|model)s? (?:to|at|in)\b"
+            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:checkpoint|ckpt|model)s? (?:to|at|in|for)\b"
         ),
         ("checkpoint", "ckpt", "model"),
     ),
@@ -346,79 +474,66 @@ MARKERS: tuple[Rule, ...] = (
 FILTER_REGEX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_#=@/;,-^$?[]{}|\\*+.")
 FILTER_PATTERN_MAX = 1024  # characters, CloudWatch Logs API reference (FilterLogEvents, PutSubscriptionFilter)
 # Needles (CloudWatch regexes), one of which every fatal line the rules name contains; `.` stands for a space or any
-# character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch.
+# character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch. Wider than the rules on purpose: a line
+# that says something failed reaches the engine's tail reads even when no rule names it.
 FATAL_NEEDLES: tuple[str, ...] = (
-    # NCCL, its watchdog, the c10d store, EFA
-    "NCCL.[Ee]rror",
-    "Cuda.failure",
-    "completion.from.peer",
-    "NCCL.WARN",
-    "NCCL.failure",
-    "ProcessGroupNCCL",
+    # severity marks, and what an error line says went wrong: the structural rule's words, and most families' too
+    "ERR",
+    "[Ee]rr",
+    "FATAL|[Ff]atal",
+    "CRITICAL",
+    "[Ff]ail|FAIL",
+    "[Aa]bort|ABORT",
+    "[Tt]erminat|TERM_",
+    "[Kk]ill|KILL",
+    "died|[Dd]ead",
+    "[Tt]imed.?[Oo]ut|[Tt]ime.?out|TIMEOUT",
+    "[Ee]xhaust|EXHAUSTED|EXCEEDED|Exceeded",
+    "[Ee]xception",
+    "[Rr]efused",
+    "[Ll]ost",
+    "[Cc]rash|[Pp]anic|[Ii]nvalid|[Uu]nexpected",
+    "[Cc]annot|[Cc]ould.not|not.available",
+    "[Ii]ncompatible|[Mm]ismatch|[Uu]nrecoverable",
+    # NCCL and its transport, the Neuron collectives, EFA
+    "NCCL.WARN|CCOM.WARN",
     "[Ww]atchdog",
-    "Heartbeat",
-    "Abort.COMPLETE",
-    "unicator.was",
+    "process.down",
     "[ye].peer",
-    "Call.to.recv",
     "NET/OFI",
-    "fi_[a-z_]+.failed",
     "write.to.EQ",
-    "Socket.Timeout",
-    "[Tt]imed.out",
-    "wait.timeout",
-    "socket.has.failed",
+    ":cq:",
     # CUDA, the driver, the kernel
-    "CUDA.?[EeOo][RrUu]",
     "illegal.memory",
     "device-side",
-    "launch.failure",
     "_STATUS_[A-Z]",
-    "ECC.error",
+    "ut.[Oo]f.[Mm]emory",
     "Xid",
     "fallen.off",
     "oom[-_][kr]",
-    "ut.[Oo]f.[Mm]emory",
-    "signal:",
-    "egmentation",
-    "segfault",
+    "egmentation|segfault",
     "SIG[A-Z]",
-    "[Ss]ignal.[0-9]",
-    "terminate.called",
-    "Fatal.Python",
-    "Aborted",
+    "[Ss]ignal.[0-9]|received.signal|death.signal|Signal:",
     "BACKTRACE",
-    "[Bb]us.error",
+    # the Neuron runtime, XLA's status codes
+    "NRT_|[Nn]rt[_:]",
+    "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
     # launchers and schedulers
     "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
     "return.code",
-    "FAIL[EU]",
-    "Killing",
     "terminated.with",
     "CANCELLED",
-    "Exceeded",
-    "death.signal",
-    "srun:",
+    "srun:|salloc:|sbatch:",
     "WTERMSIG",
     "preempted",
-    "MPI_ABORT",
-    "refused.to.die",
     "Primary.job",
     "non-zero",
     "BAD.TERM",
     "CLEANING.UP",
-    "received.signal",
-    "Signal:",
-    "[Ff]ramework.[Ee]rror",
-    "[Kk]illed",
-    "KILLED",
     ".137",
-    # Python (and every *Error: NCCL's, CUDA's, the c10d store's, SageMaker's)
+    # Python
     "Traceback",
     "recent.call",
-    "above.exception",
-    "[a-z]Error",
-    "Exception:",
 )
 CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "[Cc]heckpoint",
@@ -535,10 +650,19 @@ class LinePatterns:
         return self._match(message, low) if _gated(low) else self._user_fatal(message)
 
     def _match(self, message: str, low: str) -> str | None:
+        if SURVIVES.search(message, low):
+            return self._user_fatal(message)
+        quiet: bool | None = None  # whether the line has a low severity mark, looked up once if a strict rule asks
         for rule in RULES:
             if rule.search(message, low):
-                return None if rule.name == XID and not _xid_fatal(message) else rule.name
-        return self._user_fatal(message)
+                if rule.name == XID:
+                    return XID if _xid_fatal(message) else None
+                if rule.strict:
+                    quiet = _LOW_SEVERITY.search(message) is not None if quiet is None else quiet
+                    if quiet:
+                        continue
+                return rule.name
+        return ERROR_LINE if _error_line(message, low) else self._user_fatal(message)
 
     def _user_fatal(self, message: str) -> str | None:
         return USER_FATAL if any(p.search(message) for p in self.fatal) else None
@@ -582,9 +706,14 @@ COVER: tuple[str, ...] = (
     "err", "fail", "kill", "sig", "sav", "exit", "nccl", "cuda", "checkpoint", "ckpt", "model", "abort", "terminat",
     "timeout", "timed out", "illegal", "memory", "connection", "recv", "completion", "watchdog", "heartbeat",
     "process down", "ofi", "fi_", "socket", "rendezvous", "xid", "bus", "device-side", "_status", "oom", "exceeded",
-    "seg", "cancelled", "srun:", "preempted", "refused to die", "primary job", "non-zero", "cleaning up",
-    "lost communication", "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace", "to eq",
-    "most recent call", "exception", "ready now", "successfully", "writing took", "state dict",
+    "seg", "cancelled", "srun:", "preempted", "refused", "primary job", "non-zero", "cleaning up", "lost",
+    "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace", "to eq", "most recent call",
+    "exception", "ready now", "successfully", "writing took", "state dict",
+    # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
+    "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "died", "dead", "slurm", "salloc:",
+    "sbatch:", "term_", "libfabric",
+    # the marks that are fatal alone, and what a glog E line may say went wrong (an ERROR line holds "err" already)
+    "fatal", "critical", "exhaust",
 )  # fmt: skip
 
 
@@ -594,6 +723,24 @@ def _gated(low: str) -> bool:
         if phrase in low:
             return True
     return False
+
+
+def _error_line(message: str, low: str) -> bool:
+    """Whether a line no family names is fatal by its structure: an error mark with a failure word, or a fatal mark;
+    never with a low severity mark, nor from a side channel. The cheap tests first: most lines holding a phrase of
+    COVER hold no error mark."""
+    marked = ("err" in low or "fatal" in low or "critical" in low) and _ERROR_WORD.search(message) is not None
+    if not marked and _GLOG_ERROR.search(message) is None:
+        return False
+    if _FATAL_SEVERITY.search(message) is None and _FAILURE.search(message) is None:
+        return False
+    return _SIDE_CHANNEL.search(message) is None and _LOW_SEVERITY.search(message) is None
+
+
+def survives(message: str) -> bool:
+    """Whether a line says the job goes on (a retry, a skipped batch, an ignored exception, a fallback, a Python
+    warning): benign by itself, whatever error it quotes; the engine may take it as the end of a harmless block."""
+    return SURVIVES.search(message, message.lower())
 
 
 def _xid_fatal(message: str) -> bool:

@@ -1,0 +1,178 @@
+"""How the log rules read real lines: the corpus part they were written from beside the part they were not, and what a
+line costs to read, this tree's rules beside a baseline revision's.
+
+    .venv/bin/python bench/log_lines.py                      # both parts, by family, and the cost per line vs main
+    .venv/bin/python bench/log_lines.py --baseline aa3383f   # the cost against another revision's rules
+    .venv/bin/python bench/log_lines.py --misses written     # print the lines each figure misses, in one part
+
+Figures per part (corpus/real_lines/README.md, "Two parts"): fatal lines recognised (`log_patterns.match` names a
+kind), kept by the subscription filter as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called
+fatal, and checkpoint markers read right (`classify` gives the label's marker and no fatal kind). The cost is the
+median of 5 runs, in microseconds a line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines
+holding one, and the whole corpus; both rule sets are timed in this process, one after the other, so the machine's
+load weighs on both alike. Print --misses only for the written part when changing rules: the measured part's misses are
+reported, never written from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "lambdas")]
+
+from corpus import real_lines  # noqa: E402
+from localrun import moto_logs_filter  # noqa: E402
+from stallwatch.core import log_patterns  # noqa: E402
+
+RULES_PATH = "lambdas/stallwatch/core/log_patterns.py"
+# The corpus's kinds of fatal line, by the family a reader would file them under.
+FAMILIES = {
+    "nccl": "NCCL",
+    "nccl_timeout": "NCCL",
+    "c10d_timeout": "c10d store",
+    "efa": "EFA / libfabric",
+    "cuda_error": "CUDA",
+    "cuda_oom": "CUDA",
+    "xid_fatal": "Xid / NVRM",
+    "oom_kill": "host OOM killer",
+    "segfault": "signals",
+    "sigabrt": "signals",
+    "killed": "signals",
+    "launcher_exit": "torchrun / launchers",
+    "deepspeed_launcher": "torchrun / launchers",
+    "mpirun": "MPI",
+    "slurm": "Slurm",
+    "lsf": "LSF",
+    "sagemaker_toolkit": "SageMaker",
+    "neuron": "Neuron (NRT, NMGR, CCOM)",
+    "xla": "JAX / XLA",
+    "ray": "Ray",
+    "traceback": "Python",
+    "python_exception": "Python",
+    "app_fatal": "application",
+}
+# Ordinary lines of training logs (their steps, losses and bars), the bulk of what the engine reads.
+ORDINARY = (
+    "step 120 loss 2.31 lr 3e-4 grad_norm 0.93 tokens/s 51234",
+    " 45%|████▌     | 450/1000 [10:23<12:41,  1.39s/it]",
+    "{'loss': 2.0491, 'learning_rate': 0.0001961913563176343, 'epoch': 0.28}",
+    " iteration    33240/  311541 | consumed samples:     15019344 | elapsed time per iteration (ms): 23491.4",
+)
+ORDINARY_WITH_A_PHRASE = (
+    "[rank0]:[titan] 2025-06-25 13:20:46,458 - root - INFO - step: 800  loss:  4.7215  memory: 49.66GiB(52.28%)",
+    "step 800 | loss 4.7215 | grad norm 0.59 | model tflops 338.65 | mfu 34.24%",
+)
+
+
+def percent(hits: int, total: int) -> str:
+    return f"{hits}/{total} ({100 * hits / total:.0f} %)" if total else "-"
+
+
+def figures(part: str, misses: bool) -> dict[str, str]:
+    fatal = real_lines.lines(label="fatal", part=part)
+    benign = real_lines.lines(label="benign", part=part)
+    marks = real_lines.lines(label="checkpoint_start", part=part) + real_lines.lines(label="checkpoint_end", part=part)
+    missed = [r for r in fatal if not log_patterns.match(r.text)]
+    dropped = [r for r in fatal if not moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, r.text)]
+    false = [r for r in benign if log_patterns.match(r.text)]
+    misread = [r for r in marks if log_patterns.classify(r.text) != (None, r.label)]
+    if misses:
+        for title, rows in [("fatal not recognised", missed), ("dropped by the filter", dropped),
+                            ("benign called fatal", false), ("markers misread", misread)]:  # fmt: skip
+            print(f"\n{part}: {title}")
+            for r in rows:
+                print(f"  [{r.kind}] {r.text[:160]!r}  ({r.source})")
+    return {
+        "fatal lines recognised": percent(len(fatal) - len(missed), len(fatal)),
+        "fatal lines kept by the filter": percent(len(fatal) - len(dropped), len(fatal)),
+        "benign lines called fatal": percent(len(false), len(benign)),
+        "checkpoint markers read right": percent(len(marks) - len(misread), len(marks)),
+    }
+
+
+def by_family(part: str) -> dict[str, str]:
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in real_lines.lines(label="fatal", part=part):
+        tally = counts[FAMILIES.get(r.kind, r.kind)]
+        tally[0] += log_patterns.match(r.text) is not None
+        tally[1] += 1
+    return {family: f"{hit}/{total}" for family, (hit, total) in counts.items()}
+
+
+def markers_by_framework(part: str) -> dict[str, str]:
+    counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for label in ("checkpoint_start", "checkpoint_end"):
+        for r in real_lines.lines(label=label, part=part):
+            tally = counts[r.framework]
+            tally[0] += log_patterns.classify(r.text) == (None, r.label)
+            tally[1] += 1
+    return {framework: f"{hit}/{total}" for framework, (hit, total) in counts.items()}
+
+
+def table(title: str, rows: dict[str, dict[str, str]]) -> None:
+    parts = list(rows)
+    keys = sorted({key for values in rows.values() for key in values})
+    print(f"\n| {title} | " + " | ".join(parts) + " |")
+    print("|---" * (len(parts) + 1) + "|")
+    for key in keys:
+        print(f"| {key} | " + " | ".join(rows[part].get(key, "-") for part in parts) + " |")
+
+
+def baseline_rules(rev: str) -> ModuleType:
+    """The rules as revision `rev` had them, loaded beside this tree's."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:{RULES_PATH}"], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    spec = importlib.util.spec_from_loader("log_patterns_baseline", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    exec(compile(source.stdout, f"{rev}:{RULES_PATH}", "exec"), module.__dict__)
+    return module
+
+
+def microseconds(rules: ModuleType, lines: tuple[str, ...], repeat: int = 5) -> float:
+    rounds = max(20_000 // len(lines), 1)
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(rounds):
+            for line in lines:
+                rules.classify(line)
+        runs.append((time.perf_counter() - start) / (rounds * len(lines)) * 1e6)
+    return statistics.median(runs)
+
+
+def cost(rev: str) -> None:
+    old = baseline_rules(rev)
+    corpus = tuple(r.text for r in real_lines.lines())
+    print(f"\n| cost a line (µs, median of 5) | {rev} | this tree |\n|---|---|---|")
+    for title, lines in [("ordinary, no phrase of COVER", ORDINARY), ("ordinary, a phrase of COVER",
+                         ORDINARY_WITH_A_PHRASE), ("the whole corpus", corpus)]:  # fmt: skip
+        print(f"| {title} | {microseconds(old, lines):.2f} | {microseconds(log_patterns, lines):.2f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", default="main", help="the revision whose rules the cost is compared with")
+    parser.add_argument("--misses", choices=real_lines.PARTS, help="print the lines each figure misses in this part")
+    args = parser.parse_args()
+    parts = real_lines.PARTS
+    table("figure", {part: figures(part, args.misses == part) for part in parts})
+    table("fatal lines recognised, by family", {part: by_family(part) for part in parts})
+    table("checkpoint markers read right, by framework", {part: markers_by_framework(part) for part in parts})
+    assert all(not line or not log_patterns.match(line) for line in ORDINARY + ORDINARY_WITH_A_PHRASE)
+    cost(args.baseline)
+
+
+if __name__ == "__main__":
+    main()
