@@ -110,6 +110,19 @@ def test_the_parts_are_split_by_source_by_the_declared_rounds() -> None:
     assert sum(r.part == real_lines.MEASURED for r in new) > len(new) / 2
 
 
+def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_batch() -> None:
+    # Given the rounds of issue 39 after the first (real_lines.ROUNDS)
+    written = [r for r in real_lines.lines() if (r.added, r.round) == (39, 2)]
+    fresh = [r for r in real_lines.lines() if (r.added, r.round) == (39, 3)]
+    # Then round 2 added written lines for the rules, and round 3, quoted after they froze, only measured ones
+    assert len(written) >= 120
+    assert {r.part for r in written} == {WRITTEN}
+    assert len(fresh) >= 60
+    assert len({r.source for r in fresh}) >= 30
+    assert {r.part for r in fresh} == {real_lines.MEASURED}
+    assert {r.label for r in fresh} == set(real_lines.LABELS)
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 9 of issue 39"):
