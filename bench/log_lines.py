@@ -7,13 +7,12 @@ line costs to read, this tree's rules beside a baseline revision's.
 
 Columns (corpus/real_lines/README.md, "Two parts"): `written`, the part the rules were written from; `measured`, the
 part they were not written from, quoted with it; `fresh`, the measured lines quoted after the rules were frozen (round
-39/3). Figures per column: fatal lines recognised (`log_patterns.match` names a
-kind), kept by the subscription filter as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called
-fatal, and checkpoint markers read right (`classify` gives the label's marker and no fatal kind). The cost is the
-median of 7 runs, in microseconds a line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines
-holding one, and the whole corpus; both rule sets are timed in this process, their runs interleaved, so the
-machine's load weighs on both alike. Print --misses only for the written part when changing rules: the measured
-columns' misses are reported, never written from.
+39/3). Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the subscription filter
+as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and checkpoint markers read
+right (`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs, in microseconds a
+line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines holding one, and the whole corpus;
+both rule sets are timed in this process, their runs interleaved, so the machine's load weighs on both alike. Print
+--misses only for the written part when changing rules: the measured columns' misses are reported, never written from.
 """
 
 from __future__ import annotations
