@@ -33,13 +33,35 @@ PARTS = (WRITTEN, MEASURED)
 # The sources quoted for issue 29 are all in the written part: that wave's patterns were written from them.
 FIRST_ISSUE = 29
 SPLIT_SEED = "stallwatch real_lines split, issue 39"
-MEASURED_PERCENT = 70  # of the sources added since, by the seeded hash of their address
+MEASURED_PERCENT = 70  # of the sources a hashed round adds, by the seeded hash of their address
 
 
-def part_of(source: str, added: int) -> str:
-    """The part a source's lines belong to: a fixed, seeded split by source (never by line)."""
-    if added <= FIRST_ISSUE:
-        return WRITTEN
+@dataclass(frozen=True)
+class Round:
+    """A batch of sources one wave quoted together, and the part its purpose puts every source of it in (None: each
+    source's seeded hash decides). A round is declared here, purpose and part, before any of its lines is quoted."""
+
+    added: int  # the issue whose wave quoted it
+    number: int
+    part: str | None
+    purpose: str
+
+
+ROUNDS: tuple[Round, ...] = (
+    Round(FIRST_ISSUE, 1, WRITTEN, "the first quotes: issue 29's rules were written from them"),
+    Round(39, 1, None, "new sources for the families the corpus lacked, split by the seeded hash"),
+    Round(39, 2, WRITTEN, "new sources to write the rules from, for the families the written part lacked"),
+    Round(39, 3, MEASURED, "new sources quoted after the rules were frozen, to measure them afresh"),
+)
+
+
+def part_of(source: str, added: int, round: int = 1) -> str:
+    """The part a source's lines belong to: its round's, or a fixed, seeded split by source (never by line)."""
+    declared = next((r for r in ROUNDS if (r.added, r.number) == (added, round)), None)
+    if declared is None:
+        raise ValueError(f"no round {round} of issue {added} is declared in real_lines.ROUNDS")
+    if declared.part is not None:
+        return declared.part
     digest = hashlib.sha256(f"{SPLIT_SEED}\n{source}".encode()).hexdigest()
     return MEASURED if int(digest[:8], 16) % 100 < MEASURED_PERCENT else WRITTEN
 
@@ -47,7 +69,8 @@ def part_of(source: str, added: int) -> str:
 @dataclass(frozen=True)
 class RealLine:
     """One quoted line: `incident` groups a crash's lines (None for the others); `source` is where it was quoted;
-    `part` whether the patterns may be written from it (`part_of`); `added` the issue whose wave quoted it."""
+    `part` whether the patterns may be written from it (`part_of`); `added` the issue whose wave quoted it, and
+    `round` which of that wave's rounds (`ROUNDS`)."""
 
     text: str
     label: str
@@ -57,6 +80,7 @@ class RealLine:
     source: str
     part: str
     added: int
+    round: int
 
 
 @dataclass(frozen=True)

@@ -416,6 +416,122 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
     assert log_patterns.classify(line) == (None, None)
 
 
+# --- structures read from the written part of corpus/real_lines (round 39/2: Neuron, LSF, Ray, schedulers, saves) ---
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "2026-Apr-13 01:46:31.0675 837617:837663 [2] int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):219 "
+        "CCOM WARN NET/OFI Failed to initialize rdma protocol",
+        "2026-Apr-13 01:46:31.0681 837617:837663 [2] ncclResult_t nccl_net_ofi_init_no_atexit_fini_v6"
+        "(ncclDebugLogger_t):183 CCOM WARN NET/OFI Initializing plugin failed",
+        "2026-Apr-13 01:46:31.0683 837617:837663 [2] net_plugin.cc:97 CCOM WARN OFI plugin initNet() failed is EFA "
+        "enabled?",
+    ],
+)
+def test_the_network_plugin_failing_to_initialise_is_a_fallback_not_a_collectives_death(line: str) -> None:
+    # Given the Neuron collectives' start-up on a host without EFA (the Neuron docs: harmless, training goes on)
+    # Then neither the collectives' WARN nor the EFA rule names it
+    assert match(line) is None
+
+
+def test_a_collectives_failure_after_start_up_is_still_named() -> None:
+    line = "2023-Jun-14 19:05:29.0312 4112959:4113263 [14] include/socket.h:438 CCOM WARN Net : Socket creation failed"
+    assert match(line + " : Too many open files") == "nccl"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a compiler's error code leading the line, with what failed
+        ("[F134] neuronx-cc terminated abnormally - Please open a support ticket at https://github.com/", "error"),
+        ("[NLA001]  Unhandled exception with message: === BIR error ===", "error"),
+        # an application's own Fatal: mark
+        ("Fatal: Internal system error, cannot recover.", "error"),
+        # glog's E with a failure word no family names
+        (
+            "2022-02-07 17:22:12.592170: E tensorflow/core/distributed_runtime/rpc/grpc_server_lib.cc:545] Unknown: "
+            "Could not start gRPC server",
+            "error",
+        ),
+        # libstdc++'s second line of an uncaught exception, ld.so's assertion
+        ("  what():  === BIR verification failed ===", "sigabrt"),
+        (
+            "INFO: Inconsistency detected by ld.so: ../elf/dl-tls.c: 488: _dl_allocate_tls_init: Assertion "
+            "`listp->slotinfo[cnt].gen <= GL(dl_tls_generation)' failed!",
+            "sigabrt",
+        ),
+        # a scheduler's report of the signal that took a process
+        ("Process terminated by User defined signal 2(12)", "killed"),
+        # LSF's job report for a job that exited, Ray Tune's errored trials, Hydra's failed job
+        ("Subject: Job 6410325: <NNAgent7NN-Selfplay-50-weighted-lr=0.00005> in cluster <dcc> Exited", "lsf"),
+        ("Number of trials: 1/1 (1 ERROR)", "ray"),
+        ("Number of errored trials: 1", "ray"),
+        (
+            "Error executing job with overrides: ['algorithm.adv_estimator=grpo......trainer.total_epochs=1']",
+            "launcher_exit",
+        ),
+    ],
+)
+def test_a_fatal_line_is_read_by_its_structure(line: str, expected: str) -> None:
+    assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "0: fatal: not a git repository (or any of the parent directories): .git",  # git's, and the job goes on
+        "E1025 08:58:19.650164 139866418210816 dataset_iterator.py:130] DatasetIterator.load() is deprecated. Please "
+        "use restore().",  # an E mark with nothing said to have failed
+        "Subject: Job 6464944: <NNAgent7NN-Selfplay-50-weighted-lr=0.00005> in cluster <dcc> Done",
+        "Terminated at Mon May  4 08:24:53 2020",  # LSF's report of a job that completed
+        "Number of trials: 976 (3 RUNNING, 973 TERMINATED)",
+        "2022/08/22 15:51:54 - mmengine - INFO - Checkpoints will be saved to /home/mazerun/work_dir by "
+        "HardDiskBackend.",
+    ],
+)
+def test_a_lookalike_of_those_structures_is_neither_fatal_nor_a_marker(line: str) -> None:
+    assert log_patterns.classify(line) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a save verb in progress and what it saves (a model, its weights): a checkpoint begins or is being written
+        ("Saving LoRA weights to 'out/finetune/lora-phi-2/final/lit_model.pth.lora'", "checkpoint_start"),
+        ("INFO:accelerate.accelerator:Saving FSDP model", "checkpoint_start"),
+        # Orbax's background save thread, Ultralytics' final weights
+        (
+            "20:15:21.008 [I] [process=0][thread=async_save] 3 Handler Commit operations completed.            "
+            "(2406527:async_checkpointer.py:131)",
+            "checkpoint_start",
+        ),
+        ("Optimizer stripped from runs/detect/train/weights/last.pt, 6.3MB", "checkpoint_start"),
+        # a save verb in the past, what was saved, and where: a checkpoint's directory or a weights file
+        ("Saved merged weights to 'out/finetune/lora-phi-2/final/lit_model.pth'", "checkpoint_end"),
+        ("Saved Unet to tmp/test_FSDP/checkpoint_5_lora_dict.pkl", "checkpoint_end"),
+    ],
+)
+def test_a_save_is_read_by_its_verb_what_it_saves_and_where(line: str, expected: str) -> None:
+    assert log_patterns.classify(line) == (None, expected)
+
+
+def test_reading_only_the_rules_a_lines_phrases_select_reads_it_as_every_rule_would() -> None:
+    # Given every line of the corpus and the ordinary ones / When read by the rules their phrases of COVER select
+    # Then the kind and marker are those of reading every rule in order (it skips only rules that cannot match)
+    from corpus import real_lines
+
+    def every_rule(message: str) -> tuple[str | None, str | None]:
+        low = message.lower()
+        everything = log_patterns._Candidates(log_patterns.RULES, log_patterns.MARKERS)
+        kind = log_patterns.BUILT_IN._match(message, low, everything)
+        return kind, None if kind else log_patterns.BUILT_IN._marker(message, low, everything)
+
+    lines = [r.text for r in real_lines.lines()] + [line for line, _ in FATAL_LINES] + BENIGN_LINES
+    assert [log_patterns.classify(line) for line in lines] == [every_rule(line) for line in lines]
+
+
 # --- the server-side filters, as CloudWatch Logs applies them ---------------------------------------------------------
 
 

@@ -93,20 +93,40 @@ def test_the_corpus_is_real_lines_with_their_sources_and_labels() -> None:
     assert {r.framework for r in markers} >= CHECKPOINT_FRAMEWORKS
 
 
-def test_the_parts_are_split_by_source_by_the_seeded_rule() -> None:
-    # Given every line's source and the wave that quoted it / Then its part is the split's, so one source is one side
+def test_the_parts_are_split_by_source_by_the_declared_rounds() -> None:
+    # Given every line's source and the wave and round that quoted it / Then its part is the split's, and one source
+    # is one round, so one side
     everything = real_lines.lines()
-    assert all(r.part == real_lines.part_of(r.source, r.added) for r in everything)
-    parts: dict[str, set[str]] = {}
+    assert all(r.part == real_lines.part_of(r.source, r.added, r.round) for r in everything)
+    rounds: dict[str, set[tuple[int, int]]] = {}
     for r in everything:
-        parts.setdefault(r.source, set()).add(r.part)
-    assert all(len(p) == 1 for p in parts.values())
+        rounds.setdefault(r.source, set()).add((r.added, r.round))
+    assert all(len(p) == 1 for p in rounds.values())
     # and the wave after issue 29 grew the corpus by at least 150 lines from new sources, most of them measured
     new = [r for r in everything if r.added > real_lines.FIRST_ISSUE]
     old_sources = {r.source for r in everything if r.added <= real_lines.FIRST_ISSUE}
     assert len(new) >= 150
     assert not {r.source for r in new} & old_sources
     assert sum(r.part == real_lines.MEASURED for r in new) > len(new) / 2
+
+
+def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_batch() -> None:
+    # Given the rounds of issue 39 after the first (real_lines.ROUNDS)
+    written = [r for r in real_lines.lines() if (r.added, r.round) == (39, 2)]
+    fresh = [r for r in real_lines.lines() if (r.added, r.round) == (39, 3)]
+    # Then round 2 added written lines for the rules, and round 3, quoted after they froze, only measured ones
+    assert len(written) >= 120
+    assert {r.part for r in written} == {WRITTEN}
+    assert len(fresh) >= 60
+    assert len({r.source for r in fresh}) >= 30
+    assert {r.part for r in fresh} == {real_lines.MEASURED}
+    assert {r.label for r in fresh} == set(real_lines.LABELS)
+
+
+def test_a_round_not_declared_has_no_part() -> None:
+    # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
+    with pytest.raises(ValueError, match="no round 9 of issue 39"):
+        real_lines.part_of("https://github.com/example/example/issues/1", 39, 9)
 
 
 def test_no_written_line_is_a_copy_of_a_measured_one() -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NamedTuple
 
 from stallwatch.core.contract import STACKS_MARKER
@@ -63,8 +64,9 @@ XID_NVLINK = range(144, 151)
 _XID = re.compile(r"\bXid \((?:PCI:)?[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
 _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 
-# The aws-ofi-nccl plugin failing to load at start-up: NCCL falls back to sockets and trains on.
-_OFI_FALLBACK = r"(?!NET/OFI (?:Failed to initialize|aws-ofi-nccl initialization failed))"
+# The network plugin (aws-ofi-nccl) failing to initialise at start-up, in its own words or the collectives' ("NET/OFI
+# aws-ofi-nccl initialization failed", "OFI plugin initNet() failed"): NCCL falls back to sockets and trains on.
+_PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,40}?(?i:initiali[sz]|initNet)"
 # What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
 _COLLECTIVE_FAILURE = r"(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
 
@@ -105,7 +107,7 @@ RULES: tuple[Rule, ...] = (
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
             r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
             r"|Got completion from peer"
-            rf"|(?:NCCL|CCOM) WARN {_OFI_FALLBACK}[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
+            rf"|(?:NCCL|CCOM) WARN (?!{_PLUGIN_INIT})[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
             r"|Exception raised from ncclCommWatchdog"
             r"|\b(?:socketProgress\w{0,20}|Net) ?: [^\n]{0,200}?"  # NCCL's socket transport, in its own words
             r"(?:Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed)"
@@ -139,8 +141,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         EFA,
         re.compile(
-            r"NET/OFI (?!Failed to initialize|aws-ofi-nccl initialization failed)"
-            r"[^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
+            rf"(?!{_PLUGIN_INIT})NET/OFI [^\n]{{0,200}}?(?:fail|error|Unable|Couldn't|Unexpected)"
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
             r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
@@ -194,7 +195,8 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"terminate called (?:after throwing|without an active exception|recursively)|SIGABRT|\b[Ss]ignal 6\b"
             r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
-            r"|: Assertion `[^\n]{1,300}' failed\.$"  # glibc's assert(), which aborts
+            r"|: Assertion `[^\n]{1,300}' failed[.!]$"  # glibc's assert() and ld.so's, which abort
+            r"|^\s{0,8}what\(\): "  # libstdc++'s second line after "terminate called after throwing ..."
         ),
         (
             "terminate called",
@@ -205,6 +207,7 @@ RULES: tuple[Rule, ...] = (
             "fatal python error",
             "*** backtrace",
             "failed",
+            "what(): ",
         ),
     ),
     Rule(
@@ -225,7 +228,14 @@ RULES: tuple[Rule, ...] = (
         ),
         ("cancelled at", "srun:", "wtermsig", "preempted", "stepd terminated", "slurm", "salloc:", "sbatch:"),
     ),
-    Rule(LSF, re.compile(r"\bTERM_[A-Z_]{3,40}: "), ("term_",)),  # LSF's termination reasons (TERM_MEMLIMIT: ...)
+    Rule(
+        LSF,
+        re.compile(
+            r"\bTERM_[A-Z_]{3,40}: "  # its termination reasons (TERM_MEMLIMIT: ...), its report's subject:
+            r"|^Subject: Job \d{1,12}(?:\[\d{1,9}\])?: <[^>\n]{0,300}> (?:in cluster <[^>\n]{1,100}> )?Exited$"
+        ),
+        ("term_", "exited"),
+    ),
     Rule(
         MPI,
         re.compile(
@@ -310,6 +320,13 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        RAY,  # Tune's status report: how many trials errored
+        re.compile(
+            r"\bNumber of errored trials: [1-9]|\bNumber of trials: [^(\n]{1,40}\([^)\n]{0,200}?\b\d{1,6} ERROR\b"
+        ),
+        ("errored trials", " error"),
+    ),
+    Rule(
         DEEPSPEED_LAUNCHER,
         re.compile(r"Killing subprocess \d|exits with return code = -?[1-9]"),
         ("killing subprocess", "exits with return code"),
@@ -322,14 +339,25 @@ RULES: tuple[Rule, ...] = (
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
             r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
+            r"|^Error executing job with overrides: "  # Hydra: the job's function raised
         ),
-        ("exit", "childfailederror", "failed", "signal", "return code", "non-zero", "terminated with"),
+        (
+            "exit",
+            "childfailederror",
+            "failed",
+            "signal",
+            "return code",
+            "non-zero",
+            "terminated with",
+            "error executing job",
+        ),
     ),
     Rule(
         KILLED,
         re.compile(
             r"(?:^|[\]\s\\])(?:Killed|Terminated)\s*$"  # the shell's word for a job it saw killed (SIGKILL, SIGTERM)
             r"|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"
+            r"|\b(?:[Tt]erminated|[Kk]illed) by (?:[\w ]{0,40} )?signal\b"  # "terminated by User defined signal 2"
         ),
         ("killed", "terminated", "sigkill", "signal 9", "137"),
     ),
@@ -367,34 +395,47 @@ _LOW_SEVERITY = re.compile(
     r"(?:^|[\s\[|(:])(?:WARN(?:ING)?|INFO|DEBUG)(?=[\s\]|:)]|$)|<(?:warn|info|debug)>|\[[IWD]\]"
     r"|(?:^|[\s\[\]:])[IW](?:\d{3,4} \d\d:\d\d:\d\d| \S{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\])"
 )
-_ERROR_WORD = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|: error: |^error: ")  # logging's levels; Slurm's and tools'
-# glog's E and F: "E0929 17:42:48", PyTorch's "[E socket.cpp:957]", TensorFlow's "E tensorflow/...cc:706]", Ray's
-_GLOG_ERROR = re.compile(
-    r"(?<![^\s\[\]:(])[EF](?:\d{3,4} \d\d:\d\d:\d\d| [\w./-]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]"
-    r"| \d{1,8} \d{1,8}\])"
+_ERROR_WORD = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|: error: ")  # logging's levels; Slurm's and tools' "error:"
+_LEADING_MARK = re.compile(  # marks that lead the line
+    r"error: "  # a tool's
+    r"|Fatal: "  # an application's own (git's lowercase "fatal: not a git repository" is not one: it goes on)
+    r"|\[(?:NCC_)?[A-Z]{1,5}\d{3}\] "  # a compiler's error code (neuronx-cc: [F134], [NLA001], NCC_EVRF035)
 )
-# A mark that is fatal by itself: FATAL, CRITICAL, glog's F (a CHECK that failed and aborts).
-_FATAL_SEVERITY = re.compile(r"\b(?:FATAL|CRITICAL)\b|\bFatal error\b|(?:^|[\s\[\]:])F\d{3,4} \d\d:\d\d:\d\d")
-# What an error line says went wrong, beyond its mark (an "[ERROR] First test message" says nothing failed).
+# glog's E and F after a space, a bracket or a colon: "E0929 17:42:48", PyTorch's "[E socket.cpp:957]", TensorFlow's
+# "E tensorflow/...cc:706]", Ray's "E 1234 5678]". Searched from the letter (a fast scan), its neighbour checked after.
+_GLOG_MARK = re.compile(
+    r"[EF](?:\d{3,4} \d\d:\d\d:\d\d| [\w./-]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]| \d{1,8} \d{1,8}\])"
+)
+_GLOG_BEFORE = frozenset(" \t[]:(")
+# A mark that is fatal by itself: FATAL, CRITICAL, an application's "Fatal:" (and glog's F: `_glog_mark`).
+_FATAL_SEVERITY = re.compile(r"\b(?:FATAL|CRITICAL)\b|\bFatal error\b|^Fatal: ")
+# What an error line says went wrong, beyond its mark (an "[ERROR] First test message" says nothing failed); the
+# regex runs only on a line holding one of the hints (substrings of its words, lowercased).
 _FAILURE = re.compile(
     r"(?i:fail|abort|terminat|\bkill|crash|\bdied\b|\bdead\b|timed? ?out|exhaust|exception|fatal|panic|invalid"
     r"|refused|\blost\b|unexpected|cannot|could not|not available|incompatible|mismatch|unrecoverable)|\b[Ee]rr"
 )
+_FAILURE_HINTS = (
+    "fail", "abort", "terminat", "kill", "crash", "died", "dead", "time", "exhaust", "exception", "fatal", "panic",
+    "invalid", "refused", "lost", "unexpected", "cannot", "could not", "not available", "incompatible", "mismatch",
+    "unrecoverable", "err",
+)  # fmt: skip
 # A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
-_SIDE_CHANNEL = re.compile(r"\bwandb: ")
+_SIDE_CHANNEL = "wandb: "
 
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 _FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
+_WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz)"  # the extensions weights are saved under
 MARKERS: tuple[Rule, ...] = (
     Rule(
         CHECKPOINT_END,  # the frameworks' own completion lines
         re.compile(
             r"\bCheckpoint \S{1,100} is ready now\b"  # DeepSpeed
             r"|successfully saved checkpoint (?:at|from) iteration"  # Megatron-LM
-            r"|Finished saving (?:the )?checkpoint"  # torchtitan, metaseq
+            r"|Finished saving (?:[\w-]{1,40} ){0,2}checkpoint"  # torchtitan, metaseq, Orbax, Levanter
             r"|\(writing took [\d.]+ seconds\)"  # metaseq, fairseq
             r"|[Cc]heckpoint save for step \d+ .{0,400}?finalized successfully"  # NeMo
             r"|Saving checkpoint took [\d.]+"  # torchtune
@@ -428,7 +469,8 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\b(?:[Cc]onfiguration|[Mm]odel weights|[Tt]okenizer config file|[Ss]pecial tokens file) saved in "
             rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
             rf"|\bsaved (?:in|to) {_FILE}"
-            r"|\.orbax-checkpoint-tmp\b|/checkpoint/write/"  # Orbax: a step's tmp directory, its write throughput
+            r"|\.orbax-checkpoint-tmp\b|/checkpoint/write/|\[thread=async_save\]"  # Orbax: tmp dir, throughput, thread
+            rf"|\bOptimizer stripped from {_FILE}"  # Ultralytics: the final weights rewritten without the optimizer
         ),
         (
             "[torch] sav",
@@ -438,15 +480,32 @@ MARKERS: tuple[Rule, ...] = (
             "saved to",
             "orbax-checkpoint-tmp",
             "/checkpoint/write/",
+            "[thread=async_save]",
+            "optimizer stripped from",
         ),
     ),
     Rule(
         CHECKPOINT_END,  # generic completion: a checkpoint (not one of its files) saved
         re.compile(
-            r"\b(?i:checkpoint|ckpt)\S{0,40} (?:saved|written|uploaded|completed?|finished)\b"
-            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:checkpoint|ckpt|model)s? (?:to|at|in|for)\b"
+            # a checkpoint said done: saved, written, committed (perhaps "locally", "successfully"), finalised
+            r"\b(?i:checkpoint|ckpt)\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
+            r"(?:saved|written|uploaded|committed|completed?|finished)\b"
+            r"|\b(?i:checkpoint|save)\w{0,20} (?:\w+ ){0,3}?finali[sz]ed\b"
+            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?"
+            r"(?i:checkpoint|checkpoints|ckpt|ckpts|model|models) (?:to|at|in|for)\b"
+            r"|\bSaved (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
+            # a save verb in the past, what was saved, and where: a checkpoint's directory or a weights file
+            r"|\b(?:Saved|Finished saving) (?:\S{1,60} ){0,3}(?:to|at|in|into) ['\"]?[^\s'\"]{0,200}?"
+            rf"(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
         ),
-        ("checkpoint", "ckpt", "model"),
+        (
+            "checkpoint",
+            "ckpt",
+            "saved",
+            "save",
+            "finished saving",
+            *(f"{noun} {to}" for noun in ("model", "models") for to in ("to", "at", "in", "for")),
+        ),
     ),
     Rule(
         CHECKPOINT_START,
@@ -464,7 +523,13 @@ MARKERS: tuple[Rule, ...] = (
             r"|scheduled an async checkpoint save|Checkpoint save for step \d+ started"  # Megatron-LM, NeMo
             r"|Saving current state to"  # Accelerate
             r"|, saving model to "  # Keras
+            # a save verb in progress and what it saves: a checkpoint, a model, its weights or state
             r"|\b(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting) (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
+            r"|\b[Ss]aving (?:[\w-]{1,40} ){0,2}(?i:model|weights|state)s?\b"
+            # a checkpoint's save begun or about to be; one of its parts said saved (its model, optimizer, state)
+            r"|\b(?:Starting|Started|Scheduled|Scheduling)\b[^\n]{0,40}?(?i:checkpoint)\w{0,20} save\b"
+            r"|\b[Aa]bout to save (?:\w+ ){0,2}(?i:checkpoint)"
+            r"|\b(?i:model|optimizer|scheduler|state|weights)\b[^\n]{0,40}? saved (?:to|in) "
         ),
         ("sav", "checkpoint", "ckpt", "state dict"),
     ),
@@ -493,7 +558,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Rr]efused",
     "[Ll]ost",
     "[Cc]rash|[Pp]anic|[Ii]nvalid|[Uu]nexpected",
-    "[Cc]annot|[Cc]ould.not|not.available",
+    "[Cc]annot|[Cc]ould.not|not.available|[Uu]nable",
     "[Ii]ncompatible|[Mm]ismatch|[Uu]nrecoverable",
     # NCCL and its transport, the Neuron collectives, EFA
     "NCCL.WARN|CCOM.WARN",
@@ -515,6 +580,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "SIG[A-Z]",
     "[Ss]ignal.[0-9]|received.signal|death.signal|Signal:",
     "BACKTRACE",
+    "what..:",
     # the Neuron runtime, XLA's status codes
     "NRT_|[Nn]rt[_:]",
     "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
@@ -524,6 +590,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "terminated.with",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
+    "Exited$",
     "WTERMSIG",
     "preempted",
     "Primary.job",
@@ -550,6 +617,7 @@ CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "Started.save",
     "about.to.save",
     "state.dict",
+    "stripped.from",
 )
 
 
@@ -647,13 +715,14 @@ class LinePatterns:
     def match(self, message: str) -> str | None:
         """The fatal kind of the first rule `message` matches, or None for an ordinary line."""
         low = message.lower()
-        return self._match(message, low) if _gated(low) else self._user_fatal(message)
+        hits = _cover_hits(low)
+        return self._match(message, low, _candidates(hits)) if hits else self._user_fatal(message)
 
-    def _match(self, message: str, low: str) -> str | None:
+    def _match(self, message: str, low: str, candidates: _Candidates) -> str | None:
         if SURVIVES.search(message, low):
             return self._user_fatal(message)
         quiet: bool | None = None  # whether the line has a low severity mark, looked up once if a strict rule asks
-        for rule in RULES:
+        for rule in candidates.rules:
             if rule.search(message, low):
                 if rule.name == XID:
                     return XID if _xid_fatal(message) else None
@@ -665,23 +734,24 @@ class LinePatterns:
         return ERROR_LINE if _error_line(message, low) else self._user_fatal(message)
 
     def _user_fatal(self, message: str) -> str | None:
+        if not self.fatal:
+            return None
         return USER_FATAL if any(p.search(message) for p in self.fatal) else None
 
     def marker(self, message: str) -> str | None:
         """CHECKPOINT_START or CHECKPOINT_END for a checkpoint's start (or in-progress) or end line, else None (ask
         `match` first: a fatal line is never a marker)."""
         low = message.lower()
-        return self._marker(message, low, gated=_gated(low))
+        return self._marker(message, low, _candidates(_cover_hits(low)))
 
-    def _marker(self, message: str, low: str, gated: bool) -> str | None:
+    def _marker(self, message: str, low: str, candidates: _Candidates) -> str | None:
         if any(p.search(message) for p in self.checkpoint_end):
             return CHECKPOINT_END
         if any(p.search(message) for p in self.checkpoint_start):
             return CHECKPOINT_START
-        if gated:
-            for rule in MARKERS:
-                if rule.search(message, low):
-                    return rule.name
+        for rule in candidates.markers:
+            if rule.search(message, low):
+                return rule.name
         return None
 
     def classify(self, message: str) -> tuple[str | None, str | None]:
@@ -690,9 +760,10 @@ class LinePatterns:
         if STACKS_MARKER in message:
             return None, None
         low = message.lower()
-        gated = _gated(low)
-        pattern = self._match(message, low) if gated else self._user_fatal(message)
-        return pattern, None if pattern else self._marker(message, low, gated)
+        hits = _cover_hits(low)
+        candidates = _candidates(hits)
+        pattern = self._match(message, low, candidates) if hits else self._user_fatal(message)
+        return pattern, None if pattern else self._marker(message, low, candidates)
 
     @property
     def filter_patterns(self) -> tuple[str, str]:
@@ -701,40 +772,83 @@ class LinePatterns:
 
 
 # Short phrases one of which every phrase of every gate holds (tests/core/test_log_patterns.py checks it): a line
-# holding none of them is ordinary without a look at any rule (most lines of a training log: its steps and losses).
+# holding none of them is ordinary without a look at any rule (most lines of a training log: its steps and losses),
+# and a line holding some is read only by the rules whose gates hold one of those (`_candidates`).
 COVER: tuple[str, ...] = (
     "err", "fail", "kill", "sig", "sav", "exit", "nccl", "cuda", "checkpoint", "ckpt", "model", "abort", "terminat",
     "timeout", "timed out", "illegal", "memory", "connection", "recv", "completion", "watchdog", "heartbeat",
     "process down", "ofi", "fi_", "socket", "rendezvous", "xid", "bus", "device-side", "_status", "oom", "exceeded",
     "seg", "cancelled", "srun:", "preempted", "refused", "primary job", "non-zero", "cleaning up", "lost",
-    "disconnected", "sagemaker-", "return code", "137", "traceback", "backtrace", "to eq", "most recent call",
+    "sagemaker-", "return code", "137", "traceback", "backtrace", "most recent call",
     "exception", "ready now", "successfully", "writing took", "state dict",
     # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
     "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "died", "dead", "slurm", "salloc:",
     "sbatch:", "term_", "libfabric",
-    # the marks that are fatal alone, and what a glog E line may say went wrong (an ERROR line holds "err" already)
-    "fatal", "critical", "exhaust",
+    # the marks that are fatal alone, and what a line marked E (glog) or by an error code may say went wrong (an
+    # ERROR line holds "err" already)
+    "fatal", "critical", "exhaust", "could not", "cannot", "unable", "invalid", "unexpected",
+    # libstdc++'s uncaught exception, Ultralytics' final weights
+    "what()", "stripped",
 )  # fmt: skip
 
 
-def _gated(low: str) -> bool:
-    """Whether the lowercased line holds a phrase of `COVER` (else no rule's gate lets it through)."""
-    for phrase in COVER:  # noqa: SIM110 - a loop costs a third of any() on every step's line
-        if phrase in low:
-            return True
-    return False
+class _Candidates(NamedTuple):
+    """The rules and markers a line holding some phrases of COVER may match, in their order."""
+
+    rules: tuple[Rule, ...]
+    markers: tuple[Rule, ...]
+
+
+def _covering(rules: tuple[Rule, ...]) -> tuple[tuple[Rule, frozenset[str]], ...]:
+    """Each rule with the phrases of COVER its gate's phrases hold."""
+    return tuple((rule, frozenset(c for c in COVER if any(c in phrase for phrase in rule.gate))) for rule in rules)
+
+
+_RULES_COVERED = _covering(RULES)
+_MARKERS_COVERED = _covering(MARKERS)
+
+
+def _cover_hits(low: str) -> tuple[str, ...]:
+    """The phrases of COVER the lowercased line holds, in COVER's order (none: no rule's gate lets it through)."""
+    return tuple([phrase for phrase in COVER if phrase in low])
+
+
+@lru_cache(maxsize=1024)
+def _candidates(hits: tuple[str, ...]) -> _Candidates:
+    """The rules and markers whose gates a line holding these phrases of COVER may pass (a few hundred distinct sets
+    in real logs, so remembered)."""
+    found = frozenset(hits)
+    return _Candidates(
+        tuple(rule for rule, covered in _RULES_COVERED if covered & found),
+        tuple(rule for rule, covered in _MARKERS_COVERED if covered & found),
+    )
 
 
 def _error_line(message: str, low: str) -> bool:
     """Whether a line no family names is fatal by its structure: an error mark with a failure word, or a fatal mark;
     never with a low severity mark, nor from a side channel. The cheap tests first: most lines holding a phrase of
     COVER hold no error mark."""
-    marked = ("err" in low or "fatal" in low or "critical" in low) and _ERROR_WORD.search(message) is not None
-    if not marked and _GLOG_ERROR.search(message) is None:
+    glog = None
+    if not (
+        (("err" in low or "fatal" in low or "critical" in low) and _ERROR_WORD.search(message) is not None)
+        or _LEADING_MARK.match(message) is not None
+    ):
+        glog = _glog_mark(message) if "]" in message else None  # glog's marks all end their prefix with "]"
+        if glog is None:
+            return False
+    fatal = glog == "F" or (("fatal" in low or "critical" in low) and _FATAL_SEVERITY.search(message) is not None)
+    if not fatal and not (any(hint in low for hint in _FAILURE_HINTS) and _FAILURE.search(message) is not None):
         return False
-    if _FATAL_SEVERITY.search(message) is None and _FAILURE.search(message) is None:
-        return False
-    return _SIDE_CHANNEL.search(message) is None and _LOW_SEVERITY.search(message) is None
+    return _SIDE_CHANNEL not in message and _LOW_SEVERITY.search(message) is None
+
+
+def _glog_mark(message: str) -> str | None:
+    """glog's severity letter leading a line's prefix ("E", "F"), if the line has one."""
+    for found in _GLOG_MARK.finditer(message):
+        start = found.start()
+        if start == 0 or message[start - 1] in _GLOG_BEFORE:
+            return message[start]
+    return None
 
 
 def survives(message: str) -> bool:
