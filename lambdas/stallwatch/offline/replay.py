@@ -31,7 +31,7 @@ from typing import Any
 from stallwatch.core import contract, engine, wake
 from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
-from stallwatch.core.decision import Action, Decision, JobState
+from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
 from stallwatch.core.platforms import subscribed_log_groups
 from stallwatch.core.policy import Mode, Policy
@@ -232,7 +232,7 @@ class _Run:
         """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
         decision = engine.decide(self.source.job_signals(self.source.job_name, now), self.effective, self.state, now)
         self.state = engine.next_state(self.state, decision)
-        self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
+        self.incident_open = decision.diagnosis not in NOT_PROBLEMS
         self.decision_count += 1
         self.last_decision_at = now
         self.decided_from = max(self.decided_from, now)

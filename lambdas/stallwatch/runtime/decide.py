@@ -40,7 +40,7 @@ from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
-from stallwatch.core.decision import Action, Decision
+from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision
 from stallwatch.core.platforms import job_name_error
 from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.policy import Mode
@@ -224,7 +224,7 @@ def decide_and_act(
 def _next_stored(read: StoredState, decision: Decision) -> tuple[StoredState, str | None]:
     """The state to write, and the incident to close (if the job is no longer a problem)."""
     state = engine.next_state(read.state, decision)
-    if decision.diagnosis in engine.NOT_PROBLEMS:
+    if decision.diagnosis in NOT_PROBLEMS:
         return StoredState(state, read.version, None), read.incident
     incident = read.incident or f"incident#{decision.at:017.3f}"
     return StoredState(state, read.version, incident, stop_post=read.stop_post), None
