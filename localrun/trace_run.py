@@ -25,7 +25,8 @@ from localrun import moto_sagemaker
 from localrun.resources import create_table
 from stallwatch.aws.agent_windows import WINDOW_METRICS
 from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.store import Store, StoredState, job_key
+from stallwatch.aws.job_states import JobStates, StoredState
+from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import Action, JobState
 from stallwatch.core.signals import Platform
@@ -79,7 +80,7 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
             "evidence": _onset_evidence(decision.evidence),
         }
         state = StoredState(JobState(stopped_at=_at(stopped.t)))
-        store.commit(job_key(job.platform, job.name), StoredState(), state, audit, _at(stopped.t))
+        JobStates(store).commit(job_key(job.platform, job.name), StoredState(), state, audit, _at(stopped.t))
     return job.name
 
 

@@ -10,9 +10,10 @@ import pytest
 from botocore.stub import Stubber
 
 from stallwatch.aws import log_reads, metric_reads, source
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
 from stallwatch.aws.platforms import adapter
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
 from stallwatch.core.signals import JobFacts, Platform
@@ -214,12 +215,12 @@ def test_a_claim_reads_the_state_and_holds_off_a_second_reader_until_it_runs_out
     # Given a job decided once (its state at version 1)
     key = job_key(Platform.SAGEMAKER, "claimed")
     now = rt.clock()
-    rt.store.commit(key, StoredState(), StoredState(JobState(warned_at=now)), {}, now)
+    rt.states.commit(key, StoredState(), StoredState(JobState(warned_at=now)), {}, now)
 
     # When two invocations claim it, and a third after the hold
-    first = rt.store.claim_decision(key, now, hold_seconds=120)
-    second = rt.store.claim_decision(key, now + 1, hold_seconds=120)
-    third = rt.store.claim_decision(key, now + 121, hold_seconds=120)
+    first = rt.states.claim_decision(key, now, hold_seconds=120)
+    second = rt.states.claim_decision(key, now + 1, hold_seconds=120)
+    third = rt.states.claim_decision(key, now + 121, hold_seconds=120)
 
     # Then the first read the state, the second was held off, the third got it again
     assert first is not None
@@ -234,25 +235,25 @@ def test_a_first_decision_commits_over_its_own_claim(rt) -> None:
     # Given a job never decided, claimed (the claim creates its item)
     key = job_key(Platform.SAGEMAKER, "new-job")
     now = rt.clock()
-    read = rt.store.claim_decision(key, now, hold_seconds=120)
+    read = rt.states.claim_decision(key, now, hold_seconds=120)
     assert read == StoredState()
 
     # When its first decision commits, keeping the claim for the burst
-    rt.store.commit(key, read, StoredState(JobState(warned_at=now)), {}, now, hold_until=now + 120)
+    rt.states.commit(key, read, StoredState(JobState(warned_at=now)), {}, now, hold_until=now + 120)
 
     # Then the state is written, and the claim still holds
-    assert rt.store.load(key).state.warned_at == now
-    assert rt.store.claim_decision(key, now + 60, hold_seconds=120) is None
+    assert rt.states.load(key).state.warned_at == now
+    assert rt.states.claim_decision(key, now + 60, hold_seconds=120) is None
 
 
 def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
     # Given a job with all its alarms, one with some, and one with none
     now = rt.clock()
-    rt.store.mark_provisioned("job#sagemaker#all", 27, 27, now)
-    rt.store.mark_provisioned("job#sagemaker#some", 120, 1539, now)
+    rt.alarm_markers.mark("job#sagemaker#all", 27, 27, now)
+    rt.alarm_markers.mark("job#sagemaker#some", 120, 1539, now)
 
     # When the markers are read
-    markers = rt.store.provisioned(["job#sagemaker#all", "job#sagemaker#some", "job#sagemaker#none"])
+    markers = rt.alarm_markers.provisioned(["job#sagemaker#all", "job#sagemaker#some", "job#sagemaker#none"])
 
     # Then the complete, the partial and the missing are told apart
     assert markers["job#sagemaker#all"].complete

@@ -78,7 +78,7 @@ def test_a_requeued_runs_goodput_counts_the_wait_as_the_scheduler_held_it(rt) ->
         ),
     )
     change(rt, slurm_event("started", restarts=1, submit_epoch=1900, start_epoch=2000))
-    run, spans = rt.source(Platform.SLURM).run_spans(rt.store, JOB, 2600.0, 60)
+    run, spans = rt.source(Platform.SLURM).run_spans(rt.audit, JOB, 2600.0, 60)
     goodput = measure_goodput(run, spans)
     seconds = {c: round(t.seconds) for c, t in goodput.totals.items() if t.seconds}
     # pending 100 s before the first attempt's nodes, held 1,800 s - 1,100 s, requeued until the next one's nodes

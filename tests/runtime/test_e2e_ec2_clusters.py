@@ -38,7 +38,7 @@ def _alarm_names(rt, platform: str, job: str) -> list[str]:
 
 
 def _audits(rt, platform: str, job: str) -> list[dict[str, Any]]:
-    return [r["record"] for r in rt.store.records(job_key(platform, job), "audit")]
+    return [r["record"] for r in rt.audit.records(job_key(platform, job), "audit")]
 
 
 def _record_stop_calls(rt) -> list[list[str]]:

@@ -112,7 +112,7 @@ def test_a_hung_job_is_warned_then_cancelled_on_the_controller_and_the_answer_is
     assert controller.world()["jobs"]["42"]["state"] == "CANCELLED"
     assert [s["status"] for s in settled] == ["stopped"]
     assert "cancelled (CANCELLED)" in slack.texts()[-1]
-    [stop] = rt.store.stops(job_key(Platform.SLURM, JOB))
+    [stop] = rt.audit.stops(job_key(Platform.SLURM, JOB))
     assert stop.ok is True
     assert PendingStops(rt.store).oldest(10) == []
     assert not any(c[0] == "scontrol" and c[1] == "update" for c in controller.world()["calls"])  # no node drained
@@ -148,7 +148,7 @@ def test_a_suspended_job_is_left_alone_and_not_stopped_while_it_is(rt, world, sl
     assert "SUSPENDED" in slack.texts()[-1]
     assert again.get("action") in (None, "none"), again
     assert rt.source(Platform.SLURM).facts(JOB).status == "Paused"
-    assert [s.ok for s in rt.store.stops(job_key(Platform.SLURM, JOB))] == [False]  # no stop to count
+    assert [s.ok for s in rt.audit.stops(job_key(Platform.SLURM, JOB))] == [False]  # no stop to count
 
 
 def test_a_crashed_node_is_drained_and_the_job_requeued_then_its_next_attempt_is_watched(
@@ -214,7 +214,7 @@ def test_a_nodes_fatal_line_in_the_slurm_group_wakes_the_jobs_decision(rt, world
 
     # Then the job is decided by the wake-up, without an alarm: its crashed rank warned
     assert (result["job"], result["status"], result["diagnosis"]) == (JOB, "decided", "crashed_rank")
-    [audit, *_] = [r["record"] for r in rt.store.records(job_key(Platform.SLURM, JOB), "audit")]
+    [audit, *_] = [r["record"] for r in rt.audit.records(job_key(Platform.SLURM, JOB), "audit")]
     assert audit["trigger"] == f"log:{stream_name(JOB, 'node2')}"
     # And a line of no job this deployment heard of wakes nothing
     other = stream_name(slurm_job_name("pc1", "43", "other"), "node1")

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch.aws.job_states import JobStates
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.platforms import DEFAULT, job_name_error
@@ -317,8 +318,8 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
         "snoozed_until": until,
     }
     ttl_days = deployment.config.incident_ttl_days if deployment.config_file else None
-    store = deployment.store(ttl_days)
-    store.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
+    states = JobStates(deployment.store(ttl_days))
+    states.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
     return until
 
 

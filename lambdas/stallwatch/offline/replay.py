@@ -251,7 +251,7 @@ class _Run:
 
     def arrive(self, line: LogLine) -> None:
         """on_log_line for one fatal line, `DELIVERY_DELAY_S` after it: a wake-up that begins when it sees the line,
-        unless a decision begins (or began) then or later (`Store.claim_wake`)."""
+        unless a decision begins (or began) then or later (`JobStates.claim_wake`)."""
         since = wake.seen_from(line.t)
         if self.decided_from >= since or any(w.start >= since for w in self.wakes):
             return

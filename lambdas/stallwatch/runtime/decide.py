@@ -34,10 +34,11 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws import actions
 from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange, RecheckEvent
+from stallwatch.aws.job_states import ConcurrentDecisionError, StoredState
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision
@@ -103,7 +104,7 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         if facts.status in ENDED_STATUSES:
             return _retired(rt, ref.platform, ref.job, facts.status)
         rt.saw_running(ref.platform, ref.job, now)
-    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
+    read = rt.states.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
@@ -115,7 +116,7 @@ def handle_recheck(event: RecheckEvent, rt: Runtime) -> dict[str, Any]:
     time (that one looked already). It is never coalesced into a claim held since before its time: an alarm decided
     a minute before it did not see what it is for."""
     now = rt.clock()
-    read = rt.store.claim_decision(job_key(event.platform, event.job), now, COALESCE_SECONDS, undecided_since=event.at)
+    read = rt.states.claim_decision(job_key(event.platform, event.job), now, COALESCE_SECONDS, undecided_since=event.at)
     if read is None:
         details = {"reason": "decided at or after the recheck's time", "at": event.at}
         return Outcome(job=event.job, status="skipped", details=details).as_dict()
@@ -138,11 +139,11 @@ def _decide_claimed(
     try:
         signals = rt.source(platform).job_signals(job, now, facts=facts)
     except JobNotFoundError as exc:
-        rt.store.release_claim(job_key(platform, job))
+        rt.states.release_claim(job_key(platform, job))
         deleted = delete_job_alarms(rt, platform, job)
         return Outcome(job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
     if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
-        rt.store.release_claim(job_key(platform, job))
+        rt.states.release_claim(job_key(platform, job))
         return _retired(rt, platform, job, signals.facts.status)
     rt.saw_running(platform, job, now)
     outcome = decide_and_act(
@@ -173,7 +174,7 @@ def decide_and_act(
     if effective.mode is Mode.OFF:
         return Outcome(job=facts.name, status="off")
     key = job_key(facts.platform, facts.name)
-    read = read if read is not None else rt.store.load(key)
+    read = read if read is not None else rt.states.load(key)
     if abandoned(read, signals.now):
         logger.warning("deciding again after an unfinished decision", extra={"job": facts.name, **read.unfinished})
         read = read.before_unfinished()
@@ -196,7 +197,7 @@ def decide_and_act(
     }
     try:
         acting = decision.action in POSTED_ACTIONS
-        audit_sk = rt.store.commit(
+        audit_sk = rt.states.commit(
             key,
             read,
             written,
@@ -295,7 +296,7 @@ def _act(
     released = stop_result is not None and not stop_result.ok
     try:
         finished = StoredState(written.state, written.version, written.incident, stop_post=stop_post)
-        rt.store.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
+        rt.states.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
     except Exception:  # the actions happened; the sweeper completes the unfinished decision
         logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
     if stop_result is not None:

@@ -14,11 +14,18 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
+from stallwatch.aws.alarm_markers import AlarmMarkers
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.event_claims import EventClaims
+from stallwatch.aws.job_states import JobStates
+from stallwatch.aws.pending_posts import PendingPosts
 from stallwatch.aws.platforms import adapter
+from stallwatch.aws.progress_watches import ProgressWatches
 from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.recoveries import Recoveries
+from stallwatch.aws.resume_tries import ResumeTries
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.store import Store
 from stallwatch.core.config import (
@@ -113,6 +120,41 @@ class Runtime:
         if self.rechecks is not None and not self.rechecks.target.function_arn:
             self.rechecks = self.rechecks.targeting(function_arn)
         return self
+
+    @functools.cached_property
+    def states(self) -> JobStates:
+        """The jobs' states and incidents in the table: what a decision reads, claims and commits."""
+        return JobStates(self.store)
+
+    @functools.cached_property
+    def audit(self) -> AuditTrail:
+        """The jobs' audit trails in the table, and their once-only steps."""
+        return AuditTrail(self.store)
+
+    @functools.cached_property
+    def event_claims(self) -> EventClaims:
+        """The events (Slack requests) already handled."""
+        return EventClaims(self.store)
+
+    @functools.cached_property
+    def alarm_markers(self) -> AlarmMarkers:
+        """Which jobs have their alarms in place."""
+        return AlarmMarkers(self.store)
+
+    @functools.cached_property
+    def pending_posts(self) -> PendingPosts:
+        """The Slack messages not delivered yet."""
+        return PendingPosts(self.store)
+
+    @functools.cached_property
+    def resume_tries(self) -> ResumeTries:
+        """The claims on what follows a stop, and the resumes being tried."""
+        return ResumeTries(self.store)
+
+    @functools.cached_property
+    def progress_watches(self) -> ProgressWatches:
+        """The resumed jobs whose progress Slack has not heard yet."""
+        return ProgressWatches(self.store)
 
     @functools.cached_property
     def recoveries(self) -> Recoveries:

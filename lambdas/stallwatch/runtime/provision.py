@@ -138,13 +138,13 @@ def provision_alarms(
         stale = [n for n in _alarm_names(rt, _job_prefix(rt, platform, name)) if n not in wanted]
         _delete(rt, stale)
     if not definitions:
-        rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
+        rt.alarm_markers.mark(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": len(stale)}
     todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
     for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
     put = done + len(todo)
-    rt.store.mark_provisioned(key, put, len(definitions), rt.clock())
+    rt.alarm_markers.mark(key, put, len(definitions), rt.clock())
     metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(todo))
     return {
         "status": "alarms_put",
@@ -160,7 +160,7 @@ def retire_job(rt: Runtime, platform: Platform, name: str, reason: str, forget: 
     """The job ended: delete its alarms and close its open incident (the table is written only for a job it knows;
     `forget`: its alarm marker too, see `delete_job_alarms`)."""
     deleted = delete_job_alarms(rt, platform, name, forget=forget)
-    closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
+    closed = rt.states.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
 
@@ -198,7 +198,7 @@ def delete_job_alarms(rt: Runtime, platform: Platform, name: str, forget: bool =
     names = _alarm_names(rt, _job_prefix(rt, platform, name))
     _delete(rt, names)
     if forget:
-        rt.store.forget_provisioned(job_key(platform, name))
+        rt.alarm_markers.forget(job_key(platform, name))
     return len(names)
 
 

@@ -188,9 +188,9 @@ def restarts_so_far(rt: Runtime, key: str, until: float | None) -> tuple[int, li
     """The run's restarts (an EC2 job's resumes and its restarts in place) and the steps it had reached at its
     earlier stalls (before `until`), for the restart budget and the no-progress rule."""
     restarted = [c for c in rt.recoveries.claims(key) if c.restarted_at is not None]
-    stops = [s.step for s in rt.store.stops(key) if s.step is not None and (until is None or s.at < until)]
+    stops = [s.step for s in rt.audit.stops(key) if s.step is not None and (until is None or s.at < until)]
     steps = stops + [c.step for c in restarted if c.step is not None]
-    return rt.store.resume_claims(key) + len(restarted), steps
+    return rt.resume_tries.claims(key) + len(restarted), steps
 
 
 # ---- the sweeper: each recovery's next step ---------------------------------------------------------------------
@@ -458,10 +458,10 @@ def _end(rt: Runtime, recovery: Recovery, now: float, reason: str) -> dict[str, 
 
 def _release_engine_stop(rt: Runtime, recovery: Recovery, forget_stall: bool) -> None:
     """Give the job back to the engine: its stop decision no longer stands (`forget_stall`: the stall is over)."""
-    stored = rt.store.load(recovery.job_key)
+    stored = rt.states.load(recovery.job_key)
     if stored.state.stopped_at is None or abs(stored.state.stopped_at - recovery.decided_at) > 1e-3:
         return  # a newer decision (the job healthy again, or its end) has moved the state on already
-    if not rt.store.release_stop(recovery.job_key, stored.state, stored.version, forget_stall=forget_stall):
+    if not rt.states.release_stop(recovery.job_key, stored.state, stored.version, forget_stall=forget_stall):
         logger.info("the engine's state moved on before the recovery gave it back", extra={"job": recovery.job})
 
 
@@ -498,7 +498,7 @@ def _checks_audited(checks: dict[str, NodeCheck]) -> dict[str, Any]:
 
 def _record(rt: Runtime, recovery: Recovery, audit_sk: str, outcome: dict[str, Any]) -> None:
     try:
-        rt.store.record_outcome(recovery.job_key, audit_sk, outcome)
+        rt.audit.record_outcome(recovery.job_key, audit_sk, outcome)
     except Exception:  # what was done is done; only its record would be missing
         logger.exception("could not record a recovery step", extra={"job": recovery.job, "audit": audit_sk})
 

@@ -201,7 +201,7 @@ class JobHistory:
 
 
 class AuditTrail(Protocol):
-    """Stallwatch's records of a job (`aws.store.Store`), as a platform's goodput reads them."""
+    """Stallwatch's records of a job (`aws.audit_trail.AuditTrail`), as a platform's goodput reads them."""
 
     def stops(self, key: str) -> list[StopRecord]: ...
 
