@@ -32,7 +32,7 @@ from stallwatch.core.decision import Action, JobState
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import MetricEvent, StatusEvent, Trace
 from stallwatch.offline import cli
-from stallwatch.offline.replay import TERMINAL_STATUSES, replay
+from stallwatch.offline.replay import replay
 from stallwatch.offline.trace_file import load_trace
 from stallwatch.offline.trace_source import TRACE_EPOCH
 
@@ -56,7 +56,7 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
     final = "Stopped" if stopped is not None else "Completed"
     for event in trace.events:
         if isinstance(event, StatusEvent) and event.t <= end:
-            if event.status in TERMINAL_STATUSES:
+            if event.status.winding_down:
                 final = event.status
                 end = event.t
                 break

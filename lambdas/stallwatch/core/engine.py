@@ -25,9 +25,8 @@ from stallwatch.core.diagnosis import diagnose
 from stallwatch.core.findings import Deadlines, Finding
 from stallwatch.core.mode import WOULD_STOP, act
 from stallwatch.core.policy import EffectivePolicy
-from stallwatch.core.signals import JobSignals
+from stallwatch.core.signals import JobSignals, JobStatus
 
-RUNNING_STATUS = "InProgress"
 SAME_PROGRESS_S = 1.0  # two decisions' last progress this close is the same (read from different datapoints)
 
 
@@ -38,7 +37,7 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     if policy.tag_errors:
         found["tag_errors"] = list(policy.tag_errors)
     past_limit = facts.ends_by is not None and now >= facts.ends_by  # the platform ends it itself (Slurm's --time)
-    if facts.status != RUNNING_STATUS or past_limit:
+    if facts.status is not JobStatus.RUNNING or past_limit:
         reason = f"job is {facts.status}" if not past_limit else "past its time limit: the platform ends it"
         return Decision(
             job=facts.name,

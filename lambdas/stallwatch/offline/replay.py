@@ -46,7 +46,6 @@ RECHECK = "recheck"
 # names the minute after the recheck time, and the replay fires it this far into that minute (half its precision).
 SCHEDULER_MINUTE_S = 60
 SCHEDULER_DELAY_S = 30.0
-TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
 SWEEPER = "sweeper"
 WAKE_PREFIX = "log:"  # a wake-up's trigger: the stream of the fatal line that woke it
 # Decisions that reached a person (Slack) or the job.
@@ -188,7 +187,7 @@ class _Run:
         # so they see what they would had each datapoint been handed to them at its time.
         for key, times, values in source.metric_points():
             self.evaluator.share_series(key, times, values)
-        ended = [t for t, status in source.status_times() if status in TERMINAL_STATUSES]
+        ended = [t for t, status in source.status_times() if status.winding_down]
         self.ended_at = ended[0] if ended else math.inf
         self.sweep_every = config.sweeper_minutes * 60
         self.checkup_every = config.checkup_minutes * 60

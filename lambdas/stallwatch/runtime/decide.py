@@ -43,7 +43,6 @@ from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision
 from stallwatch.core.platforms import job_name_error
-from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.policy import Mode
 from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.resume import RECOVERY_OUTCOME
@@ -101,7 +100,7 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         except JobNotFoundError as exc:  # its alarms go; the table is not written to
             deleted = delete_job_alarms(rt, ref.platform, ref.job, forget=False)
             return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
-        if facts.status in ENDED_STATUSES:
+        if facts.status.ended:
             return _retired(rt, ref.platform, ref.job, facts.status)
         rt.saw_running(ref.platform, ref.job, now)
     read = rt.states.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
@@ -142,7 +141,7 @@ def _decide_claimed(
         rt.states.release_claim(job_key(platform, job))
         deleted = delete_job_alarms(rt, platform, job)
         return Outcome(job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
-    if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
+    if signals.facts.status.ended:  # a late alarm: retired as the end event does, nothing decided
         rt.states.release_claim(job_key(platform, job))
         return _retired(rt, platform, job, signals.facts.status)
     rt.saw_running(platform, job, now)

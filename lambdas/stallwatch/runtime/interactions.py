@@ -47,9 +47,9 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.config import PRESS_MAX_AGE_SECONDS
 from stallwatch.core.decision import JobState
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
+from stallwatch.core.signals import JobStatus
 from stallwatch.runtime import environment, settle
 from stallwatch.runtime.environment import Runtime
 
@@ -377,7 +377,7 @@ class Interactions:
         platform = describe(target.platform)
         # watched on its platform: an EC2 job's instances still tagged for it (`PlatformDescription.unwatched`)
         monitored = getattr(policy, platform.monitor_setting) and platform.unwatched(facts) is None
-        if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
+        if facts.status is not JobStatus.RUNNING or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None
 

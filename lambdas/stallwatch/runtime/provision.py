@@ -19,10 +19,9 @@ from stallwatch.aws.platforms import platform_of
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, clusters, contract
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.platforms.interface import Change, JobChange
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.resume import resume_after_stop
 from stallwatch.runtime.summary import post_run_summary
@@ -116,9 +115,9 @@ def provision_alarms(
         return {"status": "not_found", "job": name, "reason": str(exc)}
     if leaving is not None:
         facts = clusters.without_host(facts, leaving)
-        if facts.status != RUNNING_STATUS:
+        if facts.status is not JobStatus.RUNNING:
             return retire_job(rt, platform, name, ended)
-    if facts.status != RUNNING_STATUS:
+    if facts.status is not JobStatus.RUNNING:
         deleted = delete_job_alarms(rt, platform, name)
         return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
     reason = describe(platform).unwatched(facts)
@@ -208,4 +207,4 @@ def _ended_group(rt: Runtime, platform: Platform, job: str) -> JobFacts | None:
         facts = rt.source(platform).facts(job)
     except JobNotFoundError:
         return None
-    return facts if facts.status == "Stopped" else None
+    return facts if facts.status is JobStatus.STOPPED else None

@@ -47,11 +47,10 @@ from stallwatch.core import contract
 from stallwatch.core import recovery as rules
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision, JobState
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.recovery import FallBack, NodeCheck, Restart, TakeOut, Wait
 from stallwatch.core.resume import NoResume
-from stallwatch.core.signals import JobFacts, JobSignals
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 
@@ -223,7 +222,7 @@ def _advance(rt: Runtime, recovery: Recovery, now: float) -> dict[str, Any]:
         facts = rt.source(recovery.platform).facts(recovery.job)
     except JobNotFoundError:
         facts = None
-    running = facts is not None and facts.status == RUNNING_STATUS
+    running = facts is not None and facts.status is JobStatus.RUNNING
     if recovery.phase == RESTARTING and facts is not None:  # a short run may step, then end, between two sweeps
         return _watch(rt, recovery, facts, now, running)
     if facts is None or not running:

@@ -24,7 +24,7 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, StopRecord
-from stallwatch.core.signals import Platform, Series
+from stallwatch.core.signals import JobStatus, Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.recover import restarts_so_far
 from stallwatch.runtime.repost import post_safely, record_post
@@ -32,7 +32,6 @@ from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, star
 
 PROGRESS_WATCHES_PER_SWEEP = 20
 AUDIT_TRIGGER = "job-state"
-RUNNING = "InProgress"
 
 
 def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
@@ -105,7 +104,7 @@ def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
         steps = signals.agent.get("Step", Series()).points
         passed = [(t, step) for t, step in steps if step > watch.best_step]
         if not passed:
-            if signals.facts.status != RUNNING:
+            if signals.facts.status is not JobStatus.RUNNING:
                 rt.progress_watches.end(watch, None, now)
                 reports.append({"job": name, "status": "ended"})
             continue

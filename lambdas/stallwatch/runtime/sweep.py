@@ -21,10 +21,9 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, engine
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import DESCRIPTIONS
 from stallwatch.core.platforms.interface import PlatformAdapter
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
@@ -202,7 +201,7 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
     """Alarms of a job not listed as running: deleted by the job's prefix if the platform confirms it is not running
     (or gone); their number. A job that started after the listing keeps its alarms."""
     try:
-        if rt.source(platform).facts(name).status == RUNNING_STATUS:
+        if rt.source(platform).facts(name).status is JobStatus.RUNNING:
             return 0
     except JobNotFoundError:
         pass

@@ -33,7 +33,6 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import contract, wake
 from stallwatch.core.decision import Action
 from stallwatch.core.platforms import DESCRIPTIONS
-from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import decide
 from stallwatch.runtime.decide import COALESCE_SECONDS, Outcome
@@ -71,7 +70,7 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
             facts = rt.source(platform).facts(job)
         except JobNotFoundError as exc:
             return Outcome(job, "not_found", details={"reason": str(exc)}).as_dict()
-        if facts.status in ENDED_STATUSES:
+        if facts.status.ended:
             return Outcome(job, "ended", details={"reason": f"job {facts.status}"}).as_dict()
         rt.saw_running(platform, job, now)
     read = rt.states.claim_wake(key, now, since, start, COALESCE_SECONDS)
@@ -121,7 +120,7 @@ def _decide(
     except JobNotFoundError as exc:
         rt.states.release_claim(key)
         return Outcome(job, "not_found", details={"reason": str(exc)})
-    if signals.facts.status in ENDED_STATUSES:
+    if signals.facts.status.ended:
         rt.states.release_claim(key)
         return Outcome(job, "ended", details={"reason": f"job {signals.facts.status}"})
     outcome = Outcome(job, "duplicate")

@@ -31,7 +31,6 @@ from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCU
 from stallwatch.core.goodput import Category, JobSpan
 from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
-    ENDED_STATUSES,
     AuditTrail,
     Change,
     JobChange,
@@ -113,7 +112,7 @@ class SlurmPlatform(AwsSignalSource):
             return JobChange(Change.STARTED, name, job.state, tags=job.settings)
         state = end_state(detail.job_state, detail.reason, detail.exit_code)
         ended = self.jobs.end(job, state, at, detail.reason, at)
-        goes_on = ended.status not in ENDED_STATUSES  # requeued: its next attempt starts under its name
+        goes_on = not ended.status.ended  # requeued: its next attempt starts under its name
         return JobChange(Change.ENDED, name, state, tags=ended.settings, run_goes_on=goes_on)
 
     def _instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:

@@ -21,12 +21,10 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.reading import HOST_SERIES_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, Platform, Series
 
 # How a description reads one of a host's platform series in replay: (namespace, name, dimensions, divisor) -> series.
 SeriesReader = Callable[[str, str, dict[str, str], float], Series]
-# `JobFacts.status` is in SageMaker's words on every platform: these are a job that has ended.
-ENDED_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 
 
 @dataclass(frozen=True)
@@ -195,8 +193,10 @@ class JobHistory:
     facts: JobFacts
     start: float  # the trace's t = 0 (epoch seconds)
     ended: float | None  # when it ended, where it has and the platform says when
-    changes: tuple[tuple[float, str, str | None], ...] = ()  # status changes before its end: (epoch, status, secondary)
-    final: tuple[str, str | None] | None = None  # the status it ended in (at `ended`, else the trace's end)
+    changes: tuple[
+        tuple[float, JobStatus, str | None], ...
+    ] = ()  # status changes before its end: (epoch, status, secondary)
+    final: tuple[JobStatus, str | None] | None = None  # the status it ended in (at `ended`, else the trace's end)
     log_selections: tuple[dict[str, Any], ...] = ()  # FilterLogEvents selections of its streams (group, streams)
 
 

@@ -24,16 +24,22 @@ from stallwatch.core.platforms.interface import MetricMath, PlatformDescription,
 from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
-from stallwatch.core.signals import JobFacts, JobSignals, LogLine, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
 
 NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 # The CloudWatch agent's stream of a file (publish_multi_logs): its log_stream_name ("slurm"), '_', the file's path with
 # '/' as '_': one prefix for a job's nodes (`stream_prefix`).
 STREAM_PREFIX = "slurm__var_log_stallwatch_slurm_"
-# JobFacts.status in SageMaker's words (`engine.RUNNING_STATUS`, the runtime's ended statuses); a job that Slurm holds
-# out of running (pending, suspended, requeued, preempted) is neither: never a stall, never stopped.
-RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = "InProgress", "Paused", "Completed", "Failed", "Stopped"
+# Slurm's job states as a `JobStatus`; a job that Slurm holds out of running (pending, suspended, requeued, preempted)
+# is paused: never a stall, never stopped.
+RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = (
+    JobStatus.RUNNING,
+    JobStatus.PAUSED,
+    JobStatus.COMPLETED,
+    JobStatus.FAILED,
+    JobStatus.STOPPED,
+)
 STATUS_OF_STATE = {
     "RUNNING": RUNNING,
     "CONFIGURING": RUNNING,  # its nodes are booting: the startup grace covers it
@@ -217,7 +223,7 @@ class SlurmJob:
         return replace(self, nodes=nodes)
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         return STATUS_OF_STATE.get(self.state, RUNNING if self.ended_epoch is None else FAILED)
 
     def held(self, state: str, now: float) -> SlurmJob:
