@@ -20,10 +20,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws import autoscaling
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.events import InstanceStateChange
 from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.ec2_events import InstanceStateChange
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search, host_parts

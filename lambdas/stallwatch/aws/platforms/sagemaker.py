@@ -20,10 +20,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.events import TrainingJobStateChange
 from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.sagemaker_events import TrainingJobStateChange
 from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job, sagemaker_run_spans
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search

@@ -19,10 +19,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws import ssm
 from stallwatch.aws.agent_windows import windows
-from stallwatch.aws.events import SlurmJobStateChange
 from stallwatch.aws.log_reads import HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.slurm_events import SlurmJobStateChange
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.aws.store import job_key

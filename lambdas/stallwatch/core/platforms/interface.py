@@ -216,7 +216,7 @@ class PlatformAdapter(Protocol):
 
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
-    state_event: ClassVar[type]  # its EventBridge state-change event (`aws.events`)
+    state_event: ClassVar[type]  # its EventBridge state-change event (`aws/platforms/<name>_events.py`)
 
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job now."""

@@ -192,7 +192,7 @@ class SlurmJob:
 
     @classmethod
     def of_event(cls, detail: Any) -> SlurmJob:
-        """The attempt as a start event (`aws.events.SlurmJobDetail`) describes it."""
+        """The attempt as a start event (`aws.platforms.slurm_events.SlurmJobDetail`) describes it."""
         return cls(
             cluster=detail.cluster,
             job_id=detail.job_id,
