@@ -904,7 +904,7 @@ def _failing_press(rt, endpoint, slack_api, context, monkeypatch, action=Operato
             "TransactWriteItems",
         )
 
-    monkeypatch.setattr(rt.store, "change_state", throttled)
+    monkeypatch.setattr(rt.states, "change_state", throttled)
     assert _answer(_request(_payload(slack_api, action), rt.clock()), context) == (200, {"status": "accepted"})
     (press,) = endpoint.defer.__self__
     event = {DEFERRED_EVENT_KEY: press.model_dump()}

@@ -30,7 +30,8 @@ from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, a
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core import resume as planning
 from stallwatch.core.goodput import JobSpan
-from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, HOST_METRICS_READ, memory_percent
+from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, HOST_METRICS_READ, memory_percent
+from stallwatch.core.platforms.ec2 import EC2, EC2_STREAM
 from stallwatch.core.platforms.interface import (
     AuditTrail,
     Change,
@@ -44,7 +45,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT
+from stallwatch.core.reading import FILTER_STREAMS_LIMIT
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 
@@ -304,7 +305,7 @@ class Ec2Platform(AwsSignalSource):
         group = facts.log_group or self.config.ec2_log_group
         streams = JobStreams(group, WHOLE_GROUP, lambda stream, _: _host_of(stream, instances))
         patterns = self.policy.for_job(facts.tags).line_patterns
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, streams, stacks_since)
+        return read_tails(self.clients.logs, streams, facts.name, hosts, known, now, patterns, stacks_since)
 
     def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,

@@ -20,7 +20,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
+from stallwatch.aws.log_reads import HostLog, JobStreams, LogQueryError, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms.sagemaker_events import TrainingJobStateChange
@@ -41,9 +41,9 @@ from stallwatch.core.platforms.interface import (
     ResumeVerdict,
     StopResult,
 )
-from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, host_dimensions
+from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, SAGEMAKER_STREAM, host_dimensions, stream_host
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ, SAGEMAKER_STREAM
+from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 
@@ -55,6 +55,13 @@ NAME_IN_USE = "ResourceInUse"
 ALREADY_EXISTS = "already exists"  # SageMaker's message for a name in use
 # Secondary statuses that end the job; an exported trace carries the job's final status once, at its end.
 FINAL_SECONDARY = frozenset({"Completed", "Failed", "Stopping", "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
+
+# The training jobs' streams, ``<job>/algo-N-<epoch>``, under one log group.
+STREAMS = JobStreams(
+    contract.SAGEMAKER_LOG_GROUP,
+    None,
+    lambda stream, job: host[1] if (host := stream_host(stream)) is not None and host[0] == job else None,
+)
 
 
 class SageMakerPlatform(AwsSignalSource):
@@ -125,7 +132,9 @@ class SageMakerPlatform(AwsSignalSource):
         if not jobs:
             return []
         try:
-            newest = newest_events(self.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep)
+            newest = newest_events(
+                self.clients.logs, contract.SAGEMAKER_LOG_GROUP, stream_host, now - LOOKBACK_SECONDS, now, time.sleep
+            )
         except LogQueryError:
             logger.exception("the log freshness query failed; no log idleness published this sweep")
             metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
@@ -252,7 +261,7 @@ class SageMakerPlatform(AwsSignalSource):
             return {}
         known = self._known_freshness(facts, per_host, reads, freshness, now)
         patterns = self.policy.for_job(facts.tags).line_patterns
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, stacks_since=stacks_since)
+        return read_tails(self.clients.logs, STREAMS, facts.name, hosts, known, now, patterns, stacks_since)
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

@@ -29,7 +29,7 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV
 from stallwatch.core.goodput import Category, JobSpan
-from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
     AuditTrail,
     Change,
@@ -348,7 +348,7 @@ class SlurmPlatform(AwsSignalSource):
             self.config.slurm_log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts)
         )
         return read_tails(
-            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, streams, stacks_since
+            self.clients.logs, streams, facts.name, hosts, known, now, effective.line_patterns, stacks_since
         )
 
 
