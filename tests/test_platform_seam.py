@@ -146,3 +146,16 @@ def test_every_platform_has_a_description_and_an_adapter_that_implements_the_int
 def test_every_platforms_state_event_is_one_the_handler_parses() -> None:
     handled = set(events.JobStateEvent.__origin__.__args__)  # type: ignore[attr-defined]
     assert {adapter.state_event for adapter in ADAPTERS.values()} == handled
+
+
+def test_no_adapter_reads_the_environment() -> None:
+    # Given every adapter module (and their base), Then none imports `os`: an adapter's settings come with its
+    # construction (`aws.platforms.adapter`: config, store, clock and the deployment's documents), one way
+    adapters = [*sorted((LAMBDAS / "stallwatch/aws/platforms").glob("*.py")), LAMBDAS / "stallwatch/aws/source.py"]
+    found = [
+        f"{path.relative_to(LAMBDAS).as_posix()}:{node.lineno}"
+        for path in adapters
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import) and any(alias.name == "os" for alias in node.names)
+    ]
+    assert found == []

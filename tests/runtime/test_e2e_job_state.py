@@ -134,11 +134,11 @@ def test_stop_results_for_ec2_and_for_a_job_that_is_gone(rt, world) -> None:
     ghost = replace(ec2_facts, name="ghost-job", platform=Platform.SAGEMAKER, instance_ids=())
 
     # When both are stopped, Then the instance stops and the missing job is a reported failure, not an exception
-    assert actions.stop(rt.clients, ec2_facts).ok
+    assert actions.stop(rt.source(ec2_facts.platform), ec2_facts).ok
     assert rt.clients.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
         "Name"
     ] in ("stopping", "stopped")
-    failed = actions.stop(rt.clients, ghost)
+    failed = actions.stop(rt.source(ghost.platform), ghost)
     assert not failed.ok
     assert "ghost-job" in failed.detail
 

@@ -14,9 +14,10 @@ from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import moto_ssm
 from localrun.resources import SLURM_CANCEL_DOCUMENT, SLURM_REQUEUE_DOCUMENT
 from stallwatch.aws.pending_stops import PendingStops
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
-from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV, StallwatchConfig
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.slurm import HELD_RECHECK_S, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from tests.fixtures.slurm import FakeController, slurm_event
@@ -31,8 +32,9 @@ CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encount
 @pytest.fixture
 def controller(rt, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeController:
     """The cluster's controller, an instance managed by SSM, and the deployment's Slurm documents."""
-    monkeypatch.setenv(SLURM_CANCEL_DOCUMENT_ENV, SLURM_CANCEL_DOCUMENT)
-    monkeypatch.setenv(SLURM_REQUEUE_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT)
+    monkeypatch.setattr(
+        rt, "documents", Documents(slurm_cancel=SLURM_CANCEL_DOCUMENT, slurm_requeue=SLURM_REQUEUE_DOCUMENT)
+    )
     [instance] = world.launch(1, {"stallwatch:slurm": "controller"}, instance_type="c5.xlarge")
     submit = slurm_event("started")["detail"]["submit_time"]
     jobs = {"42": {"submit": submit, "state": "RUNNING", "nodes": "node1,node2"}}

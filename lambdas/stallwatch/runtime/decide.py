@@ -364,7 +364,8 @@ def _stop(rt: Runtime, signals: JobSignals, decision: Decision) -> actions.StopR
     any failure (returned or raised) counted and logged; `_act` releases it."""
     job = signals.facts.name
     try:
-        stopped = actions.stop(rt.clients, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
+        source = rt.source(signals.facts.platform)
+        stopped = actions.stop(source, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
     except Exception as exc:  # actions.stop returns API errors; anything raised is a bug, treated as a failed stop
         logger.exception("stop raised; the sweeper will retry", extra={"job": job})
         stopped = actions.StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")

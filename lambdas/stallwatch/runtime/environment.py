@@ -27,6 +27,7 @@ from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.resume_tries import ResumeTries
 from stallwatch.aws.slack import SlackNotifier
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core.config import (
     ALARM_COALESCE_SECONDS,
@@ -34,6 +35,8 @@ from stallwatch.core.config import (
     HEALTH_CHECK_DOCUMENT_ENV,
     JOB_DASHBOARD_URL_ENV,
     RESTART_DOCUMENT_ENV,
+    SLURM_CANCEL_DOCUMENT_ENV,
+    SLURM_REQUEUE_DOCUMENT_ENV,
     StallwatchConfig,
 )
 from stallwatch.core.platforms.interface import PlatformAdapter
@@ -67,6 +70,14 @@ class LambdaEnvironment(BaseModel):
     job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
     health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
     restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
+    slurm_cancel_document: str = Field("", alias=SLURM_CANCEL_DOCUMENT_ENV)
+    slurm_requeue_document: str = Field("", alias=SLURM_REQUEUE_DOCUMENT_ENV)
+
+    def documents(self) -> Documents:
+        """The deployment's SSM documents ("" where the stack named none)."""
+        return Documents(
+            self.health_check_document, self.restart_document, self.slurm_cancel_document, self.slurm_requeue_document
+        )
 
 
 class ConfigurationError(RuntimeError):
@@ -86,9 +97,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep  # a wake-up waits for the moment its decision sees the line
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
     job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
-    # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
-    health_check_document: str = ""
-    restart_document: str = ""
+    # The stack's SSM documents (recovery in place's, Slurm's stops); "" where it has none: that action is not taken.
+    documents: Documents = field(default_factory=Documents)
     # The jobs this container found running, and when (`found_running`).
     _found: dict[tuple[Platform, str], float] = field(default_factory=dict, repr=False)
 
@@ -109,8 +119,7 @@ class Runtime:
             alarm_action_arn=env.alarm_action_arn,
             rechecks=RecheckScheduler(clients, target) if target else None,
             job_dashboard_url=env.job_dashboard_url,
-            health_check_document=env.health_check_document,
-            restart_document=env.restart_document,
+            documents=env.documents(),
         )
 
     def invoked_as(self, function_arn: str) -> Runtime:
@@ -181,7 +190,7 @@ class Runtime:
 
     def source(self, platform: Platform) -> PlatformAdapter:
         """The platform's adapter (`aws.platforms`): its facts, signals and actions."""
-        return adapter(platform, self.clients, self.config, self.store, self.clock)
+        return adapter(platform, self.clients, self.config, self.store, self.clock, self.documents)
 
 
 @functools.cache

@@ -425,7 +425,7 @@ class Interactions:
             "state": {"snoozed_until": state.snoozed_until, "threshold_factor": state.threshold_factor}
         }
         if facts is not None:
-            stopped = actions.stop(self.rt.clients, facts)
+            stopped = actions.stop(self.rt.source(facts.platform), facts)
             result["stop"] = {"ok": stopped.ok, "detail": stopped.detail}
             if not stopped.ok:
                 self.rt.states.release_stop(key, state)

@@ -106,7 +106,7 @@ def _not_recovered(reason: str) -> InsteadOfStop:
 
 def _begin(rt: Runtime, signals: JobSignals, decision: Decision, state: JobState, audit_sk: str) -> InsteadOfStop:
     facts = signals.facts
-    if not (rt.health_check_document and rt.restart_document):
+    if not (rt.documents.health_check and rt.documents.restart):
         return _not_recovered("this deployment has no recovery documents (SSM)")
     key = job_key(facts.platform, facts.name)
     since = state.stall_since if state.stall_since is not None else decision.at
@@ -179,7 +179,7 @@ def _send_check(rt: Runtime, recovery: Recovery, step_sk: str, now: float, reaso
 
 
 def _send_health_check(rt: Runtime, recovery: Recovery) -> ssm.Sent:
-    document, timeout_s = rt.health_check_document, rules.HEALTH_DELIVERY_TIMEOUT_S
+    document, timeout_s = rt.documents.health_check, rules.HEALTH_DELIVERY_TIMEOUT_S
     return ssm.send(rt.clients, document, recovery.nodes, _comment(recovery, CHECK), timeout_s)
 
 
@@ -278,7 +278,7 @@ def _take_out(
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     held = replace(taking, version=recovery.version + 1, held_until=now + HOLD_SECONDS)
     refused = [error for node in step.replace if (error := autoscaling.mark_unhealthy(rt.clients, node))]
-    stopped = actions.stop(rt.clients, replace(facts, instance_ids=step.stop)) if step.stop else None
+    stopped = actions.stop(rt.source(facts.platform), replace(facts, instance_ids=step.stop)) if step.stop else None
     if stopped is not None and not stopped.ok:
         refused.append(stopped.detail)
     outcome = {"unhealthy": list(step.replace), "stopped": stopped.detail if stopped else None, "refused": refused}
@@ -334,11 +334,11 @@ def _restart(
             return {"job": recovery.job, "status": "claimed_elsewhere"}
         recovery = held
     comment = _comment(recovery, RESTART)
-    found = ssm.find_command(rt.clients, rt.restart_document, comment, recovery.phase_at)
+    found = ssm.find_command(rt.clients, rt.documents.restart, comment, recovery.phase_at)
     if found:
         sent = ssm.Sent((found,))
     else:
-        sent = ssm.send(rt.clients, rt.restart_document, nodes, comment, rules.RESTART_DELIVERY_TIMEOUT_S)
+        sent = ssm.send(rt.clients, rt.documents.restart, nodes, comment, rules.RESTART_DELIVERY_TIMEOUT_S)
     if sent.error and waiting and not sent.command_ids and "InvalidInstanceId" in sent.error:
         rt.recoveries.advance(recovery, replace(recovery, held_until=0.0), now, own_hold=True)
         return {"job": recovery.job, "status": REPLACING, "waiting_for": "the replacement's SSM agent"}
@@ -417,7 +417,8 @@ def _fall_back(
     if held is None:
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     try:
-        stopped = actions.stop(rt.clients, rt.source(recovery.platform).facts(recovery.job))
+        source = rt.source(recovery.platform)
+        stopped = actions.stop(source, source.facts(recovery.job))
     except JobNotFoundError:
         stopped = actions.StopResult(ok=True, detail="no instance left to stop", stopped=0, targets=0)
     stop_record = {
