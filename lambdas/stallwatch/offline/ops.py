@@ -270,7 +270,7 @@ def stacks_table(stacks: dict[str, Any]) -> Table:
 @reported
 def run_status(args: argparse.Namespace) -> int:
     deployment = Deployment.from_args(args)
-    state = deployment.store().load(job_key(args.platform, args.job))
+    state = JobStates(deployment.store()).load(job_key(args.platform, args.job))
     decision = latest_decision(deployment, args.job, args.platform)
     if args.json:
         print(
