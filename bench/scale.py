@@ -52,8 +52,9 @@ from localrun import (  # noqa: E402
     moto_sagemaker,
     moto_threads,
 )
+from stallwatch.aws.job_states import StoredState  # noqa: E402
 from stallwatch.aws.observability import metrics  # noqa: E402
-from stallwatch.aws.store import StoredState, job_key  # noqa: E402
+from stallwatch.aws.store import job_key  # noqa: E402
 from stallwatch.core import alarms, contract  # noqa: E402
 from stallwatch.core.decision import JobState  # noqa: E402
 from stallwatch.core.platforms.ec2 import EC2  # noqa: E402
@@ -177,7 +178,7 @@ def _seed_running(rt: environment.Runtime, world: World, jobs: int, provisioned:
             _healthy(world, name, hosts)
             key = job_key(Platform.SAGEMAKER, name)
             opened = StoredState(JobState(), 0, f"incident#{rt.clock() - 600:017.3f}")
-            rt.store.commit(key, StoredState(), opened, {"diagnosis": "hang"}, rt.clock() - 600)
+            rt.states.commit(key, StoredState(), opened, {"diagnosis": "hang"}, rt.clock() - 600)
         else:
             for h in range(1, hosts + 1):
                 world.logs(name, f"algo-{h}", [(1, "step 100 loss 2.3")])
@@ -193,7 +194,7 @@ def bench_sweep(jobs: int, hourly: bool) -> dict[str, Any]:
     with moto_world() as (rt, world):
         due = _seed_running(rt, world, jobs, provisioned=True)
         if not hourly:
-            rt.store.claim_alarm_audit(rt.clock() - MINUTE, sweep.ALARM_AUDIT_SECONDS)
+            rt.alarm_markers.claim_audit(rt.clock() - MINUTE, sweep.ALARM_AUDIT_SECONDS)
         with counting(rt) as calls:
             start = time.perf_counter()
             summary = sweeper.handler(scheduled_event(), LambdaContext())
@@ -362,7 +363,7 @@ def bench_crash_among_busy(hosts: int) -> dict[str, Any]:
                 alarm_event(alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, alarms.PROGRESS)),
                 LambdaContext(),
             )
-        audit = rt.store.records(job_key(Platform.SAGEMAKER, job), "audit")[-1]
+        audit = rt.audit.records(job_key(Platform.SAGEMAKER, job), "audit")[-1]
     errors = audit["record"]["evidence"]["hosts"][f"algo-{hosts}"]["errors"]
     return {
         "hosts": hosts,

@@ -51,6 +51,7 @@ from localrun.slack_receiver import SlackMessage, SlackReceiver
 from localrun.summary import RunResult, Savings
 from localrun.timeline import Kind, Timeline
 from localrun.view import RunView
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.store import Store, job_key
@@ -392,7 +393,7 @@ class LocalRun:
         """The reasons of the job's newest decision, from the control plane's audit trail in DynamoDB."""
         assert self._store is not None
         assert self._job is not None
-        records = self._store.records(job_key(self._job.platform, self._job.name), "audit")
+        records = AuditTrail(self._store).records(job_key(self._job.platform, self._job.name), "audit")
         return list(records[-1].get("record", {}).get("reasons", [])) if records else []
 
     def _on_slack(self, message: SlackMessage) -> None:

@@ -25,13 +25,14 @@ from localrun import moto_sagemaker
 from localrun.resources import create_table
 from stallwatch.aws.agent_windows import WINDOW_METRICS
 from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.store import Store, StoredState, job_key
+from stallwatch.aws.job_states import JobStates, StoredState
+from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import Action, JobState
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import MetricEvent, StatusEvent, Trace
 from stallwatch.offline import cli
-from stallwatch.offline.replay import TERMINAL_STATUSES, replay
+from stallwatch.offline.replay import replay
 from stallwatch.offline.trace_file import load_trace
 from stallwatch.offline.trace_source import TRACE_EPOCH
 
@@ -55,7 +56,7 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
     final = "Stopped" if stopped is not None else "Completed"
     for event in trace.events:
         if isinstance(event, StatusEvent) and event.t <= end:
-            if event.status in TERMINAL_STATUSES:
+            if event.status.winding_down:
                 final = event.status
                 end = event.t
                 break
@@ -79,7 +80,7 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
             "evidence": _onset_evidence(decision.evidence),
         }
         state = StoredState(JobState(stopped_at=_at(stopped.t)))
-        store.commit(job_key(job.platform, job.name), StoredState(), state, audit, _at(stopped.t))
+        JobStates(store).commit(job_key(job.platform, job.name), StoredState(), state, audit, _at(stopped.t))
     return job.name
 
 

@@ -21,8 +21,8 @@ import pytest
 from stacks.ec2_training import cloudwatch_agent_config
 from stallwatch.core import clusters, contract
 from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.platforms.ec2 import EC2_STREAM
 from stallwatch.core.policy import MODE_TAG, Policy
-from stallwatch.core.reading import EC2_STREAM
 from stallwatch.core.resume import CHECKPOINT_TAG, RESUME_TAG
 from tests.fixtures.request_limits import Request
 

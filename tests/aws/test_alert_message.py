@@ -13,7 +13,8 @@ from slack_sdk.models.blocks import Block, HeaderBlock, SectionBlock
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
-from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, TrainingJobStateChange, parse_event
+from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, parse_event
+from stallwatch.aws.platforms.sagemaker_events import TrainingJobStateChange
 from stallwatch.aws.slack import AlertMessage, Evidence, SlackNotifier, SlackSecretError, follow_up
 from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.policy import Mode

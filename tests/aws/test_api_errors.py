@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from stallwatch.aws import actions, autoscaling, ssm
 from stallwatch.aws.api_errors import ApiError, api_error
+from stallwatch.aws.platforms import adapter
 from stallwatch.aws.platforms.sagemaker import create_training_job
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -50,7 +51,7 @@ def _details(error: Exception) -> list[str]:
     return [
         ssm.send(clients, "doc", ("i-0123456789abcdef0",), "comment", timeout_s=60).error,
         autoscaling.mark_unhealthy(clients, "i-0123456789abcdef0") or "",
-        actions.stop(clients, JOB).detail,
+        actions.stop(adapter(JOB.platform, clients), JOB).detail,
         create_training_job(clients, {"TrainingJobName": "llama-r1", "Tags": []}).detail,
     ]
 
@@ -72,7 +73,7 @@ def test_an_answer_without_an_error_code_is_unknown_everywhere_and_never_raised(
 def test_an_unanswered_call_says_its_exception() -> None:
     error = EndpointConnectionError(endpoint_url="https://api.sagemaker.us-east-1.amazonaws.com")
     assert api_error(error) == ApiError("EndpointConnectionError", str(error))
-    assert actions.stop(_clients(error), JOB).detail == f"EndpointConnectionError: {error}"
+    assert actions.stop(adapter(JOB.platform, _clients(error)), JOB).detail == f"EndpointConnectionError: {error}"
     assert create_training_job(_clients(error), {"TrainingJobName": "j", "Tags": []}).code == "ConnectionError"
 
 

@@ -10,11 +10,14 @@ import pytest
 from botocore.stub import Stubber
 
 from stallwatch.aws import log_reads, metric_reads, source
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
 from stallwatch.aws.platforms import adapter
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.platforms.sagemaker import STREAMS
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.decision import JobState
+from stallwatch.core.platforms.sagemaker import stream_host
 from stallwatch.core.signals import JobFacts, Platform
 from tests.fixtures.world import MINUTE, World
 
@@ -112,7 +115,9 @@ def test_one_logs_insights_query_gives_every_hosts_newest_line(rt, world: World)
     rt.clients.logs.create_log_stream(logGroupName=contract.SAGEMAKER_LOG_GROUP, logStreamName="other")
 
     # When the sweeper's query runs
-    newest = log_reads.newest_events(rt.clients.logs, world.now - 3600, world.now + 1, sleep=lambda s: None)
+    newest = log_reads.newest_events(
+        rt.clients.logs, contract.SAGEMAKER_LOG_GROUP, stream_host, world.now - 3600, world.now + 1, lambda s: None
+    )
 
     # Then each host's newest event time comes back, to the millisecond
     assert newest == {
@@ -139,12 +144,14 @@ def test_a_query_still_running_is_polled_and_a_failed_one_is_an_error() -> None:
     waits: list[float] = []
 
     # When each is run
-    assert log_reads.newest_events(Logs(["Running", "Scheduled", "Complete"]), 0, 1, waits.append) == {}
+    assert (
+        log_reads.newest_events(Logs(["Running", "Scheduled", "Complete"]), "g", stream_host, 0, 1, waits.append) == {}
+    )
 
     # Then the running one was polled with growing waits, and the failed one raised
     assert waits == [1.0, 2.0]
     with pytest.raises(log_reads.LogQueryError, match="Failed"):
-        log_reads.newest_events(Logs(["Failed"]), 0, 1, waits.append)
+        log_reads.newest_events(Logs(["Failed"]), "g", stream_host, 0, 1, waits.append)
 
 
 def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_lines(rt, world: World) -> None:
@@ -157,7 +164,7 @@ def test_the_log_tail_is_fresh_on_a_busy_cluster_and_keeps_the_quiet_hosts_last_
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    tails = log_reads.read_tails(rt.clients.logs, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, STREAMS, "busy", ["algo-1", "algo-2", "algo-3"], freshness, world.now)
 
     # Then two calls give the busy hosts their newest lines and the quiet one the lines before its silence (each
     # window held on its page: no third read for the notable lines)
@@ -182,7 +189,7 @@ def test_a_quiet_hosts_last_lines_are_read_when_its_freshness_is_their_own_milli
     world.logs("quiet", "algo-1", [(m, f"step {m}") for m in range(60, 39, -5)] + [(40, crash)])
 
     # When its tail is read
-    tails = log_reads.read_tails(rt.clients.logs, "quiet", ["algo-1"], {"algo-1": ms / 1000}, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, STREAMS, "quiet", ["algo-1"], {"algo-1": ms / 1000}, world.now)
 
     # Then its last lines are there, the error with them
     assert [line.message for line in tails["algo-1"].lines][-2:] == ["step 40", crash]
@@ -200,7 +207,7 @@ def test_a_crashed_ranks_error_among_64_busy_hosts_is_read_before_any_sweep(rt, 
     rt.clients.logs.meta.events.register("before-call", lambda model, **_: calls.append(model.name))
 
     # When the tails are read
-    tails = log_reads.read_tails(rt.clients.logs, "big", hosts, {}, world.now)
+    tails = log_reads.read_tails(rt.clients.logs, STREAMS, "big", hosts, {}, world.now)
 
     # Then the dead host's error line is among its notable lines, in four FilterLogEvents calls whatever the noise
     # (the quiet window's page could not hold three hours of it: two more reads ask for the notable lines alone, the
@@ -214,12 +221,12 @@ def test_a_claim_reads_the_state_and_holds_off_a_second_reader_until_it_runs_out
     # Given a job decided once (its state at version 1)
     key = job_key(Platform.SAGEMAKER, "claimed")
     now = rt.clock()
-    rt.store.commit(key, StoredState(), StoredState(JobState(warned_at=now)), {}, now)
+    rt.states.commit(key, StoredState(), StoredState(JobState(warned_at=now)), {}, now)
 
     # When two invocations claim it, and a third after the hold
-    first = rt.store.claim_decision(key, now, hold_seconds=120)
-    second = rt.store.claim_decision(key, now + 1, hold_seconds=120)
-    third = rt.store.claim_decision(key, now + 121, hold_seconds=120)
+    first = rt.states.claim_decision(key, now, hold_seconds=120)
+    second = rt.states.claim_decision(key, now + 1, hold_seconds=120)
+    third = rt.states.claim_decision(key, now + 121, hold_seconds=120)
 
     # Then the first read the state, the second was held off, the third got it again
     assert first is not None
@@ -234,25 +241,25 @@ def test_a_first_decision_commits_over_its_own_claim(rt) -> None:
     # Given a job never decided, claimed (the claim creates its item)
     key = job_key(Platform.SAGEMAKER, "new-job")
     now = rt.clock()
-    read = rt.store.claim_decision(key, now, hold_seconds=120)
+    read = rt.states.claim_decision(key, now, hold_seconds=120)
     assert read == StoredState()
 
     # When its first decision commits, keeping the claim for the burst
-    rt.store.commit(key, read, StoredState(JobState(warned_at=now)), {}, now, hold_until=now + 120)
+    rt.states.commit(key, read, StoredState(JobState(warned_at=now)), {}, now, hold_until=now + 120)
 
     # Then the state is written, and the claim still holds
-    assert rt.store.load(key).state.warned_at == now
-    assert rt.store.claim_decision(key, now + 60, hold_seconds=120) is None
+    assert rt.states.load(key).state.warned_at == now
+    assert rt.states.claim_decision(key, now + 60, hold_seconds=120) is None
 
 
 def test_alarm_markers_say_how_many_alarms_are_in_place(rt) -> None:
     # Given a job with all its alarms, one with some, and one with none
     now = rt.clock()
-    rt.store.mark_provisioned("job#sagemaker#all", 27, 27, now)
-    rt.store.mark_provisioned("job#sagemaker#some", 120, 1539, now)
+    rt.alarm_markers.mark("job#sagemaker#all", 27, 27, now)
+    rt.alarm_markers.mark("job#sagemaker#some", 120, 1539, now)
 
     # When the markers are read
-    markers = rt.store.provisioned(["job#sagemaker#all", "job#sagemaker#some", "job#sagemaker#none"])
+    markers = rt.alarm_markers.provisioned(["job#sagemaker#all", "job#sagemaker#some", "job#sagemaker#none"])
 
     # Then the complete, the partial and the missing are told apart
     assert markers["job#sagemaker#all"].complete
@@ -297,7 +304,9 @@ def test_a_crashed_hosts_last_lines_are_read_even_when_busy_hosts_fill_the_page(
     hosts = [f"algo-{i}" for i in range(1, 6)]
 
     # When the tails are read, the crashed host's freshness known from the sweeper
-    tails = log_reads.read_tails(rt.clients.logs, "crash", hosts, {"algo-5": world.now - 30 * MINUTE}, world.now)
+    tails = log_reads.read_tails(
+        rt.clients.logs, STREAMS, "crash", hosts, {"algo-5": world.now - 30 * MINUTE}, world.now
+    )
 
     # Then the crashed host's error line is in its tail, and the busy hosts' newest lines too
     assert tails["algo-5"].lines[-1].pattern is not None

@@ -10,14 +10,16 @@ import pytest
 
 from stallwatch.aws.events import JobStateEvent, parse_event
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
+from stallwatch.aws.source import JobReads, agent_search
+from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category, measure_goodput
 from stallwatch.core.platforms.interface import Change
 from stallwatch.core.platforms.slurm import stream_name
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import Platform, Series
 from tests.fixtures.request_limits import recording
 from tests.fixtures.slurm import slurm_event
-from tests.fixtures.world import World
+from tests.fixtures.world import MINUTE, World
 
 JOB = "pc1-42-llm"
 LOG_GROUP = StallwatchConfig().slurm_log_group
@@ -78,7 +80,7 @@ def test_a_requeued_runs_goodput_counts_the_wait_as_the_scheduler_held_it(rt) ->
         ),
     )
     change(rt, slurm_event("started", restarts=1, submit_epoch=1900, start_epoch=2000))
-    run, spans = rt.source(Platform.SLURM).run_spans(rt.store, JOB, 2600.0, 60)
+    run, spans = rt.source(Platform.SLURM).run_spans(rt.audit, JOB, 2600.0, 60)
     goodput = measure_goodput(run, spans)
     seconds = {c: round(t.seconds) for c, t in goodput.totals.items() if t.seconds}
     # pending 100 s before the first attempt's nodes, held 1,800 s - 1,100 s, requeued until the next one's nodes
@@ -101,3 +103,27 @@ def test_hyperpod_nodes_are_not_looked_up_in_the_account(rt) -> None:
         change(rt, slurm_event("started", flavor="hyperpod"))
     assert not [r for r in requests if r.operation == "DescribeInstances"]
     assert rt.source(Platform.SLURM).facts(JOB).host_instances == {}
+
+
+def test_a_large_jobs_node_freshness_reads_the_log_idle_datapoints_own_period(rt, world: World) -> None:
+    # Given a 130-node job, whose per-node series are read at 120 s (`host_period`: one GetMetricData answer), and
+    # node1's last line, a fatal one, 10 minutes ago; the sweeper's LogIdleSeconds of node1 in the 120 s datapoint
+    # holding its latest publication, 10 s before the datapoint's end
+    nodes = tuple((f"node{i}", f"10.2.{i // 250}.{i % 250}") for i in range(1, 131))
+    change(rt, slurm_event("started", nodes=nodes, flavor="hyperpod"))
+    crash = "[rank 3] RuntimeError: CUDA error: an illegal memory access was encountered"
+    world._put_logs(LOG_GROUP, stream_name(JOB, "node1"), [(10, crash)])
+    last_line, period, published = world.now - 10 * MINUTE, 120, 110.0
+    t = world.now - 5 * MINUTE  # the datapoint's start
+    source = rt.source(Platform.SLURM)
+    facts = source.facts(JOB)
+    reads = JobReads(log_idle=agent_search(contract.LOG_IDLE_SECONDS, ((contract.DIM_JOB, JOB),), "Maximum", period))
+    per_host = {reads.log_idle: {"node1": Series(((t, t + published - last_line),))}}
+
+    # When its nodes' logs are read
+    logs = source._host_logs(facts, ["node1"], per_host, reads, {}, world.now)
+
+    # Then node1's newest event is bounded by the datapoint's end, as on every platform (not 60 s after its start,
+    # which puts it 50 s before the line the sweeper saw), and the tail read up to it holds the fatal line
+    assert logs["node1"].last_t == pytest.approx(t + period - (t + published - last_line))
+    assert [line.message for line in logs["node1"].lines] == [crash]

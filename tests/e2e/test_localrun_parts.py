@@ -330,7 +330,7 @@ def test_the_functions_find_the_recovery_documents_the_demo_creates(aws: None) -
         runtime = Runtime.from_env()
     # Then both documents exist as Command documents, with the content of deploy/ssm
     ssm = boto3.client("ssm", region_name="us-east-1")
-    for name in (runtime.health_check_document, runtime.restart_document):
+    for name in (runtime.documents.health_check, runtime.documents.restart):
         document = ssm.get_document(Name=name)
         assert document["DocumentType"] == "Command"
         assert json.loads(document["Content"])["mainSteps"][0]["action"] == "aws:runShellScript"

@@ -24,7 +24,8 @@ from localrun import (
     moto_topic_policy,
 )
 from localrun.resources import create_table
-from stallwatch.aws.store import Store, StoredState
+from stallwatch.aws.job_states import JobStates, StoredState
+from stallwatch.aws.store import Store
 from stallwatch.core.decision import JobState
 
 moto_threads.install()
@@ -47,7 +48,7 @@ def test_concurrent_transactions_on_one_table_all_commit() -> None:
     # Given one table and 8 threads committing 25 decisions each, as the sweeper's workers do
     dynamodb = boto3.client("dynamodb")
     create_table(dynamodb, "t")
-    store, errors = Store(dynamodb, "t", 1), []
+    store, errors = JobStates(Store(dynamodb, "t", 1)), []
 
     def decide(worker: int) -> None:
         try:

@@ -12,8 +12,10 @@ import pytest
 
 from localrun import moto_sagemaker
 from localrun.resources import create_table
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.store import Store, StoredState, job_key
+from stallwatch.aws.job_states import JobStates, StoredState
+from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV
 from stallwatch.core.decision import JobState
 from stallwatch.core.engine import decide
@@ -50,7 +52,7 @@ def _create_table(clients: AwsClients, name: str = TABLE) -> None:
     create_table(clients.dynamodb, name)
 
 
-def _open_incident(store: Store, job: str, at: float, diagnosis: str, reason: str) -> None:
+def _open_incident(store: JobStates, job: str, at: float, diagnosis: str, reason: str) -> None:
     """What the watchdog writes when it first sees a problem: the state and a new incident."""
     key = job_key("sagemaker", job)
     read = store.load(key)
@@ -70,7 +72,7 @@ def _stallwatch(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[in
 def test_incidents_lists_the_recent_ones_newest_first(clients, capsys) -> None:
     # Given two incidents in the last hours and one from three days ago
     _create_table(clients)
-    store = Store(clients.dynamodb, TABLE, 90)
+    store = JobStates(Store(clients.dynamodb, TABLE, 90))
     now = time.time()
     _open_incident(store, "gpt-small", now - 2 * HOUR, "hang", "no step for 32 min while GPUs stay busy")
     _open_incident(store, "bert-ft", now - 1 * HOUR, "idle", "all GPUs idle for 25 min")
@@ -94,7 +96,7 @@ def test_incidents_of_one_job(clients, capsys, monkeypatch) -> None:
     # Given incidents of two jobs, and the table named in the environment
     _create_table(clients)
     monkeypatch.setenv(ops.TABLE_ENV, TABLE)
-    store = Store(clients.dynamodb, TABLE, 90)
+    store = JobStates(Store(clients.dynamodb, TABLE, 90))
     now = time.time()
     _open_incident(store, "gpt-small", now - HOUR, "hang", "no step for 32 min")
     _open_incident(store, "bert-ft", now - HOUR, "idle", "all GPUs idle")
@@ -115,7 +117,7 @@ def test_status_shows_the_latest_decision_why_and_where_each_rank_was(clients, c
     # Given a job warned for a hang whose ranks' dumps put rank 1 in its loader (the engine's decision, audited as
     # the runtime audits it), then snoozed by an operator
     _create_table(clients)
-    store = Store(clients.dynamodb, TABLE, 90)
+    store = JobStates(Store(clients.dynamodb, TABLE, 90))
     lines = (Path(__file__).parents[1] / "core" / "stack_dumps" / "loader-stall.log").read_text().splitlines()
     signals = hung(hosts=1).stacks((ONSET + MIN, line) for line in lines).build(ONSET + 16 * MIN)
     decision = decide(signals, ENFORCE, JobState(), ONSET + 16 * MIN)
@@ -154,7 +156,7 @@ def test_snooze_sets_the_jobs_snooze_and_audits_the_iam_caller(clients, capsys) 
     _create_table(clients)
     world = World(clients, now=time.time())
     world.create_job("gpt-small", tags={"stallwatch:mode": "enforce"})
-    store = Store(clients.dynamodb, TABLE, 90)
+    store = JobStates(Store(clients.dynamodb, TABLE, 90))
     _open_incident(store, "gpt-small", world.now - 600, "hang", "no step")
 
     # When the operator snoozes it for two hours
@@ -167,7 +169,7 @@ def test_snooze_sets_the_jobs_snooze_and_audits_the_iam_caller(clients, capsys) 
     assert stored.state.snoozed_until == pytest.approx(world.now + 2 * HOUR, abs=60)
     assert stored.state.stall_since == pytest.approx(world.now - 600)
     assert stored.incident is not None
-    audit = store.records(job_key("sagemaker", "gpt-small"), "audit")[-1]["record"]
+    audit = AuditTrail(store.store).records(job_key("sagemaker", "gpt-small"), "audit")[-1]["record"]
     assert (audit["trigger"], audit["action"]) == ("cli", "snooze")
     assert audit["operator"].startswith("arn:aws:")
 

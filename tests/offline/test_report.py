@@ -13,7 +13,8 @@ from localrun import moto_sagemaker
 from localrun.resources import create_table
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
-from stallwatch.aws.store import Store, StoredState, job_key
+from stallwatch.aws.job_states import JobStates, StoredState
+from stallwatch.aws.store import Store, job_key
 from stallwatch.core.decision import JobState
 from stallwatch.core.goodput import Category, measure_goodput
 from stallwatch.core.pricing import instance_spec
@@ -78,7 +79,7 @@ def seed_known_run(clients: AwsClients, t0: float) -> Store:
         "evidence": {"agent": {"step": 360.0, "last_step_t": t0 + 2880}, "stacks": {"summary": WHY}},
     }
     key = job_key("sagemaker", RUN)
-    store.commit(key, StoredState(), StoredState(JobState(stopped_at=t0 + 3600)), stop, t0 + 3600)
+    JobStates(store).commit(key, StoredState(), StoredState(JobState(stopped_at=t0 + 3600)), stop, t0 + 3600)
     return store
 
 

@@ -38,7 +38,7 @@ def _alarm_names(rt, platform: str, job: str) -> list[str]:
 
 
 def _audits(rt, platform: str, job: str) -> list[dict[str, Any]]:
-    return [r["record"] for r in rt.store.records(job_key(platform, job), "audit")]
+    return [r["record"] for r in rt.audit.records(job_key(platform, job), "audit")]
 
 
 def _record_stop_calls(rt) -> list[list[str]]:
@@ -234,7 +234,7 @@ def test_an_instance_that_refuses_the_stop_is_recorded_and_the_others_stop(rt, w
     facts = adapter(Platform.EC2, rt.clients).facts(JOB)
 
     # When the job is stopped
-    result = actions.stop(rt.clients, facts)
+    result = actions.stop(rt.source(facts.platform), facts)
 
     # Then the other two stop, the refusal is named, and the stop counts as failed (the sweeper retries it)
     assert (result.ok, result.stopped, result.targets) == (False, 2, 3)

@@ -7,8 +7,9 @@ import pytest
 
 from handlers import on_alarm, sweeper
 from stallwatch.aws import actions
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.slack import AlertMessage
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.decision import JobState
 from tests.fixtures.world import MINUTE, alarm_event, all_alarms, scheduled_event
@@ -22,10 +23,12 @@ def _commit_stop(rt, key: str) -> tuple[JobState, int]:
     """A warned job's stop, committed as the watchdog does before calling StopTrainingJob; its state and version."""
     now = rt.clock()
     warned = JobState(stall_since=now - 40 * MINUTE, warned_at=now - 6 * MINUTE)
-    rt.store.commit(key, rt.store.load(key), StoredState(warned, 0, "incident#1"), {"action": "warn"}, now - 6 * MINUTE)
-    read = rt.store.load(key)
+    rt.states.commit(
+        key, rt.states.load(key), StoredState(warned, 0, "incident#1"), {"action": "warn"}, now - 6 * MINUTE
+    )
+    read = rt.states.load(key)
     stopping = warned.with_(stopped_at=now)
-    rt.store.commit(key, read, StoredState(stopping, read.version, "incident#1"), {"action": "stop"}, now)
+    rt.states.commit(key, read, StoredState(stopping, read.version, "incident#1"), {"action": "stop"}, now)
     return stopping, read.version + 1
 
 
@@ -36,16 +39,16 @@ def test_a_failed_stop_released_after_a_snooze_keeps_the_snooze(rt) -> None:
     # Given a committed stop, and an operator's snooze committed while StopTrainingJob was failing
     key = job_key("sagemaker", JOB)
     stopping, version = _commit_stop(rt, key)
-    read = rt.store.load(key)
+    read = rt.states.load(key)
     snoozed = read.state.with_(snoozed_until=rt.clock() + 60 * MINUTE)
-    rt.store.commit(key, read, StoredState(snoozed, read.version, read.incident), {"action": "snooze"}, rt.clock())
+    rt.states.commit(key, read, StoredState(snoozed, read.version, read.incident), {"action": "snooze"}, rt.clock())
 
     # When the failed stop is released, with or without the version it was written at
-    released = [rt.store.release_stop(key, stopping, version=version), rt.store.release_stop(key, stopping)]
+    released = [rt.states.release_stop(key, stopping, version=version), rt.states.release_stop(key, stopping)]
 
     # Then nothing is written: the snooze, the newer state, survives
     assert released == [False, False]
-    after = rt.store.load(key)
+    after = rt.states.load(key)
     assert after.state == snoozed
     assert after.version == version + 1
 
@@ -54,10 +57,10 @@ def test_a_failed_stop_of_a_job_that_ended_does_not_bring_its_state_back(rt) -> 
     # Given a committed stop, and the job ending (its state cleared) before the stop's failure came back
     key = job_key("sagemaker", JOB)
     stopping, version = _commit_stop(rt, key)
-    assert rt.store.close_job(key, "job Failed", rt.clock())
+    assert rt.states.close_job(key, "job Failed", rt.clock())
 
     # When the failed stop is released, Then no state item is recreated (it would have no expires_at)
-    assert rt.store.release_stop(key, stopping, version=version) is False
+    assert rt.states.release_stop(key, stopping, version=version) is False
     state_item = {"pk": {"S": key}, "sk": {"S": "state"}}
     assert "Item" not in rt.clients.dynamodb.get_item(TableName=rt.store.table, Key=state_item)
 
@@ -68,8 +71,8 @@ def test_a_failed_stop_nothing_changed_since_is_released_for_the_sweeper(rt) -> 
     stopping, version = _commit_stop(rt, key)
 
     # When it is released, Then the stop is forgotten and the rest of the state kept
-    assert rt.store.release_stop(key, stopping, version=version) is True
-    after = rt.store.load(key)
+    assert rt.states.release_stop(key, stopping, version=version) is True
+    after = rt.states.load(key)
     assert after.state == stopping.with_(stopped_at=None)
     assert (after.version, after.incident) == (version + 1, "incident#1")
 
@@ -107,7 +110,7 @@ def test_a_stop_that_raises_is_recorded_and_retried_by_the_next_sweep(
     stop_audit = next(a for a in audits(rt, JOB) if a["action"] == "stop")
     assert stop_audit["outcome"]["stop"]["ok"] is False
     assert stop_audit["outcome"]["stop"]["detail"] == "RuntimeError: unexpected answer from StopTrainingJob"
-    assert rt.store.load(job_key("sagemaker", JOB)).state.stopped_at is None
+    assert rt.states.load(job_key("sagemaker", JOB)).state.stopped_at is None
 
     # When Lambda retries the event, and the sweeper runs with stop working again
     broken[0] = False
@@ -143,7 +146,7 @@ def test_a_message_that_fails_to_render_still_stops_and_records_the_outcome(
     assert any(r.levelname == "ERROR" and r.exc_info for r in caplog.records)
     stop_audit = next(a for a in audits(rt, JOB) if a["action"] == "stop")
     assert stop_audit["outcome"]["slack"] == {"ok": False, "detail": "render: KeyError: 'blocks'"}
-    assert rt.store.pending_posts(10) == []
+    assert rt.pending_posts.oldest(10) == []
 
 
 # ---- the sweeper ---------------------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ def test_an_alarm_after_an_end_event_that_was_lost_retires_the_job(rt, world, sl
     # Then the job is retired as the end event would have: alarms deleted, state cleared, incident closed
     assert (result["status"], result["details"]["alarms_deleted"]) == ("ended", 9)
     assert _state_item(rt) is None
-    (incident,) = rt.store.records(job_key("sagemaker", JOB), "incident")
+    (incident,) = rt.audit.records(job_key("sagemaker", JOB), "incident")
     assert (incident["status"], incident["close_reason"]) == ("closed", "job Failed")
 
 
@@ -254,7 +254,7 @@ def test_a_denied_stop_in_a_cold_container_stays_within_the_api_budget(rt, world
 
     # Then the stop failed, was recorded and released for the sweeper, within the budget
     assert (result["action"], result["stopped"]) == ("stop", False)
-    assert rt.store.load(job_key("sagemaker", JOB)).state.stopped_at is None
+    assert rt.states.load(job_key("sagemaker", JOB)).state.stopped_at is None
     assert sum(calls.values()) <= API_BUDGET, calls
 
 
@@ -278,7 +278,7 @@ def test_a_lambda_timeout_after_the_commit_is_completed_by_the_sweeper(rt, world
         on_alarm.handler(alarm_event(_alarm(rt, JOB, alarms.GPU_IDLE, "algo-1"), "2026-11-30T10:06:00Z"), context)
     monkeypatch.setattr(actions, "stop", stop)
     assert world.status(JOB) == "InProgress"
-    assert rt.store.load(job_key("sagemaker", JOB)).unfinished is not None
+    assert rt.states.load(job_key("sagemaker", JOB)).unfinished is not None
 
     # When the sweeper runs once the dead invocation's timeout has surely passed
     rt.clock.advance(decide.ABANDONED_AFTER_SECONDS + 1)
@@ -287,7 +287,7 @@ def test_a_lambda_timeout_after_the_commit_is_completed_by_the_sweeper(rt, world
     # Then it decides again from the state before the unfinished decision: the job is stopped, and it is recorded
     assert (outcome["action"], outcome["stopped"], outcome["posted"]) == ("stop", True, True)
     assert world.status(JOB) == "Stopping"
-    assert rt.store.load(job_key("sagemaker", JOB)).unfinished is None
+    assert rt.states.load(job_key("sagemaker", JOB)).unfinished is None
     assert slack.texts()[-1].startswith(":octagonal_sign: Stopped stalled job")
 
 
@@ -315,7 +315,7 @@ def test_slack_429_asking_for_a_long_wait_is_left_to_the_sweeper(rt, world, slac
     result = on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
     assert (result["action"], result["posted"]) == ("warn", False)
     assert len(slack.posts) == 1
-    (pending,) = rt.store.pending_posts(limit=10)
+    (pending,) = rt.pending_posts.oldest(limit=10)
 
     # And the next sweep delivers it
     rt.clock.advance(MINUTE)

@@ -49,7 +49,7 @@ def test_ended_job_loses_its_alarms_and_its_incident_is_closed(rt, world, slack,
     on_job_state.handler(job_state_event(JOB, "InProgress"), context)
     on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)
     key = job_key("sagemaker", JOB)
-    assert rt.store.load(key).incident is not None
+    assert rt.states.load(key).incident is not None
 
     # When the job fails
     result = on_job_state.handler(job_state_event(JOB, "Failed"), context)
@@ -57,7 +57,7 @@ def test_ended_job_loses_its_alarms_and_its_incident_is_closed(rt, world, slack,
     # Then its alarms are gone and the incident is closed with the reason
     assert (result["alarms_deleted"], result["incident_closed"]) == (9, True)
     assert _alarm_names(rt) == []
-    (incident,) = rt.store.records(key, "incident")
+    (incident,) = rt.audit.records(key, "incident")
     assert (incident["status"], incident["close_reason"]) == ("closed", "job Failed")
     assert incident["expires_at"] > rt.clock()
 
@@ -134,11 +134,11 @@ def test_stop_results_for_ec2_and_for_a_job_that_is_gone(rt, world) -> None:
     ghost = replace(ec2_facts, name="ghost-job", platform=Platform.SAGEMAKER, instance_ids=())
 
     # When both are stopped, Then the instance stops and the missing job is a reported failure, not an exception
-    assert actions.stop(rt.clients, ec2_facts).ok
+    assert actions.stop(rt.source(ec2_facts.platform), ec2_facts).ok
     assert rt.clients.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
         "Name"
     ] in ("stopping", "stopped")
-    failed = actions.stop(rt.clients, ghost)
+    failed = actions.stop(rt.source(ghost.platform), ghost)
     assert not failed.ok
     assert "ghost-job" in failed.detail
 

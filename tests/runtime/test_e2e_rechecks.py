@@ -73,7 +73,7 @@ def test_a_lone_signal_is_warned_by_its_recheck_at_the_full_threshold(rt, world,
 
     # Then nothing is posted yet, and one schedule (one call, within the decision's budget) fires on_alarm at the
     # minute the engine asked for, rounded up
-    recheck_at = rt.store.load(job_key("sagemaker", JOB)).state.recheck_at
+    recheck_at = rt.states.load(job_key("sagemaker", JOB)).state.recheck_at
     assert (early["diagnosis"], early["action"]) == ("healthy", "none")
     assert early["details"]["recheck"]["ok"] is True
     assert calls["CreateSchedule"] == 1
@@ -275,7 +275,7 @@ def test_two_decisions_from_one_read_schedule_once(rt, world, context, rechecks)
     # Given a lone signal, and two invocations that read its state at the same version
     _lone_signal(world)
     key = job_key("sagemaker", JOB)
-    read = rt.store.load(key)
+    read = rt.states.load(key)
     signals = rt.source(Platform.SAGEMAKER).job_signals(JOB, rt.clock())
     calls = _calls(rt)
 

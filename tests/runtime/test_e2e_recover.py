@@ -89,7 +89,7 @@ def _steps_after(world: World, t0: float, first_step: float, count: int = 5) -> 
 
 
 def _recover_records(rt) -> list[dict[str, Any]]:
-    return [r for r in rt.store.records(KEY, "audit") if r["record"]["action"] == rules.RECOVER_ACTION]
+    return [r for r in rt.audit.records(KEY, "audit") if r["record"]["action"] == rules.RECOVER_ACTION]
 
 
 def test_a_hung_cluster_whose_nodes_pass_is_restarted_in_place_and_slack_hears_the_first_step(
@@ -135,7 +135,7 @@ def test_a_hung_cluster_whose_nodes_pass_is_restarted_in_place_and_slack_hears_t
     assert slack.texts()[-1].endswith("training again after the restart in place: step 61 within 6 min of the restart")
     assert stops == []
     assert all(world.instance_state(i) == "running" for i in instances)
-    assert rt.store.load(KEY).state.stopped_at is None
+    assert rt.states.load(KEY).state.stopped_at is None
     assert [n.restarts for n in nodes.values()] == [1, 1]
     assert _sweep(rt, context)["recoveries"] == []
     # ...and each step is audited
@@ -266,9 +266,9 @@ def test_a_bad_node_the_job_cannot_lose_stops_the_job_as_today_and_slack_names_i
     assert "the job does not allow fewer nodes (no stallwatch:min-nodes tag)" in text
     assert text.endswith("stopped the job instead (2 of 2 instances stopping)")
     # ...and it is Stallwatch's stop in the audit trail, with its reason (what the resume and the report read)
-    (stop,) = rt.store.stops(KEY)
+    (stop,) = rt.audit.stops(KEY)
     assert (stop.diagnosis, stop.step, stop.ok) == ("hang", 70.0, True)
-    stop_record = [r for r in rt.store.records(KEY, "audit") if r["record"].get("trigger") == "recovery"][-1]
+    stop_record = [r for r in rt.audit.records(KEY, "audit") if r["record"].get("trigger") == "recovery"][-1]
     assert stop_record["record"]["reasons"][0].startswith(f"recovery in place: {bad} failed its health check")
     assert stop_record["record"]["checks"][bad]["failures"] == ["Xid 79: GPU has fallen off the bus"]
 
@@ -294,7 +294,7 @@ def test_an_instance_ssm_does_not_manage_is_stopped_at_once_with_the_reason_in_s
     stop_message = slack.posts[-1]
     assert "Stopped stalled job" in stop_message["text"]
     assert "not recovered in place: the health check could not be delivered" in str(stop_message["blocks"])
-    assert rt.store.stops(KEY)[-1].ok is True
+    assert rt.audit.stops(KEY)[-1].ok is True
     assert _sweep(rt, context)["recoveries"] == []
 
 
@@ -362,9 +362,9 @@ def test_overlapping_sweeps_and_repeated_stop_decisions_restart_once(
     assert [n.restarts for n in nodes.values()] == [1, 1]
 
     # When the engine decides to stop the same stall again (a decision whose Lambda died was decided again)
-    key_state = rt.store.load(KEY)
+    key_state = rt.states.load(KEY)
     assert key_state.state.stopped_at is not None
-    rt.store.release_stop(KEY, key_state.state, key_state.version)
+    rt.states.release_stop(KEY, key_state.state, key_state.version)
     (again,) = _sweep(rt, context)["redecided"]
 
     # Then its recovery is found under way: nothing more is sent, nothing stopped
@@ -513,7 +513,7 @@ def test_a_fallback_stop_that_fails_is_given_back_to_the_engine_which_stops_the_
     # Then the failure is said, and the engine has the stop again (its stop decision no longer stands)
     assert (fell_back["status"], fell_back["stopped"]) == ("stopped", False)
     assert "stopped the job instead (stop FAILED, will retry" in slack.texts()[-1]
-    assert rt.store.load(KEY).state.stopped_at is None
+    assert rt.states.load(KEY).state.stopped_at is None
     assert all(world.instance_state(i) == "running" for i in instances)
 
     # When the sweeper decides the job again: it is stopped as any stop, without a second recovery

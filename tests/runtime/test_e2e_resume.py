@@ -81,7 +81,7 @@ def test_a_hang_stop_resumes_as_r1_cloned_with_its_checkpoint_and_slack_hears_it
         "stallwatch:resume-best-step": "70",
     }
     assert slack.texts()[-1].endswith(f"`{JOB}` resumed as `{JOB}-r1` (attempt 1 of 2)")
-    (audit,) = [r for r in rt.store.records(job_key("sagemaker", JOB), "audit") if r["record"]["action"] == "resume"]
+    (audit,) = [r for r in rt.audit.records(job_key("sagemaker", JOB), "audit") if r["record"]["action"] == "resume"]
     assert audit["outcome"]["resume"]["ok"] is True
 
     # When the resumed job trains past step 70 from its checkpoint (step 60) and the sweeper runs
@@ -289,9 +289,9 @@ def _instance(rt, tags: dict[str, str]) -> str:
 def _stopped_by_stallwatch(rt, instance: str, at: float, step: float) -> None:
     """The engine's stop of a hung EC2 job (its audit record as decide_and_act commits it), then the stop itself."""
     key = job_key("ec2", instance)
-    read = rt.store.load(key)
+    read = rt.states.load(key)
     record = {"at": at, "job": instance, "action": "stop", "diagnosis": "hang", "evidence": {"agent": {"step": step}}}
-    rt.store.commit(key, read, replace(read, state=read.state.with_(stopped_at=at)), record, at)
+    rt.states.commit(key, read, replace(read, state=read.state.with_(stopped_at=at)), record, at)
     rt.clients.ec2.stop_instances(InstanceIds=[instance])
 
 
@@ -346,13 +346,13 @@ def test_a_resumed_job_without_steps_yet_stays_watched_and_one_that_ends_first_i
 
     # When the sweeper runs, Then nothing is said and the watch stays
     assert sweeper.handler(scheduled_event(), context)["resumed_progress"] == []
-    assert len(rt.store.progress_watches(10)) == 1
+    assert len(rt.progress_watches.oldest(10)) == 1
 
     # When r1 fails before passing step 70, Then the watch is dropped without a message
     moto_sagemaker.set_training_job_status(f"{JOB}-r1", "Failed", "Failed")
     (report,) = sweeper.handler(scheduled_event(), context)["resumed_progress"]
     assert report == {"job": f"{JOB}-r1", "status": "ended"}
-    assert rt.store.progress_watches(10) == []
+    assert rt.progress_watches.oldest(10) == []
     assert len(slack.posts) == posts
 
 

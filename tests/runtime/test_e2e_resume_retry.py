@@ -46,7 +46,7 @@ def _sweep(rt, context, minutes: float = 5) -> list[dict[str, Any]]:
 
 
 def _tries(rt, job: str = JOB) -> list[dict[str, Any]]:
-    records = rt.store.records(job_key("sagemaker", job), "audit")
+    records = rt.audit.records(job_key("sagemaker", job), "audit")
     return [r for r in records if r["record"]["action"] == "resume"]
 
 
@@ -208,9 +208,9 @@ def test_an_ec2_start_refused_for_capacity_is_retried_by_the_sweeper(rt, slack, 
     assert (retry["status"], retry["tries"], retry["attempt"]) == ("resumed", 2, 1)
     assert _state(rt, instance) in ("pending", "running")
     assert slack.texts()[-1].endswith(f"`{instance}` resumed as `{instance}` (attempt 1 of 1) after 2 tries")
-    assert rt.store.resume_claims(job_key("ec2", instance)) == 1
+    assert rt.resume_tries.claims(job_key("ec2", instance)) == 1
     # And the goodput report sees one resume, the try that started the group, with the stopped attempt's launch
-    (resumed,) = resumes_of(rt.store.records(job_key("ec2", instance), "audit"))
+    (resumed,) = resumes_of(rt.audit.records(job_key("ec2", instance), "audit"))
     assert resumed.at == rt.clock()
     assert resumed.launched is not None
 

@@ -10,7 +10,8 @@ from moto.core.botocore_stubber import MockRawResponse
 
 from handlers import on_alarm, on_job_state
 from stallwatch.aws.events import InvalidEventError
-from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
+from stallwatch.aws.job_states import ConcurrentDecisionError, StoredState
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.decision import JobState
 from stallwatch.runtime import decide
@@ -165,12 +166,12 @@ def test_throttled_calls_are_retried(rt, world, slack, context) -> None:
     assert len(stops) == 2
     assert (result["action"], result["stopped"]) == ("stop", True)
     assert world.status(JOB) == "Stopping"
-    assert rt.store.load(job_key("sagemaker", JOB)).state.stopped_at is not None
+    assert rt.states.load(job_key("sagemaker", JOB)).state.stopped_at is not None
 
 
 def test_two_decisions_from_the_same_read_commit_once(rt) -> None:
     # Given two invocations that read the same job state
-    store = rt.store
+    store = rt.states
     key = job_key("sagemaker", JOB)
     read = store.load(key)
     warned = StoredState(JobState(warned_at=rt.clock()), read.version, "incident#1")
@@ -185,4 +186,4 @@ def test_two_decisions_from_the_same_read_commit_once(rt) -> None:
     with pytest.raises(ConcurrentDecisionError):
         store.commit(key, store.load(key), warned, audit, rt.clock(), event_key="alarm-a@t1")
     assert store.load(key).version == 1
-    assert len(store.records(key, "audit")) == 1
+    assert len(rt.audit.records(key, "audit")) == 1

@@ -132,7 +132,7 @@ def test_a_cold_sweep_decides_first_and_provisions_in_batches_over_sweeps(rt, wo
     assert max(puts) <= 10
     assert puts[0] == 10
     assert _alarm_count(rt) == 18
-    markers = rt.store.provisioned([job_key(Platform.SAGEMAKER, j) for j in ("ok-1", "ok-2", JOB)])
+    markers = rt.alarm_markers.provisioned([job_key(Platform.SAGEMAKER, j) for j in ("ok-1", "ok-2", JOB)])
     assert all(markers[job_key(Platform.SAGEMAKER, j)].complete for j in ("ok-1", "ok-2"))
     assert job_key(Platform.SAGEMAKER, JOB) not in markers
 

@@ -37,7 +37,7 @@ def test_slack_down_during_a_stop_keeps_the_message_until_the_next_sweep_deliver
     # Then the stop happened and the message is pending, with its first attempt recorded
     assert (outcome["action"], outcome["stopped"], outcome["posted"]) == ("stop", True, False)
     assert world.status(JOB) == "Stopping"
-    (pending,) = rt.store.pending_posts(limit=10)
+    (pending,) = rt.pending_posts.oldest(limit=10)
     assert pending.attempts == 1
     assert pending.message["text"] == failed_stop_post["text"]
     assert [a["ok"] for a in _stop_audit(rt)["outcome"]["slack_attempts"]] == [False]
@@ -53,7 +53,7 @@ def test_slack_down_during_a_stop_keeps_the_message_until_the_next_sweep_deliver
     assert len(slack.posts) == 3  # the warning, the stop post Slack failed, the same post delivered
     assert slack.posts[-1] == failed_stop_post
     assert "Stopped stalled job" in failed_stop_post["text"]
-    assert rt.store.pending_posts(limit=10) == []
+    assert rt.pending_posts.oldest(limit=10) == []
     stop_outcome = _stop_audit(rt)["outcome"]
     assert stop_outcome["stop"]["ok"] is True
     assert stop_outcome["slack"] == {"ok": True, "detail": "webhook 200", "attempts": 2}
@@ -89,24 +89,24 @@ def test_a_duplicated_sweeper_run_does_not_post_twice(rt, world, slack, context,
     assert [r["status"] for r in nested[0]["slack_resent"]] == ["claimed_elsewhere"]
     assert [r["status"] for r in first["slack_resent"]] == ["delivered"]
     assert len(slack.posts) == posts_before + 1
-    assert rt.store.pending_posts(limit=10) == []
+    assert rt.pending_posts.oldest(limit=10) == []
 
 
 def test_two_runs_from_the_same_read_claim_one_attempt(rt, world, slack, context) -> None:
     # Given a pending message, read by two sweeper runs
     _stop_while_slack_is_down(rt, world, slack, context)
-    (seen_by_a,) = rt.store.pending_posts(limit=10)
-    (seen_by_b,) = rt.store.pending_posts(limit=10)
+    (seen_by_a,) = rt.pending_posts.oldest(limit=10)
+    (seen_by_b,) = rt.pending_posts.oldest(limit=10)
     now = rt.clock()
 
     # When both claim the next attempt, Then only the first gets it
-    assert rt.store.claim_post(seen_by_a, now, repost.POST_CLAIM_SECONDS) is True
-    assert rt.store.claim_post(seen_by_b, now, repost.POST_CLAIM_SECONDS) is False
+    assert rt.pending_posts.claim(seen_by_a, now, repost.POST_CLAIM_SECONDS) is True
+    assert rt.pending_posts.claim(seen_by_b, now, repost.POST_CLAIM_SECONDS) is False
 
     # And a fresh read cannot take it while the claim is held, only after it has run out (its holder died)
-    (fresh,) = rt.store.pending_posts(limit=10)
-    assert rt.store.claim_post(fresh, now + 1, repost.POST_CLAIM_SECONDS) is False
-    assert rt.store.claim_post(fresh, now + repost.POST_CLAIM_SECONDS + 1, repost.POST_CLAIM_SECONDS) is True
+    (fresh,) = rt.pending_posts.oldest(limit=10)
+    assert rt.pending_posts.claim(fresh, now + 1, repost.POST_CLAIM_SECONDS) is False
+    assert rt.pending_posts.claim(fresh, now + repost.POST_CLAIM_SECONDS + 1, repost.POST_CLAIM_SECONDS) is True
 
 
 def test_slack_down_for_every_attempt_gives_up_and_says_so(rt, world, slack, context, caplog) -> None:
@@ -133,7 +133,7 @@ def test_slack_down_for_every_attempt_gives_up_and_says_so(rt, world, slack, con
     assert not any(a["ok"] for a in outcome["slack_attempts"])
 
     # And nothing is left to post: Slack back, the next sweep posts nothing
-    assert rt.store.pending_posts(limit=10) == []
+    assert rt.pending_posts.oldest(limit=10) == []
     slack.status = 200
     rt.clock.advance(SWEEP)
     assert sweeper.handler(scheduled_event(), context)["slack_resent"] == []

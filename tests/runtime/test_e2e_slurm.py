@@ -14,9 +14,10 @@ from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import moto_ssm
 from localrun.resources import SLURM_CANCEL_DOCUMENT, SLURM_REQUEUE_DOCUMENT
 from stallwatch.aws.pending_stops import PendingStops
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
-from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV, StallwatchConfig
+from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.slurm import HELD_RECHECK_S, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from tests.fixtures.slurm import FakeController, slurm_event
@@ -31,8 +32,9 @@ CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encount
 @pytest.fixture
 def controller(rt, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeController:
     """The cluster's controller, an instance managed by SSM, and the deployment's Slurm documents."""
-    monkeypatch.setenv(SLURM_CANCEL_DOCUMENT_ENV, SLURM_CANCEL_DOCUMENT)
-    monkeypatch.setenv(SLURM_REQUEUE_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT)
+    monkeypatch.setattr(
+        rt, "documents", Documents(slurm_cancel=SLURM_CANCEL_DOCUMENT, slurm_requeue=SLURM_REQUEUE_DOCUMENT)
+    )
     [instance] = world.launch(1, {"stallwatch:slurm": "controller"}, instance_type="c5.xlarge")
     submit = slurm_event("started")["detail"]["submit_time"]
     jobs = {"42": {"submit": submit, "state": "RUNNING", "nodes": "node1,node2"}}
@@ -112,7 +114,7 @@ def test_a_hung_job_is_warned_then_cancelled_on_the_controller_and_the_answer_is
     assert controller.world()["jobs"]["42"]["state"] == "CANCELLED"
     assert [s["status"] for s in settled] == ["stopped"]
     assert "cancelled (CANCELLED)" in slack.texts()[-1]
-    [stop] = rt.store.stops(job_key(Platform.SLURM, JOB))
+    [stop] = rt.audit.stops(job_key(Platform.SLURM, JOB))
     assert stop.ok is True
     assert PendingStops(rt.store).oldest(10) == []
     assert not any(c[0] == "scontrol" and c[1] == "update" for c in controller.world()["calls"])  # no node drained
@@ -148,7 +150,7 @@ def test_a_suspended_job_is_left_alone_and_not_stopped_while_it_is(rt, world, sl
     assert "SUSPENDED" in slack.texts()[-1]
     assert again.get("action") in (None, "none"), again
     assert rt.source(Platform.SLURM).facts(JOB).status == "Paused"
-    assert [s.ok for s in rt.store.stops(job_key(Platform.SLURM, JOB))] == [False]  # no stop to count
+    assert [s.ok for s in rt.audit.stops(job_key(Platform.SLURM, JOB))] == [False]  # no stop to count
 
 
 def test_a_crashed_node_is_drained_and_the_job_requeued_then_its_next_attempt_is_watched(
@@ -214,7 +216,7 @@ def test_a_nodes_fatal_line_in_the_slurm_group_wakes_the_jobs_decision(rt, world
 
     # Then the job is decided by the wake-up, without an alarm: its crashed rank warned
     assert (result["job"], result["status"], result["diagnosis"]) == (JOB, "decided", "crashed_rank")
-    [audit, *_] = [r["record"] for r in rt.store.records(job_key(Platform.SLURM, JOB), "audit")]
+    [audit, *_] = [r["record"] for r in rt.audit.records(job_key(Platform.SLURM, JOB), "audit")]
     assert audit["trigger"] == f"log:{stream_name(JOB, 'node2')}"
     # And a line of no job this deployment heard of wakes nothing
     other = stream_name(slurm_job_name("pc1", "43", "other"), "node1")

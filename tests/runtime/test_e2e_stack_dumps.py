@@ -82,7 +82,7 @@ def test_a_hung_jobs_warning_names_the_rank_its_dumps_put_apart(rt, world, slack
     assert "StallwatchStacks" not in blocks  # the dump lines are not shown as log lines
 
     # And the audit record keeps the grouping
-    (audit,) = [r["record"] for r in rt.store.records(job_key("sagemaker", job), "audit")]
+    (audit,) = [r["record"] for r in rt.audit.records(job_key("sagemaker", job), "audit")]
     assert audit["evidence"]["stacks"]["named"] == [1]
     assert any(WHERE in reason for reason in audit["reasons"])
 

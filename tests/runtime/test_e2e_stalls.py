@@ -33,7 +33,7 @@ def seed_hang_signals(world: World, job: str, start_min: float = 110) -> None:
 
 
 def audits(rt, job: str) -> list[dict]:
-    return [r["record"] | {"outcome": r.get("outcome")} for r in rt.store.records(job_key("sagemaker", job), "audit")]
+    return [r["record"] | {"outcome": r.get("outcome")} for r in rt.audit.records(job_key("sagemaker", job), "audit")]
 
 
 def test_nccl_hang_is_warned_then_stopped_once(rt, world, slack, context) -> None:
@@ -221,7 +221,7 @@ def test_a_lone_signal_is_decided_again_by_the_sweeper_at_its_full_threshold(rt,
 
     # When the progress alarm fires at 2/3 of the stall threshold, and the sweeper runs 5 minutes later
     early = on_alarm.handler(alarm_event(_alarm(rt, job)), context)
-    recheck_at = rt.store.load(job_key("sagemaker", job)).state.recheck_at
+    recheck_at = rt.states.load(job_key("sagemaker", job)).state.recheck_at
     asked_at = rt.clock()
     rt.clock.advance(5 * MINUTE)
     (late,) = sweeper.handler(scheduled_event(), context)["redecided"]

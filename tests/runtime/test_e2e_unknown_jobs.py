@@ -84,8 +84,8 @@ def test_an_alarm_of_a_job_that_does_not_exist_writes_nothing_and_deletes_its_al
 def test_an_alarm_of_a_job_the_table_knows_but_the_platform_no_longer_has_writes_nothing(rt, world, context) -> None:
     # Given a job decided once (its state item and alarm marker in the table), whose instances are gone since
     instance = "i-0abcdef0123456789"
-    rt.store.mark_provisioned(f"job#ec2#{instance}", 3, 3, rt.clock())
-    rt.store.claim_decision(f"job#ec2#{instance}", rt.clock(), 0)
+    rt.alarm_markers.mark(f"job#ec2#{instance}", 3, 3, rt.clock())
+    rt.states.claim_decision(f"job#ec2#{instance}", rt.clock(), 0)
     before = _items(rt)
     name = alarms.alarm_name(rt.config.alarm_prefix, "ec2", instance, alarms.GPU_MEMORY, instance)
     requests = _table_requests(rt)

@@ -12,8 +12,9 @@ import pytest
 from handlers import on_alarm, on_log_line
 from localrun import moto_ec2
 from stallwatch.aws.events import InvalidEventError
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.source import AwsSignalSource
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, wake
 from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from tests.fixtures.request_limits import recording
@@ -60,7 +61,7 @@ def _stream(job: str, host: str) -> str:
 
 
 def _audits(rt, job: str, platform: str = "sagemaker") -> list[dict]:
-    return [r["record"] for r in rt.store.records(job_key(platform, job), "audit")]
+    return [r["record"] for r in rt.audit.records(job_key(platform, job), "audit")]
 
 
 def _table_items(rt) -> list[dict]:
@@ -173,8 +174,8 @@ def test_a_decision_that_began_before_the_line_and_commits_first_is_decided_agai
     read_signals = AwsSignalSource.job_signals
 
     def concurrently(source, name, now, *args, **kwargs):
-        earlier = rt.store.load(key)
-        rt.store.commit(key, earlier, StoredState(earlier.state, earlier.version), {"trigger": "sweeper"}, now - 30)
+        earlier = rt.states.load(key)
+        rt.states.commit(key, earlier, StoredState(earlier.state, earlier.version), {"trigger": "sweeper"}, now - 30)
         monkeypatch.setattr(AwsSignalSource, "job_signals", read_signals)
         return read_signals(source, name, now, *args, **kwargs)
 

@@ -17,6 +17,7 @@ import pytest
 from localrun import moto_ec2, moto_lambda_invoke, moto_logs_subscription
 from localrun.resources import create_resources
 from localrun.stack_on_moto import deploy_on_moto
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
@@ -88,8 +89,8 @@ def test_a_fatal_line_put_to_the_log_group_is_decided_without_an_alarm_or_the_sw
     )
 
     # Then the job was decided by the wake-up, warned and posted to Slack, and its decision audited with the stream
-    store = Store(boto3.client("dynamodb"), deployed["table"], ttl_days=90)
-    [audit] = [r["record"] for r in store.records(job_key("sagemaker", JOB), "audit")]
+    audit_trail = AuditTrail(Store(boto3.client("dynamodb"), deployed["table"], ttl_days=90))
+    [audit] = [r["record"] for r in audit_trail.records(job_key("sagemaker", JOB), "audit")]
     assert (audit["trigger"], audit["diagnosis"], audit["action"]) == (
         f"log:{JOB}/algo-2-1700000000",
         "crashed_rank",
@@ -125,8 +126,8 @@ def test_an_ec2_nodes_fatal_line_put_to_the_stacks_group_is_decided(deployed: di
     world.ec2_logs(nodes[1], [(m, f"step {110 - m} loss 2.3") for m in range(110, 10, -5)] + [(10, CRASH)], group)
 
     # Then the job its tags name is decided by the wake-up and warned, with no alarm
-    store = Store(boto3.client("dynamodb"), deployed["table"], ttl_days=90)
-    [audit] = [r["record"] for r in store.records(job_key("ec2", "ec2-llm"), "audit")]
+    audit_trail = AuditTrail(Store(boto3.client("dynamodb"), deployed["table"], ttl_days=90))
+    [audit] = [r["record"] for r in audit_trail.records(job_key("ec2", "ec2-llm"), "audit")]
     assert (audit["trigger"], audit["diagnosis"], audit["action"]) == (f"log:{nodes[1]}", "crashed_rank", "warn")
     assert boto3.client("cloudwatch").describe_alarms()["MetricAlarms"] == []
 

@@ -203,11 +203,11 @@ def _table(rt) -> list[dict[str, Any]]:
 
 
 def _state(rt):
-    return rt.store.load(job_key("sagemaker", JOB)).state
+    return rt.states.load(job_key("sagemaker", JOB)).state
 
 
 def _audits(rt) -> list[dict[str, Any]]:
-    return rt.store.records(job_key("sagemaker", JOB), "audit")
+    return rt.audit.records(job_key("sagemaker", JOB), "audit")
 
 
 def _job_items(rt) -> list[dict[str, Any]]:
@@ -287,9 +287,9 @@ def test_snooze_4h_snoozes_for_four_hours(rt, endpoint, slack_api, context) -> N
 def test_not_stalled_doubles_the_thresholds_and_voids_the_warning(rt, endpoint, slack_api, world, context) -> None:
     # Given a job that was warned (its state remembers the stall and the warning)
     key = job_key("sagemaker", JOB)
-    read = rt.store.load(key)
+    read = rt.states.load(key)
     warned = read.state.with_(stall_since=rt.clock() - 600, warned_at=rt.clock() - 60, alerted=("hang",))
-    rt.store.commit(key, read, type(read)(warned, 0, INCIDENT), {"at": rt.clock()}, rt.clock())
+    rt.states.commit(key, read, type(read)(warned, 0, INCIDENT), {"at": rt.clock()}, rt.clock())
 
     # When an allowed user presses "Not stalled"
     status, _ = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
@@ -336,7 +336,7 @@ def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, sl
     # Then the code refuses, as IAM would: the job runs on, nothing is written, and only the presser is told why
     assert (status, body["status"]) == (200, "not_permitted")
     assert world.status("untagged-job") == "InProgress"
-    assert rt.store.load(job_key(Platform.SAGEMAKER, "untagged-job")).version == 0
+    assert rt.states.load(job_key(Platform.SAGEMAKER, "untagged-job")).version == 0
     (reply,) = [body for path, body in slack_api.calls if path.startswith("/actions/")]
     assert reply["response_type"] == "ephemeral"
     assert "stallwatch:mode=enforce" in reply["text"]
@@ -904,7 +904,7 @@ def _failing_press(rt, endpoint, slack_api, context, monkeypatch, action=Operato
             "TransactWriteItems",
         )
 
-    monkeypatch.setattr(rt.store, "change_state", throttled)
+    monkeypatch.setattr(rt.states, "change_state", throttled)
     assert _answer(_request(_payload(slack_api, action), rt.clock()), context) == (200, {"status": "accepted"})
     (press,) = endpoint.defer.__self__
     event = {DEFERRED_EVENT_KEY: press.model_dump()}

@@ -5,8 +5,8 @@ A job that is already stopping or has ended counts as stopped (the goal is reach
 returned, never raised, so the caller can record it, tell Slack and leave the retry to the sweeper.
 Transient API errors (throttling, 5xx) are retried by botocore's adaptive mode before that.
 
-    result = stop(clients, facts)   # StopResult(ok=True, detail="StopTrainingJob accepted")
-    result = stop(clients, ec2_facts)   # one StopInstances for all instances: result.count "4 of 4 instances stopping"
+    result = stop(rt.source(facts.platform), facts)   # StopResult(ok=True, detail="StopTrainingJob accepted")
+    result = stop(rt.source(ec2.platform), ec2)   # one StopInstances for all instances: "4 of 4 instances stopping"
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from __future__ import annotations
 from botocore.exceptions import BotoCoreError
 
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.platforms import adapter
-from stallwatch.core.platforms.interface import StopResult
+from stallwatch.core.platforms.interface import PlatformAdapter, StopResult
 from stallwatch.core.signals import JobFacts
 
 
-def stop(clients: AwsClients, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-    """Stop the job described by `facts` (`at_fault`: the engine's stop decision's hosts at fault, which a platform
-    that requeues may keep the job off; None: a plain stop); never raises for API errors."""
+def stop(source: PlatformAdapter, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    """Stop the job described by `facts` through its platform's adapter `source` (`at_fault`: the engine's stop
+    decision's hosts at fault, which a platform that requeues may keep the job off; None: a plain stop); never raises
+    for API errors."""
     try:
-        return adapter(facts.platform, clients).stop(facts, at_fault)
+        return source.stop(facts, at_fault)
     except BotoCoreError as exc:  # endpoint unreachable, retries exhausted on connection errors
         return StopResult(ok=False, detail=str(api_error(exc)))

@@ -1,7 +1,7 @@
 """The events the Lambdas receive, as pydantic models for the Powertools parser.
 
-- `JobStateEvent`: EventBridge "SageMaker Training Job State Change", "EC2 Instance State-change Notification", or
-  deploy/slurm's "Slurm Job State Change" (source `stallwatch.slurm`).
+- `JobStateEvent`: a platform's state-change event, each platform's model beside its adapter
+  (`aws/platforms/<name>_events.py`, its adapter's `state_event`), told apart by its detail-type.
 - `AlarmEvent`: a CloudWatch alarm's direct Lambda action, or the EventBridge "CloudWatch Alarm State Change".
 - `ScheduledEvent`: the sweeper's EventBridge schedule.
 - `RecheckEvent`: a one-time EventBridge Scheduler schedule's input (`aws.rechecks`): decide on a job again.
@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -28,8 +30,6 @@ from aws_lambda_powertools.utilities.parser.models import (
     EventBridgeModel,
 )
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -37,47 +37,26 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 
+from stallwatch.aws.event_fields import EPOCH_MAX, EventFields
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms import ADAPTERS
 from stallwatch.core import contract
 from stallwatch.core.platforms import describe
-from stallwatch.core.platforms.slurm import time_limit_seconds
 from stallwatch.core.signals import Platform
 
-SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
-EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
-SLURM_STATE_CHANGE = contract.SLURM_EVENT_DETAIL_TYPE
-SLURM_SOURCE = contract.SLURM_EVENT_SOURCE  # deploy/slurm/stallwatch-events.sh's PutEvents
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
 
 # AWS's own limits, enforced at parse time so an oversized field never reaches a read or a DynamoDB key.
 ALARM_NAME_MAX = 255  # PutMetricAlarm AlarmName
 ALARM_REASON_MAX = 1023  # StateReason
 ARN_MAX = 1600
-INSTANCE_TYPE_MAX = 64
-MAX_INSTANCE_GROUPS = 20  # far above what a heterogeneous cluster may have; bounds the event's size
-TAGS_MAX = 50  # tags per resource
-TAG_KEY_MAX = 128
-TAG_VALUE_MAX = 256
 LOGGED_EVENT_CHARS = 2000  # a malformed event is logged this far, never whole
 # CloudWatch writes "2026-11-30T10:00:00.000+0000"; EventBridge "2026-11-30T10:00:00Z".
 ISO_8601 = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:?\d{2})$"
 AWS_REGION = r"^[a-z]{2}(-[a-z]+)+-\d{1,2}$"
-SAGEMAKER_JOB_NAME = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
-EC2_INSTANCE_ID = r"^i-[0-9a-f]{8,17}$"
-# deploy/slurm's event: what the script writes (its strings at most 512 bytes, at most 2,000 nodes).
-SLURM_TEXT_MAX = 512
-SLURM_NODES_MAX = 2000
-SLURM_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"  # as Slurm prints it, the controller's local time
-SLURM_NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-# Where the documents run: the EC2 instance (tagged stallwatch:slurm=controller) of the controller or a login node;
-# none: the job is watched and alerted on, never acted on.
-SSM_TARGET = r"^(i-[0-9a-f]{8,17})?$"
-SETTINGS_MAX = 50  # as a resource's tags
 RECHECK_SOURCE = "stallwatch.recheck"  # a recheck's input says so; AWS's sources all start with "aws."
-RECHECK_AT_MAX = 32_503_680_000.0  # 3000-01-01 UTC: any later `at` is not a time the engine gave
 DATA_MESSAGE = "DATA_MESSAGE"  # a subscription's log events; CONTROL_MESSAGE: CloudWatch Logs checking the destination
 
 
@@ -85,141 +64,21 @@ class InvalidEventError(ValueError):
     """An event that does not match the shape the handler expects; nothing was changed."""
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="ignore")
-
-
-class InstanceGroup(_Model):
-    """One group of a heterogeneous cluster."""
-
-    instance_group_name: str = Field(alias="InstanceGroupName", min_length=1, max_length=64)
-    instance_type: str = Field(alias="InstanceType", min_length=1, max_length=INSTANCE_TYPE_MAX)
-    instance_count: int = Field(alias="InstanceCount", ge=0, le=10_000)
-
-
-class ResourceConfig(_Model):
-    """One instance type and count, or a heterogeneous cluster's `InstanceGroups`."""
-
-    instance_type: str | None = Field(None, alias="InstanceType", min_length=1, max_length=INSTANCE_TYPE_MAX)
-    instance_count: int | None = Field(None, alias="InstanceCount", ge=0, le=10_000)  # may be 0 beside InstanceGroups
-    instance_groups: list[InstanceGroup] = Field(
-        default_factory=list, alias="InstanceGroups", max_length=MAX_INSTANCE_GROUPS
-    )
-
-    @model_validator(mode="after")
-    def _one_layout(self) -> ResourceConfig:
-        if self.instance_groups:
-            if not any(g.instance_count for g in self.instance_groups):
-                raise ValueError("InstanceGroups: every group has InstanceCount 0")
-        elif self.instance_type is None or not self.instance_count:
-            raise ValueError("needs InstanceType and InstanceCount (at least 1), or InstanceGroups")
-        return self
-
-
-class TrainingJobDetail(_Model):
-    """The `detail` of a SageMaker training job state change (only the fields Stallwatch reads)."""
-
-    training_job_name: str = Field(alias="TrainingJobName", pattern=SAGEMAKER_JOB_NAME, max_length=63)
-    training_job_status: Literal["InProgress", "Completed", "Failed", "Stopping", "Stopped"] = Field(
-        alias="TrainingJobStatus"
-    )
-    secondary_status: str | None = Field(None, alias="SecondaryStatus", max_length=64)
-    resource_config: ResourceConfig = Field(alias="ResourceConfig")
-    tags: dict[Annotated[str, Field(max_length=TAG_KEY_MAX)], Annotated[str, Field(max_length=TAG_VALUE_MAX)]] = Field(
-        default_factory=dict, alias="Tags", max_length=TAGS_MAX
-    )
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, value: Any) -> Any:
-        # The event carries a map; the API's [{"Key", "Value"}] list is accepted too.
-        if isinstance(value, list):
-            return {item["Key"]: item["Value"] for item in value}
-        return value or {}
-
-
-class TrainingJobStateChange(EventBridgeModel):
-    source: Literal["aws.sagemaker"]
-    detail_type: Literal["SageMaker Training Job State Change"] = Field(alias="detail-type")
-    detail: TrainingJobDetail
-
-
-class InstanceStateDetail(_Model):
-    instance_id: str = Field(alias="instance-id", pattern=EC2_INSTANCE_ID)
-    state: Literal["pending", "running", "stopping", "stopped", "shutting-down", "terminated"]
-
-
-class InstanceStateChange(EventBridgeModel):
-    source: Literal["aws.ec2"]
-    detail_type: Literal["EC2 Instance State-change Notification"] = Field(alias="detail-type")
-    detail: InstanceStateDetail
-
-
-class SlurmNodeDetail(_Model):
-    """One node of a Slurm job, as the prolog names it: its Slurm name, its NodeAddr, its GPUs (Gres)."""
-
-    name: str = Field(pattern=SLURM_NODE_NAME)
-    addr: str = Field("", max_length=SLURM_TEXT_MAX)
-    gpus: int = Field(0, ge=0, le=1024)
-
-
-class SlurmJobDetail(_Model):
-    """The `detail` of deploy/slurm's "Slurm Job State Change" (docs/deploy.md, "Slurm clusters")."""
-
-    version: Literal[1]
-    state: Literal["started", "ended"]
-    cluster: str = Field(min_length=1, max_length=SLURM_TEXT_MAX)
-    platform: Literal["parallelcluster", "pcs", "hyperpod", "slurm"] = "slurm"
-    ssm_target: str = Field("", pattern=SSM_TARGET)
-    job_id: str = Field(pattern=r"^[0-9]{1,10}$")
-    name: str = Field("", max_length=SLURM_TEXT_MAX)
-    user: str = Field("", max_length=SLURM_TEXT_MAX)
-    partition: str = Field("", max_length=SLURM_TEXT_MAX)
-    submit_time: str = Field(pattern=SLURM_TIME)
-    submit_epoch: int = Field(gt=0, lt=RECHECK_AT_MAX)
-    start_epoch: int = Field(0, ge=0, lt=RECHECK_AT_MAX)
-    job_state: str = Field("", pattern=r"^[A-Z_+]{0,32}$")
-    time_limit: str = Field("", max_length=32)
-    restarts: int = Field(0, ge=0, le=100_000)
-    exit_code: str = Field("", max_length=32)
-    reason: str = Field("", max_length=SLURM_TEXT_MAX)
-    node_list: str = Field("", max_length=SLURM_TEXT_MAX)
-    nodes: list[SlurmNodeDetail] = Field(default_factory=list, max_length=SLURM_NODES_MAX)
-    settings: dict[
-        Annotated[str, Field(pattern=r"^stallwatch:[a-z0-9-]{1,64}$")], Annotated[str, Field(max_length=TAG_VALUE_MAX)]
-    ] = Field(default_factory=dict, max_length=SETTINGS_MAX)
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit(cls, value: str) -> str:
-        time_limit_seconds(value)  # ValueError names it
-        return value
-
-    @model_validator(mode="after")
-    def _started_on_nodes(self) -> SlurmJobDetail:
-        if self.state == "started" and not self.nodes:
-            raise ValueError("a started job names its nodes")
-        return self
-
-
-class SlurmJobStateChange(EventBridgeModel):
-    source: Literal["stallwatch.slurm"]
-    detail_type: Literal["Slurm Job State Change"] = Field(alias="detail-type")
-    detail: SlurmJobDetail
-
-
+# Each platform's state-change event (its adapter's `state_event`, `aws/platforms/<name>_events.py`), told apart by
+# its detail-type.
 JobStateEvent = Annotated[
-    TrainingJobStateChange | InstanceStateChange | SlurmJobStateChange, Field(discriminator="detail_type")
+    functools.reduce(operator.or_, (adapter.state_event for adapter in ADAPTERS.values())),
+    Field(discriminator="detail_type"),
 ]
 
 
-class AlarmState(_Model):
+class AlarmState(EventFields):
     value: Literal["OK", "ALARM", "INSUFFICIENT_DATA"]
     reason: str = Field("", max_length=ALARM_REASON_MAX)
     timestamp: str = Field(pattern=ISO_8601, max_length=40)
 
 
-class AlarmData(_Model):
+class AlarmData(EventFields):
     alarm_name: str = Field(alias="alarmName", min_length=1, max_length=ALARM_NAME_MAX)
     state: AlarmState
     previous_state: AlarmState | None = Field(None, alias="previousState")
@@ -230,7 +89,7 @@ class AlarmData(_Model):
         return f"{self.alarm_name}@{self.state.timestamp}"
 
 
-class AlarmActionEvent(_Model):
+class AlarmActionEvent(EventFields):
     """The payload CloudWatch sends when the alarm's action is the Lambda function itself."""
 
     source: Literal["aws.cloudwatch"]
@@ -262,13 +121,13 @@ AlarmEvent = AlarmActionEvent | AlarmStateChange
 TEST_ALERT_KEY = "stallwatch_test_alert"  # on_alarm's event from `stallwatch doctor --send-test-alert`
 
 
-class TestAlertRequest(_Model):
+class TestAlertRequest(EventFields):
     """Who asked for a test alert (their IAM identity, from sts:GetCallerIdentity)."""
 
     requested_by: str = Field(min_length=1, max_length=ARN_MAX, pattern=r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:")
 
 
-class TestAlertEvent(_Model):
+class TestAlertEvent(EventFields):
     """The event `stallwatch doctor --send-test-alert` invokes on_alarm with."""
 
     request: TestAlertRequest = Field(alias=TEST_ALERT_KEY)
@@ -280,14 +139,14 @@ class ScheduledEvent(EventBridgeModel):
     detail: dict[str, Any] | str = Field(default_factory=dict)
 
 
-class RecheckEvent(_Model):
+class RecheckEvent(EventFields):
     """A one-time schedule's input (`aws.rechecks`): decide on the job again at `at` (epoch seconds), when the
     engine said its evidence turns decisive (`Decision.recheck_at`)."""
 
     source: Literal["stallwatch.recheck"]
     platform: Platform
     job: str = Field(min_length=1, max_length=63)
-    at: float = Field(gt=0, lt=RECHECK_AT_MAX, allow_inf_nan=False)
+    at: float = Field(gt=0, lt=EPOCH_MAX, allow_inf_nan=False)
 
     @field_validator("job")
     @classmethod
@@ -323,7 +182,7 @@ LOG_GROUP_NAME = r"^[.\-_/#A-Za-z0-9]{1,512}$"
 LAMBDA_ARN = r"^arn:aws[a-z-]*:lambda:[a-z0-9-]+:\d{12}:function:[A-Za-z0-9_-]{1,64}$"
 
 
-class SubscriptionProperties(_Model):
+class SubscriptionProperties(EventFields):
     """The custom resource's properties: this deployment's filter on a log group it does not own."""
 
     log_group_name: str = Field(alias="LogGroupName", pattern=LOG_GROUP_NAME)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.platforms import adapter
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import Store
@@ -32,12 +33,13 @@ def run_spans(
     `platform` None: each platform in turn, the likeliest first (`core.platforms.likely`: a SageMaker training job,
     else an EC2 job of that name; an instance id is looked up on EC2 first); `JobNotFoundError` names them all when
     none has it."""
+    audit = AuditTrail(store) if store is not None else None
     if platform is not None:
-        return adapter(platform, clients, store=store).run_spans(store, job, now, period)
+        return adapter(platform, clients, store=store).run_spans(audit, job, now, period)
     missing = []
     for candidate in likely(job):
         try:
-            return adapter(candidate, clients, store=store).run_spans(store, job, now, period)
+            return adapter(candidate, clients, store=store).run_spans(audit, job, now, period)
         except JobNotFoundError as exc:
             missing.append(f"{candidate.value}: {exc}")
     kinds = " nor ".join(d.resource for d in DESCRIPTIONS.values())

@@ -20,11 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from stallwatch.aws.stack_dump_reads import read_stacks
 from stallwatch.core import contract, log_patterns
-from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS, SAGEMAKER_STREAM
+from stallwatch.core.reading import LOG_TAIL_SECONDS, LOOKBACK_SECONDS
 from stallwatch.core.signals import LogLine
 
 LOG_RECENT_SECONDS = 120  # the fresh window: 512 hosts at a line per 10 s are 6,144 events, one page
@@ -37,6 +37,9 @@ QUERY_POLL_MAX_SECONDS = 8.0
 QUERY_WAIT_SECONDS = 120.0  # a query not complete by then is given up (the sweep publishes nothing this time)
 WHOLE_GROUP = ""  # `JobStreams.prefix` of streams that share no prefix (EC2's instance ids)
 QUERY_DONE = frozenset({"Complete", "Failed", "Cancelled", "Timeout", "Unknown"})
+
+
+K = TypeVar("K")  # what `newest_events` keys a stream's host by
 
 
 class LogQueryError(RuntimeError):
@@ -53,12 +56,19 @@ class HostLog:
     stacks: list[LogLine] = field(default_factory=list)  # the agent's stack dumps since the job's last step
 
 
-def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], None]) -> dict[tuple[str, str], float]:
-    """Each SageMaker host's newest event between `start` and `end` (epoch seconds), keyed (job, host), from one
-    Logs Insights query over the training jobs' log group: StartQuery, then GetQueryResults until it completes."""
+def newest_events(
+    logs: Any,
+    group: str,
+    key_of: Callable[[str], K | None],
+    start: float,
+    end: float,
+    sleep: Callable[[float], None],
+) -> dict[K, float]:
+    """Each host's newest event in `group` between `start` and `end` (epoch seconds), keyed by `key_of` its stream
+    (None: no host's), from one Logs Insights query: StartQuery, then GetQueryResults until it completes."""
     try:
         query_id = logs.start_query(
-            logGroupName=contract.SAGEMAKER_LOG_GROUP,
+            logGroupName=group,
             startTime=int(start),
             endTime=int(end),
             queryString=LAST_EVENT_QUERY,
@@ -76,12 +86,12 @@ def newest_events(logs: Any, start: float, end: float, sleep: Callable[[float], 
         waited, wait = waited + wait, min(wait * 2, QUERY_POLL_MAX_SECONDS)
     if response["status"] != "Complete":
         raise LogQueryError(f"Logs Insights query {query_id}: {response['status']}")
-    newest: dict[tuple[str, str], float] = {}
+    newest: dict[K, float] = {}
     for row in response["results"]:
         fields = {f["field"]: f["value"] for f in row}
-        match = SAGEMAKER_STREAM.match(fields.get("@logStream", ""))
-        if match and LAST_EVENT_FIELD in fields:
-            key, t = (match["job"], match["host"]), _query_time(fields[LAST_EVENT_FIELD])
+        key = key_of(fields.get("@logStream", ""))
+        if key is not None and LAST_EVENT_FIELD in fields:
+            t = _query_time(fields[LAST_EVENT_FIELD])
             newest[key] = max(newest.get(key, t), t)
     return newest
 
@@ -94,12 +104,11 @@ def _query_time(text: str) -> float:
 @dataclass(frozen=True)
 class JobStreams:
     """Where a job's streams are: a log group, the prefix every one of them starts with (`WHOLE_GROUP`: they share
-    none, the group is read as a whole), and the host of a stream (None for another job's). SageMaker's by
-    default."""
+    none, the group is read as a whole), and the host of a stream (None for another job's)."""
 
-    group: str = contract.SAGEMAKER_LOG_GROUP
-    prefix: str | None = None  # default: "<job>/"
-    host_of: Callable[[str, str], str | None] | None = None  # (stream, job) -> host; default: SageMaker's names
+    group: str
+    prefix: str | None  # None: "<job>/"
+    host_of: Callable[[str, str], str | None]  # (stream, job) -> host
 
     def prefix_of(self, job: str) -> str:
         return self.prefix if self.prefix is not None else f"{job}/"
@@ -110,20 +119,17 @@ class JobStreams:
         return {"logGroupName": self.group} | ({"logStreamNamePrefix": prefix} if prefix else {})
 
     def host(self, stream: str, job: str) -> str | None:
-        if self.host_of is not None:
-            return self.host_of(stream, job)
-        match = SAGEMAKER_STREAM.match(stream)
-        return match["host"] if match and match["job"] == job else None
+        return self.host_of(stream, job)
 
 
 def read_tails(
     logs: Any,
+    streams: JobStreams,
     job: str,
     hosts: list[str],
     freshness: dict[str, float],
     now: float,
     patterns: log_patterns.LinePatterns = log_patterns.BUILT_IN,
-    streams: JobStreams = JobStreams(),
     stacks_since: float | None = None,
 ) -> dict[str, HostLog]:
     """The job's hosts' log tails: the last `LOG_RECENT_SECONDS`, then, if hosts are quieter, the lines up to the

@@ -15,6 +15,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.store import Store
 from stallwatch.core.signals import Platform
 
@@ -55,14 +56,7 @@ class PendingStops:
 
     def oldest(self, limit: int) -> list[PendingStop]:
         """The `limit` oldest stops not answered yet (one Query)."""
-        items = self.store.dynamodb.query(
-            TableName=self.store.table,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": PENDING_STOP_PK}},
-            ConsistentRead=True,
-            Limit=limit,
-        )["Items"]
-        return [_stop(json.loads(item["stop"]["S"])) for item in items]
+        return [_stop(json.loads(item["stop"]["S"])) for item in self.store.first_items(PENDING_STOP_PK, limit)]
 
     def settle(self, stop: PendingStop, answer: dict[str, Any]) -> dict[str, Any] | None:
         """The stop answered: its item removed and the answer added to the decision's outcome (`stop.answer`, and
@@ -83,14 +77,7 @@ class PendingStops:
                             "ConditionExpression": "attribute_exists(pk)",
                         }
                     },
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": key,
-                            "UpdateExpression": "SET outcome = :o",
-                            "ExpressionAttributeValues": {":o": {"S": json.dumps(outcome, default=str)}},
-                        }
-                    },
+                    {"Update": AuditTrail(self.store).outcome_update(stop.job_key, stop.audit_sk, outcome)},
                 ]
             )
         except dynamodb.exceptions.TransactionCanceledException:

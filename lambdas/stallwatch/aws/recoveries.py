@@ -20,6 +20,7 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.store import NOT_EXISTS, Store
 from stallwatch.core.signals import Platform
 
@@ -92,6 +93,7 @@ class Recoveries:
         self.store = store
         self.dynamodb = store.dynamodb
         self.table = store.table
+        self.audit = AuditTrail(store)
 
     def claim(self, job_key: str, stall_since: float) -> Claim | None:
         """The stall's claim, if a recovery took it."""
@@ -132,7 +134,7 @@ class Recoveries:
                             "ConditionExpression": NOT_EXISTS,
                         }
                     },
-                    self.store.audit_put(recovery.job_key, audit_sk, audit, now),
+                    self.audit.put(recovery.job_key, audit_sk, audit, now),
                 ]
             )
         except self.dynamodb.exceptions.TransactionCanceledException:
@@ -214,7 +216,7 @@ class Recoveries:
         audit_sk = ""
         if audit is not None:
             audit_sk = f"audit#{now:017.3f}#recover-{step}"
-            items = [*items, self.store.audit_put(seen.job_key, audit_sk, audit, now)]
+            items = [*items, self.audit.put(seen.job_key, audit_sk, audit, now)]
         try:
             self.dynamodb.transact_write_items(TransactItems=items)
         except self.dynamodb.exceptions.TransactionCanceledException:

@@ -22,6 +22,7 @@ from typing import ClassVar
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
 from stallwatch.aws.metric_reads import MAX_SERIES_PER_SEARCH, MetricQuery, MetricRef, SearchRef, read_metrics
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
@@ -85,12 +86,14 @@ class AwsSignalSource(ABC):
         config: StallwatchConfig | None = None,
         store: Store | None = None,
         clock: Callable[[], float] = time.time,
+        documents: Documents | None = None,
     ) -> None:
         self.clients = clients
         self.config = config or StallwatchConfig()
         self.policy = self.config.policy  # each job is read at its alarms' period, after its tags (10 s in the demo)
         self.store = store  # the deployment's table, where a platform's facts are what its events said (Slurm)
         self.clock = clock  # what facts that age read the time from (a Slurm job's held state)
+        self.documents = documents or Documents()  # the deployment's SSM documents its actions send
 
     @abstractmethod
     def facts(self, job_name: str) -> JobFacts:

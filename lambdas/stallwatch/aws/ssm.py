@@ -27,6 +27,19 @@ COMMENT_LIMIT = 100  # SendCommand Comment
 # The document version sent: the stack gives a changed document a new version under the same name (UpdateMethod
 # NewVersion, stacks/recovery.py), so $LATEST is the deployed content and a command sent before is found by name.
 LATEST = "$LATEST"
+
+
+@dataclass(frozen=True)
+class Documents:
+    """The deployment's SSM documents, by name ("" where it has none: the action they take is not available); the
+    stack names them in the functions' environment (`runtime.environment`), and each adapter is built with them."""
+
+    health_check: str = ""  # recovery in place: a node's health check
+    restart: str = ""  # recovery in place: restart the training unit
+    slurm_cancel: str = ""  # scancel on the controller
+    slurm_requeue: str = ""  # drain the nodes at fault and requeue the job
+
+
 # Every node runs the command at once, and one node's failure never stops it reaching the others.
 ALL_AT_ONCE = "100%"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stallwatch.core.policy import EC2_MONITOR_TAG, MODE_TAG, TAG_PREFIX, Mode, Policy, Thresholds
-from stallwatch.core.signals import JobFacts
+from stallwatch.core.signals import JobFacts, JobStatus
 
 JOB_TAG = "stallwatch:job"
 LOG_GROUP_TAG = "stallwatch:log-group"
@@ -132,12 +132,12 @@ def _number(value: str) -> float | None:
         return None
 
 
-def ec2_status(states: Iterable[str]) -> str:
-    """A job's status from its instances' states: InProgress while one runs, Stopping while one stops, else Stopped."""
+def ec2_status(states: Iterable[str]) -> JobStatus:
+    """A job's status from its instances' states: running while one runs, stopping while one stops, else stopped."""
     seen = set(states)
     if seen & LIVE_EC2_STATES:
-        return "InProgress"
-    return "Stopping" if seen & STOPPING_EC2_STATES else "Stopped"
+        return JobStatus.RUNNING
+    return JobStatus.STOPPING if seen & STOPPING_EC2_STATES else JobStatus.STOPPED
 
 
 def ec2_hosts(instances: Mapping[str, str]) -> list[str]:
@@ -151,8 +151,8 @@ def without_host(facts: JobFacts, instance_id: str) -> JobFacts:
     if instance_id not in facts.instance_ids:
         return facts
     hosts = tuple(i for i in facts.instance_ids if i != instance_id)
-    if not hosts or facts.status != "InProgress":
-        return replace(facts, status="Stopped")
+    if not hosts or facts.status is not JobStatus.RUNNING:
+        return replace(facts, status=JobStatus.STOPPED)
     host_types = {h: t for h, t in facts.host_types.items() if h != instance_id}
     return replace(facts, instance_ids=hosts, instance_count=len(hosts), host_types=host_types)
 

@@ -28,6 +28,8 @@ class Diagnosis(StrEnum):
 
 # Diagnoses that are stalls: the job burns GPUs without progress.
 STALLS = frozenset({Diagnosis.PHASE_OVERRUN, Diagnosis.HANG, Diagnosis.CRASHED_RANK, Diagnosis.IDLE})
+# Diagnoses that are no problem: nothing to alert, no incident open.
+NOT_PROBLEMS = frozenset({Diagnosis.HEALTHY, Diagnosis.STARTING, Diagnosis.PHASE, Diagnosis.FINISHED})
 
 
 class Action(StrEnum):

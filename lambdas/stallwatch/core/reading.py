@@ -1,12 +1,10 @@
 """What every signal source reads, so the trace source shows the engine what the AWS source would.
 
 The lookback and period of the metric reads, the statistic per agent metric, how many log lines a host's tail
-keeps, and SageMaker's log stream names.
+keeps.
 """
 
 from __future__ import annotations
-
-import re
 
 from stallwatch.core import contract
 
@@ -28,8 +26,6 @@ AGENT_STATISTICS = {
 # agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
 # 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
 HOST_AGENT_METRICS_READ = ("GPUPowerWatts", "StepTime")  # StepTime: the straggler check
-# The agent's own NVML utilization stands in where the platform may have none: EC2 without the CloudWatch agent.
-EC2_HOST_AGENT_METRICS_READ = (*HOST_AGENT_METRICS_READ, "GPUUtilization")
 # HostSignals fields, from SageMaker's per-host metrics: memory says whether a host's processes still hold its GPUs
 SAGEMAKER_HOST_METRICS_READ = ("gpu_util", "gpu_mem_util")
 HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds
@@ -47,7 +43,4 @@ def host_period(hosts: int, period: int, series: int = HOST_SERIES_READ) -> int:
     return period * multiple
 
 
-SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
-# EC2 streams are named by instance id (the CloudWatch agent's {instance_id}), optionally with a suffix per file.
-EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")
 FILTER_STREAMS_LIMIT = 100  # FilterLogEvents' logStreamNames per call

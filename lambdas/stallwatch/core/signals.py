@@ -49,6 +49,32 @@ class Platform(StrEnum):
     SLURM = "slurm"
 
 
+class JobStatus(StrEnum):
+    """A job's status, on every platform: each adapter maps its platform's words to it (SageMaker's
+    TrainingJobStatus, EC2's instance states, Slurm's job states), and nothing above the adapters reads theirs.
+
+    The values are the words traces, audit records and reasons have always carried (SageMaker's, where Stallwatch
+    began), so a trace or a record written before reads the same."""
+
+    RUNNING = "InProgress"
+    PAUSED = "Paused"  # held out of running by its scheduler (Slurm: pending, suspended, requeued): never a stall
+    STOPPING = "Stopping"  # asked to stop; its final status is still to come
+    STOPPED = "Stopped"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+    @property
+    def ended(self) -> bool:
+        """The platform's final word on the job. Stopping is not one: the status it ends in (Stopped, or Completed
+        and Failed where it finished first) follows, and its end event, resume and summary are that status's."""
+        return self in (JobStatus.STOPPED, JobStatus.COMPLETED, JobStatus.FAILED)
+
+    @property
+    def winding_down(self) -> bool:
+        """Ended, or asked to stop: a replay decides it no more (as the sweeper no longer lists it)."""
+        return self.ended or self is JobStatus.STOPPING
+
+
 @dataclass(frozen=True)
 class LogLine:
     """One log event; `pattern` names the fatal-error pattern it matched, if any; `marker` the checkpoint marker."""
@@ -74,7 +100,7 @@ class JobFacts:
 
     name: str
     platform: Platform
-    status: str  # InProgress, Completed, Failed, Stopping, Stopped (EC2: running -> InProgress)
+    status: JobStatus  # the platform's word, mapped by its adapter (a word of `JobStatus`'s is taken as it)
     secondary_status: str | None  # Starting, Downloading, Training, Uploading, ... (None on EC2)
     start_time: float
     instance_type: str
@@ -98,6 +124,9 @@ class JobFacts:
     host_instances: dict[str, str] = field(default_factory=dict)
     # When the platform ends the job itself (Slurm's --time limit); None: never. Past it, the job is not stopped.
     ends_by: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", JobStatus(self.status))
 
     def gpus_on(self, host: str) -> int:
         """Accelerator devices on `host`: its type's where the hosts differ (none on a CPU-only group's host)."""

@@ -21,7 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from stallwatch.core.platforms import describe
-from stallwatch.core.signals import Platform
+from stallwatch.core.signals import JobStatus, Platform
 
 
 class TraceError(ValueError):
@@ -102,7 +102,7 @@ class TraceHeader(_Model):
 
 class StatusEvent(_Model):
     t: float = Field(ge=0)
-    status: str
+    status: JobStatus  # the trace's word for it, as the product has always written it (SageMaker's)
     secondary: str | None = None
 
 

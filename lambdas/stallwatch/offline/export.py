@@ -33,7 +33,7 @@ from stallwatch.core.alarms import host_names
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms import describe, likely
 from stallwatch.core.reading import AGENT_STATISTICS, METRIC_PERIOD_SECONDS
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 from stallwatch.core.trace import (
     EndEvent,
     Event,
@@ -47,8 +47,6 @@ from stallwatch.core.trace import (
     TraceJob,
 )
 from stallwatch.offline.trace_file import write_trace
-
-RUNNING = "InProgress"
 
 
 class ExportError(ValueError):
@@ -83,7 +81,7 @@ def _metric_refs(job: TraceJob) -> list[MetricRef]:
     facts = JobFacts(
         name=job.name,
         platform=job.platform,
-        status=RUNNING,
+        status=JobStatus.RUNNING,
         secondary_status=None,
         start_time=0.0,
         instance_type=job.instance_type,

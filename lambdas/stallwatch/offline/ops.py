@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch.aws.job_states import JobStates
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.platforms import DEFAULT, job_name_error
@@ -269,7 +270,7 @@ def stacks_table(stacks: dict[str, Any]) -> Table:
 @reported
 def run_status(args: argparse.Namespace) -> int:
     deployment = Deployment.from_args(args)
-    state = deployment.store().load(job_key(args.platform, args.job))
+    state = JobStates(deployment.store()).load(job_key(args.platform, args.job))
     decision = latest_decision(deployment, args.job, args.platform)
     if args.json:
         print(
@@ -317,8 +318,8 @@ def snooze(deployment: Deployment, job: str, platform: Platform, seconds: float,
         "snoozed_until": until,
     }
     ttl_days = deployment.config.incident_ttl_days if deployment.config_file else None
-    store = deployment.store(ttl_days)
-    store.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
+    states = JobStates(deployment.store(ttl_days))
+    states.change_state(job_key(platform, job), lambda s: s.snoozed(until), audit, now, f"cli#{uuid.uuid4().hex}")
     return until
 
 

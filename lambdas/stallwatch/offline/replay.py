@@ -31,7 +31,7 @@ from typing import Any
 from stallwatch.core import contract, engine, wake
 from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
-from stallwatch.core.decision import Action, Decision, JobState
+from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
 from stallwatch.core.platforms import subscribed_log_groups
 from stallwatch.core.policy import Mode, Policy
@@ -46,7 +46,6 @@ RECHECK = "recheck"
 # names the minute after the recheck time, and the replay fires it this far into that minute (half its precision).
 SCHEDULER_MINUTE_S = 60
 SCHEDULER_DELAY_S = 30.0
-TERMINAL_STATUSES = frozenset({"Completed", "Failed", "Stopped", "Stopping"})
 SWEEPER = "sweeper"
 WAKE_PREFIX = "log:"  # a wake-up's trigger: the stream of the fatal line that woke it
 # Decisions that reached a person (Slack) or the job.
@@ -188,7 +187,7 @@ class _Run:
         # so they see what they would had each datapoint been handed to them at its time.
         for key, times, values in source.metric_points():
             self.evaluator.share_series(key, times, values)
-        ended = [t for t, status in source.status_times() if status in TERMINAL_STATUSES]
+        ended = [t for t, status in source.status_times() if status.winding_down]
         self.ended_at = ended[0] if ended else math.inf
         self.sweep_every = config.sweeper_minutes * 60
         self.checkup_every = config.checkup_minutes * 60
@@ -232,7 +231,7 @@ class _Run:
         """One decision, as on_alarm or the sweeper makes it; True when it stops the job."""
         decision = engine.decide(self.source.job_signals(self.source.job_name, now), self.effective, self.state, now)
         self.state = engine.next_state(self.state, decision)
-        self.incident_open = decision.diagnosis not in engine.NOT_PROBLEMS
+        self.incident_open = decision.diagnosis not in NOT_PROBLEMS
         self.decision_count += 1
         self.last_decision_at = now
         self.decided_from = max(self.decided_from, now)
@@ -251,7 +250,7 @@ class _Run:
 
     def arrive(self, line: LogLine) -> None:
         """on_log_line for one fatal line, `DELIVERY_DELAY_S` after it: a wake-up that begins when it sees the line,
-        unless a decision begins (or began) then or later (`Store.claim_wake`)."""
+        unless a decision begins (or began) then or later (`JobStates.claim_wake`)."""
         since = wake.seen_from(line.t)
         if self.decided_from >= since or any(w.start >= since for w in self.wakes):
             return

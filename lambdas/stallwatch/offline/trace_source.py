@@ -30,12 +30,11 @@ from stallwatch.core.reading import (
     METRIC_PERIOD_SECONDS,
     host_period,
 )
-from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Series
+from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, JobStatus, LogLine, Series
 from stallwatch.core.trace import EndEvent, Event, LogEvent, MetricEvent, StatusEvent, Trace, TraceHeader
 
 # Trace t = 0 (the job entered InProgress) is this epoch second; the corpus's stream names use it too.
 TRACE_EPOCH = 1_700_000_000.0
-RUNNING = "InProgress"
 
 
 _AGGREGATES: dict[str, Callable[[list[float]], float]] = {"Sum": sum, "Maximum": max, "Minimum": min}
@@ -126,7 +125,7 @@ class TraceSource:
         self.base = epoch
         self.job = header.job
         self.job_name = self.job.name
-        self._layout = self._facts_at(RUNNING, None, ())  # the hosts and their devices, fixed for the trace
+        self._layout = self._facts_at(JobStatus.RUNNING, None, ())  # the hosts and their devices, fixed for the trace
         self._platform_description = describe(self.job.platform)
         self.hosts = alarms.host_names(self._layout)
         self.host_period = host_period(
@@ -136,7 +135,7 @@ class TraceSource:
         self._logs: dict[str, list[LogLine]] = {host: [] for host in self.hosts}
         self._log_times: dict[str, list[float]] = {host: [] for host in self.hosts}
         self._stacks: list[LogLine] = []  # the agent's stack dumps, every host's, in time order
-        self._statuses: list[tuple[float, str, str | None]] = []
+        self._statuses: list[tuple[float, JobStatus, str | None]] = []
         self.end: float | None = None
         self.last_t = 0.0  # trace time of the last event (the trace's duration)
         keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], MetricKey] = {}
@@ -172,7 +171,7 @@ class TraceSource:
         """Every host's log lines, in time order."""
         return sorted((line for lines in self._logs.values() for line in lines), key=lambda line: line.t)
 
-    def status_times(self) -> list[tuple[float, str]]:
+    def status_times(self) -> list[tuple[float, JobStatus]]:
         """(epoch seconds, status) of every status change, in order."""
         return [(t, status) for t, status, _ in self._statuses]
 
@@ -185,7 +184,7 @@ class TraceSource:
         EC2 the instance id: ``i-...`` or ``i-.../<file>``, as the CloudWatch agent names them); None for others."""
         return self._platform_description.host_of_stream(stream, self.job_name, self._logs)
 
-    def _facts_at(self, status: str, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
+    def _facts_at(self, status: JobStatus, secondary: str | None, history: tuple[tuple[float, str], ...]) -> JobFacts:
         job = self.job
         return JobFacts(
             name=job.name,
@@ -207,7 +206,7 @@ class TraceSource:
     def facts(self, now: float) -> JobFacts:
         """The job's status, secondary status and its history as of `now`."""
         seen = [s for s in self._statuses if s[0] <= now]
-        status, secondary = (seen[-1][1], seen[-1][2]) if seen else (RUNNING, None)
+        status, secondary = (seen[-1][1], seen[-1][2]) if seen else (JobStatus.RUNNING, None)
         history = tuple((t, sec) for t, _, sec in seen if sec is not None)
         return self._facts_at(status, secondary, history)
 

@@ -34,15 +34,15 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws import actions
 from stallwatch.aws.events import AlarmActionEvent, AlarmStateChange, RecheckEvent
+from stallwatch.aws.job_states import ConcurrentDecisionError, StoredState
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import AlertMessage, Evidence, PostResult
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ConcurrentDecisionError, StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, engine
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECONDS
-from stallwatch.core.decision import Action, Decision
+from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision
 from stallwatch.core.platforms import job_name_error
-from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.policy import Mode
 from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.resume import RECOVERY_OUTCOME
@@ -100,10 +100,10 @@ def handle_alarm(event: AlarmActionEvent | AlarmStateChange, rt: Runtime) -> dic
         except JobNotFoundError as exc:  # its alarms go; the table is not written to
             deleted = delete_job_alarms(rt, ref.platform, ref.job, forget=False)
             return Outcome(ref.job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
-        if facts.status in ENDED_STATUSES:
+        if facts.status.ended:
             return _retired(rt, ref.platform, ref.job, facts.status)
         rt.saw_running(ref.platform, ref.job, now)
-    read = rt.store.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
+    read = rt.states.claim_decision(job_key(ref.platform, ref.job), now, COALESCE_SECONDS)
     if read is None:  # another alarm of the job is being decided, or was a moment ago: one read for the burst
         metrics.add_metric(name=contract.COALESCED_ALARMS, unit=MetricUnit.Count, value=1)
         return Outcome(job=ref.job, status="coalesced", details={"reason": "the job's claim is held"}).as_dict()
@@ -115,7 +115,7 @@ def handle_recheck(event: RecheckEvent, rt: Runtime) -> dict[str, Any]:
     time (that one looked already). It is never coalesced into a claim held since before its time: an alarm decided
     a minute before it did not see what it is for."""
     now = rt.clock()
-    read = rt.store.claim_decision(job_key(event.platform, event.job), now, COALESCE_SECONDS, undecided_since=event.at)
+    read = rt.states.claim_decision(job_key(event.platform, event.job), now, COALESCE_SECONDS, undecided_since=event.at)
     if read is None:
         details = {"reason": "decided at or after the recheck's time", "at": event.at}
         return Outcome(job=event.job, status="skipped", details=details).as_dict()
@@ -138,11 +138,11 @@ def _decide_claimed(
     try:
         signals = rt.source(platform).job_signals(job, now, facts=facts)
     except JobNotFoundError as exc:
-        rt.store.release_claim(job_key(platform, job))
+        rt.states.release_claim(job_key(platform, job))
         deleted = delete_job_alarms(rt, platform, job)
         return Outcome(job, "not_found", details={"reason": str(exc), "alarms_deleted": deleted}).as_dict()
-    if signals.facts.status in ENDED_STATUSES:  # a late alarm: retired as the end event does, nothing decided
-        rt.store.release_claim(job_key(platform, job))
+    if signals.facts.status.ended:  # a late alarm: retired as the end event does, nothing decided
+        rt.states.release_claim(job_key(platform, job))
         return _retired(rt, platform, job, signals.facts.status)
     rt.saw_running(platform, job, now)
     outcome = decide_and_act(
@@ -173,7 +173,7 @@ def decide_and_act(
     if effective.mode is Mode.OFF:
         return Outcome(job=facts.name, status="off")
     key = job_key(facts.platform, facts.name)
-    read = read if read is not None else rt.store.load(key)
+    read = read if read is not None else rt.states.load(key)
     if abandoned(read, signals.now):
         logger.warning("deciding again after an unfinished decision", extra={"job": facts.name, **read.unfinished})
         read = read.before_unfinished()
@@ -196,7 +196,7 @@ def decide_and_act(
     }
     try:
         acting = decision.action in POSTED_ACTIONS
-        audit_sk = rt.store.commit(
+        audit_sk = rt.states.commit(
             key,
             read,
             written,
@@ -224,7 +224,7 @@ def decide_and_act(
 def _next_stored(read: StoredState, decision: Decision) -> tuple[StoredState, str | None]:
     """The state to write, and the incident to close (if the job is no longer a problem)."""
     state = engine.next_state(read.state, decision)
-    if decision.diagnosis in engine.NOT_PROBLEMS:
+    if decision.diagnosis in NOT_PROBLEMS:
         return StoredState(state, read.version, None), read.incident
     incident = read.incident or f"incident#{decision.at:017.3f}"
     return StoredState(state, read.version, incident, stop_post=read.stop_post), None
@@ -295,7 +295,7 @@ def _act(
     released = stop_result is not None and not stop_result.ok
     try:
         finished = StoredState(written.state, written.version, written.incident, stop_post=stop_post)
-        rt.store.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
+        rt.states.finish_decision(key, audit_sk, result, finished, signals.now, released, unsent)
     except Exception:  # the actions happened; the sweeper completes the unfinished decision
         logger.exception("could not record the outcome", extra={"job": job, "audit": audit_sk, "outcome": result})
     if stop_result is not None:
@@ -364,7 +364,8 @@ def _stop(rt: Runtime, signals: JobSignals, decision: Decision) -> actions.StopR
     any failure (returned or raised) counted and logged; `_act` releases it."""
     job = signals.facts.name
     try:
-        stopped = actions.stop(rt.clients, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
+        source = rt.source(signals.facts.platform)
+        stopped = actions.stop(source, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
     except Exception as exc:  # actions.stop returns API errors; anything raised is a bug, treated as a failed stop
         logger.exception("stop raised; the sweeper will retry", extra={"job": job})
         stopped = actions.StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")

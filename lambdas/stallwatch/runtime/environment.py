@@ -14,12 +14,20 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 
+from stallwatch.aws.alarm_markers import AlarmMarkers
+from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.buttons import deployment_id
 from stallwatch.aws.clients import AwsClients
+from stallwatch.aws.event_claims import EventClaims
+from stallwatch.aws.job_states import JobStates
+from stallwatch.aws.pending_posts import PendingPosts
 from stallwatch.aws.platforms import adapter
+from stallwatch.aws.progress_watches import ProgressWatches
 from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
 from stallwatch.aws.recoveries import Recoveries
+from stallwatch.aws.resume_tries import ResumeTries
 from stallwatch.aws.slack import SlackNotifier
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core.config import (
     ALARM_COALESCE_SECONDS,
@@ -27,6 +35,8 @@ from stallwatch.core.config import (
     HEALTH_CHECK_DOCUMENT_ENV,
     JOB_DASHBOARD_URL_ENV,
     RESTART_DOCUMENT_ENV,
+    SLURM_CANCEL_DOCUMENT_ENV,
+    SLURM_REQUEUE_DOCUMENT_ENV,
     StallwatchConfig,
 )
 from stallwatch.core.platforms.interface import PlatformAdapter
@@ -60,6 +70,14 @@ class LambdaEnvironment(BaseModel):
     job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
     health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
     restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
+    slurm_cancel_document: str = Field("", alias=SLURM_CANCEL_DOCUMENT_ENV)
+    slurm_requeue_document: str = Field("", alias=SLURM_REQUEUE_DOCUMENT_ENV)
+
+    def documents(self) -> Documents:
+        """The deployment's SSM documents ("" where the stack named none)."""
+        return Documents(
+            self.health_check_document, self.restart_document, self.slurm_cancel_document, self.slurm_requeue_document
+        )
 
 
 class ConfigurationError(RuntimeError):
@@ -79,9 +97,8 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep  # a wake-up waits for the moment its decision sees the line
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
     job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
-    # Recovery in place's SSM documents (the stack's); "" where the deployment has none: jobs are stopped instead.
-    health_check_document: str = ""
-    restart_document: str = ""
+    # The stack's SSM documents (recovery in place's, Slurm's stops); "" where it has none: that action is not taken.
+    documents: Documents = field(default_factory=Documents)
     # The jobs this container found running, and when (`found_running`).
     _found: dict[tuple[Platform, str], float] = field(default_factory=dict, repr=False)
 
@@ -102,8 +119,7 @@ class Runtime:
             alarm_action_arn=env.alarm_action_arn,
             rechecks=RecheckScheduler(clients, target) if target else None,
             job_dashboard_url=env.job_dashboard_url,
-            health_check_document=env.health_check_document,
-            restart_document=env.restart_document,
+            documents=env.documents(),
         )
 
     def invoked_as(self, function_arn: str) -> Runtime:
@@ -113,6 +129,41 @@ class Runtime:
         if self.rechecks is not None and not self.rechecks.target.function_arn:
             self.rechecks = self.rechecks.targeting(function_arn)
         return self
+
+    @functools.cached_property
+    def states(self) -> JobStates:
+        """The jobs' states and incidents in the table: what a decision reads, claims and commits."""
+        return JobStates(self.store)
+
+    @functools.cached_property
+    def audit(self) -> AuditTrail:
+        """The jobs' audit trails in the table, and their once-only steps."""
+        return AuditTrail(self.store)
+
+    @functools.cached_property
+    def event_claims(self) -> EventClaims:
+        """The events (Slack requests) already handled."""
+        return EventClaims(self.store)
+
+    @functools.cached_property
+    def alarm_markers(self) -> AlarmMarkers:
+        """Which jobs have their alarms in place."""
+        return AlarmMarkers(self.store)
+
+    @functools.cached_property
+    def pending_posts(self) -> PendingPosts:
+        """The Slack messages not delivered yet."""
+        return PendingPosts(self.store)
+
+    @functools.cached_property
+    def resume_tries(self) -> ResumeTries:
+        """The claims on what follows a stop, and the resumes being tried."""
+        return ResumeTries(self.store)
+
+    @functools.cached_property
+    def progress_watches(self) -> ProgressWatches:
+        """The resumed jobs whose progress Slack has not heard yet."""
+        return ProgressWatches(self.store)
 
     @functools.cached_property
     def recoveries(self) -> Recoveries:
@@ -139,7 +190,7 @@ class Runtime:
 
     def source(self, platform: Platform) -> PlatformAdapter:
         """The platform's adapter (`aws.platforms`): its facts, signals and actions."""
-        return adapter(platform, self.clients, self.config, self.store, self.clock)
+        return adapter(platform, self.clients, self.config, self.store, self.clock, self.documents)
 
 
 @functools.cache

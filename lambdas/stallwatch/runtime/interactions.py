@@ -39,16 +39,17 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, BUTTON_LABELS, SNOOZE_SECONDS, ButtonValue, OperatorAction
+from stallwatch.aws.job_states import AlreadyHandledError
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import context_block, slack_retries
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import AlreadyHandledError, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.config import PRESS_MAX_AGE_SECONDS
 from stallwatch.core.decision import JobState
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
+from stallwatch.core.signals import JobStatus
 from stallwatch.runtime import environment, settle
 from stallwatch.runtime.environment import Runtime
 
@@ -245,7 +246,7 @@ class Interactions:
                 raise PayloadTooLargeError(f"body of {len(body)} bytes (at most {DEFERRED_BODY_MAX})")
             text = _text(body)
             parse_payload(text)
-            if not self.rt.store.claim_event(_request_key(signature), self.rt.clock(), REQUEST_CLAIM_SECONDS):
+            if not self.rt.event_claims.claim(_request_key(signature), self.rt.clock(), REQUEST_CLAIM_SECONDS):
                 raise ReplayedRequestError("this request was already handled")
         except RejectedRequestError as exc:
             return _rejected(exc)
@@ -366,7 +367,7 @@ class Interactions:
         and its job running here (this account and region, monitored, not mode off) or known in the table."""
         if not hmac.compare_digest(target.deployment, self.rt.deployment_id):
             return "this alert was posted by another Stallwatch deployment"
-        if self.rt.store.load(job_key(target.platform, target.job)).version:
+        if self.rt.states.load(job_key(target.platform, target.job)).version:
             return None
         try:
             facts = self.rt.source(target.platform).facts(target.job)
@@ -376,7 +377,7 @@ class Interactions:
         platform = describe(target.platform)
         # watched on its platform: an EC2 job's instances still tagged for it (`PlatformDescription.unwatched`)
         monitored = getattr(policy, platform.monitor_setting) and platform.unwatched(facts) is None
-        if facts.status != RUNNING_STATUS or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
+        if facts.status is not JobStatus.RUNNING or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None
 
@@ -413,7 +414,7 @@ class Interactions:
             "incident": target.incident,
         }
         try:
-            state, audit_sk = self.rt.store.change_state(
+            state, audit_sk = self.rt.states.change_state(
                 key, lambda s: _changed(s, press.action_id, now), audit, now, _press_key(payload, key, signature)
             )
         except AlreadyHandledError:
@@ -424,13 +425,13 @@ class Interactions:
             "state": {"snoozed_until": state.snoozed_until, "threshold_factor": state.threshold_factor}
         }
         if facts is not None:
-            stopped = actions.stop(self.rt.clients, facts)
+            stopped = actions.stop(self.rt.source(facts.platform), facts)
             result["stop"] = {"ok": stopped.ok, "detail": stopped.detail}
             if not stopped.ok:
-                self.rt.store.release_stop(key, state)
+                self.rt.states.release_stop(key, state)
                 line = f":x: Stop requested by <@{user}> FAILED: {stopped.detail}"
         result["slack"] = self._update_message(payload, line, secret)
-        self.rt.store.record_outcome(key, audit_sk, result)
+        self.rt.audit.record_outcome(key, audit_sk, result)
         if facts is not None:
             settle.track(self.rt, key, audit_sk, facts, stopped, now)  # an answer that comes later: the sweeper's
         metrics.add_metric(name=contract.OPERATOR_ACTIONS, unit=MetricUnit.Count, value=1)

@@ -19,10 +19,9 @@ from stallwatch.aws.platforms import platform_of
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, clusters, contract
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.platforms.interface import Change, JobChange
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.resume import resume_after_stop
 from stallwatch.runtime.summary import post_run_summary
@@ -116,9 +115,9 @@ def provision_alarms(
         return {"status": "not_found", "job": name, "reason": str(exc)}
     if leaving is not None:
         facts = clusters.without_host(facts, leaving)
-        if facts.status != RUNNING_STATUS:
+        if facts.status is not JobStatus.RUNNING:
             return retire_job(rt, platform, name, ended)
-    if facts.status != RUNNING_STATUS:
+    if facts.status is not JobStatus.RUNNING:
         deleted = delete_job_alarms(rt, platform, name)
         return {"status": "not_running", "job": name, "reason": f"status {facts.status}", "alarms_deleted": deleted}
     reason = describe(platform).unwatched(facts)
@@ -138,13 +137,13 @@ def provision_alarms(
         stale = [n for n in _alarm_names(rt, _job_prefix(rt, platform, name)) if n not in wanted]
         _delete(rt, stale)
     if not definitions:
-        rt.store.mark_provisioned(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
+        rt.alarm_markers.mark(key, 0, 0, rt.clock())  # nothing to put: the sweeper need not look again
         return {"status": "off", "job": name, "alarms_deleted": len(stale)}
     todo = definitions[done : done + (ALARMS_PER_INVOCATION if budget is None else budget)]
     for definition in todo:
         rt.clients.cloudwatch.put_metric_alarm(**definition)
     put = done + len(todo)
-    rt.store.mark_provisioned(key, put, len(definitions), rt.clock())
+    rt.alarm_markers.mark(key, put, len(definitions), rt.clock())
     metrics.add_metric(name=contract.ALARMS_PUT, unit=MetricUnit.Count, value=len(todo))
     return {
         "status": "alarms_put",
@@ -160,7 +159,7 @@ def retire_job(rt: Runtime, platform: Platform, name: str, reason: str, forget: 
     """The job ended: delete its alarms and close its open incident (the table is written only for a job it knows;
     `forget`: its alarm marker too, see `delete_job_alarms`)."""
     deleted = delete_job_alarms(rt, platform, name, forget=forget)
-    closed = rt.store.close_job(job_key(platform, name), f"job {reason}", rt.clock())
+    closed = rt.states.close_job(job_key(platform, name), f"job {reason}", rt.clock())
     return {"status": "retired", "job": name, "alarms_deleted": deleted, "incident_closed": closed}
 
 
@@ -198,7 +197,7 @@ def delete_job_alarms(rt: Runtime, platform: Platform, name: str, forget: bool =
     names = _alarm_names(rt, _job_prefix(rt, platform, name))
     _delete(rt, names)
     if forget:
-        rt.store.forget_provisioned(job_key(platform, name))
+        rt.alarm_markers.forget(job_key(platform, name))
     return len(names)
 
 
@@ -208,4 +207,4 @@ def _ended_group(rt: Runtime, platform: Platform, job: str) -> JobFacts | None:
         facts = rt.source(platform).facts(job)
     except JobNotFoundError:
         return None
-    return facts if facts.status == "Stopped" else None
+    return facts if facts.status is JobStatus.STOPPED else None

@@ -47,11 +47,10 @@ from stallwatch.core import contract
 from stallwatch.core import recovery as rules
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.core.decision import Action, Decision, JobState
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import describe
 from stallwatch.core.recovery import FallBack, NodeCheck, Restart, TakeOut, Wait
 from stallwatch.core.resume import NoResume
-from stallwatch.core.signals import JobFacts, JobSignals
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 
@@ -107,7 +106,7 @@ def _not_recovered(reason: str) -> InsteadOfStop:
 
 def _begin(rt: Runtime, signals: JobSignals, decision: Decision, state: JobState, audit_sk: str) -> InsteadOfStop:
     facts = signals.facts
-    if not (rt.health_check_document and rt.restart_document):
+    if not (rt.documents.health_check and rt.documents.restart):
         return _not_recovered("this deployment has no recovery documents (SSM)")
     key = job_key(facts.platform, facts.name)
     since = state.stall_since if state.stall_since is not None else decision.at
@@ -180,7 +179,7 @@ def _send_check(rt: Runtime, recovery: Recovery, step_sk: str, now: float, reaso
 
 
 def _send_health_check(rt: Runtime, recovery: Recovery) -> ssm.Sent:
-    document, timeout_s = rt.health_check_document, rules.HEALTH_DELIVERY_TIMEOUT_S
+    document, timeout_s = rt.documents.health_check, rules.HEALTH_DELIVERY_TIMEOUT_S
     return ssm.send(rt.clients, document, recovery.nodes, _comment(recovery, CHECK), timeout_s)
 
 
@@ -188,9 +187,9 @@ def restarts_so_far(rt: Runtime, key: str, until: float | None) -> tuple[int, li
     """The run's restarts (an EC2 job's resumes and its restarts in place) and the steps it had reached at its
     earlier stalls (before `until`), for the restart budget and the no-progress rule."""
     restarted = [c for c in rt.recoveries.claims(key) if c.restarted_at is not None]
-    stops = [s.step for s in rt.store.stops(key) if s.step is not None and (until is None or s.at < until)]
+    stops = [s.step for s in rt.audit.stops(key) if s.step is not None and (until is None or s.at < until)]
     steps = stops + [c.step for c in restarted if c.step is not None]
-    return rt.store.resume_claims(key) + len(restarted), steps
+    return rt.resume_tries.claims(key) + len(restarted), steps
 
 
 # ---- the sweeper: each recovery's next step ---------------------------------------------------------------------
@@ -223,7 +222,7 @@ def _advance(rt: Runtime, recovery: Recovery, now: float) -> dict[str, Any]:
         facts = rt.source(recovery.platform).facts(recovery.job)
     except JobNotFoundError:
         facts = None
-    running = facts is not None and facts.status == RUNNING_STATUS
+    running = facts is not None and facts.status is JobStatus.RUNNING
     if recovery.phase == RESTARTING and facts is not None:  # a short run may step, then end, between two sweeps
         return _watch(rt, recovery, facts, now, running)
     if facts is None or not running:
@@ -279,7 +278,7 @@ def _take_out(
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     held = replace(taking, version=recovery.version + 1, held_until=now + HOLD_SECONDS)
     refused = [error for node in step.replace if (error := autoscaling.mark_unhealthy(rt.clients, node))]
-    stopped = actions.stop(rt.clients, replace(facts, instance_ids=step.stop)) if step.stop else None
+    stopped = actions.stop(rt.source(facts.platform), replace(facts, instance_ids=step.stop)) if step.stop else None
     if stopped is not None and not stopped.ok:
         refused.append(stopped.detail)
     outcome = {"unhealthy": list(step.replace), "stopped": stopped.detail if stopped else None, "refused": refused}
@@ -335,11 +334,11 @@ def _restart(
             return {"job": recovery.job, "status": "claimed_elsewhere"}
         recovery = held
     comment = _comment(recovery, RESTART)
-    found = ssm.find_command(rt.clients, rt.restart_document, comment, recovery.phase_at)
+    found = ssm.find_command(rt.clients, rt.documents.restart, comment, recovery.phase_at)
     if found:
         sent = ssm.Sent((found,))
     else:
-        sent = ssm.send(rt.clients, rt.restart_document, nodes, comment, rules.RESTART_DELIVERY_TIMEOUT_S)
+        sent = ssm.send(rt.clients, rt.documents.restart, nodes, comment, rules.RESTART_DELIVERY_TIMEOUT_S)
     if sent.error and waiting and not sent.command_ids and "InvalidInstanceId" in sent.error:
         rt.recoveries.advance(recovery, replace(recovery, held_until=0.0), now, own_hold=True)
         return {"job": recovery.job, "status": REPLACING, "waiting_for": "the replacement's SSM agent"}
@@ -418,7 +417,8 @@ def _fall_back(
     if held is None:
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     try:
-        stopped = actions.stop(rt.clients, rt.source(recovery.platform).facts(recovery.job))
+        source = rt.source(recovery.platform)
+        stopped = actions.stop(source, source.facts(recovery.job))
     except JobNotFoundError:
         stopped = actions.StopResult(ok=True, detail="no instance left to stop", stopped=0, targets=0)
     stop_record = {
@@ -458,10 +458,10 @@ def _end(rt: Runtime, recovery: Recovery, now: float, reason: str) -> dict[str, 
 
 def _release_engine_stop(rt: Runtime, recovery: Recovery, forget_stall: bool) -> None:
     """Give the job back to the engine: its stop decision no longer stands (`forget_stall`: the stall is over)."""
-    stored = rt.store.load(recovery.job_key)
+    stored = rt.states.load(recovery.job_key)
     if stored.state.stopped_at is None or abs(stored.state.stopped_at - recovery.decided_at) > 1e-3:
         return  # a newer decision (the job healthy again, or its end) has moved the state on already
-    if not rt.store.release_stop(recovery.job_key, stored.state, stored.version, forget_stall=forget_stall):
+    if not rt.states.release_stop(recovery.job_key, stored.state, stored.version, forget_stall=forget_stall):
         logger.info("the engine's state moved on before the recovery gave it back", extra={"job": recovery.job})
 
 
@@ -498,7 +498,7 @@ def _checks_audited(checks: dict[str, NodeCheck]) -> dict[str, Any]:
 
 def _record(rt: Runtime, recovery: Recovery, audit_sk: str, outcome: dict[str, Any]) -> None:
     try:
-        rt.store.record_outcome(recovery.job_key, audit_sk, outcome)
+        rt.audit.record_outcome(recovery.job_key, audit_sk, outcome)
     except Exception:  # what was done is done; only its record would be missing
         logger.exception("could not record a recovery step", extra={"job": recovery.job, "audit": audit_sk})
 

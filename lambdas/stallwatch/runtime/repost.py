@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.pending_posts import PendingPost
 from stallwatch.aws.slack import PostResult
-from stallwatch.aws.store import PendingPost
 from stallwatch.core import contract
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.runtime.environment import Runtime
@@ -36,11 +36,11 @@ def record_post(
         metrics.add_metric(name=contract.SLACK_FAILURES, unit=MetricUnit.Count, value=1)
     try:
         if post.ok or message is None:  # delivered, or nothing rendered that could be posted again
-            rt.store.record_outcome(key, audit_sk, result)
+            rt.audit.record_outcome(key, audit_sk, result)
         else:
             logger.error("Slack post failed; the sweeper will post it again", extra={"job": key, "detail": post.detail})
             result["slack_attempts"] = [{"at": now, "ok": False, "detail": post.detail}]
-            rt.store.record_unsent_post(key, audit_sk, result, message, now)
+            rt.pending_posts.record_unsent(key, audit_sk, result, message, now)
     except Exception:  # the actions happened; only their record in the audit trail is missing
         logger.exception("could not record the outcome", extra={"job": key, "audit": audit_sk, "outcome": result})
 
@@ -60,15 +60,15 @@ def post_safely(rt: Runtime, message: dict[str, Any], replacing: dict[str, str] 
 def resend_pending_posts(rt: Runtime, now: float) -> list[dict[str, Any]]:
     """Post again the Slack messages that failed (kept by `decide`), oldest first, as they were rendered.
 
-    Each attempt is claimed first on the message's pending item (`Store.claim_post`), so a duplicated sweeper run
+    Each attempt is claimed first on the message's pending item (`PendingPosts.claim`), so a duplicated sweeper run
     never posts a message twice; each is added to the audit outcome (`slack`, `slack_attempts`). A delivered
     message's item is removed; after `MAX_SLACK_ATTEMPTS` failed posts in all it is given up, logged at ERROR."""
-    return [_resend(rt, post, now) for post in rt.store.pending_posts(RESENDS_PER_SWEEP)]
+    return [_resend(rt, post, now) for post in rt.pending_posts.oldest(RESENDS_PER_SWEEP)]
 
 
 def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
     report: dict[str, Any] = {"job": pending.job_key, "audit": pending.audit_sk}
-    if not rt.store.claim_post(pending, now, POST_CLAIM_SECONDS):
+    if not rt.pending_posts.claim(pending, now, POST_CLAIM_SECONDS):
         return report | {"status": "claimed_elsewhere"}
     attempts = pending.attempts + 1
     post = rt.notifier.post(pending.message)
@@ -77,7 +77,7 @@ def _resend(rt: Runtime, pending: PendingPost, now: float) -> dict[str, Any]:
     if given_up:
         slack["given_up"] = True
     history = [*pending.outcome.get("slack_attempts", []), {"at": now, "ok": post.ok, "detail": post.detail}]
-    rt.store.finish_post(
+    rt.pending_posts.finish(
         pending, pending.outcome | {"slack": slack, "slack_attempts": history}, keep=not post.ok and not given_up
     )
     report |= {"status": "delivered" if post.ok else "given_up" if given_up else "failed", "attempts": attempts}

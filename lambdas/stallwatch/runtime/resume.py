@@ -17,13 +17,14 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.resume_tries import ResumeRetry
 from stallwatch.aws.slack import follow_up
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import ResumeRetry, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, StopRecord
-from stallwatch.core.signals import Platform, Series
+from stallwatch.core.signals import JobStatus, Platform, Series
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.recover import restarts_so_far
 from stallwatch.runtime.repost import post_safely, record_post
@@ -31,14 +32,13 @@ from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, star
 
 PROGRESS_WATCHES_PER_SWEEP = 20
 AUDIT_TRIGGER = "job-state"
-RUNNING = "InProgress"
 
 
 def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
     """The job is Stopped: start its next attempt if the run opted in and Stallwatch stopped it for a stall a restart
     fixes; alert when it opted in and cannot be resumed. Claimed once per stop."""
     key = job_key(platform, name)
-    stops = rt.store.stops(key)
+    stops = rt.audit.stops(key)
     stop = stops[-1] if stops else None
     if stop is None:  # the common case (a job's own end, a human's stop) costs one query, no platform call
         return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
@@ -57,7 +57,7 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
         audit |= {"action": planning.RESUME_ACTION, "resumed_as": verdict.name, "attempt": verdict.attempt}
         repeated = {k: v for k, v in audit.items() if k not in ("at", "trigger")}  # every try's audit record has them
         tries = ResumeRetry(key, stop.at, verdict, first_at=now, audit=repeated, thread_ts=stop.slack_ts, next_at=now)
-    audit_sk = rt.store.claim_resume(key, stop.at, audit, now, tries, hold_until=now + TRY_HOLD_SECONDS)
+    audit_sk = rt.resume_tries.claim(key, stop.at, audit, now, tries, hold_until=now + TRY_HOLD_SECONDS)
     if audit_sk is None:
         logger.info("resume already claimed: a duplicated event", extra={"job": name})
         return {"status": "duplicate", "job": name}
@@ -89,12 +89,12 @@ def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
     """Resumed jobs that passed the step their run had reached: Slack hears how long after the restart (once).
     A watched job that ended first is dropped (its own stop says why)."""
     reports = []
-    for watch in rt.store.progress_watches(PROGRESS_WATCHES_PER_SWEEP):
+    for watch in rt.progress_watches.oldest(PROGRESS_WATCHES_PER_SWEEP):
         _, platform, name = watch.job_key.split("#", 2)
         try:
             signals = rt.source(Platform(platform)).job_signals(name, now)
         except JobNotFoundError:
-            rt.store.end_watch(watch, None, now)
+            rt.progress_watches.end(watch, None, now)
             reports.append({"job": name, "status": "not_found"})
             continue
         except Exception:  # one job's read failing must not end the sweep; the next sweep looks again
@@ -104,13 +104,13 @@ def report_progress(rt: Runtime, now: float) -> list[dict[str, Any]]:
         steps = signals.agent.get("Step", Series()).points
         passed = [(t, step) for t, step in steps if step > watch.best_step]
         if not passed:
-            if signals.facts.status != RUNNING:
-                rt.store.end_watch(watch, None, now)
+            if signals.facts.status is not JobStatus.RUNNING:
+                rt.progress_watches.end(watch, None, now)
                 reports.append({"job": name, "status": "ended"})
             continue
         t, step = passed[0]
         audit = {"at": now, "job": name, "trigger": "sweeper", "action": "progress", "step": step, "reached_at": t}
-        audit_sk = rt.store.end_watch(watch, audit, now)
+        audit_sk = rt.progress_watches.end(watch, audit, now)
         if audit_sk is None:
             continue  # another sweep reported it
         message = follow_up(planning.progress_text(name, step, t - watch.restarted_at), watch.thread_ts)

@@ -19,8 +19,10 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.progress_watches import ProgressWatch
+from stallwatch.aws.resume_tries import ResumeRetry
 from stallwatch.aws.slack import follow_up
-from stallwatch.aws.store import ProgressWatch, ResumeRetry, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core import resume as planning
 from stallwatch.core import resume_retry as retrying
@@ -48,14 +50,14 @@ def start_attempt(rt: Runtime, platform: Platform, plan: ResumePlan) -> ResumeRe
 
 def retry_resumes(rt: Runtime, now: float) -> list[dict[str, Any]]:
     """Try again the resumes whose next try is due (oldest first, `RETRIES_PER_SWEEP` a sweep)."""
-    return [_try_again(rt, retry, now) for retry in rt.store.resume_retries(RETRIES_PER_SWEEP) if retry.next_at <= now]
+    return [_try_again(rt, retry, now) for retry in rt.resume_tries.oldest(RETRIES_PER_SWEEP) if retry.next_at <= now]
 
 
 def _try_again(rt: Runtime, retry: ResumeRetry, now: float) -> dict[str, Any]:
     _, platform, name = retry.job_key.split("#", 2)
     tries = retry.tries + 1
     audit = retry.audit | {"at": now, "trigger": "sweeper", "try": tries}  # the first try's record, with its number
-    audit_sk = rt.store.claim_resume_try(retry, audit, now, TRY_HOLD_SECONDS)
+    audit_sk = rt.resume_tries.claim_try(retry, audit, now, TRY_HOLD_SECONDS)
     if audit_sk is None:
         return {"job": name, "status": "claimed_elsewhere"}
     started = start_attempt(rt, Platform(platform), retry.plan)
@@ -85,12 +87,12 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
     in_place = retry.post if next_at is not None and tries > 1 else None  # later tries update the first message
     post = post_safely(rt, message, in_place) if message is not None else None
     kept = retry.post or ({"channel": post.channel, "ts": post.ts} if post and post.channel and post.ts else None)
-    rt.store.finish_resume_try(retry, audit_sk, outcome, next_at, kept)
+    rt.resume_tries.finish_try(retry, audit_sk, outcome, next_at, kept)
     if started.ok:
         metrics.add_metric(name=contract.JOBS_RESUMED, unit=MetricUnit.Count, value=1)
         if plan.best_step is not None:
             resumed = job_key(platform, plan.name)  # a new job (SageMaker), or the same one started again (EC2)
-            rt.store.watch_progress(ProgressWatch(resumed, plan.best_step, now, retry.thread_ts), now)
+            rt.progress_watches.watch(ProgressWatch(resumed, plan.best_step, now, retry.thread_ts), now)
     elif next_at is None:
         metrics.add_metric(name=contract.RESUME_FAILURES, unit=MetricUnit.Count, value=1)
         logger.error("resume failed for good", extra={"job": name, "tries": tries, "detail": started.detail})

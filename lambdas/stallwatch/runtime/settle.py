@@ -87,10 +87,10 @@ def _settle(rt: Runtime, pending: PendingStops, stop: PendingStop, now: float) -
 def _give_back(rt: Runtime, stop: PendingStop) -> None:
     """The engine's stop no longer stands: its next decision may stop the job again (a failure), or will once the
     job runs and stalls again (a state that was not a stall)."""
-    stored = rt.store.load(stop.job_key)
+    stored = rt.states.load(stop.job_key)
     if stored.state.stopped_at is None:
         return  # a newer decision, or the job's end, moved the state on already
-    if not rt.store.release_stop(stop.job_key, stored.state, stored.version):
+    if not rt.states.release_stop(stop.job_key, stored.state, stored.version):
         logger.info("the engine's state moved on before the stop was given back", extra={"job": stop.job})
 
 

@@ -34,7 +34,7 @@ def post_run_summary(
     key = job_key(platform, name)
     audit = {"at": now, "job": name, "platform": platform.value, "trigger": "job-state", "action": "summary"}
     claim = SUMMARY_SK if ended_run is None else f"{SUMMARY_SK}#{ended_run:017.3f}"
-    audit_sk = rt.store.claim(key, claim, audit, now)
+    audit_sk = rt.audit.claim(key, claim, audit, now)
     if audit_sk is None:
         return {"status": "duplicate"}
     try:
@@ -42,7 +42,7 @@ def post_run_summary(
         message = goodput_message(goodput, rt.job_dashboard_url)
     except Exception as exc:  # the run ended either way; a summary that cannot be measured is recorded, not raised
         logger.exception("run summary failed", extra={"job": name})
-        rt.store.record_outcome(key, audit_sk, {"summary": {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}})
+        rt.audit.record_outcome(key, audit_sk, {"summary": {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}})
         return {"status": "failed", "detail": str(exc)}
     post = post_safely(rt, message)
     record_post(rt, key, audit_sk, {"goodput": goodput.ratio}, message, post, now)

@@ -16,14 +16,14 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, engine
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.platforms import DESCRIPTIONS
 from stallwatch.core.platforms.interface import PlatformAdapter
-from stallwatch.core.signals import JobFacts, Platform
+from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
@@ -58,7 +58,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     running = _running_jobs(rt, now)
     keys = {(p, name): job_key(p, name) for p, name in running}
     # Missing alarms come from the markers, not from this listing.
-    audit = rt.store.claim_alarm_audit(now, ALARM_AUDIT_SECONDS)
+    audit = rt.alarm_markers.claim_audit(now, ALARM_AUDIT_SECONDS)
     existing = describe_alarms(rt, rt.config.alarm_prefix) if audit else alarms_in_alarm(rt)
     alarmed_at = _alarmed_at(existing, rt.config.alarm_prefix)
     alarmed_hosts: dict[tuple[Platform, str], set[str | None]] = defaultdict(set)
@@ -67,7 +67,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     retired = sum(_retire_if_ended(rt, p, name) for p, name in set(alarmed_hosts) - set(running)) if audit else 0
     newest = _newest_log_lines(rt, running, now)
     published = _publish_log_idle(rt, [line for lines in newest.values() for line in lines], now)
-    states = rt.store.load_many(list(keys.values()))
+    states = rt.states.load_many(list(keys.values()))
     checkup_s = rt.config.checkup_minutes * 60
     due = [
         job
@@ -86,7 +86,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
     settled = _isolated(lambda: settle_stops(rt, now), "could not read the stops' answers")
     progressed = report_progress(rt, now)
-    markers = rt.store.provisioned(list(keys.values()))
+    markers = rt.alarm_markers.provisioned(list(keys.values()))
     stopped = {job for job, outcome in zip(due, outcomes, strict=True) if outcome.get("stopped")}
     # A job whose alarms watch other hosts than its running ones (an EC2 job's): re-rendered from its first alarm.
     changed = {
@@ -201,7 +201,7 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
     """Alarms of a job not listed as running: deleted by the job's prefix if the platform confirms it is not running
     (or gone); their number. A job that started after the listing keeps its alarms."""
     try:
-        if rt.source(platform).facts(name).status == RUNNING_STATUS:
+        if rt.source(platform).facts(name).status is JobStatus.RUNNING:
             return 0
     except JobNotFoundError:
         pass

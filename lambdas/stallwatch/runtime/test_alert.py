@@ -14,7 +14,7 @@ from stallwatch.aws.slack import AlertMessage, Evidence
 from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.platforms import DEFAULT
 from stallwatch.core.policy import Mode
-from stallwatch.core.signals import JobFacts, JobSignals
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus
 from stallwatch.runtime.environment import Runtime
 
 TEST_JOB = "stallwatch-test-alert"  # no job is stopped for it: the message carries no buttons and nothing acts
@@ -27,7 +27,7 @@ def send_test_alert(rt: Runtime, request: TestAlertRequest) -> dict[str, Any]:
     facts = JobFacts(
         name=TEST_JOB,
         platform=DEFAULT,
-        status="InProgress",
+        status=JobStatus.RUNNING,
         secondary_status="Training",
         start_time=now - 3600,
         instance_type=TEST_INSTANCE_TYPE,

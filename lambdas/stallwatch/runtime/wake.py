@@ -13,7 +13,7 @@ running a moment ago).
 The decision begins when it sees the line (`core.wake.decision_start`: its timestamp, the time FilterLogEvents takes
 to return it, on a 10-second grid), so every host's watchdog lines, delivered as many events in many invocations,
 make one decision: a delivery whose line a decision beginning at or after that time sees is coalesced
-(`Store.claim_wake`). A claim held by a decision that began before the line does not swallow it: the line's decision
+(`JobStates.claim_wake`). A claim held by a decision that began before the line does not swallow it: the line's decision
 takes it over, and decides again if the other one commits first. A recheck the engine asks for within
 `WAIT_FOR_RECHECK_S` (a watchdog burst confirmed a minute later, a rank's death three) is decided in the same
 invocation at its time, as its schedule would (`decide.handle_recheck`), where the function's time allows.
@@ -26,13 +26,13 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.events import DATA_MESSAGE, RECHECK_SOURCE, LogLinesEvent, RecheckEvent
+from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.observability import metrics
 from stallwatch.aws.source import JobNotFoundError
-from stallwatch.aws.store import StoredState, job_key
+from stallwatch.aws.store import job_key
 from stallwatch.core import contract, wake
 from stallwatch.core.decision import Action
 from stallwatch.core.platforms import DESCRIPTIONS
-from stallwatch.core.platforms.interface import ENDED_STATUSES
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import decide
 from stallwatch.runtime.decide import COALESCE_SECONDS, Outcome
@@ -62,7 +62,7 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     line_t = min(max(fatal), now)  # a host clock ahead of ours is read as now
     since, start = wake.seen_from(line_t), wake.decision_start(line_t, now)
     key = job_key(platform, job)
-    if rt.store.line_seen(key, now, since, COALESCE_SECONDS):  # a burst's other deliveries: the job is not read
+    if rt.states.line_seen(key, now, since, COALESCE_SECONDS):  # a burst's other deliveries: the job is not read
         return _coalesced(job)
     facts = None
     if not rt.found_running(platform, job, now):  # the job must exist, and run, before anything is written for it
@@ -70,15 +70,15 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
             facts = rt.source(platform).facts(job)
         except JobNotFoundError as exc:
             return Outcome(job, "not_found", details={"reason": str(exc)}).as_dict()
-        if facts.status in ENDED_STATUSES:
+        if facts.status.ended:
             return Outcome(job, "ended", details={"reason": f"job {facts.status}"}).as_dict()
         rt.saw_running(platform, job, now)
-    read = rt.store.claim_wake(key, now, since, start, COALESCE_SECONDS)
+    read = rt.states.claim_wake(key, now, since, start, COALESCE_SECONDS)
     if read is None:  # a decision that sees the line took the claim, or was committed, since the look
         return _coalesced(job)
     if start > now:
         rt.sleep(start - now)
-        read = rt.store.load(key)
+        read = rt.states.load(key)
     trigger = f"{TRIGGER_PREFIX}{data.logStream}"
     outcome = _decide(rt, platform, job, read, trigger, f"wake:{platform.value}:{job}@{start:.3f}", facts)
     if outcome.status == "decided" and outcome.action != Action.STOP.value:
@@ -118,10 +118,10 @@ def _decide(
     try:
         signals = rt.source(platform).job_signals(job, now, facts=facts)
     except JobNotFoundError as exc:
-        rt.store.release_claim(key)
+        rt.states.release_claim(key)
         return Outcome(job, "not_found", details={"reason": str(exc)})
-    if signals.facts.status in ENDED_STATUSES:
-        rt.store.release_claim(key)
+    if signals.facts.status.ended:
+        rt.states.release_claim(key)
         return Outcome(job, "ended", details={"reason": f"job {signals.facts.status}"})
     outcome = Outcome(job, "duplicate")
     for _ in range(COMMIT_ATTEMPTS):
@@ -129,7 +129,7 @@ def _decide(
         outcome = decide.decide_and_act(signals, rt, trigger, event_key, read, hold_until=hold_until)
         if outcome.status != "duplicate":
             break
-        read = rt.store.load(key)  # a decision that began before the line committed first: decide on its state
+        read = rt.states.load(key)  # a decision that began before the line committed first: decide on its state
     return outcome
 
 
@@ -138,7 +138,7 @@ def _decide_near_rechecks(rt: Runtime, platform: Platform, job: str, deadline: f
     finds it decided), while one is due within `WAIT_FOR_RECHECK_S` and the invocation's time allows; until a stop."""
     decided: list[dict[str, Any]] = []
     while True:
-        at = rt.store.load(job_key(platform, job)).state.recheck_at
+        at = rt.states.load(job_key(platform, job)).state.recheck_at
         wait = wake.wait_for_recheck(at, rt.clock(), deadline)
         if at is None or wait is None:
             break

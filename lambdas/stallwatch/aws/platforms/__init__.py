@@ -19,6 +19,7 @@ from stallwatch.aws.platforms.ec2 import Ec2Platform
 from stallwatch.aws.platforms.sagemaker import SageMakerPlatform
 from stallwatch.aws.platforms.slurm import SlurmPlatform
 from stallwatch.aws.source import AwsSignalSource
+from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import PlatformAdapter
@@ -35,11 +36,13 @@ def adapter(
     config: StallwatchConfig | None = None,
     store: Store | None = None,
     clock: Callable[[], float] = time.time,
+    documents: Documents | None = None,
 ) -> PlatformAdapter:
     """The adapter of `platform`, over `clients`, reading jobs after `config`'s policy (its defaults if None); `store`:
     the deployment's table, where a platform whose jobs are known from their events keeps them (Slurm); `clock`: the
-    time facts that age are read at."""
-    return ADAPTERS[Platform(platform)](clients, config, store, clock)
+    time facts that age are read at; `documents`: the deployment's SSM documents its actions send (none if None).
+    The runtime builds its adapters one way, with all of these (`Runtime.source`)."""
+    return ADAPTERS[Platform(platform)](clients, config, store, clock, documents)
 
 
 def adapters(

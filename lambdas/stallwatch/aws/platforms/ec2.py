@@ -20,18 +20,18 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws import autoscaling
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.events import InstanceStateChange
 from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.ec2_events import InstanceStateChange
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search, host_parts
 from stallwatch.core import alarms, clusters, contract
 from stallwatch.core import resume as planning
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.goodput import JobSpan
-from stallwatch.core.platforms.ec2 import EC2, HOST_METRICS, HOST_METRICS_READ, memory_percent
+from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, HOST_METRICS_READ, memory_percent
+from stallwatch.core.platforms.ec2 import EC2, EC2_STREAM
 from stallwatch.core.platforms.interface import (
     AuditTrail,
     Change,
@@ -45,9 +45,9 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import EC2_STREAM, FILTER_STREAMS_LIMIT
+from stallwatch.core.reading import FILTER_STREAMS_LIMIT
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 
 INSTANCES_PAGE = 1000  # DescribeInstances MaxResults: 5 to 1,000 (not with InstanceIds)
 RECENT_STREAM_PAGES = 2  # pages of a log group's most recently written streams read before asking per host
@@ -197,7 +197,9 @@ class Ec2Platform(AwsSignalSource):
         """From the first LaunchTime (t = 0) to the latest stop time once none runs; its hosts' streams."""
         facts = self.facts(job)
         ended = None
-        if facts.status != RUNNING_STATUS:  # only a stopped job needs its stop time, which the facts do not carry
+        if (
+            facts.status is not JobStatus.RUNNING
+        ):  # only a stopped job needs its stop time, which the facts do not carry
             stops = [stop_time(self.instance(i)) for i in facts.instance_ids]
             ended = max(stops) if stops and None not in stops else None  # type: ignore[type-var]
         group = facts.log_group or self.config.ec2_log_group
@@ -210,8 +212,8 @@ class Ec2Platform(AwsSignalSource):
             facts=facts,
             start=facts.start_time,
             ended=ended,
-            changes=((facts.start_time, RUNNING_STATUS, None),),
-            final=(facts.status, None) if facts.status != RUNNING_STATUS else None,
+            changes=((facts.start_time, JobStatus.RUNNING, None),),
+            final=(facts.status, None) if facts.status is not JobStatus.RUNNING else None,
             log_selections=selections,
         )
 
@@ -303,7 +305,7 @@ class Ec2Platform(AwsSignalSource):
         group = facts.log_group or self.config.ec2_log_group
         streams = JobStreams(group, WHOLE_GROUP, lambda stream, _: _host_of(stream, instances))
         patterns = self.policy.for_job(facts.tags).line_patterns
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, streams, stacks_since)
+        return read_tails(self.clients.logs, streams, facts.name, hosts, known, now, patterns, stacks_since)
 
     def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,

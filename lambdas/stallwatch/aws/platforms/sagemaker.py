@@ -20,19 +20,17 @@ from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
-from stallwatch.aws.events import TrainingJobStateChange
-from stallwatch.aws.log_reads import HostLog, LogQueryError, newest_events, read_tails
+from stallwatch.aws.log_reads import HostLog, JobStreams, LogQueryError, newest_events, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.sagemaker_events import TrainingJobStateChange
 from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job, sagemaker_run_spans
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.core import clusters, contract
 from stallwatch.core import resume as planning
-from stallwatch.core.engine import RUNNING_STATUS
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.platforms.interface import (
-    ENDED_STATUSES,
     AuditTrail,
     Change,
     JobChange,
@@ -43,21 +41,27 @@ from stallwatch.core.platforms.interface import (
     ResumeVerdict,
     StopResult,
 )
-from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, host_dimensions
+from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, SAGEMAKER_STREAM, host_dimensions, stream_host
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ, SAGEMAKER_STREAM
+from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ
 from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 
 HOST_LABEL = "${PROP('Dim.Host')}"  # "<job>/algo-N"
 # SageMaker's answer to StopTrainingJob on a job that is not running: "... the training job is in status Stopped."
 NOT_RUNNING = re.compile(r"in status (Stopping|Stopped|Completed|Failed)")
-STOPPED = "Stopped"  # where a resume may follow Stallwatch's stop
 MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
 NAME_IN_USE = "ResourceInUse"
 ALREADY_EXISTS = "already exists"  # SageMaker's message for a name in use
 # Secondary statuses that end the job; an exported trace carries the job's final status once, at its end.
 FINAL_SECONDARY = frozenset({"Completed", "Failed", "Stopping", "Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded"})
+
+# The training jobs' streams, ``<job>/algo-N-<epoch>``, under one log group.
+STREAMS = JobStreams(
+    contract.SAGEMAKER_LOG_GROUP,
+    None,
+    lambda stream, job: host[1] if (host := stream_host(stream)) is not None and host[0] == job else None,
+)
 
 
 class SageMakerPlatform(AwsSignalSource):
@@ -83,7 +87,7 @@ class SageMakerPlatform(AwsSignalSource):
         return JobFacts(
             name=job_name,
             platform=Platform.SAGEMAKER,
-            status=job["TrainingJobStatus"],
+            status=JobStatus(job["TrainingJobStatus"]),
             secondary_status=job.get("SecondaryStatus"),
             start_time=start.timestamp(),
             instance_type=layout.instance_type,
@@ -128,7 +132,9 @@ class SageMakerPlatform(AwsSignalSource):
         if not jobs:
             return []
         try:
-            newest = newest_events(self.clients.logs, now - LOOKBACK_SECONDS, now, time.sleep)
+            newest = newest_events(
+                self.clients.logs, contract.SAGEMAKER_LOG_GROUP, stream_host, now - LOOKBACK_SECONDS, now, time.sleep
+            )
         except LogQueryError:
             logger.exception("the log freshness query failed; no log idleness published this sweep")
             metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
@@ -137,11 +143,11 @@ class SageMakerPlatform(AwsSignalSource):
 
     def job_change(self, event: TrainingJobStateChange) -> JobChange:
         detail = event.detail
-        name, status = detail.training_job_name, detail.training_job_status
-        if status == RUNNING_STATUS:
+        name, status = detail.training_job_name, JobStatus(detail.training_job_status)
+        if status is JobStatus.RUNNING:
             return JobChange(Change.STARTED, name, status)
-        if status in ENDED_STATUSES:
-            return JobChange(Change.ENDED, name, status, stopped=status == STOPPED, tags=detail.tags)
+        if status.ended:  # a resume may follow Stallwatch's stop where it ended Stopped
+            return JobChange(Change.ENDED, name, status, stopped=status is JobStatus.STOPPED, tags=detail.tags)
         return JobChange(Change.IGNORED, name, status, reason=f"status {status}")
 
     def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
@@ -169,7 +175,7 @@ class SageMakerPlatform(AwsSignalSource):
             raise JobNotFoundError(f"training job {job!r}: {exc.response['Error']['Message']}") from exc
         layout = clusters.sagemaker_layout(described["ResourceConfig"])
         spec = instance_spec(layout.instance_type)
-        status = described["TrainingJobStatus"]
+        status = JobStatus(described["TrainingJobStatus"])
         facts = JobFacts(
             name=job,
             platform=Platform.SAGEMAKER,
@@ -184,9 +190,9 @@ class SageMakerPlatform(AwsSignalSource):
             host_types=layout.host_types,
         )
         end = described.get("TrainingEndTime")
-        ended = end.timestamp() if end is not None and status != RUNNING_STATUS else None
+        ended = end.timestamp() if end is not None and status is not JobStatus.RUNNING else None
         changes = tuple(
-            (transition["StartTime"].timestamp(), RUNNING_STATUS, transition["Status"])
+            (transition["StartTime"].timestamp(), JobStatus.RUNNING, transition["Status"])
             for transition in described.get("SecondaryStatusTransitions", [])
             if transition["Status"] not in FINAL_SECONDARY
         )
@@ -255,7 +261,7 @@ class SageMakerPlatform(AwsSignalSource):
             return {}
         known = self._known_freshness(facts, per_host, reads, freshness, now)
         patterns = self.policy.for_job(facts.tags).line_patterns
-        return read_tails(self.clients.logs, facts.name, hosts, known, now, patterns, stacks_since=stacks_since)
+        return read_tails(self.clients.logs, STREAMS, facts.name, hosts, known, now, patterns, stacks_since)
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

@@ -9,7 +9,6 @@ An instance is never stopped: the job is the unit (`scancel`), and its recovery 
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -19,19 +18,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws import ssm
 from stallwatch.aws.agent_windows import windows
-from stallwatch.aws.events import SlurmJobStateChange
 from stallwatch.aws.log_reads import HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.slurm_events import SlurmJobStateChange
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract
-from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV
 from stallwatch.core.goodput import Category, JobSpan
-from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
-    ENDED_STATUSES,
     AuditTrail,
     Change,
     JobChange,
@@ -113,7 +110,7 @@ class SlurmPlatform(AwsSignalSource):
             return JobChange(Change.STARTED, name, job.state, tags=job.settings)
         state = end_state(detail.job_state, detail.reason, detail.exit_code)
         ended = self.jobs.end(job, state, at, detail.reason, at)
-        goes_on = ended.status not in ENDED_STATUSES  # requeued: its next attempt starts under its name
+        goes_on = not ended.status.ended  # requeued: its next attempt starts under its name
         return JobChange(Change.ENDED, name, state, tags=ended.settings, run_goes_on=goes_on)
 
     def _instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
@@ -192,14 +189,14 @@ class SlurmPlatform(AwsSignalSource):
             requeue = False
         parameters = {"jobId": ids[JOB_ID], "submitTime": ids[SUBMIT_TIME]}
         if requeue:
-            document = os.environ.get(SLURM_REQUEUE_DOCUMENT_ENV, "")
+            document = self.documents.slurm_requeue
             bad = (at_fault or ())[:MAX_DRAINED]
             reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
             parameters |= {"nodes": ",".join(bad), "reason": REASON_UNSAFE.sub("-", reason)[:DRAIN_REASON_CHARS]}
             if ids.get("flavor") == HYPERPOD:
                 parameters["hyperpodAction"] = "Replace"
         else:
-            document = os.environ.get(SLURM_CANCEL_DOCUMENT_ENV, "")
+            document = self.documents.slurm_cancel
         what = "requeue" if requeue else "scancel"
         if not document:
             return StopResult(ok=False, detail=f"this deployment has no Slurm {what} document (SSM)")
@@ -334,22 +331,16 @@ class SlurmPlatform(AwsSignalSource):
         now: float,
         stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
-        """Each node's newest event as the sweeper last published it (its `LogIdleSeconds`) or as the caller knows
-        it, raised by the lines read from the job's streams (one prefix), and the agent's stack dumps since
-        `stacks_since`."""
+        """Each node's newest event as the sweeper last published it (its `LogIdleSeconds`, `_known_freshness`) or
+        as the caller knows it, raised by the lines read from the job's streams (one prefix), and the agent's stack
+        dumps since `stacks_since`."""
         effective = self.policy.for_job(facts.tags)
-        period = effective.thresholds.alarm_period_seconds
-        known = dict(freshness)
-        if reads.log_idle is not None:
-            for host, series in per_host[reads.log_idle].items():
-                if series.points:
-                    t, idle = series.points[-1]
-                    known[host] = max(known.get(host, 0.0), min(t + period - idle, now))
+        known = self._known_freshness(facts, per_host, reads, freshness, now)
         streams = JobStreams(
             self.config.slurm_log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts)
         )
         return read_tails(
-            self.clients.logs, facts.name, hosts, known, now, effective.line_patterns, streams, stacks_since
+            self.clients.logs, streams, facts.name, hosts, known, now, effective.line_patterns, stacks_since
         )
 
 

@@ -8,35 +8,17 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from stallwatch.core import clusters, contract
+from stallwatch.core import clusters
 from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
 from stallwatch.core.policy import EC2_MONITOR_TAG
-from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ, EC2_STREAM
 from stallwatch.core.signals import JobFacts, Platform, Series
 
-# Platform metrics per host: HostSignals field (or the two memory series) -> (namespace, metric name).
-HOST_METRICS = {
-    "gpu_util": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_UTILIZATION),
-    "gpu_mem_used": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_USED),
-    "gpu_mem_total": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_MEMORY_TOTAL),
-    "cpu_util": (contract.EC2_NAMESPACE, "CPUUtilization"),
-    "gpu_power": (contract.CWAGENT_NAMESPACE, contract.CWAGENT_GPU_POWER),
-}
-# The CloudWatch agent's series a decision reads (`cpu_util` is no rule's: SageMaker's is not read either).
-HOST_METRICS_READ = ("gpu_util", "gpu_mem_used", "gpu_mem_total", "gpu_power")
 # A job is its `stallwatch:job` tag or an instance id.
 JOB_NAME = re.compile(f"(?:{clusters.INSTANCE_ID.pattern})|(?:{clusters.JOB_NAME.pattern})")
-
-
-def host_dimensions(host: str) -> dict[str, str]:
-    return {contract.CWAGENT_DIM_INSTANCE: host}
-
-
-def memory_percent(used: Series, total: Series) -> Series:
-    """100 x used / total at the timestamps both have."""
-    totals = dict(total.points)
-    return Series(tuple((t, 100 * v / totals[t]) for t, v in used.points if totals.get(t)))
+# Streams named by instance id (the CloudWatch agent's {instance_id}), optionally with a suffix per file.
+EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")
 
 
 class Ec2Description(PlatformDescription):
@@ -47,8 +29,9 @@ class Ec2Description(PlatformDescription):
     name_hint = clusters.INSTANCE_ID
     monitor_setting = "monitor_ec2"
     resource = "an EC2 job"
-    host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
-    host_series_read = len(EC2_HOST_AGENT_METRICS_READ) + len(HOST_METRICS_READ) + 1  # and LogIdleSeconds
+    host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
+    # and LogIdleSeconds
+    host_series_read = len(cloudwatch_agent.AGENT_METRICS_READ) + len(cloudwatch_agent.HOST_METRICS_READ) + 1
     named_hosts = True
     restarts_in_place = True
     configured_logs = True
@@ -65,13 +48,10 @@ class Ec2Description(PlatformDescription):
         return list(instance_ids)
 
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
-        metric = (*HOST_METRICS["gpu_util"], host_dimensions(host))
-        return MetricMath({"m1": metric}, "m1", "GPU utilization per GPU")
+        return cloudwatch_agent.gpu_utilization(host)
 
     def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
-        used = (*HOST_METRICS["gpu_mem_used"], host_dimensions(host))
-        total = (*HOST_METRICS["gpu_mem_total"], host_dimensions(host))
-        return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
+        return cloudwatch_agent.gpu_memory(host)
 
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
         match = EC2_STREAM.match(stream)
@@ -84,10 +64,7 @@ class Ec2Description(PlatformDescription):
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The CloudWatch agent's series are per device already; memory is a percentage of the total."""
-        dims = host_dimensions(host)
-        series = {name: read(ns, metric, dims, 1.0) for name, (ns, metric) in HOST_METRICS.items()}
-        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
-        return series
+        return cloudwatch_agent.host_series(host, read)
 
 
 EC2 = Ec2Description()

@@ -21,12 +21,10 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.reading import HOST_SERIES_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
-from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, Platform, Series
 
 # How a description reads one of a host's platform series in replay: (namespace, name, dimensions, divisor) -> series.
 SeriesReader = Callable[[str, str, dict[str, str], float], Series]
-# `JobFacts.status` is in SageMaker's words on every platform: these are a job that has ended.
-ENDED_STATUSES = frozenset({"Completed", "Failed", "Stopped"})
 
 
 @dataclass(frozen=True)
@@ -195,13 +193,15 @@ class JobHistory:
     facts: JobFacts
     start: float  # the trace's t = 0 (epoch seconds)
     ended: float | None  # when it ended, where it has and the platform says when
-    changes: tuple[tuple[float, str, str | None], ...] = ()  # status changes before its end: (epoch, status, secondary)
-    final: tuple[str, str | None] | None = None  # the status it ended in (at `ended`, else the trace's end)
+    changes: tuple[
+        tuple[float, JobStatus, str | None], ...
+    ] = ()  # status changes before its end: (epoch, status, secondary)
+    final: tuple[JobStatus, str | None] | None = None  # the status it ended in (at `ended`, else the trace's end)
     log_selections: tuple[dict[str, Any], ...] = ()  # FilterLogEvents selections of its streams (group, streams)
 
 
 class AuditTrail(Protocol):
-    """Stallwatch's records of a job (`aws.store.Store`), as a platform's goodput reads them."""
+    """Stallwatch's records of a job (`aws.audit_trail.AuditTrail`), as a platform's goodput reads them."""
 
     def stops(self, key: str) -> list[StopRecord]: ...
 
@@ -216,7 +216,7 @@ class PlatformAdapter(Protocol):
 
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
-    state_event: ClassVar[type]  # its EventBridge state-change event (`aws.events`)
+    state_event: ClassVar[type]  # its EventBridge state-change event (`aws/platforms/<name>_events.py`)
 
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job now."""

@@ -4,12 +4,13 @@ streams ``<job>/algo-N-<epoch>``."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 
 from stallwatch.core import clusters, contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
-from stallwatch.core.reading import HOST_AGENT_METRICS_READ, SAGEMAKER_STREAM
+from stallwatch.core.reading import HOST_AGENT_METRICS_READ
 from stallwatch.core.signals import JobFacts, Platform, Series
 
 # Platform metrics per host: HostSignals field -> SageMaker's metric name.
@@ -18,6 +19,15 @@ HOST_METRICS = {
     "gpu_mem_util": "GPUMemoryUtilization",
     "cpu_util": "CPUUtilization",
 }
+
+
+SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
+
+
+def stream_host(stream: str) -> tuple[str, str] | None:
+    """The (job, host) a stream ``<job>/algo-N-<epoch>`` is of; None for another stream."""
+    match = SAGEMAKER_STREAM.match(stream)
+    return (match["job"], match["host"]) if match else None
 
 
 def host_dimensions(job: str, host: str) -> dict[str, str]:

@@ -19,21 +19,26 @@ from typing import Any
 from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category
-from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
+from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
 from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
-from stallwatch.core.signals import JobFacts, JobSignals, LogLine, Platform, Series
+from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
 
 NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 # The CloudWatch agent's stream of a file (publish_multi_logs): its log_stream_name ("slurm"), '_', the file's path with
 # '/' as '_': one prefix for a job's nodes (`stream_prefix`).
 STREAM_PREFIX = "slurm__var_log_stallwatch_slurm_"
-# JobFacts.status in SageMaker's words (`engine.RUNNING_STATUS`, the runtime's ended statuses); a job that Slurm holds
-# out of running (pending, suspended, requeued, preempted) is neither: never a stall, never stopped.
-RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = "InProgress", "Paused", "Completed", "Failed", "Stopped"
+# Slurm's job states as a `JobStatus`; a job that Slurm holds out of running (pending, suspended, requeued, preempted)
+# is paused: never a stall, never stopped.
+RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = (
+    JobStatus.RUNNING,
+    JobStatus.PAUSED,
+    JobStatus.COMPLETED,
+    JobStatus.FAILED,
+    JobStatus.STOPPED,
+)
 STATUS_OF_STATE = {
     "RUNNING": RUNNING,
     "CONFIGURING": RUNNING,  # its nodes are booting: the startup grace covers it
@@ -186,7 +191,7 @@ class SlurmJob:
 
     @classmethod
     def of_event(cls, detail: Any) -> SlurmJob:
-        """The attempt as a start event (`aws.events.SlurmJobDetail`) describes it."""
+        """The attempt as a start event (`aws.platforms.slurm_events.SlurmJobDetail`) describes it."""
         return cls(
             cluster=detail.cluster,
             job_id=detail.job_id,
@@ -217,7 +222,7 @@ class SlurmJob:
         return replace(self, nodes=nodes)
 
     @property
-    def status(self) -> str:
+    def status(self) -> JobStatus:
         return STATUS_OF_STATE.get(self.state, RUNNING if self.ended_epoch is None else FAILED)
 
     def held(self, state: str, now: float) -> SlurmJob:
@@ -287,7 +292,7 @@ class SlurmDescription(PlatformDescription):
     configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
     known_from_events = True  # deploy/slurm's start and end events, kept in the table (`aws.platforms.slurm_jobs`)
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
-    host_agent_metrics = EC2_HOST_AGENT_METRICS_READ
+    host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     named_hosts = True
 
     def log_group(self, config: StallwatchConfig) -> str | None:
@@ -302,16 +307,13 @@ class SlurmDescription(PlatformDescription):
         instance = facts.host_instances.get(host)
         if instance is None:
             return _agent(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
-        metric = (*HOST_METRICS["gpu_util"], host_dimensions(instance))
-        return MetricMath({"m1": metric}, "m1", "GPU utilization per GPU")
+        return cloudwatch_agent.gpu_utilization(instance)
 
     def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
         instance = facts.host_instances.get(host)
         if instance is None:
             return _agent(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
-        used = (*HOST_METRICS["gpu_mem_used"], host_dimensions(instance))
-        total = (*HOST_METRICS["gpu_mem_total"], host_dimensions(instance))
-        return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
+        return cloudwatch_agent.gpu_memory(instance)
 
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
         prefix = stream_prefix(job)
@@ -324,10 +326,7 @@ class SlurmDescription(PlatformDescription):
         instance = facts.host_instances.get(host)
         if instance is None:
             return {"gpu_util": Series(), "gpu_mem_util": Series(), "cpu_util": Series(), "gpu_power": Series()}
-        dims = host_dimensions(instance)
-        series = {name: read(ns, metric, dims, 1.0) for name, (ns, metric) in HOST_METRICS.items()}
-        series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
-        return series
+        return cloudwatch_agent.host_series(instance, read)
 
 
 def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:

@@ -1,0 +1,220 @@
+"""What is happening to a running job: startup, evidence of death, a declared phase, then the evidence ladder with the
+agent (`progress_rules`) or without it (`silence_rules`). The engine (`core.engine`) turns the finding into an action.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stallwatch.core import evidence, measures
+from stallwatch.core.decision import Cadence, Diagnosis, JobState
+from stallwatch.core.findings import Context, Deadlines, Finding, with_gpus
+from stallwatch.core.platforms import describe
+from stallwatch.core.policy import Thresholds
+from stallwatch.core.progress_rules import with_agent
+from stallwatch.core.reading import host_period
+from stallwatch.core.reasons import error_summary, minutes, utilization_summary
+from stallwatch.core.signals import JobSignals, Series
+from stallwatch.core.silence_rules import without_agent
+
+UPLOADING_STATUS = "Uploading"
+# SageMaker secondary statuses before training begins: never a stall.
+STARTUP_STATUSES = frozenset(
+    {
+        "Starting",
+        "Pending",
+        "LaunchingMLInstances",
+        "PreparingTrainingStack",
+        "Downloading",
+        "DownloadingTrainingImage",
+        "Restarting",
+        "Updating",
+    }
+)
+
+
+def diagnose(
+    signals: JobSignals,
+    thresholds: Thresholds,
+    limits: measures.Limits,
+    state: JobState,
+    now: float,
+    found: dict[str, Any],
+    deadlines: Deadlines,
+) -> tuple[Finding, Cadence]:
+    """The finding, and the job's cadence as learned so far (this decision's measurements, else the state's)."""
+    facts = signals.facts
+    training_since = measures.training_since(signals)
+    found["training_s"] = round(now - training_since, 1)
+    remembered = Cadence(
+        step_interval_s=state.step_interval_s,
+        log_gap_s=state.log_gap_s,
+        busy_pause_s=state.busy_pause_s,
+        idle_pause_s=state.idle_pause_s,
+    )
+    if facts.secondary_status in STARTUP_STATUSES:
+        deadlines.add(facts.start_time + limits.startup_s)
+        return _startup(facts.secondary_status, now - facts.start_time, limits), remembered
+    if facts.secondary_status == UPLOADING_STATUS:
+        return Finding(Diagnosis.HEALTHY, ("uploading model artifacts after training",)), remembered
+    logs = measures.log_silence(signals, training_since, thresholds, limits, now, state.log_gap_s)
+    found["logs"] = {
+        "last_t": logs.last_t,
+        "silence_s": round(logs.silence_s, 1),
+        "interval_s": measures.rounded(logs.interval_s),
+        "learned_gap_s": measures.rounded(logs.learned_gap_s),
+        "threshold_s": round(logs.threshold_s, 1),
+    }
+    has_progress = any(len(signals.agent.get(name, Series())) for name in measures.PROGRESS_METRICS)
+    progress = (
+        measures.progress(signals.agent, thresholds, limits, now, state.step_interval_s, state.step_gap_s)
+        if has_progress
+        else None
+    )
+    interval = progress.interval_s if progress is not None else state.step_interval_s  # progress falls back to it too
+    series = describe(signals.facts.platform).host_series_read
+    period = max(
+        float(host_period(len(signals.hosts), thresholds.alarm_period_seconds, series)),
+        measures.agent_window(signals.agent) or 0.0,
+    )
+    pauses = measures.Pauses(state.busy_pause_s, state.idle_pause_s).merged(
+        measures.pauses(signals, thresholds, period)
+    )
+    cadence = Cadence(interval, logs.learned_gap_s, pauses.busy_s, pauses.idle_s)
+    ctx = Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses)
+    return _diagnose_running(ctx, progress), cadence
+
+
+def _diagnose_running(ctx: Context, progress: measures.Progress | None) -> Finding:
+    """Conclusive evidence first, whatever the agent says of phases; then the agent's progress, else the hosts'
+    GPUs and logs."""
+    # The last progress: the agent's last step (known even once its metrics stopped: the host that reported them may
+    # be the one that died), else the newest log line.
+    last_step_t = None if progress is None else (progress.last_step_t or ctx.training_since)
+    if last_step_t is not None:
+        since = last_step_t
+    else:
+        since = ctx.logs.last_t if ctx.logs.last_t is not None else ctx.training_since
+    host_limits = ctx.limits.for_hosts(ctx.period)
+    hosts = evidence.read_hosts(ctx.signals, since, ctx.thresholds, host_limits, ctx.now)
+    ctx.evidence["hosts"] = {
+        name: measures.host_evidence(host, since, ctx.thresholds, host_limits, ctx.now) | _life_signs(hosts[name])
+        for name, host in ctx.signals.hosts.items()
+    }
+    if progress is not None:
+        ctx.evidence["agent"] = {
+            "last_step_t": progress.last_step_t,
+            "step": progress.step,
+            "step_age_s": None if progress.last_step_t is None else round(ctx.now - progress.last_step_t, 1),
+            "step_interval_s": measures.rounded(progress.interval_s),
+            "stall_threshold_s": round(progress.stall_s, 1),
+            "newest_t": progress.newest_t,
+            "fresh": progress.fresh,
+        }
+    conclusive = _conclusive(ctx, hosts, last_step_t)
+    if conclusive is not None:
+        return conclusive
+    if progress is None:
+        return without_agent(ctx, hosts, ())
+    phase = _phase(ctx, progress)
+    if phase is not None:
+        return phase
+    if progress.fresh:
+        return with_agent(ctx, hosts, progress)
+    stopped = minutes(ctx.now - progress.newest_t)
+    return without_agent(ctx, hosts, (f"agent metrics stopped {stopped} ago; deciding from host metrics and logs",))
+
+
+def _life_signs(host: evidence.Host) -> dict[str, Any]:
+    """A host's life signs in the decision's evidence."""
+    return {
+        "gpu_memory_now": host.memory_now,
+        "memory_released_t": host.released_since,
+        "newest_data_t": host.newest_data_t,
+        "checkpoint_since_t": host.checkpoint_since,
+    }
+
+
+def _conclusive(ctx: Context, hosts: dict[str, evidence.Host], last_step_t: float | None) -> Finding | None:
+    """Evidence of death (a rank's fatal last words with its GPUs dead, NCCL timeouts everywhere, a vanished host,
+    one host's GPUs let go of) decides once `crash_confirm_minutes` passed with no progress since: a dead process
+    finishes no step, so no step interval, however long, delays it. Every process gone without a fatal line is
+    idleness: it waits the agreement rung of `idle_minutes`, and the full grace."""
+    deaths = evidence.death(
+        hosts,
+        last_step_t,
+        ctx.training_since,
+        ctx.thresholds,
+        ctx.limits,
+        ctx.period,
+        ctx.now,
+    )
+    decisive = [d for d in deaths if ctx.now >= d.onset + d.confirm_s]
+    if not decisive:
+        for death in deaths:
+            ctx.deadlines.add(death.onset + death.confirm_s)
+        for h in hosts.values():  # last words whose GPUs are not seen dead yet: look when their death would confirm
+            if h.last_words_t is not None:
+                ctx.deadlines.add(h.last_words_t + ctx.limits.crash_s)
+        return None
+    found = decisive[0]
+    confirm = found.confirm_s
+    ctx.evidence["death"] = {"kind": found.diagnosis.value, "onset_t": found.onset, "hosts": list(found.hosts)}
+    reasons = list(found.reasons)
+    if found.lines:
+        reasons.append(error_summary(found.lines))
+    reasons.append(f"no progress for {minutes(ctx.now - found.onset)} since (confirm {minutes(confirm)})")
+    reasons.append(utilization_summary(with_gpus(ctx.evidence["hosts"], ctx.signals.facts)))
+    return Finding(found.diagnosis, tuple(reasons), stoppable=True, conclusive=found.conclusive)
+
+
+def _startup(secondary: str, elapsed_s: float, limits: measures.Limits) -> Finding:
+    elapsed, grace = minutes(elapsed_s), minutes(limits.startup_s)
+    if elapsed_s <= limits.startup_s:
+        return Finding(Diagnosis.STARTING, (f"{secondary} for {elapsed} (grace {grace})",))
+    reason = f"still {secondary} after {elapsed}, beyond the {grace} startup grace"
+    return Finding(Diagnosis.STARTING, (reason, "startup is never stopped; check the data download"), overdue=True)
+
+
+def _phase(ctx: Context, progress: measures.Progress) -> Finding | None:
+    """A declared phase (PhaseBudgetRemaining > 0) with no step since: within budget, or overrunning it.
+
+    The agent reports 0 both once a phase ends and once it outruns its budget, so a 0 seen before the budget could
+    have run out is the phase's end. After the budget, the phase may have ended at any moment: the overrun is
+    decisive only past both the allowance and the job's learned step gap (a step is due that long after the end)."""
+    points = ctx.signals.agent.get("PhaseBudgetRemaining", Series()).points
+    last = next((i for i in range(len(points) - 1, -1, -1) if points[i][1] > 0), None)
+    if last is None:
+        return None
+    t, remaining = points[last]
+    deadline = t + remaining
+    if progress.last_step_t is not None and progress.last_step_t > t:
+        return None  # steps resumed after the phase
+    if last + 1 < len(points) and _ended_before(points[last], points[last + 1], deadline):
+        return None  # the phase ended within its budget: the step rules judge the gap
+    now, allowance = ctx.now, max(ctx.limits.overrun_s, progress.learned_s)
+    ctx.evidence["phase"] = {"deadline_t": deadline, "overrun_s": round(max(0.0, now - deadline), 1)}
+    ctx.deadlines.add(deadline + allowance)  # the budget's end changes nothing but the words: its allowance's does
+    if now <= deadline:
+        return Finding(Diagnosis.PHASE, (f"in a declared phase with {minutes(deadline - now)} of its budget left",))
+    overrun = now - deadline
+    if overrun <= allowance:
+        return Finding(
+            Diagnosis.PHASE,
+            (f"declared phase past its budget by {minutes(overrun)}, within the {minutes(allowance)} allowance",),
+        )
+    if not progress.fresh:
+        return None  # the agent vanished: no proof that steps did not resume
+    return Finding(
+        Diagnosis.PHASE_OVERRUN,
+        (
+            f"declared phase overran its budget by {minutes(overrun)} (allowance {minutes(allowance)})",
+            "no step completed since the phase began",
+        ),
+        stoppable=True,
+    )
+
+
+def _ended_before(active: tuple[float, float], after: tuple[float, float], deadline: float) -> bool:
+    """Whether the 0 at `after` (a period's aggregate, as `active` is) covers only moments before `deadline`."""
+    return after[0] + (after[0] - active[0]) <= deadline
