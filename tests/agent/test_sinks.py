@@ -23,7 +23,7 @@ from trainer_agent.sinks import FanOutSink, SinkWorker, build_sinks
 
 JOB_WINDOW = Window(
     SCOPE_JOB, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0,
-    {"Steps": 12.0, "Step": 1200.0, "LastStepAge": 0.5, "TFLOPsPerGPU": 181.5, "MFU": 58.2, "Loss": 2.0625,
+    {"Steps": 12.0, "Step": 1200.0, "LastStepAge": 0.5, "TFLOPsPerAccelerator": 181.5, "MFU": 58.2, "Loss": 2.0625,
      "StepTime": 0.82, "ETA": 3.5e5},
     phase="eval",
 )  # fmt: skip

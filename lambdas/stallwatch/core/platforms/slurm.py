@@ -16,11 +16,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms.ec2 import HOST_METRICS, host_dimensions, memory_percent
-from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
+from stallwatch.core.platforms.interface import (
+    MetricMath,
+    PlatformDescription,
+    SeriesReader,
+    StopOutcome,
+    agent_metric,
+)
 from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import EC2_HOST_AGENT_METRICS_READ
@@ -301,14 +306,14 @@ class SlurmDescription(PlatformDescription):
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         instance = facts.host_instances.get(host)
         if instance is None:
-            return _agent(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
+            return agent_metric(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
         metric = (*HOST_METRICS["gpu_util"], host_dimensions(instance))
         return MetricMath({"m1": metric}, "m1", "GPU utilization per GPU")
 
     def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
         instance = facts.host_instances.get(host)
         if instance is None:
-            return _agent(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
+            return agent_metric(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
         used = (*HOST_METRICS["gpu_mem_used"], host_dimensions(instance))
         total = (*HOST_METRICS["gpu_mem_total"], host_dimensions(instance))
         return MetricMath({"m1": used, "m2": total}, "100 * m1 / m2", "GPU memory used per GPU")
@@ -328,11 +333,6 @@ class SlurmDescription(PlatformDescription):
         series = {name: read(ns, metric, dims, 1.0) for name, (ns, metric) in HOST_METRICS.items()}
         series["gpu_mem_util"] = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
         return series
-
-
-def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
-    dims = {contract.DIM_JOB: facts.name, contract.DIM_HOST: host}
-    return MetricMath({"m1": (contract.NAMESPACE, metric, dims)}, "m1", label)
 
 
 SLURM = SlurmDescription()
