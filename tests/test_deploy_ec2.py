@@ -70,6 +70,8 @@ if name == "aws":
         print(os.environ.get("STUB_SUBNET_ZONE", "us-east-1a"))
     elif args[:2] in (["iam", "get-role"], ["ec2", "describe-placement-groups"]) and os.environ.get("STUB_ABSENT"):
         sys.exit(254)  # the AWS CLI's exit code for a service error (NoSuchEntity, InvalidPlacementGroup.Unknown)
+    elif args[:2] == ["ssm", "get-parameter"]:
+        print(Path(os.environ["STUB_AGENT_CONFIG"]).read_text())
     elif args[:2] == ["s3", "cp"]:
         with zipfile.ZipFile(args[-1], "w") as archive:
             archive.writestr("trainer_agent-0.1.0-py3-none-any.whl", b"wheel")
@@ -93,7 +95,19 @@ elif name in ("dnf", "dpkg", "rpm"):
 elif name == "agent-ctl" and args[:2] == ["-a", "fetch-config"]:
     pass
 """
-COMMANDS = ("aws", "curl", "uname", "dnf", "dpkg", "rpm", "systemctl", "python-stub", "agent-ctl", "sleep")
+COMMANDS = (
+    "aws",
+    "curl",
+    "uname",
+    "dnf",
+    "dpkg",
+    "rpm",
+    "systemctl",
+    "python-stub",
+    "agent-ctl",
+    "sleep",
+    "nvidia-smi",
+)
 
 
 @pytest.fixture
@@ -121,6 +135,7 @@ def _env(stubs: dict[str, Path], **extra: str) -> dict[str, str]:
         "STUB_DIR": str(stubs["dir"]),
         "STUB_OUTPUTS": json.dumps(OUTPUTS),
         "STUB_ARCH": "x86_64",
+        "STUB_AGENT_CONFIG": str(DEPLOY / "cloudwatch-agent.json"),
         **extra,
     }
 
@@ -397,6 +412,26 @@ def test_the_cloudwatch_agent_is_installed_for_the_nodes_os_and_architecture(
     calls = _calls(stubs)
     assert expected in calls
     assert ["agent-ctl", "-a", "fetch-config", "-m", "ec2", "-s", "-c", "ssm:AmazonCloudWatch-stallwatch-ec2"] in calls
+
+
+def test_a_node_without_nvidia_smi_starts_the_cloudwatch_agent_without_its_gpu_metrics(stubs: dict[str, Path]) -> None:
+    # Given a Trainium node (no nvidia-smi: the CloudWatch agent will not start with nvidia_gpu metrics there) and the
+    # user data of a one-node job
+    (stubs["bin"] / "nvidia-smi").unlink()
+    assert _launch(stubs, NODES="1").returncode == 0
+    root = stubs["dir"] / "trn1"
+    _preinstalled_agent(root, stubs)
+
+    # When it boots
+    booted = _boot(stubs, stubs["dir"] / "rank0.sh", root, {})
+
+    # Then the agent runs the stack's configuration without the GPU metrics, and the training logs still ship
+    assert booted.returncode == 0, booted.stderr
+    config = root / "opt/stallwatch/cloudwatch-agent.json"
+    assert ["agent-ctl", "-a", "fetch-config", "-m", "ec2", "-s", "-c", f"file:{config}"] in _calls(stubs)
+    assert json.loads(config.read_text()) == {key: AGENT_CONFIG[key] for key in ("agent", "logs")}
+    assert ["aws", "ssm", "get-parameter", "--region", "us-east-1", "--name", OUTPUTS["Ec2AgentConfigParameter"],
+            "--query", "Parameter.Value", "--output", "text"] in _calls(stubs)  # fmt: skip
 
 
 def test_a_job_name_read_from_the_instance_tag_when_launch_sh_is_not_the_launcher(stubs: dict[str, Path]) -> None:

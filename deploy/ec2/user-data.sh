@@ -2,7 +2,8 @@
 # Boot script of each EC2 training node (docs/deploy.md, "EC2 training clusters"). launch.sh writes the job's values
 # as assignments after the first line; run once, at the node's first boot, it:
 #   1. installs the CloudWatch agent (Amazon Linux 2023, Ubuntu, RHEL; x86_64 or arm64) and starts it with the
-#      configuration in the stack's SSM parameter (GPU metrics per instance, training logs to the stack's group);
+#      configuration in the stack's SSM parameter (GPU metrics per instance, training logs to the stack's group;
+#      without the GPU metrics on a node without nvidia-smi, a Trainium node);
 #   2. installs the trainer agent from the wheel the stack publishes, with its dependencies' wheels beside it (never
 #      from a package index: a private subnet without a way out boots as well);
 #   3. writes /etc/stallwatch/train.env and starts the training as the systemd unit stallwatch-train.service:
@@ -98,6 +99,26 @@ install_cloudwatch_agent() {
   esac
 }
 
+cloudwatch_agent_config() {  # where the CloudWatch agent reads its configuration from
+  # The agent does not start with its nvidia_gpu metrics on a node without nvidia-smi (a Trainium node: "validate input
+  # plugin nvidia_smi failed"): there it runs the stack's configuration without them, and the logs still ship.
+  if command -v nvidia-smi >/dev/null; then
+    echo "ssm:$AGENT_CONFIG_PARAMETER"
+    return
+  fi
+  local config="$ROOT/opt/stallwatch/cloudwatch-agent.json"
+  aws ssm get-parameter ${REGION:+--region "$REGION"} --name "$AGENT_CONFIG_PARAMETER" \
+    --query Parameter.Value --output text | python3 -c '
+import json, sys
+config = json.load(sys.stdin)
+collected = config.get("metrics", {}).get("metrics_collected", {})
+collected.pop("nvidia_gpu", None)
+if not collected:
+    config.pop("metrics", None)
+json.dump(config, sys.stdout)' > "$config"
+  echo "file:$config"
+}
+
 install_trainer_agent() {
   command -v aws >/dev/null || die "the AWS CLI is missing (Ubuntu: snap install aws-cli --classic)"
   local wheels="$ROOT/opt/stallwatch/wheel"
@@ -114,7 +135,7 @@ install_trainer_agent() {
 install_cloudwatch_agent
 mkdir -p "$ROOT/var/log/training" "$ROOT$TRAIN_DIR" "$ROOT/etc/stallwatch" "$ROOT/opt/stallwatch/bin" \
   "$ROOT/etc/systemd/system"
-"$ROOT$CLOUDWATCH_AGENT_CTL" -a fetch-config -m ec2 -s -c "ssm:$AGENT_CONFIG_PARAMETER"
+"$ROOT$CLOUDWATCH_AGENT_CTL" -a fetch-config -m ec2 -s -c "$(cloudwatch_agent_config)"
 install_trainer_agent
 [ -z "$TRAIN_CODE_URI" ] || aws s3 sync --only-show-errors "$TRAIN_CODE_URI" "$ROOT$TRAIN_DIR"
 
