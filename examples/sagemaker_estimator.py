@@ -6,7 +6,8 @@
     python examples/sagemaker_estimator.py --role arn:aws:iam::123456789012:role/training \\
         --bucket my-training-bucket --job llama-8b-pretrain --instance-type ml.p4d.24xlarge --instances 2
 
-The job gets the agent the way a job without a public package index does: the wheel is copied into `source_dir`
+The job gets the agent the way a job without a public package index does: the wheel (`make dist`'s, built into dist/
+when there is none) is copied into `source_dir`
 beside the training script, and `requirements.txt` names it (SageMaker's PyTorch containers pip-install
 `requirements.txt` from `source_dir` before the entry point starts). By default the job carries no `stallwatch:mode`
 tag, so the deployment's mode governs it (`notify` unless you changed it: alerts, never a stop). Opting in is a choice
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,6 +97,16 @@ def estimator_arguments(
         "metric_definitions": _metric_definitions(),
         "distribution": {"torch_distributed": {"enabled": True}} if instances > 1 else None,
     }
+
+
+def built_wheel(dist: Path) -> Path:
+    """The trainer-agent wheel in `dist` (`make dist`'s), built there from this checkout when there is none."""
+    found = sorted(dist.glob("trainer_agent-*.whl"))
+    if not found:
+        build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(REPO_ROOT)]
+        subprocess.run(build, check=True, capture_output=True)
+        found = sorted(dist.glob("trainer_agent-*.whl"))
+    return found[-1]
 
 
 def _metric_definitions() -> list[dict[str, str]]:
@@ -199,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="SageMaker stops the job after this long, whatever it does",
     )
     parser.add_argument(
-        "--wheel", type=Path, default=None, help="the trainer-agent wheel; None: the one `make dist` built in dist/"
+        "--wheel",
+        type=Path,
+        default=None,
+        help="the trainer-agent wheel; None: the one in dist/ (`make dist`), built there when there is none",
     )
     return parser
 
@@ -214,9 +229,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if bool(args.role) == bool(args.create_role):
         parser.error("give --role (an existing role's ARN) or --create-role NAME to launch")
-    wheel = args.wheel or next(iter(sorted((REPO_ROOT / "dist").glob("trainer_agent-*.whl"))), None)
-    if wheel is None or not wheel.is_file():
-        parser.error("no trainer-agent wheel: run `make dist`, or pass --wheel")
+    wheel = args.wheel or built_wheel(REPO_ROOT / "dist")
+    if not wheel.is_file():
+        parser.error(f"no trainer-agent wheel at {wheel}")
     from sagemaker.pytorch import PyTorch  # imported here: --role-policy needs no SDK
 
     role = args.role or create_execution_role(_iam(), args.create_role, args.bucket, resumable=args.restarts > 0)

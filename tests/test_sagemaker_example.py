@@ -167,3 +167,13 @@ def test_launching_needs_a_role_or_a_role_to_create(capsys) -> None:
     with pytest.raises(SystemExit):
         example.main(["--bucket", "b"])
     assert "give --role" in capsys.readouterr().err
+
+
+def test_without_a_wheel_in_dist_the_example_builds_one_there(tmp_path: Path) -> None:
+    # Given an empty dist folder, When the example looks for the wheel, Then it builds the checkout's there
+    wheel = example.built_wheel(tmp_path)
+    assert wheel.parent == tmp_path
+    assert wheel.name.startswith("trainer_agent-")
+    assert wheel.suffix == ".whl"
+    # ...and finds that one again without building
+    assert example.built_wheel(tmp_path) == wheel

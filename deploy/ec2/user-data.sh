@@ -26,6 +26,7 @@ TRAIN_DIR="${TRAIN_DIR:-/opt/train}"
 PYTHON="${PYTHON:-python3}"                      # the training environment's interpreter (it has torch)
 NPROC_PER_NODE="${NPROC_PER_NODE:-gpu}"          # processes per node: a number, or gpu (one per GPU)
 RDZV_PORT="${RDZV_PORT:-29400}"
+MAX_HOURS="${MAX_HOURS:-0}"                      # the node powers off this long after its training starts; 0: never
 # -------------------------------------------------------------------------------------------------------------------
 
 ROOT="${STALLWATCH_ROOT:-}"  # tests install under a folder; on a node everything goes to /
@@ -72,6 +73,7 @@ check TRAIN_DIR "$TRAIN_DIR" '^/[A-Za-z0-9_./-]*$' "an absolute path"
 check PYTHON "$PYTHON" '^[A-Za-z0-9_./-]+$' "the training environment's python"
 check NPROC_PER_NODE "$NPROC_PER_NODE" '^([1-9][0-9]{0,2}|gpu)$' "a number of processes, or gpu"
 check RDZV_PORT "$RDZV_PORT" '^[1-9][0-9]{0,4}$' "a port"
+check MAX_HOURS "$MAX_HOURS" '^(0|[1-9][0-9]{0,3})$' "whole hours before the node powers off, or 0: never"
 check REGION "$REGION" '^([a-z]{2}(-[a-z]+)+-[0-9]{1,2})?$' "an AWS region, from instance metadata"
 [ -z "$VALIDATE_ONLY" ] || exit 0
 
@@ -150,6 +152,7 @@ NPROC_PER_NODE="$NPROC_PER_NODE"
 TRAIN_COMMAND="$TRAIN_COMMAND"
 PYTHON="$PYTHON"
 STALLWATCH_CHECKPOINT_URI="$CHECKPOINT_URI"
+MAX_HOURS="$MAX_HOURS"
 ENV
 
 cat > "$ROOT$LAUNCHER" <<'LAUNCHER'
@@ -158,6 +161,9 @@ cat > "$ROOT$LAUNCHER" <<'LAUNCHER'
 # exec: torchrun is the unit's main process, so a stop's SIGTERM reaches it, and it ends its workers.
 set -euo pipefail
 read -r -a command <<< "$TRAIN_COMMAND"
+# The job's bound: the node powers off MAX_HOURS after the training starts (re-armed at every start), a stopped node
+# costing its volumes only; StartInstances brings it back, and its training resumes from the checkpoint.
+[ "${MAX_HOURS:-0}" = 0 ] || shutdown -P "+$((MAX_HOURS * 60))" "stallwatch: MAX_HOURS=$MAX_HOURS reached"
 exec "$PYTHON" -m torch.distributed.run --nnodes="$NODES" --nproc-per-node="$NPROC_PER_NODE" \
   --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$RDZV_PORT" --rdzv-id="$JOB" "${command[@]}"
 LAUNCHER
