@@ -24,7 +24,7 @@ from trainer_agent.window import AcceleratorReading
 
 MONITOR = "neuron-monitor"
 MONITOR_DIR = "/opt/aws/neuron/bin"  # where aws-neuronx-tools installs it, off PATH on some images
-SAMPLE_PERIOD = "5s"
+SAMPLE_PERIOD = "15s"  # a report of 32 applications takes milliseconds to read: often enough for 60 s windows
 MONITOR_CONFIG = {
     "period": SAMPLE_PERIOD,
     "neuron_runtimes": [{"tag_filter": ".*", "metrics": [{"type": "neuroncore_counters"}, {"type": "memory_used"}]}],

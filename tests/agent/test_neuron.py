@@ -207,9 +207,9 @@ def test_the_sampler_reads_neuron_monitors_reports_and_the_drivers_power_and_end
     assert reading.memory_utilization == pytest.approx(100 * 12519788544 / (16 * 103079215104))
     assert reading.power_percent == pytest.approx(18.86 / 2)
     assert reading.power_watts is None
-    # And neuron-monitor was asked for the two groups it needs, every 5 s
+    # And neuron-monitor was asked for the two groups it needs, every 15 s
     config = json.loads((tmp_path / "config.json").read_text())
-    assert config["period"] == "5s"
+    assert config["period"] == "15s"
     assert [m["type"] for m in config["neuron_runtimes"][0]["metrics"]] == ["neuroncore_counters", "memory_used"]
 
     # When it closes, neuron-monitor ends

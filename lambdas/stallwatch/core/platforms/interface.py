@@ -51,9 +51,7 @@ class PlatformDescription:
     name_hint: ClassVar[re.Pattern[str] | None] = None
     monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
     resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
-    host_agent_metrics: ClassVar[
-        tuple[str, ...]
-    ]  # the agent's per-host series a GPU job's decision reads (core.reading)
+    host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series of a GPU job (core.reading)
     host_series_read: ClassVar[int] = HOST_SERIES_READ  # every per-host series a decision reads (`host_period`)
     named_hosts: ClassVar[bool] = False  # its hosts are named by the platform (`JobFacts.instance_ids`), not counted
     # A stalled job may be restarted in place on its own nodes (`runtime.recover`), when its tags opt in.
