@@ -202,7 +202,6 @@ parameters() {  # parameters COUNT: PARAMS, the RunInstances options for COUNT n
   [[ -z $market ]] || PARAMS+=(--instance-market-options "{\"MarketType\":\"$market\"}")
 }
 
-
 # ---- the instance role: exactly what the nodes do ------------------------------------------------------------------
 # The stack's policy (metrics, logs, the agent's configuration and wheel); SSM's core (recovery in place sends its
 # health check and restart through SSM); the job's own S3: the code to copy, the checkpoints to write and read.
@@ -225,7 +224,8 @@ s3_statements() {
 }
 
 plan() {  # what a run makes and launches, read (never changed) before anything is made
-  local role group bound efa="$EFA_INTERFACES EFA each" policies="the stack's policy $policy_arn, AmazonSSMManagedInstanceCore"
+  local role group bound nodes="rank 0, then $((NODES - 1)) with its private IP" efa="$EFA_INTERFACES EFA each"
+  local policies="the stack's policy $policy_arn, AmazonSSMManagedInstanceCore"
   if [[ -n $INSTANCE_PROFILE ]]; then
     role="instance profile $PROFILE, used as it is"
   elif aws iam get-role --role-name "$PROFILE" >/dev/null 2>&1; then
@@ -235,6 +235,7 @@ plan() {  # what a run makes and launches, read (never changed) before anything 
   fi
   [ -z "$(s3_statements)" ] || policies+=" and stallwatch-job-s3 (the job's S3 prefixes)"
   (( EFA_INTERFACES > 0 )) || efa="no EFA"
+  (( NODES > 1 )) || nodes="rank 0 alone"
   if [[ $PLACEMENT_GROUP == none ]]; then
     group="no placement group"
   elif aws ec2 describe-placement-groups --group-names "$PLACEMENT_GROUP" >/dev/null 2>&1; then
@@ -251,7 +252,7 @@ plan() {  # what a run makes and launches, read (never changed) before anything 
 # DRY_RUN: checked, nothing created or launched. The run would make:
 #   $role, with $policies
 #   $group
-#   $NODES x $INSTANCE_TYPE, ${CAPACITY_RESERVATION:-On-Demand}${market:+ (a Capacity Block)}: rank 0, then $((NODES - 1)) with its private IP; $efa; in $SUBNET, $SECURITY_GROUP
+#   $NODES x $INSTANCE_TYPE, ${CAPACITY_RESERVATION:-On-Demand}${market:+ (a Capacity Block)}: $nodes; $efa; in $SUBNET, $SECURITY_GROUP
 #   tags stallwatch:job=$JOB${MODE:+, stallwatch:mode=$MODE}${RESUME:+, stallwatch:resume=$RESUME}${CHECKPOINT_URI:+, stallwatch:checkpoint=$CHECKPOINT_URI}
 #   each node boots user-data.sh: the CloudWatch agent ($agent_config), the trainer agent ($wheel_uri), then torchrun $TRAIN_COMMAND
 #   $bound; to end the job sooner: aws ec2 terminate-instances --instance-ids <the ids a run prints>
