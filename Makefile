@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
 
-.PHONY: setup slurm demo test lint format synth bench clean dist wheel-check lambda-lock images
+.PHONY: setup slurm demo test lint format synth deploy bench clean dist wheel-check lambda-lock images
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -51,6 +51,14 @@ format: setup
 
 synth: setup
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk synth
+
+# A first deploy in one command (docs/deploy.md): the toolchains, CDK's bootstrap of the credentials' account and region
+# (its synth needs no Lambda asset; bootstrapping again changes nothing), then the stack, whose IAM changes CDK shows
+# and asks about first.
+STACK ?= stallwatch
+deploy: setup
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk bootstrap -c stallwatch:bundle-dependencies=false
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH npx cdk deploy $(STACK)
 
 bench: setup
 	$(PY) bench/agent_overhead.py

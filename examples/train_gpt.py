@@ -3,7 +3,7 @@ Stallwatch detects.
 
     python examples/train_gpt.py --steps 60 --interval 5
     torchrun --nproc_per_node=2 examples/train_gpt.py --steps 60 --checkpoint-dir /tmp/ckpt   # DDP, one checkpoint
-    python examples/train_gpt.py --steps 0 --fault hang --fault-after 20      # stops stepping, keeps logging
+    python examples/train_gpt.py --steps 0 --fault hang --fault-after 20      # stops stepping, keeps logging (60 min)
     python examples/train_gpt.py --fault crash --fault-after 10               # NCCL/CUDA error, exit 1
     python examples/train_gpt.py --checkpoint-dir /opt/ml/checkpoints --checkpoint-every 100   # resumable
 
@@ -19,7 +19,8 @@ step, as a job resumed or restarted in place by Stallwatch does.
 Faults: hang (a collective that never returns, with NCCL-like watchdog lines on stderr), crash (a fatal NCCL/CUDA
 error and traceback, non-zero exit), checkpoint (a declared phase, then training resumes), idle (no steps and no
 output; the process stays alive). SIGTERM flushes the agent's last window and exits 0, as SageMaker's
-StopTrainingJob expects.
+StopTrainingJob expects; so does --max-minutes (60 by default), whatever the run is doing then, so that no run of
+the example goes on unbounded unless asked (--max-minutes 0).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ FAULTS = ("none", "hang", "crash", "checkpoint", "idle")
 CHECKPOINT_URI_ENV = "STALLWATCH_CHECKPOINT_URI"
 RESUMED_MARKER = "resumed from checkpoint at step"
 HANG_LOG_EVERY_S = 5.0
+DEFAULT_MAX_MINUTES = 60.0
 CRASH_LOG = (
     "[rank0]:[E ProcessGroupNCCL.cpp:1577] [PG 0 Rank 0] Process group watchdog thread terminated with exception: "
     "CUDA error: an illegal memory access was encountered\n"
@@ -116,9 +118,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the agent writes every thread's stack once no step has ended for this many seconds (and 3 step times)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=DEFAULT_MAX_MINUTES,
+        help="end the run after this long, whatever it is doing (a fault too); 0: never",
+    )
     args = parser.parse_args(argv)
     if args.steps < 0 or args.fault_after < 0 or args.log_every < 1 or args.checkpoint_every < 1:
         parser.error("--steps and --fault-after must be >= 0, --log-every and --checkpoint-every >= 1")
+    if args.max_minutes < 0:
+        parser.error("--max-minutes must be >= 0")
     return args
 
 
@@ -161,6 +171,9 @@ def crash() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_cleanly)  # installed first: the agent flushes, then chains to it
+    if args.max_minutes:
+        signal.signal(signal.SIGALRM, _out_of_time)
+        signal.setitimer(signal.ITIMER_REAL, args.max_minutes * 60)
     placement = Placement.from_environment()
     device = placement.start()
     try:
@@ -266,6 +279,11 @@ def inject(args: argparse.Namespace, agent: TrainerAgent, stdout: QuietableStrea
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _out_of_time(signum: int, frame: object) -> None:
+    print("train_gpt: --max-minutes reached: ending the run", file=sys.stderr, flush=True)
     raise SystemExit(0)
 
 

@@ -1,12 +1,13 @@
-"""A simulated GPU training node for Stallwatch's SSM documents: the tools they call, as small scripts.
+"""A simulated training node for Stallwatch's SSM documents: the tools they call, as small scripts.
 
-The health-check and restart documents (deploy/ssm/) run `nvidia-smi`, `journalctl`/`dmesg`, `fi_info`, `dcgmi`
-and `systemctl`. A node here is a directory whose `bin/` holds scripts of those names, answering in the formats
-the real tools print (nvidia-smi -q of a recent or an older driver, the kernel's NVRM Xid lines, libfabric's
-provider list), as a node in a given state would; the moto SSM extension runs the documents with that `bin/` first
-on PATH, so the documents' own commands and parsing are what runs.
+The health-check and restart documents (deploy/ssm/) run `nvidia-smi` (or, on a Trainium node, `neuron-ls`),
+`journalctl`/`dmesg`, `fi_info`, `dcgmi` and `systemctl`. A node here is a directory whose `bin/` holds scripts of
+those names, answering in the formats the real tools print (nvidia-smi -q of a recent or an older driver, neuron-ls's
+table, the kernel's NVRM Xid lines, libfabric's provider list), as a node in a given state would; the moto SSM
+extension runs the documents with that `bin/` first on PATH, so the documents' own commands and parsing are what runs.
 
     node = GpuNode(tmp / "i-0abc", fault=NodeFault.XID)   # 8 x A100; the kernel logged Xid 79 for one GPU
+    GpuNode(tmp / "i-0def", state=NodeState.trn1())      # a trn1.32xlarge: 16 Trainium devices, no nvidia-smi
     node.environment()                                   # {"PATH": ".../i-0abc/bin:/usr/bin:/bin", ...}
     node.restarts                                        # `systemctl restart stallwatch-train.service` calls
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from stallwatch.core.recovery import TRAINING_UNIT
 
 GPUS_P4D = 8
+TRN1_DEVICES = 16  # trn1.32xlarge: 16 Trainium chips
 NVLINKS_PER_GPU = 12  # A100 SXM4
 BUS_IDS = ("10:1C", "10:1D", "20:1C", "20:1D", "90:1C", "90:1D", "A0:1C", "A0:1D")
 RESTART_REQUEST = "restart-requested"  # written by systemctl restart: the demo restarts the host's training
@@ -65,6 +67,12 @@ class NodeState:
     smi_timeout: bool = False
     legacy_driver: bool = False  # an older driver's nvidia-smi -q (ECC as Single/Double Bit totals)
     restart_fails: bool = False  # the unit does not come back (systemctl is-active: failed)
+    neuron_devices: int | None = None  # a Neuron node's devices, as neuron-ls lists them (it has no nvidia-smi)
+
+    @classmethod
+    def trn1(cls, devices: int = TRN1_DEVICES) -> NodeState:
+        """A trn1.32xlarge with `devices` of its Trainium devices listed: the Neuron tools, no NVIDIA ones."""
+        return cls(gpus=0, neuron_devices=devices)
 
     @classmethod
     def with_fault(cls, fault: NodeFault) -> NodeState:
@@ -118,19 +126,12 @@ class GpuNode:
         s = self.state
         data = self.root / "data"
         data.mkdir(exist_ok=True)
-        (data / "smi-q.txt").write_text(nvidia_smi_q(s))
-        (data / "nvlink.txt").write_text(nvlink_status(s))
         (data / "kernel.log").write_text("\n".join([*BOOT_LINES, *s.xid_lines]) + "\n")
-        smi_exit = f"exit {TIMEOUT_EXIT}" if s.smi_timeout else ""
-        self._tool(
-            "nvidia-smi",
-            f"""{smi_exit}
-case "$*" in
-  -q*) cat {q(data / "smi-q.txt")} ;;
-  nvlink*) cat {q(data / "nvlink.txt")} ;;
-  *) echo "unsupported by the simulated node: $*" >&2; exit 2 ;;
-esac""",
-        )
+        if s.neuron_devices is not None:
+            (data / "neuron-ls.txt").write_text(neuron_ls(s.neuron_devices))
+            self._tool("neuron-ls", f"cat {q(data / 'neuron-ls.txt')}")
+        else:
+            self._nvidia_smi(data)
         self._tool("journalctl", f"cat {q(data / 'kernel.log')}")
         self._tool("dmesg", f"cat {q(data / 'kernel.log')}")
         if s.efa:
@@ -152,9 +153,24 @@ case "$1" in
 esac""",
         )
 
+    def _nvidia_smi(self, data: Path) -> None:
+        s = self.state
+        (data / "smi-q.txt").write_text(nvidia_smi_q(s))
+        (data / "nvlink.txt").write_text(nvlink_status(s))
+        smi_exit = f"exit {TIMEOUT_EXIT}" if s.smi_timeout else ""
+        self._tool(
+            "nvidia-smi",
+            f"""{smi_exit}
+case "$*" in
+  -q*) cat {q(data / "smi-q.txt")} ;;
+  nvlink*) cat {q(data / "nvlink.txt")} ;;
+  *) echo "unsupported by the simulated node: $*" >&2; exit 2 ;;
+esac""",
+        )
+
     def _tool(self, name: str, body: str) -> None:
         path = self.bin / name
-        path.write_text(f"#!/bin/sh\n# {name}, as a simulated GPU node answers (localrun/gpu_node.py)\n{body}\n")
+        path.write_text(f"#!/bin/sh\n# {name}, as a simulated node answers (localrun/gpu_node.py)\n{body}\n")
         path.chmod(0o755)
 
 
@@ -265,3 +281,38 @@ def nvlink_status(state: NodeState) -> str:
             down = index == 0 and link < state.nvlink_inactive
             lines.append(f"\t Link {link}: {'<inactive>' if down else '25 GB/s'}")
     return "\n".join(lines) + "\n"
+
+
+# `neuron-ls --topology` on a trn1.32xlarge, its table as AWS's Neuron Runtime guide records it
+# (aws-neuron/aws-neuron-sdk, neuron-runtime/nrt-api-guide.rst;
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/nrt-api-guide.html).
+NEURON_LS_TRN1 = """instance-type: trn1.32xlarge
+instance-id: i-0633517e496256bf8
++--------+--------+--------+---------------+---------+
+| NEURON | NEURON | NEURON |   CONNECTED   |   PCI   |
+| DEVICE | CORES  | MEMORY |    DEVICES    |   BDF   |
++--------+--------+--------+---------------+---------+
+| 0      | 2      | 32 GB  | 12, 3, 4, 1   | 10:1c.0 |
+| 1      | 2      | 32 GB  | 13, 0, 5, 2   | 10:1d.0 |
+| 2      | 2      | 32 GB  | 14, 1, 6, 3   | a0:1c.0 |
+| 3      | 2      | 32 GB  | 15, 2, 7, 0   | a0:1d.0 |
+| 4      | 2      | 32 GB  | 0, 7, 8, 5    | 20:1b.0 |
+| 5      | 2      | 32 GB  | 1, 4, 9, 6    | 20:1c.0 |
+| 6      | 2      | 32 GB  | 2, 5, 10, 7   | 90:1b.0 |
+| 7      | 2      | 32 GB  | 3, 6, 11, 4   | 90:1c.0 |
+| 8      | 2      | 32 GB  | 4, 11, 12, 9  | 20:1d.0 |
+| 9      | 2      | 32 GB  | 5, 8, 13, 10  | 20:1e.0 |
+| 10     | 2      | 32 GB  | 6, 9, 14, 11  | 90:1d.0 |
+| 11     | 2      | 32 GB  | 7, 10, 15, 8  | 90:1e.0 |
+| 12     | 2      | 32 GB  | 8, 15, 0, 13  | 10:1e.0 |
+| 13     | 2      | 32 GB  | 9, 12, 1, 14  | 10:1b.0 |
+| 14     | 2      | 32 GB  | 10, 13, 2, 15 | a0:1e.0 |
+| 15     | 2      | 32 GB  | 11, 14, 3, 12 | a0:1b.0 |
++--------+--------+--------+---------------+---------+"""
+
+
+def neuron_ls(devices: int) -> str:
+    """neuron-ls's table for a trn1.32xlarge that lists `devices` of its devices (the first ones)."""
+    lines = NEURON_LS_TRN1.splitlines()
+    header, rows, footer = lines[:6], lines[6:-1], lines[-1:]
+    return "\n".join([*header, *rows[:devices], *footer]) + "\n"

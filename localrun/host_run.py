@@ -54,7 +54,7 @@ def parse_progress(t: float, line: str) -> Progress | None:
     return Progress(
         t=t,
         step=None if step is None else int(step),
-        tflops_per_gpu=number("TFLOPsPerGPU"),
+        tflops_per_gpu=number("TFLOPsPerAccelerator"),
         mfu=number("MFU"),
         loss=number("Loss"),
         last_step_age=number("LastStepAge"),

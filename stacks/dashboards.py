@@ -85,7 +85,11 @@ class Dashboards(Construct):
             self._search_graph("Tokens/s per job", "TokensPerSecond", [DIM_JOB], "Average", _FLEET_PERIOD),
             self._search_graph("MFU per job (%)", "MFU", [DIM_JOB], "Average", _FLEET_PERIOD),
             self._search_graph(
-                "GPU utilization per host (agent)", "GPUUtilization", [DIM_JOB, DIM_HOST], "Average", _FLEET_PERIOD
+                "Accelerator utilization per host (agent: GPUs, NeuronCores)",
+                "AcceleratorUtilization",
+                [DIM_JOB, DIM_HOST],
+                "Average",
+                _FLEET_PERIOD,
             ),
             self._search_graph(
                 "GPU utilization per host (SageMaker)",
@@ -153,14 +157,16 @@ class Dashboards(Construct):
             self._job_graph("Step", [("Step", "Maximum")]),
             self._job_graph("Seconds since the last step", [("LastStepAge", "Maximum"), ("StepTime", "Average")]),
             self._job_graph("Throughput", [("TokensPerSecond", "Average"), ("SamplesPerSecond", "Average")]),
-            self._job_graph("TFLOPs per GPU and MFU (%)", [("TFLOPsPerGPU", "Average"), ("MFU", "Average")]),
+            self._job_graph(
+                "TFLOPs per accelerator and MFU (%)", [("TFLOPsPerAccelerator", "Average"), ("MFU", "Average")]
+            ),
             self._job_graph("Loss", [("Loss", "Average"), ("NonFiniteLoss", "Sum")]),
             self._job_graph("Phases: budget left, ETA (s)", [("PhaseBudgetRemaining", "Minimum"), ("ETA", "Minimum")]),
             self._job_graph("Data wait (%)", [("DataWaitFraction", "Average")]),
             self._goodput_graph(),
             self._search_graph(
-                "GPU utilization per host (%)",
-                "GPUUtilization",
+                "Accelerator utilization per host (%)",
+                "AcceleratorUtilization",
                 [DIM_JOB, DIM_HOST],
                 "Average",
                 DASHBOARD_PERIOD,
@@ -168,7 +174,15 @@ class Dashboards(Construct):
             ),
             self._search_graph(
                 "GPU power per host (W)",
-                "GPUPowerWatts",
+                "AcceleratorPowerWatts",
+                [DIM_JOB, DIM_HOST],
+                "Average",
+                DASHBOARD_PERIOD,
+                term=f'{DIM_JOB}="{JOB_PLACEHOLDER}"',
+            ),
+            self._search_graph(
+                "NeuronCore power per host (% of the device's maximum)",
+                "AcceleratorPowerPercent",
                 [DIM_JOB, DIM_HOST],
                 "Average",
                 DASHBOARD_PERIOD,

@@ -70,6 +70,8 @@ if name == "aws":
         print(os.environ.get("STUB_SUBNET_ZONE", "us-east-1a"))
     elif args[:2] in (["iam", "get-role"], ["ec2", "describe-placement-groups"]) and os.environ.get("STUB_ABSENT"):
         sys.exit(254)  # the AWS CLI's exit code for a service error (NoSuchEntity, InvalidPlacementGroup.Unknown)
+    elif args[:2] == ["ssm", "get-parameter"]:
+        print(Path(os.environ["STUB_AGENT_CONFIG"]).read_text())
     elif args[:2] == ["s3", "cp"]:
         with zipfile.ZipFile(args[-1], "w") as archive:
             archive.writestr("trainer_agent-0.1.0-py3-none-any.whl", b"wheel")
@@ -94,6 +96,7 @@ elif name == "agent-ctl" and args[:2] == ["-a", "fetch-config"]:
     pass
 """
 COMMANDS = ("aws", "curl", "uname", "dnf", "dpkg", "rpm", "systemctl", "python-stub", "agent-ctl", "sleep")
+COMMANDS += ("nvidia-smi", "shutdown")  # a GPU node's
 
 
 @pytest.fixture
@@ -121,6 +124,7 @@ def _env(stubs: dict[str, Path], **extra: str) -> dict[str, str]:
         "STUB_DIR": str(stubs["dir"]),
         "STUB_OUTPUTS": json.dumps(OUTPUTS),
         "STUB_ARCH": "x86_64",
+        "STUB_AGENT_CONFIG": str(DEPLOY / "cloudwatch-agent.json"),
         **extra,
     }
 
@@ -312,6 +316,7 @@ def test_a_two_node_launch_boots_both_nodes_into_one_torchrun_job(stubs: dict[st
             "TRAIN_COMMAND": "train.py --config configs/70b.yaml --lr=3e-4",
             "PYTHON": "python-stub",
             "STALLWATCH_CHECKPOINT_URI": "s3://my-bucket/checkpoints/llm-70b/",
+            "MAX_HOURS": "2",
         }
     )
 
@@ -334,6 +339,8 @@ def test_a_two_node_launch_boots_both_nodes_into_one_torchrun_job(stubs: dict[st
         [str(launcher)], env=_env(stubs, **envs["node1"]), capture_output=True, text=True, check=False
     )
     assert started.returncode == 0, started.stderr
+    # (the node powers off 2 hours after the training starts: launch.sh's bound)
+    assert _calls(stubs)[-2] == ["shutdown", "-P", "+120", "stallwatch: MAX_HOURS=2 reached"]
     assert _calls(stubs)[-1] == [
         "python-stub",
         "-m",
@@ -397,6 +404,26 @@ def test_the_cloudwatch_agent_is_installed_for_the_nodes_os_and_architecture(
     calls = _calls(stubs)
     assert expected in calls
     assert ["agent-ctl", "-a", "fetch-config", "-m", "ec2", "-s", "-c", "ssm:AmazonCloudWatch-stallwatch-ec2"] in calls
+
+
+def test_a_node_without_nvidia_smi_starts_the_cloudwatch_agent_without_its_gpu_metrics(stubs: dict[str, Path]) -> None:
+    # Given a Trainium node (no nvidia-smi: the CloudWatch agent will not start with nvidia_gpu metrics there) and the
+    # user data of a one-node job
+    (stubs["bin"] / "nvidia-smi").unlink()
+    assert _launch(stubs, NODES="1").returncode == 0
+    root = stubs["dir"] / "trn1"
+    _preinstalled_agent(root, stubs)
+
+    # When it boots
+    booted = _boot(stubs, stubs["dir"] / "rank0.sh", root, {})
+
+    # Then the agent runs the stack's configuration without the GPU metrics, and the training logs still ship
+    assert booted.returncode == 0, booted.stderr
+    config = root / "opt/stallwatch/cloudwatch-agent.json"
+    assert ["agent-ctl", "-a", "fetch-config", "-m", "ec2", "-s", "-c", f"file:{config}"] in _calls(stubs)
+    assert json.loads(config.read_text()) == {key: AGENT_CONFIG[key] for key in ("agent", "logs")}
+    assert ["aws", "ssm", "get-parameter", "--region", "us-east-1", "--name", OUTPUTS["Ec2AgentConfigParameter"],
+            "--query", "Parameter.Value", "--output", "text"] in _calls(stubs)  # fmt: skip
 
 
 def test_a_job_name_read_from_the_instance_tag_when_launch_sh_is_not_the_launcher(stubs: dict[str, Path]) -> None:
@@ -463,8 +490,15 @@ REQUIRED = {
     "SECURITY_GROUP": "sg-0123456789abcdef0",
     "TRAIN_COMMAND": "train.py --config configs/70b.yaml",
 }
-# What launch.sh may ask of AWS before it has checked every value: reads only.
-READS = (("cloudformation", "describe-stacks"), ("ec2", "describe-capacity-reservations"), ("ec2", "describe-subnets"))
+# What launch.sh asks of AWS before it has checked every value, and for a dry run's plan: reads only.
+READS = (
+    ("cloudformation", "describe-stacks"),
+    ("ec2", "describe-capacity-reservations"),
+    ("ec2", "describe-subnets"),
+    ("iam", "get-role"),
+    ("ec2", "describe-placement-groups"),
+)
+P5 = {"INSTANCE_TYPE": "p5.48xlarge"}
 
 
 def _launch_only(stubs: dict[str, Path], reservation: list[str] | None = None, **values: str) -> Any:
@@ -508,8 +542,8 @@ def test_a_p5_cluster_is_launched_with_32_efas_in_a_placement_group_into_its_cap
     # Given a Capacity Block of 4 p5.48xlarge, active, in the subnet's zone
     block = ["capacity-block", "p5.48xlarge", "us-east-1a", "active", "4", "None"]
 
-    # When launch.sh launches 4 p5 nodes into it (p5.48xlarge is the default type)
-    launched = _launch_only(stubs, block, CAPACITY_RESERVATION=RESERVATION)
+    # When launch.sh launches 4 p5 nodes into it
+    launched = _launch_only(stubs, block, CAPACITY_RESERVATION=RESERVATION, **P5)
     assert launched.returncode == 0, launched.stderr
 
     # Then rank 0, then the 3 others (all or none), each with one EFA per network card: the primary (card 0,
@@ -626,7 +660,7 @@ def test_a_value_the_job_cannot_run_with_is_refused_before_anything_is_created_o
 def test_a_reservation_that_cannot_hold_the_job_is_refused_before_any_launch(
     stubs: dict[str, Path], reservation: list[str], said: str
 ) -> None:
-    refused = _launch_only(stubs, reservation, CAPACITY_RESERVATION=RESERVATION)
+    refused = _launch_only(stubs, reservation, CAPACITY_RESERVATION=RESERVATION, **P5)
     assert refused.returncode == 2
     assert said in refused.stderr
     assert _aws_changes(stubs) == []
@@ -668,16 +702,48 @@ def test_the_role_it_creates_holds_exactly_what_the_nodes_need(stubs: dict[str, 
     assert _request(stubs, "rank0")["IamInstanceProfile"] == {"Name": role}
 
 
-def test_a_dry_run_prints_the_commands_and_changes_nothing(stubs: dict[str, Path]) -> None:
-    printed = _launch_only(stubs, DRY_RUN="1")
+def test_a_dry_run_prints_a_plan_and_its_commands_and_changes_nothing(stubs: dict[str, Path]) -> None:
+    printed = _launch_only(stubs, DRY_RUN="1", CHECKPOINT_URI="s3://ckpt/llm-70b/", **P5)
     assert printed.returncode == 0, printed.stderr
-    commands = [shlex.split(line) for line in printed.stdout.splitlines()]
+    plan = [line for line in printed.stdout.splitlines() if line.startswith("#")]
+    commands = [shlex.split(line) for line in printed.stdout.splitlines() if not line.startswith("#")]
+
+    # Then it reads as a plan: the role and instance profile, the placement group and the nodes a run would make
+    # (the stub says the role and the group exist), how long they run and how to end them
+    said = "\n".join(plan)
+    assert f"role and instance profile stallwatch-{JOB}: exist, brought up to date" in said
+    assert "AmazonSSMManagedInstanceCore and stallwatch-job-s3" in said
+    assert f"placement group stallwatch-{JOB}: exists, used" in said
+    assert "4 x p5.48xlarge, On-Demand: rank 0, then 3 with its private IP; 32 EFA each" in said
+    assert "each node powers off 2 h after its training starts" in said
+    assert "aws ec2 terminate-instances" in said
+    assert len(printed.stdout) < 16_000
+    # And the two launches as they would run, the only commands
     assert [command[:3] for command in commands] == [["aws", "ec2", "run-instances"]] * 2
     rank0, others = (_as_request(command[3:]) for command in commands)
     _valid_request(rank0)
     assert (rank0["MinCount"], others["MinCount"]) == (1, 3)
     assert len(rank0["NetworkInterfaces"]) == 32
     assert _aws_changes(stubs) == []
+
+
+def test_a_dry_run_says_what_a_run_would_create(stubs: dict[str, Path]) -> None:
+    printed = _launch_only(stubs, DRY_RUN="1", STUB_ABSENT="1")  # no such role, no such placement group
+    assert printed.returncode == 0, printed.stderr
+    assert f"role and instance profile stallwatch-{JOB}: created" in printed.stdout
+    assert f"placement group stallwatch-{JOB} (cluster): created" in printed.stdout
+    assert _aws_changes(stubs) == []
+
+
+def test_the_launchers_defaults_are_small_nodes_that_power_off(stubs: dict[str, Path]) -> None:
+    # When launch.sh runs with only the values it requires
+    assert _launch_only(stubs).returncode == 0
+
+    # Then the nodes are g5.xlarge (one GPU each), without EFA, and each powers off 2 hours after its training starts
+    rank0 = _request(stubs, "rank0")
+    assert rank0["InstanceType"] == "g5.xlarge"
+    assert [i.get("InterfaceType") for i in rank0["NetworkInterfaces"]] == [None]
+    assert "MAX_HOURS=2\n" in (stubs["dir"] / "rank0.sh").read_text()
 
 
 def test_help_and_docs_name_every_value_launch_sh_reads() -> None:

@@ -6,6 +6,8 @@ A marker is an HTML comment on the line before the fence (Markdown renders nothi
     <!-- offline -->                      a ```bash or ```python block, run as it is
     <!-- offline with training-loop -->   a ```python block, run after the named preamble (`PREAMBLES`)
     <!-- offline: config -->             a ```json block: a StallwatchConfig, or a cdk.json whose context holds one
+    <!-- output: <command> (...) -->     a block quoting what `command` prints: it is run, and its lines must be the
+                                          block's, each … in them standing for any text (an id)
 
 Bash blocks run with `bash -euo pipefail` in one folder shared by the module (the repository's corpus, examples and
 deploy linked in, the CLI's virtualenv first on PATH, no AWS credentials); Python blocks in a fresh interpreter there.
@@ -14,9 +16,11 @@ Unmarked blocks are not run: they need an account, a GPU or minutes (the tests n
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,11 +30,16 @@ import pytest
 
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.policy import Policy, Thresholds
+from stallwatch.core.signals import Platform
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 MARKER = re.compile(r"^\s*<!--\s*offline(?:\s+with\s+(?P<preamble>[a-z-]+)|:\s*(?P<config>config))?\s*-->\s*$")
 FENCE = re.compile(r"^\s*```(?P<lang>\w*)\s*$")
+OUTPUT_MARKER = re.compile(r"^\s*<!--\s*output:\s*(?P<command>[^(]+?)\s*(?:\(.*\))?\s*-->\s*$")
+ELIDED = "…"  # in a quoted output: any text
+OUTPUT_TIMEOUT_S = 600
+OUTPUT_COLUMNS = "1000"  # rich wraps at the terminal's width: none here
 LINKED = ("corpus", "examples", "deploy", "trainer_agent")  # what the blocks read, by relative path
 BLOCK_TIMEOUT_S = 120
 
@@ -74,25 +83,32 @@ class Block:
         return f"{self.document.relative_to(ROOT)}:{self.line}"
 
 
-def marked_blocks(path: Path) -> list[Block]:
-    """Every marked block of `path`; a marker not followed by a fence is an error, never a silent skip."""
+def marked_blocks(path: Path, marker: re.Pattern[str] = MARKER) -> list[tuple[re.Match[str], Block]]:
+    """Every block of `path` that `marker` marks, with the marker's match; a marker not followed by a fence is an
+    error, never a silent skip."""
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks = []
     for index, line in enumerate(lines):
-        marker = MARKER.match(line)
-        if marker is None:
+        found = marker.match(line)
+        if found is None:
             continue
         fence = FENCE.match(lines[index + 1]) if index + 1 < len(lines) else None
         if fence is None:
-            raise AssertionError(f"{path.name}:{index + 1}: an offline marker must be right before a fence")
+            raise AssertionError(f"{path.name}:{index + 1}: a marker must be right before a fence")
         end = next(i for i in range(index + 2, len(lines)) if lines[i].strip().startswith("```"))
         indent = len(lines[index + 1]) - len(lines[index + 1].lstrip())
         body = "\n".join(text[indent:] for text in lines[index + 2 : end])
-        blocks.append(Block(path, index + 2, fence["lang"], body, marker["preamble"], bool(marker["config"])))
+        preamble = found.groupdict().get("preamble")
+        blocks.append(
+            (found, Block(path, index + 2, fence["lang"], body, preamble, bool(found.groupdict().get("config"))))
+        )
     return blocks
 
 
-BLOCKS = [block for document in DOCUMENTS for block in marked_blocks(document)]
+BLOCKS = [block for document in DOCUMENTS for _, block in marked_blocks(document)]
+OUTPUTS = [
+    (found["command"], block) for document in DOCUMENTS for found, block in marked_blocks(document, OUTPUT_MARKER)
+]
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +152,31 @@ def test_a_marked_command_or_snippet_runs_as_written(block: Block, workdir: Path
     )
 
 
+@pytest.mark.parametrize(("command", "block"), OUTPUTS, ids=[block.name for _, block in OUTPUTS])
+def test_a_quoted_output_is_what_its_command_prints(command: str, block: Block, workdir: Path) -> None:
+    # When the quoted command runs (the checkout's CLI, no account)
+    ran = subprocess.run(
+        shlex.split(command),
+        cwd=workdir,
+        env=_environment(workdir) | {"COLUMNS": OUTPUT_COLUMNS},
+        capture_output=True,
+        text=True,
+        timeout=OUTPUT_TIMEOUT_S,
+    )
+    assert ran.returncode == 0, f"{command} failed ({ran.returncode}):\n{ran.stdout[-2000:]}\n{ran.stderr[-3000:]}"
+
+    # Then it printed the quoted lines, one for one
+    printed, quoted = ran.stdout.splitlines(), block.text.splitlines()
+    differ = [(q, p) for q, p in itertools.zip_longest(quoted, printed, fillvalue="") if not _same_line(q, p)]
+    assert differ == [], f"{block.name}: the quoted output is not what `{command}` prints (quoted, printed): {differ}"
+
+
+def _same_line(quoted: str, printed: str) -> bool:
+    """Whether `printed` is the `quoted` line, each … of it standing for any text."""
+    pattern = ".*?".join(re.escape(part) for part in quoted.rstrip().split(ELIDED))
+    return re.fullmatch(pattern, printed.rstrip()) is not None
+
+
 @pytest.mark.parametrize("block", [b for b in BLOCKS if b.config], ids=lambda b: b.name)
 def test_a_marked_config_is_one_the_stack_accepts(block: Block) -> None:
     document = json.loads(block.text if block.text.lstrip().startswith("{") else "{" + block.text + "}")
@@ -173,3 +214,27 @@ def _same(default: object, quoted: str) -> bool:
         return float(quoted) == float(default)
     except ValueError:
         return False
+
+
+def test_the_readmes_fault_mix_figures_are_the_benchmarks_ones() -> None:
+    # Given docs/benchmarks.md's fault mix: its first table's rows (group -> stalls, stopped, recall, p50, p95)
+    fault_mix = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8").split("## Fault mix", 1)[1]
+    table = fault_mix.split("| group |", 1)[1].split("\n\n", 1)[0]
+    rows = {
+        cells[0]: cells[1:]
+        for line in table.splitlines()[2:]
+        if (cells := [c.strip() for c in line.strip("|").split("|")])
+    }
+    stalls, _, _, p50, _ = rows["all"]
+    with_agent, without = rows["with the agent"][4], rows["without the agent"][4]
+
+    # Then the README says the same
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"all {stalls} stalls that leave the job running are stopped, {p50} minutes after their onset" in readme
+    assert f"({with_agent} at p95 with the agent, {without} without)" in readme
+
+
+def test_the_clis_platform_flag_names_every_platform() -> None:
+    [row] = [line for line in (ROOT / "docs" / "operators.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| `--platform` |")]  # fmt: skip
+    assert [platform for platform in Platform if f"`{platform}`" not in row] == []

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
+import moto
 import pytest
 
 from stallwatch.core import contract
@@ -121,3 +123,57 @@ def test_the_execution_role_may_publish_the_agents_metrics_only_in_stallwatchs_n
     [metrics] = [s for s in policy["Statement"] if s["Action"] == "cloudwatch:PutMetricData"]
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": contract.NAMESPACE}}
     assert not [s for s in policy["Statement"] if "*" in s["Action"] or s["Action"] == "*"]
+
+
+def test_the_default_job_is_one_small_gpu_for_a_bounded_run(tmp_path: Path) -> None:
+    # Given the example's defaults, as its command line has them
+    args = _parsed(["--bucket", "b"])
+
+    # When it builds the job with them
+    arguments = example.estimator_arguments(
+        job=args.job, role="arn:aws:iam::123456789012:role/training", bucket="b", source_dir=tmp_path,
+        instance_type=args.instance_type, instances=args.instances, mode=args.mode, restarts=args.restarts,
+        steps=args.steps, max_run_minutes=args.max_run_minutes,
+    )  # fmt: skip
+
+    # Then it is one ml.g5.xlarge (one GPU) for 2,000 steps, which SageMaker ends after an hour whatever it does
+    assert (arguments["instance_type"], arguments["instance_count"]) == ("ml.g5.xlarge", 1)
+    assert arguments["hyperparameters"]["steps"] == 2000
+    assert arguments["max_run"] == 3600
+
+
+def test_create_role_makes_the_execution_role_sagemaker_assumes_and_updates_it_when_it_exists(monkeypatch) -> None:
+    monkeypatch.setattr(example, "IAM_SETTLE_S", 0)
+    with moto.mock_aws():
+        iam = boto3.client("iam")
+
+        # When the role is made for a resumable job, then made again for another bucket
+        arn = example.create_execution_role(iam, "stallwatch-example", "my-bucket", resumable=True)
+        again = example.create_execution_role(iam, "stallwatch-example", "other-bucket", resumable=False)
+
+        # Then SageMaker may assume it, it holds the example's permissions (the latest bucket's), and it is tagged so
+        # that Stallwatch may pass it to a resume
+        role = iam.get_role(RoleName="stallwatch-example")["Role"]
+        assert arn == again == role["Arn"]
+        [trust] = role["AssumeRolePolicyDocument"]["Statement"]
+        assert (trust["Principal"], trust["Action"]) == ({"Service": "sagemaker.amazonaws.com"}, "sts:AssumeRole")
+        policy = iam.get_role_policy(RoleName="stallwatch-example", PolicyName=example.ROLE_POLICY_NAME)
+        assert policy["PolicyDocument"] == example.execution_role_policy("other-bucket")
+        tags = {t["Key"]: t["Value"] for t in iam.list_role_tags(RoleName="stallwatch-example")["Tags"]}
+        assert tags == {RESUME_TAG: "true"}
+
+
+def test_launching_needs_a_role_or_a_role_to_create(capsys) -> None:
+    with pytest.raises(SystemExit):
+        example.main(["--bucket", "b"])
+    assert "give --role" in capsys.readouterr().err
+
+
+def test_without_a_wheel_in_dist_the_example_builds_one_there(tmp_path: Path) -> None:
+    # Given an empty dist folder, When the example looks for the wheel, Then it builds the checkout's there
+    wheel = example.built_wheel(tmp_path)
+    assert wheel.parent == tmp_path
+    assert wheel.name.startswith("trainer_agent-")
+    assert wheel.suffix == ".whl"
+    # ...and finds that one again without building
+    assert example.built_wheel(tmp_path) == wheel

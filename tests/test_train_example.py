@@ -20,6 +20,7 @@ sys.path.insert(0, str(EXAMPLES))  # the example's modules import each other as 
 
 from checkpoints import LocalCheckpoints, checkpoint_store  # noqa: E402
 from distributed import LauncherError, Placement  # noqa: E402
+from train_gpt import parse_args  # noqa: E402
 
 TORCHRUN_TIMEOUT_S = 240
 
@@ -168,3 +169,23 @@ def test_an_s3_prefix_holds_the_checkpoint_under_it() -> None:
         assert [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="ckpt")["Contents"]] == [
             "runs/llm-70b/checkpoint.pt"
         ]
+
+
+def test_a_hung_run_ends_at_its_max_minutes_and_the_default_bounds_every_run(tmp_path: Path) -> None:
+    # Given the example hung at its second step, with a bound of 30 seconds
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "STALLWATCH_", "RANK", "WORLD_SIZE"))}
+    env |= {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    command = [
+        sys.executable, str(EXAMPLES / "train_gpt.py"), "--steps", "0", "--fault", "hang", "--fault-after", "2",
+        "--interval", "60", "--batch-size", "2", "--max-minutes", "0.5",
+    ]  # fmt: skip
+
+    # When it runs
+    ran = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TORCHRUN_TIMEOUT_S, check=False)
+
+    # Then it ends cleanly at its bound, the agent's last window flushed, as a stop would end it
+    assert ran.returncode == 0, ran.stderr
+    assert "fault hang at step 2" in ran.stdout
+    assert "--max-minutes reached" in ran.stderr
+    # ...and a run given no bound has one: an hour
+    assert parse_args([]).max_minutes == 60

@@ -30,22 +30,35 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from trainer_agent import sigterm
+from trainer_agent import neuron, sigterm
 from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
 from trainer_agent.gpu_sampler import GpuSampler
 from trainer_agent.identity import Identity
 from trainer_agent.log import logger, warn_once
+from trainer_agent.neuron_sampler import NeuronSampler
 from trainer_agent.peaks import peak_tflops as table_peak_tflops
 from trainer_agent.peaks import precision_key
 from trainer_agent.pending import CompletedStep, CudaStepEvents, LossBuffer, read
 from trainer_agent.sinks import AUTO, Sink, build_sinks
 from trainer_agent.stack_dumps import StackWatch, StallDumps
-from trainer_agent.window import Progress, Scale, Window, WindowTotals, host_metrics, job_metrics
+from trainer_agent.window import (
+    Progress,
+    Scale,
+    Window,
+    WindowTotals,
+    host_metrics,
+    job_metrics,
+    with_old_names,
+)
 
 DEFAULT_INTERVAL_S = 60.0
 MIN_INTERVAL_S = 1.0
-GPU_SAMPLE_S = 5.0
-"""NVML is sampled this often (or once per window if shorter) and averaged over the window."""
+ACCELERATOR_SAMPLE_S = 5.0
+"""NVML (or neuron-monitor's newest report) is sampled this often (or once per window if shorter) and averaged over
+the window."""
+DEVICES = ("cuda", "xla", "cpu")
+"""The devices the loop may run on: CUDA (its step ends timed by CUDA events), XLA (torch-neuronx on Trainium; the
+host's times) and the CPU."""
 THREAD_JOIN_S = 2.0
 """close() waits this long, and at most a quarter of its timeout, for the background thread to stop (it may be
 stuck in NVML on a failing GPU): the final window needs the rest of the time for the sinks."""
@@ -97,14 +110,16 @@ class TrainerAgent:
             job_name: the JobName dimension; default as `Identity.detect` finds it (see trainer_agent.identity).
             flops_per_step: model FLOPs of one optimizer step on this rank (forward + backward).
             flops_per_token: ...or per token for the whole model (see trainer_agent.flops); needs step(tokens=).
-            peak_tflops: peak TFLOP/s of one device; default from trainer_agent.peaks for `precision`.
+            peak_tflops: peak TFLOP/s of one rank's device; default from trainer_agent.peaks for `precision` (a GPU,
+                or on XLA the NeuronCore the Neuron driver names).
             total_steps: enables ETA.
             interval_s: the emission window in seconds (< 60 publishes high-resolution metrics).
             sinks: "auto" (CloudWatch when boto3 and credentials exist, plus the EMF stdout line) or a list.
             precision: the precision MFU is relative to ("bf16", "fp16", "tf32", "fp32", "fp8").
             data_parallel_size: ranks consuming distinct data (default: world size, as DDP and FSDP have);
                 step(tokens=, samples=) are this rank's and count data_parallel_size times.
-            device: "cuda" or "cpu"; default "cuda" when torch is imported and CUDA is available.
+            device: "cuda", "xla" or "cpu"; default "cuda" when torch is imported and CUDA is available, else "xla"
+                when torch_xla is imported (torch-neuronx imports it), else "cpu".
             handle_sigterm: flush the last window on SIGTERM, then let the previous disposition apply.
             stall_dumps: when every rank writes its threads' stacks (once per stall, and at SIGTERM while the loop
                 is blocked) to the sinks that take them; None: never.
@@ -118,8 +133,8 @@ class TrainerAgent:
         self.interval_s = float(interval_s)
         self.total_steps = total_steps
         self.device = device or _default_device()
-        if self.device not in ("cuda", "cpu"):
-            raise ValueError(f"device must be 'cuda' or 'cpu', not {self.device!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {', '.join(DEVICES)}, not {self.device!r}")
         precision_key(precision)
         self.active = self.identity.reports_job or self.identity.reports_host
         """False on ranks that report nothing: every method is then a no-op, and nothing is logged."""
@@ -153,7 +168,7 @@ class TrainerAgent:
         self._seconds_per_step: float | None = None
         self._losses = LossBuffer()
         self._events = CudaStepEvents(sys.modules["torch"]) if self.device == "cuda" else None
-        self._gpus = GpuSampler() if self.identity.reports_host else None
+        self._accelerators = _accelerator_sampler() if self.identity.reports_host else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._stacks: StackWatch | None = None
@@ -303,6 +318,8 @@ class TrainerAgent:
                 self._thread.join(min(timeout_s / 4, THREAD_JOIN_S))
             if self.active:
                 self._emit()
+            if self._accelerators is not None:
+                self._accelerators.close()
             self.sinks.close(max(deadline - time.monotonic(), 0.0))
         finally:
             atexit.unregister(self.close)
@@ -321,11 +338,11 @@ class TrainerAgent:
 
     def _run(self) -> None:
         next_emit = time.monotonic() + self.interval_s
-        sample_every = min(GPU_SAMPLE_S, self.interval_s)
+        sample_every = min(ACCELERATOR_SAMPLE_S, self.interval_s)
         while not self._stop.wait(max(min(next_emit - time.monotonic(), sample_every), 0.0)):
             try:
-                if self._gpus is not None:
-                    self._gpus.sample()
+                if self._accelerators is not None:
+                    self._accelerators.sample()
                 now = time.monotonic()
                 if now >= next_emit:
                     next_emit += self.interval_s
@@ -346,9 +363,12 @@ class TrainerAgent:
         windows = []
         if ident.reports_job:
             metrics = job_metrics(totals, progress, self.scale)
+            metrics = with_old_names(metrics) if self.device == "cuda" else metrics
             windows.append(Window(SCOPE_JOB, t, ident.job, ident.host, ident.rank, self.interval_s, metrics, phase))
         if ident.reports_host:
-            metrics = host_metrics(totals, self._gpus.take() if self._gpus is not None else None)
+            sampler = self._accelerators
+            metrics = host_metrics(totals, sampler.take() if sampler is not None else None)
+            metrics = with_old_names(metrics) if sampler is not None and sampler.gpus else metrics
             windows.append(Window(SCOPE_HOST, t, ident.job, ident.host, ident.rank, self.interval_s, metrics, phase))
         for window in windows:
             self.sinks.emit(window)
@@ -482,11 +502,21 @@ os.register_at_fork(after_in_child=_forked_child)
 
 def _default_device() -> str:
     torch = sys.modules.get("torch")
-    return "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
+    if torch is not None and torch.cuda.is_available():
+        return "cuda"
+    return "xla" if sys.modules.get("torch_xla") is not None else "cpu"
 
 
 def _device_name(device: str) -> str:
+    """The device as trainer_agent.peaks looks it up: CUDA's name for the GPU, on XLA the Neuron driver's NeuronCore."""
     if device == "cuda":
         torch = sys.modules["torch"]
         return str(torch.cuda.get_device_name(torch.cuda.current_device()))
+    if device == "xla":
+        return neuron.core_name() or device
     return device
+
+
+def _accelerator_sampler() -> GpuSampler | NeuronSampler:
+    """The host's accelerators' sampler: neuron-monitor's on a host with Neuron devices, else NVML's."""
+    return NeuronSampler() if neuron.present() else GpuSampler()

@@ -14,7 +14,7 @@ from typing import Any
 
 from trainer_agent.contract import DIM_HOST, DIM_JOB, HOST_METRICS, JOB_METRICS, NAMESPACE, SCOPE_JOB
 from trainer_agent.emf import storage_resolution
-from trainer_agent.log import logger, warn_once
+from trainer_agent.log import cause_key, logger, warn_once
 from trainer_agent.window import Window
 
 QUEUE_WINDOWS = 256
@@ -66,6 +66,7 @@ class CloudWatchSink:
         self._deadline = float("inf")
         self._thread: threading.Thread | None = None
         self._start_lock = threading.RLock()
+        self._full_key = cause_key("cloudwatch-full")
 
     def emit(self, window: Window) -> None:
         """Queue the window's datums; never waits."""
@@ -74,9 +75,7 @@ class CloudWatchSink:
             self._queue.put_nowait(self.datums(window))
         except queue.Full:
             self.dropped += 1
-            warn_once(
-                f"cloudwatch-full:{id(self)}", "CloudWatch queue full (%d windows); dropping windows", QUEUE_WINDOWS
-            )
+            warn_once(self._full_key, "CloudWatch queue full (%d windows); dropping windows", QUEUE_WINDOWS)
 
     def datums(self, window: Window) -> list[dict[str, Any]]:
         """The PutMetricData MetricData entries of a window."""

@@ -18,6 +18,7 @@ JOB_METRICS: dict[str, str] = {
     "StepTime": "Seconds",
     "TokensPerSecond": "Count/Second",
     "SamplesPerSecond": "Count/Second",
+    "TFLOPsPerAccelerator": "None",
     "TFLOPsPerGPU": "None",
     "MFU": "Percent",
     "DataWaitFraction": "Percent",
@@ -27,13 +28,28 @@ JOB_METRICS: dict[str, str] = {
     "ETA": "Seconds",
 }
 
-# Per window, emitted by one process per host with dimensions JobName and Host: liveness, not progress.
+# Per window, emitted by one process per host with dimensions JobName and Host: liveness, not progress. An accelerator
+# is a GPU or a NeuronCore; a NeuronCore's power is a percentage of its device's maximum (the Neuron driver gives no
+# watts), its utilization and memory are neuron-monitor's.
 HOST_METRICS: dict[str, str] = {
     "Heartbeat": "Count",
+    "AcceleratorPowerWatts": "None",
+    "AcceleratorPowerPercent": "Percent",
+    "AcceleratorUtilization": "Percent",
+    "AcceleratorMemoryUtilization": "Percent",
     "GPUPowerWatts": "None",
     "GPUUtilization": "Percent",
     "GPUMemoryUtilization": "Percent",
     "StepTime": "Seconds",
+}
+
+# Renamed for accelerators that are not GPUs (old name -> new name). For one release the agent still emits the old name
+# beside the new one where the device is a GPU, and the control plane reads the old name from an older agent.
+RENAMED_METRICS: dict[str, str] = {
+    "TFLOPsPerGPU": "TFLOPsPerAccelerator",
+    "GPUPowerWatts": "AcceleratorPowerWatts",
+    "GPUUtilization": "AcceleratorUtilization",
+    "GPUMemoryUtilization": "AcceleratorMemoryUtilization",
 }
 
 # The scopes a window is emitted for: job metrics from global rank 0, host metrics from one process per host.

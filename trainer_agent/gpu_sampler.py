@@ -2,6 +2,7 @@
 
 Sampled by the agent's background thread; handles are opened once and cached. Without pynvml
 (nvidia-ml-py) or a driver, `take()` returns None and the host metrics carry only Heartbeat/StepTime.
+A Neuron host's sampler is trainer_agent.neuron_sampler's, with the same `sample()`, `take()` and `close()`.
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainer_agent.log import logger
-from trainer_agent.window import GpuReading
+from trainer_agent.window import AcceleratorReading
 
 MILLIWATTS_PER_WATT = 1000.0
 
 
 class GpuSampler:
     """Accumulates NVML samples between `take()` calls."""
+
+    gpus = True
+    """Its readings are GPUs': the host window carries the metrics' old GPU names too (window.with_old_names)."""
 
     def __init__(self) -> None:
         self._nvml: Any = None
@@ -40,13 +44,16 @@ class GpuSampler:
             self._sums[index] += sum(reading[index] for reading in readings) / len(readings)
         self._samples += 1
 
-    def take(self) -> GpuReading | None:
+    def take(self) -> AcceleratorReading | None:
         """The means since the last take, or None without samples."""
         if not self._samples:
             return None
         power, utilization, memory = (total / self._samples for total in self._sums)
         self._sums, self._samples = [0.0, 0.0, 0.0], 0
-        return GpuReading(power_watts=power, utilization=utilization, memory_utilization=memory)
+        return AcceleratorReading(utilization=utilization, memory_utilization=memory, power_watts=power)
+
+    def close(self) -> None:
+        """Nothing to release: NVML stays initialised for the process."""
 
     def _open(self) -> None:
         self._opened = True

@@ -1,8 +1,10 @@
 """Peak dense TFLOP/s per device and precision, for MFU. Never guesses: unknown means None.
 
     peak_tflops("NVIDIA H100 80GB HBM3", "bf16")   # 989.4
+    peak_tflops("NeuronCore-v2", "bf16")            # 95.0: one of a Trainium chip's two NeuronCores (trn1)
     peak_tflops("cpu", "bf16")                      # None (and MFU is not reported)
 
+A device is what one rank drives: a GPU, or a NeuronCore (on trn2, a logical NeuronCore of LNC physical ones).
 Figures are dense (no 2:4 sparsity): half the "with sparsity" numbers of NVIDIA's datasheets.
 """
 
@@ -27,7 +29,7 @@ PRECISIONS = {
     "fp8": "fp8",
 }
 
-# Device -> precision -> peak dense TFLOP/s of one device (one chip for Trainium).
+# Device -> precision -> peak dense TFLOP/s of one device (one NeuronCore for Trainium).
 PEAK_TFLOPS: dict[str, dict[str, float]] = {
     # NVIDIA A100 datasheet (SXM and PCIe have the same tensor-core peaks).
     "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
@@ -49,12 +51,16 @@ PEAK_TFLOPS: dict[str, dict[str, float]] = {
     "V100 SXM": {"fp16": 125.0, "fp32": 15.7},
     "V100 PCIe": {"fp16": 112.0, "fp32": 14.0},
     "T4": {"fp16": 65.0, "fp32": 8.1},
-    # AWS Trainium chips (trn1: 2 NeuronCore-v2; trn2: 8 NeuronCore-v3).
-    "Trainium": {"bf16": 190.0, "fp16": 190.0, "fp32": 47.5},
-    "Trainium2": {"fp8": 1299.0, "bf16": 667.0, "fp16": 667.0, "fp32": 181.0},
+    # AWS Neuron architecture guides, per chip divided by its NeuronCores. Trainium (trn1): 2 NeuronCore-v2 deliver
+    # 190 FP16/BF16/cFP8/TF32 and 47.5 FP32 TFLOPS. Trainium2 (trn2): 8 NeuronCore-v3 deliver 1,299 FP8, 667
+    # BF16/FP16/TF32 and 181 FP32 TFLOPS; a rank drives a logical NeuronCore of two of them (LNC=2, trn2's default).
+    "NeuronCore-v2": {"fp8": 95.0, "bf16": 95.0, "fp16": 95.0, "tf32": 95.0, "fp32": 23.75},
+    "NeuronCore-v3": {"fp8": 162.375, "bf16": 83.375, "fp16": 83.375, "tf32": 83.375, "fp32": 22.625},
 }
+PEAK_TFLOPS["NeuronCore-v3 LNC=2"] = {precision: 2 * peak for precision, peak in PEAK_TFLOPS["NeuronCore-v3"].items()}
 
-# Device names as torch.cuda.get_device_name() reports them -> table key; first match wins.
+# Device names as torch.cuda.get_device_name() reports them (or trainer_agent.neuron names a NeuronCore) -> table key;
+# first match wins.
 DEVICE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(pattern, re.IGNORECASE), key)
     for pattern, key in [
@@ -71,8 +77,9 @@ DEVICE_PATTERNS: list[tuple[re.Pattern[str], str]] = [
         (r"\bV100\b.*\bPCIe\b", "V100 PCIe"),
         (r"\bV100\b", "V100 SXM"),
         (r"\bT4\b", "T4"),
-        (r"\bTrainium2\b|\btrn2\b", "Trainium2"),
-        (r"\bTrainium1?\b|\btrn1\b", "Trainium"),
+        (r"\bNeuronCore-v3 LNC=2\b", "NeuronCore-v3 LNC=2"),
+        (r"\bNeuronCore-v3\b|\bNCv3\b|\bTrainium2\b|\btrn2\b", "NeuronCore-v3"),
+        (r"\bNeuronCore-v2\b|\bNCv2\b|\bTrainium1?\b|\btrn1n?\b", "NeuronCore-v2"),
     ]
 ]
 

@@ -20,7 +20,7 @@ from typing import IO, Protocol, runtime_checkable
 
 from trainer_agent.cloudwatch import CloudWatchSink
 from trainer_agent.emf import emf_document
-from trainer_agent.log import logger, warn_once
+from trainer_agent.log import cause_key, logger, warn_once
 from trainer_agent.stack_dumps import StackDump
 from trainer_agent.window import Window
 
@@ -165,6 +165,7 @@ class SinkWorker:
         self._busy = False
         self._close_by: float | None = None
         self._thread: threading.Thread | None = None
+        self._behind_key, self._failed_key = cause_key("behind"), cause_key("emit")
 
     def put(self, window: Item) -> None:
         with self._changed:
@@ -172,7 +173,7 @@ class SinkWorker:
                 return
             if len(self._windows) >= self.max_windows:
                 self.dropped += 1
-                warn_once(f"behind:{id(self)}", "sink %s is %d windows behind; dropping", self.sink, self.max_windows)
+                warn_once(self._behind_key, "sink %s is %d windows behind; dropping", self.sink, self.max_windows)
                 return
             self._windows.append(window)
             self._start()
@@ -227,7 +228,7 @@ class SinkWorker:
                 else:
                     self.sink.emit(window)
             except Exception as error:  # the agent never raises into the loop
-                warn_once(f"emit:{id(self.sink)}", "sink %s failed, its windows are dropped: %r", self.sink, error)
+                warn_once(self._failed_key, "sink %s failed, its windows are dropped: %r", self.sink, error)
             finally:
                 with self._changed:
                     self._busy = False

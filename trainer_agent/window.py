@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from trainer_agent.contract import SCOPE_HOST, SCOPE_JOB
+from trainer_agent.contract import RENAMED_METRICS, SCOPE_HOST, SCOPE_JOB
 
 TERA = 1e12
 
@@ -78,7 +78,7 @@ class Progress:
 
 @dataclass(frozen=True)
 class Scale:
-    """The job's shape and FLOPs: how one rank's counts become the job's, and its FLOPs each GPU's."""
+    """The job's shape and FLOPs: how one rank's counts become the job's, and its FLOPs each accelerator's."""
 
     world_size: int = 1
     data_parallel_size: int | None = None
@@ -88,7 +88,7 @@ class Scale:
     flops_per_token: float | None = None
     """Model FLOPs of one token (forward and backward), for the whole model."""
     peak_tflops: float | None = None
-    """Peak dense TFLOP/s of one device."""
+    """Peak dense TFLOP/s of one rank's accelerator (a GPU, or a NeuronCore)."""
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -125,9 +125,9 @@ def job_metrics(totals: WindowTotals, progress: Progress, scale: Scale) -> dict[
         metrics["SamplesPerSecond"] = totals.samples / wall
     flops = _window_flops(totals, scale)
     if flops is not None:
-        metrics["TFLOPsPerGPU"] = flops / wall / TERA
+        metrics["TFLOPsPerAccelerator"] = flops / wall / TERA
         if scale.peak_tflops is not None:
-            metrics["MFU"] = 100.0 * metrics["TFLOPsPerGPU"] / scale.peak_tflops
+            metrics["MFU"] = 100.0 * metrics["TFLOPsPerAccelerator"] / scale.peak_tflops
     if totals.losses:
         finite = [loss for loss in totals.losses if math.isfinite(loss)]
         metrics["NonFiniteLoss"] = float(len(totals.losses) - len(finite))
@@ -139,26 +139,36 @@ def job_metrics(totals: WindowTotals, progress: Progress, scale: Scale) -> dict[
 
 
 @dataclass(frozen=True)
-class GpuReading:
-    """Means over a host's GPUs and over the window's samples."""
+class AcceleratorReading:
+    """Means over a host's accelerators (GPUs, or NeuronCores) and over the window's samples; None: not read."""
 
-    power_watts: float
-    utilization: float
-    memory_utilization: float
+    utilization: float | None = None
+    memory_utilization: float | None = None
+    power_watts: float | None = None
+    power_percent: float | None = None
+    """Power as a percentage of the device's maximum, where the tools give no watts (the Neuron driver)."""
 
 
-def host_metrics(totals: WindowTotals, gpus: GpuReading | None) -> dict[str, float]:
+def host_metrics(totals: WindowTotals, reading: AcceleratorReading | None) -> dict[str, float]:
     """The host metrics of a window (see trainer_agent.contract.HOST_METRICS); Heartbeat is always 1."""
     metrics = {"Heartbeat": 1.0}
-    if gpus is not None:
-        metrics |= {
-            "GPUPowerWatts": gpus.power_watts,
-            "GPUUtilization": gpus.utilization,
-            "GPUMemoryUtilization": gpus.memory_utilization,
+    if reading is not None:
+        values = {
+            "AcceleratorUtilization": reading.utilization,
+            "AcceleratorMemoryUtilization": reading.memory_utilization,
+            "AcceleratorPowerWatts": reading.power_watts,
+            "AcceleratorPowerPercent": reading.power_percent,
         }
+        metrics |= {name: value for name, value in values.items() if value is not None}
     if totals.timed_steps:
         metrics["StepTime"] = totals.step_seconds / totals.timed_steps
     return metrics
+
+
+def with_old_names(metrics: dict[str, float]) -> dict[str, float]:
+    """`metrics` with each renamed metric under its old name too (contract.RENAMED_METRICS): what a GPU's windows
+    carry for one release, so that alarms and dashboards on the old names go on reading."""
+    return metrics | {old: metrics[new] for old, new in RENAMED_METRICS.items() if new in metrics}
 
 
 def _window_flops(totals: WindowTotals, scale: Scale) -> float | None:

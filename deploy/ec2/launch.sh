@@ -2,16 +2,19 @@
 # Launch an EC2 training cluster that Stallwatch watches as one job (docs/deploy.md, "EC2 training clusters").
 #
 #   STALLWATCH_STACK=stallwatch JOB=llm-70b NODES=4 AMI=ami-... SUBNET=subnet-... SECURITY_GROUP=sg-... \
-#     TRAIN_COMMAND="train.py --config configs/70b.yaml" CHECKPOINT_URI=s3://my-bucket/checkpoints/llm-70b/ \
-#     CAPACITY_RESERVATION=cr-0123456789abcdef0 ./deploy/ec2/launch.sh
-#   DRY_RUN=1 ... ./deploy/ec2/launch.sh     # check everything, print the run-instances commands, launch nothing
+#     INSTANCE_TYPE=p5.48xlarge TRAIN_COMMAND="train.py --config configs/70b.yaml" \
+#     CHECKPOINT_URI=s3://my-bucket/checkpoints/llm-70b/ CAPACITY_RESERVATION=cr-0123456789abcdef0 MAX_HOURS=48 \
+#     ./deploy/ec2/launch.sh
+#   DRY_RUN=1 ... ./deploy/ec2/launch.sh     # check everything, print the plan and its commands, launch nothing
 #
 # Rank 0 is launched first, then the other nodes with its private IP (it stays theirs across stops and starts), each
 # with one EFA per network card (p5, p5e: 32; p4d, p4de: 4; trn1: 8), in a cluster placement group, into the
 # capacity reservation or Capacity Block when one is named. Every node carries the tag stallwatch:job=$JOB (the
 # control plane groups the nodes into one job by it; the trainer agent reads it from instance metadata) and boots
 # deploy/ec2/user-data.sh with the job's values written in. Every value is checked, with the same rules the nodes
-# apply at boot, before anything is created or launched. Prints each node's instance id.
+# apply at boot, before anything is created or launched. Prints each node's instance id. By default the cluster costs
+# what a first look needs: g5.xlarge nodes (one GPU each), which power off MAX_HOURS after their training starts;
+# `aws ec2 terminate-instances --instance-ids <the ids>` ends them sooner (docs/deploy.md, "End a job").
 #
 # The values (environment variables), and their defaults:
 #   JOB                   the job's name: letters, digits, - or _, at most 63                        (required)
@@ -21,7 +24,7 @@
 #   SECURITY_GROUP        lets the nodes reach each other: all traffic within the group, for EFA     (required)
 #   TRAIN_COMMAND         the training script and its arguments, run by torchrun in TRAIN_DIR         (required)
 #   STALLWATCH_STACK      the deployment's stack, whose outputs the nodes use                        (stallwatch)
-#   INSTANCE_TYPE         p5.48xlarge, p5e.48xlarge, p4d.24xlarge, p4de.24xlarge, trn1.32xlarge...   (p5.48xlarge)
+#   INSTANCE_TYPE         g5.xlarge, p5.48xlarge, p5e.48xlarge, p4d.24xlarge, trn1.32xlarge...        (g5.xlarge)
 #   EFA_INTERFACES        EFA interfaces per node, one per network card; 0: no EFA   (the type's count; else required)
 #   CAPACITY_RESERVATION  cr-...: an On-Demand Capacity Reservation or a Capacity Block (its kind is read) (none)
 #   PLACEMENT_GROUP       a cluster placement group, created if absent; none: no group
@@ -37,7 +40,10 @@
 #   PYTHON                the training environment's python                                              (python3)
 #   NPROC_PER_NODE        processes per node: a number, or gpu (one per GPU)                  (gpu; trn1: 32)
 #   RDZV_PORT             torchrun's rendezvous port on rank 0                                            (29400)
-#   DRY_RUN               1: check, print the run-instances commands, create and launch nothing             (none)
+#   MAX_HOURS             each node powers off this many hours after its training starts (each start; a
+#                         stopped node costs its volumes only); 0: never                                     (2)
+#   DRY_RUN               1: check, print the plan (role, profile, placement group, nodes) and the run-instances
+#                         commands, create and launch nothing                                                (none)
 set -euo pipefail
 
 if (( BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4) )); then
@@ -61,7 +67,8 @@ check() {  # check NAME VALUE PATTERN WHAT
 
 # EFA interfaces per instance type: one per network card (Amazon EC2 User Guide, "Maximize network bandwidth on
 # instances with multiple network cards"; DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces).
-declare -A EFA_COUNT=([p5.48xlarge]=32 [p5e.48xlarge]=32 [p4d.24xlarge]=4 [p4de.24xlarge]=4 [trn1.32xlarge]=8)
+declare -A EFA_COUNT=([p5.48xlarge]=32 [p5e.48xlarge]=32 [p4d.24xlarge]=4 [p4de.24xlarge]=4 [trn1.32xlarge]=8
+  [g5.xlarge]=0)
 
 JOB="${JOB:-}"
 NODES="${NODES:-}"
@@ -70,7 +77,7 @@ SUBNET="${SUBNET:-}"
 SECURITY_GROUP="${SECURITY_GROUP:-}"
 TRAIN_COMMAND="${TRAIN_COMMAND:-}"
 STACK="${STALLWATCH_STACK:-stallwatch}"
-INSTANCE_TYPE="${INSTANCE_TYPE:-p5.48xlarge}"
+INSTANCE_TYPE="${INSTANCE_TYPE:-g5.xlarge}"
 EFA_INTERFACES="${EFA_INTERFACES:-${EFA_COUNT[$INSTANCE_TYPE]:-}}"
 CAPACITY_RESERVATION="${CAPACITY_RESERVATION:-}"
 PLACEMENT_GROUP="${PLACEMENT_GROUP:-}"
@@ -79,6 +86,7 @@ MODE="${MODE:-}"
 RESUME="${RESUME:-}"
 CHECKPOINT_URI="${CHECKPOINT_URI:-}"
 TRAIN_CODE_URI="${TRAIN_CODE_URI:-}"
+MAX_HOURS="${MAX_HOURS:-2}"
 DRY_RUN="${DRY_RUN:-}"
 [[ $INSTANCE_TYPE != trn1.* ]] || NPROC_PER_NODE="${NPROC_PER_NODE:-32}"  # NeuronCores: torchrun's gpu counts CUDA
 WORK="$(mktemp -d)"
@@ -99,6 +107,7 @@ check PLACEMENT_GROUP "$PLACEMENT_GROUP" '^[A-Za-z0-9_.-]{0,255}$' "a placement 
 check INSTANCE_PROFILE "$INSTANCE_PROFILE" '^[A-Za-z0-9+=.@_-]{0,128}$' "an instance profile name"
 check MODE "$MODE" '^(off|observe|notify|enforce)?$' "off, observe, notify or enforce (or unset: no tag)"
 check RESUME "$RESUME" '^([1-9]|10)?$' "1 to 10 restarts (or unset: no tag)"
+check MAX_HOURS "$MAX_HOURS" '^(0|[1-9][0-9]{0,3})$' "whole hours after which each node powers off, or 0: never"
 check DRY_RUN "$DRY_RUN" '^(1)?$' "1, or unset"
 [[ -z $RESUME || -n $CHECKPOINT_URI ]] || die "RESUME needs CHECKPOINT_URI: a restart resumes from it"
 (( ${#CHECKPOINT_URI} <= 256 )) || die "CHECKPOINT_URI: at most 256 characters (the stallwatch:checkpoint tag's value)"
@@ -121,7 +130,8 @@ user_data() {  # user_data MASTER_ADDR NAME: user-data.sh with the job's values 
   {
     head -n 1 "$HERE/user-data.sh"
     printf '%s=%q\n' JOB "$JOB" NODES "$NODES" MASTER_ADDR "$1" TRAIN_COMMAND "$TRAIN_COMMAND" \
-      CHECKPOINT_URI "$CHECKPOINT_URI" AGENT_WHEEL_URI "$wheel_uri" AGENT_CONFIG_PARAMETER "$agent_config"
+      CHECKPOINT_URI "$CHECKPOINT_URI" AGENT_WHEEL_URI "$wheel_uri" AGENT_CONFIG_PARAMETER "$agent_config" \
+      MAX_HOURS "$MAX_HOURS"
     for name in TRAIN_CODE_URI TRAIN_DIR PYTHON NPROC_PER_NODE RDZV_PORT; do
       [ -z "${!name:-}" ] || printf '%s=%q\n' "$name" "${!name}"
     done
@@ -192,15 +202,6 @@ parameters() {  # parameters COUNT: PARAMS, the RunInstances options for COUNT n
   [[ -z $market ]] || PARAMS+=(--instance-market-options "{\"MarketType\":\"$market\"}")
 }
 
-if [[ -n $DRY_RUN ]]; then  # the two commands, as they would run (the user data is written at launch)
-  for count in 1 $((NODES - 1)); do
-    (( count > 0 )) || continue
-    parameters "$count"
-    printf 'aws ec2 run-instances'; printf ' %q' "${PARAMS[@]}"; echo
-  done
-  exit 0
-fi
-
 # ---- the instance role: exactly what the nodes do ------------------------------------------------------------------
 # The stack's policy (metrics, logs, the agent's configuration and wheel); SSM's core (recovery in place sends its
 # health check and restart through SSM); the job's own S3: the code to copy, the checkpoints to write and read.
@@ -221,6 +222,53 @@ s3_statements() {
   local IFS=,
   echo "${statements[*]}"
 }
+
+plan() {  # what a run makes and launches, read (never changed) before anything is made
+  local role group bound nodes="rank 0, then $((NODES - 1)) with its private IP" efa="$EFA_INTERFACES EFA each"
+  local policies="the stack's policy $policy_arn, AmazonSSMManagedInstanceCore"
+  if [[ -n $INSTANCE_PROFILE ]]; then
+    role="instance profile $PROFILE, used as it is"
+  elif aws iam get-role --role-name "$PROFILE" >/dev/null 2>&1; then
+    role="role and instance profile $PROFILE: exist, brought up to date"
+  else
+    role="role and instance profile $PROFILE: created"
+  fi
+  [ -z "$(s3_statements)" ] || policies+=" and stallwatch-job-s3 (the job's S3 prefixes)"
+  (( EFA_INTERFACES > 0 )) || efa="no EFA"
+  (( NODES > 1 )) || nodes="rank 0 alone"
+  if [[ $PLACEMENT_GROUP == none ]]; then
+    group="no placement group"
+  elif aws ec2 describe-placement-groups --group-names "$PLACEMENT_GROUP" >/dev/null 2>&1; then
+    group="placement group $PLACEMENT_GROUP: exists, used"
+  else
+    group="placement group $PLACEMENT_GROUP (cluster): created"
+  fi
+  if (( MAX_HOURS > 0 )); then
+    bound="each node powers off $MAX_HOURS h after its training starts (MAX_HOURS)"
+  else
+    bound="the nodes run until you stop or terminate them (MAX_HOURS=0)"
+  fi
+  cat <<PLAN
+# DRY_RUN: checked, nothing created or launched. The run would make:
+#   $role, with $policies
+#   $group
+#   $NODES x $INSTANCE_TYPE, ${CAPACITY_RESERVATION:-On-Demand}${market:+ (a Capacity Block)}: $nodes; $efa; in $SUBNET, $SECURITY_GROUP
+#   tags stallwatch:job=$JOB${MODE:+, stallwatch:mode=$MODE}${RESUME:+, stallwatch:resume=$RESUME}${CHECKPOINT_URI:+, stallwatch:checkpoint=$CHECKPOINT_URI}
+#   each node boots user-data.sh: the CloudWatch agent ($agent_config), the trainer agent ($wheel_uri), then torchrun $TRAIN_COMMAND
+#   $bound; to end the job sooner: aws ec2 terminate-instances --instance-ids <the ids a run prints>
+# The launches, as they would run (the user data is written at launch):
+PLAN
+  for count in 1 $((NODES - 1)); do
+    (( count > 0 )) || continue
+    parameters "$count"
+    printf 'aws ec2 run-instances'; printf ' %q' "${PARAMS[@]}"; echo
+  done
+}
+
+if [[ -n $DRY_RUN ]]; then
+  plan
+  exit 0
+fi
 
 if [[ -z $INSTANCE_PROFILE ]]; then
   if ! aws iam get-role --role-name "$PROFILE" >/dev/null 2>&1; then

@@ -2,7 +2,8 @@
 # Boot script of each EC2 training node (docs/deploy.md, "EC2 training clusters"). launch.sh writes the job's values
 # as assignments after the first line; run once, at the node's first boot, it:
 #   1. installs the CloudWatch agent (Amazon Linux 2023, Ubuntu, RHEL; x86_64 or arm64) and starts it with the
-#      configuration in the stack's SSM parameter (GPU metrics per instance, training logs to the stack's group);
+#      configuration in the stack's SSM parameter (GPU metrics per instance, training logs to the stack's group;
+#      without the GPU metrics on a node without nvidia-smi, a Trainium node);
 #   2. installs the trainer agent from the wheel the stack publishes, with its dependencies' wheels beside it (never
 #      from a package index: a private subnet without a way out boots as well);
 #   3. writes /etc/stallwatch/train.env and starts the training as the systemd unit stallwatch-train.service:
@@ -25,6 +26,7 @@ TRAIN_DIR="${TRAIN_DIR:-/opt/train}"
 PYTHON="${PYTHON:-python3}"                      # the training environment's interpreter (it has torch)
 NPROC_PER_NODE="${NPROC_PER_NODE:-gpu}"          # processes per node: a number, or gpu (one per GPU)
 RDZV_PORT="${RDZV_PORT:-29400}"
+MAX_HOURS="${MAX_HOURS:-0}"                      # the node powers off this long after its training starts; 0: never
 # -------------------------------------------------------------------------------------------------------------------
 
 ROOT="${STALLWATCH_ROOT:-}"  # tests install under a folder; on a node everything goes to /
@@ -71,6 +73,7 @@ check TRAIN_DIR "$TRAIN_DIR" '^/[A-Za-z0-9_./-]*$' "an absolute path"
 check PYTHON "$PYTHON" '^[A-Za-z0-9_./-]+$' "the training environment's python"
 check NPROC_PER_NODE "$NPROC_PER_NODE" '^([1-9][0-9]{0,2}|gpu)$' "a number of processes, or gpu"
 check RDZV_PORT "$RDZV_PORT" '^[1-9][0-9]{0,4}$' "a port"
+check MAX_HOURS "$MAX_HOURS" '^(0|[1-9][0-9]{0,3})$' "whole hours before the node powers off, or 0: never"
 check REGION "$REGION" '^([a-z]{2}(-[a-z]+)+-[0-9]{1,2})?$' "an AWS region, from instance metadata"
 [ -z "$VALIDATE_ONLY" ] || exit 0
 
@@ -98,6 +101,26 @@ install_cloudwatch_agent() {
   esac
 }
 
+cloudwatch_agent_config() {  # where the CloudWatch agent reads its configuration from
+  # The agent does not start with its nvidia_gpu metrics on a node without nvidia-smi (a Trainium node: "validate input
+  # plugin nvidia_smi failed"): there it runs the stack's configuration without them, and the logs still ship.
+  if command -v nvidia-smi >/dev/null; then
+    echo "ssm:$AGENT_CONFIG_PARAMETER"
+    return
+  fi
+  local config="$ROOT/opt/stallwatch/cloudwatch-agent.json"
+  aws ssm get-parameter ${REGION:+--region "$REGION"} --name "$AGENT_CONFIG_PARAMETER" \
+    --query Parameter.Value --output text | python3 -c '
+import json, sys
+config = json.load(sys.stdin)
+collected = config.get("metrics", {}).get("metrics_collected", {})
+collected.pop("nvidia_gpu", None)
+if not collected:
+    config.pop("metrics", None)
+json.dump(config, sys.stdout)' > "$config"
+  echo "file:$config"
+}
+
 install_trainer_agent() {
   command -v aws >/dev/null || die "the AWS CLI is missing (Ubuntu: snap install aws-cli --classic)"
   local wheels="$ROOT/opt/stallwatch/wheel"
@@ -114,7 +137,7 @@ install_trainer_agent() {
 install_cloudwatch_agent
 mkdir -p "$ROOT/var/log/training" "$ROOT$TRAIN_DIR" "$ROOT/etc/stallwatch" "$ROOT/opt/stallwatch/bin" \
   "$ROOT/etc/systemd/system"
-"$ROOT$CLOUDWATCH_AGENT_CTL" -a fetch-config -m ec2 -s -c "ssm:$AGENT_CONFIG_PARAMETER"
+"$ROOT$CLOUDWATCH_AGENT_CTL" -a fetch-config -m ec2 -s -c "$(cloudwatch_agent_config)"
 install_trainer_agent
 [ -z "$TRAIN_CODE_URI" ] || aws s3 sync --only-show-errors "$TRAIN_CODE_URI" "$ROOT$TRAIN_DIR"
 
@@ -129,6 +152,7 @@ NPROC_PER_NODE="$NPROC_PER_NODE"
 TRAIN_COMMAND="$TRAIN_COMMAND"
 PYTHON="$PYTHON"
 STALLWATCH_CHECKPOINT_URI="$CHECKPOINT_URI"
+MAX_HOURS="$MAX_HOURS"
 ENV
 
 cat > "$ROOT$LAUNCHER" <<'LAUNCHER'
@@ -137,6 +161,9 @@ cat > "$ROOT$LAUNCHER" <<'LAUNCHER'
 # exec: torchrun is the unit's main process, so a stop's SIGTERM reaches it, and it ends its workers.
 set -euo pipefail
 read -r -a command <<< "$TRAIN_COMMAND"
+# The job's bound: the node powers off MAX_HOURS after the training starts (re-armed at every start), a stopped node
+# costing its volumes only; StartInstances brings it back, and its training resumes from the checkpoint.
+[ "${MAX_HOURS:-0}" = 0 ] || shutdown -P "+$((MAX_HOURS * 60))" "stallwatch: MAX_HOURS=$MAX_HOURS reached"
 exec "$PYTHON" -m torch.distributed.run --nnodes="$NODES" --nproc-per-node="$NPROC_PER_NODE" \
   --rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$RDZV_PORT" --rdzv-id="$JOB" "${command[@]}"
 LAUNCHER

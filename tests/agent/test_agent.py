@@ -42,7 +42,7 @@ def test_a_window_tallies_steps_step_time_throughput_and_data_wait(make_agent, s
     assert metrics["DataWaitFraction"] == pytest.approx(100 / 3)
     assert metrics["TokensPerSecond"] == pytest.approx(3 * 512 / 0.45)
     assert metrics["SamplesPerSecond"] == pytest.approx(3 * 4 / 0.45)
-    assert metrics["TFLOPsPerGPU"] == pytest.approx(3 * 2 / 0.45)
+    assert metrics["TFLOPsPerAccelerator"] == pytest.approx(3 * 2 / 0.45)
     assert metrics["MFU"] == pytest.approx(100 * 3 * 2 / 0.45 / 40)
     assert (window.job, window.host, window.rank) == ("test-job", "algo-1", 0)
 
@@ -233,6 +233,8 @@ def test_a_blocking_sink_neither_blocks_the_loop_nor_the_other_sinks_and_close_k
 class HungGpu:
     """An NVML sampler stuck in its read, as on a GPU that fell off the bus."""
 
+    gpus = True
+
     def __init__(self) -> None:
         self.entered = threading.Event()
         self.release = threading.Event()
@@ -244,11 +246,14 @@ class HungGpu:
     def take(self) -> None:
         return None
 
+    def close(self) -> None:
+        pass
+
 
 def test_close_keeps_time_for_the_final_window_when_the_background_thread_is_stuck(sink):
     # Given the agent's thread stuck sampling a failed GPU, and a step done
     agent = TrainerAgent(interval_s=1.0, sinks=[sink], handle_sigterm=False)
-    gpu = agent._gpus = HungGpu()
+    gpu = agent._accelerators = HungGpu()
     assert gpu.entered.wait(20.0)
     with agent.step():
         pass
@@ -403,11 +408,11 @@ def test_job_tokens_are_taken_as_the_jobs_and_rank_tokens_count_once_per_data_pa
         clock.advance(1.0)
     agent.flush()
 
-    # Then the job consumed 2 x 100 + 500 tokens and 2 x 3 samples, and each of the 4 GPUs a quarter of the FLOPs
+    # Then the job consumed 2 x 100 + 500 tokens and 2 x 3 samples, and each of the 4 devices a quarter of the FLOPs
     metrics = sink.job[0].metrics
     assert metrics["TokensPerSecond"] == pytest.approx(700 / 2.0)
     assert metrics["SamplesPerSecond"] == pytest.approx(6 / 2.0)
-    assert metrics["TFLOPsPerGPU"] == pytest.approx(700 / 4 / 2.0)
+    assert metrics["TFLOPsPerAccelerator"] == pytest.approx(700 / 4 / 2.0)
 
 
 def test_local_rank_zero_on_another_host_reports_only_host_metrics(monkeypatch, make_agent, sink):
@@ -428,7 +433,8 @@ def test_unknown_device_leaves_mfu_absent_and_says_so_once(make_agent, sink, cap
         agent = make_agent(flops_per_step=1e9)
     agent.flush()
     assert "MFU" not in sink.job[0].metrics
-    assert "TFLOPsPerGPU" in sink.job[0].metrics
+    assert "TFLOPsPerAccelerator" in sink.job[0].metrics
+    assert "TFLOPsPerGPU" not in sink.job[0].metrics  # no GPU name where there is no GPU
     assert [record.getMessage() for record in caplog.records if "peak FLOPs" in record.getMessage()] == [
         "no peak FLOPs known for device 'cpu' at bf16; MFU is not reported (pass peak_tflops= to set it)"
     ]
@@ -457,16 +463,18 @@ def test_gpu_host_metrics_are_means_over_gpus_and_samples(monkeypatch, make_agen
     agent = make_agent()
 
     # When the sampler reads them twice and the window is emitted
-    agent._gpus.sample()
-    agent._gpus.sample()
+    agent._accelerators.sample()
+    agent._accelerators.sample()
     agent.flush()
 
-    # Then the host window has the means, with NVML's milliwatts as watts, from handles opened once
+    # Then the host window has the means, with NVML's milliwatts as watts, from handles opened once, under the
+    # accelerator names and, for one release, the GPU names too
     assert nvml.handle_calls == 2
     metrics = sink.host[0].metrics
-    assert metrics["GPUPowerWatts"] == pytest.approx(200.0)
-    assert metrics["GPUUtilization"] == pytest.approx(70.0)
-    assert metrics["GPUMemoryUtilization"] == pytest.approx(30.0)
+    assert metrics["AcceleratorPowerWatts"] == metrics["GPUPowerWatts"] == pytest.approx(200.0)
+    assert metrics["AcceleratorUtilization"] == metrics["GPUUtilization"] == pytest.approx(70.0)
+    assert metrics["AcceleratorMemoryUtilization"] == metrics["GPUMemoryUtilization"] == pytest.approx(30.0)
+    assert "AcceleratorPowerPercent" not in metrics
     assert not math.isnan(metrics["Heartbeat"])
 
 

@@ -163,8 +163,8 @@ def test_ddp_throughput_counts_each_token_and_sample_once(tmp_path, mode):
     assert window["Steps"] == 4
     assert window["TokensPerSecond"] * 1000.0 == pytest.approx(expected["tokens"], rel=1e-9)
     assert window["SamplesPerSecond"] * 1000.0 == pytest.approx(expected["samples"], rel=1e-9)
-    per_gpu_flops = window["TFLOPsPerGPU"] * TERA * 1000.0
-    assert per_gpu_flops * expected["world_size"] == pytest.approx(1e6 * expected["tokens"], rel=1e-9)
+    per_device_flops = window["TFLOPsPerAccelerator"] * TERA * 1000.0
+    assert per_device_flops * expected["world_size"] == pytest.approx(1e6 * expected["tokens"], rel=1e-9)
 
 
 def source_line(needle: str) -> str:

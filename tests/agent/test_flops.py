@@ -169,7 +169,10 @@ def test_closed_form_rejects_a_bad_shape_naming_it():
         ("Tesla V100-SXM2-16GB", "V100 SXM"),
         ("Tesla V100-PCIE-32GB", "V100 PCIe"),
         ("Tesla T4", "T4"),
-        ("Trainium2", "Trainium2"),
+        ("NeuronCore-v2", "NeuronCore-v2"),
+        ("NeuronCore-v3 LNC=2", "NeuronCore-v3 LNC=2"),
+        ("NeuronCore-v3", "NeuronCore-v3"),
+        ("Trainium2", "NeuronCore-v3"),
     ],
 )
 def test_device_names_as_torch_reports_them_find_their_row(name, key):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import io
 import json
+import logging
 import re
 import sys
 import threading
@@ -16,14 +18,16 @@ from tests.agent.conftest import MemorySink
 from trainer_agent import CloudWatchSink, EmfStdoutSink, JsonlSink, NullSink, Window, metric_definitions
 from trainer_agent.cloudwatch import MAX_ATTEMPTS
 from trainer_agent.contract import DIM_HOST, DIM_JOB, HOST_METRICS, JOB_METRICS, NAMESPACE, SCOPE_HOST, SCOPE_JOB
+from trainer_agent.log import logger
 from trainer_agent.sinks import FanOutSink, SinkWorker, build_sinks
 
 JOB_WINDOW = Window(
     SCOPE_JOB, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0,
-    {"Steps": 12.0, "Step": 1200.0, "LastStepAge": 0.5, "TFLOPsPerGPU": 181.5, "MFU": 58.2, "Loss": 2.0625,
+    {"Steps": 12.0, "Step": 1200.0, "LastStepAge": 0.5, "TFLOPsPerAccelerator": 181.5, "MFU": 58.2, "Loss": 2.0625,
      "StepTime": 0.82, "ETA": 3.5e5},
     phase="eval",
 )  # fmt: skip
+ID_REUSE_TRIES = 100_000
 HOST_WINDOW = Window(
     SCOPE_HOST, 1_700_000_000.25, "llama-pretrain", "algo-1", 0, 10.0, {"Heartbeat": 1.0, "StepTime": 9.9}
 )
@@ -133,6 +137,47 @@ def test_fan_out_isolates_a_raising_sink():
     fan_out.close(1.0)
     assert boom.calls == 2
     assert len(stream.getvalue().splitlines()) == 2
+
+
+def fail_once_through_a_worker(sink: Boom) -> None:
+    """Hand `sink` one window on its own worker, and close the worker once the sink has raised."""
+    worker = SinkWorker(sink)
+    worker.put(JOB_WINDOW)
+    worker.start_closing(time.monotonic() + 5.0)
+    worker.join(time.monotonic() + 5.0)
+
+
+class WarningLines(logging.Handler):
+    """The agent's warnings, as text only (a record's arguments would keep the failed sink alive)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_failing_sink_is_logged_even_where_a_failed_sink_that_is_gone_had_its_id(monkeypatch):
+    warnings = WarningLines()
+    monkeypatch.setattr(logger, "handlers", [warnings])
+    monkeypatch.setattr(logger, "propagate", False)  # pytest's own capture keeps records, and their arguments
+
+    # Given a sink whose failure was logged, then dropped and collected
+    first = Boom()
+    fail_once_through_a_worker(first)
+    address = id(first)
+    del first
+    gc.collect()
+
+    # When another sink that Python placed at the same address (it reuses a freed object's id) fails
+    held = [Boom() for _ in range(ID_REUSE_TRIES)]  # kept alive, so that each one takes a new place
+    second = next((sink for sink in held if id(sink) == address), None)
+    assert second is not None, f"no new object took the freed address in {ID_REUSE_TRIES} tries"
+    fail_once_through_a_worker(second)
+
+    # Then both failures were logged
+    assert len([line for line in warnings.lines if "failed, its windows are dropped" in line]) == 2
 
 
 class Gate:

@@ -7,7 +7,16 @@ import math
 import pytest
 
 from trainer_agent.contract import HOST_METRICS, JOB_METRICS, SCOPE_JOB
-from trainer_agent.window import GpuReading, Progress, Scale, Window, WindowTotals, host_metrics, job_metrics
+from trainer_agent.window import (
+    AcceleratorReading,
+    Progress,
+    Scale,
+    Window,
+    WindowTotals,
+    host_metrics,
+    job_metrics,
+    with_old_names,
+)
 
 
 def test_tflops_and_mfu_from_flops_per_step():
@@ -19,7 +28,7 @@ def test_tflops_and_mfu_from_flops_per_step():
     metrics = job_metrics(totals, Progress(step=10, last_step_age_s=0.1), scale)
 
     # Then 5 TFLOP/s per GPU, 5% MFU
-    assert metrics["TFLOPsPerGPU"] == pytest.approx(5.0)
+    assert metrics["TFLOPsPerAccelerator"] == pytest.approx(5.0)
     assert metrics["MFU"] == pytest.approx(5.0)
 
 
@@ -32,13 +41,13 @@ def test_flops_per_token_counts_the_jobs_tokens_shared_by_all_ranks():
 
     # Then the job consumed 4000 tokens; each GPU did an eighth of their 4e12 FLOPs
     assert metrics["TokensPerSecond"] == pytest.approx(2000.0)
-    assert metrics["TFLOPsPerGPU"] == pytest.approx(4e12 / 8 / 2.0 / 1e12)
+    assert metrics["TFLOPsPerAccelerator"] == pytest.approx(4e12 / 8 / 2.0 / 1e12)
 
 
 def test_mfu_is_absent_without_a_peak_and_tflops_absent_without_flops():
     totals = WindowTotals(wall_s=1.0, steps=3)
     assert "MFU" not in job_metrics(totals, Progress(3, 0.0), Scale(flops_per_step=1e9))
-    assert "TFLOPsPerGPU" not in job_metrics(totals, Progress(3, 0.0), Scale(peak_tflops=100.0))
+    assert "TFLOPsPerAccelerator" not in job_metrics(totals, Progress(3, 0.0), Scale(peak_tflops=100.0))
 
 
 def test_a_window_without_steps_still_reports_zero_steps_and_zero_throughput():
@@ -50,7 +59,13 @@ def test_a_window_without_steps_still_reports_zero_steps_and_zero_throughput():
     assert metrics["Steps"] == 0
     assert metrics["Step"] == 42
     assert metrics["LastStepAge"] == 75.0
-    assert metrics["TokensPerSecond"] == metrics["SamplesPerSecond"] == metrics["TFLOPsPerGPU"] == metrics["MFU"] == 0
+    assert (
+        metrics["TokensPerSecond"]
+        == metrics["SamplesPerSecond"]
+        == metrics["TFLOPsPerAccelerator"]
+        == metrics["MFU"]
+        == 0
+    )
     assert "StepTime" not in metrics
     assert "Loss" not in metrics
 
@@ -79,10 +94,22 @@ def test_job_and_host_metrics_use_only_contract_names():
     )
     progress = Progress(2, 0.0, phase_budget_remaining_s=5.0, eta_s=10.0)
     job = job_metrics(totals, progress, Scale(flops_per_token=1.0, peak_tflops=1.0))
-    host = host_metrics(totals, GpuReading(power_watts=300.0, utilization=90.0, memory_utilization=40.0))
-    assert set(job) == set(JOB_METRICS)
-    assert set(host) == set(HOST_METRICS)
-    assert host["StepTime"] == job["StepTime"] == 0.5
+    gpus = host_metrics(totals, AcceleratorReading(90.0, 40.0, power_watts=300.0))
+    cores = host_metrics(totals, AcceleratorReading(90.0, 40.0, power_percent=25.0))
+    assert set(with_old_names(job)) == set(JOB_METRICS)
+    assert set(with_old_names(gpus)) | set(cores) == set(HOST_METRICS)
+    assert gpus["StepTime"] == job["StepTime"] == 0.5
+
+
+def test_renamed_metrics_keep_their_old_names_beside_the_new_ones():
+    # Given a GPU host's and a job's metrics under the accelerator names
+    metrics = {"AcceleratorUtilization": 97.0, "AcceleratorPowerWatts": 390.0, "TFLOPsPerAccelerator": 180.0}
+
+    # When the old names are added (a GPU's windows, for one release)
+    both = with_old_names(metrics)
+
+    # Then each value is there under both names, and nothing else changed
+    assert both == metrics | {"GPUUtilization": 97.0, "GPUPowerWatts": 390.0, "TFLOPsPerGPU": 180.0}
 
 
 @pytest.mark.parametrize(

@@ -239,12 +239,22 @@ def straggling(factor: float, minutes: float, metric: str = "StepTime", base: fl
     return builder
 
 
-@pytest.mark.parametrize("metric", ["StepTime", "GPUPowerWatts"])
-def test_a_host_far_from_the_others_for_15_minutes_is_a_straggler_alerted_never_stopped(metric: str) -> None:
+@pytest.mark.parametrize(
+    ("metric", "named"),
+    [
+        ("StepTime", "StepTime"),
+        ("AcceleratorPowerWatts", "AcceleratorPowerWatts"),
+        ("GPUPowerWatts", "AcceleratorPowerWatts"),  # an agent of the release before the rename
+        ("AcceleratorPowerPercent", "AcceleratorPowerPercent"),  # a NeuronCore's power, in % of its maximum
+    ],
+)
+def test_a_host_far_from_the_others_for_15_minutes_is_a_straggler_alerted_never_stopped(
+    metric: str, named: str
+) -> None:
     decision = decide(straggling(1.8, 20, metric).build(2 * HOUR), ENFORCE, JobState(), 2 * HOUR)
     assert (decision.diagnosis, decision.action, decision.stoppable) == (Diagnosis.STRAGGLER, Action.ALERT, False)
     lagging = decision.evidence["straggler"]
-    assert (lagging["host"], lagging["metric"], lagging["ratio"]) == ("algo-6", metric, pytest.approx(1.8))
+    assert (lagging["host"], lagging["metric"], lagging["ratio"]) == ("algo-6", named, pytest.approx(1.8))
     assert len(lagging["values"]) == 8
     assert "straggler algo-6" in decision.reasons[0]
     assert "algo-1 2 " in decision.reasons[0]  # the spread names every host

@@ -306,3 +306,43 @@ def test_a_restart_record_is_an_attempt_and_other_records_are_not() -> None:
 def test_slack_hears_how_long_the_first_step_took() -> None:
     assert recovery.progress_text("j", 201.0, 42.4).endswith("step 201 within 42 s of the restart")
     assert recovery.progress_text("j", None, 600.0).endswith("its logs resumed within 10 min of the restart")
+
+
+# A healthy trn1.32xlarge's line, as the health-check document writes it on a Neuron node (nvidia-smi is never run).
+TRN1_HEALTHY = HEALTHY | {
+    "nvidia_smi": "absent",
+    "gpus": -1,
+    "accelerator": "neuron",
+    "neuron_ls": "ok",
+    "neuron_devices": 16,
+    "neuron_ecc_uncorrectable": 0,
+}
+
+
+def test_a_healthy_trainium_node_passes_without_nvidia_smi() -> None:
+    report = recovery.parse_health(json.dumps(TRN1_HEALTHY))
+    assert recovery.health_failures(report, "trn1.32xlarge", efa_expected=True) == ()
+
+
+@pytest.mark.parametrize(
+    ("changes", "failure"),
+    [
+        ({"neuron_devices": 15}, "15 of 16 Neuron devices visible"),
+        (
+            {"neuron_ls": "timeout", "neuron_devices": -1},
+            "neuron-ls timed out (a Neuron device that stopped answering)",
+        ),
+        ({"neuron_ls": "absent", "neuron_devices": -1}, "no neuron-ls (aws-neuronx-tools)"),
+        ({"neuron_ecc_uncorrectable": 2}, "2 uncorrectable Neuron ECC errors"),
+        ({"accelerator": "nvidia"}, "no Neuron device or tools (no Neuron driver sysfs, no neuron-ls)"),
+    ],
+)
+def test_each_neuron_check_names_its_failure(changes: dict[str, object], failure: str) -> None:
+    report = recovery.parse_health(json.dumps(TRN1_HEALTHY | changes))
+    assert recovery.health_failures(report, "trn1.32xlarge", efa_expected=True) == (failure,)
+
+
+def test_an_older_documents_line_reads_as_a_gpu_nodes_and_a_bad_accelerator_is_refused() -> None:
+    assert recovery.parse_health(_line()).accelerator == "nvidia"
+    with pytest.raises(HealthOutputError, match="accelerator: expected one of neuron, nvidia"):
+        recovery.parse_health(_line(accelerator="tpu"))

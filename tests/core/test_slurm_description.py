@@ -102,6 +102,22 @@ def test_nodes_that_are_instances_read_the_cloudwatch_agents_metrics_others_the_
     assert (both.facts().instance_type, both.facts().gpus_per_host) == ("p5.48xlarge", 8)
 
 
+def test_a_decision_reads_the_agents_series_of_its_nodes_accelerators_and_both_where_no_type_is_known() -> None:
+    # Given the same job on nodes of no known type (no EC2 instance of the account), on p5 and on trn1 instances
+    unknown = job().facts()
+    nodes = ["10.0.0.11", "10.0.0.12"]
+    p5 = job().with_instances({a: (f"i-0{i}aaaaaaaaaaaaaaa", "p5.48xlarge") for i, a in enumerate(nodes)}).facts()
+    trn1 = job().with_instances({a: (f"i-0{i}bbbbbbbbbbbbbbb", "trn1.32xlarge") for i, a in enumerate(nodes)}).facts()
+
+    # Then a GPU job reads the GPU names, a Neuron job its NeuronCores' (no platform has them), an unknown one both
+    assert "GPUPowerWatts" in SLURM.agent_metrics(p5)
+    assert "AcceleratorPowerPercent" not in SLURM.agent_metrics(p5)
+    assert set(SLURM.agent_metrics(trn1)) == {
+        "AcceleratorUtilization", "AcceleratorMemoryUtilization", "AcceleratorPowerPercent", "StepTime",
+    }  # fmt: skip
+    assert set(SLURM.agent_metrics(unknown)) == set(SLURM.agent_metrics(p5)) | set(SLURM.agent_metrics(trn1))
+
+
 @pytest.mark.parametrize(
     ("state", "status"),
     [

@@ -240,7 +240,7 @@ def test_kill_group_leaves_no_process_even_one_that_ignores_sigterm() -> None:
 
 
 def test_progress_comes_from_the_agents_job_line_only() -> None:
-    job_line = json.dumps({"_aws": {}, "Scope": "job", "Step": 12.0, "TFLOPsPerGPU": 0.02, "LastStepAge": 0.1})
+    job_line = json.dumps({"_aws": {}, "Scope": "job", "Step": 12.0, "TFLOPsPerAccelerator": 0.02, "LastStepAge": 0.1})
     host_line = json.dumps({"_aws": {}, "Scope": "host", "Heartbeat": 1.0})
     progress = parse_progress(5.0, job_line)
     assert progress is not None

@@ -35,10 +35,10 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         moto_ssm.reset()
 
 
-def _instances(count: int, tags: dict[str, str] | None = None) -> list[str]:
+def _instances(count: int, tags: dict[str, str] | None = None, instance_type: str = "p4d.24xlarge") -> list[str]:
     response = boto3.client("ec2").run_instances(
         ImageId=AMI,
-        InstanceType="p4d.24xlarge",
+        InstanceType=instance_type,
         MinCount=count,
         MaxCount=count,
         TagSpecifications=[
@@ -58,13 +58,13 @@ def _managed(tmp_path: Path, faults: list[NodeFault] | None = None, **state: Any
     return nodes
 
 
-def _health(nodes: dict[str, GpuNode]) -> dict[str, recovery.NodeCheck]:
+def _health(nodes: dict[str, GpuNode], instance_type: str = "p4d.24xlarge") -> dict[str, recovery.NodeCheck]:
     """The health check sent through the adapter, read back, and judged by the rules, as the control plane does."""
     clients = AwsClients()
     sent = ssm.send(clients, HEALTH_CHECK_DOCUMENT, tuple(nodes), "stallwatch check j 1", timeout_s=120)
     assert sent.error == ""
     answers = ssm.invocations(clients, sent.command_ids)
-    types = dict.fromkeys(nodes, "p4d.24xlarge")
+    types = dict.fromkeys(nodes, instance_type)
     return recovery.check_nodes(answers, tuple(nodes), types, deadline_passed=False)
 
 
@@ -104,6 +104,23 @@ def test_an_older_drivers_nvidia_smi_and_application_xids_are_read_right(tmp_pat
     [check] = _health(nodes).values()
     # Then the errors are counted once (the volatile ones), and Xid 13 says nothing about the node
     assert check.failures == ("3 uncorrectable ECC errors",)
+
+
+@pytest.mark.parametrize(("devices", "failures"), [(16, ()), (15, ("15 of 16 Neuron devices visible",))])
+def test_a_trainium_node_is_checked_with_the_neuron_tools(
+    tmp_path: Path, devices: int, failures: tuple[str, ...]
+) -> None:
+    # Given a trn1.32xlarge node of a 2-node job: neuron-ls lists `devices` of its 16 Trainium devices, no nvidia-smi
+    [instance] = _instances(1, instance_type="trn1.32xlarge")
+    node = GpuNode(tmp_path / instance, state=NodeState.trn1(devices))
+    moto_ssm.manage(instance, node)
+
+    # When Stallwatch's health-check document runs on it through SSM
+    [check] = _health({instance: node}, "trn1.32xlarge").values()
+
+    # Then it was checked as a Neuron node (not failed for having no nvidia-smi), and failed what its devices did
+    assert check.state is recovery.NodeState.SUCCEEDED
+    assert check.failures == failures
 
 
 def test_the_restart_document_restarts_the_unit_and_reports_a_unit_that_does_not_come_back(tmp_path: Path) -> None:

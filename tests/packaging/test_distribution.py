@@ -127,7 +127,7 @@ def test_the_wheel_installs_and_runs_in_a_clean_venv_without_torch(
     assert any(path.endswith("licenses/LICENSE") for path in report["files"])
     [job] = [r for r in report["records"] if r["scope"] == "job"]
     assert (job["job"], job["Step"], job["Loss"]) == ("wheel-smoke", 3.0, 1.5)
-    assert job["TFLOPsPerGPU"] > 0
+    assert job["TFLOPsPerAccelerator"] > 0
     assert any('"JobName": "wheel-smoke"' in line for line in report["emf_lines"])
     assert any('"JobName": "wheel-smoke-auto"' in line for line in report["auto_sink_output"])
 

@@ -68,7 +68,7 @@ def run_known_ec2_run(rt, context) -> tuple[list[str], list[dict]]:
     restarted = [c0 + (13 + k) * MINUTE for k in range(30)]
     world.agent_job(JOB, "Steps", [(t, 1.0) for t in restarted])
     world.agent_job(JOB, "Step", [(t, 51.0 + k) for k, t in enumerate(restarted)])
-    world.agent_job(JOB, "TFLOPsPerGPU", [(t, 160.0) for t in restarted])
+    world.agent_job(JOB, "TFLOPsPerAccelerator", [(t, 160.0) for t in restarted])  # the new agent's name
     rt.clock.now = c0 + 45 * MINUTE
     rt.clients.ec2.stop_instances(InstanceIds=instances)
     moto_ec2.set_instance_times(instances, stopped=rt.clock())

@@ -13,7 +13,7 @@ import pytest
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_ec2, moto_ssm
-from localrun.gpu_node import Agent, GpuNode, NodeFault
+from localrun.gpu_node import Agent, GpuNode, NodeFault, NodeState
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core import recovery as rules
@@ -141,6 +141,34 @@ def test_a_hung_cluster_whose_nodes_pass_is_restarted_in_place_and_slack_hears_t
     # ...and each step is audited
     phases = [r["record"]["phase"] for r in _recover_records(rt)]
     assert phases == ["checking", "restarted", "progress"]
+
+
+def test_a_hung_trainium_cluster_whose_nodes_pass_the_neuron_checks_is_restarted_in_place(
+    rt, world, slack, context, nodes, tmp_path
+) -> None:
+    # Given a hung 2-node trn1.32xlarge cluster that opted in: healthy Trainium nodes, whose agents saw the NeuronCores
+    # pinned and their power fallen
+    instances = world.launch(2, RECOVER, instance_type="trn1.32xlarge")
+    for instance in instances:
+        nodes[instance] = GpuNode(tmp_path / instance, state=NodeState.trn1())
+        moto_ssm.manage(instance, nodes[instance])
+        on_job_state.handler(instance_state_event(instance, "running"), context)
+    world.steps_until(JOB, last_step_min=40)
+    for instance in instances:
+        world.agent_host(JOB, instance, "AcceleratorUtilization", world.every_minute(110, 100.0))
+        world.agent_host(
+            JOB, instance, "AcceleratorPowerPercent", world.every_minute(110, lambda m: 60 if m > 40 else 15)
+        )
+
+    # When the engine decides to stop it and the sweeper reads the nodes' health checks
+    decided = _stop_decision(rt, context)
+    (restarted,) = _sweep(rt, context)["recoveries"]
+
+    # Then both nodes passed the Neuron checks (no "no nvidia-smi"), and the training restarts in place on both
+    assert (decided["action"], decided["details"]["recovery"]["status"]) == ("stop", "checking")
+    assert (restarted["status"], restarted["nodes"]) == ("restarted", 2)
+    assert [n.restarts for n in nodes.values()] == [1, 1]
+    assert "2 of 2 nodes passed the health check" in slack.texts()[-1]
 
 
 def _group(rt, count: int, tags: dict[str, str]) -> list[str]:

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
+from stallwatch.core.config import SlackConfig
+
 from .conftest import REPO_ROOT
 
 MANIFEST = REPO_ROOT / "deploy" / "slack" / "manifest.yaml"
@@ -173,3 +175,11 @@ def test_a_misspelled_field_fails_the_schema() -> None:
     rendered["settings"]["interactivity"]["request_ur"] = FUNCTION_URL  # type: ignore[index]
     with pytest.raises(ValueError, match="request_ur"):
         Manifest.model_validate(rendered)
+
+
+def test_the_settings_the_manifest_names_are_ones_the_config_accepts() -> None:
+    # Given the config settings the manifest's comments name (slack.<setting>)
+    named = set(re.findall(r"(?<![\w./])slack\.([a-z_]+)(?![\w./])", MANIFEST.read_text(encoding="utf-8")))
+
+    # Then each is a setting of the config's slack section (the mode is not: the secret's fields choose it)
+    assert named <= set(SlackConfig.model_fields)

@@ -15,6 +15,7 @@ from stallwatch.core.contract import (
     JOB_METRICS,
     OPERATOR_ACTIONS_FAILED,
     RECHECK_SCHEDULE_FAILURES,
+    RENAMED_METRICS,
     RESUME_FAILURES,
     SERVICE,
     SLACK_FAILURES,
@@ -246,7 +247,8 @@ def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
     assert (variable["id"], variable["type"], variable["pattern"]) == ("JobName", "pattern", JOB_PLACEHOLDER)
     assert variable["search"] == '{Stallwatch,JobName} MetricName="Step"'
     shown = json.dumps(body["widgets"])
-    for metric in (*JOB_METRICS, "GPUUtilization", "GPUPowerWatts", "Heartbeat"):
+    current = [name for name in JOB_METRICS if name not in RENAMED_METRICS]
+    for metric in (*current, "AcceleratorUtilization", "AcceleratorPowerWatts", "AcceleratorPowerPercent", "Heartbeat"):
         assert metric in shown, metric
     assert JOB_PLACEHOLDER in shown
     [goodput] = [w for w in body["widgets"] if w["properties"].get("title", "").startswith("Goodput")]
@@ -257,7 +259,7 @@ def test_the_job_dashboard_picks_the_job_by_a_variable_and_shows_every_panel(
 
 def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Template, stack: StallwatchStack) -> None:
     shown = json.dumps(json.loads(_dashboard_body(template, logical_id(stack.dashboards.fleet)))["widgets"])
-    for metric in ("LastStepAge", "TokensPerSecond", "MFU", "GPUUtilization", "LogIdleSeconds", "Invocations"):
+    for metric in ("LastStepAge", "TokensPerSecond", "MFU", "AcceleratorUtilization", "LogIdleSeconds", "Invocations"):
         assert metric in shown, metric
     assert CONTROL_PLANE_NAMESPACE in shown
 

@@ -17,7 +17,8 @@ WINDOW_METRICS = {
     "Steps": "Sum",
     "Step": "Maximum",
     "PhaseBudgetRemaining": "Maximum",
-    "TFLOPsPerGPU": "Average",
+    "TFLOPsPerAccelerator": "Average",
+    "TFLOPsPerGPU": "Average",  # its old name: an agent of the release before (contract.RENAMED_METRICS)
     "MFU": "Average",
 }
 
@@ -38,7 +39,7 @@ def windows(clients: Any, job: str, start: float, end: float, period: int) -> tu
             steps=values["Steps"],
             step=values.get("Step"),
             in_phase=values.get("PhaseBudgetRemaining", 0.0) > 0,
-            tflops_per_gpu=values.get("TFLOPsPerGPU"),
+            tflops_per_gpu=values.get("TFLOPsPerAccelerator", values.get("TFLOPsPerGPU")),
             mfu=values.get("MFU"),
         )
         for t, values in sorted(by_time.items())

@@ -99,13 +99,14 @@ class Evidence:
     last_step_t: float | None
     util_before: float | None  # mean over hosts, per device
     util_now: float | None
-    power_before: float | None  # mean over hosts, watts per device
+    power_before: float | None  # mean over hosts, per device: watts, or % of the device's maximum (`power_unit`)
     power_now: float | None
     stall_seconds: float
     burn: Burn
     logs: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> newest lines
     errors: dict[str, tuple[LogLine, ...]] = field(default_factory=dict)  # host -> error lines
     straggler: dict[str, Any] | None = None  # the engine's straggler evidence: host, metric, ratio, values per host
+    power_unit: str = "W"  # "%": of the device's maximum power (a NeuronCore's: the Neuron driver gives no watts)
 
     @classmethod
     def of(cls, decision: Decision, signals: JobSignals, stall_since: float | None) -> Evidence:
@@ -129,6 +130,7 @@ class Evidence:
             logs={h: tail[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if (tail := _human_lines(s.log_tail))},
             errors={h: s.error_lines[-LOG_LINES_SHOWN:] for h, s in signals.hosts.items() if s.error_lines},
             straggler=decision.evidence.get("straggler"),
+            power_unit=next((h["power_unit"] for h in hosts if "power_unit" in h), "W"),
         )
 
 
@@ -153,7 +155,7 @@ def _when(t: float | None) -> str:
 def _straggler_text(straggler: dict[str, Any]) -> str:
     """The straggling host and the spread over all hosts, slowest first: the node to cordon, and why."""
     metric, host = straggler["metric"], straggler["host"]
-    unit = "s" if metric == "StepTime" else "W"
+    unit = {"StepTime": "s", "AcceleratorPowerPercent": "%"}.get(metric, "W")
     ordered = sorted(straggler["values"].items(), key=lambda kv: kv[1], reverse=metric == "StepTime")
     spread = "\n".join(f"{'>' if h == host else ' '} {h:<12} {v:>10g} {unit}" for h, v in ordered)
     head = (
@@ -294,8 +296,9 @@ class AlertMessage:
             f"*GPU utilization*\n{_fmt(e.util_before, '%')} before -> {_fmt(e.util_now, '%')} now",
             f"*Burned while stalled*\n{e.stall_seconds / 60:.0f} min, {e.burn.device_hours:.1f} GPU-h, ~{dollars}",
         ]
-        if e.power_before is not None or e.power_now is not None:  # only the agent (NVML) reports power
-            fields.insert(2, f"*GPU power*\n{_fmt(e.power_before, ' W')} before -> {_fmt(e.power_now, ' W')} now")
+        if e.power_before is not None or e.power_now is not None:  # only the agent reports power (NVML, Neuron)
+            unit = " W" if e.power_unit == "W" else "% of max"
+            fields.insert(2, f"*Power*\n{_fmt(e.power_before, unit)} before -> {_fmt(e.power_now, unit)} now")
         blocks: list[Block] = [_fields(fields)]
         if e.straggler is not None:
             blocks.append(_straggler_text(e.straggler))

@@ -202,7 +202,7 @@ class AwsSignalSource(ABC):
             },
             agent={
                 name: agent_search(name, job_dim, AGENT_STATISTICS.get(name, "Average"), hosts_period)
-                for name in self.description.host_agent_metrics
+                for name in self.description.agent_metrics(facts)
             },
         )
         return self._platform_reads(facts, reads, hosts_period)

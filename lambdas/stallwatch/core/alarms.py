@@ -37,6 +37,8 @@ Host metrics per platform:
 - EC2: the CloudWatch agent's ``nvidia_smi_*`` metrics in ``CWAgent``, configured with
   ``append_dimensions: {"InstanceId": "${aws:InstanceId}"}`` and ``aggregation_dimensions: [["InstanceId"]]``
   so that it also publishes the per-instance mean over GPUs with the single dimension ``InstanceId``.
+- A Neuron host (Trainium, on any platform): the agent's ``AcceleratorUtilization`` and
+  ``AcceleratorMemoryUtilization`` (``Stallwatch``, ``JobName`` and ``Host``): no platform publishes a NeuronCore's.
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ class _Renderer:
             GPU_IDLE,
             host,
             f"GPU utilization per device below {t.idle_gpu_percent}% for {t.crash_confirm_minutes:g} min.",
-            Metrics=self._host_gpu_metrics(self.description.gpu_utilization(self.facts, host)),
+            Metrics=self._host_gpu_metrics(self.description.utilization(self.facts, host)),
             periods=self._periods(t.crash_confirm_minutes),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",
@@ -219,7 +221,7 @@ class _Renderer:
             host,
             f"GPU memory per device below {t.idle_gpu_percent}% for {GPU_MEMORY_PERIODS} periods (the process left "
             "the GPUs), or no datapoint once the host reported (INSUFFICIENT_DATA: the host vanished).",
-            Metrics=self._host_gpu_metrics(self.description.gpu_memory(self.facts, host)),
+            Metrics=self._host_gpu_metrics(self.description.memory(self.facts, host)),
             periods=min(GPU_MEMORY_PERIODS, self._periods(t.crash_confirm_minutes)),
             Threshold=t.idle_gpu_percent,
             ComparisonOperator="LessThanThreshold",

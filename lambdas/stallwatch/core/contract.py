@@ -17,6 +17,7 @@ JOB_METRICS: dict[str, str] = {
     "StepTime": "Seconds",
     "TokensPerSecond": "Count/Second",
     "SamplesPerSecond": "Count/Second",
+    "TFLOPsPerAccelerator": "None",
     "TFLOPsPerGPU": "None",
     "MFU": "Percent",
     "DataWaitFraction": "Percent",
@@ -28,10 +29,22 @@ JOB_METRICS: dict[str, str] = {
 
 HOST_METRICS: dict[str, str] = {
     "Heartbeat": "Count",
+    "AcceleratorPowerWatts": "None",
+    "AcceleratorPowerPercent": "Percent",
+    "AcceleratorUtilization": "Percent",
+    "AcceleratorMemoryUtilization": "Percent",
     "GPUPowerWatts": "None",
     "GPUUtilization": "Percent",
     "GPUMemoryUtilization": "Percent",
     "StepTime": "Seconds",
+}
+
+# Renamed for accelerators that are not GPUs (old name -> new name): read from an older agent for one release.
+RENAMED_METRICS: dict[str, str] = {
+    "TFLOPsPerGPU": "TFLOPsPerAccelerator",
+    "GPUPowerWatts": "AcceleratorPowerWatts",
+    "GPUUtilization": "AcceleratorUtilization",
+    "GPUMemoryUtilization": "AcceleratorMemoryUtilization",
 }
 
 # The agent's stack dump (trainer_agent.stack_dumps): one JSON line per rank and stall, its first key this marker

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.measures import Limits, fatal, gpu_memory, gpu_util, rounded
+from stallwatch.core.measures import Limits, agent_power, fatal, gpu_memory, gpu_util, rounded
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
@@ -99,8 +99,9 @@ def _recent(series: Series, since: float, now: float, limits: Limits) -> Series:
 
 
 def gpu_power(host: HostSignals) -> Series:
-    """Per-device GPU power: the agent's NVML reading, else the platform's (EC2: the CloudWatch agent's)."""
-    agent = host.agent.get("GPUPowerWatts", Series())
+    """Per-device power: the agent's (NVML's watts, or a NeuronCore's % of its maximum), else the platform's (EC2:
+    the CloudWatch agent's)."""
+    agent, _ = agent_power(host)
     return agent if len(agent) else host.gpu_power
 
 

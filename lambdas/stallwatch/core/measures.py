@@ -33,7 +33,10 @@ STRAGGLER_COVERAGE = 0.8  # a straggler's lag is seen in periods spanning at lea
 STRAGGLER_FLOOR_SHARE = 0.5  # ... each period lagging at least this share of `straggler_ratio`'s excess over 1
 STRAGGLER_MIN_HOSTS = 3  # a median of the others needs at least 2 of them
 STRAGGLER_MIN_PERIODS = 3  # a straggler lags over at least this many of the hosts' periods
-STRAGGLER_METRICS = (("StepTime", True), ("GPUPowerWatts", False))  # (metric, whether a higher value lags)
+# (metric, whether a higher value lags): a GPU's power is in watts, a NeuronCore's in % of its device's maximum
+STRAGGLER_METRICS = (("StepTime", True), ("AcceleratorPowerWatts", False), ("AcceleratorPowerPercent", False))
+# The agent's per-host power, by the unit it is in: watts (NVML), else % of the device's maximum (the Neuron driver)
+AGENT_POWER = (("AcceleratorPowerWatts", "W"), ("AcceleratorPowerPercent", "%"))
 CADENCE_MIN_GAPS = 3  # a host's cadence read from fewer gaps (a rare logger's two lines, 10 s apart) says nothing
 RARE_LOGGER_SAMPLES = 2  # lines seen moving less often than every this many sweeper samples: a rare logger
 PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
@@ -186,13 +189,23 @@ def _last_step_time(agent: dict[str, Series]) -> float | None:
 
 
 def gpu_util(host: HostSignals) -> Series:
-    """Per-device GPU utilization: the platform's, else the agent's own NVML reading."""
-    return host.gpu_util if len(host.gpu_util) else host.agent.get("GPUUtilization", Series())
+    """Per-device utilization: the platform's, else the agent's own reading (NVML, or neuron-monitor's NeuronCores)."""
+    return host.gpu_util if len(host.gpu_util) else host.agent_series("AcceleratorUtilization")
 
 
 def gpu_memory(host: HostSignals) -> Series:
-    """Per-device GPU memory utilization: the platform's, else the agent's own NVML reading."""
-    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent.get("GPUMemoryUtilization", Series())
+    """Per-device memory utilization: the platform's, else the agent's own reading (NVML, or neuron-monitor's)."""
+    return host.gpu_mem_util if len(host.gpu_mem_util) else host.agent_series("AcceleratorMemoryUtilization")
+
+
+def agent_power(host: HostSignals) -> tuple[Series, str]:
+    """The agent's per-device power and its unit: watts (NVML), else % of the device's maximum (a NeuronCore's);
+    only ratios of it are read (a drop from its baseline, a host against the others), so either serves."""
+    for name, unit in AGENT_POWER:
+        series = host.agent_series(name)
+        if len(series):
+            return series, unit
+    return Series(), AGENT_POWER[0][1]
 
 
 def trailing_run(series: Series, holds: Callable[[float], bool], now: float, stale_s: float) -> float | None:
@@ -390,7 +403,7 @@ def _type_groups(hosts: dict[str, HostSignals], facts: JobFacts) -> list[dict[st
 
 
 def _per_host(hosts: dict[str, HostSignals], metric: str, since: float) -> dict[str, dict[float, float]]:
-    per_host = {name: dict(h.agent.get(metric, Series()).since(since).points) for name, h in hosts.items()}
+    per_host = {name: dict(h.agent_series(metric).since(since).points) for name, h in hosts.items()}
     return {name: points for name, points in per_host.items() if points}
 
 
@@ -504,7 +517,7 @@ def host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limit
     """Per host: utilization and power before `since` (the last progress) and now, log freshness, error lines."""
     recent_since = max(since, now - limits.recent_s)
     util = gpu_util(host)
-    power = host.agent.get("GPUPowerWatts", Series())
+    power, unit = agent_power(host)
     power_before = power.between(float("-inf"), since).values()
     power_baseline = statistics.median(power_before) if power_before else None
     power_now = power.since(recent_since).mean()
@@ -513,6 +526,7 @@ def host_evidence(host: HostSignals, since: float, thresholds: Thresholds, limit
         "gpu_util_now": rounded(util.since(recent_since).mean()),
         "power_w_baseline": rounded(power_baseline),
         "power_w_now": rounded(power_now),
+        "power_unit": unit,  # "W", or "%" of the device's maximum (a NeuronCore's)
         "power_dropped": (
             power_baseline is not None
             and power_now is not None

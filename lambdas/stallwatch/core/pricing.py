@@ -64,6 +64,8 @@ INSTANCE_SPECS: dict[str, InstanceSpec] = {
 UNKNOWN_INSTANCE = InstanceSpec(devices=1, vcpus=1, usd_per_hour=0.0)
 # Instance families with accelerators: GPUs (p, g, gr), Trainium, Inferentia, Gaudi.
 ACCELERATED_FAMILIES = re.compile(r"(p|gr?|trn|inf|dl)[0-9]")
+# Of those, AWS's Neuron devices (Trainium, Inferentia): the Neuron tools see them, NVML and nvidia-smi do not.
+NEURON_FAMILIES = re.compile(r"(trn|inf)[0-9]")
 
 
 def instance_spec(instance_type: str) -> InstanceSpec:
@@ -74,6 +76,11 @@ def instance_spec(instance_type: str) -> InstanceSpec:
 def accelerated(instance_type: str) -> bool:
     """Whether `instance_type` (EC2's or SageMaker's `ml.` name) is of a family with accelerators."""
     return bool(ACCELERATED_FAMILIES.match(instance_type.removeprefix("ml.")))
+
+
+def neuron(instance_type: str) -> bool:
+    """Whether `instance_type` (EC2's or SageMaker's `ml.` name) has Neuron devices (Trainium, Inferentia)."""
+    return bool(NEURON_FAMILIES.match(instance_type.removeprefix("ml.")))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,18 @@ AGENT_STATISTICS = {
 # The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
 # agent's where the platform has none, and GPU power). A decision's datapoints grow with hosts times these (at
 # 180 points a series, GetMetricData answers 100,800 a call): add a name here when the engine reads a new one.
+# A GPU job's agent series go by their GPU names, which this release's agent writes beside the accelerator names
+# and the last release's agent alone (contract.RENAMED_METRICS): `HostSignals.agent_series` reads either.
 HOST_AGENT_METRICS_READ = ("GPUPowerWatts", "StepTime")  # StepTime: the straggler check
+# A Neuron job's (Trainium): no platform publishes a NeuronCore's utilization, memory or power (SageMaker's host
+# metrics and the CloudWatch agent's nvidia_smi_* are NVIDIA's, and their SEARCHes find nothing on a Neuron host), so
+# the agent's, from neuron-monitor and the Neuron driver, are its witnesses; as many series as a GPU host's at most.
+NEURON_AGENT_METRICS_READ = (
+    "AcceleratorUtilization",
+    "AcceleratorMemoryUtilization",
+    "AcceleratorPowerPercent",
+    "StepTime",
+)
 # HostSignals fields, from SageMaker's per-host metrics: memory says whether a host's processes still hold its GPUs
 SAGEMAKER_HOST_METRICS_READ = ("gpu_util", "gpu_mem_util")
 HOST_SERIES_READ = len(HOST_AGENT_METRICS_READ) + len(SAGEMAKER_HOST_METRICS_READ) + 1  # and LogIdleSeconds

@@ -39,7 +39,10 @@ def power_summary(hosts: dict[str, dict]) -> str | None:
     if not known:
         return None
     dropped = sum(h["power_dropped"] for h in known.values())
-    parts = [f"{n} {h['power_w_baseline']:.0f} W -> {h['power_w_now']:.0f} W" for n, h in sorted(known.items())]
+    parts = [  # in W, or in % of the device's maximum (a NeuronCore's)
+        f"{n} {h['power_w_baseline']:.0f} {h['power_unit']} -> {h['power_w_now']:.0f} {h['power_unit']}"
+        for n, h in sorted(known.items())
+    ]
     return f"GPU power dropped on {dropped}/{len(known)} hosts: {_first_hosts(parts)}"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from stallwatch.core.decision import stall_onset
 from stallwatch.core.policy import RECOVER_RESTART, RECOVER_TAG
-from stallwatch.core.pricing import INSTANCE_SPECS, accelerated, instance_spec
+from stallwatch.core.pricing import INSTANCE_SPECS, accelerated, instance_spec, neuron
 from stallwatch.core.resume import NoResume, StopRecord, next_attempt
 from stallwatch.core.signals import Series
 
@@ -73,11 +73,18 @@ EFA_TYPES = frozenset(
     }
 )
 NVIDIA_SMI_STATES = {"timeout": "nvidia-smi -q timed out (a GPU that stopped answering)", "absent": "no nvidia-smi"}
+NEURON_LS_STATES = {
+    "timeout": "neuron-ls timed out (a Neuron device that stopped answering)",
+    "absent": "no neuron-ls (aws-neuronx-tools)",
+}
+NEURON = "neuron"  # the document's `accelerator` on a node with Neuron devices (the driver's sysfs, or neuron-ls)
 # The values the health-check document writes for its probes' states.
 REPORT_STATES = {
     "nvidia_smi": frozenset({"ok", "timeout", "absent", "error"}),
     "efa": frozenset({"present", "missing", "no_tool", "timeout"}),
     "dcgm": frozenset({"pass", "fail", "timeout", "absent"}),
+    "accelerator": frozenset({"nvidia", NEURON}),
+    "neuron_ls": frozenset({"ok", "timeout", "absent", "error"}),
 }
 
 
@@ -131,9 +138,10 @@ def efa_expected(instance_type: str, nodes: int) -> bool:
 
 @dataclass(frozen=True)
 class HealthReport:
-    """What the health-check document found on one node (its JSON line)."""
+    """What the health-check document found on one node (its JSON line): a GPU node's nvidia-smi, NVLink and DCGM,
+    or a Neuron node's neuron-ls and driver counters; both nodes' kernel log and EFA."""
 
-    nvidia_smi: str  # ok, timeout, absent, error
+    nvidia_smi: str  # ok, timeout, absent (or not run: a Neuron node), error
     gpus: int  # GPUs nvidia-smi -q lists (-1 when it did not answer)
     xids: tuple[int, ...] = ()  # Xid codes in the kernel log since boot
     ecc_uncorrectable: int = 0  # volatile uncorrectable ECC errors, all GPUs
@@ -143,6 +151,10 @@ class HealthReport:
     nvlink_inactive: int = 0  # NVLink links reported inactive
     efa: str = "present"  # present, missing, no_tool, timeout
     dcgm: str = "absent"  # pass, fail, timeout, absent (DCGM not installed)
+    accelerator: str = "nvidia"  # nvidia, or neuron: the devices the node was checked for (an older document: nvidia)
+    neuron_ls: str = "absent"  # ok, timeout, absent, error
+    neuron_devices: int = -1  # Neuron devices neuron-ls lists (-1 when it did not answer)
+    neuron_ecc_uncorrectable: int = 0  # the driver's uncorrectable ECC events (DRAM and SRAM), all devices
 
 
 def parse_health(output: str) -> HealthReport:
@@ -164,8 +176,8 @@ def _report(data: dict[str, Any]) -> HealthReport:
     """The report's fields, each of the type and values the document writes; a node's output is not trusted, so an
     error names the field, never the value (it reaches Slack)."""
 
-    def count(name: str) -> int:
-        value = data.get(name, 0)
+    def count(name: str, default: int = 0) -> int:
+        value = data.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int):
             raise HealthOutputError(f"{name}: expected a whole number")
         return value
@@ -190,23 +202,51 @@ def _report(data: dict[str, Any]) -> HealthReport:
         nvlink_inactive=count("nvlink_inactive"),
         efa=state("efa", "missing"),
         dcgm=state("dcgm", "absent"),
+        accelerator=state("accelerator", "nvidia"),
+        neuron_ls=state("neuron_ls", "absent"),
+        neuron_devices=count("neuron_devices", -1),
+        neuron_ecc_uncorrectable=count("neuron_ecc_uncorrectable"),
     )
 
 
 def health_failures(report: HealthReport, instance_type: str, efa_expected: bool) -> tuple[str, ...]:
     """What the node failed, worded for Slack; empty for a healthy node. A node of a CPU-only type (a heterogeneous
-    cluster's data loaders) has no GPU to check."""
-    failures = list(_gpu_failures(report, instance_type)) if accelerated(instance_type) else []
+    cluster's data loaders) has no GPU to check; a Neuron type's (trn, inf) devices are the Neuron tools' to check."""
+    if not accelerated(instance_type):
+        failures = []
+    elif neuron(instance_type):
+        failures = _neuron_failures(report, instance_type)
+    else:
+        failures = _gpu_failures(report, instance_type)
     if efa_expected and report.efa != "present":
         failures.append(f"EFA device {report.efa.replace('_', ' ')} (fi_info -p efa)")
     return tuple(failures)
+
+
+def _neuron_failures(report: HealthReport, instance_type: str) -> list[str]:
+    if report.accelerator != NEURON:
+        return ["no Neuron device or tools (no Neuron driver sysfs, no neuron-ls)"]
+    failures: list[str] = []
+    if report.neuron_ls != "ok":
+        failures.append(NEURON_LS_STATES.get(report.neuron_ls, f"neuron-ls failed ({report.neuron_ls})"))
+    expected = _expected_devices(instance_type)
+    if report.neuron_ls == "ok" and expected is not None and report.neuron_devices != expected:
+        failures.append(f"{report.neuron_devices} of {expected} Neuron devices visible")
+    n = report.neuron_ecc_uncorrectable
+    if n > 0:
+        failures.append(f"{n} uncorrectable Neuron ECC error{'s' if n > 1 else ''}")
+    return failures
+
+
+def _expected_devices(instance_type: str) -> int | None:
+    return instance_spec(instance_type).devices if instance_type in INSTANCE_SPECS else None
 
 
 def _gpu_failures(report: HealthReport, instance_type: str) -> list[str]:
     failures: list[str] = []
     if report.nvidia_smi != "ok":
         failures.append(NVIDIA_SMI_STATES.get(report.nvidia_smi, f"nvidia-smi -q failed ({report.nvidia_smi})"))
-    expected = instance_spec(instance_type).devices if instance_type in INSTANCE_SPECS else None
+    expected = _expected_devices(instance_type)
     if report.nvidia_smi == "ok" and expected is not None and report.gpus != expected:
         failures.append(f"{report.gpus} of {expected} GPUs visible")
     failures += [f"Xid {code}: {FATAL_XIDS[code]}" for code in report.xids if code in FATAL_XIDS]

@@ -12,7 +12,10 @@ from enum import StrEnum
 from typing import Protocol
 
 from stallwatch.core import log_patterns
-from stallwatch.core.pricing import accelerated, instance_spec
+from stallwatch.core.contract import RENAMED_METRICS
+from stallwatch.core.pricing import accelerated, instance_spec, neuron
+
+OLD_NAMES = {new: old for old, new in RENAMED_METRICS.items()}  # an agent metric's name before it was renamed
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,14 @@ class JobFacts:
             return sum(1 for host in self.host_types if self.gpus_on(host))
         return self.instance_count if self.gpus_per_host else 0
 
+    def neuron(self) -> bool | None:
+        """Whether the job's hosts are Neuron ones (Trainium, Inferentia): True, False, or None where no host's type is
+        known (a Slurm node that is no EC2 instance of the account)."""
+        types = set(self.host_types.values()) or {self.instance_type}
+        if types <= {""}:
+            return None
+        return any(neuron(instance_type) for instance_type in types)
+
     def vcpus_on(self, host: str) -> int:
         return instance_spec(self.host_types[host]).vcpus if host in self.host_types else self.vcpus_per_host
 
@@ -170,6 +181,13 @@ class HostSignals:
     marker_lines: tuple[LogLine, ...] = ()  # checkpoint start and end lines (`log_patterns.marker`)
     # The sweeper's LogIdleSeconds (contract.LOG_IDLE_SECONDS): a sawtooth whose resets mark the log gaps it saw.
     log_idle: Series = Series()
+
+    def agent_series(self, name: str) -> Series:
+        """The agent's per-host series `name`, or, where the host has none, its old name's (an agent of the release
+        before the rename: contract.RENAMED_METRICS)."""
+        series = self.agent.get(name, Series())
+        old = OLD_NAMES.get(name)
+        return self.agent.get(old, series) if old is not None and not len(series) else series
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from stallwatch.core.alarms import PROGRESS, parse_alarm_name
 from stallwatch.core.decision import Action
 from stallwatch.core.evaluator import AlarmState
 from stallwatch.core.goodput import Category, Goodput, JobSpan, Segment, run_timeline
+from stallwatch.core.measures import agent_power, gpu_util
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import Series
 from stallwatch.core.trace import scan_trace
@@ -59,7 +60,7 @@ UNHELD_LABEL = "between attempts: no instance held"
 AFTER_STOP_COLOR = "0.93"
 EXPECTED_COLOR = "#c8e6c9"
 ALARM_COLOR = "#ef6c00"
-POWER_FROM_AGENT = "trainer agent (NVML)"
+POWER_FROM_AGENT = "trainer agent (NVML, or on Trainium the Neuron driver)"
 POWER_FROM_CLOUDWATCH_AGENT = "CloudWatch agent (power_draw)"
 # The progress alarm of a job without the trainer agent: its metric never arrives and missing data counts as
 # breaching, so it sits in ALARM for the whole run, by design; the host alarms and the rechecks watch such a job.
@@ -227,6 +228,7 @@ class ReplayChart:
     log_silence: dict[str, Series]  # seconds since the host's last log line, each minute
     alarms: dict[str, tuple[tuple[float, float], ...]]  # alarm (kind, host) -> [start, end) spans in ALARM
     power_source: str = POWER_FROM_AGENT  # whose GPU power is drawn: the trainer agent's, or the CloudWatch agent's
+    power_unit: str = "W"  # or "%" of the device's maximum (a NeuronCore's, from the Neuron driver)
     without_data: frozenset[str] = frozenset()  # alarm rows whose metric the trace never holds (in ALARM by design)
 
     def figure(self) -> Figure:
@@ -243,7 +245,7 @@ class ReplayChart:
             "gpu_power",
             self.gpu_power,
             1.0,
-            f"GPU power (W, per GPU)\n{self.power_source}",
+            f"Power ({self.power_unit}, per device)\n{self.power_source}",
             "no GPU power in this trace (neither the trainer agent's nor the CloudWatch agent's)",
         )
         power.set_ylim(bottom=0)
@@ -391,22 +393,19 @@ def replay_chart(result: ReplayResult, trace: str | Path, alarm_prefix: str) -> 
     since = lambda s: Series(tuple((t - source.base, v) for t, v in s.points))  # noqa: E731 - epoch to trace t
     signals = source.job_signals(source.job_name, source.epoch(source.last_t) + METRIC_PERIOD_SECONDS)
     hosts = signals.hosts
-    agent_power = any(s.agent.get("GPUPowerWatts", Series()).points for s in hosts.values())
+    powers = {h: agent_power(s) for h, s in hosts.items()}  # the agent's: watts, or a NeuronCore's % of its maximum
+    by_agent = [unit for series, unit in powers.values() if series.points]
     alarms = _alarm_spans(result, alarm_prefix, source.last_t)
     return ReplayChart(
         result=result,
         end=source.last_t,
-        gpu_util={
-            h: since(s.gpu_util if s.gpu_util.points else s.agent.get("GPUUtilization", Series()))
-            for h, s in hosts.items()
-        },
-        gpu_power={
-            h: since(s.agent.get("GPUPowerWatts", Series()) if agent_power else s.gpu_power) for h, s in hosts.items()
-        },
+        gpu_util={h: since(gpu_util(s)) for h, s in hosts.items()},
+        gpu_power={h: since(powers[h][0] if by_agent else s.gpu_power) for h, s in hosts.items()},
         steps=since(signals.agent.get("Steps", Series())),
         log_silence={h: _silence(source, h) for h in source.hosts},
         alarms=alarms,
-        power_source=POWER_FROM_AGENT if agent_power else POWER_FROM_CLOUDWATCH_AGENT,
+        power_source=POWER_FROM_AGENT if by_agent else POWER_FROM_CLOUDWATCH_AGENT,
+        power_unit=by_agent[0] if by_agent else "W",
         without_data=frozenset() if signals.has_agent else frozenset(a for a in alarms if a == PROGRESS),
     )
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import JobSpan
-from stallwatch.core.reading import HOST_SERIES_READ
+from stallwatch.core.reading import HOST_SERIES_READ, NEURON_AGENT_METRICS_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, Platform, Series
 
@@ -48,7 +49,7 @@ class PlatformDescription:
     name_hint: ClassVar[re.Pattern[str] | None] = None
     monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
     resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
-    host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series a decision reads (core.reading)
+    host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series of a GPU job (core.reading)
     host_series_read: ClassVar[int] = HOST_SERIES_READ  # every per-host series a decision reads (`host_period`)
     named_hosts: ClassVar[bool] = False  # its hosts are named by the platform (`JobFacts.instance_ids`), not counted
     # A stalled job may be restarted in place on its own nodes (`runtime.recover`), when its tags opt in.
@@ -75,6 +76,27 @@ class PlatformDescription:
     def host_names(self, facts: JobFacts) -> list[str]:
         return self.hosts(facts.instance_count, facts.instance_ids)
 
+    def agent_metrics(self, facts: JobFacts) -> tuple[str, ...]:
+        """The agent's per-host series a decision of the job reads: a GPU job's (`host_agent_metrics`), a Neuron
+        job's (`NEURON_AGENT_METRICS_READ`: its only witnesses), both where the hosts' type is unknown."""
+        neuron = facts.neuron()
+        if neuron is None:
+            return tuple(dict.fromkeys((*self.host_agent_metrics, *NEURON_AGENT_METRICS_READ)))
+        return NEURON_AGENT_METRICS_READ if neuron else self.host_agent_metrics
+
+    def utilization(self, facts: JobFacts, host: str) -> MetricMath:
+        """The host's accelerator utilization per device, for its gpu-idle alarm: a Neuron host's is the agent's
+        (no platform publishes a NeuronCore's), a GPU host's the platform's (`gpu_utilization`)."""
+        if facts.neuron():
+            return agent_metric(facts, host, "AcceleratorUtilization", "NeuronCore utilization (the agent's)")
+        return self.gpu_utilization(facts, host)
+
+    def memory(self, facts: JobFacts, host: str) -> MetricMath:
+        """The host's accelerator memory per device, for its gpu-memory alarm (as `utilization`)."""
+        if facts.neuron():
+            return agent_metric(facts, host, "AcceleratorMemoryUtilization", "NeuronCore memory used (the agent's)")
+        return self.gpu_memory(facts, host)
+
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         """The host's GPU utilization per device, for its gpu-idle alarm."""
         raise NotImplementedError
@@ -95,6 +117,12 @@ class PlatformDescription:
         """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
         (`config.log_subscriptions`); None where it has none of its own."""
         return None
+
+
+def agent_metric(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
+    """One of the agent's per-host metrics of the job's `host`, as a host alarm reads it."""
+    dims = {contract.DIM_JOB: facts.name, contract.DIM_HOST: host}
+    return MetricMath({"m1": (contract.NAMESPACE, metric, dims)}, "m1", label)
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,16 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms import cloudwatch_agent
-from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader, StopOutcome
+from stallwatch.core.platforms.interface import (
+    MetricMath,
+    PlatformDescription,
+    SeriesReader,
+    StopOutcome,
+    agent_metric,
+)
 from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
@@ -306,13 +311,13 @@ class SlurmDescription(PlatformDescription):
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         instance = facts.host_instances.get(host)
         if instance is None:
-            return _agent(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
+            return agent_metric(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
         return cloudwatch_agent.gpu_utilization(instance)
 
     def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
         instance = facts.host_instances.get(host)
         if instance is None:
-            return _agent(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
+            return agent_metric(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
         return cloudwatch_agent.gpu_memory(instance)
 
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
@@ -327,11 +332,6 @@ class SlurmDescription(PlatformDescription):
         if instance is None:
             return {"gpu_util": Series(), "gpu_mem_util": Series(), "cpu_util": Series(), "gpu_power": Series()}
         return cloudwatch_agent.host_series(instance, read)
-
-
-def _agent(facts: JobFacts, host: str, metric: str, label: str) -> MetricMath:
-    dims = {contract.DIM_JOB: facts.name, contract.DIM_HOST: host}
-    return MetricMath({"m1": (contract.NAMESPACE, metric, dims)}, "m1", label)
 
 
 SLURM = SlurmDescription()
