@@ -41,7 +41,7 @@ def test_the_table_has_the_runtime_keys_ttl_pitr_and_encryption(template: Templa
     )
 
 
-def test_five_arm64_python_functions_share_one_asset_and_the_environment(
+def test_six_arm64_python_functions_share_one_asset_and_the_environment(
     template: Template, stack: StallwatchStack
 ) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
@@ -51,6 +51,7 @@ def test_five_arm64_python_functions_share_one_asset_and_the_environment(
         "handlers.sweeper.handler",
         "handlers.on_log_line.handler",
         "handlers.slack_interactions.handler",
+        "handlers.on_health_event.handler",  # AWS Health's scheduled events (tests/stacks/test_health_events.py)
         "handlers.log_subscription.handler",  # the subscription's custom resource (tests/stacks/test_log_subscriptions)
     }
     assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
