@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
 from stallwatch.aws.observability import service
 from stallwatch.aws.store import Store
 from stallwatch.core import contract
@@ -87,6 +89,9 @@ def emf_lines(record: RunRecord, deployment: str, at: float) -> list[dict[str, A
 
 
 def publish(record: RunRecord, at: float) -> None:
-    """The run's metrics at `at`, as EMF lines on stdout (CloudWatch Logs turns them into metrics; no API call)."""
+    """The run's metrics at `at`, as EMF lines on stdout (CloudWatch Logs turns them into metrics; no API call);
+    none where Powertools' metrics are off (POWERTOOLS_METRICS_DISABLED), as for the control plane's own."""
+    if is_metrics_disabled():
+        return
     for line in emf_lines(record, service, at):
         print(json.dumps(line))
