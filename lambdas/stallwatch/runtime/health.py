@@ -44,6 +44,7 @@ from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
 
 MOVES_PER_SWEEP = 10  # the planned moves whose windows come first; each due one reads its job's signals
+RECOVERIES_READ = 100  # recoveries under way looked through for the job's own: a move waits for it to end
 TRIGGER = "aws-health"
 
 
@@ -175,6 +176,8 @@ def _advance(rt: Runtime, events: HostEvents, move: PlannedMove, now: float) -> 
         return _drop(rt, events, move, now, f"the job no longer runs on {notice.host}", tell=False)
     if not rules.watching(notice.start, now):
         return {"job": move.job, "status": "waiting", "watching_from": notice.start - rules.QUIET_SPAN_S}
+    if any(r.job_key == move.job_key for r in rt.recoveries.under_way(RECOVERIES_READ)):
+        return {"job": move.job, "status": "waiting", "reason": "its recovery in place is under way"}
     checkpoint = _last_checkpoint(rt, move.platform, facts, now)
     why = rules.move_due(notice.start, now, checkpoint)
     if why is None:
