@@ -44,15 +44,20 @@ TRIGGER = "replay"
 PLAY_EPOCH = TRACE_EPOCH // 60 * 60
 
 
-def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
-    """Put `trace`'s job into moto (SageMaker, CloudWatch and `store`) as it ran, up to the replay's stop; its name."""
+def play_trace(clients: AwsClients, store: Store, trace: Trace, epoch: float = PLAY_EPOCH) -> str:
+    """Put `trace`'s job into moto (SageMaker, CloudWatch and `store`) as it ran, up to the replay's stop, its t = 0 at
+    `epoch` (a whole minute); its name."""
     job = trace.job
+
+    def _at(t: float) -> float:
+        return epoch + t
+
     if job.platform is not Platform.SAGEMAKER:
         raise ValueError(f"{trace.source}: a {job.platform.value} trace; only SageMaker traces are played onto moto")
     result = replay(trace)
     stopped = next((d for d in result.decisions if d.decision.action is Action.STOP), None)
     end = stopped.t if stopped is not None else trace.duration_s
-    _create_job(clients, trace)
+    _create_job(clients, trace, epoch)
     final = "Stopped" if stopped is not None else "Completed"
     for event in trace.events:
         if isinstance(event, StatusEvent) and event.t <= end:
@@ -63,7 +68,7 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
             moto_sagemaker.set_training_job_status(
                 job.name, event.status, event.secondary or event.status, at=_at(event.t)
             )
-    _put_agent_windows(clients, trace, end)
+    _put_agent_windows(clients, trace, end, epoch)
     moto_sagemaker.set_training_job_status(job.name, final, final, at=_at(end))
     if stopped is not None and stopped.t <= end:
         decision = stopped.decision
@@ -77,30 +82,26 @@ def play_trace(clients: AwsClients, store: Store, trace: Trace) -> str:
             "action": decision.action.value,
             "would": decision.would.value,
             "reasons": list(decision.reasons),
-            "evidence": _onset_evidence(decision.evidence),
+            "evidence": _onset_evidence(decision.evidence, epoch),
         }
         state = StoredState(JobState(stopped_at=_at(stopped.t)))
         JobStates(store).commit(job_key(job.platform, job.name), StoredState(), state, audit, _at(stopped.t))
     return job.name
 
 
-def _onset_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+def _onset_evidence(evidence: dict[str, Any], epoch: float) -> dict[str, Any]:
     """What a stop record reads of the stall's onset (`decision.stall_onset`: the last step, else the last log line),
     moved from the replay's epoch to the play's."""
     agent, logs = evidence.get("agent") or {}, evidence.get("logs") or {}
     moved: dict[str, Any] = {}
     if agent.get("last_step_t") is not None:
-        moved["agent"] = {"step": agent.get("step"), "last_step_t": _at(agent["last_step_t"] - TRACE_EPOCH)}
+        moved["agent"] = {"step": agent.get("step"), "last_step_t": epoch + agent["last_step_t"] - TRACE_EPOCH}
     if logs.get("last_t") is not None:
-        moved["logs"] = {"last_t": _at(logs["last_t"] - TRACE_EPOCH)}
+        moved["logs"] = {"last_t": epoch + logs["last_t"] - TRACE_EPOCH}
     return moved
 
 
-def _at(t: float) -> float:
-    return PLAY_EPOCH + t
-
-
-def _create_job(clients: AwsClients, trace: Trace) -> None:
+def _create_job(clients: AwsClients, trace: Trace, epoch: float) -> None:
     job = trace.job
     resources = {"InstanceType": job.instance_type, "InstanceCount": job.instance_count, "VolumeSizeInGB": 100}
     clients.sagemaker.create_training_job(
@@ -112,17 +113,17 @@ def _create_job(clients: AwsClients, trace: Trace) -> None:
         StoppingCondition={"MaxRuntimeInSeconds": 28 * 86_400},
         Tags=[{"Key": k, "Value": v} for k, v in job.tags.items()],
     )
-    moto_sagemaker.set_training_job_status(job.name, "InProgress", "Starting", at=_at(0.0))
+    moto_sagemaker.set_training_job_status(job.name, "InProgress", "Starting", at=epoch)
 
 
-def _put_agent_windows(clients: AwsClients, trace: Trace, end: float) -> None:
+def _put_agent_windows(clients: AwsClients, trace: Trace, end: float, epoch: float) -> None:
     """The agent's job metrics the goodput reads (`agent_windows.WINDOW_METRICS`), up to `end`."""
     dims = {contract.DIM_JOB: trace.job.name}
     data = [
         {
             "MetricName": e.metric.name,
             "Dimensions": [{"Name": k, "Value": v} for k, v in dims.items()],
-            "Timestamp": datetime.fromtimestamp(_at(e.t), UTC),
+            "Timestamp": datetime.fromtimestamp(epoch + e.t, UTC),
             "Value": e.metric.value,
             "Unit": contract.JOB_METRICS[e.metric.name],
         }

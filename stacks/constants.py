@@ -53,6 +53,7 @@ ON_LOG_LINE_TIMEOUT = Duration.seconds(ON_LOG_LINE_TIMEOUT_SECONDS)
 SWEEPER_TIMEOUT = Duration.seconds(SWEEPER_TIMEOUT_SECONDS)
 LOG_SUBSCRIPTION_TIMEOUT = Duration.minutes(1)  # the custom resource: three Logs calls
 SLACK_INTERACTIONS_TIMEOUT = Duration.seconds(30)
+ON_HEALTH_EVENT_TIMEOUT = Duration.seconds(120)  # the running jobs listed, each affected one's checkpoint lines read
 
 ON_JOB_STATE_HANDLER = "handlers.on_job_state.handler"
 ON_ALARM_HANDLER = "handlers.on_alarm.handler"
@@ -60,6 +61,7 @@ SWEEPER_HANDLER = "handlers.sweeper.handler"
 ON_LOG_LINE_HANDLER = "handlers.on_log_line.handler"
 LOG_SUBSCRIPTION_HANDLER = "handlers.log_subscription.handler"
 SLACK_INTERACTIONS_HANDLER = "handlers.slack_interactions.handler"
+ON_HEALTH_EVENT_HANDLER = "handlers.on_health_event.handler"
 
 # The principal CloudWatch uses to invoke a Lambda alarm action.
 ALARM_ACTION_PRINCIPAL = "lambda.alarms.cloudwatch.amazonaws.com"

@@ -1,4 +1,5 @@
-"""Two CloudWatch dashboards per deployment: the fleet (every job, and the control plane's health), and one job
+"""Two CloudWatch dashboards per deployment: the fleet (every job, the fleet's goodput by category, platform, team
+and instance type, and the control plane's health), and one job
 chosen by a dashboard variable (`JobName`) showing progress, throughput, efficiency, loss, phases, goodput, GPU
 utilization and power.
 
@@ -16,10 +17,15 @@ from constructs import Construct
 from stacks.constants import DASHBOARD_PERIOD
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
+    DIM_CATEGORY,
     DIM_HOST,
+    DIM_INSTANCE_TYPE,
     DIM_JOB,
+    DIM_PLATFORM,
+    DIM_TEAM,
     LOG_IDLE_SECONDS,
     NAMESPACE,
+    RUN_GPU_HOURS,
     SAGEMAKER_NAMESPACE,
 )
 
@@ -29,6 +35,8 @@ JOB_PLACEHOLDER = "SELECT_A_JOB"
 WIDGET_WIDTH = 12
 WIDGET_HEIGHT = 6
 _FLEET_PERIOD = Duration.minutes(5)
+_RUN_PERIOD = Duration.days(1)  # a run's goodput is one datapoint at its end; the widgets sum the range
+FLEET_GOODPUT_BY = {DIM_PLATFORM: "by platform", DIM_TEAM: "by team", DIM_INSTANCE_TYPE: "by instance type"}
 
 
 def job_dashboard_name(deployment: str) -> str:
@@ -130,8 +138,41 @@ class Dashboards(Construct):
             ),
             self._graph("Duration (p99)", [function.metric_duration(statistic="p99") for function in functions]),
             self._graph("Dead letters", [queue.metric_approximate_number_of_messages_visible(period=_FLEET_PERIOD)]),
+            *self._fleet_goodput_widgets(),
         )
         return dashboard
+
+    def _fleet_goodput_widgets(self) -> list[cloudwatch.IWidget]:
+        """The runs that ended in the dashboard's range (`runtime.run_goodput`'s metrics): their GPU-hours by goodput
+        category, and by category with platform, team and instance type; `stallwatch report --fleet` is the same
+        with the runs that cost most."""
+        markdown = (
+            "## Fleet goodput: GPU-hours by category of the runs that ended in this range\n"
+            "Productive steps are the goodput; the rest is badput by cause. "
+            "`stallwatch report --fleet --since 30d` gives the same, and the runs that cost most."
+        )
+        widgets: list[cloudwatch.IWidget] = [cloudwatch.TextWidget(markdown=markdown, width=24, height=2)]
+        for dimension, title in {None: "all runs", **FLEET_GOODPUT_BY}.items():
+            dimensions = [DIM_CATEGORY, *([dimension] if dimension else []), "service"]
+            expression = _search(
+                CONTROL_PLANE_NAMESPACE,
+                dimensions,
+                RUN_GPU_HOURS,
+                "Sum",
+                _RUN_PERIOD,
+                term=f'service="{self.deployment}"',
+            )
+            widgets.append(
+                cloudwatch.GraphWidget(
+                    title=f"Run GPU-hours by category: {title}",
+                    left=[cloudwatch.MathExpression(expression=expression, label="", period=_RUN_PERIOD)],
+                    view=cloudwatch.GraphWidgetView.BAR,
+                    set_period_to_time_range=True,
+                    width=WIDGET_WIDTH // 2 if dimension else WIDGET_WIDTH,
+                    height=WIDGET_HEIGHT,
+                )
+            )
+        return widgets
 
     def _build_job(self) -> cloudwatch.Dashboard:
         dashboard = cloudwatch.Dashboard(

@@ -65,6 +65,11 @@ class WatchdogPermissions:
         statements.append(self._publish_metrics())
         return statements
 
+    def host_events(self) -> list[iam.PolicyStatement]:
+        """An AWS Health event: find the running jobs on its instances (EC2's, Slurm's) and read their checkpoint
+        lines; nothing is acted on (the sweeper moves the jobs that opted in)."""
+        return [self._in_this_region("DescribeInstances", ["ec2:DescribeInstances"]), *self._read_logs(sagemaker=False)]
+
     def slack_interactions(self) -> list[iam.PolicyStatement]:
         """A button pressed in Slack: read the job, maybe stop it ("Stop now")."""
         return [*self._read_jobs(), *self._stop()]
@@ -104,9 +109,9 @@ class WatchdogPermissions:
         # GetMetricData has no resource-level permissions.
         return self._in_this_region("ReadMetrics", ["cloudwatch:GetMetricData"])
 
-    def _read_logs(self) -> list[iam.PolicyStatement]:
+    def _read_logs(self, sagemaker: bool = True) -> list[iam.PolicyStatement]:
         statements = []
-        if self.policy.monitor_sagemaker:
+        if sagemaker and self.policy.monitor_sagemaker:
             statements.append(
                 iam.PolicyStatement(
                     sid="ReadTrainingJobLogs", actions=["logs:FilterLogEvents"], resources=[self._training_log_group()]

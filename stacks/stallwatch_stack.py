@@ -11,6 +11,7 @@ from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERV
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
 from stacks.health import ControlPlaneHealth, health_alarm_arns
+from stacks.health_events import HostEventsConstruct
 from stacks.log_subscriptions import FatalLineSubscriptions
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
@@ -81,6 +82,19 @@ class StallwatchStack(Stack):
             service=deployment,
         )
         functions = [*self.watchdog.functions, self.slack_endpoint.function]
+        if config.policy.monitor_ec2 or config.policy.monitor_slurm:  # the platforms whose hosts are instances
+            self.host_events = HostEventsConstruct(
+                self,
+                "HealthEvents",
+                code=self.watchdog.code,
+                config=config,
+                table=self.state.table,
+                slack_secret=self.notifications.slack_secret,
+                statements=self.watchdog.permissions.host_events(),
+                dead_letter_queue=self.watchdog.dead_letter_queue,
+                service=deployment,
+            )
+            functions.append(self.host_events.function)
         self.health = ControlPlaneHealth(
             self,
             "Health",

@@ -10,6 +10,7 @@ import pytest
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_ec2
+from stallwatch.aws.fleet_runs import FleetRuns
 from stallwatch.core import alarms
 from stallwatch.core.pricing import instance_spec
 from stallwatch.offline import cli
@@ -83,6 +84,11 @@ def test_an_ec2_run_with_a_hang_and_a_resume_is_measured_by_the_summary_and_the_
 
     # Then the run's end posts its summary once, and no second resume (the budget of one is spent)
     assert [r["summary"]["status"] for r in ended] == ["posted", "duplicate", "duplicate"]
+    # and records it for the fleet once, its split as the summary's (`stallwatch report --fleet`)
+    assert [r["goodput"]["status"] for r in ended] == ["recorded", "duplicate", "duplicate"]
+    [run] = FleetRuns(rt.store).since(0.0)
+    assert (run.run, run.platform, run.instance_type) == (JOB, "ec2", "p4d.24xlarge+p5.48xlarge")
+    assert run.wall_s == pytest.approx(165 * MINUTE)
     assert {r["resume"]["status"] for r in ended} == {"duplicate"}
     (summary,) = [p for p in slack.posts if p["text"].startswith(":bar_chart: Run summary")]
     assert summary["text"] == f":bar_chart: Run summary: {JOB}: goodput {80 / 165:.1%}"

@@ -19,6 +19,7 @@ from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.runtime import decide, environment
+from stallwatch.runtime.run_goodput import RUN_GOODPUT_ACTION
 from tests.fixtures.world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
@@ -116,10 +117,11 @@ def test_an_alarm_after_the_job_ended_creates_no_state_and_deletes_its_alarms(rt
     # When that alarm fires after the end
     result = on_alarm.handler(alarm_event(alarm), context)
 
-    # Then nothing is decided or written, nothing is posted, and the alarm is gone
+    # Then nothing is decided or written (the one audit record is the run's goodput, kept at its end), nothing is
+    # posted, and the alarm is gone
     assert (result["status"], result["details"]["alarms_deleted"]) == ("ended", 1)
     assert _state_item(rt) is None
-    assert audits(rt, JOB) == []
+    assert [a["action"] for a in audits(rt, JOB)] == [RUN_GOODPUT_ACTION]
     assert slack.posts == []
     assert _alarm_names(rt) == []
 

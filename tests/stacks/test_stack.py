@@ -9,6 +9,7 @@ from aws_cdk.assertions import Match, Template
 from stacks.constants import ALARM_ACTION_PRINCIPAL, LAMBDA_MEMORY_MB
 from stacks.dashboards import JOB_PLACEHOLDER
 from stacks.stallwatch_stack import StallwatchStack
+from stallwatch.aws.fleet_runs import emf_lines
 from stallwatch.core.config import CONFIG_ENV, JOB_DASHBOARD_URL_ENV, StallwatchConfig
 from stallwatch.core.contract import (
     CONTROL_PLANE_NAMESPACE,
@@ -17,10 +18,13 @@ from stallwatch.core.contract import (
     RECHECK_SCHEDULE_FAILURES,
     RENAMED_METRICS,
     RESUME_FAILURES,
+    RUN_GPU_HOURS,
     SERVICE,
     SLACK_FAILURES,
     STOP_FAILURES,
 )
+from stallwatch.core.fleet import RunRecord
+from stallwatch.core.goodput import Category, Total
 
 from .conftest import logical_id
 
@@ -42,7 +46,7 @@ def test_the_table_has_the_runtime_keys_ttl_pitr_and_encryption(template: Templa
     )
 
 
-def test_five_arm64_python_functions_share_one_asset_and_the_environment(
+def test_six_arm64_python_functions_share_one_asset_and_the_environment(
     template: Template, stack: StallwatchStack
 ) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
@@ -52,6 +56,7 @@ def test_five_arm64_python_functions_share_one_asset_and_the_environment(
         "handlers.sweeper.handler",
         "handlers.on_log_line.handler",
         "handlers.slack_interactions.handler",
+        "handlers.on_health_event.handler",  # AWS Health's scheduled events (tests/stacks/test_health_events.py)
         "handlers.log_subscription.handler",  # the subscription's custom resource (tests/stacks/test_log_subscriptions)
     }
     assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
@@ -262,6 +267,28 @@ def test_the_fleet_dashboard_shows_every_job_and_the_control_plane(template: Tem
     for metric in ("LastStepAge", "TokensPerSecond", "MFU", "AcceleratorUtilization", "LogIdleSeconds", "Invocations"):
         assert metric in shown, metric
     assert CONTROL_PLANE_NAMESPACE in shown
+
+
+def test_the_fleet_dashboard_sums_the_runs_goodput_by_category_platform_team_and_instance_type(
+    template: Template, stack: StallwatchStack
+) -> None:
+    # Given the metrics a run's end publishes (one EMF line per category, every dimension set)
+    totals = {Category.PRODUCTIVE: Total(3600, 8)}
+    run = RunRecord("llm", "ec2", "vision", "p5.48xlarge", 0.0, 3600.0, 3600.0, 1, totals)
+    [line] = emf_lines(run, "stallwatch", 3600.0)
+    published = {tuple(dims) for dims in line["_aws"]["CloudWatchMetrics"][0]["Dimensions"]}
+    # When the fleet dashboard is read, Then a bar widget sums each of them over the dashboard's range
+    widgets = json.loads(_dashboard_body(template, logical_id(stack.dashboards.fleet)))["widgets"]
+    searched = {}
+    for widget in widgets:
+        for metric in widget.get("properties", {}).get("metrics", []):
+            expression = metric[0].get("expression", "") if metric and isinstance(metric[0], dict) else ""
+            if RUN_GPU_HOURS in expression:
+                schema = expression.split("{", 1)[1].split("}", 1)[0].split(",")[1:]
+                searched[tuple(schema)] = widget["properties"]
+    assert set(searched) == published
+    for properties in searched.values():
+        assert (properties["view"], properties["setPeriodToTimeRange"]) == ("bar", True)
 
 
 def _dashboard_body(template: Template, dashboard: str) -> str:

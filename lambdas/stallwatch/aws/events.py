@@ -217,7 +217,8 @@ _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
 def parse_event(event: Any, model: Any) -> Any:
     """Parse `event` as `model` with the Powertools parser; `InvalidEventError` names every bad field."""
     try:
-        return parse(event=event, model=_ADAPTERS[model])
+        # a model of another module (aws.health_events) gets its adapter on first use
+        return parse(event=event, model=_ADAPTERS.get(model) or _ADAPTERS.setdefault(model, TypeAdapter(model)))
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<event>'}: {err['msg']}" for err in exc.errors()
@@ -239,4 +240,4 @@ def _name(model: Any) -> str:
         LogLinesEvent: "CloudWatch Logs subscription",
         SubscriptionRequest: "custom resource",
     }
-    return "alarm or recheck" if model is OnAlarmEvent else names.get(model, str(model))
+    return "alarm or recheck" if model is OnAlarmEvent else names.get(model, getattr(model, "EVENT_NAME", str(model)))

@@ -17,7 +17,7 @@ when they hold every line since then, else by one filtered read (`stack_dump_rea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -172,6 +172,38 @@ def read_tails(
         log.lines.sort(key=lambda line: line.t)
         log.notable.sort(key=lambda line: line.t)
     return found
+
+
+def newest_marker(
+    logs: Any,
+    selections: Iterable[dict[str, Any]],
+    start: float,
+    end: float,
+    patterns: log_patterns.LinePatterns,
+    marker: str,
+) -> float | None:
+    """When the newest line of `marker`'s kind (a checkpoint's end) was written between `start` and `end`, over a
+    job's streams (`JobHistory.log_selections`): FilterLogEvents with the markers' filter pattern, every page (only
+    marker lines come back), so a live job's checkpoint is found however busy its log is."""
+    newest: float | None = None
+    for selection in selections:
+        request = selection | {
+            "startTime": int(start * 1000),
+            "endTime": int(end * 1000),
+            "filterPattern": patterns.filter_patterns[1],
+            "interleaved": True,  # what CloudWatch Logs always does; moto needs it
+        }
+        try:
+            pages = logs.get_paginator("filter_log_events").paginate(**request)
+            for page in pages:
+                for event in page.get("events", []):
+                    t = event["timestamp"] / 1000
+                    line = LogLine.read(t, event["logStreamName"], event["message"].rstrip("\n"), patterns)
+                    if line.marker == marker and (newest is None or t > newest):
+                        newest = t
+        except logs.exceptions.ResourceNotFoundException:
+            continue
+    return newest
 
 
 def _stacks(

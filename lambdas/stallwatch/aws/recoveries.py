@@ -56,6 +56,7 @@ class Recovery:
     replaced: tuple[str, ...] = ()  # nodes their Auto Scaling group replaces
     restarted_at: float | None = None
     thread_ts: str | None = None
+    moving: bool = False  # a move off a host before its scheduled event (`runtime.health`), not a stall's recovery
     version: int = 0
     held_until: float = 0.0  # a live hold: a Lambda is taking a step
 

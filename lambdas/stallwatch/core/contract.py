@@ -60,6 +60,13 @@ LOG_IDLE_SECONDS = "LogIdleSeconds"
 SLURM_EVENT_SOURCE = "stallwatch.slurm"
 SLURM_EVENT_DETAIL_TYPE = "Slurm Job State Change"
 
+# AWS Health's EventBridge events of EC2's scheduled changes (retirement, reboot, stop, maintenance of an instance):
+# the rule's pattern (stacks.health_events), and what on_health_event reads (aws.health_events).
+HEALTH_EVENT_SOURCE = "aws.health"
+HEALTH_EVENT_DETAIL_TYPE = "AWS Health Event"
+HEALTH_EVENT_SERVICE = "EC2"
+HEALTH_SCHEDULED_CATEGORY = "scheduledChange"
+
 # Where the platforms publish host metrics.
 SAGEMAKER_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
@@ -96,3 +103,13 @@ OPERATOR_ACTIONS = "OperatorActions"  # a Slack button press applied
 OPERATOR_ACTIONS_DENIED = "OperatorActionsDenied"  # pressed by someone not on the allow-list
 OPERATOR_ACTIONS_FAILED = "OperatorActionsFailed"  # a press Lambda gave up applying: posted back to the channel
 SLACK_REQUESTS_REJECTED = "SlackRequestsRejected"  # bad signature, expired, replayed or malformed
+HOST_EVENTS = "HostEvents"  # an AWS Health scheduled event for an instance a watched job runs on
+HOST_MOVES = "HostMoves"  # a job moved off such an instance before its window (restarted without it, requeued)
+# Each run's goodput when it ends (runtime.run_goodput): GPU-hours per goodput category, one EMF line per category
+# with the dimension sets below (each with `service`), which the fleet dashboard's goodput widgets sum.
+RUN_GPU_HOURS = "RunGPUHours"
+DIM_CATEGORY = "Category"
+DIM_PLATFORM = "Platform"
+DIM_TEAM = "Team"
+DIM_INSTANCE_TYPE = "InstanceType"
+FLEET_DIMENSIONS = (DIM_PLATFORM, DIM_TEAM, DIM_INSTANCE_TYPE)  # each alone beside `Category` (and `service`)

@@ -29,11 +29,14 @@ from stallwatch.core.signals import Series
 MIN_NODES_TAG = "stallwatch:min-nodes"  # the fewest nodes the job's launcher can train on (torchrun --nnodes=MIN:MAX)
 RECOVER_STOP = "stop"  # the default: stop (and resume, if opted in) as without recovery
 RECOVER_ACTION = "recover"  # the audit records of a recovery, one per step (`phase`)
+MOVE_DIAGNOSIS = "host_event"  # a recovery that moves a job off a host before its scheduled event (`runtime.health`)
 RESTARTED_PHASE = "restarted"  # the audit record of a restart in place: an attempt of the run (goodput)
 PHASE_FIELD = "phase"
 # Without `stallwatch:resume` and a policy default, a job that opted in to recovery may restart this often per run.
 DEFAULT_RECOVER_RESTARTS = 3
 TRAINING_UNIT = "stallwatch-train.service"  # deploy/ec2's systemd unit for the launcher; the restart document's
+FAILED_CHECK = "failed its health check"  # what a bad node did, in the texts
+MOVED_OFF = "is moved off before its scheduled event"  # ... and a node an AWS Health event names (`runtime.health`)
 HEALTH_MARKER = "stallwatch_health"  # the key of the health check's JSON line (its value: the format's version)
 # Bounds, in seconds. The health check's delivery timeout (SendCommand TimeoutSeconds, SSM's least is 30) and the
 # control plane's wait for every node's answer, beyond the document's own execution timeout (600 s).
@@ -405,10 +408,14 @@ class FallBack:
 
 
 def after_checks(
-    checks: Mapping[str, NodeCheck], groups: Mapping[str, str | None], floor: int | None, deadline_passed: bool
+    checks: Mapping[str, NodeCheck],
+    groups: Mapping[str, str | None],
+    floor: int | None,
+    deadline_passed: bool,
+    what: str = FAILED_CHECK,
 ) -> Wait | Restart | TakeOut | FallBack:
     """What to do with the nodes' answers. `groups`: node -> its Auto Scaling group (None outside one); `floor`: the
-    job's `stallwatch:min-nodes` (None: it needs all of its nodes)."""
+    job's `stallwatch:min-nodes` (None: it needs all of its nodes); `what`: what a bad node did, in the reason."""
     pending = [c for c in checks.values() if c.state in (NodeState.WAITING, NodeState.RUNNING)]
     if pending and not deadline_passed:
         return Wait()
@@ -429,15 +436,13 @@ def after_checks(
             if floor is None
             else f"{left} node{'s' if left != 1 else ''} would be left, fewer than {MIN_NODES_TAG}={floor}"
         )
-        return FallBack(f"{named_failures(bad)}; not in an Auto Scaling group, and {allowed}")
+        return FallBack(f"{named_failures(bad, what)}; not in an Auto Scaling group, and {allowed}")
     return TakeOut(bad=bad, stop=stop, replace=replace, keep=keep)
 
 
-def named_failures(bad: Mapping[str, tuple[str, ...]]) -> str:
+def named_failures(bad: Mapping[str, tuple[str, ...]], what: str = FAILED_CHECK) -> str:
     """ "i-0abc failed its health check (Xid 79: GPU has fallen off the bus)", for each bad node."""
-    return "; ".join(
-        f"{node} failed its health check ({', '.join(why) or 'no reason given'})" for node, why in bad.items()
-    )
+    return "; ".join(f"{node} {what} ({', '.join(why) or 'no reason given'})" for node, why in bad.items())
 
 
 def restart_failures(checks: Mapping[str, NodeCheck]) -> str | None:
@@ -527,8 +532,8 @@ def restarting_text(job: str, nodes: int, passed: int) -> str:
     return f":arrows_counterclockwise: `{job}`: {checked}; restarting the training in place (`{TRAINING_UNIT}`)"
 
 
-def taken_out_text(job: str, step: TakeOut, wait_s: float) -> str:
-    parts = [named_failures(step.bad)]
+def taken_out_text(job: str, step: TakeOut, wait_s: float, what: str = FAILED_CHECK) -> str:
+    parts = [named_failures(step.bad, what)]
     if step.replace:
         groups = ", ".join(sorted(set(step.replace.values())))
         parts.append(

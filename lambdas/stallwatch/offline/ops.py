@@ -2,7 +2,8 @@
 
     stallwatch incidents --since 24h                    # the deployment's incidents, newest first
     stallwatch incidents --job my-job
-    stallwatch status my-job                            # its state and latest decision: why, and where each rank is
+    stallwatch status my-job                            # its state and latest decision: why, and where each rank is;
+                                                        # an AWS Health event for one of its instances, and its move
     stallwatch snooze my-job --for 2h                   # audited with your IAM identity
     stallwatch policy show my-job                       # the policy after the job's stallwatch:* tags
 
@@ -30,9 +31,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from stallwatch.aws.host_events import HostEvents
 from stallwatch.aws.job_states import JobStates
 from stallwatch.aws.store import Store, job_key
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
+from stallwatch.core.health_events import HostNotice, status_line
 from stallwatch.core.platforms import DEFAULT, job_name_error
 from stallwatch.core.policy import MODE_TAG, TAG_PREFIX, EffectivePolicy, Thresholds
 from stallwatch.core.signals import Platform
@@ -267,19 +270,26 @@ def stacks_table(stacks: dict[str, Any]) -> Table:
     return table
 
 
+def host_notices(deployment: Deployment, job: str, platform: Platform, now: float) -> list[HostNotice]:
+    """The job's AWS Health notices whose window is not over yet (`runtime.health`), the nearest first."""
+    notices = HostEvents(deployment.store()).notices(job_key(platform, job))
+    return sorted((n for n in notices if n.over_at > now), key=lambda n: n.start)
+
+
 @reported
 def run_status(args: argparse.Namespace) -> int:
     deployment = Deployment.from_args(args)
     state = JobStates(deployment.store()).load(job_key(args.platform, args.job))
     decision = latest_decision(deployment, args.job, args.platform)
+    now = time.time()
+    notices = host_notices(deployment, args.job, args.platform, now)
     if args.json:
-        print(
-            json.dumps(
-                {"job": args.job, "state": asdict(state.state), "incident": state.incident, "decision": decision}
-            )
-        )
+        found = {"job": args.job, "state": asdict(state.state), "incident": state.incident, "decision": decision}
+        print(json.dumps(found | {"host_events": [n.as_json() for n in notices]}))
         return 0
     console = Console()
+    for notice in notices:
+        console.print(Text(status_line(notice, now), style="yellow"))  # plain text: the event's code as AWS wrote it
     if decision is None:
         console.print(Text(f"{args.job}: never decided by Stallwatch ({deployment.table})"))
         return 0
@@ -407,7 +417,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deployment_flags(parser)
     parser.set_defaults(handler=run_incidents)
 
-    parser = subparsers.add_parser("status", help="a job's state and latest decision: why, and where each rank is")
+    parser = subparsers.add_parser(
+        "status", help="a job's state and latest decision (why, where each rank is), and its hosts' AWS Health events"
+    )
     parser.add_argument("job", metavar="JOB", type=job_name, help="SageMaker training job name or EC2 job")
     parser.add_argument("--json", action="store_true", help="print the state and the decision's record as JSON")
     _job_flags(parser)

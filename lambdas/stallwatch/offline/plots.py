@@ -2,6 +2,7 @@
 (``pip install './lambdas[plot]'``), never part of the Lambda asset.
 
     goodput_chart(goodput, spans).save("run.png")              # the run's wall time by category, per attempt, in $
+    FleetChart(fleet, since).save("fleet.png")                 # the fleet's GPU-hours by category, by group, top runs
     replay_chart(result, "my-job.jsonl", prefix).save("bt.png")   # signals, alarms and decisions on one time axis
 
 Each chart is its data first (`GoodputChart`, `ReplayChart`: what the report or the replay says, in seconds since
@@ -14,13 +15,15 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stallwatch.core.alarms import PROGRESS, parse_alarm_name
 from stallwatch.core.decision import Action
 from stallwatch.core.evaluator import AlarmState
-from stallwatch.core.goodput import Category, Goodput, JobSpan, Segment, run_timeline
+from stallwatch.core.fleet import FleetGoodput
+from stallwatch.core.goodput import Category, Goodput, JobSpan, Segment, Total, run_timeline
 from stallwatch.core.measures import agent_power, gpu_util
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import Series
@@ -49,6 +52,7 @@ CATEGORY_COLORS = {
     Category.TIME_LIMIT: "#6d4c41",
     Category.OTHER: "#bdbdbd",
 }
+FLEET_PANELS = {"platform": "by platform", "instance_type": "by instance type", "team": "by team"}  # `core.fleet`
 ACTION_COLORS = {Action.ALERT: "#00838f", Action.WARN: "#f9a825", Action.STOP: "#c62828", Action.AUDIT: "#757575"}
 MAX_HOSTS_IN_LEGEND = 8  # and above it, thinner lines
 MAX_ALARM_ROWS = 16  # above it, one row per alarm kind
@@ -209,6 +213,67 @@ def _bars(segments: Iterable[Segment], origin: float) -> list[Bar]:
         else:
             bars.append(Bar(s.attempt, s.start - origin, s.seconds, s.category, s.held))
     return bars
+
+
+# ---- the fleet ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FleetChart:
+    """The fleet's GPU-hours by category: the whole fleet, by platform, instance type and team, and the runs whose
+    badput cost most, one stacked bar a row, as `stallwatch report --fleet` totals them."""
+
+    fleet: FleetGoodput
+    since: float  # the report's start (epoch seconds)
+    top: int = 10
+
+    def panels(self) -> dict[str, list[tuple[str, dict[Category, float]]]]:
+        """Each panel's rows: (label, GPU-hours by category), the biggest first."""
+
+        def hours(totals: dict[Category, Total]) -> dict[Category, float]:
+            return {c: t.gpu_hours for c, t in totals.items() if t.gpu_hours > 0}
+
+        panels = {"the fleet": [(f"{len(self.fleet.runs)} runs", hours(self.fleet.totals))]}
+        for grouping, title in FLEET_PANELS.items():
+            groups = sorted(self.fleet.groups[grouping].items(), key=lambda kv: -kv[1].gpu_hours)
+            panels[title] = [(f"{key} ({g.ratio:.0%})", hours(g.totals)) for key, g in groups]
+        costly = self.fleet.costliest(self.top)
+        panels[f"the {len(costly)} costliest runs (badput)"] = [(run.run, hours(run.totals)) for run in costly]
+        return panels
+
+    def figure(self) -> Figure:
+        panels = self.panels()
+        heights = [max(len(rows), 1) + 0.8 for rows in panels.values()]
+        figure = _figure(12, 1.5 + 0.35 * sum(heights))
+        axes = figure.subplots(len(panels), 1, height_ratios=heights)
+        drawn: set[Category] = set()
+        for ax, (title, rows) in zip(axes, panels.items(), strict=True):
+            ax.set_label(title)
+            for index, (_, hours) in enumerate(rows):
+                left = 0.0
+                for category, value in hours.items():
+                    label = None if category in drawn else LABELS[category]
+                    drawn.add(category)
+                    ax.barh(index, value, left=left, height=0.6, color=CATEGORY_COLORS[category], label=label)
+                    left += value
+            ax.set_yticks(range(len(rows)), labels=[label for label, _ in rows])
+            ax.set_ylim(len(rows) - 0.5, -0.5)
+            ax.set_title(f"GPU-hours by category: {title}", loc="left", fontsize=TITLE_SIZE)
+        axes[-1].set_xlabel("GPU-hours")
+        handles = [h for ax in axes for h in ax.get_legend_handles_labels()[0]]
+        figure.legend(handles=handles, loc="outside lower left", ncol=3, frameon=False, fontsize=9)
+        f = self.fleet
+        since = datetime.fromtimestamp(self.since, UTC).strftime("%Y-%m-%d")
+        figure.suptitle(
+            f"Fleet goodput since {since}: {f.ratio:.1%} of {f.total.gpu_hours:,.1f} GPU-h, {money(f.total.dollars)}",
+            x=0.01,
+            ha="left",
+            fontweight="bold",
+        )
+        return figure
+
+    def save(self, path: str | Path) -> Path:
+        return _save(self.figure(), path)
 
 
 # ---- replay -------------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
     stallwatch report llama-8b --json --period 60
     stallwatch report llama-8b --plot llama-8b.png    # and its chart: each attempt in time, the split in dollars
     stallwatch report llm-70b --platform ec2          # the instances tagged stallwatch:job=llm-70b (or i-0abc...)
+    stallwatch report --fleet --since 30d [--plot fleet.png]   # every watched run (`fleet.py`)
 
 Jobs and times come from SageMaker, or for an EC2 job from its instances and Stallwatch's resumes
 (`aws.platforms.ec2_goodput`); without ``--platform`` a SageMaker job of that name is looked for first (an instance
@@ -27,11 +28,13 @@ from rich.text import Text
 from stallwatch.core.goodput import Category, Goodput
 from stallwatch.core.reading import METRIC_PERIOD_SECONDS
 from stallwatch.core.signals import Platform
-from stallwatch.offline import ops, plots
+from stallwatch.offline import fleet, ops, plots
 from stallwatch.offline.formats import LABELS, hms, money
 from stallwatch.offline.progress import WorkProgress
 
 PERIODS = (1, 5, 10, 20, 30, 60, 300)  # periods CloudWatch takes: high-resolution (under 60) and standard
+FLEET_SINCE = "30d"
+FLEET_TOP = 10
 
 
 def goodput_table(goodput: Goodput) -> Table:
@@ -70,6 +73,10 @@ def run_report(args: argparse.Namespace) -> int:
     from stallwatch.aws.goodput import run_spans
     from stallwatch.core.goodput import measure_goodput
 
+    if (args.job is None) == (not args.fleet):
+        raise ValueError("name a JOB, or ask for --fleet (not both)")
+    if args.fleet:
+        return fleet.run_fleet_report(args)
     if args.plot:
         plots.require_matplotlib()  # before any AWS call
     deployment = ops.Deployment.from_args(args)
@@ -94,12 +101,34 @@ def run_report(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``report`` to the ``stallwatch`` CLI."""
-    parser = subparsers.add_parser("report", help="the goodput of a run (a job and its resumes, or an EC2 job)")
+    parser = subparsers.add_parser(
+        "report", help="the goodput of a run (a job and its resumes, or an EC2 job), or of the fleet (--fleet)"
+    )
     parser.add_argument(
         "job",
         metavar="JOB",
+        nargs="?",
         type=ops.job_name,
         help="a SageMaker training job of the run (the first or a resume), or an EC2 job",
+    )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="every watched run instead: goodput and badput by cause, platform, instance type and team, the runs "
+        "that cost most",
+    )
+    parser.add_argument(
+        "--since",
+        type=ops.parse_duration,
+        default=ops.parse_duration(FLEET_SINCE),
+        metavar="DURATION",
+        help=f"with --fleet: the runs that ended within it, and those running (default {FLEET_SINCE})",
+    )
+    parser.add_argument(
+        "--top", type=int, default=FLEET_TOP, help=f"with --fleet: how many of the costliest runs (default {FLEET_TOP})"
+    )
+    parser.add_argument(
+        "--ended-only", action="store_true", help="with --fleet: the recorded runs only (no running run is measured)"
     )
     parser.add_argument(
         "--platform",

@@ -24,7 +24,7 @@ from stallwatch.core.platforms.interface import Change, JobChange
 from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.resume import resume_after_stop
-from stallwatch.runtime.summary import post_run_summary
+from stallwatch.runtime.run_goodput import run_ended
 
 # A resume that started, or that the sweeper tries again (its give-up posts the run's summary): not over.
 RUN_GOES_ON = frozenset({"resumed", "retrying"})
@@ -36,9 +36,10 @@ ALARMS_PER_INVOCATION = 120
 
 def on_job_state(event: JobStateEvent, rt: Runtime) -> dict[str, Any]:
     """A job started or ended: create or delete its alarms; an ended job's incident is closed, and a job Stallwatch
-    stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends posts
-    its goodput when it opted in (`summary.post_run_summary`; a job whose hosts end one by one, an EC2 job's, when
-    the last of them has and no resume follows). The platform's adapter reads its event (`job_change`)."""
+    stopped is resumed from its checkpoint when its run opted in (`resume.resume_after_stop`); a run that ends has its
+    goodput kept for the fleet and posted when it opted in (`run_goodput.run_ended`; a job whose hosts end one by one,
+    an EC2 job's, when the last of them has and no resume follows). The platform's adapter reads its event
+    (`job_change`)."""
     platform = platform_of(event)
     setting = describe(platform).monitor_setting
     if not getattr(rt.config.policy, setting):
@@ -69,7 +70,7 @@ def _job_ended(rt: Runtime, platform: Platform, change: JobChange) -> dict[str, 
     if change.stopped:
         retired["resume"] = resume_after_stop(rt, platform, name)
     if retired.get("resume", {}).get("status") not in RUN_GOES_ON:  # the run ends here
-        retired["summary"] = post_run_summary(rt, name, change.tags, platform)
+        retired |= run_ended(rt, name, change.tags, platform)
     return retired
 
 
@@ -87,7 +88,7 @@ def _host_ended(rt: Runtime, platform: Platform, change: JobChange) -> dict[str,
     if change.stopped and (job == host or ended is not None):
         result["resume"] = resume_after_stop(rt, platform, job)
     if ended is not None and result.get("resume", {}).get("status") not in RUN_GOES_ON:
-        result["summary"] = post_run_summary(rt, job, ended.tags, platform, ended_run=source.run_end(ended))
+        result |= run_ended(rt, job, ended.tags, platform, ended_run=source.run_end(ended))
     return result
 
 

@@ -192,6 +192,59 @@ def restarts_so_far(rt: Runtime, key: str, until: float | None) -> tuple[int, li
     return rt.resume_tries.claims(key) + len(restarted), steps
 
 
+# ---- a move off a host before its scheduled event (runtime.health) -----------------------------------------------
+
+
+def move_off(
+    rt: Runtime,
+    facts: JobFacts,
+    out: dict[str, tuple[str, ...]],
+    now: float,
+    notice_sk: str,
+    budget: tuple[int, int],
+    step: float | None,
+) -> dict[str, Any]:
+    """Restart the job in place without the hosts `out` (host -> why: an AWS Health event's instance, before its
+    window), as a recovery takes a bad node out: marked unhealthy in its Auto Scaling group (replaced), else stopped
+    where the job can train on fewer nodes (`stallwatch:min-nodes`); the restart follows, and its first step, as for a
+    stall (the sweeper continues it). `notice_sk`: the audit record whose Slack message opens the thread; `budget`:
+    (this restart, the restarts allowed); `step`: the step the job has reached. A job that cannot lose the hosts is
+    left as it is ("not_moved", with why); nothing is stopped."""
+    try:
+        floor = rules.min_nodes(facts.tags)
+    except rules.TagError as exc:
+        return {"job": facts.name, "status": "not_moved", "reason": str(exc)}
+    groups = {node.name: node.group for node in rt.source(facts.platform).nodes(facts.name)}
+    checks = {node: NodeCheck(node, rules.NodeState.SUCCEEDED, out.get(node, ())) for node in facts.instance_ids}
+    plan = rules.after_checks(checks, groups, floor, deadline_passed=True, what=rules.MOVED_OFF)
+    if not isinstance(plan, TakeOut):
+        reason = plan.reason if isinstance(plan, FallBack) else "none of its hosts is on the instance any more"
+        return {"job": facts.name, "status": "not_moved", "reason": reason}
+    recovery = Recovery(
+        job_key=job_key(facts.platform, facts.name),
+        job=facts.name,
+        stall_since=now,
+        decided_at=now,
+        decision_sk=notice_sk,
+        started_at=now,
+        attempt=budget[0],
+        allowed=budget[1],
+        diagnosis=rules.MOVE_DIAGNOSIS,
+        step=step,
+        stall_onset=now,
+        nodes=facts.instance_ids,
+        types={node: facts.host_types.get(node, facts.instance_type) for node in facts.instance_ids},
+        phase=REPLACING,
+        phase_at=now,
+        moving=True,
+    )
+    audit = _audit(recovery, now, rules.MOVE_DIAGNOSIS) | {"out": {node: list(why) for node, why in out.items()}}
+    if rt.recoveries.start(recovery, audit, now, now + HOLD_SECONDS) is None:
+        return {"job": facts.name, "status": "claimed_elsewhere"}
+    held = replace(recovery, held_until=now + HOLD_SECONDS)
+    return _take_out(rt, held, facts, now, plan, {}, own=True)
+
+
 # ---- the sweeper: each recovery's next step ---------------------------------------------------------------------
 
 
@@ -262,10 +315,17 @@ def _after_checks(rt: Runtime, recovery: Recovery, facts: JobFacts, now: float) 
 
 
 def _take_out(
-    rt: Runtime, recovery: Recovery, facts: JobFacts, now: float, step: TakeOut, audited: dict[str, Any]
+    rt: Runtime,
+    recovery: Recovery,
+    facts: JobFacts,
+    now: float,
+    step: TakeOut,
+    audited: dict[str, Any],
+    own: bool = False,
 ) -> dict[str, Any]:
     """Bad nodes out: marked unhealthy in their group (it replaces them) or stopped; the restart follows on the nodes
-    left and the replacements, once they run (at once when nothing is replaced)."""
+    left and the replacements, once they run (at once when nothing is replaced). A move's node that cannot be taken
+    out leaves the job running as it was. `own`: this Lambda holds the recovery already."""
     taking = recovery.at_phase(REPLACING, now, keep=step.keep, replaced=tuple(step.replace))
     audit = _audit(recovery, now, "take_out") | {
         "bad": {node: list(why) for node, why in step.bad.items()},
@@ -273,7 +333,7 @@ def _take_out(
         "replace": step.replace,
         **audited,
     }
-    step_sk = rt.recoveries.advance(recovery, taking, now, hold_until=now + HOLD_SECONDS, audit=audit)
+    step_sk = rt.recoveries.advance(recovery, taking, now, hold_until=now + HOLD_SECONDS, audit=audit, own_hold=own)
     if step_sk is None:
         return {"job": recovery.job, "status": "claimed_elsewhere"}
     held = replace(taking, version=recovery.version + 1, held_until=now + HOLD_SECONDS)
@@ -284,8 +344,12 @@ def _take_out(
     outcome = {"unhealthy": list(step.replace), "stopped": stopped.detail if stopped else None, "refused": refused}
     if refused:
         _record(rt, recovery, step_sk, outcome)
-        return _fall_back(rt, held, now, f"could not take out the bad nodes: {'; '.join(refused)}", own=True)
-    _tell(rt, held, step_sk, rules.taken_out_text(recovery.job, step, rules.REPLACEMENT_WAIT_S), outcome, now)
+        reason = f"could not take out the bad nodes: {'; '.join(refused)}"
+        if recovery.moving:  # a healthy job: it runs on as it was
+            return _end(rt, held, now, reason, own=True, told=True)
+        return _fall_back(rt, held, now, reason, own=True)
+    what = rules.MOVED_OFF if recovery.moving else rules.FAILED_CHECK
+    _tell(rt, held, step_sk, rules.taken_out_text(recovery.job, step, rules.REPLACEMENT_WAIT_S, what), outcome, now)
     if step.replace:
         rt.recoveries.advance(held, replace(held, held_until=0.0), now, own_hold=True)
         return {"job": recovery.job, "status": REPLACING, "bad": sorted(step.bad)}
@@ -448,11 +512,17 @@ def _fall_back(
     return {"job": recovery.job, "status": STOPPED, "reason": reason, "stopped": stopped.ok}
 
 
-def _end(rt: Runtime, recovery: Recovery, now: float, reason: str) -> dict[str, Any]:
-    """The job ended otherwise (its own end, a human's stop): the recovery ends quietly."""
+def _end(
+    rt: Runtime, recovery: Recovery, now: float, reason: str, own: bool = False, told: bool = False
+) -> dict[str, Any]:
+    """The job ended otherwise (its own end, a human's stop): the recovery ends quietly; or (`told`) a move that
+    could not take its node out ends with the job running, and Slack hears why."""
     audit = _audit(recovery, now, ENDED) | {"reason": reason}
     claim = Claim(ENDED, step=recovery.step, restarted_at=recovery.restarted_at)
-    ended = rt.recoveries.finish(recovery, claim, now, audit, own_hold=False)
+    ended = rt.recoveries.finish(recovery, claim, now, audit, own_hold=own)
+    if ended is not None and told:
+        text = f":warning: `{recovery.job}`: not moved off: {reason}; it runs on as it was"
+        _tell(rt, recovery, ended, text, {"ended": reason}, now)
     return {"job": recovery.job, "status": ENDED if ended is not None else "claimed_elsewhere", "reason": reason}
 
 

@@ -32,7 +32,7 @@ from stallwatch.core.resume import ResumePlan
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
-from stallwatch.runtime.summary import post_run_summary
+from stallwatch.runtime.run_goodput import run_ended
 
 RETRIES_PER_SWEEP = 10  # the oldest resumes being tried; each try is one CreateTrainingJob or StartInstances call
 TRY_HOLD_SECONDS = SWEEPER_TIMEOUT_SECONDS  # a try's hold outlives the Lambda that takes it
@@ -102,7 +102,7 @@ def conclude_try(rt: Runtime, retry: ResumeRetry, audit_sk: str, started: Resume
         record_post(rt, retry.job_key, audit_sk, outcome, None if in_place else message, post, now)
         result["posted"] = post.ok
     if next_at is None and not started.ok and tries > 1:
-        result["summary"] = _summary_of_ended_run(rt, Platform(platform), name)
+        result |= _end_of_run(rt, Platform(platform), name)
     return result
 
 
@@ -124,12 +124,13 @@ def _slack_text(
     return retrying.gave_up_text(job, plan.name, tries, now - retry.first_at, detail)
 
 
-def _summary_of_ended_run(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
-    """A run whose resume was given up ends there: its goodput summary, if it opted in (on_job_state held it back)."""
+def _end_of_run(rt: Runtime, platform: Platform, name: str) -> dict[str, Any]:
+    """A run whose resume was given up ends there: its goodput kept, and its summary if it opted in (on_job_state
+    held both back)."""
     try:
         source = rt.source(platform)
         facts = source.facts(name)
-        return post_run_summary(rt, name, facts.tags, platform, ended_run=source.run_end(facts))
+        return run_ended(rt, name, facts.tags, platform, ended_run=source.run_end(facts))
     except Exception as exc:  # the summary is extra: the give-up is recorded and posted already
         logger.exception("run summary after a given-up resume failed", extra={"job": name})
-        return {"status": "failed", "detail": str(exc)}
+        return {"summary": {"status": "failed", "detail": str(exc)}}

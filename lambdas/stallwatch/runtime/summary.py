@@ -10,7 +10,7 @@ from stallwatch.aws.goodput import run_spans
 from stallwatch.aws.observability import logger
 from stallwatch.aws.slack import goodput_message
 from stallwatch.aws.store import job_key
-from stallwatch.core.goodput import measure_goodput, summary_wanted
+from stallwatch.core.goodput import Goodput, measure_goodput, summary_wanted
 from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.repost import post_safely, record_post
@@ -24,10 +24,11 @@ def post_run_summary(
     tags: dict[str, str],
     platform: Platform,
     ended_run: float | None = None,
+    goodput: Goodput | None = None,
 ) -> dict[str, Any]:
     """The job `name` ended and no attempt follows it: post its run's goodput, if the run opted in. `ended_run`: what
     tells one end of the job from the next where it restarts under its name (`PlatformAdapter.run_end`: an EC2
-    group's latest start)."""
+    group's latest start); `goodput`: the run's, where it was measured already (`run_goodput`)."""
     if not summary_wanted(tags, rt.config.policy.run_summary):
         return {"status": "off"}
     now = rt.clock()
@@ -38,7 +39,7 @@ def post_run_summary(
     if audit_sk is None:
         return {"status": "duplicate"}
     try:
-        goodput = measure_goodput(*run_spans(rt.clients, rt.store, name, now, platform=platform))
+        goodput = goodput or measure_goodput(*run_spans(rt.clients, rt.store, name, now, platform=platform))
         message = goodput_message(goodput, rt.job_dashboard_url)
     except Exception as exc:  # the run ended either way; a summary that cannot be measured is recorded, not raised
         logger.exception("run summary failed", extra={"job": name})

@@ -2,8 +2,8 @@
 match the job's running instances), expired snoozes, pending stops,
 rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
 followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
-are no longer running, resumes that failed for a reason a later try can fix, resumed runs' progress, and the next step
-of each recovery in place."""
+are no longer running, resumes that failed for a reason a later try can fix, resumed runs' progress, the next step
+of each recovery in place, and the moves off hosts AWS Health scheduled events for."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from stallwatch.core.platforms.interface import PlatformAdapter
 from stallwatch.core.signals import JobFacts, JobStatus, Platform
 from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
+from stallwatch.runtime.health import continue_host_moves
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.recover import continue_recoveries
 from stallwatch.runtime.repost import resend_pending_posts
@@ -83,6 +84,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
             freshness[platform, job][host] = t
     outcomes = _concurrently(lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job, {})), due)
     retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
+    moved = _isolated(lambda: continue_host_moves(rt, now), "could not continue the moves off hosts")
     recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
     settled = _isolated(lambda: settle_stops(rt, now), "could not read the stops' answers")
     progressed = report_progress(rt, now)
@@ -113,6 +115,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "slack_resent": resent,
         "resume_retries": retried,
         "recoveries": recovered,
+        "host_moves": moved,
         "stop_answers": settled,
         "resumed_progress": progressed,
     }

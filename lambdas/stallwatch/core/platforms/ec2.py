@@ -11,8 +11,9 @@ from collections.abc import Collection, Sequence
 from stallwatch.core import clusters
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms import cloudwatch_agent
-from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
-from stallwatch.core.policy import EC2_MONITOR_TAG
+from stallwatch.core.platforms.interface import HostMove, MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.policy import EC2_MONITOR_TAG, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.recovery import TagError, recovers_in_place
 from stallwatch.core.signals import JobFacts, Platform, Series
 
 # A job is its `stallwatch:job` tag or an instance id.
@@ -36,6 +37,9 @@ class Ec2Description(PlatformDescription):
     restarts_in_place = True
     configured_logs = True
     agent_power = True
+    instance_hosts = True
+    host_move = HostMove.RESTART
+    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_RESTART}"
 
     def unwatched(self, facts: JobFacts) -> str | None:
         """A job is its instances' `stallwatch:job` tag, or a lone instance tagged `stallwatch:monitor=true`."""
@@ -46,6 +50,17 @@ class Ec2Description(PlatformDescription):
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
         """Instance ids: every instance of the job's group."""
         return list(instance_ids)
+
+    def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
+        """Its hosts are its instances."""
+        return instance if instance in facts.instance_ids else None
+
+    def moves_off_hosts(self, facts: JobFacts) -> bool:
+        """`stallwatch:recover=restart`: the job is restarted in place without the host (a bad tag value: not)."""
+        try:
+            return recovers_in_place(facts.tags)
+        except TagError:
+            return False
 
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         return cloudwatch_agent.gpu_utilization(host)

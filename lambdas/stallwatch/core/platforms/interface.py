@@ -38,6 +38,13 @@ class MetricMath:
     label: str
 
 
+class HostMove(StrEnum):
+    """How a job is moved off a host an AWS Health event names, before the event's window (`runtime.health`)."""
+
+    RESTART = "restart"  # its training restarted in place without the host (`runtime.recover`)
+    REQUEUE = "requeue"  # its stop with the host at fault: the host drained, the job requeued on others
+
+
 class PlatformDescription:
     """One platform as data and pure rules: how it names jobs and hosts, where its host metrics and logs are."""
 
@@ -60,6 +67,13 @@ class PlatformDescription:
     known_from_events: ClassVar[bool] = False
     # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
     agent_power: ClassVar[bool] = False
+
+    # Its hosts are EC2 instances of the account, or run on them (`host_of_instance`): AWS Health's scheduled events
+    # for an instance reach its jobs (`runtime.health`).
+    instance_hosts: ClassVar[bool] = False
+    # How its jobs that opted in (`moves_off_hosts`) are moved off such a host; None: they are told, never moved.
+    host_move: ClassVar[HostMove | None] = None
+    host_move_tags: ClassVar[str] = ""  # the tags that opt a job in, as Slack names them
 
     def names_job(self, name: str) -> bool:
         return self.job_name.match(name) is not None
@@ -112,6 +126,14 @@ class PlatformDescription:
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The host's `HostSignals` platform fields, per device, from its raw series as `read` gives them."""
         raise NotImplementedError
+
+    def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
+        """The job's host on the EC2 instance `instance` (an id); None when none of its hosts is on it."""
+        return None
+
+    def moves_off_hosts(self, facts: JobFacts) -> bool:
+        """Whether the job's tags opt it in to `host_move` (a stop opt-in is the runtime's to check)."""
+        return False
 
     def log_group(self, config: StallwatchConfig) -> str | None:
         """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line

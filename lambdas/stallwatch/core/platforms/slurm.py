@@ -20,13 +20,14 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms.interface import (
+    HostMove,
     MetricMath,
     PlatformDescription,
     SeriesReader,
     StopOutcome,
     agent_metric,
 )
-from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG
+from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
 
@@ -299,6 +300,20 @@ class SlurmDescription(PlatformDescription):
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     named_hosts = True
+    instance_hosts = True  # ParallelCluster and PCS nodes (`JobFacts.host_instances`); HyperPod's are none
+    host_move = HostMove.REQUEUE
+    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_REQUEUE}"
+
+    def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
+        """The node whose EC2 instance it is (mapped by address when the job started)."""
+        return next((node for node, found in facts.host_instances.items() if found == instance), None)
+
+    def moves_off_hosts(self, facts: JobFacts) -> bool:
+        """`stallwatch:recover=requeue`: the node drained and the job requeued (a bad setting: not)."""
+        try:
+            return requeues(facts.tags)
+        except ValueError:
+            return False
 
     def log_group(self, config: StallwatchConfig) -> str | None:
         """Under the EC2 group (`StallwatchConfig.slurm_log_group`), one stream per node's output file of a job."""
