@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from stallwatch.aws.observability import logger
+from stallwatch.core import record_budget
 from stallwatch.core.decision import JobState
 from stallwatch.core.resume import ResumePlan, StopRecord, stop_of
 
@@ -48,6 +49,8 @@ NOT_EXISTS = "attribute_not_exists(pk)"
 RESUME_SK_PREFIX = "resume#"
 BATCH_GET_LIMIT = 100  # BatchGetItem keys per call
 CHANGE_ATTEMPTS = 3  # a concurrent decision on the same job may win a commit; read again and retry
+# An audit record's JSON at most (DynamoDB's item is 400 KB): its outcome, keys and the incident's reasons fit beside
+AUDIT_BYTES = 200_000
 
 
 class ConcurrentDecisionError(RuntimeError):
@@ -809,10 +812,12 @@ def _stored(item: dict[str, Any]) -> StoredState:
 
 
 def _audit_item(key: str, sk: str, audit: dict[str, Any], expires: dict[str, str]) -> dict[str, Any]:
-    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": json.dumps(audit, default=str)}, "expires_at": expires}
+    record = json.dumps(record_budget.fit(audit, AUDIT_BYTES), default=str)
+    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": record}, "expires_at": expires}
 
 
 def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires: dict[str, str]) -> dict[str, Any]:
+    reasons = record_budget.fit({"reasons": audit.get("reasons", [])}, AUDIT_BYTES).get("reasons", [])
     return {
         "expires_at": expires,
         "pk": {"S": key},
@@ -820,7 +825,7 @@ def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires
         "status": {"S": "open"},
         "opened_at": {"N": f"{now:.3f}"},
         "diagnosis": {"S": str(audit.get("diagnosis", ""))},
-        "reasons": {"S": json.dumps(audit.get("reasons", []))},
+        "reasons": {"S": json.dumps(reasons)},
     }
 
 
