@@ -41,6 +41,7 @@ from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, BUTTON_LABELS, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.slack import context_block, slack_retries
+from stallwatch.aws.slack_text import escape
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import AlreadyHandledError, job_key
 from stallwatch.core import contract
@@ -298,8 +299,8 @@ class Interactions:
         label = BUTTON_LABELS[payload.press.action_id]
         when = datetime.fromtimestamp(signed_at, UTC).strftime("%H:%M UTC")
         text = (
-            f":warning: *{label}* on `{target.job}`, pressed by <@{user}> at {when}, could not be applied: {reason}. "
-            "Nothing was done: press it again, or act on the job in the console."
+            f":warning: *{label}* on `{escape(target.job)}`, pressed by <@{user}> at {when}, could not be applied: "
+            f"{escape(reason)}. Nothing was done: press it again, or act on the job in the console."
         )
         logger.error("a press could not be applied", extra={"job": target.job, "user": user, "reason": reason})
         posted = self._post_back(payload, text, self.rt.notifier.credentials())
@@ -389,18 +390,18 @@ class Interactions:
         refusal = self._unwatched(target)
         if refusal:
             logger.warning("button for a job not watched here", extra={"job": target.job, "reason": refusal})
-            self._tell(payload, f"Nothing was done: {refusal}.")
+            self._tell(payload, f"Nothing was done: {escape(refusal)}.")
             return Reply(200, {"status": "not_watched", "job": target.job, "reason": refusal})
         facts = None
         if press.action_id is OperatorAction.STOP_NOW:
             try:
                 facts = self.rt.source(target.platform).facts(target.job)
             except JobNotFoundError as exc:
-                self._tell(payload, f"`{target.job}` was not found, nothing to stop: {exc}")
+                self._tell(payload, escape(f"`{target.job}` was not found, nothing to stop: {exc}"))
                 return Reply(200, {"status": "not_found", "job": target.job})
             if not self.rt.config.policy.stop_permitted(facts.tags):
                 tag = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE}"
-                self._tell(payload, f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it")
+                self._tell(payload, escape(f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it"))
                 return Reply(200, {"status": "not_permitted", "job": target.job})
         audit = {
             "at": now,
@@ -428,7 +429,7 @@ class Interactions:
             result["stop"] = {"ok": stopped.ok, "detail": stopped.detail}
             if not stopped.ok:
                 self.rt.store.release_stop(key, state)
-                line = f":x: Stop requested by <@{user}> FAILED: {stopped.detail}"
+                line = f":x: Stop requested by <@{user}> FAILED: {escape(stopped.detail)}"
         result["slack"] = self._update_message(payload, line, secret)
         self.rt.store.record_outcome(key, audit_sk, result)
         if facts is not None:
