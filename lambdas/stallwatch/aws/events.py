@@ -336,6 +336,15 @@ class SubscriptionRequest(CloudFormationCustomResourceBaseModel):
     request_type: Literal["Create", "Update", "Delete"] = Field(alias="RequestType")
     physical_resource_id: str | None = Field(None, alias="PhysicalResourceId")
     resource_properties: SubscriptionProperties = Field(alias="ResourceProperties")  # type: ignore[assignment]
+    old_resource_properties: dict[str, Any] | None = Field(None, alias="OldResourceProperties")  # an Update's
+
+    @property
+    def previous_destination(self) -> str | None:
+        """The destination an Update moves the filter from, if it kept its group and name."""
+        old, new = self.old_resource_properties or {}, self.resource_properties
+        same = (old.get("LogGroupName"), old.get("FilterName")) == (new.log_group_name, new.filter_name)
+        destination = old.get("DestinationArn")
+        return destination if same and isinstance(destination, str) and destination != new.destination_arn else None
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {
