@@ -23,6 +23,7 @@ from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.observability import metrics
+from stallwatch.aws.press_reports import PRESS_REPORT_PREFIX, PressReports
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import StallwatchConfig
@@ -212,8 +213,10 @@ def _audits(rt) -> list[dict[str, Any]]:
 
 
 def _job_items(rt) -> list[dict[str, Any]]:
-    """The table without the claims on Slack requests (every verified request leaves one)."""
-    return [item for item in _table(rt) if not item["pk"]["S"].startswith("event#slack#")]
+    """The table without the claims on Slack requests (every verified request leaves one) and on posting back a
+    failed press."""
+    claims = ("event#slack#", PRESS_REPORT_PREFIX)
+    return [item for item in _table(rt) if not item["pk"]["S"].startswith(claims)]
 
 
 def _answer(event: dict, context) -> tuple[int, dict[str, Any]]:
@@ -1000,6 +1003,50 @@ def test_a_failed_press_is_posted_back_with_lambdas_words_quoted_as_words(rt, en
     assert f"<@{ALLOWED_USER}>" in post["text"]
     assert "(&lt;!channel&gt;: &lt;https://evil.example|Snooze 1 h&gt;)" in post["text"]
     assert "<!channel>" not in post["text"]
+
+
+def test_a_failed_press_delivered_twice_is_posted_back_once(rt, endpoint, slack_api, context) -> None:
+    # Given a press Lambda gave up on, its record on the queue
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+
+    # When SQS delivers it twice (at least once: again in one batch, and again later)
+    first = slack_interactions.handler(_sqs_event(record, record), context)
+    rt.clock.advance(10 * MINUTE)
+    again = slack_interactions.handler(_sqs_event(record), context)
+
+    # Then the channel is told once, and no delivery is left on the queue
+    assert [path for path, _ in slack_api.calls] == [slack_api.calls[0][0]]
+    assert first == again == {"batchItemFailures": []}
+
+
+def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
+    rt, endpoint, slack_api, context, monkeypatch
+) -> None:
+    # Given a failed press whose first post back fails (Slack down), and one whose invocation died holding its claim
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+    down = {"ok": False, "detail": "response_url: ConnectionRefusedError"}
+    with monkeypatch.context() as slack_down:
+        slack_down.setattr(Interactions, "_respond", lambda self, url, message: down)
+        assert slack_interactions.handler(_sqs_event(record), context)["batchItemFailures"]
+
+    # When the queue delivers it again, Then it is posted back
+    assert slack_interactions.handler(_sqs_event(record), context) == {"batchItemFailures": []}
+    assert len(slack_api.calls) == 1
+
+    # And a claim left by an invocation that died is taken over once it has run out
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
+    (second,) = endpoint.defer.__self__[1:]
+    PressReports(rt.store).claim(second.signature, rt.clock(), interactions.REPORT_CLAIM_SECONDS)
+    later = _invocation_record({DEFERRED_EVENT_KEY: second.model_dump()}, None, "EventAgeExceeded")
+    slack_interactions.handler(_sqs_event(later), context)
+    assert len(slack_api.calls) == 1  # held: being posted by the invocation that holds it
+    rt.clock.advance(interactions.REPORT_CLAIM_SECONDS + 1)
+    slack_interactions.handler(_sqs_event(later), context)
+    assert len(slack_api.calls) == 2
 
 
 def test_a_failed_press_that_cannot_be_posted_back_is_left_on_the_queue(

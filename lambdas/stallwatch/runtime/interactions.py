@@ -40,6 +40,7 @@ from slack_sdk.webhook import WebhookClient
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, BUTTON_LABELS, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.press_reports import PressReports
 from stallwatch.aws.slack import context_block, slack_retries
 from stallwatch.aws.slack_text import escape
 from stallwatch.aws.source import JobNotFoundError
@@ -68,6 +69,8 @@ GROUP_CACHE_SECONDS = 300
 SLACK_TIMEOUT_SECONDS = 3
 SLACK_MAX_RETRY_AFTER_SECONDS = 2
 AUDIT_TRIGGER = "slack"
+# A failed press's claim on being posted back: past the function's 30 s timeout, within the queue's 180 s visibility
+REPORT_CLAIM_SECONDS = 60
 NOT_ALLOWED_TEXT = "You are not allowed to act on Stallwatch alerts. Ask an admin to add you to the allow-list."
 
 
@@ -284,17 +287,23 @@ class Interactions:
 
     def report_failed(self, press: DeferredPress, reason: str) -> Reply:
         """A press Lambda gave up applying: counted (`OperatorActionsFailed`, which alarms), logged, and posted back
-        to the alert's channel, so the person who pressed sees that nothing was done. A press Slack did not sign
-        (its HMAC, whatever its age: it was claimed when it came) is counted and logged only. Raises
-        `PressNotReportedError` when Slack cannot be told, so the queue delivers it again."""
-        metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
+        to the alert's channel, so the person who pressed sees that nothing was done; once, however often the queue
+        delivers it (`PressReports`). A press Slack did not sign (its HMAC, whatever its age: it was claimed when it
+        came) is counted and logged only. Raises `PressNotReportedError` when Slack cannot be told, so the queue
+        delivers it again."""
         try:
             signed_at = int(press.timestamp) if TIMESTAMP.fullmatch(press.timestamp) else 0
             verify_signature(self._signing_secret(), press.body.encode(), press.headers(), lambda: signed_at)
             payload = parse_payload(press.body)
         except RejectedRequestError as exc:
+            metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
             logger.error("a failed press Slack did not sign: not posted", extra={"error": str(exc), "reason": reason})
             return Reply(exc.status, {"status": "rejected", "error": str(exc)})
+        reports = PressReports(self.rt.store)
+        if not reports.claim(press.signature, self.rt.clock(), REPORT_CLAIM_SECONDS):  # SQS delivered it again
+            logger.info("a failed press already posted back, or being posted", extra={"reason": reason})
+            return Reply(200, {"status": "duplicate"})
+        metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
         target, user = payload.press.value, payload.user.id
         label = BUTTON_LABELS[payload.press.action_id]
         when = datetime.fromtimestamp(signed_at, UTC).strftime("%H:%M UTC")
@@ -303,9 +312,15 @@ class Interactions:
             f"{escape(reason)}. Nothing was done: press it again, or act on the job in the console."
         )
         logger.error("a press could not be applied", extra={"job": target.job, "user": user, "reason": reason})
-        posted = self._post_back(payload, text, self.rt.notifier.credentials())
+        try:
+            posted = self._post_back(payload, text, self.rt.notifier.credentials())
+        except Exception:
+            reports.release(press.signature)
+            raise
         if not posted["ok"]:
+            reports.release(press.signature)
             raise PressNotReportedError(f"{target.job}: {posted['detail']}")
+        reports.reported(press.signature, self.rt.clock())
         return Reply(200, {"status": "reported", "job": target.job, "action": payload.press.action_id.value, **posted})
 
     def _post_back(self, payload: BlockActionsPayload, text: str, secret: Mapping[str, str]) -> dict[str, Any]:
