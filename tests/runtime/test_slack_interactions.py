@@ -1049,6 +1049,26 @@ def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
     assert len(slack_api.calls) == 2
 
 
+def test_a_failed_press_is_still_posted_back_when_the_table_cannot_claim_it(
+    rt, endpoint, slack_api, context, monkeypatch
+) -> None:
+    # Given a press Lambda gave up on because the table was throttled, and the table still throttled
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise rt.clients.dynamodb.exceptions.ProvisionedThroughputExceededException(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}}, "UpdateItem"
+        )
+
+    monkeypatch.setattr(rt.clients.dynamodb, "update_item", throttled)
+
+    # When the queue delivers it, Then the channel is told all the same (at least once rather than never)
+    assert slack_interactions.handler(_sqs_event(record), context) == {"batchItemFailures": []}
+    assert len(slack_api.calls) == 1
+
+
 def test_a_failed_press_that_cannot_be_posted_back_is_left_on_the_queue(
     rt, endpoint, slack_api, context, monkeypatch
 ) -> None:

@@ -299,8 +299,8 @@ class Interactions:
             metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
             logger.error("a failed press Slack did not sign: not posted", extra={"error": str(exc), "reason": reason})
             return Reply(exc.status, {"status": "rejected", "error": str(exc)})
-        reports = PressReports(self.rt.store)
-        if not reports.claim(press.signature, self.rt.clock(), REPORT_CLAIM_SECONDS):  # SQS delivered it again
+        reports = self._report_claim(press)
+        if reports is False:  # SQS delivered it again
             logger.info("a failed press already posted back, or being posted", extra={"reason": reason})
             return Reply(200, {"status": "duplicate"})
         metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
@@ -315,13 +315,35 @@ class Interactions:
         try:
             posted = self._post_back(payload, text, self.rt.notifier.credentials())
         except Exception:
-            reports.release(press.signature)
+            self._end_report_claim(reports, press, posted=False)
             raise
+        self._end_report_claim(reports, press, posted=posted["ok"])
         if not posted["ok"]:
-            reports.release(press.signature)
             raise PressNotReportedError(f"{target.job}: {posted['detail']}")
-        reports.reported(press.signature, self.rt.clock())
         return Reply(200, {"status": "reported", "job": target.job, "action": payload.press.action_id.value, **posted})
+
+    def _report_claim(self, press: DeferredPress) -> PressReports | Literal[False] | None:
+        """The claim on posting `press` back: its holder, False if another delivery has it or posted it, None if the
+        table cannot say (the throttle that failed the press, maybe): then it is posted, at least once."""
+        reports = PressReports(self.rt.store)
+        try:
+            claimed = reports.claim(press.signature, self.rt.clock(), REPORT_CLAIM_SECONDS)
+        except Exception:  # a press told twice beats a press never told
+            logger.exception("could not claim a failed press's post back: posting it unclaimed")
+            return None
+        return reports if claimed else False
+
+    def _end_report_claim(self, reports: PressReports | None, press: DeferredPress, posted: bool) -> None:
+        """Posted: no delivery posts it again; not posted: the next delivery tries. Never raises (logged)."""
+        if reports is None:
+            return
+        try:
+            if posted:
+                reports.reported(press.signature, self.rt.clock())
+            else:
+                reports.release(press.signature)
+        except Exception:  # the claim runs out by itself; a later delivery may post it again
+            logger.exception("could not record a failed press's post back")
 
     def _post_back(self, payload: BlockActionsPayload, text: str, secret: Mapping[str, str]) -> dict[str, Any]:
         """Tell the channel: a reply in the alert's thread with a bot token, else an in-channel message through the
