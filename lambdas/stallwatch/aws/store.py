@@ -15,6 +15,7 @@ One table, partition key ``pk``, sort key ``sk``, TTL attribute ``expires_at``:
     pk = "resume-retry"          sk = "<stop at>#<job key>"     a resume being tried (the sweeper retries a failure)
     pk = "job#ec2#my-job"        sk = "recover#<stall since>"   the claim on recovering one stall in place
     pk = "recovery"              sk = "<started at>#<job key>"  a recovery in place under way (aws.recoveries)
+    pk = "press-report#<press>"  sk = "press-report"           a failed Slack press posted back (aws.press_reports)
 
 A decision is committed in one transaction (state at the version it was read + audit record + event claim),
 so a duplicated event or a concurrent decision on the same job loses the race and acts on nothing.
