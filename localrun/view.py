@@ -82,9 +82,15 @@ def status_line(snapshot: Snapshot, alarm_prefix: str) -> str:
 
 
 def _emoji(text: str) -> str:
+    """Emoji codes as emoji, and Slack's three entities as what they stand for, as Slack shows them."""
     for slack, rich in SLACK_EMOJI_ALIASES.items():
         text = text.replace(slack, rich)
-    return Emoji.replace(text)
+    return Emoji.replace(_shown(text))
+
+
+def _shown(text: str) -> str:
+    """`&lt;`, `&gt;` and `&amp;` read back (stallwatch.aws.slack_text escapes them)."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
 def _mrkdwn(text: str) -> list[Text]:
@@ -120,7 +126,7 @@ def _block_text(block: dict[str, Any]) -> list[Text]:
         lines = _mrkdwn(block["text"]["text"]) if block.get("text") else []
         return lines + [line for field in block.get("fields", []) for line in _field(field.get("text", ""))]
     if kind == "context":
-        return [Text(" · ".join(e.get("text", "") for e in block.get("elements", [])), style="dim")]
+        return [Text(_shown(" · ".join(e.get("text", "") for e in block.get("elements", []))), style="dim")]
     if kind == "rich_text":
         return [Text(_rich_text_plain(block))]
     if kind == "actions":

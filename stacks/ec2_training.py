@@ -5,9 +5,16 @@ the trainer-agent wheel, and one customer managed policy for their instance role
 - an SSM parameter holding deploy/ec2/cloudwatch-agent.json with that group (`fetch-config -c ssm:<name>`);
 - the wheel as an S3 asset, with its dependencies' wheels (user-data installs them with ``--no-index``: never a
   package index);
-- the policy: PutMetricData in ``Stallwatch`` and ``CWAgent``; log streams and events in the group (and the groups
-  under it, which a job's ``stallwatch:log-group`` tag may name); GetParameter of the configuration; GetObject of
-  the wheel. Nothing else: no EC2, SageMaker or alarm permissions.
+- the policy: PutMetricData in ``Stallwatch`` and ``CWAgent``; log streams named by an instance id (``i-...``, the
+  agent's ``{instance_id}``) and their events in the group and the groups under it (which a job's
+  ``stallwatch:log-group`` tag may name); GetParameter of the configuration; GetObject of the wheel. Nothing else:
+  no EC2, SageMaker or alarm permissions.
+
+IAM cannot say more (Service Authorization Reference): PutMetricData has no resource type and no condition key but
+``cloudwatch:namespace``, so no dimension (InstanceId, Host, JobName) can be tied to the caller; and no request value
+names the calling instance as a stream name can (``aws:userid`` is ``<role id>:<instance id>``,
+``ec2:SourceInstanceARN`` an ARN, and a stream name holds no ``:``), so a node may write any instance's stream of the
+group. What remains, and what the control plane does about it: docs/deploy.md, "Who can write what".
 """
 
 from __future__ import annotations
@@ -21,7 +28,13 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.bundling import agent_wheel
-from stacks.constants import CLOUDWATCH_AGENT_CONFIG, CLOUDWATCH_AGENT_PARAMETER, EC2_LOG_RETENTION
+from stacks.constants import (
+    CLOUDWATCH_AGENT_CONFIG,
+    CLOUDWATCH_AGENT_PARAMETER,
+    EC2_LOG_RETENTION,
+    INSTANCE_STREAMS,
+    SLURM_NODE_STREAMS,
+)
 from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE
 
 
@@ -30,10 +43,18 @@ class Ec2Training(Construct):
     instance-role managed policy (`policy`)."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, deployment: str, log_group: str, bundle_dependencies: bool = True
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        deployment: str,
+        log_group: str,
+        slurm_log_group: str | None = None,
+        bundle_dependencies: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group_name = log_group
+        self.slurm_log_group = slurm_log_group  # the Slurm nodes' group (they share this policy), if Slurm is watched
         self.log_group = logs.LogGroup(
             self,
             "Logs",
@@ -55,7 +76,12 @@ class Ec2Training(Construct):
             "Policy",
             description="Stallwatch on EC2 training instances: GPU and training metrics, training logs, the "
             "CloudWatch agent's configuration and the trainer-agent wheel",
-            statements=[self._build_metrics(), self._build_logs(), self._build_config(), self._build_wheel()],
+            statements=[
+                self._build_metrics(),
+                *self._build_logs(),
+                self._build_config(),
+                self._build_wheel(),
+            ],
         )
 
     def _build_metrics(self) -> iam.PolicyStatement:
@@ -67,13 +93,34 @@ class Ec2Training(Construct):
             conditions={"StringEquals": {"cloudwatch:namespace": [NAMESPACE, CWAGENT_NAMESPACE]}},
         )
 
-    def _build_logs(self) -> iam.PolicyStatement:
-        # The group exists (this construct): the agent only creates its stream and writes to it.
-        return iam.PolicyStatement(
-            sid="ShipTrainingLogs",
-            actions=["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-            resources=log_group_arns(Stack.of(self), self.log_group_name),
-        )
+    def _build_logs(self) -> list[iam.PolicyStatement]:
+        # The group exists (this construct): the agent lists its streams, creates its own and writes to it, its name
+        # the instance's id (CreateLogStream and PutLogEvents are on the log-stream resource, DescribeLogStreams on
+        # the group's).
+        stack = Stack.of(self)
+        statements = [
+            iam.PolicyStatement(
+                sid="ListTrainingLogStreams",
+                actions=["logs:DescribeLogStreams"],
+                resources=log_group_arns(stack, self.log_group_name),
+            ),
+            iam.PolicyStatement(
+                sid="ShipTrainingLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=log_stream_arns(stack, self.log_group_name, INSTANCE_STREAMS),
+            ),
+        ]
+        if self.slurm_log_group is not None:
+            # SLURM (the Slurm helper): its nodes name one stream per job and node (deploy/slurm), not by instance id
+            # yet; once they do, this statement goes and INSTANCE_STREAMS covers them.
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ShipSlurmJobLogs",
+                    actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                    resources=[_stream_arn(stack, self.slurm_log_group, SLURM_NODE_STREAMS)],
+                )
+            )
+        return statements
 
     def _build_config(self) -> iam.PolicyStatement:
         return iam.PolicyStatement(
@@ -94,6 +141,20 @@ def cloudwatch_agent_config(log_group: str) -> dict:
     for collected in config["logs"]["logs_collected"]["files"]["collect_list"]:
         collected["log_group_name"] = log_group
     return config
+
+
+def log_stream_arns(stack: Stack, log_group: str, streams: str) -> list[str]:
+    """The streams named `streams` (a pattern) of the EC2 log group and of the groups under it."""
+    return [_stream_arn(stack, name, streams) for name in (log_group, f"{log_group.rstrip('/')}/*")]
+
+
+def _stream_arn(stack: Stack, log_group: str, streams: str) -> str:
+    return stack.format_arn(
+        service="logs",
+        resource="log-group",
+        resource_name=f"{log_group}:log-stream:{streams}",
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
 
 
 def log_group_arns(stack: Stack, log_group: str) -> list[str]:

@@ -7,7 +7,14 @@ from typing import Any
 from aws_cdk import Acknowledgment, Aws, CfnMapping, CfnOutput, Stack, Tags, Validations
 from constructs import Construct
 
-from stacks.constants import CONSOLE_HOSTS, DEPLOYMENT_TAG, LAMBDA_RUNTIME, SERVICE_NAME
+from stacks.constants import (
+    CONSOLE_HOSTS,
+    DEPLOYMENT_TAG,
+    INSTANCE_STREAMS,
+    LAMBDA_RUNTIME,
+    SERVICE_NAME,
+    SLURM_NODE_STREAMS,
+)
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
 from stacks.health import ControlPlaneHealth, health_alarm_arns
@@ -118,6 +125,7 @@ class StallwatchStack(Stack):
             "Ec2Training",
             deployment=deployment,
             log_group=config.ec2_log_group,
+            slurm_log_group=config.slurm_log_group if config.policy.monitor_slurm else None,
             bundle_dependencies=bundle_dependencies,
         )
         self.log_subscriptions = FatalLineSubscriptions(
@@ -227,6 +235,26 @@ class StallwatchStack(Stack):
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
 
+    def _node_log_findings(self, arn: str, ec2_group: str) -> dict[str, str]:
+        """The training nodes' log grants (`Ec2Training`): each wildcard, and why it stays."""
+        groups = (ec2_group, f"{ec2_group.rstrip('/')}/*")
+        findings = {
+            arn.format(service="logs", resource=f"log-group:{group}:*"): "DescribeLogStreams: the CloudWatch agent "
+            "lists its group's streams; a job may name a group under the configured one"
+            for group in groups
+        } | {
+            arn.format(service="logs", resource=f"log-group:{group}:log-stream:{INSTANCE_STREAMS}"): "each training "
+            "instance's agent creates and writes streams named by its instance id, at run time (IAM cannot tie a "
+            "stream to the calling instance: docs/deploy.md, Who can write what)"
+            for group in groups
+        }
+        if self.config.policy.monitor_slurm:
+            slurm_streams = f"log-group:{self.config.slurm_log_group}:log-stream:{SLURM_NODE_STREAMS}"
+            findings[arn.format(service="logs", resource=slurm_streams)] = (
+                "each Slurm node's agent creates and writes one stream per job and node, named at run time"
+            )
+        return findings
+
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
         arn = arn_template(self)
@@ -293,11 +321,8 @@ class StallwatchStack(Stack):
                 f"cloudwatch:namespace {NAMESPACE} or {CWAGENT_NAMESPACE}",
             ),
             *(
-                Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]",
-                    reason="the CloudWatch agent of each training instance writes its own stream, named by its id",
-                )
-                for resource in ec2_log_arns
+                Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]", reason=reason)
+                for resource, reason in self._node_log_findings(arn, ec2_group).items()
             ),
         )
         Validations.of(self.notifications).acknowledge(

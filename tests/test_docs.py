@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from stacks.constants import INSTANCE_STREAMS
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.policy import Policy, Thresholds
 from stallwatch.core.signals import Platform
@@ -238,3 +239,19 @@ def test_the_clis_platform_flag_names_every_platform() -> None:
     [row] = [line for line in (ROOT / "docs" / "operators.md").read_text(encoding="utf-8").splitlines()
              if line.startswith("| `--platform` |")]  # fmt: skip
     assert [platform for platform in Platform if f"`{platform}`" not in row] == []
+
+
+def test_the_security_section_says_who_writes_each_input_and_quotes_the_policy_as_the_stack_grants_it() -> None:
+    # Given deploy.md's "Who can write what"
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split("### Who can write what", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
+
+    # Then it has a row per input a decision reads, and the Slurm paragraph its change completes
+    inputs = [row.split("|")[1].strip() for row in rows[1:]]
+    for name in ("logs", "Metrics", "Events", "Slack presses", "Tags"):
+        assert any(name in cell for cell in inputs), name
+    assert "**SLURM (to be completed with the Slurm change).**" in section
+    # And what it says IAM grants the nodes is what the stack grants
+    assert f"`log-stream:{INSTANCE_STREAMS}`" in text
+    assert "`cloudwatch:namespace`" in section

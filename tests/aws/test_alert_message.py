@@ -52,7 +52,8 @@ def _signals() -> JobSignals:
 
 
 def _text(message: dict[str, Any]) -> str:
-    return json.dumps(message["blocks"])
+    """The blocks as Slack shows them: its three entities read back (`slack_text.escape`)."""
+    return json.dumps(message["blocks"]).replace("&gt;", ">").replace("&lt;", "<").replace("&amp;", "&")
 
 
 def test_stop_message_shows_evidence_burn_and_a_failed_stop() -> None:
@@ -379,7 +380,7 @@ def test_oversized_text_is_fitted_to_block_kits_limits_and_every_block_is_a_vali
     spread = next(text for head, text in sections.items() if head.startswith("*Straggler*"))
     assert spread.endswith("```")
     assert len(spread) <= SectionBlock.text_max_length
-    assert "> algo-7" in spread
+    assert "&gt; algo-7" in spread  # the straggler's mark, escaped
     log = next(text for head, text in sections.items() if head.startswith("*algo-7*"))
     assert log.endswith("y```")
     assert len(log) == SectionBlock.text_max_length

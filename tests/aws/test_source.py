@@ -86,3 +86,25 @@ def test_the_sweepers_log_idle_history_is_read_per_host(rt, world: World) -> Non
     # Then the host carries the history, and its resets are the 20-minute gaps the engine learns
     assert signals.hosts["algo-1"].log_idle.values() == [v for _, v in sawtooth]
     assert measures.sawtooth_gap(signals.hosts.values()) == pytest.approx(20 * 60, abs=60)
+
+
+def test_an_ec2_jobs_evidence_is_read_only_under_its_own_instances(rt, world: World) -> None:
+    # Given a 2-node job, and evidence another writer of the group and the namespaces put under an instance that is
+    # not one of the job's: a fatal line in its stream, idle GPUs, an agent heartbeat naming the job
+    job = "llm-70b"
+    nodes = world.launch(2, {"stallwatch:job": job})
+    stranger = "i-0123456789abcdef0"
+    for node in nodes:
+        world.ec2_logs(node, [(2, "step 2 loss 1.9")])
+        world.ec2_gpu(node, world.every_minute(30, 97.0))
+    world.ec2_logs(stranger, [(1, "RuntimeError: CUDA error: an illegal memory access was encountered")])
+    world.ec2_gpu(stranger, world.every_minute(30, 0.0))
+    world.agent_host(job, stranger, "Heartbeat", world.every_minute(30, 1.0))
+
+    # When the job's signals are read
+    signals = adapter(Platform.EC2, rt.clients).job_signals(job, world.now)
+
+    # Then its hosts are its instances alone: nothing the stranger wrote is in its evidence
+    assert sorted(signals.hosts) == sorted(nodes)
+    assert all(not host.error_lines for host in signals.hosts.values())
+    assert all(min(host.gpu_util.values()) > 90 for host in signals.hosts.values())

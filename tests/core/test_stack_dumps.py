@@ -137,6 +137,90 @@ def test_a_line_that_is_not_a_well_formed_dump_is_ignored(message: str) -> None:
     assert stack_dumps.latest([LogLine.read(1.0, "s", message)]) == []
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        '{"StallwatchStacks":1,"Rank":0,"Main":[{"file":"a.py","line":Infinity,"func":"f"}]}',  # int(inf) raised
+        '{"StallwatchStacks":1,"Rank":0,"Main":[{"file":"a.py","line":1e400,"func":"f"}]}',
+        '{"StallwatchStacks":1,"Rank":0,"Main":[{"file":"a.py","line":"88","func":"f"}]}',
+        '{"StallwatchStacks":1,"Rank":0,"Main":[{"file":"a.py","line":1,"func":"f"}],"Rank":-5}',
+        '{"StallwatchStacks":1,"Rank":1048576,"WorldSize":1048577,"Main":[]}',  # no job's rank
+        '{"StallwatchStacks":1,"Rank":0,"Main":' + "[" * 5_000 + "]" * 5_000 + "}",  # RecursionError in json
+    ],
+    ids=["line-inf", "line-1e400", "line-text", "rank-negative", "rank-past-bound", "deep"],
+)
+def test_a_line_whose_fields_no_dump_has_is_ignored_not_raised(message: str) -> None:
+    assert stack_dumps.latest([LogLine.read(1.0, "s", message)]) == []
+
+
+def test_a_world_size_past_the_bound_is_read_as_unknown_without_building_the_world() -> None:
+    # Given two ranks' dumps claiming a world of 10**12 ranks (set(range(10**12)) was a MemoryError)
+    messages = [dump_line(r, IN_ALL_REDUCE, 10**12, 7) for r in range(2)]
+
+    # When they are read and explained
+    report = stack_dumps.explain(stack_dumps.latest(lines(messages)))
+
+    # Then the world is the ranks seen, each dump cut short, and the summary says so
+    assert (report.ranks, report.missing_count, report.cut) == (2, 0, 2)
+    assert report.summary.endswith("; 2 of the dumps cut short")
+
+
+def test_a_large_world_with_few_dumps_names_a_few_missing_and_counts_the_rest() -> None:
+    # Given 3 dumps of a world of 1,048,576 ranks (the bound itself)
+    messages = [dump_line(r, IN_ALL_REDUCE, stack_dumps.WORLD_SIZE_MAX, 7) for r in (0, 2, 5)]
+
+    report = stack_dumps.explain(stack_dumps.latest(lines(messages)))
+
+    assert report.missing == (1, 3, 4, 6, 7, 8, 9, 10)
+    assert report.missing_count == stack_dumps.WORLD_SIZE_MAX - 3
+    assert report.summary.endswith("(3 of 1048576 ranks' dumps read)")
+    assert report.evidence()["missing_count"] == stack_dumps.WORLD_SIZE_MAX - 3
+
+
+@pytest.mark.parametrize("field", ["Host", "file", "func", "code", "Reason", "group", "frames", "line"])
+def test_a_dump_over_a_bound_is_read_cut_short_and_its_evidence_stays_a_few_kb(field: str) -> None:
+    # Given a rank whose dump is over one bound: a 230 KB text, 10,000 frames, or a line of 1 MB
+    big = "<" + "x" * 230_000
+    frame = {"file": "train.py", "line": 212, "func": "step", "code": "loss.backward()"}
+    frame |= {field: big} if field in ("file", "func", "code") else {}
+    record = {"StallwatchStacks": 1, "Host": "algo-1", "Rank": 1, "WorldSize": 2, "Reason": "stall"}
+    record |= {field: big} if field in ("Host", "Reason") else {}
+    record["Collective"] = {"group": big if field == "group" else "default_pg", "seq": 3, "op": "all_reduce"}
+    record["Main"] = [frame] * (10_000 if field == "frames" else 1)
+    message = json.dumps(record) + (" " * 1_000_000 if field == "line" else "")
+    healthy = dump_line(0, IN_ALL_REDUCE, 2, 4)
+
+    # When the stall's dumps are explained
+    report = stack_dumps.explain(stack_dumps.latest(lines([healthy, message])))
+
+    # Then what the decision keeps is a few KB; the rank is read and named, its dump cut short (a host past the
+    # line's bound cuts it before its rank: it is read as no dump), its texts and frames within their bounds
+    assert len(report.summary) < 1_000
+    assert len(json.dumps(report.evidence())) < 6_000
+    if field == "Host":
+        assert (report.ranks, report.named) == (1, [1])  # the rank that wrote no dump
+        return
+    assert (report.named, report.cut) == ([1], 0 if field == "line" else 1)
+    (dump,) = stack_dumps.latest(lines([message]))
+    texts = [dump.host, dump.reason, *(t for f in dump.main for t in (f.file, f.func, f.code or ""))]
+    assert max(len(t) for t in texts) <= stack_dumps.TEXT_CHARS
+    assert len(dump.main) <= stack_dumps.FRAMES_READ
+
+
+def test_a_line_past_its_length_is_read_as_far_as_its_bound_as_a_dump_cut_short() -> None:
+    # Given a dump whose frames run past LINE_CHARS (the agent never writes one: a forged or corrupted line)
+    frames = [{"file": f"mod{i}.py", "line": i, "func": "f" * 150} for i in range(200)]
+    record = {"StallwatchStacks": 1, "Host": "algo-2", "Rank": 9, "WorldSize": 16, "Main": frames}
+    message = "[default9]:" + json.dumps(record)
+    assert len(message) > stack_dumps.LINE_CHARS
+
+    (dump,) = stack_dumps.latest(lines([message]))
+
+    assert (dump.rank, dump.host, dump.world_size, dump.cut) == (9, "algo-2", 16, True)
+    assert dump.main[0].place == "mod0.py:0"
+    assert len(dump.main) == stack_dumps.FRAMES_READ
+
+
 def test_a_dump_is_the_agents_own_line_never_a_fatal_line_or_a_checkpoint_marker() -> None:
     # A frame of a checkpoint writer, a thread named after a kill: the words the notable filter looks for
     message = dump_line(0, [("ckpt.py", 9, "saving_checkpoint", False)], 1, Threads=[{"name": "Killed", "at": "x"}])

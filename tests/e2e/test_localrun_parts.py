@@ -266,6 +266,17 @@ def test_slack_panel_renders_block_kit_one_line_per_field() -> None:
     assert "line two" in text
 
 
+def test_slack_panel_shows_escaped_text_as_slack_does() -> None:
+    # Given a message whose log line and arrow were escaped for Slack (aws.slack_text)
+    line = "*algo-1*\n```ERROR &lt;!channel&gt; a &amp; b```"
+    payload = {"blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f"96% before -&gt; 50% now\n{line}"}}]}
+    console = Console(width=80, record=True)
+    console.print(slack_panel(SlackMessage(t=0.0, payload=payload)))
+    text = console.export_text()
+    assert "96% before -> 50% now" in text
+    assert "ERROR <!channel> a & b" in text
+
+
 def test_runtime_resources_are_what_the_functions_read(aws: None) -> None:
     # Given the stack's resources created in moto
     resources = create_resources(

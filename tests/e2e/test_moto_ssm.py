@@ -191,6 +191,23 @@ def test_the_adapter_sends_50_nodes_a_command_and_finds_a_command_by_its_comment
     assert ssm.find_command(clients, RESTART_DOCUMENT, "stallwatch restart other 1", since=0.0) is None
 
 
+def test_comments_past_ssms_limit_that_share_their_start_stay_two_commands_found_apart(tmp_path: Path) -> None:
+    # Given two sends whose comments share their first 100 characters (SendCommand takes 100), to one node
+    nodes = tuple(_managed(tmp_path, [NodeFault.NONE]))
+    clients = AwsClients()
+    first, second = (f"stallwatch restart {'j' * 90} {stall}" for stall in (1764496800, 1764500400))
+    sent = [ssm.send(clients, RESTART_DOCUMENT, nodes, comment, timeout_s=120) for comment in (first, second)]
+
+    # When each is looked for by its comment (a send whose Lambda died before it recorded the id)
+    found = [ssm.find_command(clients, RESTART_DOCUMENT, comment, since=0.0) for comment in (first, second)]
+
+    # Then each finds its own: the comments were cut with a hash of the whole, within SSM's limit
+    assert found == [s.command_ids[0] for s in sent]
+    comments = [c["Comment"] for c in boto3.client("ssm").list_commands()["Commands"]]
+    assert len(set(comments)) == 2
+    assert all(len(c) <= ssm.COMMENT_LIMIT for c in comments)
+
+
 def test_an_instance_marked_unhealthy_is_replaced_by_its_group_with_the_tags_it_propagates() -> None:
     # Given a group of 2 that propagates the job's tags
     ec2, autoscaling = boto3.client("ec2"), boto3.client("autoscaling")

@@ -127,3 +127,33 @@ def test_an_ec2_clusters_dumps_are_read_from_its_instances_streams(rt, world, sl
     (read,) = _stack_reads(requests)
     assert (read["logGroupName"], read.get("logStreamNames")) == (EC2_LOG_GROUP, None)
     assert f"rank 1 on vm in {WHERE}" in str(slack.posts[0]["blocks"])
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"Host": "vm", "Main": [{"file": "x" * 230_000, "line": 1, "func": "f"}]},  # a 230 KB dump line
+        {"Host": "vm", "WorldSize": 10**12},  # set(range(WorldSize)): a MemoryError
+        {"Host": "vm", "Main": [{"file": "a.py", "line": float("inf"), "func": "f"}]},  # int(inf): an OverflowError
+    ],
+    ids=["230KB-line", "world-of-10**12", "line-infinity"],
+)
+def test_a_dump_line_no_agent_writes_never_keeps_its_job_from_being_decided(rt, world, slack, context, forged) -> None:
+    # Given a hung 2-host job whose rank 1 dump is over a bound (a forged or corrupted line) beside rank 0's own
+    job = "llama-8b-pretrain"
+    seed_nccl_hang(world, job, ENFORCE)
+    record = json.loads(RANK_LINE[1]) | forged
+    for rank, line in ((0, RANK_LINE[0]), (1, json.dumps(record))):
+        _add_line(world, SAGEMAKER_LOG_GROUP, f"{job}/algo-{rank + 1}-1700000000", 39, line)
+
+    # When its progress alarm fires
+    with recording() as requests:
+        alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", job, alarms.PROGRESS)
+        result = on_alarm.handler(alarm_event(alarm), context)
+
+    # Then the job is decided and warned, within DynamoDB's item size and every other limit, and its audit kept
+    assert (result["diagnosis"], result["action"]) == ("hang", "warn")
+    assert [v for r in requests for v in r.violations()] == []
+    (audit,) = [r["record"] for r in rt.audit.records(job_key("sagemaker", job), "audit")]
+    assert len(json.dumps(audit)) < 20_000
+    assert len(slack.posts) == 1

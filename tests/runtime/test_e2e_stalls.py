@@ -59,8 +59,8 @@ def test_nccl_hang_is_warned_then_stopped_once(rt, world, slack, context) -> Non
     stop_message = slack.posts[1]
     rendered = str(stop_message["blocks"])
     assert "Stopped stalled job" in stop_message["text"]
-    assert "390 W before -> 95 W now" in rendered
-    assert "100% before -> 100% now" in rendered
+    assert "390 W before -&gt; 95 W now" in rendered  # as Slack takes it: its entities (slack_text.escape)
+    assert "100% before -&gt; 100% now" in rendered
     assert "GPU-h" in rendered
     assert "$" in rendered
 
@@ -153,7 +153,7 @@ def test_hung_ec2_instance_is_warned_then_stopped(rt, world, slack, context) -> 
 
     # Then it was diagnosed from the agent and the CloudWatch agent's metrics, warned, then stopped
     assert (warned["diagnosis"], warned["action"]) == ("hang", "warn")
-    assert "100% before -> 100% now" in str(slack.posts[0]["blocks"])
+    assert "100% before -&gt; 100% now" in str(slack.posts[0]["blocks"])
     assert (stopped["action"], stopped["stopped"]) == ("stop", True)
     state = ec2.describe_instances(InstanceIds=[instance])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert state in ("stopping", "stopped")

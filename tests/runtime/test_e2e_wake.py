@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import tracemalloc
 
 import pytest
 
@@ -315,6 +316,64 @@ def test_lines_that_are_not_fatal_wake_nothing(rt, world, context) -> None:
     result = on_log_line.handler(log_lines_event(SAGEMAKER, _stream(job, "algo-1"), benign), context)
     assert result["status"] == "ignored"
     assert _audits(rt, job) == []
+
+
+def _delivery(data: dict) -> dict:
+    return {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(data).encode(), 9)).decode()}}
+
+
+def test_a_payload_that_inflates_past_its_bound_is_cut_there_and_counted(rt, world, context, counted) -> None:
+    # Given a delivery of 64 KB that inflates to 48 MB (one stream's 48 events of 1 MB of "A"): Powertools' model
+    # inflated it whole, and its JSON, 144 MB at its peak
+    job = "bomb-job"
+    seed_crash(world, job, minutes_ago=10)
+    events = [(world.now - 60, "A" * (1 << 20))] * 48
+    event = json.loads(json.dumps(log_lines_event(SAGEMAKER, _stream(job, "algo-1"), events)))
+    assert len(event["awslogs"]["data"]) < 100_000
+
+    # When it is delivered
+    tracemalloc.start()
+    result = on_log_line.handler(event, context)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+
+    # Then at most 1 MB was inflated, its whole events read (none: the first is longer), the rest counted as dropped
+    assert peak < 16 << 20  # 16 MB
+    assert (result["status"], result["details"]["reason"]) == ("ignored", "no fatal line among 0 events")
+    assert counted[contract.SUBSCRIPTION_BYTES_DROPPED] > 0
+    assert _audits(rt, job) == []
+
+
+def test_a_fatal_line_before_the_bound_still_wakes_its_job(rt, world, context, counted) -> None:
+    # Given a rank that died 10 minutes ago, its fatal line first in a delivery that runs past the bound
+    job = "long-delivery"
+    seed_crash(world, job, minutes_ago=10)
+    line_t = world.now - 10 * MINUTE
+    lines = [(line_t, CRASH), *[(line_t, "x" * 200_000)] * 8]
+    event = log_lines_event(SAGEMAKER, _stream(job, "algo-2"), lines)
+
+    # When it is delivered
+    result = on_log_line.handler(event, context)
+
+    # Then the events read whole before the bound wake the job's decision, and the rest is counted as dropped
+    assert (result["status"], result["diagnosis"]) == ("decided", "crashed_rank")
+    assert counted[contract.SUBSCRIPTION_BYTES_DROPPED] > 0
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(CONTROL_MESSAGE).encode())[:-30]).decode()}},
+        {"awslogs": {"data": base64.b64encode(gzip.compress(b"[" * 100_000 + b"]" * 100_000)).decode()}},
+        {"awslogs": {"data": base64.b64encode(gzip.compress(b"\xff\xfe" * 10)).decode()}},
+    ],
+    ids=["gzip-cut-short", "nested-100000-deep", "not-utf8"],
+)
+def test_a_payload_that_is_no_delivery_is_refused_not_raised_otherwise(rt, context, counted, event) -> None:
+    with pytest.raises(InvalidEventError, match="malformed CloudWatch Logs subscription event"):
+        on_log_line.handler(event, context)
+    assert counted[contract.MALFORMED_EVENTS] == 1
+    assert _table_items(rt) == []
 
 
 @pytest.mark.parametrize(

@@ -144,6 +144,42 @@ def test_delete_removes_ours_and_never_another(logs: Any, cloudformation: Answer
     assert [a["Status"] for a in cloudformation.answers] == ["SUCCESS"] * 3
 
 
+def test_create_never_takes_over_a_filter_of_our_name_that_sends_elsewhere(
+    logs: Any, cloudformation: AnswerReceiver
+) -> None:
+    # Given a filter of our name on the shared group, sending to another function (another's: put first)
+    _theirs(logs, "stallwatch-fatal-lines")
+
+    # When the stack creates the resource, and later deletes it
+    log_subscription.handler(_request(cloudformation), LambdaContext())
+    log_subscription.handler(_request(cloudformation, "Delete"), LambdaContext())
+
+    # Then the other filter is never overwritten nor removed, and CloudFormation hears why ours is not there
+    assert _filters(logs) == {"stallwatch-fatal-lines": THEIRS}
+    created, deleted = cloudformation.answers
+    assert (created["Status"], created["Data"]["Subscribed"]) == ("SUCCESS", "false")
+    assert created["Data"]["Detail"] == (
+        f"a filter of our name on {GROUP} is another's: stallwatch-fatal-lines (→ {THEIRS})"
+    )
+    assert deleted["Data"]["Detail"] == "no filter of ours was there"
+
+
+def test_an_update_that_moves_our_filter_to_a_new_function_replaces_it_in_its_slot(
+    logs: Any, cloudformation: AnswerReceiver
+) -> None:
+    # Given our filter, sending to the function an update replaces
+    log_subscription.handler(_request(cloudformation, DestinationArn=THEIRS), LambdaContext())
+    assert _filters(logs) == {"stallwatch-fatal-lines": THEIRS}
+
+    # When the update names the new function (and, as CloudFormation does, the old properties)
+    update = _request(cloudformation, "Update") | {"OldResourceProperties": {**PROPS, "DestinationArn": THEIRS}}
+    log_subscription.handler(update, LambdaContext())
+
+    # Then ours sends to the new one; without the old properties, the filter would be another's and left
+    assert _filters(logs) == {"stallwatch-fatal-lines": OURS}
+    assert cloudformation.answers[-1]["Data"]["Subscribed"] == "true"
+
+
 def test_an_aws_error_fails_the_resource_with_its_reason(
     cloudformation: AnswerReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,9 +19,11 @@ from slack_sdk.signature import SignatureVerifier
 
 from handlers import on_alarm, slack_interactions, sweeper
 from localrun import moto_sagemaker
+from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.observability import metrics
+from stallwatch.aws.press_reports import PRESS_REPORT_PREFIX, PressReports
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import StallwatchConfig
@@ -211,8 +213,10 @@ def _audits(rt) -> list[dict[str, Any]]:
 
 
 def _job_items(rt) -> list[dict[str, Any]]:
-    """The table without the claims on Slack requests (every verified request leaves one)."""
-    return [item for item in _table(rt) if not item["pk"]["S"].startswith("event#slack#")]
+    """The table without the claims on Slack requests (every verified request leaves one) and on posting back a
+    failed press."""
+    claims = ("event#slack#", PRESS_REPORT_PREFIX)
+    return [item for item in _table(rt) if not item["pk"]["S"].startswith(claims)]
 
 
 def _answer(event: dict, context) -> tuple[int, dict[str, Any]]:
@@ -323,6 +327,28 @@ def test_stop_now_by_a_group_member_stops_the_job_and_updates_the_message_in_pla
     assert (update["channel"], update["ts"]) == (CHANNEL, MESSAGE_TS)
     assert "Stop requested by" in str(update["blocks"])
     assert all(block.get("block_id") != ACTIONS_BLOCK_ID for block in update["blocks"])
+
+
+def test_a_stop_that_failed_is_told_with_its_answer_quoted_as_words(
+    rt, endpoint, slack_api, world, context, monkeypatch
+) -> None:
+    # Given bot-token mode, and a stop whose answer quotes Slack markup (an AWS error echoing a tag, say)
+    _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
+    detail = "AccessDenied: <!channel> <https://evil.example|Snooze 1 h> & more"
+    monkeypatch.setattr(
+        interactions.actions, "stop", lambda clients, facts: actions.StopResult(ok=False, detail=detail)
+    )
+
+    # When an allowed user presses "Stop now"
+    _call(_request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock()), context)
+
+    # Then the message says who pressed and that the stop failed, the answer escaped (Slack's entities)
+    (update,) = [body for path, body in slack_api.calls if path == "/api/chat.update"]
+    line = update["blocks"][-1]["elements"][0]["text"]
+    assert line == (
+        f":x: Stop requested by <@{ALLOWED_USER}> FAILED: "
+        "AccessDenied: &lt;!channel&gt; &lt;https://evil.example|Snooze 1 h&gt; &amp; more"
+    )
 
 
 def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, slack_api, world, context) -> None:
@@ -960,6 +986,87 @@ def test_a_press_that_waited_too_long_is_posted_back_in_the_alerts_thread_in_bot
     assert (post["channel"], post["thread_ts"]) == (CHANNEL, MESSAGE_TS)
     assert "*Snooze 4 h*" in post["text"]
     assert "it waited more than 10 minutes for the endpoint (throttled)" in post["text"]
+
+
+def test_a_failed_press_is_posted_back_with_lambdas_words_quoted_as_words(rt, endpoint, slack_api, context) -> None:
+    # Given a press Lambda gave up on, its record naming a condition and an error type that quote Slack markup
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "<!channel>")
+    record["responsePayload"] = {"errorType": "<https://evil.example|Snooze 1 h>"}
+
+    # When the queue delivers it
+    slack_interactions.handler(_sqs_event(record), context)
+
+    # Then the channel is told, the record's words escaped, its own mention of the user kept
+    ((_, post),) = slack_api.calls
+    assert f"<@{ALLOWED_USER}>" in post["text"]
+    assert "(&lt;!channel&gt;: &lt;https://evil.example|Snooze 1 h&gt;)" in post["text"]
+    assert "<!channel>" not in post["text"]
+
+
+def test_a_failed_press_delivered_twice_is_posted_back_once(rt, endpoint, slack_api, context) -> None:
+    # Given a press Lambda gave up on, its record on the queue
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+
+    # When SQS delivers it twice (at least once: again in one batch, and again later)
+    first = slack_interactions.handler(_sqs_event(record, record), context)
+    rt.clock.advance(10 * MINUTE)
+    again = slack_interactions.handler(_sqs_event(record), context)
+
+    # Then the channel is told once, and no delivery is left on the queue
+    assert [path for path, _ in slack_api.calls] == [slack_api.calls[0][0]]
+    assert first == again == {"batchItemFailures": []}
+
+
+def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
+    rt, endpoint, slack_api, context, monkeypatch
+) -> None:
+    # Given a failed press whose first post back fails (Slack down), and one whose invocation died holding its claim
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+    down = {"ok": False, "detail": "response_url: ConnectionRefusedError"}
+    with monkeypatch.context() as slack_down:
+        slack_down.setattr(Interactions, "_respond", lambda self, url, message: down)
+        assert slack_interactions.handler(_sqs_event(record), context)["batchItemFailures"]
+
+    # When the queue delivers it again, Then it is posted back
+    assert slack_interactions.handler(_sqs_event(record), context) == {"batchItemFailures": []}
+    assert len(slack_api.calls) == 1
+
+    # And a claim left by an invocation that died is taken over once it has run out
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
+    (second,) = endpoint.defer.__self__[1:]
+    PressReports(rt.store).claim(second.signature, rt.clock(), interactions.REPORT_CLAIM_SECONDS)
+    later = _invocation_record({DEFERRED_EVENT_KEY: second.model_dump()}, None, "EventAgeExceeded")
+    slack_interactions.handler(_sqs_event(later), context)
+    assert len(slack_api.calls) == 1  # held: being posted by the invocation that holds it
+    rt.clock.advance(interactions.REPORT_CLAIM_SECONDS + 1)
+    slack_interactions.handler(_sqs_event(later), context)
+    assert len(slack_api.calls) == 2
+
+
+def test_a_failed_press_is_still_posted_back_when_the_table_cannot_claim_it(
+    rt, endpoint, slack_api, context, monkeypatch
+) -> None:
+    # Given a press Lambda gave up on because the table was throttled, and the table still throttled
+    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    (press,) = endpoint.defer.__self__
+    record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
+
+    def throttled(*args: Any, **kwargs: Any) -> Any:
+        raise rt.clients.dynamodb.exceptions.ProvisionedThroughputExceededException(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "Rate exceeded"}}, "UpdateItem"
+        )
+
+    monkeypatch.setattr(rt.clients.dynamodb, "update_item", throttled)
+
+    # When the queue delivers it, Then the channel is told all the same (at least once rather than never)
+    assert slack_interactions.handler(_sqs_event(record), context) == {"batchItemFailures": []}
+    assert len(slack_api.calls) == 1
 
 
 def test_a_failed_press_that_cannot_be_posted_back_is_left_on_the_queue(

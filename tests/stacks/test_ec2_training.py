@@ -11,7 +11,7 @@ from typing import Any
 from aws_cdk.assertions import Match, Template
 
 import trainer_agent
-from stacks.constants import CLOUDWATCH_AGENT_CONFIG
+from stacks.constants import CLOUDWATCH_AGENT_CONFIG, INSTANCE_STREAMS
 from stacks.stallwatch_stack import StallwatchStack
 from tests.stacks.conftest import as_list, build_app
 
@@ -79,3 +79,15 @@ def test_a_second_deployment_gets_a_log_group_and_parameter_of_its_own(tmp_path:
     template.has_resource_properties("AWS::Logs::LogGroup", {"LogGroupName": "/team-b/ec2"})
     template.has_resource_properties("AWS::SSM::Parameter", {"Name": "AmazonCloudWatch-team-b-ec2"})
     assert stack.config.ec2_log_group == "/team-b/ec2"  # and the functions read that group
+
+
+def test_the_agent_names_every_stream_it_writes_as_the_policy_lets_it(template: Template) -> None:
+    # Given the CloudWatch agent's configuration the nodes fetch, and the streams the instance policy lets them write
+    streams = [c["log_stream_name"] for c in AGENT_CONFIG["logs"]["logs_collected"]["files"]["collect_list"]]
+    ship = _policy_statement(template, "ShipTrainingLogs")
+
+    # Then every stream is named by the instance's id (i-..., the agent's {instance_id}), which the policy requires
+    assert streams
+    assert all(name.startswith("{instance_id}") for name in streams)
+    assert {r["Fn::Join"][1][-1].rsplit(":", 1)[-1] for r in as_list(ship["Resource"])} == {INSTANCE_STREAMS}
+    assert sorted(as_list(ship["Action"])) == ["logs:CreateLogStream", "logs:PutLogEvents"]

@@ -109,14 +109,25 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     statements = _managed_policy_statements(template)
     outputs = template.find_outputs("Ec2InstancePolicyArn")
 
-    # Then the instance role may publish only the agent's and the CloudWatch agent's metrics, ship logs only to the
-    # EC2 log group (and under it) without creating or configuring a group, read the agent's configuration and the
-    # wheel, and do nothing else; its ARN is an output
+    # Then the instance role may publish only the agent's and the CloudWatch agent's metrics (IAM has no condition
+    # on their dimensions), ship logs only to the EC2 log group (and under it) without creating or configuring a
+    # group, into streams named by an instance id (the Slurm nodes' group aside, until its streams are), read the
+    # agent's configuration and the wheel, and do nothing else; its ARN is an output
     metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
     assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
-    logs = next(s for s in statements if _grants(s, "logs:PutLogEvents"))
-    resources = {r["Fn::Join"][1][-1] for r in as_list(logs["Resource"])}
-    assert resources == {":log-group:/stallwatch/ec2:*", ":log-group:/stallwatch/ec2/*:*"}
+    writes = {
+        r["Fn::Join"][1][-1]
+        for s in statements
+        if _grants(s, "logs:PutLogEvents") or _grants(s, "logs:CreateLogStream")
+        for r in as_list(s["Resource"])
+    }
+    assert writes == {
+        ":log-group:/stallwatch/ec2:log-stream:i-*",
+        ":log-group:/stallwatch/ec2/*:log-stream:i-*",
+        ":log-group:/stallwatch/ec2/slurm:log-stream:*",  # SLURM: the Slurm helper narrows it to i-*
+    }
+    lists = [r["Fn::Join"][1][-1] for s in statements if _grants(s, "logs:DescribeLogStreams") for r in s["Resource"]]
+    assert sorted(lists) == [":log-group:/stallwatch/ec2/*:*", ":log-group:/stallwatch/ec2:*"]
     actions = {a for s in statements for a in as_list(s["Action"])}
     assert actions == {
         "cloudwatch:PutMetricData",

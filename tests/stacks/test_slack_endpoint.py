@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from pathlib import Path
 
@@ -17,7 +18,11 @@ from stacks.constants import SLACK_INTERACTIONS_HANDLER
 from stacks.permissions import STOP_INSTANCES, STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB, WatchdogPermissions
 from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
+from stallwatch.aws.press_reports import PRESS_REPORT_PREFIX
+from stallwatch.aws.store import job_key
 from stallwatch.core.config import CONFIG_ENV, PRESS_MAX_AGE_SECONDS, StallwatchConfig
+from stallwatch.core.signals import Platform
+from stallwatch.runtime.interactions import REPORT_CLAIM_SECONDS
 
 from .conftest import as_list, iam_statements, logical_id
 
@@ -98,6 +103,9 @@ def test_the_table_grant_is_item_level_and_limited_to_job_state_and_request_clai
     (table,) = [s for s in iam_statements(template) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
     assert sorted(as_list(table["Action"])) == sorted(TABLE_ACTIONS)
     assert table["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": TABLE_LEADING_KEYS}}
+    # And those are the keys the function writes: a job's, a request's claim, a failed press's claim
+    keys = [job_key(Platform.SAGEMAKER, "j"), "event#slack#" + "0" * 32, PRESS_REPORT_PREFIX + "0" * 32]
+    assert all(any(fnmatch.fnmatchcase(key, pattern) for pattern in TABLE_LEADING_KEYS) for key in keys)
 
 
 def test_the_secret_is_read_only_and_stops_keep_the_tag_condition(template) -> None:
@@ -155,6 +163,9 @@ def test_a_press_lambda_gives_up_on_goes_to_a_queue_the_function_reads_back(synt
     assert queue["SqsManagedSseEnabled"] is True
     assert queue["RedrivePolicy"]["maxReceiveCount"] == 5
     assert queue["VisibilityTimeout"] >= 6 * 30
+    # And a failed press's claim on its post back outlives the function, and runs out before the queue delivers again
+    timeout = template.find_resources("AWS::Lambda::Function")[function_id]["Properties"]["Timeout"]
+    assert timeout < REPORT_CLAIM_SECONDS < queue["VisibilityTimeout"]
     # And the function may send to it and consume it, and nothing else of SQS
     sqs_actions = {a for s in iam_statements(template) for a in as_list(s["Action"]) if a.startswith("sqs:")}
     assert sqs_actions == {

@@ -18,7 +18,11 @@ import json
 from typing import Any
 
 from stallwatch.aws.store import NOT_EXISTS, Store
+from stallwatch.core import record_budget
 from stallwatch.core.resume import StopRecord, stop_of
+
+# An audit record's JSON at most (DynamoDB's item is 400 KB): its outcome, keys and the incident's reasons fit beside
+AUDIT_BYTES = 200_000
 
 
 class AuditTrail:
@@ -81,7 +85,8 @@ class AuditTrail:
 
 
 def audit_item(key: str, sk: str, audit: dict[str, Any], expires: dict[str, str]) -> dict[str, Any]:
-    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": json.dumps(audit, default=str)}, "expires_at": expires}
+    record = json.dumps(record_budget.fit(audit, AUDIT_BYTES), default=str)
+    return {"pk": {"S": key}, "sk": {"S": sk}, "record": {"S": record}, "expires_at": expires}
 
 
 def _plain(item: dict[str, Any]) -> dict[str, Any]:

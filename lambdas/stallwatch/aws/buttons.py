@@ -15,6 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from slack_sdk.models.blocks import ActionsBlock, ButtonElement, ConfirmObject, MarkdownTextObject, PlainTextObject
 
+from stallwatch.aws.slack_text import escape
 from stallwatch.core.platforms import describe
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -70,7 +71,7 @@ def action_buttons(job: JobFacts, incident_id: str | None, deployment: str) -> A
     ).model_dump_json()
     confirm_stop = ConfirmObject(
         title=PlainTextObject(text="Stop this job?"),
-        text=MarkdownTextObject(text=f"Stop `{job.name}` now? Its progress since the last checkpoint is lost."),
+        text=MarkdownTextObject(text=f"Stop `{escape(job.name)}` now? Its progress since the last checkpoint is lost."),
         confirm=PlainTextObject(text="Stop it"),
         deny=PlainTextObject(text="Cancel"),
     )

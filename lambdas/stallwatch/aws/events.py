@@ -9,7 +9,8 @@
 - `TestAlertEvent`: `stallwatch doctor --send-test-alert`'s invocation of on_alarm.
 - `SubscriptionRequest`: CloudFormation's request to the custom resource of the SageMaker group's subscription.
 - `LogLinesEvent`: a CloudWatch Logs subscription's delivery (Powertools' `CloudWatchLogsModel`: ``awslogs.data``
-  is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`), a DATA_MESSAGE of log events or a CONTROL_MESSAGE.
+  is base64 of gzipped JSON, decoded as `.awslogs.decoded_data`, here inflated at most 1 MB), a DATA_MESSAGE of log
+  events or a CONTROL_MESSAGE.
 
     event = parse_event(raw, AlarmEvent)   # raises InvalidEventError naming the bad fields
     event.alarm.alarm_name, event.alarm.dedup_key
@@ -24,11 +25,7 @@ from typing import Annotated, Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import parse
-from aws_lambda_powertools.utilities.parser.models import (
-    CloudFormationCustomResourceBaseModel,
-    CloudWatchLogsModel,
-    EventBridgeModel,
-)
+from aws_lambda_powertools.utilities.parser.models import CloudFormationCustomResourceBaseModel, EventBridgeModel
 from pydantic import (
     Discriminator,
     Field,
@@ -42,6 +39,7 @@ from pydantic import (
 from stallwatch.aws.event_fields import EPOCH_MAX, EventFields
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms import ADAPTERS
+from stallwatch.aws.subscription_payloads import BoundedLogsModel
 from stallwatch.core import contract
 from stallwatch.core.platforms import describe
 from stallwatch.core.signals import Platform
@@ -173,7 +171,7 @@ OnAlarmEvent = Annotated[
     Annotated[AlarmEvent, Tag("alarm")] | Annotated[RecheckEvent, Tag("recheck")], Discriminator(_on_alarm_kind)
 ]
 
-LogLinesEvent = CloudWatchLogsModel
+LogLinesEvent = BoundedLogsModel  # Powertools' model, inflated at most INFLATED_BYTES (aws.subscription_payloads)
 # PutSubscriptionFilter's limits (CloudWatch Logs API reference): filterName 1-512 characters, no ':' or '*';
 # filterPattern at most 1,024 characters; logGroupName 1-512 of [.-_/#A-Za-z0-9].
 FILTER_NAME = r"^[^:*]{1,512}$"
@@ -197,6 +195,15 @@ class SubscriptionRequest(CloudFormationCustomResourceBaseModel):
     request_type: Literal["Create", "Update", "Delete"] = Field(alias="RequestType")
     physical_resource_id: str | None = Field(None, alias="PhysicalResourceId")
     resource_properties: SubscriptionProperties = Field(alias="ResourceProperties")  # type: ignore[assignment]
+    old_resource_properties: dict[str, Any] | None = Field(None, alias="OldResourceProperties")  # an Update's
+
+    @property
+    def previous_destination(self) -> str | None:
+        """The destination an Update moves the filter from, if it kept its group and name."""
+        old, new = self.old_resource_properties or {}, self.resource_properties
+        same = (old.get("LogGroupName"), old.get("FilterName")) == (new.log_group_name, new.filter_name)
+        destination = old.get("DestinationArn")
+        return destination if same and isinstance(destination, str) and destination != new.destination_arn else None
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from stallwatch.aws.audit_trail import AuditTrail
+from stallwatch.aws.audit_trail import AUDIT_BYTES, AuditTrail
 from stallwatch.aws.event_claims import EventClaims
 from stallwatch.aws.observability import logger
 from stallwatch.aws.pending_posts import PendingPosts
 from stallwatch.aws.store import Store
+from stallwatch.core import record_budget
 from stallwatch.core.decision import JobState
 
 STATE_SK = "state"
@@ -378,6 +379,7 @@ def _stored(item: dict[str, Any]) -> StoredState:
 
 
 def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires: dict[str, str]) -> dict[str, Any]:
+    reasons = record_budget.fit({"reasons": audit.get("reasons", [])}, AUDIT_BYTES).get("reasons", [])
     return {
         "expires_at": expires,
         "pk": {"S": key},
@@ -385,5 +387,5 @@ def _incident_item(key: str, sk: str, audit: dict[str, Any], now: float, expires
         "status": {"S": "open"},
         "opened_at": {"N": f"{now:.3f}"},
         "diagnosis": {"S": str(audit.get("diagnosis", ""))},
-        "reasons": {"S": json.dumps(audit.get("reasons", []))},
+        "reasons": {"S": json.dumps(reasons)},
     }

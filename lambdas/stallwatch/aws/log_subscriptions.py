@@ -6,7 +6,10 @@ the account): put where a slot is free, removed only if it is ours, and describe
     unsubscribe(clients.logs, subscription) # our filter deleted; another one, even of the same name, never
 
 A log group holds at most two subscription filters (CloudWatch Logs quotas; PutSubscriptionFilter answers
-LimitExceededException for a third). Ours is the one of our name whose destination is our function.
+LimitExceededException for a third). Ours is the one of our name whose destination is our function (`is_ours`), for
+putting as for deleting: a filter of our name that sends elsewhere is another's, never overwritten (PutSubscription-
+Filter of an existing name replaces it) nor removed. An update that moves our filter to a new function names the old
+one (`Subscription.previous`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class Subscription:
     name: str
     pattern: str
     destination: str  # on_log_line's ARN
+    previous: str | None = None  # the destination an update moves our filter from (ours too)
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,9 @@ def filters(logs: Any, group: str) -> list[dict[str, Any]] | None:
 
 
 def is_ours(found: dict[str, Any], subscription: Subscription) -> bool:
-    return found["filterName"] == subscription.name and found.get("destinationArn") == subscription.destination
+    """A filter of our name sending to our function (or to the one an update moves it from)."""
+    ours = {subscription.destination, subscription.previous} - {None}
+    return found["filterName"] == subscription.name and found.get("destinationArn") in ours
 
 
 def held_by(found: list[dict[str, Any]]) -> str:
@@ -55,10 +61,15 @@ def held_by(found: list[dict[str, Any]]) -> str:
 
 def subscribe(logs: Any, subscription: Subscription) -> Subscribed:
     """Create the group if absent (as SageMaker would, with no retention), then put our filter where it is already
-    or a slot is free. Both slots held by other filters: nothing is changed."""
+    or a slot is free. Both slots held by other filters, or a filter of our name that is not ours: nothing is
+    changed."""
     with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
         logs.create_log_group(logGroupName=subscription.group)
-    others = [f for f in filters(logs, subscription.group) or [] if f["filterName"] != subscription.name]
+    found = filters(logs, subscription.group) or []
+    namesakes = [f for f in found if f["filterName"] == subscription.name and not is_ours(f, subscription)]
+    if namesakes:
+        return Subscribed(False, f"a filter of our name on {subscription.group} is another's: {held_by(namesakes)}")
+    others = [f for f in found if f["filterName"] != subscription.name]
     if len(others) >= SUBSCRIPTION_FILTERS_PER_GROUP:
         return Subscribed(False, f"both subscription filter slots of {subscription.group} are taken: {held_by(others)}")
     try:

@@ -5,9 +5,9 @@
     SlackNotifier(clients.secretsmanager, secret_arn).post(message)                   # PostResult, never raises
 
 `AlertMessage` builds the blocks section by section (`_header`, `_summary`, `_evidence`, `_stacks`, `_logs`,
-`_buttons`, `_footer`) as slack_sdk's Block Kit models, whose `to_dict()` checks Slack's limits; text is fitted to the
-models' own limits first (`SectionBlock.text_max_length`, ...). Warnings and alerts carry the operator buttons of
-``buttons.action_buttons``.
+`_buttons`, `_footer`) as slack_sdk's Block Kit models, whose `to_dict()` checks Slack's limits; text is escaped
+(`slack_text.escape`: what a log, tag or dump says is never markup) and fitted to the models' own limits
+(`SectionBlock.text_max_length`, ...). Warnings and alerts carry the operator buttons of ``buttons.action_buttons``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from slack_sdk.webhook import WebhookClient
 
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import action_buttons
+from stallwatch.aws.slack_text import escape
 from stallwatch.core import log_patterns
 from stallwatch.core.config import SlackMode, slack_mode_of
 from stallwatch.core.decision import Action, Decision, stall_onset
@@ -189,34 +190,42 @@ def _fit(text: str, limit: int = SectionBlock.text_max_length) -> str:
 
 
 def _section(text: str) -> SectionBlock:
-    return SectionBlock(text=MarkdownTextObject(text=_fit(text)))
+    """A section of `text` (its mrkdwn kept, what it quotes escaped)."""
+    return _markup_section(escape(text))
+
+
+def _markup_section(markup: str) -> SectionBlock:
+    return SectionBlock(text=MarkdownTextObject(text=_fit(markup)))
 
 
 def _fields(texts: list[str]) -> SectionBlock:
-    return SectionBlock(fields=[MarkdownTextObject(text=t) for t in texts])
+    return SectionBlock(fields=[MarkdownTextObject(text=escape(t)) for t in texts])
 
 
 def _code_section(head: str, body: str, keep_end: bool = True) -> SectionBlock:
-    """`head` over `body` in a code block, the body cut (its end kept for a log tail, its start otherwise) so that
-    the section, fences included, stays within the section's limit."""
+    """`head` over `body` in a code block, both escaped, the body cut (its end kept for a log tail, its start
+    otherwise) so that the section, fences included, stays within the section's limit."""
+    head, body = escape(head), escape(body)
     budget = max(SectionBlock.text_max_length - len(head) - len(f"\n{CODE_FENCE}{CODE_FENCE}"), 0)
     if len(body) > budget:
         body = body[len(body) - budget :] if keep_end else body[:budget]
-    return _section(f"{head}\n{CODE_FENCE}{body}{CODE_FENCE}")
+    return _markup_section(f"{head}\n{CODE_FENCE}{body}{CODE_FENCE}")
 
 
 def _header(title: str) -> HeaderBlock:
-    return HeaderBlock(text=PlainTextObject(text=_fit(title, HeaderBlock.text_max_length), emoji=True))
+    return HeaderBlock(text=PlainTextObject(text=_fit(escape(title), HeaderBlock.text_max_length), emoji=True))
 
 
-def context_block(text: str) -> ContextBlock:
-    """A line of small print: a footer, or who answered an alert's buttons."""
-    return ContextBlock(elements=[MarkdownTextObject(text=text)])
+def context_block(markup: str) -> ContextBlock:
+    """A line of small print: a footer, or who answered an alert's buttons. `markup` is sent as it is: its writer
+    escapes what it quotes (`slack_text.escape`) and adds its own mentions and links."""
+    return ContextBlock(elements=[MarkdownTextObject(text=markup)])
 
 
 def _message(text: str, blocks: list[Block]) -> dict[str, Any]:
-    """A message as Slack takes it: the notification text and the blocks, each checked by its model."""
-    return {"text": text, "blocks": [block.to_dict() for block in blocks]}
+    """A message as Slack takes it: the notification text (escaped: Slack reads it as mrkdwn) and the blocks, each
+    checked by its model."""
+    return {"text": escape(text), "blocks": [block.to_dict() for block in blocks]}
 
 
 @dataclass(frozen=True)
@@ -364,9 +373,10 @@ def goodput_message(goodput: Goodput, dashboard_url: str | None = None) -> dict[
         for category, total in goodput.totals.items()
         if total.seconds > 0
     ]
-    further = f"`stallwatch report {goodput.run} --plot {goodput.run}.png`"
-    if dashboard_url:
-        further += f" · <{dashboard_url}|CloudWatch dashboard> (pick `{goodput.run}` in Job)"
+    run = escape(goodput.run)
+    further = f"`stallwatch report {run} --plot {run}.png`"
+    if dashboard_url:  # the deployment's own link (an https URL of its console): markup, after the escaped run
+        further += f" · <{dashboard_url}|CloudWatch dashboard> (pick `{run}` in Job)"
     blocks: list[Block] = [_header(title), _fields(fields), _section("\n".join(lines)), context_block(further)]
     return _message(f"{title}: goodput {goodput.ratio:.1%}", blocks)
 

@@ -19,11 +19,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
+from stallwatch.core import names
 from stallwatch.core.recovery import Invocation
 
 INSTANCES_PER_COMMAND = 50  # SendCommand InstanceIds
 INVOCATIONS_PER_PAGE = 50  # ListCommandInvocations MaxResults
-COMMENT_LIMIT = 100  # SendCommand Comment
+COMMENT_LIMIT = 100  # SendCommand Comment; a longer one is cut with a hash (`core.names`): a command is found by it
 # The document version sent: the stack gives a changed document a new version under the same name (UpdateMethod
 # NewVersion, stacks/recovery.py), so $LATEST is the deployed content and a command sent before is found by name.
 LATEST = "$LATEST"
@@ -71,7 +72,7 @@ def send(
                 DocumentVersion=LATEST,
                 InstanceIds=chunk,
                 TimeoutSeconds=timeout_s,
-                Comment=comment[:COMMENT_LIMIT],
+                Comment=names.within(comment, COMMENT_LIMIT),
                 MaxConcurrency=ALL_AT_ONCE,
                 MaxErrors=ALL_AT_ONCE,
                 **({"Parameters": {k: [v] for k, v in parameters.items()}} if parameters else {}),
@@ -111,7 +112,7 @@ def find_command(clients: Any, document: str, comment: str, since: float) -> str
     pages = clients.ssm.get_paginator("list_commands").paginate(
         Filters=[{"key": "DocumentName", "value": document}, {"key": "InvokedAfter", "value": after}]
     )
-    wanted = comment[:COMMENT_LIMIT]
+    wanted = names.within(comment, COMMENT_LIMIT)
     for page in pages:
         for command in page["Commands"]:
             if command.get("DocumentName") == document and command.get("Comment") == wanted:

@@ -21,6 +21,7 @@ a class over this helper (`JobStates(store)`, `AuditTrail(store)`, ...):
     pending_stops     pk = "pending-stop"          sk = "<sent at>#<job key>"    a stop whose answer comes later
     slurm_jobs        pk = "job#slurm#<job>"       sk = "attempt#<submit epoch>" a Slurm job's attempt (its events)
                       pk = "slurm-running"         sk = "<job name>"             the running attempt
+    press_reports     pk = "press-report#<press>"  sk = "press-report"           a failed Slack press posted back
 
 """
 

@@ -97,6 +97,7 @@ RECOVERY_FALLBACKS = "RecoveryFallbacks"  # a recovery in place that ended in a 
 SLACK_FAILURES = "SlackFailures"
 SLACK_POSTS_GIVEN_UP = "SlackPostsGivenUp"  # a message the sweeper stopped re-sending
 MALFORMED_EVENTS = "MalformedEvents"
+SUBSCRIPTION_BYTES_DROPPED = "SubscriptionBytesDropped"  # a delivery's compressed bytes past its inflated bound
 ALARMS_PUT = "AlarmsPut"
 SWEEP_ERRORS = "SweepErrors"
 OPERATOR_ACTIONS = "OperatorActions"  # a Slack button press applied

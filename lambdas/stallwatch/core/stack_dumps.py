@@ -13,17 +13,22 @@ their last collective. The odd ranks are named by the first rule that tells them
 3. minority: the ranks outside the largest group.
 With every rank in one place, the ranks that wrote no dump (of `WorldSize`) are named, up to a host's worth: a dead
 rank writes none (more missing than that is a read cut short, or ranks not yet due, and the summary counts them).
-A line that is not a well-formed dump is ignored (it is log text: never trusted to raise).
+A line that is not a well-formed dump is ignored (it is log text: never trusted to raise). Every field is bounded
+as the agent bounds it (`LINE_CHARS`, `TEXT_CHARS`, `FRAMES_READ`, `WORLD_SIZE_MAX`): a dump over a bound is read as
+a dump cut short (`RankDump.cut`, counted in the report), never raised, so what the evidence keeps of any dump is a
+few KB whatever a line holds.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from stallwatch.core import json_prefix
 from stallwatch.core.contract import STACKS_MARKER
 from stallwatch.core.signals import LogLine, Series
 
@@ -34,6 +39,13 @@ C10D_API = "torch/distributed/distributed_c10d.py"  # its functions name the col
 RANKS_NAMED = 8  # ranks a summary names in one place; the evidence counts them all
 GROUPS_KEPT = 6  # groups the evidence keeps (the named ones first, then the largest)
 FRAMES_KEPT = 8  # frames per group in the evidence
+# The bounds of a dump as read (trainer_agent.stack_dumps writes lines of at most 4,000 bytes, texts of at most 160
+# characters and 16 frames): anything past them is read as cut short.
+LINE_CHARS = 16_000  # a line is read this far from its dump's opening brace
+TEXT_CHARS = 160  # a host, file, function, source line, reason or group name
+FRAMES_READ = 16  # the main thread's innermost frames
+WORLD_SIZE_MAX = 1 << 20  # a Rank at or past it is no training job's (the line is ignored); a WorldSize past it unknown
+INT_MAX = 1 << 63  # a line number or sequence past it is not one
 SEQUENCE, COLLECTIVE, MINORITY, MISSING = "sequence", "collective", "minority", "missing"
 NO_AGENT = "no stack dumps: the trainer agent is not in this job (its stall watch writes every rank's stack)"
 NO_DUMPS = "no stack dumps read for this stall (the agent writes them a minute into it; stall_dumps=None writes none)"
@@ -85,6 +97,7 @@ class RankDump:
     main: tuple[Frame, ...]
     collective: Collective | None = None
     stalled_s: float | None = None  # how long its loop had been without a step
+    cut: bool = False  # read cut short: the line, a text, its frames or its world size past a bound
 
     def describe(self, frames: int = 3) -> str:
         """``rank 1's stacks (stall, 61 s without a step): loader.py:88 __next__ `next(it)` <- train.py:198 train``:
@@ -136,47 +149,80 @@ class RankDump:
 
 
 def parse(line: LogLine) -> RankDump | None:
-    """The dump in a log line (after any launcher prefix, ``[default0]:`` or ``0:``), or None."""
+    """The dump in a log line (after any launcher prefix, ``[default0]:`` or ``0:``), or None; a line longer than
+    `LINE_CHARS` is read that far, as a dump cut short."""
     at = line.message.find(f'"{STACKS_MARKER}"')
     start = line.message.rfind("{", 0, at) if at >= 0 else -1
     if start < 0:
         return None
     try:
-        raw, _ = _DECODER.raw_decode(line.message, start)
-        return _dump(raw, line.t)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        if len(line.message) - start <= LINE_CHARS:
+            raw, _ = _DECODER.raw_decode(line.message, start)
+            return _dump(raw, line.t, cut=False)
+        raw, whole = json_prefix.read(line.message[start : start + LINE_CHARS])
+        return _dump(raw, line.t, cut=not whole)
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
 
-def _dump(raw: dict[str, Any], t: float) -> RankDump | None:
+def _dump(raw: dict[str, Any], t: float, cut: bool) -> RankDump | None:
     rank, world_size = raw["Rank"], raw.get("WorldSize", 0)
-    if type(rank) is not int or type(world_size) is not int or rank < 0:
+    if type(rank) is not int or type(world_size) is not int or not 0 <= rank < WORLD_SIZE_MAX:
         return None
-    main = tuple(
-        Frame(str(f["file"]), int(f["line"]), str(f["func"]), _text(f.get("code")), bool(f.get("lib")))
-        for f in raw.get("Main") or []
-    )
-    collective = raw.get("Collective")
+    known = 0 <= world_size <= WORLD_SIZE_MAX  # past the bound: a world no job has, its size unknown
+    bounded = _Bounded(cut or not known)
+    frames = raw.get("Main") or []
+    if not isinstance(frames, list):
+        return None
+    bounded.cut |= len(frames) > FRAMES_READ
+    main = tuple(map(bounded.frame, frames[:FRAMES_READ]))
+    stalled = raw.get("StalledSeconds")
     return RankDump(
         rank=rank,
-        host=str(raw.get("Host", "")),
-        world_size=max(world_size, rank + 1),
+        host=bounded.text(raw.get("Host")),
+        world_size=max(world_size if known else 0, rank + 1),
         t=t,
-        reason=str(raw.get("Reason", "")),
-        stalled_s=float(raw["StalledSeconds"]) if isinstance(raw.get("StalledSeconds"), (int, float)) else None,
+        reason=bounded.text(raw.get("Reason")),
+        stalled_s=float(stalled) if type(stalled) in (int, float) and 0 <= stalled < INT_MAX else None,
         main=main,
-        collective=None if not collective or collective.get("seq") is None else _collective(collective),
+        collective=bounded.collective(raw.get("Collective")),
+        cut=bounded.cut,
     )
 
 
-def _collective(raw: dict[str, Any]) -> Collective:
-    return Collective(
-        str(raw["group"]), int(raw["seq"]), str(raw.get("op", "")), str(raw.get("state", "")), bool(raw.get("p2p"))
-    )
+@dataclass
+class _Bounded:
+    """Reads a dump's fields within their bounds, and remembers whether any was past one (`cut`)."""
+
+    cut: bool = False
+
+    def text(self, value: object) -> str:
+        """A text within `TEXT_CHARS` (marked where cut); a missing one, or one that is not text, is empty."""
+        text = str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+        if len(text) <= TEXT_CHARS:
+            return text
+        self.cut = True
+        return text[: TEXT_CHARS - 1] + "…"
+
+    def frame(self, raw: object) -> Frame:
+        """A frame; ValueError for one that is not (the line is then no dump)."""
+        if not isinstance(raw, dict) or not _count(raw.get("line")) or "file" not in raw or "func" not in raw:
+            raise ValueError(f"not a frame: {str(raw)[:80]}")
+        code = self.text(raw.get("code"))
+        return Frame(
+            self.text(raw.get("file")), raw["line"], self.text(raw.get("func")), code or None, bool(raw.get("lib"))
+        )
+
+    def collective(self, raw: object) -> Collective | None:
+        if not isinstance(raw, dict) or not _count(raw.get("seq")):
+            return None
+        group, op, state = (self.text(raw.get(name)) for name in ("group", "op", "state"))
+        return Collective(group, raw["seq"], op, state, bool(raw.get("p2p")))
 
 
-def _text(value: object) -> str | None:
-    return str(value) if value else None
+def _count(value: object) -> bool:
+    """A line number or sequence number: an int in [0, INT_MAX)."""
+    return type(value) is int and 0 <= value < INT_MAX
 
 
 def latest(lines: Iterable[LogLine], since: float | None = None) -> list[RankDump]:
@@ -247,8 +293,10 @@ class StackReport:
     summary: str
     groups: tuple[Group, ...] = ()
     rule: str | None = None  # which rule named the odd ranks; None when none could be named
-    missing: tuple[int, ...] = ()  # ranks of the world that wrote no dump
+    missing: tuple[int, ...] = ()  # the first ranks of the world that wrote no dump (at most RANKS_NAMED)
     ranks: int = 0
+    missing_count: int = 0  # how many wrote none
+    cut: int = 0  # dumps read cut short (a line, text, frames or world size past its bound)
 
     @property
     def named(self) -> list[int]:
@@ -264,8 +312,9 @@ class StackReport:
             "rule": self.rule,
             "ranks": self.ranks,
             "named": self.named[:RANKS_NAMED],
-            "missing": list(self.missing[:RANKS_NAMED]),
-            "missing_count": len(self.missing),
+            "missing": list(self.missing),
+            "missing_count": self.missing_count,
+            "cut": self.cut,
             "groups": [group.evidence() for group in kept],
         }
 
@@ -278,7 +327,9 @@ def explain(dumps: list[RankDump], has_agent: bool = True) -> StackReport:
     for dump in dumps:
         by_place[dump.signature].append(dump)
     world = max(dump.world_size for dump in dumps)
-    missing = tuple(sorted(set(range(world)) - {dump.rank for dump in dumps}))
+    ranks = {dump.rank for dump in dumps}  # each below `world`: a dump's world holds its rank
+    missing = tuple(itertools.islice((r for r in range(world) if r not in ranks), RANKS_NAMED))  # never range(world)
+    missing_count = world - len(ranks)
     rule, odd = _odd(list(by_place.values()), dumps)
     groups = tuple(
         Group(
@@ -286,9 +337,11 @@ def explain(dumps: list[RankDump], has_agent: bool = True) -> StackReport:
         )
         for members in sorted(by_place.values(), key=lambda m: (-len(m), m[0].rank))
     )
-    if rule is None and len(groups) == 1 and 0 < len(missing) <= RANKS_NAMED:
+    if rule is None and len(groups) == 1 and 0 < missing_count <= RANKS_NAMED:
         rule = MISSING
-    return StackReport(_summary(groups, rule, missing, world), groups, rule, missing, len(dumps))
+    cut = sum(dump.cut for dump in dumps)
+    summary = _summary(groups, rule, missing, missing_count, world) + (f"; {cut} of the dumps cut short" if cut else "")
+    return StackReport(summary, groups, rule, missing, len(dumps), missing_count, cut)
 
 
 def _odd(groups: list[list[RankDump]], dumps: list[RankDump]) -> tuple[str | None, set[int]]:
@@ -319,7 +372,9 @@ def _behind(dumps: list[RankDump]) -> set[int]:
     return behind
 
 
-def _summary(groups: tuple[Group, ...], rule: str | None, missing: tuple[int, ...], world: int) -> str:
+def _summary(
+    groups: tuple[Group, ...], rule: str | None, missing: tuple[int, ...], missing_count: int, world: int
+) -> str:
     majority = [g for g in groups if not g.odd]
     odd = [g for g in groups if g.odd]
     parts = [g.describe() for g in majority[:1]] + [g.describe() for g in odd[:2]]
@@ -329,7 +384,7 @@ def _summary(groups: tuple[Group, ...], rule: str | None, missing: tuple[int, ..
         parts.append(f"no dump from {_ranks(missing)}")
     elif rule is None and len(groups) > 1:
         parts = ["no odd rank out: " + "; ".join(g.describe() for g in groups[:3])]
-    read = f" ({world - len(missing)} of {world} ranks' dumps read)" if len(missing) > RANKS_NAMED else ""
+    read = f" ({world - missing_count} of {world} ranks' dumps read)" if missing_count > RANKS_NAMED else ""
     return "; ".join(parts) + read
 
 

@@ -41,7 +41,9 @@ from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, BUTTON_LABELS, SNOOZE_SECONDS, ButtonValue, OperatorAction
 from stallwatch.aws.job_states import AlreadyHandledError
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.press_reports import PressReports
 from stallwatch.aws.slack import context_block, slack_retries
+from stallwatch.aws.slack_text import escape
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract
@@ -68,6 +70,8 @@ GROUP_CACHE_SECONDS = 300
 SLACK_TIMEOUT_SECONDS = 3
 SLACK_MAX_RETRY_AFTER_SECONDS = 2
 AUDIT_TRIGGER = "slack"
+# A failed press's claim on being posted back: past the function's 30 s timeout, within the queue's 180 s visibility
+REPORT_CLAIM_SECONDS = 60
 NOT_ALLOWED_TEXT = "You are not allowed to act on Stallwatch alerts. Ask an admin to add you to the allow-list."
 
 
@@ -284,29 +288,63 @@ class Interactions:
 
     def report_failed(self, press: DeferredPress, reason: str) -> Reply:
         """A press Lambda gave up applying: counted (`OperatorActionsFailed`, which alarms), logged, and posted back
-        to the alert's channel, so the person who pressed sees that nothing was done. A press Slack did not sign
-        (its HMAC, whatever its age: it was claimed when it came) is counted and logged only. Raises
-        `PressNotReportedError` when Slack cannot be told, so the queue delivers it again."""
-        metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
+        to the alert's channel, so the person who pressed sees that nothing was done; once, however often the queue
+        delivers it (`PressReports`). A press Slack did not sign (its HMAC, whatever its age: it was claimed when it
+        came) is counted and logged only. Raises `PressNotReportedError` when Slack cannot be told, so the queue
+        delivers it again."""
         try:
             signed_at = int(press.timestamp) if TIMESTAMP.fullmatch(press.timestamp) else 0
             verify_signature(self._signing_secret(), press.body.encode(), press.headers(), lambda: signed_at)
             payload = parse_payload(press.body)
         except RejectedRequestError as exc:
+            metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
             logger.error("a failed press Slack did not sign: not posted", extra={"error": str(exc), "reason": reason})
             return Reply(exc.status, {"status": "rejected", "error": str(exc)})
+        reports = self._report_claim(press)
+        if reports is False:  # SQS delivered it again
+            logger.info("a failed press already posted back, or being posted", extra={"reason": reason})
+            return Reply(200, {"status": "duplicate"})
+        metrics.add_metric(name=contract.OPERATOR_ACTIONS_FAILED, unit=MetricUnit.Count, value=1)
         target, user = payload.press.value, payload.user.id
         label = BUTTON_LABELS[payload.press.action_id]
         when = datetime.fromtimestamp(signed_at, UTC).strftime("%H:%M UTC")
         text = (
-            f":warning: *{label}* on `{target.job}`, pressed by <@{user}> at {when}, could not be applied: {reason}. "
-            "Nothing was done: press it again, or act on the job in the console."
+            f":warning: *{label}* on `{escape(target.job)}`, pressed by <@{user}> at {when}, could not be applied: "
+            f"{escape(reason)}. Nothing was done: press it again, or act on the job in the console."
         )
         logger.error("a press could not be applied", extra={"job": target.job, "user": user, "reason": reason})
-        posted = self._post_back(payload, text, self.rt.notifier.credentials())
+        try:
+            posted = self._post_back(payload, text, self.rt.notifier.credentials())
+        except Exception:
+            self._end_report_claim(reports, press, posted=False)
+            raise
+        self._end_report_claim(reports, press, posted=posted["ok"])
         if not posted["ok"]:
             raise PressNotReportedError(f"{target.job}: {posted['detail']}")
         return Reply(200, {"status": "reported", "job": target.job, "action": payload.press.action_id.value, **posted})
+
+    def _report_claim(self, press: DeferredPress) -> PressReports | Literal[False] | None:
+        """The claim on posting `press` back: its holder, False if another delivery has it or posted it, None if the
+        table cannot say (the throttle that failed the press, maybe): then it is posted, at least once."""
+        reports = PressReports(self.rt.store)
+        try:
+            claimed = reports.claim(press.signature, self.rt.clock(), REPORT_CLAIM_SECONDS)
+        except Exception:  # a press told twice beats a press never told
+            logger.exception("could not claim a failed press's post back: posting it unclaimed")
+            return None
+        return reports if claimed else False
+
+    def _end_report_claim(self, reports: PressReports | None, press: DeferredPress, posted: bool) -> None:
+        """Posted: no delivery posts it again; not posted: the next delivery tries. Never raises (logged)."""
+        if reports is None:
+            return
+        try:
+            if posted:
+                reports.reported(press.signature, self.rt.clock())
+            else:
+                reports.release(press.signature)
+        except Exception:  # the claim runs out by itself; a later delivery may post it again
+            logger.exception("could not record a failed press's post back")
 
     def _post_back(self, payload: BlockActionsPayload, text: str, secret: Mapping[str, str]) -> dict[str, Any]:
         """Tell the channel: a reply in the alert's thread with a bot token, else an in-channel message through the
@@ -390,18 +428,18 @@ class Interactions:
         refusal = self._unwatched(target)
         if refusal:
             logger.warning("button for a job not watched here", extra={"job": target.job, "reason": refusal})
-            self._tell(payload, f"Nothing was done: {refusal}.")
+            self._tell(payload, f"Nothing was done: {escape(refusal)}.")
             return Reply(200, {"status": "not_watched", "job": target.job, "reason": refusal})
         facts = None
         if press.action_id is OperatorAction.STOP_NOW:
             try:
                 facts = self.rt.source(target.platform).facts(target.job)
             except JobNotFoundError as exc:
-                self._tell(payload, f"`{target.job}` was not found, nothing to stop: {exc}")
+                self._tell(payload, escape(f"`{target.job}` was not found, nothing to stop: {exc}"))
                 return Reply(200, {"status": "not_found", "job": target.job})
             if not self.rt.config.policy.stop_permitted(facts.tags):
                 tag = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE}"
-                self._tell(payload, f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it")
+                self._tell(payload, escape(f"`{target.job}` is not tagged `{tag}`: Stallwatch may not stop it"))
                 return Reply(200, {"status": "not_permitted", "job": target.job})
         audit = {
             "at": now,
@@ -429,7 +467,7 @@ class Interactions:
             result["stop"] = {"ok": stopped.ok, "detail": stopped.detail}
             if not stopped.ok:
                 self.rt.states.release_stop(key, state)
-                line = f":x: Stop requested by <@{user}> FAILED: {stopped.detail}"
+                line = f":x: Stop requested by <@{user}> FAILED: {escape(stopped.detail)}"
         result["slack"] = self._update_message(payload, line, secret)
         self.rt.audit.record_outcome(key, audit_sk, result)
         if facts is not None:

@@ -4,11 +4,12 @@ slots may be taken. (An `AWS::Logs::SubscriptionFilter` would fail the deploy in
 
     handle_request(raw_event, clients)   # answers CloudFormation (the request's ResponseURL), never raises
 
-Create and Update: the group is created if absent and our filter put where a slot is free (`aws.log_subscriptions`).
+Create and Update: the group is created if absent and our filter put where a slot is free (`aws.log_subscriptions`);
+a filter of our name that sends elsewhere is another's, and left as it is (the deploy goes on, not subscribed).
 Both slots held by other filters is no failure: the deploy goes on without the wake-up on SageMaker (the alarms, the
 rechecks and the sweeper still decide), the resource's `Subscribed` says false and why, and `stallwatch doctor`
-reports it with what to do. Delete: our filter is removed, never another. An unreadable request or an AWS error
-fails the resource, with the reason.
+reports it with what to do. Delete: our filter (our name and our destination) is removed, never another. An
+unreadable request or an AWS error fails the resource, with the reason.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ def handle_request(raw: Any, clients: AwsClients) -> dict[str, Any]:
     except InvalidEventError as exc:
         return _answer_unreadable(raw, str(exc))
     props = request.resource_properties
-    subscription = Subscription(props.log_group_name, props.filter_name, props.filter_pattern, props.destination_arn)
+    subscription = Subscription(
+        props.log_group_name,
+        props.filter_name,
+        props.filter_pattern,
+        props.destination_arn,
+        request.previous_destination,
+    )
     # Deleted: the resource CloudFormation names; else ours: an Update to another group or name is a new resource
     physical_id = request.physical_resource_id if request.request_type == "Delete" else None
     physical_id = physical_id or f"{subscription.group}:{subscription.name}"

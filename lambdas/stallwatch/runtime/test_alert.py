@@ -11,6 +11,7 @@ from typing import Any
 from stallwatch.aws.events import TestAlertRequest
 from stallwatch.aws.observability import logger
 from stallwatch.aws.slack import AlertMessage, Evidence
+from stallwatch.aws.slack_text import escape
 from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.platforms import DEFAULT
 from stallwatch.core.policy import Mode
@@ -44,7 +45,8 @@ def send_test_alert(rt: Runtime, request: TestAlertRequest) -> dict[str, Any]:
         reasons=(f"a test alert requested by {request.requested_by} (stallwatch doctor --send-test-alert)",),
     )
     message = AlertMessage(decision, facts, Evidence.of(decision, JobSignals(facts=facts, now=now), None)).render()
-    marker = f":test_tube: *TEST* from `stallwatch doctor`, requested by {request.requested_by}: no job was stopped"
+    by = escape(request.requested_by)
+    marker = f":test_tube: *TEST* from `stallwatch doctor`, requested by {by}: no job was stopped"
     message["text"] = f"[TEST] {message['text']}"
     message["blocks"] = [{"type": "section", "text": {"type": "mrkdwn", "text": marker}}, *message["blocks"]]
     post = rt.notifier.post(message)

@@ -27,7 +27,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.events import DATA_MESSAGE, RECHECK_SOURCE, LogLinesEvent, RecheckEvent
 from stallwatch.aws.job_states import StoredState
-from stallwatch.aws.observability import metrics
+from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract, wake
@@ -47,6 +47,9 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
     invocation's remaining time (it bounds the wait for a near recheck)."""
     deadline = rt.clock() + time_left_s
     data = event.awslogs.decoded_data
+    if data.dropped_bytes:  # past the inflated bound: its events read whole before it are decided on
+        logger.warning("a delivery past its bound was cut", extra={"dropped_bytes": data.dropped_bytes})
+        metrics.add_metric(name=contract.SUBSCRIPTION_BYTES_DROPPED, unit=MetricUnit.Bytes, value=data.dropped_bytes)
     if data.messageType != DATA_MESSAGE:
         return _ignored(f"{data.messageType}: CloudWatch Logs checking the destination")
     patterns = rt.config.policy.log_lines.line_patterns()  # the deployment's: a job's tags are read, but wake nothing
