@@ -79,7 +79,7 @@ def test_a_sagemaker_trainium_job_hung_in_a_collective_is_stopped_on_its_neuronc
     assert (warned["diagnosis"], warned["action"]) == ("hang", "warn")
     assert "a collective spins on every host" in str(slack.posts[0]["blocks"])
     assert (stopped["action"], stopped["stopped"]) == ("stop", True)
-    assert "60% of max before -> 15% of max now" in str(slack.posts[-1]["blocks"])
+    assert "60% of max before -&gt; 15% of max now" in str(slack.posts[-1]["blocks"])
 
 
 def test_an_ec2_trainium_hosts_idle_alarm_reads_the_agents_neuroncore_utilization(rt, world, context) -> None:

@@ -36,10 +36,10 @@ def test_cdk_synth_through_the_cli_works_offline(tmp_path: Path) -> None:
         timeout=300,
         check=False,
     )
-    # Then the default deployment's template is there, with its six functions (the subscription's custom resource too)
+    # Then the default deployment's template is there, with its seven functions (the custom resource, on_health_event)
     assert result.returncode == 0, result.stderr[-4000:]
     template = json.loads((tmp_path / "stallwatch.template.json").read_text())
     functions = [r for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
-    assert len(functions) == 6
+    assert len(functions) == 7
     # And cdk.json sets every feature flag the pinned CLI recommends (`cdk init`): no unconfigured-flag warning
     assert "feature flags are not configured" not in result.stdout + result.stderr

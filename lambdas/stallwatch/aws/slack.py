@@ -342,12 +342,6 @@ class AlertMessage:
         return [context_block(f"Stallwatch · mode {d.mode.value} · decided {_when(d.at)}")]
 
 
-def escaped(text: str) -> str:
-    """`text` as Slack shows it literally: its `&`, `<` and `>` escaped (Slack's "Escaping text"), for text another
-    party wrote (an AWS Health event's words)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def follow_up(text: str, thread_ts: str | None = None) -> dict[str, Any]:
     """A short message after an alert (resumed, progress, gave up): in the alert's thread when `thread_ts` is known
     (bot mode), else on its own (webhook mode). The thread rides in the message, so a re-send keeps it."""

@@ -7,7 +7,7 @@ host at a quiet moment: right after a checkpoint ends within `QUIET_SPAN_S` of t
 it, within its restart budget (the resume's and recovery's, `plan_move`).
 
     notice = HostNotice(event_arn, code, instance, host, start, end, received_at, move="restart")
-    notice_text(job, notice, checkpoint_t, now, plan)    # Slack's words (escaped by the caller, aws.slack.escaped)
+    notice_text(job, notice, checkpoint_t, now, plan)    # Slack's words (escaped by aws.slack's builders)
     status_line(notice, now)                              # `stallwatch status`'s line for it
     move_due(notice.start, now, checkpoint_t)             # why the move is due now, or None
 """

@@ -27,7 +27,7 @@ from stallwatch.aws.health_events import HealthEvent
 from stallwatch.aws.host_events import HostEvents, PlannedMove
 from stallwatch.aws.log_reads import newest_marker
 from stallwatch.aws.observability import logger, metrics
-from stallwatch.aws.slack import escaped, follow_up
+from stallwatch.aws.slack import follow_up
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract, log_patterns
@@ -128,7 +128,7 @@ def _tell(rt: Runtime, event: HealthEvent, hit: JobOnInstance, now: float) -> di
     if audit_sk is None:
         return {"job": facts.name, "status": "duplicate", "instance": hit.instance}
     text = rules.notice_text(facts.name, notice, checkpoint, now, rules.plan_text(notice, description.host_move_tags))
-    message = follow_up(escaped(text))
+    message = follow_up(text)
     record_post(rt, key, audit_sk, {"notice": notice.state}, message, post_safely(rt, message), now)
     return {"job": facts.name, "status": notice.state, "instance": hit.instance, "host": hit.host}
 
@@ -331,5 +331,5 @@ def _follow(rt: Runtime, move: PlannedMove, audit_sk: str, text: str, outcome: d
     except Exception:
         logger.exception("could not read the notice's Slack thread", extra={"job": move.job})
         thread = None
-    message = follow_up(escaped(text), thread)
+    message = follow_up(text, thread)
     record_post(rt, move.job_key, audit_sk, outcome, message, post_safely(rt, message), now)
