@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from corpus import real_lines
-from stallwatch.core import clusters, contract, log_patterns
+from stallwatch.core import contract, log_patterns
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform

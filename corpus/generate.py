@@ -22,7 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes the stack dumps' lines
 
-from stallwatch.core import clusters, contract
+from stallwatch.core import contract
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms import slurm
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform

@@ -109,7 +109,7 @@ class SlurmRun:
             self._runtime = self._lambda_runtime(aws)
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sw-slurm-")))
             cluster = self._cluster = stack.enter_context(
-                SlurmCluster(aws, root, resources.config.slurm_log_group, self.timeline, self._on_error)
+                SlurmCluster(aws, root, resources.config.log_group(Platform.SLURM), self.timeline, self._on_error)
             )
             assert cluster.daemons is not None
             nodes = ", ".join(f"{n} {cluster.daemons.address(n)} = {i}" for n, i in cluster.instances.items())

@@ -1,8 +1,8 @@
 """The agent's metric names are a contract with the control plane: both sides must agree."""
 
-from stallwatch.core import clusters
 from stallwatch.core import contract as control_plane
 from stallwatch.core import stack_dumps as control_plane_stacks
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms import slurm
 from stallwatch.core.signals import LogLine
 from trainer_agent import contract as agent

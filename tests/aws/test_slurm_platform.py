@@ -22,7 +22,7 @@ from tests.fixtures.slurm import slurm_event
 from tests.fixtures.world import MINUTE, World
 
 JOB = "pc1-42-llm"
-LOG_GROUP = StallwatchConfig().slurm_log_group
+LOG_GROUP = StallwatchConfig().log_group("slurm")
 
 
 def change(rt, event: dict[str, Any]) -> Any:

@@ -154,8 +154,8 @@ def test_the_log_wrapper_writes_one_file_per_job_per_node_which_the_agent_sends_
     [files_config] = config["logs"]["logs_collected"]["files"]["collect_list"]
     assert files_config["file_path"] == "/var/log/stallwatch/slurm/*.log"
     assert files_config["publish_multi_logs"] is True  # one stream per file: <log_stream_name>_<path, / as _>
-    assert (
-        files_config["log_group_name"] == StallwatchConfig().slurm_log_group
+    assert files_config["log_group_name"] == StallwatchConfig().log_group(
+        "slurm"
     )  # under the EC2 group the functions read
     # one prefix for each job's streams, which the control plane reads them by
     streams = {

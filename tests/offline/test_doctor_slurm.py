@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from localrun import moto_ssm
 from localrun.gpu_node import Agent
@@ -16,9 +17,17 @@ from stallwatch.core.platforms.slurm import SlurmJob, SlurmNode
 from stallwatch.offline import doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.world import EXAMPLE_AMI
-from tests.offline.test_doctor import STACK, deployed, slack, template  # noqa: F401 - the deployment on moto
+from tests.offline.test_doctor import STACK, deployed, slack  # noqa: F401 - the deployment on moto
+from tests.stacks.conftest import SLURM_WATCHED, build_app
 
 moto_ssm.install()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A deployment that watches Slurm (`platforms.slurm.monitor`), synthesized as `cdk synth` does (offline)."""
+    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"), stallwatch=SLURM_WATCHED)
+    return app.synth().get_stack_by_name(stack.stack_name).template
 
 
 def _checks() -> dict[str, doctor.Check]:

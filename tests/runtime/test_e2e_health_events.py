@@ -21,7 +21,7 @@ from stallwatch.aws.host_events import HostEvents
 from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import job_key
 from stallwatch.core import health_events as rules
-from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from stallwatch.core.platforms.slurm import slurm_job_name
 from stallwatch.core.recovery import MOVED_OFF
 from stallwatch.offline import cli
@@ -207,7 +207,9 @@ SLURM_JOB = slurm_job_name("pc1", "42", "llm")
 def test_an_opted_in_slurm_job_is_requeued_with_the_node_drained_before_the_window(
     rt, world, slack, context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a Slurm job on two ParallelCluster nodes (instances of the account), opted in to requeue
+    # Given a deployment watching Slurm, and a Slurm job on two ParallelCluster nodes (instances of the account), opted
+    # in to requeue
+    rt.config = StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}})
     monkeypatch.setattr(rt, "documents", Documents(slurm_requeue=SLURM_REQUEUE_DOCUMENT))
     [target] = world.launch(1, {"stallwatch:slurm": "controller"}, instance_type="c5.xlarge")
     submit = slurm_event("started")["detail"]["submit_time"]

@@ -24,9 +24,15 @@ from tests.fixtures.slurm import FakeController, slurm_event
 from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, log_lines_event, scheduled_event
 
 JOB = slurm_job_name("pc1", "42", "llm")
-SLURM_LOG_GROUP = StallwatchConfig().slurm_log_group
+SLURM_LOG_GROUP = StallwatchConfig().log_group("slurm")
 ENFORCE = {"stallwatch:mode": "enforce"}
 CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+@pytest.fixture(autouse=True)
+def slurm_watched(rt) -> None:
+    """A deployment that watches Slurm (`platforms.slurm.monitor`: off until a cluster is set up)."""
+    rt.config = StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}})
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from typing import Any
 
 from aws_cdk.assertions import Template
 
-from stacks.permissions import STOP_INSTANCES, STOP_TRAINING_JOB
+from stacks.platforms.ec2 import STOP_INSTANCES
+from stacks.platforms.sagemaker import STOP_TRAINING_JOB
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 from .conftest import as_list, build_app, iam_statements
@@ -78,7 +79,8 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
 ) -> None:
     # Given a policy that allows stopping any job and watches SageMaker only
     config = {
-        "policy": {"stop_requires_tag": False, "monitor_ec2": False, "monitor_slurm": False},
+        "policy": {"stop_requires_tag": False},
+        "platforms": {"ec2": {"monitor": False}},
         "alarm_prefix": "sw-",
     }
     # When the app is synthesized
@@ -111,8 +113,8 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
 
     # Then the instance role may publish only the agent's and the CloudWatch agent's metrics (IAM has no condition
     # on their dimensions), ship logs only to the EC2 log group (and under it) without creating or configuring a
-    # group, into streams named by an instance id (the Slurm nodes' group aside, until its streams are), read the
-    # agent's configuration and the wheel, and do nothing else; its ARN is an output
+    # group, into streams named by an instance id, read the agent's configuration and the wheel, and do nothing else;
+    # its ARN is an output (a deployment watching Slurm adds its nodes' group: tests/stacks/test_slurm_stack.py)
     metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
     assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
     writes = {
@@ -124,7 +126,6 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     assert writes == {
         ":log-group:/stallwatch/ec2:log-stream:i-*",
         ":log-group:/stallwatch/ec2/*:log-stream:i-*",
-        ":log-group:/stallwatch/ec2/slurm:log-stream:*",  # SLURM: the Slurm helper narrows it to i-*
     }
     lists = [r["Fn::Join"][1][-1] for s in statements if _grants(s, "logs:DescribeLogStreams") for r in s["Resource"]]
     assert sorted(lists) == [":log-group:/stallwatch/ec2/*:*", ":log-group:/stallwatch/ec2:*"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.log_subscriptions import CUSTOM_RESOURCE_TYPE, SUBSCRIPTION_ACTIONS
+from stacks.platforms.sagemaker import CUSTOM_RESOURCE_TYPE, SUBSCRIPTION_ACTIONS
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.core import log_patterns
 from stallwatch.core.config import EC2_LOG_GROUP, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
@@ -17,7 +17,7 @@ from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from .conftest import as_list, build_app, logical_id
 
 FILTER = "stallwatch-fatal-lines"
-SLURM_GROUP = StallwatchConfig().slurm_log_group
+SLURM_GROUP = StallwatchConfig().log_group("slurm")
 
 
 def _group_arn(group: str) -> dict[str, Any]:
@@ -41,6 +41,11 @@ def _arn(logical: str) -> dict[str, Any]:
     return {"Fn::GetAtt": [logical, "Arn"]}
 
 
+def _subscriber(stack: StallwatchStack) -> Any:
+    """The SageMaker group's custom resource's function."""
+    return stack.platforms["sagemaker"].subscriber  # type: ignore[attr-defined]
+
+
 def _role_statements(template: Template, role: str) -> list[dict[str, Any]]:
     return [
         s
@@ -51,11 +56,13 @@ def _role_statements(template: Template, role: str) -> list[dict[str, Any]]:
 
 
 def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
-    template: Template, stack: StallwatchStack
+    slurm_template: Template, slurm_stack: StallwatchStack
 ) -> None:
+    template, stack = slurm_template, slurm_stack
     found = template.find_resources("AWS::Logs::SubscriptionFilter").values()
     filters = {f["Properties"]["LogGroupName"]["Ref"]: f for f in found}
-    groups = {logical_id(stack.ec2_training.log_group): EC2_LOG_GROUP, logical_id(stack.slurm.log_group): SLURM_GROUP}
+    slurm_group = stack.platforms["slurm"].actions.log_group  # type: ignore[attr-defined]
+    groups = {logical_id(stack.ec2_training.log_group): EC2_LOG_GROUP, logical_id(slurm_group): SLURM_GROUP}
     assert set(filters) == set(groups)
     for group, name in groups.items():
         assert filters[group]["Properties"] == {
@@ -71,8 +78,9 @@ def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
 
 
 def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_this_account(
-    template: Template, stack: StallwatchStack
+    slurm_template: Template, slurm_stack: StallwatchStack
 ) -> None:
+    template, stack = slurm_template, slurm_stack
     permissions = [
         p["Properties"]
         for p in template.find_resources("AWS::Lambda::Permission").values()
@@ -88,13 +96,16 @@ def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_thi
 
 
 def test_on_log_line_may_cancel_and_requeue_slurm_jobs_only_where_their_group_is_subscribed(
-    template: Template, stack: StallwatchStack, tmp_path: Path
+    slurm_template: Template, slurm_stack: StallwatchStack, tmp_path: Path
 ) -> None:
+    template, stack = slurm_template, slurm_stack
+
     def sends(template: Template, role: str) -> bool:
         return any(s.get("Sid") == "SendStallwatchSlurmDocuments" for s in _role_statements(template, role))
 
     assert sends(template, logical_id(stack.watchdog.on_log_line.role))
-    _, [unsubscribed] = build_app(tmp_path, stallwatch={"log_subscriptions": {"slurm": False}})
+    slurm = {"monitor": True, "log_subscription": False}
+    _, [unsubscribed] = build_app(tmp_path, stallwatch={"platforms": {"slurm": slurm}})
     other = Template.from_stack(unsubscribed)
     assert not sends(other, logical_id(unsubscribed.watchdog.on_log_line.role))
     assert sends(other, logical_id(unsubscribed.watchdog.on_alarm.role))
@@ -106,7 +117,7 @@ def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_pe
 ) -> None:
     [resource] = template.find_resources(CUSTOM_RESOURCE_TYPE).values()
     assert resource["Properties"] == {
-        "ServiceToken": _arn(logical_id(stack.log_subscriptions.subscriber)),
+        "ServiceToken": _arn(logical_id(_subscriber(stack))),
         "LogGroupName": SAGEMAKER_LOG_GROUP,
         "FilterName": FILTER,
         "FilterPattern": log_patterns.FATAL_FILTER_PATTERN,
@@ -126,7 +137,7 @@ def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_pe
 def test_the_custom_resources_function_may_only_manage_subscriptions_of_sagemakers_group(
     template: Template, stack: StallwatchStack
 ) -> None:
-    role = logical_id(stack.log_subscriptions.subscriber.role)
+    role = logical_id(_subscriber(stack).role)
     statements = _role_statements(template, role)
     [subscribe] = [s for s in statements if s.get("Sid") == "SubscribeSageMakerLogGroup"]
     assert sorted(as_list(subscribe["Action"])) == sorted(SUBSCRIPTION_ACTIONS)
@@ -162,7 +173,7 @@ def test_on_log_line_decides_like_on_alarm_and_needs_no_alarm_or_subscription_ri
 
 def test_subscriptions_switched_off_leave_no_filter_permission_or_custom_resource(tmp_path: Path) -> None:
     # Given a deployment that subscribes no group
-    unsubscribed = {"log_subscriptions": {"sagemaker": False, "ec2": False, "slurm": False}}
+    unsubscribed = {"platforms": {name: {"log_subscription": False} for name in ("sagemaker", "ec2", "slurm")}}
     _, [stack] = build_app(tmp_path, stallwatch=unsubscribed)
     template = Template.from_stack(stack)
     # Then on_log_line stays (idle), and nothing sends it lines
@@ -173,4 +184,4 @@ def test_subscriptions_switched_off_leave_no_filter_permission_or_custom_resourc
         for p in template.find_resources("AWS::Lambda::Permission").values()
         if p["Properties"]["Principal"] == "logs.amazonaws.com"
     ]
-    assert stack.log_subscriptions.subscriber is None
+    assert stack.platforms["sagemaker"].subscriber is None  # type: ignore[attr-defined]

@@ -4,12 +4,15 @@ environment."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Template
 
-from stacks.recovery import HEALTH_CHECK_FILE, RESTART_FILE, document_content
-from stacks.slurm_actions import CANCEL_FILE, REQUEUE_FILE
+from stacks.documents import document_content
+from stacks.platforms.ec2_recovery import HEALTH_CHECK_FILE, RESTART_FILE
+from stacks.platforms.slurm_actions import CANCEL_FILE, REQUEUE_FILE
 from stallwatch.core.config import HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV
 from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
 
@@ -34,9 +37,17 @@ def _document_refs(statement: dict[str, Any]) -> set[str]:
     return refs
 
 
-def test_the_stack_creates_its_command_documents_from_deploy_ssm(template: Template) -> None:
-    documents = _documents(template)
-    files = (HEALTH_CHECK_FILE, RESTART_FILE, CANCEL_FILE, REQUEUE_FILE)
+@pytest.mark.parametrize(
+    ("watched", "files"),
+    [
+        ("template", (HEALTH_CHECK_FILE, RESTART_FILE)),  # the default: Slurm's documents only where it is watched
+        ("slurm_template", (HEALTH_CHECK_FILE, RESTART_FILE, CANCEL_FILE, REQUEUE_FILE)),
+    ],
+)
+def test_the_stack_creates_its_command_documents_from_deploy_ssm(
+    watched: str, files: tuple[Path, ...], request: pytest.FixtureRequest
+) -> None:
+    documents = _documents(request.getfixturevalue(watched))
     assert len(documents) == len(files)
     contents = [d["Properties"]["Content"] for d in documents.values()]
     assert {d["Properties"]["DocumentType"] for d in documents.values()} == {"Command"}
@@ -131,10 +142,11 @@ def _document_id(template: Template, path: Any) -> str:
 
 
 def test_the_slurm_documents_are_sent_only_by_who_stops_or_recovers_and_only_to_tagged_controllers(
-    template: Template,
+    slurm_template: Template,
 ) -> None:
     """Cancel: the functions that stop (on_alarm, the sweeper, the Slack endpoint's Stop now); requeue: the ones that
     decide; each SendCommand on instances conditioned on stallwatch:slurm=controller; never a StopInstances more."""
+    template = slurm_template
     cancel, requeue = _document_id(template, CANCEL_FILE), _document_id(template, REQUEUE_FILE)
     policies = template.find_resources("AWS::IAM::Policy")
 
@@ -163,7 +175,8 @@ def test_the_slurm_documents_are_sent_only_by_who_stops_or_recovers_and_only_to_
             assert statement["Condition"] in (OPTED_IN, SLURM_CONTROLLER), statement
 
 
-def test_the_controller_may_post_slurm_job_events_only(template: Template) -> None:
+def test_the_controller_may_post_slurm_job_events_only(slurm_template: Template) -> None:
+    template = slurm_template
     policies = [
         p
         for p in template.find_resources("AWS::IAM::ManagedPolicy").values()

@@ -7,7 +7,7 @@ CPU utilization are per device (0-100), times are epoch seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -163,6 +163,17 @@ class JobFacts:
         for instance_type in self.host_types.values():
             counts[instance_type] = counts.get(instance_type, 0) + 1
         return counts
+
+    def without_host(self, host: str) -> JobFacts:
+        """The job once `host` has left it (a job whose hosts end one by one): fewer hosts, or Stopped when it was
+        the last one."""
+        if host not in self.instance_ids:
+            return self
+        hosts = tuple(h for h in self.instance_ids if h != host)
+        if not hosts or self.status is not JobStatus.RUNNING:
+            return replace(self, status=JobStatus.STOPPED)
+        host_types = {h: t for h, t in self.host_types.items() if h != host}
+        return replace(self, instance_ids=hosts, instance_count=len(hosts), host_types=host_types)
 
 
 @dataclass(frozen=True)

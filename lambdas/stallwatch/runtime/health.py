@@ -79,7 +79,7 @@ def jobs_on(rt: Runtime, instances: list[str], now: float) -> Iterator[JobOnInst
     """The running jobs of the watched platforms whose hosts are instances, with a host on one of `instances`; a
     platform whose listing fails is logged and skipped."""
     for platform, description in DESCRIPTIONS.items():
-        if not description.instance_hosts or not getattr(rt.config.policy, description.monitor_setting):
+        if not description.instance_hosts or not rt.config.watches(platform):
             continue
         source = rt.source(platform)
         try:

@@ -414,7 +414,7 @@ class Interactions:
         policy = self.rt.config.policy
         platform = describe(target.platform)
         # watched on its platform: an EC2 job's instances still tagged for it (`PlatformDescription.unwatched`)
-        monitored = getattr(policy, platform.monitor_setting) and platform.unwatched(facts) is None
+        monitored = self.rt.config.watches(target.platform) and platform.unwatched(facts) is None
         if facts.status is not JobStatus.RUNNING or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None

@@ -216,8 +216,8 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
 
 
 def _watched_sources(rt: Runtime) -> list[PlatformAdapter]:
-    """The adapters of the platforms the policy watches (`monitor_sagemaker`, `monitor_ec2`), in registry order."""
-    return [rt.source(p) for p, d in DESCRIPTIONS.items() if getattr(rt.config.policy, d.monitor_setting)]
+    """The adapters of the platforms the deployment watches (`platforms.<name>.monitor`), in registry order."""
+    return [rt.source(p) for p in DESCRIPTIONS if rt.config.watches(p)]
 
 
 def _running_jobs(rt: Runtime, now: float) -> dict[tuple[Platform, str], JobFacts | None]:

@@ -25,8 +25,8 @@ from typing import Any
 
 from stallwatch.aws.agent_windows import windows
 from stallwatch.aws.store import job_key
-from stallwatch.core import clusters
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.interface import AuditTrail
 from stallwatch.core.recovery import RestartInPlace, restart_of
 from stallwatch.core.resume import LAUNCHED_FIELD, RESUME_ACTION, StopRecord

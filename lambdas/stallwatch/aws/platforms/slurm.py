@@ -10,7 +10,7 @@ An instance is never stopped: the job is the unit (`scancel`), and its recovery 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -21,11 +21,13 @@ from stallwatch.aws.agent_windows import windows
 from stallwatch.aws.log_reads import HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms.slurm_doctor import slurm_checks
 from stallwatch.aws.platforms.slurm_events import SlurmJobStateChange
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract
+from stallwatch.core.doctor_checks import Check, StackFound
 from stallwatch.core.goodput import Category, JobSpan
 from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
@@ -54,6 +56,7 @@ from stallwatch.core.platforms.slurm import (
     end_state,
     job_of_stream,
     requeues,
+    slurm_log_group,
     stream_prefix,
     this_attempt,
 )
@@ -77,12 +80,18 @@ class SlurmPlatform(AwsSignalSource):
     platform = Platform.SLURM
     description = SLURM
     state_event = SlurmJobStateChange
+    state_rule = "Slurm job events rule"
 
     @property
     def jobs(self) -> SlurmJobs:
         if self.store is None:
             raise JobNotFoundError("Slurm jobs are known from their events, kept in the deployment's table: none given")
         return SlurmJobs(self.store)
+
+    @property
+    def _log_group(self) -> str:
+        """The Slurm jobs' group, under the deployment's EC2 group."""
+        return slurm_log_group(self.config.ec2_log_group)
 
     def facts(self, job_name: str) -> JobFacts:
         job = self.jobs.current(job_name)
@@ -165,7 +174,7 @@ class SlurmPlatform(AwsSignalSource):
 
     def _streams(self, job: str) -> list[dict[str, Any]]:
         pages = self.clients.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=self.config.slurm_log_group, logStreamNamePrefix=stream_prefix(job)
+            logGroupName=self._log_group, logStreamNamePrefix=stream_prefix(job)
         )
         try:
             return [s for page in pages for s in page["logStreams"]]
@@ -267,6 +276,11 @@ class SlurmPlatform(AwsSignalSource):
     def nodes(self, job: str) -> list[Node]:
         raise NotImplementedError("a Slurm job is requeued on healthy nodes, not restarted in place")
 
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The rule of deploy/slurm's job events, and the Slurm resources and clusters (`slurm_doctor`)."""
+        yield from super().doctor(found)
+        yield from slurm_checks(self.clients, found, self.jobs, self._log_group)
+
     def history(self, job: str) -> JobHistory:
         """The latest attempt from its start; its nodes' streams (one prefix)."""
         current = self.jobs.current(job)
@@ -280,7 +294,7 @@ class SlurmPlatform(AwsSignalSource):
             ended=ended,
             changes=((current.start_epoch, RUNNING, None),),
             final=(facts.status, current.state) if ended is not None else None,
-            log_selections=({"logGroupName": self.config.slurm_log_group, "logStreamNamePrefix": stream_prefix(job)},),
+            log_selections=({"logGroupName": self._log_group, "logStreamNamePrefix": stream_prefix(job)},),
         )
 
     # ---- reads ----------------------------------------------------------------------------------------------
@@ -336,12 +350,13 @@ class SlurmPlatform(AwsSignalSource):
         dumps since `stacks_since`."""
         effective = self.policy.for_job(facts.tags)
         known = self._known_freshness(facts, per_host, reads, freshness, now)
-        streams = JobStreams(
-            self.config.slurm_log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts)
-        )
+        streams = JobStreams(self._log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts))
         return read_tails(
             self.clients.logs, streams, facts.name, hosts, known, now, effective.line_patterns, stacks_since
         )
+
+
+ADAPTER = SlurmPlatform
 
 
 def _gap(before: SlurmJob, stops: list[StopRecord]) -> Category:

@@ -8,10 +8,17 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from stallwatch.core import clusters
-from stallwatch.core.config import StallwatchConfig
+from pydantic import Field
+
 from stallwatch.core.platforms import cloudwatch_agent
-from stallwatch.core.platforms.interface import HostMove, MetricMath, PlatformDescription, SeriesReader
+from stallwatch.core.platforms import ec2_clusters as clusters
+from stallwatch.core.platforms.interface import (
+    HostMove,
+    MetricMath,
+    PlatformDescription,
+    PlatformSettings,
+    SeriesReader,
+)
 from stallwatch.core.policy import EC2_MONITOR_TAG, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.recovery import TagError, recovers_in_place
 from stallwatch.core.signals import JobFacts, Platform, Series
@@ -22,13 +29,23 @@ JOB_NAME = re.compile(f"(?:{clusters.INSTANCE_ID.pattern})|(?:{clusters.JOB_NAME
 EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")
 
 
+class Ec2Settings(PlatformSettings):
+    """`platforms.ec2`."""
+
+    monitor: bool = Field(
+        True,
+        description="Watch EC2 jobs: instances tagged `stallwatch:job=<name>`, or `stallwatch:monitor=true` alone.",
+    )
+    log_subscription: bool = Field(True, description="Subscribe `ec2_log_group` (the stack creates it).")
+
+
 class Ec2Description(PlatformDescription):
     platform = Platform.EC2
     label = "EC2"
     job_kind = "an EC2 job"
     job_name = JOB_NAME
     name_hint = clusters.INSTANCE_ID
-    monitor_setting = "monitor_ec2"
+    settings = Ec2Settings
     resource = "an EC2 job"
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     # and LogIdleSeconds
@@ -72,14 +89,14 @@ class Ec2Description(PlatformDescription):
         match = EC2_STREAM.match(stream)
         return match["host"] if match is not None and match["host"] in hosts else None
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
+    def log_group(self, nodes_group: str) -> str | None:
         """The deployment's EC2 group (a job's `stallwatch:log-group` tag may name another, which no filter of ours
         subscribes)."""
-        return config.ec2_log_group
+        return nodes_group
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The CloudWatch agent's series are per device already; memory is a percentage of the total."""
         return cloudwatch_agent.host_series(host, read)
 
 
-EC2 = Ec2Description()
+EC2 = DESCRIPTION = Ec2Description()

@@ -12,13 +12,16 @@ callers ask the registries (tests/test_platform_seam.py checks it).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from stallwatch.core import contract
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.doctor_checks import Check, Probe, StackFound
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.reading import HOST_SERIES_READ, NEURON_AGENT_METRICS_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
@@ -38,11 +41,40 @@ class MetricMath:
     label: str
 
 
+@dataclass(frozen=True)
+class InstanceLayout:
+    """A job's instances: the primary type (the first group's), the host count, and each host's type where the
+    hosts differ."""
+
+    instance_type: str
+    instance_count: int
+    host_types: dict[str, str] = field(default_factory=dict)
+
+    def mixed_fleet(self) -> dict[str, int]:
+        """Instance type -> hosts of it where the hosts differ; empty when all are `instance_type`."""
+        return dict(Counter(self.host_types.values()))
+
+
 class HostMove(StrEnum):
     """How a job is moved off a host an AWS Health event names, before the event's window (`runtime.health`)."""
 
     RESTART = "restart"  # its training restarted in place without the host (`runtime.recover`)
     REQUEUE = "requeue"  # its stop with the host at fault: the host drained, the job requeued on others
+
+
+class PlatformSettings(BaseModel):
+    """A platform's settings, `platforms.<name>` in the deployment's config (`core.config.StallwatchConfig`): whether
+    Stallwatch watches its jobs, and whether its log group's fatal lines wake the engine. A platform with settings of
+    its own subclasses it (`PlatformDescription.settings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    monitor: bool = Field(True, description="Watch the platform's jobs.")
+    log_subscription: bool = Field(
+        True,
+        description="Send the fatal lines of the platform's log group to on_log_line, where it has one "
+        '(docs/deploy.md, "Fatal lines wake the engine").',
+    )
 
 
 class PlatformDescription:
@@ -54,7 +86,7 @@ class PlatformDescription:
     job_name: ClassVar[re.Pattern[str]]  # every name a job of it can have
     # Names that are this platform's before any other's (an instance id is EC2's); None: no such names.
     name_hint: ClassVar[re.Pattern[str] | None] = None
-    monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
+    settings: ClassVar[type[PlatformSettings]] = PlatformSettings  # its sub-model under `platforms:` in the config
     resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
     host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series of a GPU job (core.reading)
     host_series_read: ClassVar[int] = HOST_SERIES_READ  # every per-host series a decision reads (`host_period`)
@@ -135,9 +167,10 @@ class PlatformDescription:
         """Whether the job's tags opt it in to `host_move` (a stop opt-in is the runtime's to check)."""
         return False
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
+    def log_group(self, nodes_group: str) -> str | None:
         """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
-        (`config.log_subscriptions`); None where it has none of its own."""
+        (`PlatformSettings.log_subscription`); None where it has none of its own. `nodes_group`: the deployment's
+        group of the training nodes' logs (`StallwatchConfig.ec2_log_group`)."""
         return None
 
 
@@ -341,4 +374,14 @@ class PlatformAdapter(Protocol):
 
     def history(self, job: str) -> JobHistory:
         """The job from its start, for an exported trace."""
+        ...
+
+    def iam_probes(self, region: str, account: str) -> list[Probe]:
+        """The doctor's IAM questions of the platform (`stallwatch doctor`): its stops and resumes allowed under
+        their tags and denied without, simulated against the functions' roles."""
+        ...
+
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The doctor's checks of the platform (`stallwatch doctor`): the stack's rule of its events, its own
+        resources, its hosts' metrics."""
         ...

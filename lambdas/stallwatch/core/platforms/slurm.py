@@ -16,13 +16,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stallwatch.core.config import StallwatchConfig
+from pydantic import Field
+
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms.interface import (
     HostMove,
     MetricMath,
     PlatformDescription,
+    PlatformSettings,
     SeriesReader,
     StopOutcome,
     agent_metric,
@@ -91,6 +93,26 @@ CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
 )
 RECOVER_STOP_VALUE = "stop"  # stallwatch:recover=stop: cancelled, as without the tag
 HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
+LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the training nodes' group
+
+
+def slurm_log_group(nodes_group: str) -> str:
+    """Where Slurm jobs' logs are (deploy/slurm/cloudwatch-agent.json): under the training nodes' group, which their
+    instance policy writes and the functions read."""
+    return f"{nodes_group.rstrip('/')}/{LOG_GROUP_PART}"
+
+
+class SlurmSettings(PlatformSettings):
+    """`platforms.slurm`: off until a Slurm cluster reports to this deployment (docs/deploy.md, "Slurm clusters")."""
+
+    monitor: bool = Field(
+        False,
+        description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md): the Slurm "
+        "documents, their grants and the controller's policy exist only if true. Off until a cluster is set up.",
+    )
+    log_subscription: bool = Field(
+        True, description="Subscribe the Slurm jobs' group under the EC2 group (the stack creates it)."
+    )
 
 
 def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
@@ -294,8 +316,8 @@ class SlurmDescription(PlatformDescription):
     job_kind = "a Slurm job"
     resource = "a Slurm job"
     job_name = JOB_NAME
-    monitor_setting = "monitor_slurm"
-    configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
+    settings = SlurmSettings
+    configured_logs = True  # under the EC2 group (`slurm_log_group`)
     known_from_events = True  # deploy/slurm's start and end events, kept in the table (`aws.platforms.slurm_jobs`)
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
@@ -315,9 +337,9 @@ class SlurmDescription(PlatformDescription):
         except ValueError:
             return False
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
-        """Under the EC2 group (`StallwatchConfig.slurm_log_group`), one stream per node's output file of a job."""
-        return config.slurm_log_group
+    def log_group(self, nodes_group: str) -> str | None:
+        """Under the EC2 group (`slurm_log_group`), one stream per node's output file of a job."""
+        return slurm_log_group(nodes_group)
 
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
         """Slurm node names, as SLURMD_NODENAME names them to the agent."""
@@ -349,7 +371,7 @@ class SlurmDescription(PlatformDescription):
         return cloudwatch_agent.host_series(instance, read)
 
 
-SLURM = SlurmDescription()
+SLURM = DESCRIPTION = SlurmDescription()
 
 
 # ---- the actions: Stallwatch's SSM documents' answers (deploy/ssm/slurm-cancel.yaml, slurm-requeue.yaml) ----------

@@ -21,7 +21,7 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from stacks.constants import EC2_LOG_RETENTION
-from stacks.recovery import DOCUMENTS_DIR, command_document
+from stacks.documents import DOCUMENTS_DIR, command_document
 from stallwatch.core.config import SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV
 from stallwatch.core.contract import SLURM_EVENT_SOURCE
 from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
