@@ -34,7 +34,8 @@ from localrun import moto_sagemaker
 from localrun.resources import create_table
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.runtime import environment, interactions
-from tests.fixtures.world import TABLE, LambdaContext, SlackReceiver, World
+from localrun.moto_world import (TABLE, LambdaContext, World)
+from localrun.slack_receiver import SlackReceiver
 from tests.runtime.test_slack_interactions import ALLOWED_USER, ENFORCE, JOB, SIGNING_SECRET, _payload, _request
 from stallwatch.aws.buttons import OperatorAction
 from stallwatch.aws.clients import AwsClients

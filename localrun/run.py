@@ -58,7 +58,7 @@ from stallwatch.aws.store import Store, job_key
 from stallwatch.core import alarms
 from stallwatch.core.alarms import job_alarm_prefix
 from stallwatch.core.goodput import Goodput, measure_goodput
-from stallwatch.core.recovery import TRAINING_UNIT
+from stallwatch.core.platforms.ec2_recovery import TRAINING_UNIT
 from stallwatch.core.resume import RESUMED_FROM_TAG, resume_name
 from stallwatch.core.signals import Platform
 

@@ -245,3 +245,9 @@ def test_the_agent_and_the_examples_never_import_the_control_plane(package: str)
     root = (ROOT / package).resolve()
     imported = {t for p in root.rglob("*.py") for t in imports_of(p, set())}
     assert {t for t in imported if t.split(".")[0] in (*CONTROL_PLANE, "aws_cdk")} == set()
+
+
+@pytest.mark.parametrize("package", ["bench", "localrun", "corpus"])
+def test_the_benchmarks_the_demo_and_the_corpus_never_import_the_tests(package: str) -> None:
+    imported = {t for p in (ROOT / package).rglob("*.py") for t in imports_of(p, set())}
+    assert {t for t in imported if t.split(".")[0] == "tests"} == set()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from localrun.moto_world import MINUTE, World
 from stallwatch.aws.events import JobStateEvent, parse_event
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
 from stallwatch.aws.source import JobReads, agent_search
@@ -19,7 +20,6 @@ from stallwatch.core.platforms.slurm import stream_name
 from stallwatch.core.signals import Platform, Series
 from tests.fixtures.request_limits import recording
 from tests.fixtures.slurm import slurm_event
-from tests.fixtures.world import MINUTE, World
 
 JOB = "pc1-42-llm"
 LOG_GROUP = StallwatchConfig().log_group("slurm")

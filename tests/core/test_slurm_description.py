@@ -17,7 +17,6 @@ from stallwatch.core.platforms.slurm import (
     SlurmNode,
     answer_outcome,
     end_state,
-    requeues,
     slurm_job_name,
     stream_name,
     stream_prefix,
@@ -25,7 +24,6 @@ from stallwatch.core.platforms.slurm import (
     time_limit_seconds,
 )
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.signals import Platform
 from tests.core.signals_builder import SignalsBuilder
 
@@ -187,25 +185,6 @@ def test_the_controllers_answers_say_how_the_stop_went() -> None:
     lost = outcome("TimedOut", -1, "")
     assert lost[:2] == (False, False)
     assert "TimedOut" in lost[3]
-
-
-def test_a_requeue_is_asked_for_by_the_jobs_setting_only() -> None:
-    assert requeues({"stallwatch:recover": "Requeue"})
-    assert not requeues({"stallwatch:recover": "stop"})
-    assert not requeues({})
-    with pytest.raises(ValueError, match="requeue or stop"):
-        requeues({"stallwatch:recover": "restart"})
-
-
-def test_a_requeue_keeps_the_job_off_the_hosts_that_died_or_alone_erred() -> None:
-    hosts = ["node1", "node2", "node3"]
-    died = {"death": {"hosts": ["node2"]}, "hosts": {"node1": {"errors": [{"t": 1}]}}}
-    assert hosts_at_fault(died, hosts) == ("node2",)
-    erring = {"hosts": {"node1": {"errors": []}, "node3": {"errors": [{"t": 1}]}}}
-    assert hosts_at_fault(erring, hosts) == ("node3",)
-    everyone = {"hosts": {h: {"errors": [{"t": 1}]} for h in hosts}}  # an NCCL timeout on every rank: no culprit
-    assert hosts_at_fault(everyone, hosts) == ()
-    assert hosts_at_fault({}, hosts) == ()
 
 
 def test_a_hung_job_past_its_time_limit_is_left_to_slurm_and_one_before_it_is_stopped() -> None:

@@ -13,13 +13,14 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
+from localrun.moto_world import EXAMPLE_AMI, scheduled_event
 from localrun.resources import create_resources
+from localrun.slack_receiver import SlackReceiver
 from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import EXAMPLE_AMI, SlackReceiver, scheduled_event
 from tests.stacks.conftest import build_app
 
 STACK = "stallwatch"

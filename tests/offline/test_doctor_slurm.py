@@ -11,12 +11,12 @@ import pytest
 
 from localrun import moto_ssm
 from localrun.gpu_node import Agent
+from localrun.moto_world import EXAMPLE_AMI
 from localrun.slurm_daemons import ControllerNode
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
 from stallwatch.core.platforms.slurm import SlurmJob, SlurmNode
 from stallwatch.offline import doctor
 from stallwatch.offline.ops import Deployment
-from tests.fixtures.world import EXAMPLE_AMI
 from tests.offline.test_doctor import STACK, deployed, slack  # noqa: F401 - the deployment on moto
 from tests.stacks.conftest import SLURM_WATCHED, build_app
 

@@ -15,6 +15,7 @@ import pytest
 from handlers import on_health_event, on_job_state, sweeper
 from localrun import moto_ssm
 from localrun.gpu_node import GpuNode
+from localrun.moto_world import MINUTE, TABLE, World, instance_state_event, scheduled_event
 from localrun.resources import SLURM_REQUEUE_DOCUMENT
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.host_events import HostEvents
@@ -22,12 +23,11 @@ from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import job_key
 from stallwatch.core import health_events as rules
 from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
+from stallwatch.core.platforms.ec2_recovery import MOVED_OFF
 from stallwatch.core.platforms.slurm import slurm_job_name
-from stallwatch.core.recovery import MOVED_OFF
 from stallwatch.offline import cli
 from tests.fixtures.health import ISSUE, RETIREMENT, health_event, load
 from tests.fixtures.slurm import FakeController, slurm_event
-from tests.fixtures.world import MINUTE, TABLE, World, instance_state_event, scheduled_event
 
 JOB = "llm-70b"
 KEY = job_key("ec2", JOB)

@@ -12,6 +12,7 @@ import pytest
 
 from handlers import on_alarm, on_log_line
 from localrun import moto_ec2
+from localrun.moto_world import MINUTE, World, alarm_event, log_lines_event
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.source import AwsSignalSource
@@ -19,7 +20,6 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, wake
 from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import MINUTE, World, alarm_event, log_lines_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
 SAGEMAKER = contract.SAGEMAKER_LOG_GROUP

@@ -9,13 +9,13 @@ from types import SimpleNamespace
 import pytest
 
 from handlers import on_alarm, on_job_state, slack_interactions, sweeper
+from localrun.moto_world import MINUTE, alarm_event, job_state_event, scheduled_event
 from stallwatch.aws.buttons import OperatorAction
 from stallwatch.aws.observability import SECRET_LOGGING_LIBRARIES, logger
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.offline import cli
 from stallwatch.runtime import interactions
 from stallwatch.runtime.interactions import DEFERRED_EVENT_KEY, DeferredPress, Interactions
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
 from tests.runtime.test_slack_interactions import ALLOWED_USER, JOB, SIGNING_SECRET, _payload, _request
 

@@ -19,6 +19,7 @@ from slack_sdk.signature import SignatureVerifier
 
 from handlers import on_alarm, slack_interactions, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import FUTURE_MIN, MINUTE, ROLE_ARN, TABLE, LambdaContext, World, alarm_event, scheduled_event
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
@@ -30,7 +31,6 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import interactions
 from stallwatch.runtime.interactions import DEFERRED_EVENT_KEY, DeferredPress, Interactions
-from tests.fixtures.world import FUTURE_MIN, MINUTE, ROLE_ARN, TABLE, LambdaContext, World, alarm_event, scheduled_event
 
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, get_args
+from typing import Any, ClassVar, get_args
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
@@ -27,7 +27,14 @@ from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.doctor_checks import Check, Probe, StackFound, rule_check
-from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
+from stallwatch.core.platforms.interface import (
+    PlatformDescription,
+    StopOutcome,
+    StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
+)
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
@@ -103,8 +110,21 @@ class AwsSignalSource(ABC):
         """What the platform says about the job; `JobNotFoundError` if it does not exist."""
 
     @abstractmethod
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """Stop the job; API errors are returned, never raised (`aws.actions.stop`)."""
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """No way back in place of the stop: the job is stopped (a platform whose way back replaces its stop, or is
+        it, overrides this)."""
+        reason = f"{self.description.label} jobs have no way back in place of their stop"
+        return WayBackResult(audited={"status": "not_recovered", "reason": reason}, reason=reason)
+
+    def continue_way_back(self, now: float, teller: Teller) -> list[dict[str, Any]]:
+        """No way back of several steps: nothing to continue."""
+        return []
+
+    def way_back_under_way(self, job: str) -> bool:
+        return False
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
         """How an asynchronous stop went: none is, where the platform's stop answers at once."""

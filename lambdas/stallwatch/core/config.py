@@ -34,7 +34,7 @@ from stallwatch.core.signals import Platform
 CONFIG_ENV = "STALLWATCH_CONFIG"
 # The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
 JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
-# The names of the SSM documents of recovery in place (core.recovery): the stack creates them, the functions read them.
+# The names of the SSM documents of EC2's recovery in place: the stack creates them, the functions read them.
 HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
 RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
 # The names of the Slurm platform's SSM documents (deploy/ssm/slurm-*.yaml): scancel, and drain-then-requeue.

@@ -2,8 +2,8 @@
 id), read with DescribeInstances, their CloudWatch agent metrics by SEARCHes over parts of the job's instances, their
 logs from their instance-id streams in the job's log group (read as a whole); stopped with StopInstances, resumed by
 starting the same instances again (StartInstances: the user's launch script resumes from the checkpoint), restarted
-in place on them (`runtime.recover`), a run being each start of the group (`ec2_goodput`). A decision's reads do not
-grow with the nodes (docs/lambdas.md, "Scale").
+in place on them (its way back, `ec2_restart`), a run being each start of the group (`ec2_goodput`). A decision's reads
+do not grow with the nodes (docs/lambdas.md, "Scale").
 
 The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, per device already (see docs/lambdas.md).
 """
@@ -23,10 +23,12 @@ from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms import ec2_restart
 from stallwatch.aws.platforms.ec2_events import InstanceStateChange
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search, host_parts
+from stallwatch.aws.store import Store, job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core import resume as planning
 from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE
@@ -45,6 +47,9 @@ from stallwatch.core.platforms.interface import (
     ResumeResult,
     ResumeVerdict,
     StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.pricing import instance_spec, neuron
@@ -202,6 +207,25 @@ class Ec2Platform(AwsSignalSource):
         return [
             Node(i["InstanceId"], i["State"]["Name"] == RUNNING, autoscaling.group_of(i)) for i in self.instances(job)
         ]
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """Restart in place (`ec2_restart`): the health check, or a move's hosts taken out, then the restart."""
+        return ec2_restart.begin(self._restarts(teller), attempt)
+
+    def continue_way_back(self, now: float, teller: Teller) -> list[dict[str, Any]]:
+        return ec2_restart.continue_recoveries(self._restarts(teller), now)
+
+    def way_back_under_way(self, job: str) -> bool:
+        return ec2_restart.under_way(self._store, job_key(self.platform, job))
+
+    def _restarts(self, teller: Teller) -> ec2_restart.RestartContext:
+        return ec2_restart.RestartContext(self, self.clients, self.config, self._store, self.documents, teller)
+
+    @property
+    def _store(self) -> Store:
+        if self.store is None:
+            raise ValueError("recovery in place keeps its steps in the deployment's table: no table given")
+        return self.store
 
     def iam_probes(self, region: str, account: str) -> list[Probe]:
         """Stops only of instances tagged to be stopped (unless the policy allows any); starts (a resume) only of
@@ -380,7 +404,7 @@ class Ec2Platform(AwsSignalSource):
         patterns = self.policy.for_job(facts.tags).line_patterns
         return read_tails(self.clients.logs, streams, facts.name, hosts, known, now, patterns, stacks_since)
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
         or in a state that cannot stop, refuses the whole call), each instance is stopped on its own, so the others
         stop and the refusals are named; the result is ok only when every instance is stopping."""

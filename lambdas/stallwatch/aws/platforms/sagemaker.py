@@ -110,7 +110,7 @@ class SageMakerPlatform(AwsSignalSource):
             host_types=layout.host_types,
         )
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """StopTrainingJob by the job's exact name; a job that is not running counts as stopped."""
         name = facts.name
         try:

@@ -3,8 +3,9 @@ table, `slurm_jobs`), their nodes' EC2 instances found by address (DescribeInsta
 metrics, their logs one stream per node under one prefix per job in the Slurm log group; stopped and requeued through
 SSM Run Command with Stallwatch's documents on the cluster's controller, whose answers the sweeper reads back.
 
-An instance is never stopped: the job is the unit (`scancel`), and its recovery drains the bad nodes and requeues it
-(`stallwatch:recover=requeue`), which Slurm starts again on healthy nodes from the job's checkpoint.
+An instance is never stopped: the job is the unit (`scancel`), and its way back (`stallwatch:recover=requeue`, within
+the run's budget: `core.way_back`) drains the nodes a health signal blames and requeues it, which Slurm starts again
+on healthy nodes from the job's checkpoint.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from stallwatch.core.platforms.interface import (
     ResumeVerdict,
     StopOutcome,
     StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
 )
 from stallwatch.core.platforms.slurm import (
     HELD_CATEGORIES,
@@ -55,13 +59,13 @@ from stallwatch.core.platforms.slurm import (
     answer_outcome,
     end_state,
     job_of_stream,
-    requeues,
     slurm_log_group,
     stream_prefix,
     this_attempt,
 )
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
+from stallwatch.core.way_back import REQUEUED
 
 DELIVERY_TIMEOUT_S = 60  # SendCommand TimeoutSeconds (SSM's least is 30): the controller is one node, online
 # The documents give up after 180 s (their timeoutSeconds): an answer not read by then is the stop's failure.
@@ -183,25 +187,35 @@ class SlurmPlatform(AwsSignalSource):
 
     # ---- actions --------------------------------------------------------------------------------------------
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-        """`scancel` on the controller (the cancel document), or, for the engine's stop (`at_fault` given) of a job
-        tagged `stallwatch:recover=requeue`, its nodes at fault drained and the job requeued (the requeue document).
-        Asynchronous: `ok` says the command was sent; its answer is read by the sweeper (`stop_outcome`)."""
+    def stop(self, facts: JobFacts) -> StopResult:
+        """`scancel` on the controller (the cancel document). Asynchronous: `ok` says the command was sent; its answer
+        is read by the sweeper (`stop_outcome`)."""
+        return self._send(facts, requeue=False)
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """The requeue, as the stop (the requeue document): the nodes a health signal blames (`attempt.blamed`: a
+        hardware Xid, a vanished host, an AWS Health event's instance; never a rank's application error) drained with
+        Stallwatch's reason (FAIL with `Action:Replace` on HyperPod), then the job requeued, which Slurm starts again
+        on healthy nodes. Asynchronous, as the stop: its answer is read by the sweeper."""
+        if attempt.refused is not None:
+            return WayBackResult(audited={"status": "not_recovered", "reason": attempt.refused}, reason=attempt.refused)
+        drained = tuple(sorted(attempt.blamed))[:MAX_DRAINED]
+        stopped = self._send(attempt.facts, requeue=True, drained=drained, moving=attempt.moving)
+        audited = {"status": REQUEUED, "attempt": attempt.attempt, "allowed": attempt.allowed, "drained": list(drained)}
+        return WayBackResult(audited=audited, stop=stopped)
+
+    def _send(self, facts: JobFacts, requeue: bool, drained: tuple[str, ...] = (), moving: bool = False) -> StopResult:
+        """The cancel or the requeue document to the job's controller, `drained` first (a requeue's)."""
         ids = facts.platform_ids
         target = ids.get(SSM_TARGET, "")
         if not target:
             return StopResult(ok=False, detail="no SSM target: deploy/slurm's settings name no controller")
-        try:
-            requeue = at_fault is not None and requeues(facts.tags)
-        except ValueError as exc:
-            logger.warning("a bad recover setting: cancelling instead", extra={"job": facts.name, "error": str(exc)})
-            requeue = False
         parameters = {"jobId": ids[JOB_ID], "submitTime": ids[SUBMIT_TIME]}
         if requeue:
             document = self.documents.slurm_requeue
-            bad = (at_fault or ())[:MAX_DRAINED]
-            reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
-            parameters |= {"nodes": ",".join(bad), "reason": REASON_UNSAFE.sub("-", reason)[:DRAIN_REASON_CHARS]}
+            why = "moved off before a scheduled event" if moving else "stalled"
+            reason = f"{facts.name} {why}" + (f" on {','.join(drained)}" if drained else "")
+            parameters |= {"nodes": ",".join(drained), "reason": REASON_UNSAFE.sub("-", reason)[:DRAIN_REASON_CHARS]}
             if ids.get("flavor") == HYPERPOD:
                 parameters["hyperpodAction"] = "Replace"
         else:
@@ -214,8 +228,8 @@ class SlurmPlatform(AwsSignalSource):
         )
         if sent.error:
             return StopResult(ok=False, detail=sent.error)
-        drained = f", {','.join(at_fault)} drained first" if requeue and at_fault else ""
-        detail = f"{what} of Slurm job {ids[JOB_ID]} sent to {target}{drained} (command {sent.command_ids[0]})"
+        first = f", {','.join(drained)} drained first" if drained else ""
+        detail = f"{what} of Slurm job {ids[JOB_ID]} sent to {target}{first} (command {sent.command_ids[0]})"
         return StopResult(ok=True, detail=detail, commands=sent.command_ids)
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
@@ -233,7 +247,9 @@ class SlurmPlatform(AwsSignalSource):
     # ---- resume, runs, history ------------------------------------------------------------------------------
 
     def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
-        return ResumeVerdict(NoResume("a Slurm job is requeued (stallwatch:recover=requeue), never resumed anew"))
+        return ResumeVerdict(
+            NoResume("a Slurm job is requeued (stallwatch:recover=requeue), never resumed anew", alert=False)
+        )
 
     def start_attempt(self, plan: ResumePlan) -> ResumeResult:
         raise NotImplementedError("a Slurm job is requeued by its stop, never started anew")

@@ -13,15 +13,14 @@ from pydantic import Field
 from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.interface import (
-    HostMove,
     MetricMath,
     PlatformDescription,
     PlatformSettings,
     SeriesReader,
 )
-from stallwatch.core.policy import EC2_MONITOR_TAG, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
-from stallwatch.core.recovery import TagError, recovers_in_place
+from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.way_back import WayBack
 
 # A job is its `stallwatch:job` tag or an instance id.
 JOB_NAME = re.compile(f"(?:{clusters.INSTANCE_ID.pattern})|(?:{clusters.JOB_NAME.pattern})")
@@ -51,12 +50,9 @@ class Ec2Description(PlatformDescription):
     # and LogIdleSeconds
     host_series_read = len(cloudwatch_agent.AGENT_METRICS_READ) + len(cloudwatch_agent.HOST_METRICS_READ) + 1
     named_hosts = True
-    restarts_in_place = True
+    way_back = WayBack.RESTART  # in place on its instances (`aws.platforms.ec2_restart`); resumed after a stop too
     configured_logs = True
-    agent_power = True
     instance_hosts = True
-    host_move = HostMove.RESTART
-    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_RESTART}"
 
     def unwatched(self, facts: JobFacts) -> str | None:
         """A job is its instances' `stallwatch:job` tag, or a lone instance tagged `stallwatch:monitor=true`."""
@@ -71,13 +67,6 @@ class Ec2Description(PlatformDescription):
     def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
         """Its hosts are its instances."""
         return instance if instance in facts.instance_ids else None
-
-    def moves_off_hosts(self, facts: JobFacts) -> bool:
-        """`stallwatch:recover=restart`: the job is restarted in place without the host (a bad tag value: not)."""
-        try:
-            return recovers_in_place(facts.tags)
-        except TagError:
-            return False
 
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         return cloudwatch_agent.gpu_utilization(host)

@@ -20,6 +20,7 @@ from stallwatch.core.platforms.interface import (
 )
 from stallwatch.core.reading import HOST_AGENT_METRICS_READ
 from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.way_back import WayBack
 
 # Platform metrics per host: HostSignals field -> SageMaker's metric name.
 HOST_METRICS = {
@@ -62,6 +63,7 @@ class SageMakerDescription(PlatformDescription):
     job_kind = "a SageMaker job"
     job_name = JOB_NAME
     settings = SageMakerSettings
+    way_back = WayBack.RESUME  # a new job from the checkpoint, after Stallwatch's stop (`core.resume`)
     resource = "a SageMaker training job"
     host_agent_metrics = HOST_AGENT_METRICS_READ
 

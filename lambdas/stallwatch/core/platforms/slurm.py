@@ -21,7 +21,6 @@ from pydantic import Field
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms import cloudwatch_agent
 from stallwatch.core.platforms.interface import (
-    HostMove,
     MetricMath,
     PlatformDescription,
     PlatformSettings,
@@ -29,9 +28,9 @@ from stallwatch.core.platforms.interface import (
     StopOutcome,
     agent_metric,
 )
-from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
+from stallwatch.core.way_back import WayBack
 
 NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
@@ -91,7 +90,6 @@ CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
     "flavor",
     "restarts",
 )
-RECOVER_STOP_VALUE = "stop"  # stallwatch:recover=stop: cancelled, as without the tag
 HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
 LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the training nodes' group
 
@@ -323,19 +321,11 @@ class SlurmDescription(PlatformDescription):
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     named_hosts = True
     instance_hosts = True  # ParallelCluster and PCS nodes (`JobFacts.host_instances`); HyperPod's are none
-    host_move = HostMove.REQUEUE
-    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_REQUEUE}"
+    way_back = WayBack.REQUEUE  # its stop is the requeue, off the nodes a health signal blames (the adapter's)
 
     def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
         """The node whose EC2 instance it is (mapped by address when the job started)."""
         return next((node for node, found in facts.host_instances.items() if found == instance), None)
-
-    def moves_off_hosts(self, facts: JobFacts) -> bool:
-        """`stallwatch:recover=requeue`: the node drained and the job requeued (a bad setting: not)."""
-        try:
-            return requeues(facts.tags)
-        except ValueError:
-            return False
 
     def log_group(self, nodes_group: str) -> str | None:
         """Under the EC2 group (`slurm_log_group`), one stream per node's output file of a job."""
@@ -381,18 +371,6 @@ WAITING = frozenset({"Pending", "InProgress", "Delayed"})  # an invocation not a
 # A document's results that leave nothing to stop: the job ended, or the id is another job's now (Slurm reuses ids).
 NOTHING_TO_STOP = frozenset({"gone", "other_job"})
 DONE = frozenset({"cancelled", "cancelling", "requeued"})
-
-
-def requeues(tags: dict[str, str]) -> bool:
-    """Whether a stop of the job is a requeue (`stallwatch:recover=requeue`, any case); ValueError for a value other
-    than requeue or stop."""
-    raw = tags.get(RECOVER_TAG)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
-    if value not in (RECOVER_REQUEUE, RECOVER_STOP_VALUE):
-        raise ValueError(f"{RECOVER_TAG}={raw!r}: a Slurm job takes {RECOVER_REQUEUE} or {RECOVER_STOP_VALUE}")
-    return value == RECOVER_REQUEUE
 
 
 def answer_outcome(status: str, details: str, code: int | None, output: str) -> StopOutcome | None:
