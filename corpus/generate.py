@@ -8,6 +8,9 @@ Each trace is simulated minute by minute from a script of segments (download, tr
 with realistic values: p4d (A100, ~380 W busy, ~100 W hung) and p5 (H100, ~640 W busy, ~150 W hung) hosts,
 SageMaker host metrics summed over devices, the CloudWatch agent's per-instance GPU metrics on EC2, the
 trainer_agent's metrics from rank 0 and per host, and per-host log lines.
+
+Kept whole (over 500 lines): the scenario catalogue the corpus's traces are generated from, one script per
+trace; the simulator it drives is above it.
 """
 
 from __future__ import annotations

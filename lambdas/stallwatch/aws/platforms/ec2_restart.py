@@ -20,6 +20,9 @@ Whatever cannot be recovered (a command SSM cannot deliver, a bad node the job c
 runs, a restart that fails or brings no step) is stopped as without recovery, and Slack hears why (`Teller`). Each
 step is claimed on the recovery with its own audit record, so overlapping sweeps take it once; a restart sent by a
 Lambda that died before recording it is found by its comment, so the training restarts once.
+
+Kept whole (over 500 lines): one state machine whose steps share the recovery's claim, hold, fall-back and
+Slack helpers.
 """
 
 from __future__ import annotations
