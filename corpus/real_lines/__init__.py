@@ -61,6 +61,13 @@ ROUNDS: tuple[Round, ...] = (
         "error report, lines inside a save), EFA, Megatron/NeMo, JAX/Orbax, Ray, whole checkpoint sequences of many "
         "frameworks, and benign lookalikes; never a measured line or its phrase",
     ),
+    Round(
+        39,
+        5,
+        MEASURED,
+        "new sources quoted after the structural rules were frozen at 4f4f3ef, to measure them afresh: fatal lines, "
+        "lookalikes and markers of every family, the Neuron runtime and EFA among them",
+    ),
 )
 
 
