@@ -78,6 +78,14 @@ ROUNDS: tuple[Round, ...] = (
         "JAX, TensorFlow, DeepSpeed, Megatron, NeMo, FSDP, torchtitan, Neuron, SageMaker and HyperPod, Kubernetes, "
         "Ray, Slurm), their benign lookalikes and the save lines of many trainers; never a measured line or its phrase",
     ),
+    Round(
+        39,
+        7,
+        MEASURED,
+        "new sources quoted after the breadth round's rules were frozen at 0a12c7a, to measure them blind: fatal lines "
+        "of every family (the Neuron runtime and EFA among them), lookalikes and save lines, from sources neither the "
+        "corpus nor any answer the search tool showed during round 39/6 held",
+    ),
 )
 
 
