@@ -164,6 +164,22 @@ def test_round_six_is_written_from_many_new_sources_across_the_ecosystems() -> N
     assert {r.label for r in lines} == set(real_lines.LABELS)
 
 
+def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_holds() -> None:
+    # Given round 7 of issue 39 (declared measured, quoted after the breadth round's rules froze) / Then at least 80
+    # lines from 40 sources no earlier round holds, measured only, with the Neuron runtime, EFA, save lines and
+    # lookalikes enough to read a figure from
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 7)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 7)}
+    assert len(lines) >= 80
+    assert len({r.source for r in lines}) >= 40
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert not {r.source for r in lines} & earlier
+    assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 10
+    assert sum(r.kind == "efa" for r in lines) >= 8
+    assert sum(r.label in ("checkpoint_start", "checkpoint_end") for r in lines) >= 15
+    assert sum(r.label == "benign" for r in lines) >= 30
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 9 of issue 39"):
