@@ -145,6 +145,23 @@ FATAL_LINES = [
     ("socketProgressOpt: Call to recv from 172.16.0.9<33759> failed : Connection reset by peer", "nccl"),
     ("2022-06-02 17:28:14 Failed - Training job failed", "sagemaker_toolkit"),
     ("python3: /opt/workspace/tdrv/ring.c:41: ring_init: Assertion `ring != NULL' failed.", "sigabrt"),
+    # a write that dies of its errno; a pod's terminal state as kubectl shows it; the shell's report of a signal death
+    ("RuntimeError: write(): fd 29 failed with Input/output error", "storage"),
+    ("[  279.665960] EXT4-fs (nvme0n1p1): Remounting filesystem read-only", "storage"),
+    ("      Reason:       CrashLoopBackOff", "kubernetes"),
+    ("The node was low on resource: memory.", "kubernetes"),
+    ("./train.sh: line 3:  1098 Floating point exception(core dumped) python train.py --dataset=dtu_yao", "killed"),
+    (
+        "Oct 24 06:17:10 pinnacle systemd[1]: traccar.service: Main process exited, code=exited, status=143/n/a",
+        "launcher_exit",
+    ),
+    # read fatal by structure, then named by their family's words
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]', "container"),
+    ("[ 1097.650222] NVRM: GPU 0000:04:01.0: RmInitAdapter failed! (0x11:0x45:2525)", "xid"),
+    (
+        "libfabric:15409:1705531788::efa:mr:efa_mr_reg_impl():850<warn> Unable to register MR: Cannot allocate memory",
+        "efa",
+    ),
     # no family names these: an error mark with a failure word, or a fatal mark alone
     (
         "E0929 17:42:48.594192 1044529 coordination_service_agent.cc:332] Polled an error from coordination service "
@@ -202,6 +219,15 @@ BENIGN_LINES = [
     "[2023-07-31 11:08:28,980] torch._dynamo.convert_frame: [WARNING] Traceback (most recent call last):",
     "E0000 00:00:1723141151.233718 5214 cuda_dnn.cc:8310] Unable to register cuDNN factory: Attempting to register "
     "factory for plugin cuDNN when one has already been registered",
+    # libfabric's warn while providers are probed (its core subsystem), a driver's notice of a healthy boot, a
+    # deprecation that names an error variable, a watchdog that ended normally, a joblib warning quoting ENOSPC
+    "libfabric:core:core:fi_getinfo_():545<warn> fi_getinfo: provider psm returned -61 (No data available)",
+    "May 21 18:07:14 sangje-desktop kernel: [    8.020289] nvme nvme0: missing or invalid SUBNQN field.",
+    "[W Utils.hpp:135] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING is deprecated; use "
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function getCvarInt)",
+    "I1002 15:18:51.080338 1822035 ProcessGroupNCCL.cpp:530] [Rank 1] NCCL watchdog thread terminated normally",
+    "/root/miniconda3/envs/vits/lib/python3.8/site-packages/joblib/_multiprocessing_helpers.py:46: UserWarning: [Errno "
+    "28] No space left on device.  joblib will operate in serial mode",
 ]
 
 

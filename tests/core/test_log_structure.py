@@ -26,6 +26,22 @@ from stallwatch.core.log_structure import ERROR, FATAL, LOW
         ("W0607 10:11:12.000000 4242 pjrt_client.cc:88] INTERNAL: RET_CHECK failure on a probe", LOW),
         ("[2022-03-25 16:41:50,060] [    INFO] - ***** Running Evaluation *****", LOW),  # PaddleNLP's padded level
         ("2: p5-dy-gpu-4:930643:930850 [7] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.13.2-aws", LOW),
+        ("ERRO[0000] error waiting for container:", ERROR),  # logrus (docker, containerd)
+        ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]', ERROR),
+        ("OFI error: fi_mr_reg(ofi_domain, memTab[i].addr): Cannot allocate memory", ERROR),  # a component's error
+        # libfabric's warn is its error level on the data path, a probe's on setup (src/log.c's subsystems)
+        (
+            "libfabric:15409:1705531788::efa:mr:efa_mr_reg_impl():850<warn> Unable to register MR: Cannot allocate",
+            ERROR,
+        ),
+        ("libfabric:462:1673041636:efa:core:rxr_info_to_rxr():506<warn> FI_HMEM capability requires RDMA", LOW),
+        ("I20241209 23:39:42.495619 138559122262912 ProcessGroupNCCL.cpp:905] [PG ID 0] options", LOW),  # with a year
+        (
+            "nvidia-fabricmanager-start.sh[4756]: request failed with error:WARNING Nothing to do",
+            None,
+        ),  # a quoted status
+        ('{"level":"error","ts":"2024-08-21T18:35:35Z","msg":"failed to reach the cluster agent"}', ERROR),  # zap
+        ('{"level":"info","ts":"2024-08-21T18:35:35Z","details: ":{"severity":"warn"}}', LOW),  # the record's own key
         ("NCCL_DEBUG=INFO set by environment", None),  # a variable's value, not a level
         ("HYDRA_STYLE_ERROR=1 in the environment", None),  # a word holding ERROR is no mark
         ("Jan 08 21:53:19 ip-10-0-0-31 nrtd[4154]: [hal] request seq: 2, cmd: 1 timed out", None),
@@ -43,6 +59,9 @@ def test_a_lines_level_is_the_leftmost_mark_of_its_layout(line: str, expected: s
         "Failures:",  # a failure report's heading
         "Job 'raysubmit_7wNNGHdVi92R8wt2' failed",  # a subject's terminal state, last
         "[1,2]<stdout>: .. test-nccl-p5-2-worker-0 pid 75: Test failure common.cu:844",  # at a source location
+        "[ 4730.855458] Aborting journal on device nvme0n1p1-8.",  # the kernel's ring buffer, a strong failure word
+        "Job for nvidia-fabricmanager.service failed because the control process exited with error code.",  # a cause
+        "mlx5: cn10: got completion with error:",  # a heading before a driver's dump
     ],
 )
 def test_a_line_with_no_level_is_fatal_when_a_frame_or_a_shape_holds_a_failure_word(line: str) -> None:
@@ -59,6 +78,9 @@ def test_a_line_with_no_level_is_fatal_when_a_frame_or_a_shape_holds_a_failure_w
         "3 checks passed, none failed so far: ok",
         "[2020-12-24 16:25:13,160] [WARNING] [runner.py:117:fetch_hostfile] Unable to find hostfile, will proceed",
         "[ERROR] First test message",  # an error mark that says nothing failed
+        "[  +0.000005] pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0",  # corrected
+        "[    8.020289] nvme nvme0: missing or invalid SUBNQN field.",  # a weak word in the kernel's frame
+        "Validation error: 0.0512",  # a metric named error: a tool's error mark needs a failure word after it
     ],
 )
 def test_a_line_that_says_nothing_failed_or_is_marked_low_is_not(line: str) -> None:

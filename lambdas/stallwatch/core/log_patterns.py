@@ -58,6 +58,9 @@ NEURON = "neuron"
 XLA = "xla"
 RAY = "ray"
 LSF = "lsf"
+STORAGE = "storage"
+KUBERNETES = "kubernetes"
+CONTAINER = "container"
 ERROR_LINE = "error"
 USER_FATAL = "user_fatal"
 
@@ -220,6 +223,42 @@ RULES: tuple[Rule, ...] = (
         ("bus error",),
     ),
     Rule(
+        STORAGE,  # the messages of the errno values a write or a read dies of (strerror), and the kernel's own
+        re.compile(
+            r"No space left on device|Disk quota exceeded|Read-only file system|Input/output error|\bI/O error\b"
+            r"|Remounting filesystem read-only|\bEXT4-fs error\b"
+        ),
+        (
+            "no space left",
+            "quota exceeded",
+            "read-only",
+            "input/output error",
+            "i/o error",
+            "ext4-fs error",
+        ),
+        strict=True,  # a warning quoting one (joblib's "UserWarning: [Errno 28] ...") is a job going on
+    ),
+    Rule(
+        KUBERNETES,  # a pod's terminal state: a status field's value, a table's cell; the kubelet's own words
+        re.compile(
+            r"^\s{0,12}(?:[Rr]eason|[Ss]tatus|[Pp]hase|[Tt]ype|State):\s{1,30}"
+            r"(?:Evicted|Failed|OOMKilled|CrashLoopBackOff|Preempted|Terminated)\s*$"
+            r"|\s{2}(?:Evicted|CrashLoopBackOff)\s{2}"
+            r"|\bThe node was low on resource:|\bPreempted to accommodate a workload\b"
+            r"|\bKilling container with id\b|\bBack-off restarting failed container\b|\bPod failed\b"
+        ),
+        (
+            "evicted",
+            "failed",
+            "oomkilled",
+            "crashloopbackoff",
+            "preempted",
+            "terminated",
+            "the node",
+            "killing container",
+        ),
+    ),
+    Rule(
         SLURM,
         re.compile(
             r"CANCELLED AT \d{4}-\d\d-\d\dT|srun: error: [^:\n]{1,200}: tasks? [\d,\-]{1,100}: "
@@ -356,7 +395,8 @@ RULES: tuple[Rule, ...] = (
         LAUNCHER_EXIT,
         re.compile(
             r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
-            r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+-?[1-9]"
+            r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+\(?-?[1-9]"
+            r"|\bprocess exited, code=(?:exited|killed|dumped), status=(?!0/)\d{1,3}/"  # systemd: a unit's process
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
             r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
@@ -379,8 +419,23 @@ RULES: tuple[Rule, ...] = (
             r"(?:^|[\]\s\\])(?:Killed|Terminated)\s*$"  # the shell's word for a job it saw killed (SIGKILL, SIGTERM)
             r"|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"
             r"|\b(?:[Tt]erminated|[Kk]illed) by (?:[\w ]{0,40} )?signal\b"  # "terminated by User defined signal 2"
+            # the shell's report of a job a signal ended (bash's "line N: PID <signal>", strsignal's words), the core
+            # it dumped, SIGFPE's own word
+            r"|: line \d{1,6}: {1,4}\d{1,8} (?:Killed|Terminated|Aborted|Segmentation fault|Floating point exception"
+            r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
+            r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
         ),
-        ("killed", "terminated", "sigkill", "signal 9", "137"),
+        (
+            "killed",
+            "terminated",
+            "sigkill",
+            "signal 9",
+            "137",
+            ": line ",
+            "core dumped",
+            "floating point exception",
+            "sigfpe",
+        ),
     ),
     Rule(
         TRACEBACK,
@@ -410,10 +465,21 @@ _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     (SLURM, re.compile(r"\b(?:slurm\w{0,20}|srun|salloc|sbatch)\b")),
     (RAY, re.compile(r"\b(?i:ray|raylet)\b")),
     (XLA, re.compile(r"\b(?i:xla|jax|jaxlib|pjrt|tpu)\b")),
+    (XID, re.compile(r"\bNVRM:")),  # the NVIDIA kernel driver: a GPU that failed to initialise, no Xid to name it
+    (STORAGE, re.compile(r"\b(?:EXT4-fs|JBD2|XFS|Lustre\w{0,10}|blk_update_request|print_req_error|nvme\d)|I/O error")),
+    (
+        CONTAINER,
+        re.compile(r"\b(?i:docker|containerd|runc|oci runtime|nvidia-container\S{0,10}|enroot|pyxis|podman)\b"),
+    ),
+    (KUBERNETES, re.compile(r"\b(?:kubelet|Pod|pod)\b")),
     (CUDA_OOM, re.compile(r"\bOOM\b|(?i:out of memory)")),
     (CUDA_ERROR, re.compile(r"\b(?i:cuda)\b")),
 )
-PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(rule.name for rule in RULES), ERROR_LINE, USER_FATAL)
+PATTERN_NAMES: tuple[str, ...] = (
+    *dict.fromkeys((*(rule.name for rule in RULES), *(kind for kind, _ in _FAMILIES))),
+    ERROR_LINE,
+    USER_FATAL,
+)
 
 # Lines that say the job goes on: never fatal, whatever else they say (the engine judges a block they end or begin):
 # a retry, a skipped batch, an ignored exception, a fallback (the network plugin's failed start-up among them).
@@ -453,7 +519,7 @@ MARKERS: tuple[Rule, ...] = (
         CHECKPOINT_END,  # the frameworks' own completion lines
         re.compile(
             r"\bCheckpoint \S{1,100} is ready now\b"  # DeepSpeed
-            r"|successfully saved checkpoint (?:at|from) iteration"  # Megatron-LM
+            r"|[Ss]uccessfully saved checkpoint (?:at|from) iteration"  # Megatron-LM, NeMo
             r"|Finished saving (?:[\w-]{1,40} ){0,2}checkpoint"  # torchtitan, metaseq, Orbax, Levanter
             r"|[Cc]heckpoint save for step \d+ .{0,400}?finalized successfully"  # NeMo
             r"|PEFT modules are saved in"  # llama-recipes
@@ -512,7 +578,11 @@ MARKERS: tuple[Rule, ...] = (
         re.compile(
             # a checkpoint said done (perhaps "locally", "successfully"), finalised, or its listeners called after it
             r"\b(?i:checkpoint|ckpt|snapshot)\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
-            r"(?:saved|written|uploaded|committed|completed?|finished)\b"
+            r"(?:saved|written|uploaded|committed|completed?|finished|created)\b"
+            # a save said to have succeeded, in any tense (a small trainer's "successfully save the model to ...")
+            r"|\b(?i:successfully) (?:save[ds]?|wrote|written|uploaded|committed)\b"
+            # an old checkpoint's files said removed, the last step of a save that keeps the newest few (ESPnet)
+            rf"|\b(?:[Rr]emoved|[Dd]eleted):? {_CHECKPOINT_PLACE}"
             r"|\b(?i:checkpoint|save)\w{0,20} (?:\w+ ){0,3}?finali[sz]ed\b"
             rf"|\bafter (?:saving|writing) (?:\w+ ){{0,2}}?{_SAVED}\b"
             r"|\b(?:Saved|Finished (?:saving|writing)|Wrote|Uploaded|Committed|Finali[sz]ed) (?:the )?(?:\w+ ){0,2}?"
@@ -532,6 +602,8 @@ MARKERS: tuple[Rule, ...] = (
             "upload",
             "commit",
             "finali",
+            "removed",
+            "deleted",
             *(f"{noun} {to}" for noun in ("model", "models") for to in ("to", "at", "in", "for")),
         ),
     ),
@@ -580,13 +652,18 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Kk]ill|KILL",
     "died|[Dd]ead",
     "[Tt]imed.?[Oo]ut|[Tt]ime.?out|TIMEOUT",
-    "[Ee]xhaust|EXHAUSTED|EXCEEDED|Exceeded",
+    "[Ee]xhaust|EXHAUSTED|EXCEEDED|[Ee]xceeded",
     "[Ee]xception",
     "[Rr]efused",
     "[Ll]ost",
     "[Cc]rash|[Pp]anic|[Ii]nvalid|[Uu]nexpected",
     "[Cc]annot|[Cc]ould.not|not.available|[Uu]nable",
     "[Ii]ncompatible|[Mm]ismatch|[Uu]nrecoverable",
+    # storage, Kubernetes, the shell, systemd
+    "[Rr]ead-only|No.space",
+    "Evicted|low.on.resource|[Pp]reempted",
+    "core.dumped|:.line.[0-9]",
+    "status=[1-9]",
     # NCCL and its transport, the Neuron collectives, EFA
     "NCCL.WARN|CCOM.WARN",
     "[Ww]atchdog",
@@ -614,19 +691,15 @@ FATAL_NEEDLES: tuple[str, ...] = (
     # launchers and schedulers
     "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
     "return.code",
-    "terminated.with",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
     "Exited$",
     "WTERMSIG",
-    "preempted",
-    "Primary.job",
     "non-zero",
     "BAD.TERM",
     "CLEANING.UP",
     ".137",
     # Python
-    "Traceback",
     "recent.call",
 )
 CHECKPOINT_NEEDLES: tuple[str, ...] = (
@@ -642,7 +715,7 @@ CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "[Pp]ersist",
     "[Cc]ommitt",
     "[Ff]inali[sz]",
-    "[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning.up",
+    "[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning.up|[Rr]emoved|[Dd]eleted",
     "state.dict",
     "stripped.from",
 )
@@ -821,6 +894,8 @@ COVER: tuple[str, ...] = (
     "not found",
     # libstdc++'s uncaught exception, Ultralytics' final weights
     "what()", "stripped",
+    # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit
+    "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
 )  # fmt: skip
 
 
