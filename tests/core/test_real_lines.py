@@ -123,6 +123,30 @@ def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_bat
     assert {r.label for r in fresh} == set(real_lines.LABELS)
 
 
+def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
+    # Given round 5 of issue 39 (declared measured, quoted after the structural rules froze)
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 5)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 5)}
+    # Then at least 60 lines from 30 sources no earlier round holds, every label, the Neuron runtime and EFA among them
+    assert len(lines) >= 60
+    assert len({r.source for r in lines}) >= 30
+    assert not {r.source for r in lines} & earlier
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert {r.label for r in lines} == set(real_lines.LABELS)
+    assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 7
+    assert any(r.label == "fatal" and r.kind == "efa" for r in lines)
+
+
+def test_round_four_is_written_from_new_sources() -> None:
+    # Given round 4 of issue 39 (declared written, for structural rules) / Then its lines are written, from sources no
+    # earlier round holds, and none is a copy of a measured line (test_no_written_line_is_a_copy_of_a_measured_one)
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 4)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 4)}
+    assert len(lines) >= 100
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 9 of issue 39"):

@@ -1,0 +1,128 @@
+"""A log line's structure, read before its words name a family: the severity its logging layout marks it with, whether
+it says something failed (a closed vocabulary of failure verbs and states), and the layouts that frame a line with no
+level. `log_patterns` decides with these, then names the line by its family.
+
+    level("E0929 17:42:48.594192 1044529 coordination_service_agent.cc:332] Polled an error")  # "error"
+    level("[2020-12-24 16:25:13,160] [WARNING] [runner.py:117:fetch_hostfile] Unable to find hostfile")  # "low"
+    line = "Oct 30 19:13:39 ip-1 nrtd[1125]: [TDRV:io_queue] Unexpected input size"
+    fatal_by_structure(line, line.lower())  # True
+
+Every regex here is linear in the line (bounded repeats, no nested unbounded ones): they run on the tail lines of
+hundreds of hosts, though only on the few lines holding a failure word.
+"""
+
+from __future__ import annotations
+
+import re
+
+FATAL = "fatal"
+ERROR = "error"
+LOW = "low"  # warning, info, debug: the levels frameworks log the errors they catch at
+
+# Each logging layout's severity marks; the leftmost on a line is its level (the layout's prefix, not a word its
+# message quotes). Words: the collectives' WARN (NCCL's and the Neuron collectives' only level for errors), logging's
+# ERROR, FATAL and CRITICAL (Python's, the Neuron runtime's `ERROR  NRT:`, SageMaker's toolkit, rich consoles) and its
+# low levels (WARNING, INFO, DEBUG: `[    INFO]`, `| INFO |`, `INFO:root:`, not `NCCL_DEBUG=INFO`). Brackets: spdlog's
+# lowercase ones, libfabric's `<warn>`, a tool's `: error: `. Leading the line: a tool's `error:`, an application's
+# `Fatal:`, a compiler's error code (neuronx-cc's `[F134]`, `[NCC_EVRF035]`). glog's and absl's letters after a
+# space, a bracket, a colon or the line's start: `E0929 17:42:48`, PyTorch's `[E socket.cpp:957]`, TensorFlow's
+# `E tensorflow/...cc:706]`, Ray's `E 1234 5678]`. Each regex opens with a literal or a class, so it scans fast.
+_WORD_MARK = re.compile(r"(?:(?:NCCL|CCOM) WARN|ERROR|FATAL|CRITICAL|WARN(?:ING)?|INFO|DEBUG)\b")
+_WORD_LEVELS = {"ERROR": ERROR, "FATAL": FATAL, "CRITICAL": FATAL}  # the collectives' WARN is an error; the rest low
+_LOW_BEFORE = frozenset(" \t[|(:")  # what a low level's word follows
+_LOW_AFTER = frozenset(" \t]|:)")  # and is followed by
+_BRACKET_MARK = re.compile(r"\[(?:error|critical|warning|info|debug)\]|<(?:warn|info|debug)>|: error: |Fatal error\b")
+_BRACKET_LEVELS = {"[error]": ERROR, ": error: ": ERROR, "[critical]": FATAL, "Fatal error": FATAL}
+_LEADING_MARK = re.compile(r"error: |Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] ")
+_GLOG_MARK = re.compile(
+    r"[EFIW](?:\d{3,4} \d\d:\d\d:\d\d| [^\s\]]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]| \d{1,8} \d{1,8}\])"
+)
+_GLOG_BEFORE = frozenset(" \t[]:(")
+_GLOG_LEVELS = {"E": ERROR, "F": FATAL}  # I and W are low
+
+# What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
+# and the words a longer word may hold (skill, deadline, room, stderr), read on their boundaries and in their cases
+# (`err` of error, errno, `err: 10`; not a level's ERROR). Each is, or holds, a phrase of `log_patterns.COVER`, so a
+# line that may read as failed is never one the cover lets pass unread.
+_FAILURE_WORDS = (
+    "fail", "abort", "terminat", "crash", "timed out", "timeout", "exhaust", "exception", "fatal", "panic", "invalid",
+    "refused", "unexpected", "cannot", "could not", "not found", "out of memory",
+)  # fmt: skip
+_BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
+_BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
+FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
+
+# Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
+# and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`).
+_COMPONENT = re.compile(r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] ")
+# Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
+# a colon that names failures or errors: torchrun's `Failures:`), a subject's terminal state as the line's last word
+# (`Job 'raysubmit_7wN' failed`), a failure pointing at a source location (`Test failure common.cu:844`).
+_UNLEVELLED_FAILURE = re.compile(
+    r"^\s{0,8}[^:\n]{0,60}\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
+    r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
+    r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
+)
+# A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
+_SIDE_CHANNEL = "wandb: "
+
+
+def level(message: str) -> str | None:
+    """The severity the line's layout marks it with (FATAL, ERROR, LOW), or None for a line with no mark."""
+    lead = _LEADING_MARK.match(message)
+    if lead is not None:
+        return FATAL if lead.group().startswith("Fatal") else ERROR
+    marks = [mark for mark in (_word_mark(message), _bracket_mark(message), _glog_mark(message)) if mark]
+    return min(marks)[1] if marks else None
+
+
+def _word_mark(message: str) -> tuple[int, str] | None:
+    for found in _WORD_MARK.finditer(message):
+        start, end, word = found.start(), found.end(), found.group()
+        before = message[start - 1] if start else " "
+        if word.endswith(" WARN") or word in _WORD_LEVELS:
+            if not (before.isalnum() or before == "_"):
+                return start, _WORD_LEVELS.get(word, ERROR)
+        elif before in _LOW_BEFORE and (end == len(message) or message[end] in _LOW_AFTER):
+            return start, LOW
+    return None
+
+
+def _bracket_mark(message: str) -> tuple[int, str] | None:
+    found = _BRACKET_MARK.search(message)
+    return (found.start(), _BRACKET_LEVELS.get(found.group(), LOW)) if found else None
+
+
+def _glog_mark(message: str) -> tuple[int, str] | None:
+    for found in _GLOG_MARK.finditer(message):
+        start = found.start()
+        if start == 0 or message[start - 1] in _GLOG_BEFORE:
+            return start, _GLOG_LEVELS.get(message[start], LOW)
+    return None
+
+
+def failed(message: str, low: str) -> bool:
+    """Whether the line holds a word of the failure vocabulary (`low`: the line lowercased)."""
+    return any(word in low for word in _FAILURE_WORDS) or (
+        any(hint in low for hint in _BOUNDED_HINTS) and _BOUNDED_FAILURE.search(message) is not None
+    )
+
+
+def fatal_by_structure(message: str, low: str) -> bool:
+    """Whether a line no family names is fatal by its structure: a fatal mark; an error mark with a failure word; no
+    mark but a failure word in a daemon's or a component's frame, or in an unlevelled failure's shape. Never a line
+    marked low, nor one from a side channel. `low` is the line lowercased; the substring tests go first."""
+    failure = failed(message, low)
+    if not (failure or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
+        return False
+    mark = level(message)
+    if mark == FATAL:
+        return True
+    if mark == LOW or not failure:
+        return False
+    return mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None
+
+
+def quiet(message: str) -> bool:
+    """Whether the line's level is low (a framework logging what it caught)."""
+    return level(message) == LOW
