@@ -74,8 +74,8 @@ case "$job_id" in
   '' | *[!0-9]*) say "SLURM_JOB_ID=$job_id: not a job id"; exit 0 ;;
 esac
 [ -n "${STALLWATCH_EVENT_BUS:-}" ] || { say "job $job_id: STALLWATCH_EVENT_BUS is not set: nothing posted"; exit 0; }
-# The attempt this run of the script is about: its restart count as slurmctld gave it (a requeue raises Slurm's own
-# at once, and gives the next attempt a new submit time).
+# The restart count slurmctld gave this run of the script: a requeue for a failed node raises the job's after it, so
+# a job whose count is higher by the time it is read was requeued.
 attempt=${SLURM_JOB_RESTART_COUNT:-0}
 case "$attempt" in
   '' | *[!0-9]*) attempt=0 ;;
@@ -125,8 +125,11 @@ FIELDS
   case "${job_state:-}" in
     PENDING | REQUEUE_HOLD | REQUEUE_FED | CONFIGURING | RUNNING) job_state=REQUEUED ;;
   esac
+  # The attempt that ended: its own submit time and restart count (Slurm counts the requeue at once)
   submit_time=$attempt_submit
-  restarts=$attempt
+  if [ "$job_state" = REQUEUED ] && [ "${restarts:-0}" -gt 0 ] 2>/dev/null; then
+    restarts=$((restarts - 1))
+  fi
 fi
 epoch() {  # a Slurm time (the controller's local time) in epoch seconds; 0 for none (N/A, Unknown, empty)
   case "$1" in

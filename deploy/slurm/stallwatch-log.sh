@@ -1,5 +1,4 @@
 #!/bin/sh
-# shellcheck source-path=SCRIPTDIR
 # A Slurm job's output on each node as one file per job per node, which deploy/slurm/cloudwatch-agent.json sends to
 # CloudWatch Logs as one stream per job per node (docs/deploy.md, "Slurm clusters"):
 #
@@ -13,11 +12,16 @@
 # where Slurm puts it.
 set -eu
 HERE=$(dirname "$0")
-dir=${STALLWATCH_SLURM_LOG_DIR:-/var/log/stallwatch/slurm}
+dir=${STALLWATCH_SLURM_LOG_DIR:-}
+for file in "$HERE/stallwatch-slurm.env" /etc/stallwatch/slurm.env; do  # the site's folder, as the Prolog reads it
+  if [ -n "$dir" ] || [ ! -r "$file" ]; then continue; fi
+  dir=$(sed -n "s/^STALLWATCH_SLURM_LOG_DIR=[\"']\{0,1\}\([^\"']*\)[\"']\{0,1\}$/\1/p" "$file" | tail -n 1)
+done
+dir=${dir:-/var/log/stallwatch/slurm}
 id=${SLURM_JOB_ID:?stallwatch-log.sh runs inside a Slurm job (srun)}
 node=${SLURMD_NODENAME:?stallwatch-log.sh runs inside a Slurm job (srun)}
 [ "$#" -gt 0 ] || { echo "usage: srun stallwatch-log.sh COMMAND [ARG...]" >&2; exit 2; }
-# shellcheck source=stallwatch-key.sh
+# shellcheck source=/dev/null # stallwatch-key.sh, installed beside it
 . "$HERE/stallwatch-key.sh"
 file="$dir/$(stallwatch_log_key "${SLURM_CLUSTER_NAME:-slurm}" "$id").$node.log"
 if [ -f "$file" ] && [ ! -L "$file" ] && [ -w "$file" ]; then

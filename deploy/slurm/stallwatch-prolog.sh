@@ -1,5 +1,4 @@
 #!/bin/sh
-# shellcheck source-path=SCRIPTDIR
 # Stallwatch's Prolog on each compute node (docs/deploy.md, "Slurm clusters"): slurmd runs it as root before the
 # job's first task on the node. It creates the job's log file on this node, owned by the job's user, mode 0640, in a
 # folder only root may write (0755), so no other user of the node can write the job's lines; deploy/slurm's
@@ -20,7 +19,7 @@ for file in "$HERE/stallwatch-slurm.env" /etc/stallwatch/slurm.env; do
   fi
 done
 dir=${STALLWATCH_SLURM_LOG_DIR:-/var/log/stallwatch/slurm}
-# shellcheck source=stallwatch-key.sh
+# shellcheck source=/dev/null # stallwatch-key.sh, installed beside it
 . "$HERE/stallwatch-key.sh"
 
 say() {
