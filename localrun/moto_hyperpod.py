@@ -1,9 +1,9 @@
-"""A small moto extension: a SageMaker HyperPod cluster's nodes as SageMaker lists them, and their reboot and replace.
+"""A small moto extension: a SageMaker HyperPod cluster's nodes as SageMaker lists them, and their replacement.
 
-moto 5.2.5 lists cluster nodes without ``PrivateDnsHostname`` and has no BatchRebootClusterNodes or
-BatchReplaceClusterNodes. After `install()`, `add_node` puts a node (its instance id and private host name) in a
-cluster by id, ListClusterNodes lists those nodes (100 a page at most, as SageMaker), and the two batch calls keep
-what they were asked (`calls`), refusing more than 25 ids as SageMaker does, and answer each id taken.
+moto 5.2.5 lists cluster nodes without ``PrivateDnsHostname`` and has no BatchReplaceClusterNodes. After
+`install()`, `add_node` puts a node (its instance id and private host name) in a cluster by id, ListClusterNodes
+lists those nodes (100 a page at most, as SageMaker), and BatchReplaceClusterNodes keeps what it was asked (`calls`),
+refusing more than 25 ids as SageMaker does, and answers each id taken.
 
     from localrun import moto_hyperpod
     moto_hyperpod.install()
@@ -20,7 +20,7 @@ from moto.core.common_types import TYPE_RESPONSE
 from moto.sagemaker.exceptions import ValidationError
 from moto.sagemaker.responses import SageMakerResponse
 
-NODES_PER_CALL = 25  # BatchRebootClusterNodes / BatchReplaceClusterNodes NodeIds
+NODES_PER_CALL = 25  # BatchReplaceClusterNodes NodeIds
 PAGE_MAX = 100  # ListClusterNodes MaxResults
 REGION_DOMAIN = "us-east-1.compute.internal"
 
@@ -57,24 +57,20 @@ def _list_cluster_nodes(self: SageMakerResponse) -> TYPE_RESPONSE:
     return 200, {}, json.dumps(body)
 
 
-def _batch(action: str) -> Any:
-    def respond(self: SageMakerResponse) -> TYPE_RESPONSE:
-        cluster = self._get_param("ClusterName")
-        ids = list(self._get_param("NodeIds") or [])
-        if not 1 <= len(ids) <= NODES_PER_CALL:
-            raise ValidationError(message=f"NodeIds: between 1 and {NODES_PER_CALL} instance ids")
-        calls.append((action, cluster, ids))
-        known = {n["InstanceId"] for n in nodes.get(cluster, [])}
-        failed = [
-            {"NodeId": i, "ErrorCode": "InstanceIdNotFound", "Message": "no such node"} for i in ids if i not in known
-        ]
-        return 200, {}, json.dumps({"Successful": [i for i in ids if i in known], "Failed": failed})
-
-    return respond
+def _batch_replace(self: SageMakerResponse) -> TYPE_RESPONSE:
+    cluster = self._get_param("ClusterName")
+    ids = list(self._get_param("NodeIds") or [])
+    if not 1 <= len(ids) <= NODES_PER_CALL:
+        raise ValidationError(message=f"NodeIds: between 1 and {NODES_PER_CALL} instance ids")
+    calls.append(("Replace", cluster, ids))
+    known = {n["InstanceId"] for n in nodes.get(cluster, [])}
+    failed = [
+        {"NodeId": i, "ErrorCode": "InstanceIdNotFound", "Message": "no such node"} for i in ids if i not in known
+    ]
+    return 200, {}, json.dumps({"Successful": [i for i in ids if i in known], "Failed": failed})
 
 
 def install() -> None:
     """Patch moto (idempotent)."""
     SageMakerResponse.list_cluster_nodes = _list_cluster_nodes  # type: ignore[method-assign,assignment]
-    SageMakerResponse.batch_reboot_cluster_nodes = _batch("Reboot")  # type: ignore[attr-defined]
-    SageMakerResponse.batch_replace_cluster_nodes = _batch("Replace")  # type: ignore[attr-defined]
+    SageMakerResponse.batch_replace_cluster_nodes = _batch_replace  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ the functions need to act on its jobs.
   commands in the table (deploy/slurm/stallwatch-runner: Query, UpdateItem only of the `slurm-command#*` and
   `slurm-runner` partitions). There is no SSM document and no inbound path: the runner pulls.
 - The functions that decide or stop (`acting`): SageMaker's cluster-node APIs of HyperPod clusters (ListClusterNodes
-  to find a job's nodes, BatchRebootClusterNodes and BatchReplaceClusterNodes, at most 25 nodes a call), and the
+  to find a job's nodes, BatchReplaceClusterNodes of the nodes Stallwatch drained, at most 25 a call), and the
   health agent's lines in the clusters' log groups.
 """
 
@@ -131,7 +131,6 @@ class SlurmActions(Construct):
                 sid="HyperPodClusterNodes",
                 actions=[
                     "sagemaker:ListClusterNodes",
-                    "sagemaker:BatchRebootClusterNodes",
                     "sagemaker:BatchReplaceClusterNodes",
                 ],
                 resources=[clusters],

@@ -2,12 +2,13 @@
 
 HyperPod's instances are SageMaker's, not the account's EC2 instances: a Slurm node (``ip-10-1-4-190``) is found by
 its instance's private host name (ListClusterNodes' ``PrivateDnsHostname``, ``ip-10-1-4-190.<region>.compute.
-internal``); it is rebooted or replaced through BatchRebootClusterNodes or BatchReplaceClusterNodes (at most 25
-instance ids a call); the health-monitoring agent writes to ``SagemakerHealthMonitoringAgent/<group>/<instance-id>``
-in the cluster's log group ``/aws/sagemaker/Clusters/<cluster name>/<cluster id>``.
+internal``); a node Stallwatch drained is replaced through BatchReplaceClusterNodes (at most 25 instance ids a call;
+BatchRebootClusterNodes, its soft sibling, has the same limit and is not used: a node at fault is replaced); the
+health-monitoring agent writes to ``SagemakerHealthMonitoringAgent/<group>/<instance-id>`` in the cluster's log group
+``/aws/sagemaker/Clusters/<cluster name>/<cluster id>``.
 
     instances = node_instances(clients, "2hd31rmi9mde")            # node -> (instance id, instance type)
-    done = act(clients, "2hd31rmi9mde", REPLACE, ["i-0abc..."])     # NodeAction: the ids it took, the refusals
+    done = replace_nodes(clients, "2hd31rmi9mde", ["i-0abc..."])   # NodeAction: the ids it took, the refusals
     found = agent_findings(clients, "2hd31rmi9mde", {"i-0abc..."}, since, now)
 """
 
@@ -22,19 +23,16 @@ from stallwatch.aws.api_errors import api_error
 from stallwatch.core.platforms.hyperpod import (
     AGENT_MARK,
     AGENT_STREAM_PREFIX,
-    REBOOT,
-    REPLACE,
     HyperPodAction,
     agent_line,
     agent_stream_instance,
 )
 
-NODES_PER_CALL = 25  # BatchRebootClusterNodes / BatchReplaceClusterNodes NodeIds: 1 to 25
+NODES_PER_CALL = 25  # BatchReplaceClusterNodes NodeIds: 1 to 25
 LIST_PAGE = 100  # ListClusterNodes MaxResults
 CLUSTER_LOG_GROUPS = "/aws/sagemaker/Clusters/"  # /aws/sagemaker/Clusters/<cluster name>/<cluster id>
 ML_PREFIX = "ml."  # HyperPod's instance types are SageMaker's (ml.p5.48xlarge)
 AGENT_EVENTS_READ = 1000  # of the agent's detections since an attempt began, at most this many (one page)
-CALLS = {REBOOT: "batch_reboot_cluster_nodes", REPLACE: "batch_replace_cluster_nodes"}
 
 
 @dataclass(frozen=True)
@@ -65,17 +63,16 @@ def node_instances(clients: Any, cluster_id: str) -> dict[str, tuple[str, str]]:
         request["NextToken"] = page["NextToken"]
 
 
-def act(clients: Any, cluster_id: str, action: str, instances: list[str]) -> NodeAction:
-    """Reboot or replace `instances` of the cluster, 25 a call; never raises (the refusals are returned)."""
-    call = getattr(clients.sagemaker, CALLS[action])
+def replace_nodes(clients: Any, cluster_id: str, instances: list[str]) -> NodeAction:
+    """Replace `instances` of the cluster with new hardware, 25 a call; never raises (the refusals are returned)."""
     done: list[str] = []
     failed: list[str] = []
     for offset in range(0, len(instances), NODES_PER_CALL):
         chunk = instances[offset : offset + NODES_PER_CALL]
         try:
-            answer = call(ClusterName=cluster_id, NodeIds=chunk)
+            answer = clients.sagemaker.batch_replace_cluster_nodes(ClusterName=cluster_id, NodeIds=chunk)
         except (ClientError, BotoCoreError) as exc:
-            failed.append(f"Batch{action}ClusterNodes {','.join(chunk)}: {api_error(exc)}")
+            failed.append(f"BatchReplaceClusterNodes {','.join(chunk)}: {api_error(exc)}")
             continue
         done += answer.get("Successful", [])
         failed += [f"{f.get('NodeId')}: {f.get('ErrorCode')}: {f.get('Message', '')}" for f in answer.get("Failed", [])]

@@ -405,7 +405,7 @@ class SlurmPlatform(AwsSignalSource):
         said = [f"left to HyperPod: {','.join(left)}"] if left else []
         if cluster is None or not ours:
             return "; ".join(said) or "no node to replace (no HyperPod instance known)"
-        done = hyperpod_nodes.act(self.clients, cluster, hyperpod.REPLACE, ours)
+        done = hyperpod_nodes.replace_nodes(self.clients, cluster, ours)
         return "; ".join([f"BatchReplaceClusterNodes: {done.detail}", *said])
 
     # ---- resume, runs, history ------------------------------------------------------------------------------
