@@ -2,10 +2,14 @@
 events reach the real handlers (on a local AWS), the sweeper reconciles the table with the controller's view through
 the runner, and a stop goes through the runner. A suspended job is held, never stopped; a job requeued after its node
 failed is watched again as a new attempt, whether its events came or not; a job whose end event was lost is retired,
-never judged on the next job's GPUs; a job of a HyperPod-style controller is watched and stopped through the runner."""
+never judged on the next job's GPUs; a job of a HyperPod-style controller is watched and stopped through the runner;
+a forged line (another user's, or another node's role's) neither stops, drains nor requeues a job."""
 
 from __future__ import annotations
 
+import copy
+import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from handlers import on_alarm, on_job_state, sweeper
-from localrun import aws_events
+from handlers import on_alarm, on_job_state, on_log_line, sweeper
+from localrun import aws_events, moto_hyperpod
 from localrun.local_aws import LocalAws, scoped_environ
 from localrun.resources import create_resources
 from localrun.slack_receiver import SlackReceiver
@@ -27,16 +31,18 @@ from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
 from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.store import Store
 from stallwatch.core import alarms
-from stallwatch.core.platforms.slurm import slurm_job_name
+from stallwatch.core.platforms.slurm import log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
-from tests.fixtures.slurm import DEADLINE_S, HYPERPOD_TARGET
-from tests.fixtures.world import LambdaContext, alarm_event
+from tests.fixtures.slurm import DEADLINE_S, HYPERPOD_CLUSTER, HYPERPOD_TARGET
+from tests.fixtures.world import LambdaContext, alarm_event, all_alarms, log_lines_event
 
 pytestmark = pytest.mark.slow
 CLUSTER = "watch"
 TASK = "sleep 300"
 ENFORCE = "--comment=stallwatch:mode=enforce"
+NOBODY = 65534
+CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encountered"
 
 
 @dataclass
@@ -78,6 +84,7 @@ class Watched:
 def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
     root = Path(tmp_path_factory.mktemp("slurm-watch"))
     logs = Path(tempfile.mkdtemp(prefix="swlogs-")) / "slurm"
+    logs.parent.chmod(0o755)  # as /var/log: any user may enter, only the Prolog's folder below decides who writes
     with LocalAws() as aws, SlackReceiver() as slack:
         resources = create_resources(
             aws.client("dynamodb"), aws.client("secretsmanager"), aws.client("scheduler"), slack.webhook_url
@@ -86,11 +93,14 @@ def watched(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watched]:
             environment.runtime.cache_clear()  # a cold start: this module's endpoint, table and secret
             events = EventSpool(root / "events", ssm_target=HYPERPOD_TARGET, platform="hyperpod", log_dir=logs)
             script = events.install(root / "slurm" / "slurm.conf")
-            daemons = SlurmDaemons(root / "slurm", cluster=CLUSTER, prolog=script, epilog=script)
+            daemons = SlurmDaemons(
+                root / "slurm", cluster=CLUSTER, prolog=script, epilog=script, node_prolog=events.node_prolog
+            )
             store = Store(aws.client("dynamodb"), resources.table_name, 1)
             with daemons, RunnerProcess(daemons, aws.env, resources.table_name):
                 yield Watched(daemons, events, store, slack, aws)
             environment.runtime.cache_clear()
+    shutil.rmtree(logs.parent, ignore_errors=True)
 
 
 @pytest.fixture
@@ -104,8 +114,9 @@ def world(watched: Watched) -> Watched:
     return watched
 
 
-def _run(slurm: SlurmDaemons, *args: str) -> tuple[str, dict[str, str]]:
-    job = slurm.sbatch(["--nodes=2", "--job-name=llm", *args, "--wrap", f"srun {TASK}"])
+def _run(slurm: SlurmDaemons, *args: str, wrapper: str = "") -> tuple[str, dict[str, str]]:
+    """A 2-node job with its task started on each node (through `wrapper`, deploy/slurm's log wrapper, if given)."""
+    job = slurm.sbatch(["--nodes=2", "--job-name=llm", *args, "--wrap", f"srun {wrapper} {TASK}"])
     fields = slurm.wait_for(job, {"RUNNING"}, DEADLINE_S)
     slurm.wait_for_tasks(TASK, 2, DEADLINE_S)
     return job, fields
@@ -225,3 +236,77 @@ def test_a_job_whose_end_event_was_lost_is_retired_and_never_judged_on_its_succe
         assert late.get("action") in (None, "none"), late
     finally:
         world.slurm.command("scancel", second)
+
+
+def test_a_forged_line_of_another_user_or_another_nodes_role_neither_stops_drains_nor_requeues_a_job(
+    world: Watched,
+) -> None:
+    # Given a HyperPod job that opted in to requeue, its nodes SageMaker's instances, its tasks writing through the
+    # log wrapper into the files each node's Prolog made for the job's user
+    instances = {"node1": "i-0000000000000a001", "node2": "i-0000000000000a002"}
+    for node, instance in instances.items():
+        moto_hyperpod.add_node(HYPERPOD_CLUSTER, "workers", instance, node)
+    job, _ = _run(
+        world.slurm,
+        "--comment=stallwatch:mode=enforce,stallwatch:recover=requeue",
+        wrapper=str(world.events.log_wrapper),
+    )
+    world.deliver(job, 1)
+    name = slurm_job_name(CLUSTER, job, "llm")
+    key = log_key(CLUSTER, job)
+    own = world.events.log_dir / f"{key}.node2.log"
+    try:
+        # When another user of node2 appends a CUDA error to the job's file, and node1's role sends one as node2's
+        wrote = subprocess.run(
+            ["sh", "-c", f"echo '{CRASH}' >> {own}"], user=NOBODY, capture_output=True, check=False
+        ).returncode
+        line = [(time.time(), CRASH)]
+        slurm_group = environment.runtime().config.slurm_log_group
+        forged = stream_name(instances["node1"], key, "node2")
+        woke = on_log_line.handler(log_lines_event(slurm_group, forged, line), LambdaContext())
+        swept = world.reconcile()
+
+        # Then the job's streams are known (each node's own instance), the user could not write, the other role's
+        # line woke nothing, and the job runs on untouched: no stop, no requeue, no node drained
+        assert world.facts(name).host_instances == instances
+        assert wrote != 0
+        assert CRASH not in own.read_text()
+        assert woke["status"] == "ignored"
+        assert not [d for d in swept["redecided"] if d.get("action") == "stop"]
+        fields = world.slurm.job(job)
+        assert (fields["JobState"], fields["Restarts"]) == ("RUNNING", "0")
+        assert {world.slurm.node_state(node) for node in instances} <= {"ALLOCATED", "MIXED"}
+    finally:
+        world.slurm.command("scancel", job)
+        moto_hyperpod.reset()
+
+
+def test_a_forged_start_changes_no_tags_and_a_forged_end_ends_nothing(world: Watched) -> None:
+    # Given a running job that opted in to nothing, its start heard from the controller's Prolog
+    job, _ = _run(world.slurm)
+    [real] = world.events.wait(1, DEADLINE_S, keep=lambda e: e["detail"]["job_id"] == job)
+    on_job_state.handler(real, LambdaContext())
+    name = slurm_job_name(CLUSTER, job, "llm")
+    prefix = environment.runtime().config.alarm_prefix
+    watched = all_alarms(world.aws.client("cloudwatch"), AlarmNamePrefix=alarms.job_alarm_prefix(prefix, "slurm", name))
+    try:
+        # When events shaped as the controller's say the job opted in to stops and requeues, then that it ended
+        # (a newer submit time than its own: an attempt no start was heard of)
+        opted = copy.deepcopy(real)
+        opted["detail"]["settings"] = {"stallwatch:mode": "enforce", "stallwatch:recover": "requeue"}
+        ended = copy.deepcopy(real)
+        ended["detail"] |= {"state": "ended", "job_state": "CANCELLED", "exit_code": "0:15"}
+        ended["detail"]["submit_epoch"] += 500
+        answers = [on_job_state.handler(event, LambdaContext()) for event in (opted, ended)]
+
+        # Then neither changed the job: its tags are its own start's, it runs, and its alarms are all there
+        assert [a["status"] for a in answers] == ["ignored", "ignored"]
+        facts = world.facts(name)
+        assert (facts.tags, facts.status) == ({}, "InProgress")
+        again = all_alarms(
+            world.aws.client("cloudwatch"), AlarmNamePrefix=alarms.job_alarm_prefix(prefix, "slurm", name)
+        )
+        assert watched
+        assert again == watched
+    finally:
+        world.slurm.command("scancel", job)
