@@ -5,15 +5,19 @@ it and no more."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
 
+from stacks.constants import INSTANCE_STREAMS
 from stallwatch.core.contract import SLURM_EVENT_DETAIL_TYPE, SLURM_EVENT_SOURCE
 
 from .conftest import as_list, build_app, iam_statements
+
+SLURM_AGENT_CONFIG = Path(__file__).parents[2] / "deploy" / "slurm" / "cloudwatch-agent.json"
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +132,25 @@ def test_a_slurm_only_deployment_grants_the_slurm_reads_and_nothing_of_the_other
         if "SageMaker Training Job State Change" in (r["Properties"].get("EventPattern") or {}).get("detail-type", [])
     ]
     assert training_jobs == _rule_targets(slurm_only, "aws.ec2") == []
+
+
+def test_the_slurm_nodes_may_write_only_streams_named_by_an_instance_never_every_stream_of_the_group(
+    slurm_only: Template,
+) -> None:
+    # Given the policies a Slurm deployment makes for the clusters' nodes and controllers (managed policies), and the
+    # nodes' CloudWatch agent configuration
+    policies = slurm_only.find_resources("AWS::IAM::ManagedPolicy").values()
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    writes = [s for s in statements if _grants(s, "logs:PutLogEvents") or _grants(s, "logs:CreateLogStream")]
+    [collected] = json.loads(SLURM_AGENT_CONFIG.read_text())["logs"]["logs_collected"]["files"]["collect_list"]
+
+    # Then no statement grants the Slurm group's every stream (the old ShipSlurmJobLogs): each names instance ids'
+    # streams, and the agent names the nodes' streams by their instance id, as the policy requires
+    assert writes
+    assert "ShipSlurmJobLogs" not in {s.get("Sid") for s in writes}
+    streams = {r["Fn::Join"][1][-1].rsplit(":log-group:", 1)[-1] for s in writes for r in as_list(s["Resource"])}
+    assert streams == {
+        f"/stallwatch/ec2:log-stream:{INSTANCE_STREAMS}",
+        f"/stallwatch/ec2/*:log-stream:{INSTANCE_STREAMS}",
+    }
+    assert collected["log_stream_name"] == "{instance_id}"
