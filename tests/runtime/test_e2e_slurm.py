@@ -6,20 +6,24 @@ The runner is deploy/slurm/stallwatch-runner's own logic over squeue, scancel an
 
 from __future__ import annotations
 
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from corpus import real_lines
 from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import moto_hyperpod
 from stallwatch.aws.pending_stops import PendingStops
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms.hyperpod import AGENT_STREAM_PREFIX
 from stallwatch.core.platforms.slurm import HELD_RECHECK_S, log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
-from tests.fixtures.slurm import Cluster, FakeRunner, hyperpod, parallelcluster, slurm_event
+from tests.fixtures.slurm import HYPERPOD_CLUSTER, Cluster, FakeRunner, hyperpod, parallelcluster, slurm_event
 from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, log_lines_event, scheduled_event
 
 JOB = slurm_job_name("pc1", "42", "llm")
@@ -27,6 +31,7 @@ SLURM_LOG_GROUP = StallwatchConfig().slurm_log_group
 ENFORCE = {"stallwatch:mode": "enforce"}
 CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encountered"
 SUBMIT = slurm_event("started")["detail"]["submit_time"]
+HYPERPOD_EVENTS = Path(__file__).resolve().parents[2] / "corpus" / "aws_events" / "hyperpod"
 
 
 @pytest.fixture
@@ -341,6 +346,60 @@ def test_a_node_hyperpod_replaces_is_left_to_hyperpod_and_never_acted_on_twice(
     # And the decision records HyperPod's verdict
     [audit, *_] = [r["record"] for r in rt.audit.records(job_key(Platform.SLURM, JOB), "audit")]
     assert any("HyperPod replaces ip-10-1-0-2" in reason for reason in audit["reasons"])
+
+
+def _agent_line(world: World, cluster: Cluster, node: str) -> None:
+    """HyperPod's health agent's real detection line (the corpus: it reboots the node, for its hardware), 20 minutes
+    ago in `node`'s instance's stream of the cluster's log group."""
+    (line,) = real_lines.hyperpod(kind="health_monitoring_agent")
+    stream = f"{AGENT_STREAM_PREFIX}workers/{cluster.instances[node]}"
+    world._put_logs(f"/aws/sagemaker/Clusters/train/{HYPERPOD_CLUSTER}", stream, [(20, line.text)])
+
+
+def _node_health_event(world: World, cluster: Cluster, node: str, context: Any) -> None:
+    """The AWS docs' node health event (the corpus), on `node`'s instance of the cluster, HyperPod replacing it."""
+    event = json.loads((HYPERPOD_EVENTS / "node-health-unhealthy.json").read_text())
+    arn = f"arn:aws:sagemaker:us-east-1:123456789012:cluster/{HYPERPOD_CLUSTER}"
+    event["time"] = datetime.fromtimestamp(world.now - 20 * MINUTE, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event["resources"] = [arn]
+    event["detail"] |= {"ClusterArn": arn, "InstanceId": cluster.instances[node]}
+    event["detail"]["HealthSummary"]["RepairAction"] = "Replace"
+    answer = on_job_state.handler(event, context)
+    assert answer["reason"].startswith(f"recorded for {JOB}: HyperPod replaces"), answer
+
+
+@pytest.mark.parametrize("said", [_agent_line, _node_health_event], ids=["health agent line", "node health event"])
+def test_a_node_hyperpods_agent_or_event_acts_on_is_left_to_hyperpod_and_never_acted_on_twice(
+    rt, world, slack, runner, context, said
+) -> None:
+    # Given a hung HyperPod job that opted in to requeue, whose node2 HyperPod's health agent said it acts on (its
+    # line in the cluster's log group, or its node health event)
+    cluster = hyperpod()
+    runner.set_state("42", "RUNNING", nodes="ip-10-1-0-1,ip-10-1-0-2")
+    on_job_state.handler(started(cluster, settings=ENFORCE | {"stallwatch:recover": "requeue"}), context)
+    seed_hyperpod_hang(world, cluster, crashed="ip-10-1-0-2")
+    if said is _agent_line:
+        _agent_line(world, cluster, "ip-10-1-0-2")
+    else:
+        _node_health_event(world, cluster, "ip-10-1-0-2", context)
+
+    # When the job's alarm fires, and the sweeper decides after the grace
+    posts = len(slack.posts)
+    decided = on_alarm.handler(progress_alarm(rt), context)
+    rt.clock.advance(10 * MINUTE)
+    swept = sweeper.handler(scheduled_event(), context)
+    runner.poll()
+
+    # Then the job is HyperPod's: no stop, no requeue, no drain, no SageMaker call of Stallwatch's, nothing posted,
+    # and HyperPod's word is in the job's notes
+    facts = rt.source(Platform.SLURM).facts(JOB)
+    assert (facts.status, facts.secondary_status) == ("Paused", "LEFT_TO_HYPERPOD")
+    assert any("ip-10-1-0-2" in note for note in facts.notes), facts.notes
+    assert decided.get("action") in (None, "none"), decided
+    assert not [d for d in swept["redecided"] if d.get("action") == "stop"]
+    assert runner.world()["drained"] == {}
+    assert moto_hyperpod.calls == []
+    assert len(slack.posts) == posts
 
 
 def seed_hyperpod_hang(world: World, cluster: Cluster, crashed: str) -> None:
