@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import tempfile
@@ -29,6 +30,7 @@ from stallwatch.aws.store import Store
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.platforms import slurm_runner
 from stallwatch.core.platforms.slurm import log_key, stream_name
+from stallwatch.offline import doctor
 from tests.fixtures.slurm import DEADLINE_S
 
 pytestmark = pytest.mark.slow
@@ -265,6 +267,21 @@ def test_the_runner_cancels_only_the_running_job_of_its_cluster_it_names_and_ans
     assert done["state"] in ("CANCELLED", "COMPLETING")  # what the controller said when it answered: not RUNNING
     assert slurm.wait_for(job, {"CANCELLED"}, DEADLINE_S)["JobState"] == "CANCELLED"
     assert runners.answer(elsewhere) is None  # another cluster's command is never this runner's to answer
+
+
+def test_the_doctor_passes_a_cluster_whose_runner_answers_and_fails_one_whose_runner_does_not(
+    runners: Runners, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given this cluster's runner polling the table, and a cluster with a running job whose runner is down
+    monkeypatch.setattr(doctor, "RUNNER_PING_WAIT_S", 5.0)
+    monkeypatch.setattr(doctor, "RUNNER_PING_POLL_S", 0.2)
+    # When the doctor pings each cluster's runner through the table
+    checks = {c.name: c for c in doctor.slurm_runners(runners, {"hp-down"})}
+    # Then the real runner answered from this host, and the silent one fails the doctor: no job of it can be stopped
+    assert checks[f"Slurm runner {CLUSTER}"].status is doctor.Status.OK
+    assert checks[f"Slurm runner {CLUSTER}"].detail == f"answered from {socket.gethostname()}"
+    assert checks["Slurm runner hp-down"].status is doctor.Status.FAIL
+    assert "did not answer" in checks["Slurm runner hp-down"].detail
 
 
 def test_the_runner_leaves_a_pending_or_suspended_job_alone(

@@ -553,7 +553,7 @@ def check_slurm(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]
     clients = deployed.deployment.clients
     store = deployed.deployment.store()
     running = SlurmJobs(store).running()
-    yield from _slurm_runners(Runners(store), {job.cluster for job in running.values()})
+    yield from slurm_runners(Runners(store), {job.cluster for job in running.values()})
     groups = clients.logs.describe_log_groups(logGroupNamePrefix=config.slurm_log_group)["logGroups"]
     if any(g["logGroupName"] == config.slurm_log_group for g in groups):
         yield Check("Slurm log group", Status.OK, config.slurm_log_group)
@@ -570,7 +570,7 @@ def check_slurm(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]
         yield Check("Slurm job events", Status.WARN, "no running Slurm job was heard of", fix)
 
 
-def _slurm_runners(runners: Runners, running_clusters: set[str]) -> Iterator[Check]:
+def slurm_runners(runners: Runners, running_clusters: set[str]) -> Iterator[Check]:
     """Every cluster known (its runner polled the table, or a job of it runs) is pinged: its runner must answer
     within `RUNNER_PING_WAIT_S`, or no job of it can be stopped."""
     clusters = sorted({r.cluster for r in runners.runners()} | running_clusters)
