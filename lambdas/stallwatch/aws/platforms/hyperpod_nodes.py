@@ -37,7 +37,7 @@ AGENT_EVENTS_READ = 1000  # of the agent's detections since an attempt began, at
 
 @dataclass(frozen=True)
 class NodeAction:
-    """What SageMaker took of a reboot or replace: the instance ids it took, and those it refused with why."""
+    """What SageMaker took of a replacement: the instance ids it took, and those it refused with why."""
 
     done: tuple[str, ...] = ()
     failed: tuple[str, ...] = ()  # "<instance id>: <code>: <message>", or the call's error
