@@ -3,7 +3,8 @@ events reach the real handlers (on a local AWS), the sweeper reconciles the tabl
 the runner, and a stop goes through the runner. A suspended job is held, never stopped; a job requeued after its node
 failed is watched again as a new attempt, whether its events came or not; a job whose end event was lost is retired,
 never judged on the next job's GPUs; a job of a HyperPod-style controller is watched and stopped through the runner;
-a forged line (another user's, or another node's role's) neither stops, drains nor requeues a job."""
+a forged line (another user's, or another node's role's) neither stops, drains nor requeues a job, and a forged start
+or end neither changes its tags nor ends it."""
 
 from __future__ import annotations
 
