@@ -33,7 +33,6 @@ from stacks.constants import (
     CLOUDWATCH_AGENT_PARAMETER,
     EC2_LOG_RETENTION,
     INSTANCE_STREAMS,
-    SLURM_NODE_STREAMS,
 )
 from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE
 
@@ -49,12 +48,10 @@ class Ec2Training(Construct):
         *,
         deployment: str,
         log_group: str,
-        slurm_log_group: str | None = None,
         bundle_dependencies: bool = True,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group_name = log_group
-        self.slurm_log_group = slurm_log_group  # the Slurm nodes' group (they share this policy), if Slurm is watched
         self.log_group = logs.LogGroup(
             self,
             "Logs",
@@ -110,16 +107,6 @@ class Ec2Training(Construct):
                 resources=log_stream_arns(stack, self.log_group_name, INSTANCE_STREAMS),
             ),
         ]
-        if self.slurm_log_group is not None:
-            # SLURM (the Slurm helper): its nodes name one stream per job and node (deploy/slurm), not by instance id
-            # yet; once they do, this statement goes and INSTANCE_STREAMS covers them.
-            statements.append(
-                iam.PolicyStatement(
-                    sid="ShipSlurmJobLogs",
-                    actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                    resources=[_stream_arn(stack, self.slurm_log_group, SLURM_NODE_STREAMS)],
-                )
-            )
         return statements
 
     def _build_config(self) -> iam.PolicyStatement:

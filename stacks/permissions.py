@@ -124,7 +124,7 @@ class WatchdogPermissions:
             ec2_groups = log_group_arns(self.stack, self.config.ec2_log_group)
             statements.append(iam.PolicyStatement(sid="ReadEc2TrainingLogs", actions=read, resources=ec2_groups))
         if self.policy.monitor_slurm and not self.policy.monitor_ec2:
-            # Slurm nodes' logs (one stream per job and node, read by the job's prefix): a group under the EC2 one,
+            # Slurm nodes' logs (one stream per job and node, named by its instance): a group under the EC2 one,
             # which the EC2 grant covers when EC2 is watched.
             read = ["logs:DescribeLogStreams", "logs:FilterLogEvents"]
             slurm_groups = log_group_arns(self.stack, self.config.slurm_log_group)[:1]

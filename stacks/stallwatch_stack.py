@@ -13,7 +13,6 @@ from stacks.constants import (
     INSTANCE_STREAMS,
     LAMBDA_RUNTIME,
     SERVICE_NAME,
-    SLURM_NODE_STREAMS,
 )
 from stacks.dashboards import Dashboards, job_dashboard_name
 from stacks.ec2_training import Ec2Training
@@ -125,7 +124,6 @@ class StallwatchStack(Stack):
             "Ec2Training",
             deployment=deployment,
             log_group=config.ec2_log_group,
-            slurm_log_group=config.slurm_log_group if config.policy.monitor_slurm else None,
             bundle_dependencies=bundle_dependencies,
         )
         self.log_subscriptions = FatalLineSubscriptions(
@@ -145,17 +143,18 @@ class StallwatchStack(Stack):
                 continuing=self.watchdog.sweeper,
             )
         if config.policy.monitor_slurm:
-            deciders = [self.watchdog.on_alarm, self.watchdog.sweeper]
+            acting = [self.watchdog.on_alarm, self.watchdog.sweeper, self.watchdog.on_job_state]
             if config.log_subscriptions.slurm:  # their group's fatal lines wake on_log_line, which decides them then
-                deciders.append(self.watchdog.on_log_line)
+                acting.append(self.watchdog.on_log_line)
             self.slurm = SlurmActions(
                 self,
                 "SlurmActions",
-                stopping=[*deciders, self.slack_endpoint.function],
-                recovering=deciders,
-                # the sweeper reads the commands' answers; recovery in place grants it that already
-                reading=[] if config.policy.monitor_ec2 else [self.watchdog.sweeper],
+                deployment=deployment,
+                on_job_state=self.watchdog.on_job_state,
+                acting=acting,
+                table=self.state.table,
                 log_group=config.slurm_log_group,
+                dead_letter_queue=self.watchdog.dead_letter_queue,
             )
             if config.log_subscriptions.slurm:
                 self.log_subscriptions.subscribe("Slurm", self.slurm.log_group, config.slurm_log_group)
@@ -226,7 +225,11 @@ class StallwatchStack(Stack):
         if self.config.policy.monitor_slurm:
             outputs["SlurmControllerPolicyArn"] = (
                 self.slurm.controller_policy.managed_policy_arn,
-                "Managed policy to attach to a Slurm controller's role (deploy/slurm): post its job events",
+                "Managed policy for a Slurm controller's role (deploy/slurm): its job events, its runner's commands",
+            )
+            outputs["SlurmEventBusName"] = (
+                self.slurm.bus.event_bus_name,
+                "Event bus of the Slurm job events: deploy/slurm's STALLWATCH_EVENT_BUS on the controllers",
             )
             outputs["SlurmLogGroup"] = (
                 self.slurm.log_group.log_group_name,
@@ -248,11 +251,6 @@ class StallwatchStack(Stack):
             "stream to the calling instance: docs/deploy.md, Who can write what)"
             for group in groups
         }
-        if self.config.policy.monitor_slurm:
-            slurm_streams = f"log-group:{self.config.slurm_log_group}:log-stream:{SLURM_NODE_STREAMS}"
-            findings[arn.format(service="logs", resource=slurm_streams)] = (
-                "each Slurm node's agent creates and writes one stream per job and node, named at run time"
-            )
         return findings
 
     def _acknowledge_nag_findings(self) -> None:
@@ -276,8 +274,7 @@ class StallwatchStack(Stack):
             arn.format(service="sagemaker", resource="training-job/*"): "jobs are created after deploy by anyone; "
             f"Stallwatch reads every training job of this account and region, and {stop_scope}",
             arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}; "
-            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart, and "
-            "(the Slurm documents) stallwatch:slurm=controller",
+            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart",
             arn.format(service="cloudwatch", resource=f"alarm:{self.config.alarm_prefix}*"): "per-job alarms are "
             "created at run time; writes are limited to this deployment's alarm-name prefix",
             arn.format(service="cloudwatch", resource="alarm:*"): "read-only cloudwatch:DescribeAlarms: a name-prefix "
@@ -292,9 +289,21 @@ class StallwatchStack(Stack):
             **(
                 {
                     arn.format(service="logs", resource=f"log-group:{self.config.slurm_log_group}:*"): "read-only: the "
-                    "CloudWatch agent of Slurm nodes writes one stream per job and node, named at run time"
+                    "CloudWatch agent of Slurm nodes writes one stream per job and node (named by its instance), at "
+                    "run time"
                 }
                 if self.config.policy.monitor_slurm and not self.config.policy.monitor_ec2
+                else {}
+            ),
+            **(
+                {
+                    arn.format(service="sagemaker", resource="cluster/*"): "HyperPod clusters are created after "
+                    "deploy, and a Slurm job names its own (its controller's target): ListClusterNodes finds its "
+                    "nodes, BatchReplaceClusterNodes replaces the ones Stallwatch drained (docs/deploy.md, Slurm)",
+                    arn.format(service="logs", resource="log-group:/aws/sagemaker/Clusters/*"): "read-only: each "
+                    "HyperPod cluster's group (named by the cluster, created with it) holds its health agent's lines",
+                }
+                if self.config.policy.monitor_slurm
                 else {}
             ),
             arn_template(self, regional=False).format(

@@ -43,7 +43,7 @@ from stacks.constants import (
 )
 from stacks.permissions import WatchdogPermissions
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
-from stallwatch.core.contract import SERVICE, SLURM_EVENT_DETAIL_TYPE, SLURM_EVENT_SOURCE
+from stallwatch.core.contract import SERVICE
 
 
 @dataclass(frozen=True)
@@ -187,17 +187,6 @@ class Watchdog(Construct):
                         source=["aws.ec2"], detail_type=["EC2 Instance State-change Notification"]
                     ),
                     description="Stallwatch: EC2 instance state changes (the function keeps tagged GPU instances)",
-                )
-            )
-        if self.config.policy.monitor_slurm:
-            rules.append(
-                self._rule_to(
-                    self.on_job_state,
-                    "SlurmJobState",
-                    event_pattern=events.EventPattern(
-                        source=[SLURM_EVENT_SOURCE], detail_type=[SLURM_EVENT_DETAIL_TYPE]
-                    ),
-                    description="Stallwatch: Slurm job starts and ends (deploy/slurm's prolog and epilog)",
                 )
             )
         rules.append(

@@ -111,7 +111,7 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
 
     # Then the instance role may publish only the agent's and the CloudWatch agent's metrics (IAM has no condition
     # on their dimensions), ship logs only to the EC2 log group (and under it) without creating or configuring a
-    # group, into streams named by an instance id (the Slurm nodes' group aside, until its streams are), read the
+    # group, into streams named by an instance id (the Slurm nodes' too: their group is under the EC2 one), read the
     # agent's configuration and the wheel, and do nothing else; its ARN is an output
     metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
     assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
@@ -124,7 +124,6 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     assert writes == {
         ":log-group:/stallwatch/ec2:log-stream:i-*",
         ":log-group:/stallwatch/ec2/*:log-stream:i-*",
-        ":log-group:/stallwatch/ec2/slurm:log-stream:*",  # SLURM: the Slurm helper narrows it to i-*
     }
     lists = [r["Fn::Join"][1][-1] for s in statements if _grants(s, "logs:DescribeLogStreams") for r in s["Resource"]]
     assert sorted(lists) == [":log-group:/stallwatch/ec2/*:*", ":log-group:/stallwatch/ec2:*"]
@@ -143,12 +142,14 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
 
 
 def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(template: Template) -> None:
+    # (and, with Slurm, HyperPod clusters' groups: their health agents' lines)
     reads = [s for s in iam_statements(template) if _grants(s, "logs:FilterLogEvents")]
     resources = {r["Fn::Join"][1][-1] for s in reads for r in as_list(s["Resource"])}
     assert resources == {
         ":log-group:/aws/sagemaker/TrainingJobs:*",
         ":log-group:/stallwatch/ec2:*",
         ":log-group:/stallwatch/ec2/*:*",
+        ":log-group:/aws/sagemaker/Clusters/*",
     }
 
 

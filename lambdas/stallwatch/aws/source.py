@@ -26,7 +26,7 @@ from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.interface import PlatformDescription, StopOutcome, StopResult
+from stallwatch.core.platforms.interface import JobChange, PlatformDescription, StopOutcome, StopResult
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
@@ -106,6 +106,11 @@ class AwsSignalSource(ABC):
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
         """How an asynchronous stop went: none is, where the platform's stop answers at once."""
         raise NotImplementedError(f"{self.platform} stops answer at once")
+
+    def reconcile(self, now: float) -> list[JobChange]:
+        """What the platform's own view says happened to its running jobs that no event told (none, where every
+        change has its event)."""
+        return []
 
     @abstractmethod
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:

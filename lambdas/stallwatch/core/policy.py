@@ -29,8 +29,9 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # Auto Scaling permissions are conditioned on this tag too.
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
-RECOVER_REQUEUE = "requeue"  # a Slurm job: its bad nodes drained, the job requeued (deploy/ssm/slurm-requeue.yaml)
-# A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
+RECOVER_REQUEUE = "requeue"  # a Slurm job: its bad nodes drained, the job requeued (deploy/slurm/stallwatch-runner)
+# The role of a Slurm cluster's controllers (and login nodes), tagged so by its operator: only a role with this tag may
+# put events on the stack's Slurm event bus.
 SLURM_CONTROLLER_TAG = "stallwatch:slurm"
 SLURM_CONTROLLER_VALUE = "controller"
 MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)

@@ -10,8 +10,8 @@ empty payload, which Slack refuses without posting); IAM allows the stops and re
 (``iam:SimulatePrincipalPolicy`` of each function's role, with and without the tag); the sweeper ran recently and
 without errors; the health topic lets this account's health alarms (and no other's) publish, its key lets them
 encrypt, and someone has confirmed a subscription; each running EC2 job's CloudWatch agent publishes GPU power; with
-Slurm watched, the job events' rule, the Slurm documents and log group exist, the controllers are online in SSM, and
-a running Slurm job is heard of; each training log group the deployment subscribes holds its fatal-line filter to
+Slurm watched, the job events' rule and the log group exist, each cluster's runner answers a ping through the table,
+and a running Slurm job is heard of; each training log group the deployment subscribes holds its fatal-line filter to
 on_log_line (or why not: the group's two slots taken by other filters, named).
 `--send-test-alert` invokes on_alarm with a test event: a fake job's alert, marked as a test, reaches Slack through
 the function's own credentials, and nothing is stopped. `--subscribe` puts the fatal-line filter where it is missing
@@ -21,8 +21,8 @@ IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResourc
 (and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
 secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
 cloudwatch:GetMetricData, sts:GetCallerIdentity, sns:GetTopicAttributes of the health topic, kms:GetKeyPolicy of its
-key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances; with Slurm, ssm:ListDocuments,
-ssm:DescribeInstanceInformation, logs:DescribeLogGroups and dynamodb:Query of the table;
+key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances; with Slurm, logs:DescribeLogGroups and
+dynamodb:Query, PutItem, GetItem and DeleteItem of the table (the runners' ping);
 logs:DescribeSubscriptionFilters of the training log groups (and logs:CreateLogGroup, logs:PutSubscriptionFilter for
 `--subscribe`).
 """
@@ -49,19 +49,18 @@ from rich.text import Text
 
 from stallwatch.aws import log_subscriptions
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
+from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.core.alarms import host_names
 from stallwatch.core.config import (
     FATAL_LINES_FILTER,
-    SLURM_CANCEL_DOCUMENT_ENV,
-    SLURM_REQUEUE_DOCUMENT_ENV,
     SlackMode,
     StallwatchConfig,
     slack_mode_of,
 )
 from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE, SLURM_EVENT_SOURCE
-from stallwatch.core.platforms import DESCRIPTIONS, subscribed_log_groups
+from stallwatch.core.platforms import DESCRIPTIONS, slurm_runner, subscribed_log_groups
 from stallwatch.core.platforms.interface import PlatformDescription
-from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.offline import ops
 
 HANDLERS = {
@@ -74,6 +73,7 @@ HANDLERS = {
 SERVICE_ENV = "POWERTOOLS_SERVICE_NAME"  # the functions' deployment name
 SUBSCRIPTION_DOCS = 'docs/deploy.md, "Fatal lines wake the engine"'
 RULE_RESOURCE_TYPE = "AWS::Events::Rule"
+BUS_RESOURCE_TYPE = "AWS::Events::EventBus"
 SLACK_SECRET_ENV = "SLACK_SECRET_ARN"
 SLACK_API_URL = "https://slack.com/api/"
 SLACK_TIMEOUT_S = 10
@@ -85,7 +85,8 @@ RESUME_TAG = "stallwatch:resume"
 RESUMED_FROM_TAG = "stallwatch:resumed-from"
 SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
 TEST_ALERT_KEY = "stallwatch_test_alert"
-SSM_FILTER_VALUES = 50  # DescribeInstanceInformation: values of its InstanceIds filter
+RUNNER_PING_WAIT_S = 30.0  # a runner polls every 5 s; one that has not answered a ping by then is down
+RUNNER_PING_POLL_S = 1.0
 TOPIC_RESOURCE_TYPE = "AWS::SNS::Topic"
 CLOUDWATCH_PRINCIPAL = "cloudwatch.amazonaws.com"
 # What CloudWatch needs to notify an encrypted topic: publish to it, and encrypt with its key.
@@ -135,11 +136,26 @@ class Deployed:
             role = next((r for r, handler in HANDLERS.items() if handler == configuration.get("Handler")), None)
             if role is not None:
                 functions[role] = configuration
-        rules = [events.describe_rule(Name=name) for name in deployment.resources(RULE_RESOURCE_TYPE)]
+        buses = deployment.resources(BUS_RESOURCE_TYPE)
+        rules = [_describe_rule(events, name, buses) for name in deployment.resources(RULE_RESOURCE_TYPE)]
         return cls(deployment, functions, rules, deployment.table)
 
     def env(self, variable: str) -> str | None:
         return next((f["Environment"]["Variables"].get(variable) for f in self.functions.values()), None)
+
+
+def _describe_rule(events: Any, physical_id: str, buses: list[str]) -> dict[str, Any]:
+    """A rule of the stack, by its physical id: ``<bus>|<name>`` on a bus of its own (CloudFormation's id of a rule
+    on the Slurm bus), else ``<name>`` on the default bus or, failing that, one of the stack's buses (every bus of
+    the account where the stack names none)."""
+    bus, _, name = physical_id.rpartition("|")
+    others = buses or [b["Name"] for b in events.list_event_buses().get("EventBuses", []) if b["Name"] != "default"]
+    for candidate in [bus] if bus else ["default", *others]:
+        try:
+            return dict(events.describe_rule(Name=name, EventBusName=candidate))
+        except events.exceptions.ResourceNotFoundException:
+            continue
+    return {"Name": name, "State": "NOT FOUND"}
 
 
 def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
@@ -156,7 +172,9 @@ def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Ch
             yield Check(f"function {role}", Status.OK, function["FunctionName"])
     wanted = {"sweeper schedule": lambda r: bool(r.get("ScheduleExpression"))}
     if config.policy.monitor_sagemaker:
-        wanted["SageMaker job states rule"] = lambda r: "aws.sagemaker" in r.get("EventPattern", "")
+        wanted["SageMaker job states rule"] = lambda r: (
+            "SageMaker Training Job State Change" in r.get("EventPattern", "")
+        )
     if config.policy.monitor_ec2:
         wanted["EC2 instance states rule"] = lambda r: "aws.ec2" in r.get("EventPattern", "")
     if config.policy.monitor_slurm:
@@ -528,20 +546,20 @@ def _instances_publishing(cloudwatch: Any, metric: str) -> set[str]:
 
 
 def check_slurm(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:
-    """A deployment that watches Slurm: its documents exist, its controllers (tagged `stallwatch:slurm=controller`)
-    are online in SSM, its log group exists, and its clusters' prologs are heard (a running Slurm job is known)."""
+    """A deployment that watches Slurm: each cluster's runner answers (a ping through the table, the one command path
+    of every flavor), its log group exists, and its clusters' prologs are heard (a running Slurm job is known)."""
     if not config.policy.monitor_slurm:
         return
     clients = deployed.deployment.clients
-    yield from _slurm_documents(deployed)
-    yield _slurm_controllers(clients)
+    store = deployed.deployment.store()
+    running = SlurmJobs(store).running()
+    yield from slurm_runners(Runners(store), {job.cluster for job in running.values()})
     groups = clients.logs.describe_log_groups(logGroupNamePrefix=config.slurm_log_group)["logGroups"]
     if any(g["logGroupName"] == config.slurm_log_group for g in groups):
         yield Check("Slurm log group", Status.OK, config.slurm_log_group)
     else:
         fix = "deploy the stack again (it creates the group; the nodes' CloudWatch agent never does)"
         yield Check("Slurm log group", Status.FAIL, f"{config.slurm_log_group} does not exist", fix)
-    running = SlurmJobs(deployed.deployment.store()).running()
     if running:
         yield Check("Slurm job events", Status.OK, f"{len(running)} running job(s) heard of, e.g. {min(running)}")
     else:
@@ -552,43 +570,38 @@ def check_slurm(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]
         yield Check("Slurm job events", Status.WARN, "no running Slurm job was heard of", fix)
 
 
-def _slurm_documents(deployed: Deployed) -> Iterator[Check]:
-    ssm = deployed.deployment.clients.ssm
-    fix = f"deploy the stack again: npx cdk deploy {deployed.deployment.stack}"
-    for variable in (SLURM_CANCEL_DOCUMENT_ENV, SLURM_REQUEUE_DOCUMENT_ENV):
-        name = deployed.env(variable)
-        if not name:
-            yield Check(f"Slurm document {variable}", Status.FAIL, "the functions name none", fix)
-            continue
-        found = ssm.list_documents(Filters=[{"Key": "Name", "Values": [name]}])["DocumentIdentifiers"]
-        if any(d["Name"] == name for d in found):
-            yield Check(f"Slurm document {variable}", Status.OK, name)
+def slurm_runners(runners: Runners, running_clusters: set[str]) -> Iterator[Check]:
+    """Every cluster known (its runner polled the table, or a job of it runs) is pinged: its runner must answer
+    within `RUNNER_PING_WAIT_S`, or no job of it can be stopped."""
+    clusters = sorted({r.cluster for r in runners.runners()} | running_clusters)
+    fix = (
+        "on the cluster's controller or login node: `systemctl status stallwatch-runner` and `journalctl -u "
+        "stallwatch-runner` (deploy/slurm/install.sh installs it; its role needs the stack's SlurmControllerPolicyArn)"
+    )
+    if not clusters:
+        yield Check(
+            "Slurm runners", Status.WARN, "no cluster's runner ever polled this deployment: no job can be stopped", fix
+        )
+        return
+    for cluster in clusters:
+        command = slurm_runner.ping(cluster)
+        ref = runners.send(command, time.time())
+        deadline = time.monotonic() + RUNNER_PING_WAIT_S
+        answer = runners.answer(ref)
+        while answer is None and time.monotonic() < deadline:
+            time.sleep(RUNNER_PING_POLL_S)
+            answer = runners.answer(ref)
+        runners.forget(ref)
+        if answer is not None and answer.get("result") == slurm_runner.PONG:
+            yield Check(f"Slurm runner {cluster}", Status.OK, f"answered from {answer.get('host', '?')}")
         else:
-            yield Check(f"Slurm document {variable}", Status.FAIL, f"{name} does not exist", fix)
-
-
-def _slurm_controllers(clients: Any) -> Check:
-    """The instances tagged as Slurm controllers, and whether SSM can reach each (its agent online)."""
-    tag = {"Name": f"tag:{SLURM_CONTROLLER_TAG}", "Values": [SLURM_CONTROLLER_VALUE]}
-    pages = clients.ec2.get_paginator("describe_instances").paginate(Filters=[tag])
-    controllers = sorted(i["InstanceId"] for page in pages for r in page["Reservations"] for i in r["Instances"])
-    if not controllers:
-        fix = f"tag each cluster's controller (or login node) {SLURM_CONTROLLER_TAG}={SLURM_CONTROLLER_VALUE}"
-        return Check("Slurm controllers", Status.WARN, "no instance is tagged as one: no job can be stopped", fix)
-    ssm = clients.ssm
-    online = {
-        item["InstanceId"]
-        for offset in range(0, len(controllers), SSM_FILTER_VALUES)
-        for item in ssm.describe_instance_information(
-            Filters=[{"Key": "InstanceIds", "Values": controllers[offset : offset + SSM_FILTER_VALUES]}]
-        )["InstanceInformationList"]
-        if item.get("PingStatus") == "Online"
-    }
-    offline = [c for c in controllers if c not in online]
-    if offline:
-        fix = "start the SSM agent there, and give the instance role AmazonSSMManagedInstanceCore"
-        return Check("Slurm controllers", Status.FAIL, f"not online in SSM: {', '.join(offline)}", fix)
-    return Check("Slurm controllers", Status.OK, f"{len(controllers)} online in SSM")
+            said = f"answered {answer.get('result')}: {answer.get('detail', '')}" if answer else "did not answer"
+            yield Check(
+                f"Slurm runner {cluster}",
+                Status.FAIL,
+                f"{said} within {RUNNER_PING_WAIT_S:.0f} s: no job of it can be stopped",
+                fix,
+            )
 
 
 def send_test_alert(deployed: Deployed, requested_by: str) -> Check:

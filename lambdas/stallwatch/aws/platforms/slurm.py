@@ -1,32 +1,37 @@
 """Slurm jobs (ParallelCluster, PCS, HyperPod's Slurm): known from deploy/slurm's start and end events (kept in the
-table, `slurm_jobs`), their nodes' EC2 instances found by address (DescribeInstances) for the CloudWatch agent's
-metrics, their logs one stream per node under one prefix per job in the Slurm log group; stopped and requeued through
-SSM Run Command with Stallwatch's documents on the cluster's controller, whose answers the sweeper reads back.
+table, `slurm_jobs`) and reconciled with their controller's view on the sweeper's schedule; their nodes' EC2
+instances found in the controller's VPC by address (DescribeInstances), or HyperPod's through SageMaker's cluster-node
+APIs; their logs one stream per node named by its instance; stopped and requeued by the cluster's runner
+(deploy/slurm/stallwatch-runner, through the table: `slurm_runner`), whose answers the sweeper reads back.
 
 An instance is never stopped: the job is the unit (`scancel`), and its recovery drains the bad nodes and requeues it
-(`stallwatch:recover=requeue`), which Slurm starts again on healthy nodes from the job's checkpoint.
+(`stallwatch:recover=requeue`), which Slurm starts again on healthy nodes from the job's checkpoint; on HyperPod the
+drained nodes are replaced through BatchReplaceClusterNodes, unless HyperPod already acts on them.
 """
 
 from __future__ import annotations
 
-import re
+from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from stallwatch.aws import ssm
 from stallwatch.aws.agent_windows import windows
-from stallwatch.aws.log_reads import HostLog, JobStreams, read_tails
+from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
 from stallwatch.aws.observability import logger, metrics
-from stallwatch.aws.platforms.slurm_events import SlurmJobStateChange
-from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
+from stallwatch.aws.platforms import hyperpod_nodes
+from stallwatch.aws.platforms.slurm_events import HyperPodNodeHealth, SlurmEvent
+from stallwatch.aws.platforms.slurm_jobs import GONE, SlurmJobs, Started, runs
+from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract
 from stallwatch.core.goodput import Category, JobSpan
+from stallwatch.core.platforms import hyperpod, slurm_runner
 from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, host_dimensions, memory_percent
 from stallwatch.core.platforms.interface import (
     AuditTrail,
@@ -41,6 +46,7 @@ from stallwatch.core.platforms.interface import (
     StopResult,
 )
 from stallwatch.core.platforms.slurm import (
+    CLUSTER,
     HELD_CATEGORIES,
     HYPERPOD,
     JOB_ID,
@@ -50,25 +56,29 @@ from stallwatch.core.platforms.slurm import (
     SUBMIT_EPOCH,
     SUBMIT_TIME,
     SlurmJob,
-    answer_outcome,
+    SlurmNode,
+    controller_instance,
     end_state,
-    job_of_stream,
+    hyperpod_cluster,
+    job_streams,
+    metric_instance,
+    node_of_stream,
+    parse_stream,
     requeues,
-    stream_prefix,
     this_attempt,
 )
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
 
-DELIVERY_TIMEOUT_S = 60  # SendCommand TimeoutSeconds (SSM's least is 30): the controller is one node, online
-# The documents give up after 180 s (their timeoutSeconds): an answer not read by then is the stop's failure.
+# The runner answers within its poll (5 s) and the cancel's wait (60 s); one not answered by then is the stop's failure
+# (the runner is down: `stallwatch doctor` says so), given back to the engine.
 ANSWER_WAIT_S = 600
 FILTER_VALUES_LIMIT = 200  # DescribeInstances: filter values of one call, all filters' together (FilterLimitExceeded)
 MAPPED_STATES = ["pending", "running"]
-DRAIN_REASON_CHARS = 120  # the requeue document's reason (allowedPattern: 160 at most, "stallwatch: " before it)
-REASON_UNSAFE = re.compile(r"[^A-Za-z0-9 :;,._()=/+-]")  # what the reason's allowedPattern refuses
-MAX_DRAINED = 64  # the nodes parameter's allowedPattern: at most 64 names
-UNMAPPED_FLAVORS = frozenset({HYPERPOD})  # its nodes are no EC2 instances of the account
+RECENT_STREAM_PAGES = 2  # pages of the Slurm group's most recently written streams read before asking per node
+# What the controller's view says of a job the table holds as running (`reconcile`).
+HELD_STATES = frozenset({"PENDING", "SUSPENDED", "STOPPED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"})
+RUN_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
 
 
 class SlurmPlatform(AwsSignalSource):
@@ -76,13 +86,19 @@ class SlurmPlatform(AwsSignalSource):
 
     platform = Platform.SLURM
     description = SLURM
-    state_event = SlurmJobStateChange
+    state_event = SlurmEvent
 
     @property
     def jobs(self) -> SlurmJobs:
         if self.store is None:
             raise JobNotFoundError("Slurm jobs are known from their events, kept in the deployment's table: none given")
         return SlurmJobs(self.store)
+
+    @property
+    def runners(self) -> Runners:
+        if self.store is None:
+            raise JobNotFoundError("Slurm commands go through the deployment's table: none given")
+        return Runners(self.store)
 
     def facts(self, job_name: str) -> JobFacts:
         job = self.jobs.current(job_name)
@@ -91,52 +107,101 @@ class SlurmPlatform(AwsSignalSource):
         return job.facts(self.clock())
 
     def _job_of_stream(self, stream: str) -> str | None:
-        """A node's output file names its job (deploy/slurm/stallwatch-log.sh's ``<job>.<node>.log``)."""
-        return job_of_stream(stream)
+        """The running job whose node's own instance wrote `stream` (its log key, one of its nodes, that node's
+        instance: `node_of_stream`); a stream that names a node not the job's, or another instance, is none."""
+        found = parse_stream(stream)
+        if found is None:
+            return None
+        now = self.clock()
+        for name, job in sorted(self.jobs.running().items()):
+            if job.log_key == found.key and node_of_stream(job.facts(now), stream) is not None:
+                return name
+        return None
 
     # ---- events ---------------------------------------------------------------------------------------------
 
-    def job_change(self, event: SlurmJobStateChange) -> JobChange:
-        """deploy/slurm's start event: the attempt kept (its nodes mapped to their EC2 instances) and its alarms
-        put; its end: kept with how it ended, its alarms gone. A requeued attempt's run goes on: the next attempt's
-        start event follows under the same name."""
+    def job_change(self, event: SlurmEvent) -> JobChange:
+        """deploy/slurm's start event: the attempt kept (its nodes mapped to their instances) and its alarms put,
+        once (a repeated start rewrites nothing); its end: the attempt it names ended, its alarms gone. A requeued
+        attempt's run goes on: the next attempt's start event follows under the same name. HyperPod's node health
+        event: what HyperPod does about the node, kept with the jobs that run on it."""
+        if isinstance(event, HyperPodNodeHealth):
+            return self._node_health(event)
         detail, at = event.detail, event.time.timestamp()
         job = SlurmJob.of_event(detail)
         name = job.job_name
         if detail.state == "started":
-            job = job.with_instances(self._instances(job))
-            if not self.jobs.start(job, at):
+            started = self.jobs.start(job.with_instances(self._instances(job)), at)
+            if started is Started.ENDED:
                 return JobChange(Change.IGNORED, name, job.state, reason="a late start of an attempt that has ended")
+            if started is Started.ALREADY:
+                return JobChange(Change.IGNORED, name, job.state, reason="a repeated start of a running attempt")
             return JobChange(Change.STARTED, name, job.state, tags=job.settings)
         state = end_state(detail.job_state, detail.reason, detail.exit_code)
-        ended = self.jobs.end(job, state, at, detail.reason, at)
+        ended = self.jobs.end(job, state, at, detail.reason)
+        if ended is None:
+            return JobChange(Change.IGNORED, name, state, reason="an end of no attempt that was heard to run")
         goes_on = not ended.status.ended  # requeued: its next attempt starts under its name
         return JobChange(Change.ENDED, name, state, tags=ended.settings, run_goes_on=goes_on)
 
+    def _node_health(self, event: HyperPodNodeHealth) -> JobChange:
+        """HyperPod's word on an instance, kept with each running job of its cluster that runs on it."""
+        detail = event.detail.model_dump(by_alias=True)
+        found = hyperpod.health_event(detail, event.time.timestamp())
+        instance, cluster = event.detail.instance_id, event.detail.cluster_arn.rsplit("/", 1)[-1]
+        if found is None:
+            return JobChange(Change.IGNORED, instance, "Healthy", reason="a healthy node")
+        kept = []
+        for name, job in self.jobs.running().items():
+            nodes = [n.name for n in job.nodes if n.instance == instance]
+            if nodes and hyperpod_cluster(job.ssm_target) == cluster:
+                self.jobs.record_hyperpod(name, job.submit_epoch, replace(found, node=nodes[0]))
+                kept.append(name)
+        reason = f"recorded for {', '.join(sorted(kept))}: {found.note()}" if kept else "no running job on it"
+        return JobChange(Change.IGNORED, instance, found.action, reason=reason)
+
     def _instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
-        """The EC2 instances behind the job's nodes, by private address (ParallelCluster and PCS nodes are instances
-        of the account); none on HyperPod, or where DescribeInstances is refused (the agent's metrics stand in)."""
-        addrs = sorted({n.addr for n in job.nodes if n.addr})
-        if job.flavor in UNMAPPED_FLAVORS or not addrs:
-            return {}
-        found: dict[str, tuple[str, str]] = {}
+        """The instances behind the job's nodes, by node name: on HyperPod, SageMaker's list of the cluster's nodes;
+        on ParallelCluster and PCS, the EC2 instances with the nodes' addresses in the controller's own VPC (two
+        clusters in VPCs of the same range never cross). None where neither is known, or the call is refused."""
         try:
-            chunk = FILTER_VALUES_LIMIT - len(MAPPED_STATES)
-            for offset in range(0, len(addrs), chunk):
-                filters = [
-                    {"Name": "private-ip-address", "Values": addrs[offset : offset + chunk]},
-                    {"Name": "instance-state-name", "Values": MAPPED_STATES},
-                ]
-                pages = self.clients.ec2.get_paginator("describe_instances").paginate(Filters=filters)
-                for page in pages:
-                    for reservation in page["Reservations"]:
-                        for instance in reservation["Instances"]:
-                            address = instance.get("PrivateIpAddress", "")
-                            found[address] = (instance["InstanceId"], instance["InstanceType"])
+            cluster = hyperpod_cluster(job.ssm_target)
+            if job.flavor == HYPERPOD or cluster is not None:
+                if cluster is None:
+                    return {}
+                names = {n.name for n in job.nodes}
+                return {
+                    n: found for n, found in hyperpod_nodes.node_instances(self.clients, cluster).items() if n in names
+                }
+            return self._vpc_instances(job)
         except (ClientError, BotoCoreError) as exc:
             logger.warning("could not map the Slurm nodes to instances", extra={"job": job.job_name, "error": str(exc)})
             return {}
-        return found
+
+    def _vpc_instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
+        controller = controller_instance(job.ssm_target)
+        addrs = sorted({n.addr for n in job.nodes if n.addr})
+        if controller is None or not addrs:
+            return {}
+        ec2 = self.clients.ec2
+        reservations = ec2.describe_instances(InstanceIds=[controller])["Reservations"]
+        vpc = next((i.get("VpcId") for r in reservations for i in r["Instances"] if i.get("VpcId")), None)
+        if vpc is None:
+            return {}
+        by_addr: dict[str, tuple[str, str]] = {}
+        chunk = FILTER_VALUES_LIMIT - len(MAPPED_STATES) - 1
+        for offset in range(0, len(addrs), chunk):
+            filters = [
+                {"Name": "private-ip-address", "Values": addrs[offset : offset + chunk]},
+                {"Name": "instance-state-name", "Values": MAPPED_STATES},
+                {"Name": "vpc-id", "Values": [vpc]},
+            ]
+            for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+                for reservation in page["Reservations"]:
+                    for instance in reservation["Instances"]:
+                        address = instance.get("PrivateIpAddress", "")
+                        by_addr[address] = (instance["InstanceId"], instance["InstanceType"])
+        return {n.name: by_addr[n.addr] for n in job.nodes if n.addr in by_addr}
 
     # ---- the sweep ------------------------------------------------------------------------------------------
 
@@ -145,81 +210,203 @@ class SlurmPlatform(AwsSignalSource):
         return {name: job.facts(now) for name, job in sorted(self.jobs.running().items())}
 
     def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:
-        """Each node's newest log line, from its stream in the Slurm log group: one DescribeLogStreams a job, by its
-        streams' prefix; one job's failure costs its log idleness, not the sweep."""
-        found = []
-        for job, facts in jobs.items():
-            hosts = set(facts.instance_ids) if facts is not None else set()
-            try:
-                streams = self._streams(job)
-            except (ClientError, BotoCoreError):
-                logger.exception("could not read a Slurm job's log streams", extra={"job": job})
-                metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
-                continue
-            for stream in streams:
-                host = SLURM.host_of_stream(stream["logStreamName"], job, hosts)
-                last_ms = stream.get("lastEventTimestamp") or stream.get("lastIngestionTime")
-                if host is not None and last_ms:
-                    found.append((job, host, last_ms / 1000))
+        """Each node's newest log line, from its own stream in the Slurm log group: the group's most recently
+        written streams first, then one DescribeLogStreams for each node not among them; a failed read costs the
+        jobs' log idleness, not the sweep."""
+        wanted = {
+            stream: (job, node)
+            for job, facts in jobs.items()
+            if facts is not None
+            for stream in job_streams(facts)
+            if (node := node_of_stream(facts, stream)) is not None
+        }
+        try:
+            found = self._recent_streams(set(wanted))
+            for stream in sorted(set(wanted) - set(found)):
+                found |= {s["logStreamName"]: s for s in self._streams(stream) if s["logStreamName"] == stream}
+        except (ClientError, BotoCoreError):
+            logger.exception("could not read the Slurm jobs' log streams")
+            metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+            return []
+        lines = []
+        for stream, described in found.items():
+            last_ms = described.get("lastEventTimestamp") or described.get("lastIngestionTime")
+            if last_ms:
+                lines.append((*wanted[stream], last_ms / 1000))
+        return sorted(lines)
+
+    def _recent_streams(self, wanted: set[str]) -> dict[str, dict[str, Any]]:
+        logs = self.clients.logs
+        request: dict[str, Any] = {
+            "logGroupName": self.config.slurm_log_group,
+            "orderBy": "LastEventTime",
+            "descending": True,
+        }
+        found: dict[str, dict[str, Any]] = {}
+        try:
+            for _ in range(RECENT_STREAM_PAGES):
+                page = logs.describe_log_streams(**request)
+                found |= {s["logStreamName"]: s for s in page["logStreams"] if s["logStreamName"] in wanted}
+                if not page.get("nextToken") or wanted <= set(found):
+                    break
+                request["nextToken"] = page["nextToken"]
+        except logs.exceptions.ResourceNotFoundException:
+            return {}
         return found
 
-    def _streams(self, job: str) -> list[dict[str, Any]]:
+    def _streams(self, prefix: str) -> list[dict[str, Any]]:
         pages = self.clients.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=self.config.slurm_log_group, logStreamNamePrefix=stream_prefix(job)
+            logGroupName=self.config.slurm_log_group, logStreamNamePrefix=prefix
         )
         try:
             return [s for page in pages for s in page["logStreams"]]
         except self.clients.logs.exceptions.ResourceNotFoundException:
             return []
 
+    def reconcile(self, now: float) -> list[JobChange]:
+        """The table's running jobs checked against each cluster's controller (its runner's answer to the last
+        sweep's report), then the next report asked for: a job Slurm no longer runs is retired; a suspended or
+        pending one is held (never judged) until it runs again; a requeued one's attempt ends and its next starts;
+        a node HyperPod reboots or replaces (its reason ``Action:...``) is kept with its job."""
+        by_cluster: dict[str, dict[str, SlurmJob]] = defaultdict(dict)
+        for name, job in self.jobs.running().items():
+            by_cluster[job.cluster][name] = job
+        changes: list[JobChange] = []
+        for cluster, jobs in sorted(by_cluster.items()):
+            try:
+                asked, answer = self.runners.report(cluster)
+                if asked is not None and answer is not None and answer.get("result") == slurm_runner.REPORTED:
+                    changes += self._apply_view(jobs, set(asked.jobs), slurm_runner.View.of_answer(answer), now)
+                self.runners.ask_report(
+                    slurm_runner.report(cluster, [(j.job_id, j.submit_time) for j in jobs.values()]), now
+                )
+            except (ClientError, BotoCoreError, ValueError):
+                logger.exception("could not reconcile a Slurm cluster", extra={"cluster": cluster})
+                metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
+        return changes
+
+    def _apply_view(
+        self, jobs: dict[str, SlurmJob], asked: set[tuple[str, str]], view: slurm_runner.View, now: float
+    ) -> list[JobChange]:
+        changes = []
+        for name, job in sorted(jobs.items()):
+            if (job.job_id, job.submit_time) not in asked:
+                continue  # started since the report was asked for: the next one tells
+            seen = view.jobs.get(job.job_id, slurm_runner.JobView(job.job_id))
+            for node in job.nodes:
+                found = view.nodes.get(node.name)
+                action = hyperpod.node_reason(node.name, found.reason, view.at) if found is not None else None
+                if action is not None:
+                    self.jobs.record_hyperpod(name, job.submit_epoch, replace(action, instance=node.instance or ""))
+            changes += self._apply_job(name, job, seen, view.at)
+        return changes
+
+    def _apply_job(self, name: str, job: SlurmJob, seen: slurm_runner.JobView, at: float) -> list[JobChange]:
+        if not seen.known or (seen.submit_time != job.submit_time and seen.restarts <= job.restarts):
+            ended = self.jobs.retire(job, GONE, at, "the controller no longer knows it (its end event was lost)")
+            return [JobChange(Change.ENDED, name, GONE, tags=job.settings)] if ended is not None else []
+        if seen.submit_time != job.submit_time:  # requeued: this attempt ended, the next runs or waits
+            changes = []
+            if self.jobs.retire(job, "REQUEUED", at, seen.reason) is not None:
+                changes.append(JobChange(Change.ENDED, name, "REQUEUED", tags=job.settings, run_goes_on=True))
+            if seen.state in RUN_STATES and seen.nodes:
+                changes += self._next_attempt(job, seen, at)
+            return changes
+        if seen.state in HELD_STATES:
+            self.jobs.hold(name, job.submit_epoch, seen.state, at)
+            return []
+        if seen.state in RUN_STATES:
+            self.jobs.release(name, job.submit_epoch, at)
+            return []
+        ended = self.jobs.retire(job, seen.state, at, seen.reason)
+        return [JobChange(Change.ENDED, name, seen.state, tags=job.settings)] if ended is not None else []
+
+    def _next_attempt(self, before: SlurmJob, seen: slurm_runner.JobView, at: float) -> list[JobChange]:
+        """The requeued job's next attempt, as the controller showed it (its start event was lost or refused): its
+        nodes keep the instances they had where they were the job's before."""
+        known = {n.name: n for n in before.nodes}
+        attempt = replace(
+            before,
+            submit_time=seen.submit_time,
+            submit_epoch=seen.submit_epoch,
+            start_epoch=seen.start_epoch or at,
+            state="RUNNING",
+            restarts=seen.restarts,
+            nodes=tuple(known.get(node, SlurmNode(node)) for node in seen.nodes),
+            hyperpod=(),
+        )
+        if self.jobs.start(attempt, at) is not Started.STARTED:
+            return []
+        return [JobChange(Change.STARTED, attempt.job_name, "RUNNING", tags=attempt.settings)]
+
     # ---- actions --------------------------------------------------------------------------------------------
 
     def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-        """`scancel` on the controller (the cancel document), or, for the engine's stop (`at_fault` given) of a job
-        tagged `stallwatch:recover=requeue`, its nodes at fault drained and the job requeued (the requeue document).
-        Asynchronous: `ok` says the command was sent; its answer is read by the sweeper (`stop_outcome`)."""
+        """`scancel` by the cluster's runner, or, for the engine's stop (`at_fault` given) of a job tagged
+        `stallwatch:recover=requeue`, its nodes at fault drained and the job requeued. Asynchronous: `ok` says the
+        command was queued for the runner; the stop is done once the controller says so (`stop_outcome`)."""
         ids = facts.platform_ids
-        target = ids.get(SSM_TARGET, "")
-        if not target:
-            return StopResult(ok=False, detail="no SSM target: deploy/slurm's settings name no controller")
         try:
             requeue = at_fault is not None and requeues(facts.tags)
         except ValueError as exc:
             logger.warning("a bad recover setting: cancelling instead", extra={"job": facts.name, "error": str(exc)})
             requeue = False
-        parameters = {"jobId": ids[JOB_ID], "submitTime": ids[SUBMIT_TIME]}
-        if requeue:
-            document = self.documents.slurm_requeue
-            bad = (at_fault or ())[:MAX_DRAINED]
-            reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
-            parameters |= {"nodes": ",".join(bad), "reason": REASON_UNSAFE.sub("-", reason)[:DRAIN_REASON_CHARS]}
-            if ids.get("flavor") == HYPERPOD:
-                parameters["hyperpodAction"] = "Replace"
-        else:
-            document = self.documents.slurm_cancel
+        try:
+            if requeue:
+                bad = tuple(at_fault or ())[: slurm_runner.NODES_MAX]
+                reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
+                command = slurm_runner.requeue(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME], bad, reason)
+            else:
+                command = slurm_runner.cancel(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME])
+            ref = self.runners.send(command, self.clock())
+        except slurm_runner.CommandError as exc:
+            return StopResult(ok=False, detail=f"not a command the runner takes: {exc}")
+        except (ClientError, BotoCoreError) as exc:
+            return StopResult(ok=False, detail=f"could not queue the command: {exc}")
         what = "requeue" if requeue else "scancel"
-        if not document:
-            return StopResult(ok=False, detail=f"this deployment has no Slurm {what} document (SSM)")
-        sent = ssm.send(
-            self.clients, document, (target,), f"stallwatch {what} {facts.name}", DELIVERY_TIMEOUT_S, parameters
-        )
-        if sent.error:
-            return StopResult(ok=False, detail=sent.error)
-        drained = f", {','.join(at_fault)} drained first" if requeue and at_fault else ""
-        detail = f"{what} of Slurm job {ids[JOB_ID]} sent to {target}{drained} (command {sent.command_ids[0]})"
-        return StopResult(ok=True, detail=detail, commands=sent.command_ids)
+        drained = f", {','.join(command.nodes)} drained first" if command.nodes else ""
+        detail = f"{what} of Slurm job {ids[JOB_ID]} sent to the runner of cluster {ids[CLUSTER]}{drained}"
+        return StopResult(ok=True, detail=detail, commands=(ref,))
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
-        """The document's one JSON line: the job cancelled or requeued, left alone in a state that is not a stall
-        (kept as its state: the job is watched again once it runs), or the failure; none past `ANSWER_WAIT_S`."""
-        answers = ssm.invocations(self.clients, result.commands)
-        answer = next(iter(answers.values()), None)
-        outcome = None if answer is None else answer_outcome(answer.status, answer.details, answer.code, answer.output)
-        if outcome is None and now - sent_at > ANSWER_WAIT_S:
-            return StopOutcome(ok=False, detail=f"no answer from the controller within {ANSWER_WAIT_S / 60:.0f} min")
-        if outcome is not None and outcome.held:
+        """The runner's answer: the job cancelled or requeued (the controller no longer runs it), left alone in a
+        state that is not a stall (kept: the job is not judged while it is so), or the failure; none past
+        `ANSWER_WAIT_S`. On HyperPod, the drained nodes are then replaced through SageMaker (unless HyperPod already
+        acts on them)."""
+        runners = self.runners
+        answer = next((a for a in (runners.answer(ref) for ref in result.commands) if a is not None), None)
+        if answer is None:
+            if now - sent_at <= ANSWER_WAIT_S:
+                return None
+            cluster = facts.platform_ids.get(CLUSTER, "")
+            return StopOutcome(
+                ok=False,
+                detail=f"no answer from the runner of cluster {cluster} within {ANSWER_WAIT_S / 60:.0f} min "
+                "(is deploy/slurm/stallwatch-runner running? stallwatch doctor)",
+            )
+        for ref in result.commands:
+            runners.forget(ref)
+        outcome = slurm_runner.stop_outcome(answer)
+        if outcome.held:
             self.jobs.hold(facts.name, int(facts.platform_ids[SUBMIT_EPOCH]), outcome.state, now)
+        drained = [str(n) for n in answer.get("drained") or []]
+        if outcome.ok and drained and facts.platform_ids.get("flavor") == HYPERPOD:
+            outcome = replace(outcome, detail=f"{outcome.detail}; {self._replace_nodes(facts, drained, now)}")
         return outcome
+
+    def _replace_nodes(self, facts: JobFacts, nodes: list[str], now: float) -> str:
+        """HyperPod's replacement of the drained nodes (BatchReplaceClusterNodes), except those HyperPod already
+        reboots or replaces: a node is never acted on twice."""
+        job = self.jobs.current(facts.name)
+        acting = {a.node for a in (job.hyperpod if job else ()) if a.acting_at(now)}
+        cluster = hyperpod_cluster(facts.platform_ids.get(SSM_TARGET, ""))
+        ours = [facts.host_instances[n] for n in nodes if n in facts.host_instances and n not in acting]
+        left = sorted(set(nodes) & acting)
+        said = [f"left to HyperPod: {','.join(left)}"] if left else []
+        if cluster is None or not ours:
+            return "; ".join(said) or "no node to replace (no HyperPod instance known)"
+        done = hyperpod_nodes.replace_nodes(self.clients, cluster, ours)
+        return "; ".join([f"BatchReplaceClusterNodes: {done.detail}", *said])
 
     # ---- resume, runs, history ------------------------------------------------------------------------------
 
@@ -268,7 +455,7 @@ class SlurmPlatform(AwsSignalSource):
         raise NotImplementedError("a Slurm job is requeued on healthy nodes, not restarted in place")
 
     def history(self, job: str) -> JobHistory:
-        """The latest attempt from its start; its nodes' streams (one prefix)."""
+        """The latest attempt from its start; its nodes' own streams (each by its name, as a prefix)."""
         current = self.jobs.current(job)
         if current is None:
             raise JobNotFoundError(f"no Slurm job {job!r}")
@@ -280,7 +467,10 @@ class SlurmPlatform(AwsSignalSource):
             ended=ended,
             changes=((current.start_epoch, RUNNING, None),),
             final=(facts.status, current.state) if ended is not None else None,
-            log_selections=({"logGroupName": self.config.slurm_log_group, "logStreamNamePrefix": stream_prefix(job)},),
+            log_selections=tuple(
+                {"logGroupName": self.config.slurm_log_group, "logStreamNamePrefix": stream}
+                for stream in job_streams(facts)
+            ),
         )
 
     # ---- reads ----------------------------------------------------------------------------------------------
@@ -292,13 +482,44 @@ class SlurmPlatform(AwsSignalSource):
         freshness: dict[str, dict[str, float]] | None = None,
         known: dict[str, JobFacts] | None = None,
     ) -> dict[str, JobSignals]:
-        """Each job's signals since its attempt began (a requeued job's earlier attempt ran under its name)."""
+        """Each job's signals since its attempt began (a requeued job's earlier attempt ran under its name); on
+        HyperPod, with what HyperPod says it does about the job's nodes (`_with_hyperpod`)."""
         found = super().many_job_signals(job_names, now, freshness, known)
-        return {name: this_attempt(signals) for name, signals in found.items()}
+        return {name: self._with_hyperpod(this_attempt(signals), now) for name, signals in found.items()}
+
+    def _with_hyperpod(self, signals: JobSignals, now: float) -> JobSignals:
+        """A HyperPod job's signals with its health agent's detections on the job's instances and its auto-resume's
+        lines since the attempt began, kept with the attempt: a node HyperPod reboots or replaces, or a step its
+        auto-resume retries, leaves the job to HyperPod (its facts Paused), and HyperPod's verdict is in the facts'
+        notes (the alert's and the decision's)."""
+        facts = signals.facts
+        cluster = hyperpod_cluster(facts.platform_ids.get(SSM_TARGET, ""))
+        if cluster is None:
+            return signals
+        submit_epoch = int(facts.platform_ids[SUBMIT_EPOCH])
+        instances = {instance: node for node, instance in facts.host_instances.items()}
+        try:
+            findings = hyperpod_nodes.agent_findings(self.clients, cluster, set(instances), facts.start_time, now)
+        except (ClientError, BotoCoreError):
+            logger.exception("could not read HyperPod's health agent", extra={"job": facts.name})
+            findings = []
+        findings = [replace(f, node=instances.get(f.instance, "")) for f in findings]
+        for host in signals.hosts.values():
+            for line in (*host.log_tail, *host.error_lines):
+                retry = hyperpod.auto_resume(line.message, facts.platform_ids[JOB_ID], line.t)
+                if retry is not None:
+                    findings.append(retry)
+        job = None
+        for finding in findings:
+            job = self.jobs.record_hyperpod(facts.name, submit_epoch, finding) or job
+        return signals if job is None else replace(signals, facts=job.facts(now))
 
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:
         """The CloudWatch agent's series of each node's instance, by name; the sweeper's `LogIdleSeconds`."""
-        for host, instance in facts.host_instances.items():
+        for host in facts.host_instances:
+            instance = metric_instance(facts, host)
+            if instance is None:
+                continue
             dims = tuple(host_dimensions(instance).items())
             reads.instances.update({(host, fld): MetricRef(ns, name, dims) for fld, (ns, name) in HOST_METRICS.items()})
         job_dim = ((contract.DIM_JOB, facts.name),)
@@ -332,13 +553,12 @@ class SlurmPlatform(AwsSignalSource):
         stacks_since: float | None = None,
     ) -> dict[str, HostLog]:
         """Each node's newest event as the sweeper last published it (its `LogIdleSeconds`, `_known_freshness`) or
-        as the caller knows it, raised by the lines read from the job's streams (one prefix), and the agent's stack
-        dumps since `stacks_since`."""
+        as the caller knows it, raised by the lines read from the Slurm group (`log_reads.read_tails`: a job's streams
+        share no prefix, each named by its node's instance), a line taken only from a node's own stream
+        (`node_of_stream`), and the agent's stack dumps since `stacks_since`."""
         effective = self.policy.for_job(facts.tags)
         known = self._known_freshness(facts, per_host, reads, freshness, now)
-        streams = JobStreams(
-            self.config.slurm_log_group, stream_prefix(facts.name), lambda s, j: SLURM.host_of_stream(s, j, hosts)
-        )
+        streams = JobStreams(self.config.slurm_log_group, WHOLE_GROUP, lambda stream, _: node_of_stream(facts, stream))
         return read_tails(
             self.clients.logs, streams, facts.name, hosts, known, now, effective.line_patterns, stacks_since
         )
