@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from corpus import real_lines
+from corpus.generate import slurm_key
 from stallwatch.core import contract, log_patterns
 from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
@@ -65,7 +66,7 @@ GPU_MEMORY_MIB = 81_559  # H100 80 GB, as nvidia-smi reports it
 # Slurm jobs add this share of the job-days, drawn on a stream of their own after the others (which stay as they were),
 # on a ParallelCluster whose job ids count from SLURM_FIRST_ID.
 SLURM_SHARE = 0.2
-SLURM_CLUSTER = "pc-fm"
+SLURM_CLUSTER = "pcfm"  # a plain cluster name: its jobs' names read back to it and their ids
 SLURM_FIRST_ID = 4000
 STREAM_EPOCH = 1_700_000_000
 
@@ -433,7 +434,9 @@ def _layout(job: Job, rng: random.Random) -> tuple[list[str], list[str], dict[st
     if job.platform is Platform.EC2:
         return instances, instances, {}
     nodes = [f"gpu-st-{job.instance_type.replace('.', '')}-{i}" for i in range(1, job.hosts + 1)]
-    return nodes, [stream_name(job.name, node) for node in nodes], dict(zip(nodes, instances, strict=True))
+    key = slurm_key(job.name)
+    streams = [stream_name(instance, key, node) for node, instance in zip(nodes, instances, strict=True)]
+    return nodes, streams, dict(zip(nodes, instances, strict=True))
 
 
 def _real_lines(job: Job) -> list[tuple[float, int, str]]:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes
 
 from stallwatch.core import contract
 from stallwatch.core.platforms import ec2_clusters as clusters
-from stallwatch.core.platforms import slurm
+from stallwatch.core.platforms import slurm_names as slurm
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (
@@ -173,7 +173,7 @@ class Simulation:
         name = self.hosts[host]
         stream = f"{self.job}/{name}-{STREAM_EPOCH}" if self.sc.platform is Platform.SAGEMAKER else f"{name}/train.log"
         if self.sc.platform is Platform.SLURM:
-            stream = slurm.stream_name(self.job, name)
+            stream = slurm.stream_name(self.instances[name], slurm_key(self.job), name)
         self.events.append(LogEvent(t=round(t, 3), log=LogRecord(stream=stream, message=message)))
 
     def crashed(self, t: float, host: int) -> bool:
@@ -638,6 +638,14 @@ SLURM_CRASH = [
     "[rank 24]: RuntimeError: CUDA error: an illegal memory access was encountered",
     "srun: error: gpu-st-p548xlarge-4: task 3: Exited with exit code 1",
 ]
+
+
+def slurm_key(job: str) -> str:
+    """The log key of a Slurm scenario's job, named as on a plain cluster (``pc1-4242-llama-hang``)."""
+    parts = slurm.plain_parts(job)
+    if parts is None:
+        raise ValueError(f"{job!r}: a Slurm scenario's job is named <cluster>-<id>-<name>, its cluster plain")
+    return slurm.log_key(*parts)
 
 
 def slurm_scenarios() -> list[Scenario]:

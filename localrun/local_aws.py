@@ -25,6 +25,7 @@ from localrun import (
     moto_alarm_filters,
     moto_autoscaling,
     moto_ec2,
+    moto_hyperpod,
     moto_logs_filter,
     moto_logs_insights,
     moto_metric_search,
@@ -99,6 +100,7 @@ class LocalAws:
         moto_ssm.install()
         moto_ssm.run_in_background(True)  # the server serves one request at a time: a node's script must not hold it
         moto_autoscaling.install()
+        moto_hyperpod.install()
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no access log on the terminal
         self._server = ThreadedMotoServer(ip_address=BIND_ADDRESS, port=0, verbose=False)
         self._server.start()

@@ -20,8 +20,6 @@ from localrun.local_aws import ACCOUNT_ID
 from localrun.scenarios import DEMO_ALARM_PERIOD_S
 from stallwatch.core.config import (
     CONFIG_ENV,
-    SLURM_CANCEL_DOCUMENT_ENV,
-    SLURM_REQUEUE_DOCUMENT_ENV,
     TABLE_PARTITION_KEY,
     TABLE_SORT_KEY,
     TABLE_TTL_ATTRIBUTE,
@@ -37,18 +35,9 @@ SECRET_NAME = "stallwatch/slack"
 DOCUMENTS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "ssm"
 HEALTH_CHECK_DOCUMENT = "stallwatch-health-check"
 RESTART_DOCUMENT = "stallwatch-restart-training"
-SLURM_CANCEL_DOCUMENT = "stallwatch-slurm-cancel"
-SLURM_REQUEUE_DOCUMENT = "stallwatch-slurm-requeue"
-# The Slurm adapter finds its documents in the functions' environment (the stack sets these).
-SLURM_DOCUMENT_ENV = {
-    SLURM_CANCEL_DOCUMENT_ENV: SLURM_CANCEL_DOCUMENT,
-    SLURM_REQUEUE_DOCUMENT_ENV: SLURM_REQUEUE_DOCUMENT,
-}
 DOCUMENT_FILES = {
     HEALTH_CHECK_DOCUMENT: "health-check.yaml",
     RESTART_DOCUMENT: "restart-training.yaml",
-    SLURM_CANCEL_DOCUMENT: "slurm-cancel.yaml",
-    SLURM_REQUEUE_DOCUMENT: "slurm-requeue.yaml",
 }
 ON_ALARM = "on-alarm"
 ON_JOB_STATE = "on-job-state"
@@ -113,7 +102,7 @@ def create_table(dynamodb: Any, table_name: str) -> None:
 
 
 def create_documents(ssm: Any) -> None:
-    """Stallwatch's SSM Command documents (recovery in place, Slurm's cancel and requeue), from deploy/ssm (the stack
+    """Stallwatch's SSM Command documents (recovery in place), from deploy/ssm (the stack
     creates them from the same files)."""
     for name, filename in DOCUMENT_FILES.items():
         content = yaml.safe_load((DOCUMENTS_DIR / filename).read_text())

@@ -1,14 +1,15 @@
 """The Slurm side of the local run: a real Slurm of three nodes on this machine, as a ParallelCluster would stand in
-AWS (moto): each node an EC2 instance with the node's address (the CloudWatch agent's GPU metrics by InstanceId, what
-deploy/slurm/cloudwatch-agent.json configures), and the controller an instance tagged ``stallwatch:slurm=controller``
-whose SSM agent runs Stallwatch's documents against this Slurm.
+AWS (moto): each node an EC2 instance with the node's address in the controller's VPC (the CloudWatch agent's GPU
+metrics by InstanceId, what deploy/slurm/cloudwatch-agent.json configures), and on the controller Stallwatch's runner
+(deploy/slurm/stallwatch-runner), which pulls its commands from the deployment's table and runs them on this Slurm.
 
 deploy/slurm/stallwatch-events.sh is PrologSlurmctld and EpilogSlurmctld (its PutEvents kept in a spool,
-`localrun.slurm_events`); each node's output goes through deploy/slurm/stallwatch-log.sh to one file per job and node,
-which `NodeLog` ships as the CloudWatch agent would, one stream each.
+`localrun.slurm_events`), stallwatch-prolog.sh each node's Prolog; each node's output goes through
+deploy/slurm/stallwatch-log.sh to the file the Prolog made for the job, which `NodeLog` ships as the CloudWatch agent
+would, one stream each, named by the node's instance.
 
-    cluster = SlurmCluster(aws, root, timeline, on_error)
-    with cluster:                          # daemons up, instances in moto, the controller managed by SSM
+    cluster = SlurmCluster(aws, root, log_group, table, timeline, on_error)
+    with cluster:                          # daemons up, instances in moto, the runner polling the table
         job = cluster.submit(scenario, requeue=True, checkpoint_dir=...)
         cluster.events()                   # deploy/slurm's events, as EventBridge delivers them
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from localrun import moto_ssm, request_log
+from localrun import request_log
 from localrun.host_metrics import HostMetricsSimulator
 from localrun.host_run import FAULT_MARKER, FAULT_OVER_MARKER, RESUMED_MARKER, TRAIN_SCRIPT, parse_progress
 from localrun.local_aws import LocalAws
@@ -37,11 +38,11 @@ from localrun.scenarios import (
     HostActivity,
     Scenario,
 )
-from localrun.slurm_daemons import ControllerNode, SlurmDaemons, free_port
-from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
+from localrun.slurm_daemons import SlurmDaemons, free_port
+from localrun.slurm_events import EventSpool
+from localrun.slurm_runner import RunnerProcess
 from localrun.timeline import Kind, Timeline
-from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
-from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
+from stallwatch.core.platforms.slurm import log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 
 CLUSTER = "demo"  # Slurm's ClusterName: jobs are named demo-<id>-<name>
@@ -52,7 +53,6 @@ FLAVOR = "parallelcluster"
 AMI = "ami-12c6146b"  # one of moto's built-in images
 SUBNET = "127.0.0.0/24"  # the nodes' addresses (`SlurmDaemons.address`)
 CONTROLLER_TYPE = "c5.xlarge"
-LOG_WRAPPER = EVENTS_SCRIPT.parent / "stallwatch-log.sh"
 # Environment a training task must not inherit from the demo (the demo's own AWS setup is passed explicitly).
 _DROPPED_ENV = ("AWS_PROFILE", "TRAINING_JOB_NAME", "STALLWATCH_JOB_NAME", "SM_CURRENT_HOST")
 
@@ -111,15 +111,19 @@ class SlurmCluster:
 
     platform = Platform.SLURM
 
-    def __init__(self, aws: LocalAws, root: Path, log_group: str, timeline: Timeline, on_error: Any) -> None:
+    def __init__(
+        self, aws: LocalAws, root: Path, log_group: str, table: str, timeline: Timeline, on_error: Any
+    ) -> None:
         self.aws = aws
         self.root = root
         self.log_group = log_group
+        self.table = table
         self.timeline = timeline
         self.on_error = on_error
         self.logs_dir = root / "logs"
-        self.spool = EventSpool(root / "events", ssm_target="", platform=FLAVOR)
+        self.spool = EventSpool(root / "events", ssm_target="", platform=FLAVOR, log_dir=self.logs_dir)
         self.daemons: SlurmDaemons | None = None
+        self.runner: RunnerProcess | None = None
         self.instances: dict[str, str] = {}  # node -> instance id
         self.controller = ""
         self.node_logs: dict[str, NodeLog] = {}  # "<job>.<node>" file -> its log
@@ -133,21 +137,26 @@ class SlurmCluster:
     # ---- lifecycle --------------------------------------------------------------------------------------------
 
     def __enter__(self) -> SlurmCluster:
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.logs_dir.chmod(0o1777)  # as deploy/slurm asks of /var/log/stallwatch/slurm
         ec2 = self.aws.client("ec2")
-        self.controller = self._launch(ec2, 1, CONTROLLER_TYPE, {SLURM_CONTROLLER_TAG: SLURM_CONTROLLER_VALUE})[0]
+        subnet = self._subnet(ec2)
+        self.controller = self._launch(ec2, 1, CONTROLLER_TYPE, {"parallelcluster:node-type": "HeadNode"}, subnet)[0]
         self.spool.settings["STALLWATCH_SSM_TARGET"] = self.controller
         script = self.spool.install(self.root / "slurm" / "slurm.conf")
-        self.daemons = SlurmDaemons(self.root / "slurm", nodes=NODES, cluster=CLUSTER, prolog=script, epilog=script)
+        self.daemons = SlurmDaemons(
+            self.root / "slurm",
+            nodes=NODES,
+            cluster=CLUSTER,
+            prolog=script,
+            epilog=script,
+            node_prolog=self.spool.node_prolog,
+        )
         self.daemons.__enter__()
-        subnet = self._subnet(ec2)
+        self.runner = RunnerProcess(self.daemons, self.aws.env, self.table).__enter__()
         for node in self.daemons.nodes:
             tags = {"parallelcluster:cluster-name": CLUSTER, "parallelcluster:node-type": "Compute"}
             [instance] = self._launch(ec2, 1, EC2_INSTANCE_TYPE, tags, subnet, self.daemons.address(node))
             self.instances[node] = instance
             self.activity[node] = HostActivity.IDLE
-        moto_ssm.manage(self.controller, ControllerNode(self.daemons))
         cloudwatch = self.aws.client("cloudwatch")
         simulators = [
             HostMetricsSimulator(
@@ -172,6 +181,8 @@ class SlurmCluster:
             self._metrics.stop()
         for log in self.node_logs.values():
             log.stop()
+        if self.runner is not None:
+            self.runner.stop()
         if self.daemons is not None:
             self.daemons.stop()
 
@@ -182,7 +193,7 @@ class SlurmCluster:
     def _launch(
         self, ec2: Any, count: int, instance_type: str, tags: dict[str, str], subnet: str | None = None, ip: str = ""
     ) -> list[str]:
-        placement = {"SubnetId": subnet, "PrivateIpAddress": ip} if subnet else {}
+        placement = {"SubnetId": subnet} | ({"PrivateIpAddress": ip} if ip else {}) if subnet else {}
         response = ec2.run_instances(
             ImageId=AMI,
             InstanceType=instance_type,
@@ -206,7 +217,7 @@ class SlurmCluster:
         script.write_text(
             "#!/bin/sh\n"
             "# one task per node: the fault by rank on the first attempt; from the checkpoint after a requeue\n"
-            f"exec srun {shlex.quote(str(LOG_WRAPPER))} sh -c '\n"
+            f"exec srun {shlex.quote(str(self.spool.log_wrapper))} sh -c '\n"
             '  if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then\n'
             f"    set -- {shlex.join(again)}\n"
             "  else\n"
@@ -254,11 +265,12 @@ class SlurmCluster:
         """Ship the nodes' new lines, and set what each node's GPUs do from what its training said (`fields`: the
         job as scontrol shows it now)."""
         assert self.daemons is not None
-        for path in sorted(self.logs_dir.glob(f"{self.job_name}.*.log")):
-            node = path.name.removeprefix(f"{self.job_name}.").removesuffix(".log")
+        key = log_key(CLUSTER, self.job_id or "")
+        for path in sorted(self.logs_dir.glob(f"{key}.*.log")):
+            node = path.name.removeprefix(f"{key}.").removesuffix(".log")
             log = self.node_logs.get(path.name)
             if log is None:
-                stream = stream_name(self.job_name, node)
+                stream = stream_name(self.instances[node], key, node)
                 log = NodeLog(path, self.aws.client("logs"), self.log_group, stream, node, self.timeline, self.on_error)
                 self.node_logs[path.name] = log
             log.read(t)
@@ -270,7 +282,7 @@ class SlurmCluster:
         nodes = set(self.daemons.hostnames(fields["NodeList"])) if running else set()
         requeued = int(fields.get("Restarts", "0") or 0) > 0  # a requeued attempt trains on without a fault
         for node in self.instances:
-            log = self.node_logs.get(f"{self.job_name}.{node}.log")
+            log = self.node_logs.get(f"{key}.{node}.log")
             if node not in nodes:
                 self.activity[node] = HostActivity.EXITED if log else HostActivity.IDLE
             elif log is not None and log.fault and not log.fault_over and not requeued:

@@ -9,7 +9,8 @@ demo) never meet; leaving the block stops them all, whatever happened inside it.
         slurm.job(job)["JobState"]                     # "RUNNING"
         slurm.scontrol("update", "nodename=node2", "state=drain", "reason=why")
 
-`prolog` and `epilog` become PrologSlurmctld and EpilogSlurmctld (deploy/slurm/stallwatch-events.sh in the demo).
+`prolog` and `epilog` become PrologSlurmctld and EpilogSlurmctld (deploy/slurm/stallwatch-events.sh in the demo),
+`node_prolog` each node's Prolog (deploy/slurm/stallwatch-prolog.sh).
 """
 
 from __future__ import annotations
@@ -24,11 +25,8 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-
-from localrun.gpu_node import Agent
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "scancel", "squeue", "sinfo")
@@ -88,12 +86,14 @@ class SlurmDaemons:
         prolog: Path | None = None,
         epilog: Path | None = None,
         partition: str = "train",
+        node_prolog: Path | None = None,
     ) -> None:
         self.root = root
         self.cluster = cluster
         self.partition = partition
         self.nodes = tuple(f"node{i}" for i in range(1, nodes + 1))
         self.prolog, self.epilog = prolog, epilog
+        self.node_prolog = node_prolog  # each node's Prolog (slurmd runs it as root)
         self.conf = root / "slurm.conf"
         # Unix sockets (munged's, each job step's in the spool) need paths under 108 bytes: a short folder of their own.
         self.sockets = Path(tempfile.mkdtemp(prefix="swslurm-"))
@@ -185,6 +185,8 @@ class SlurmDaemons:
             lines.append(f"PrologSlurmctld={self.prolog}")
         if self.epilog is not None:
             lines.append(f"EpilogSlurmctld={self.epilog}")
+        if self.node_prolog is not None:
+            lines.append(f"Prolog={self.node_prolog}")
         lines += [
             f"NodeName={node} NodeHostname=localhost NodeAddr={self.address(node)} Port={port} CPUs=1 State=UNKNOWN"
             for node, port in ports.items()
@@ -370,15 +372,3 @@ class SlurmDaemons:
             text = path.read_text(errors="replace").splitlines()[-lines:]
             parts.append(f"--- {path.name}\n" + "\n".join(text))
         return "\n".join(parts)
-
-
-@dataclass
-class ControllerNode:
-    """The cluster's controller as an SSM managed node (`localrun.moto_ssm.manage`): Stallwatch's documents run there
-    as root with this cluster's SLURM_CONF, as on a controller whose slurm.conf is in its default place."""
-
-    daemons: SlurmDaemons
-    agent: Agent = Agent.ONLINE
-
-    def environment(self) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "SLURM_CONF": str(self.daemons.conf)}

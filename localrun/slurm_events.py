@@ -1,12 +1,14 @@
 """Slurm's job events on this machine: deploy/slurm/stallwatch-events.sh as PrologSlurmctld and EpilogSlurmctld,
 posting through an `aws` stand-in that keeps each PutEvents request in a spool folder, delivered as EventBridge would.
 
-The script is the one a cluster installs, copied beside its settings file (stallwatch-slurm.env), as on a
-controller; only `aws events put-events` is played here: the stand-in writes the request's entries to the spool and
-answers as PutEvents does (or fails, `failing=True`, as an unreachable AWS would).
+deploy/slurm's scripts are the ones a cluster installs, copied together beside their settings file
+(stallwatch-slurm.env), as in /opt/stallwatch/slurm; only `aws events put-events` is played here: the stand-in writes
+the request's entries to the spool and answers as PutEvents does (or fails, `failing=True`, as an unreachable AWS
+would).
 
     spool = EventSpool(tmp / "events", ssm_target="i-0abc...")
     script = spool.install(slurm_conf)          # PrologSlurmctld=script, EpilogSlurmctld=script
+    spool.folder / "stallwatch-prolog.sh"       # each node's Prolog; stallwatch-log.sh wraps a job's tasks
     for event in spool.take(): ...              # "Slurm Job State Change" events, oldest first, each once
 """
 
@@ -22,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EVENTS_SCRIPT = REPO_ROOT / "deploy" / "slurm" / "stallwatch-events.sh"
+DEPLOY_SLURM = REPO_ROOT / "deploy" / "slurm"
+EVENTS_SCRIPT = DEPLOY_SLURM / "stallwatch-events.sh"
+NODE_SCRIPTS = ("stallwatch-prolog.sh", "stallwatch-key.sh", "stallwatch-log.sh")
+EVENT_BUS = "stallwatch-slurm"  # the stack's Slurm bus (its output SlurmEventBusName)
 SETTINGS_FILE = "stallwatch-slurm.env"
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -47,18 +52,23 @@ printf '{\\n    "FailedEntryCount": 0,\\n    "Entries": [{"EventId": "%s"}]\\n}\
 class EventSpool:
     """The events the script posted, kept in `folder` until taken."""
 
-    def __init__(self, folder: Path, ssm_target: str, platform: str = "slurm", failing: bool = False):
+    def __init__(
+        self, folder: Path, ssm_target: str, platform: str = "slurm", failing: bool = False, log_dir: Path | None = None
+    ):
         self.folder = folder
+        self.log_dir = log_dir or folder / "logs"  # the nodes' log files (/var/log/stallwatch/slurm on a cluster)
         self.settings = {
             "STALLWATCH_PLATFORM": platform,
             "STALLWATCH_SSM_TARGET": ssm_target,
+            "STALLWATCH_EVENT_BUS": EVENT_BUS,
+            "STALLWATCH_SLURM_LOG_DIR": str(self.log_dir),
             "AWS_REGION": REGION,
         } | ({"STALLWATCH_AWS_FAILS": "1"} if failing else {})
         self._taken: set[str] = set()
 
     def install(self, slurm_conf: Path, defaults: str = "") -> Path:
-        """The script and its settings (this cluster's SLURM_CONF, the stand-in first on PATH) in the spool's
-        folder; the script's path, for PrologSlurmctld and EpilogSlurmctld."""
+        """deploy/slurm's scripts and their settings (this cluster's SLURM_CONF, the stand-in first on PATH) in the
+        spool's folder; the events script's path, for PrologSlurmctld and EpilogSlurmctld."""
         bin_dir = self.folder / "bin"
         (self.folder / "spool").mkdir(parents=True, exist_ok=True)
         bin_dir.mkdir(exist_ok=True)
@@ -66,8 +76,9 @@ class EventSpool:
         stand_in.write_text(AWS_STAND_IN.replace("SPOOL", str(self.folder / "spool")))
         stand_in.chmod(0o755)
         script = self.folder / EVENTS_SCRIPT.name
-        shutil.copyfile(EVENTS_SCRIPT, script)
-        script.chmod(0o755)
+        for name in (EVENTS_SCRIPT.name, *NODE_SCRIPTS):
+            shutil.copyfile(DEPLOY_SLURM / name, self.folder / name)
+            (self.folder / name).chmod(0o755)
         settings = self.settings | {
             "SLURM_CONF": str(slurm_conf),
             "PATH": f"{bin_dir}:/usr/bin:/bin",
@@ -75,6 +86,15 @@ class EventSpool:
         }
         (self.folder / SETTINGS_FILE).write_text("".join(f"{k}='{v}'\nexport {k}\n" for k, v in settings.items()))
         return script
+
+    @property
+    def node_prolog(self) -> Path:
+        """Each node's Prolog, installed beside the events script."""
+        return self.folder / "stallwatch-prolog.sh"
+
+    @property
+    def log_wrapper(self) -> Path:
+        return self.folder / "stallwatch-log.sh"
 
     def take(self) -> list[dict[str, Any]]:
         """The events posted since the last call, as EventBridge delivers them to a rule's target."""

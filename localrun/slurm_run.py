@@ -1,5 +1,6 @@
 """The local run on a real Slurm: moto, a 3-node Slurm on this machine, a 2-node sbatch'd torch job with the agent
-on each node, the real handlers, and a real scancel or requeue run by moto's SSM on the controller.
+on each node, the real handlers, and a real scancel or requeue run by the cluster's runner
+(deploy/slurm/stallwatch-runner).
 
     result = SlurmRun(SCENARIOS["hang"], console).run()                 # the job ends CANCELLED
     result = SlurmRun(SCENARIOS["crash"], console, requeue=True).run()   # requeued, the job runs again
@@ -8,7 +9,8 @@ Order of events: moto and the Slack receiver start; the stack's runtime resource
 start with deploy/slurm's script as PrologSlurmctld and EpilogSlurmctld, the nodes and the controller become instances
 in moto; the job is sbatch'd with its stallwatch:* settings in its comment. Its start event reaches on_job_state (its
 alarms put); each node's output goes to its stream, its GPU metrics to CWAgent; the local alarm evaluator, the
-rechecks and the sweeper run until the job has ended and its end event was delivered. Everything started is stopped
+rechecks and the sweeper run until the job has ended and its end event was delivered; the cluster's runner answers
+the stops and the sweeper's reports from the table. Everything started is stopped
 in reverse order, on success, failure or Ctrl-C.
 """
 
@@ -24,14 +26,14 @@ from typing import Any
 
 from rich.console import Console
 
-from localrun import aws_events, moto_ssm
+from localrun import aws_events
 from localrun.alarm_loop import THRESHOLD_CROSSED, AlarmLoop
 from localrun.aws_events import AlarmStateRecord
 from localrun.lambda_runtime import LambdaRuntime
 from localrun.local_aws import LocalAws, scoped_environ
 from localrun.moto_scheduler import OneTimeSchedules
 from localrun.periodic import Periodic
-from localrun.resources import ON_ALARM, ON_JOB_STATE, SLURM_DOCUMENT_ENV, SWEEPER, create_resources
+from localrun.resources import ON_ALARM, ON_JOB_STATE, SWEEPER, create_resources
 from localrun.scenarios import (
     CHECKPOINT_BEFORE_FAULT,
     CONTROL_TICK_S,
@@ -94,7 +96,6 @@ class SlurmRun:
         started = time.time()
         with contextlib.ExitStack() as stack:
             aws = stack.enter_context(LocalAws())
-            stack.callback(moto_ssm.reset)
             slack = stack.enter_context(SlackReceiver(on_message=self._on_slack))
             self.timeline.event(Kind.SETUP, f"moto server on {aws.endpoint_url}, Slack receiver on port {slack.port}")
             resources = create_resources(
@@ -102,14 +103,20 @@ class SlurmRun:
                 aws.client("secretsmanager"),
                 aws.client("scheduler"),
                 slack.webhook_url,
-                aws.client("ssm"),
             )
-            stack.enter_context(scoped_environ(dict(resources.function_env()) | SLURM_DOCUMENT_ENV))
+            stack.enter_context(scoped_environ(dict(resources.function_env())))
             self._store = Store(aws.client("dynamodb"), resources.table_name, resources.config.incident_ttl_days)
             self._runtime = self._lambda_runtime(aws)
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sw-slurm-")))
             cluster = self._cluster = stack.enter_context(
-                SlurmCluster(aws, root, resources.config.log_group(Platform.SLURM), self.timeline, self._on_error)
+                SlurmCluster(
+                    aws,
+                    root,
+                    resources.config.log_group(Platform.SLURM),
+                    resources.table_name,
+                    self.timeline,
+                    self._on_error,
+                )
             )
             assert cluster.daemons is not None
             nodes = ", ".join(f"{n} {cluster.daemons.address(n)} = {i}" for n, i in cluster.instances.items())

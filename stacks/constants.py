@@ -85,8 +85,8 @@ CLOUDWATCH_AGENT_CONFIG = REPO_ROOT / "deploy" / "ec2" / "cloudwatch-agent.json"
 # The CloudWatch agent's own naming convention (its managed policies read AmazonCloudWatch-*); flat, as
 # `amazon-cloudwatch-agent-ctl -c ssm:<name>` expects.
 CLOUDWATCH_AGENT_PARAMETER = "AmazonCloudWatch-{deployment}-ec2"
-# The streams the training nodes may write, by name: an EC2 node's are named by its instance id (the CloudWatch
-# agent's {instance_id}, deploy/ec2/cloudwatch-agent.json); a Slurm node's by job and node (deploy/slurm), for now.
+# The streams the training nodes may write, by name: an EC2 node's and a Slurm node's are named by its instance id (the
+# CloudWatch agent's {instance_id}: deploy/ec2/cloudwatch-agent.json, deploy/slurm/cloudwatch-agent.json), in the EC2
+# group and the groups under it (the Slurm group is one).
 INSTANCE_STREAMS = "i-*"
-SLURM_NODE_STREAMS = "*"
 EC2_LOG_RETENTION = logs.RetentionDays.ONE_MONTH

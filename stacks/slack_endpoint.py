@@ -43,10 +43,11 @@ from stacks.nag import arn_template
 from stallwatch.core.config import CONFIG_ENV, PRESS_MAX_AGE_SECONDS, StallwatchConfig
 from stallwatch.core.contract import SERVICE
 
-# The items the function may touch: a job's state and audit records, its own request claims (store.py), and the
-# claims on posting back a failed press (press_reports.py).
+# The items the function may touch: a job's state and audit records, its own request claims (store.py), the claims
+# on posting back a failed press (press_reports.py), and a stop that answers later (pending_stops.py): a Slurm job's
+# "Stop now" is a command for its cluster's runner (aws/platforms/slurm_runner.py).
 TABLE_ACTIONS = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:ConditionCheckItem"]
-TABLE_LEADING_KEYS = ["job#*", "event#slack#*", "press-report#*"]
+TABLE_LEADING_KEYS = ["job#*", "event#slack#*", "press-report#*", "pending-stop", "slurm-command#*"]
 DESCRIPTION = "Stallwatch: Slack buttons (snooze, stop now, not stalled), verified by the Slack signature"
 # Lambda's own default, made explicit: a press that fails is tried twice more (1 and 2 minutes later).
 PRESS_RETRY_ATTEMPTS = 2

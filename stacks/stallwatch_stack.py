@@ -139,11 +139,14 @@ class StallwatchStack(Stack):
             deployment=deployment,
             on_alarm=self.watchdog.on_alarm,
             sweeper=self.watchdog.sweeper,
+            on_job_state=self.watchdog.on_job_state,
             on_log_line=self.watchdog.on_log_line,
             slack_endpoint=self.slack_endpoint.function,
             code=self.watchdog.code,
             subscriptions=self.log_subscriptions,
             nodes=self.ec2_training,
+            table=self.state.table,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
         )
         for part in parts:
             part.build(wiring)

@@ -247,11 +247,15 @@ def test_the_security_section_says_who_writes_each_input_and_quotes_the_policy_a
     section = text.split("### Who can write what", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| ---")]
 
-    # Then it has a row per input a decision reads, and the Slurm paragraph its change completes
+    # Then it has a row per input a decision reads, and says who writes each of a Slurm job's inputs: its lines, its
+    # events, its commands, HyperPod's words
     inputs = [row.split("|")[1].strip() for row in rows[1:]]
     for name in ("logs", "Metrics", "Events", "Slack presses", "Tags"):
         assert any(name in cell for cell in inputs), name
-    assert "**SLURM (to be completed with the Slurm change).**" in section
+    slurm = section.split("**Slurm.**", 1)[1]
+    for name in ("*A job's lines.*", "*Job events.*", "*Commands.*", "*HyperPod's words.*"):
+        assert name in slurm, name
+    assert "stallwatch:slurm=controller" in slurm
     # And what it says IAM grants the nodes is what the stack grants
     assert f"`log-stream:{INSTANCE_STREAMS}`" in text
     assert "`cloudwatch:namespace`" in section

@@ -6,6 +6,9 @@ One definition on the agent side; ``lambdas/stallwatch/contract.py`` mirrors it 
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 NAMESPACE = "Stallwatch"
 DIM_JOB = "JobName"
 DIM_HOST = "Host"
@@ -73,16 +76,23 @@ SLURM_JOB_NAME_ENV = "SLURM_JOB_NAME"
 SLURM_CLUSTER_ENV = "SLURM_CLUSTER_NAME"
 SLURM_NODE_ENV = "SLURMD_NODENAME"
 SLURM_NAME_MAX = 63  # a job name becomes alarm names and the JobName dimension, as SageMaker's (63 at most)
+SLURM_NAME_HASH_CHARS = 12  # a hashed name's hash (the control plane's core.names.HASH_CHARS)
+SLURM_HASHED_HEAD_MAX = 30  # a hashed name's first characters of the cluster
 
 
 def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
-    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every byte (UTF-8) but letters, digits, '-' and '_' made
-    '-', at most 63 (``slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"``), as deploy/slurm/stallwatch-log.sh
-    names the job's log files with `tr`. The id keeps two jobs of a cluster apart; the control plane's key adds the
-    submit time (Slurm reuses ids)."""
-    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part).encode()
-    cleaned = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)
-    return cleaned[:SLURM_NAME_MAX]
+    """A Slurm job's JobName, as the control plane names it (`stallwatch.core.platforms.slurm.slurm_job_name`, unique
+    by construction for its cluster and id): ``<cluster>-<id>-<name>`` (every byte but letters, digits, '-' and '_'
+    made '-'; ``slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"``) where the cluster has no '-' and the
+    whole fits 63, else ``<cluster start>--<hash>-<id>-<name>`` cut to 63 with its hash whole."""
+    cluster = cluster or "slurm"
+    joined = "-".join(part for part in (cluster, job_id, name) if part).encode()
+    plain = "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)
+    if re.match(r"^[A-Za-z0-9_]+\Z", cluster) and len(plain) <= SLURM_NAME_MAX:
+        return plain
+    digest = hashlib.sha256("\0".join((cluster, job_id, name)).encode()).hexdigest()[:SLURM_NAME_HASH_CHARS]
+    head, _, rest = plain.partition("-")
+    return f"{head[:SLURM_HASHED_HEAD_MAX]}--{digest}-{rest}"[:SLURM_NAME_MAX].rstrip("-")
 
 
 # The stack dump (trainer_agent.stack_dumps): one JSON line per rank and stall whose first key is this marker, the

@@ -9,11 +9,12 @@
 # SLURM_CONF): its settings come from stallwatch-slurm.env beside it, else /etc/stallwatch/slurm.env. The job is named
 # <ClusterName>-<job id>-<job name> (SLURM_CLUSTER_NAME), as the agent names it on the nodes.
 #   STALLWATCH_PLATFORM     parallelcluster, pcs, hyperpod or slurm (what the control plane may do with the nodes)
-#   STALLWATCH_SSM_TARGET   where Stallwatch's SSM documents (scancel, drain and requeue) run: this controller's
-#                           instance id (default: from instance metadata); on HyperPod, the SSM name of the
-#                           controller node, sagemaker-cluster:<cluster-id>_<controller-group>-<instance-id>
+#   STALLWATCH_SSM_TARGET   the controller's SSM name: its instance id (default: from instance metadata; the nodes
+#                           are matched to instances in its VPC); on HyperPod, sagemaker-cluster:<cluster-id>_
+#                           <controller-group>-<instance-id> (its cluster id names the cluster to SageMaker's APIs)
 #   STALLWATCH_DEFAULTS     the cluster's own stallwatch:* settings, which a job's override
-#   STALLWATCH_EVENT_BUS    the event bus (default: default); AWS_REGION: the stack's region
+#   STALLWATCH_EVENT_BUS    the stack's Slurm event bus (its output SlurmEventBusName; only it is listened to, and
+#                           only the controllers' role may put events on it); AWS_REGION: the stack's region
 #   SLURM_CONF, PATH        where scontrol and the configuration are (ParallelCluster: /opt/slurm/bin)
 # A job's settings are the `stallwatch:NAME=VALUE` words of its --comment (`sbatch --comment="stallwatch:mode=enforce
 # stallwatch:stall-minutes=20"`); where a site uses the comment for something else, the words may stand among other
@@ -72,6 +73,13 @@ job_id=${SLURM_JOB_ID:-}
 case "$job_id" in
   '' | *[!0-9]*) say "SLURM_JOB_ID=$job_id: not a job id"; exit 0 ;;
 esac
+[ -n "${STALLWATCH_EVENT_BUS:-}" ] || { say "job $job_id: STALLWATCH_EVENT_BUS is not set: nothing posted"; exit 0; }
+# The restart count slurmctld gave this run of the script: a requeue for a failed node raises the job's after it, so
+# a job whose count is higher by the time it is read was requeued.
+attempt=${SLURM_JOB_RESTART_COUNT:-0}
+case "$attempt" in
+  '' | *[!0-9]*) attempt=0 ;;
+esac
 
 fields() {  # squeue's fields of the job, '|'-separated: no job name or comment can stand among them
   squeue -h -t all -j "$job_id" -O "SubmitTime:|,StartTime:|,State:|,TimeLimit:|,RestartCnt:|,Reason:|,EndTime:|" \
@@ -84,7 +92,11 @@ fields() {  # squeue's fields of the job, '|'-separated: no job name or comment 
 IFS='|' read -r submit_time start_time job_state time_limit restarts reason end_time <<FIELDS
 $(fields)
 FIELDS
+# The detached copy (below) is given the attempt's submit time as the epilog read it: by the time the copy reads the
+# job again, a requeue may have given the next attempt its own.
+[ "${1:-}" != --after-epilog ] || [ -z "${2:-}" ] || attempt_submit=$2
 if [ "$state" = ended ]; then
+  attempt_submit=${attempt_submit:-${submit_time:-}}
   case "${end_time:-}" in
     NONE | Unknown | N/A) job_state=REQUEUED ;;
     *)
@@ -101,10 +113,23 @@ FIELDS
       elif command -v setsid >/dev/null 2>&1; then
         # A subshell's child (init's once it returns), signals ignored from its start: slurmctld's cleanup of its
         # epilog may signal what the epilog started, and the end must still be posted
-        (trap '' HUP INT TERM; setsid "$0" --after-epilog </dev/null >/dev/null 2>&1 &)
+        (trap '' HUP INT TERM; setsid "$0" --after-epilog "$attempt_submit" </dev/null >/dev/null 2>&1 &)
         exit 0
       fi ;;
   esac
+  # Slurm requeued the job (a node failed; scontrol requeue): the attempt ended REQUEUED, whatever the job is now
+  case "${restarts:-}" in
+    '' | *[!0-9]*) ;;
+    *) [ "$restarts" -le "$attempt" ] || job_state=REQUEUED ;;
+  esac
+  case "${job_state:-}" in
+    PENDING | REQUEUE_HOLD | REQUEUE_FED | CONFIGURING | RUNNING) job_state=REQUEUED ;;
+  esac
+  # The attempt that ended: its own submit time and restart count (Slurm counts the requeue at once)
+  submit_time=$attempt_submit
+  if [ "$job_state" = REQUEUED ] && [ "${restarts:-0}" -gt 0 ] 2>/dev/null; then
+    restarts=$((restarts - 1))
+  fi
 fi
 epoch() {  # a Slurm time (the controller's local time) in epoch seconds; 0 for none (N/A, Unknown, empty)
   case "$1" in
@@ -147,7 +172,7 @@ entries=$(mktemp "${TMPDIR:-/tmp}/stallwatch-event.XXXXXX") || { say "job $job_i
 trap 'rm -f "$entries"' EXIT
 escaped=$(printf '%s' "$detail" | sed 's/\\/\\\\/g; s/"/\\"/g')
 printf '[{"Source":"%s","DetailType":"%s","EventBusName":"%s","Detail":"%s"}]\n' \
-  "$SOURCE" "$DETAIL_TYPE" "${STALLWATCH_EVENT_BUS:-default}" "$escaped" > "$entries"
+  "$SOURCE" "$DETAIL_TYPE" "$STALLWATCH_EVENT_BUS" "$escaped" > "$entries"
 if ! answer=$(timeout "$POST_TIMEOUT_S" aws events put-events --entries "file://$entries" --output json 2>&1); then
   say "job $job_id $state: PutEvents failed: $(printf '%s' "$answer" | head -c 300)"
 elif printf '%s' "$answer" | grep -q '"FailedEntryCount": *[1-9]'; then

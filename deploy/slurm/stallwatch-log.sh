@@ -4,17 +4,29 @@
 #
 #   srun /opt/stallwatch/slurm/stallwatch-log.sh python train.py ...
 #
-# runs the command with its stdout and stderr appended to /var/log/stallwatch/slurm/<job>.<node>.log, <job> the name
-# the agent and the control plane give the job (<ClusterName>-<job id>-<job name>, each byte but letters, digits, '-'
-# and '_' made '-', at most 63: trainer_agent.contract.slurm_job_name); the agent's stream:
-# <instance id>__var_log_stallwatch_slurm_<job>.<node>.log. Every task of a node appends to the node's file; the
-# command is exec'd, so Slurm's signals (scancel, the time limit) reach it as they would without this.
+# runs the command with its stdout and stderr appended to /var/log/stallwatch/slurm/<log key>.<node>.log, the file
+# the node's Prolog created for the job's user (deploy/slurm/stallwatch-prolog.sh; <log key>: stallwatch-key.sh); the
+# agent's stream: <instance id>__var_log_stallwatch_slurm_<log key>.<node>.log. Every task of a node appends to the
+# node's file; the command is exec'd, so Slurm's signals (scancel, the time limit) reach it as they would without this.
+# Where the file is not there to append to (the Prolog is not installed), the command runs all the same, its output
+# where Slurm puts it.
 set -eu
-dir=${STALLWATCH_SLURM_LOG_DIR:-/var/log/stallwatch/slurm}
+HERE=$(dirname "$0")
+dir=${STALLWATCH_SLURM_LOG_DIR:-}
+for file in "$HERE/stallwatch-slurm.env" /etc/stallwatch/slurm.env; do  # the site's folder, as the Prolog reads it
+  if [ -n "$dir" ] || [ ! -r "$file" ]; then continue; fi
+  dir=$(sed -n "s/^STALLWATCH_SLURM_LOG_DIR=[\"']\{0,1\}\([^\"']*\)[\"']\{0,1\}$/\1/p" "$file" | tail -n 1)
+done
+dir=${dir:-/var/log/stallwatch/slurm}
 id=${SLURM_JOB_ID:?stallwatch-log.sh runs inside a Slurm job (srun)}
 node=${SLURMD_NODENAME:?stallwatch-log.sh runs inside a Slurm job (srun)}
 [ "$#" -gt 0 ] || { echo "usage: srun stallwatch-log.sh COMMAND [ARG...]" >&2; exit 2; }
-job=$(printf '%s' "${SLURM_CLUSTER_NAME:-slurm}-$id${SLURM_JOB_NAME:+-$SLURM_JOB_NAME}" \
-  | LC_ALL=C tr -c 'A-Za-z0-9_-' '-' | LC_ALL=C cut -b 1-63)
-exec >> "$dir/$job.$node.log" 2>&1
+# shellcheck source=/dev/null # stallwatch-key.sh, installed beside it
+. "$HERE/stallwatch-key.sh"
+file="$dir/$(stallwatch_log_key "${SLURM_CLUSTER_NAME:-slurm}" "$id").$node.log"
+if [ -f "$file" ] && [ ! -L "$file" ] && [ -w "$file" ]; then
+  exec >> "$file" 2>&1
+else
+  echo "stallwatch-log.sh: $file is not this job's to write (is deploy/slurm/stallwatch-prolog.sh the Prolog?)" >&2
+fi
 exec "$@"

@@ -16,6 +16,8 @@ from aws_cdk import Aws, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from aws_cdk.aws_dynamodb import ITable
 
 from stacks.ec2_training import Ec2Training
 from stacks.log_subscriptions import FatalLineSubscriptions
@@ -35,16 +37,20 @@ class StateRule:
 @dataclass(frozen=True)
 class Wiring:
     """What a platform's resources are wired to, once the stack has made it: the functions, the asset they share,
-    the fatal-line subscriptions and the training nodes' construct (their log group and instance policy)."""
+    the fatal-line subscriptions, the training nodes' construct (their log group and instance policy), the table and
+    the events' dead-letter queue."""
 
     deployment: str
     on_alarm: lambda_.Function
     sweeper: lambda_.Function
+    on_job_state: lambda_.Function
     on_log_line: lambda_.Function
     slack_endpoint: lambda_.Function
     code: lambda_.Code
     subscriptions: FatalLineSubscriptions
     nodes: Ec2Training
+    table: ITable
+    dead_letter_queue: sqs.IQueue
 
     @property
     def deciders(self) -> list[lambda_.Function]:

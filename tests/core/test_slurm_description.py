@@ -1,5 +1,5 @@
 """The Slurm platform as pure rules: a job's facts from its events, its time limit, its nodes' metrics and streams,
-what the controller's answers to a stop mean, and which hosts a requeue keeps the job off."""
+and what HyperPod says of its nodes (left to HyperPod while it acts; its hardware verdict a fault a requeue drains)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,21 @@ import pytest
 from stallwatch.core import contract, engine
 from stallwatch.core.decision import Action, Decision, Diagnosis, JobState
 from stallwatch.core.platforms import describe, job_name_error
+from stallwatch.core.platforms.hyperpod import REPLACE, HyperPodAction
 from stallwatch.core.platforms.slurm import (
     HELD_RECHECK_S,
+    LEFT_TO_HYPERPOD,
     SLURM,
     SlurmJob,
     SlurmNode,
-    answer_outcome,
+    controller_instance,
     end_state,
+    hyperpod_cluster,
+    job_streams,
+    log_key,
+    node_of_stream,
     slurm_job_name,
     stream_name,
-    stream_prefix,
     this_attempt,
     time_limit_seconds,
 )
@@ -84,7 +89,7 @@ def test_a_started_job_is_its_nodes_and_settings_and_ends_by_its_time_limit() ->
 
 
 def test_nodes_that_are_instances_read_the_cloudwatch_agents_metrics_others_the_agents() -> None:
-    mapped = job().with_instances({"10.0.0.11": ("i-0aaaaaaaaaaaaaaaa", "p5.48xlarge")})
+    mapped = job().with_instances({"node1": ("i-0aaaaaaaaaaaaaaaa", "p5.48xlarge")})
     facts = mapped.facts()
     assert facts.host_instances == {"node1": "i-0aaaaaaaaaaaaaaaa"}
     math = SLURM.gpu_utilization(facts, "node1")
@@ -95,7 +100,7 @@ def test_nodes_that_are_instances_read_the_cloudwatch_agents_metrics_others_the_
     [(ns, metric, dims)] = agents.inputs.values()
     assert (ns, metric, dims) == (contract.NAMESPACE, "GPUMemoryUtilization", {"JobName": facts.name, "Host": "node2"})
     both = job().with_instances(
-        {a: (f"i-0{i}aaaaaaaaaaaaaaa", "p5.48xlarge") for i, a in enumerate(["10.0.0.11", "10.0.0.12"])}
+        {a: (f"i-0{i}aaaaaaaaaaaaaaa", "p5.48xlarge") for i, a in enumerate(["node1", "node2"])}
     )
     assert (both.facts().instance_type, both.facts().gpus_per_host) == ("p5.48xlarge", 8)
 
@@ -103,7 +108,7 @@ def test_nodes_that_are_instances_read_the_cloudwatch_agents_metrics_others_the_
 def test_a_decision_reads_the_agents_series_of_its_nodes_accelerators_and_both_where_no_type_is_known() -> None:
     # Given the same job on nodes of no known type (no EC2 instance of the account), on p5 and on trn1 instances
     unknown = job().facts()
-    nodes = ["10.0.0.11", "10.0.0.12"]
+    nodes = ["node1", "node2"]
     p5 = job().with_instances({a: (f"i-0{i}aaaaaaaaaaaaaaa", "p5.48xlarge") for i, a in enumerate(nodes)}).facts()
     trn1 = job().with_instances({a: (f"i-0{i}bbbbbbbbbbbbbbb", "trn1.32xlarge") for i, a in enumerate(nodes)}).facts()
 
@@ -145,46 +150,88 @@ def test_a_held_answer_pauses_the_job_until_it_lapses_and_its_time_is_held() -> 
     assert timed_out.held_spans(START + 3700) == ((START + 3600, START + 3700, "TIMEOUT"),)
 
 
-def test_a_nodes_stream_is_its_own_and_one_prefix_holds_the_jobs() -> None:
-    name = "pc1-42-llm"
-    stream = stream_name(name, "node2")
-    assert stream == "slurm__var_log_stallwatch_slurm_pc1-42-llm.node2.log"
-    assert stream.startswith(stream_prefix(name))
-    assert SLURM.host_of_stream(stream, name, {"node1", "node2"}) == "node2"
-    assert SLURM.host_of_stream(stream_name("pc1-42-llm2", "node2"), name, {"node2"}) is None  # another job
-    assert SLURM.host_of_stream(stream_name(name, "node9"), name, {"node2"}) is None
+NODE1, NODE2 = "i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"
+
+
+def test_a_nodes_stream_is_named_by_its_instance_and_taken_only_from_that_node_of_the_job() -> None:
+    # Given a job whose nodes were mapped to their instances when it started
+    facts = job().with_instances({"node1": (NODE1, "p5.48xlarge"), "node2": (NODE2, "p5.48xlarge")}).facts()
+    key = log_key("pc1", "42")
+    own = stream_name(NODE2, key, "node2")
+    # Then each node's stream is its instance's, and only a node's own instance's stream is taken as the node's
+    assert own == "i-0bbbbbbbbbbbbbbbb__var_log_stallwatch_slurm_pc1-42.node2.log"
+    assert job_streams(facts) == [stream_name(NODE1, key, "node1"), own]
+    assert node_of_stream(facts, own) == "node2"
+    assert node_of_stream(facts, stream_name(NODE1, key, "node2")) is None  # node1's role writing node2's name
+    assert node_of_stream(facts, stream_name(NODE2, key, "node9")) is None  # a node that is not the job's
+    assert node_of_stream(facts, stream_name(NODE2, log_key("pc1", "43"), "node2")) is None  # another job's
+    assert node_of_stream(facts, stream_name(NODE2, log_key("pc2", "42"), "node2")) is None  # another cluster's
+    assert node_of_stream(facts, "slurm__var_log_stallwatch_slurm_pc1-42.node2.log") is None  # the old, unsigned name
+    # And a node whose instance is not known has no stream the job takes
+    assert node_of_stream(job().facts(), own) is None
+    assert SLURM.host_of_stream(own, facts.name, {"node2"}) == "node2"  # a trace's reading: the node it names
+
+
+def test_a_job_name_is_unique_by_construction_for_its_cluster_and_id() -> None:
+    # Given names whose plain joins would be one, and a 60-character cluster whose ids would be cut away
+    pairs = [(("a-1", "2", "x"), ("a", "1", "2-x")), (("c" * 60, "123", ""), ("c" * 60, "124", ""))]
+    for first, second in pairs:
+        # Then they are two names, each one a job name can be
+        assert slurm_job_name(*first) != slurm_job_name(*second)
+        assert all(SLURM.names_job(slurm_job_name(*names)) for names in (first, second))
+    # And a plain cluster's name reads as it always did, its name cleaned
+    assert slurm_job_name("pc1", "42", "llm 7b") == "pc1-42-llm-7b"
+    assert log_key("pc1", "42") == "pc1-42"
+    assert len(slurm_job_name("c" * 60, "123", "")) <= 63
+    assert "--" in slurm_job_name("a-1", "2", "x")  # a hashed name never reads as a plain one
+
+
+def test_the_controllers_target_names_its_instance_or_its_hyperpod_cluster() -> None:
+    target = "sagemaker-cluster:2hd31rmi9mde_controller-machine-i-09e7576cbc230c181"
+    assert (hyperpod_cluster(target), controller_instance(target)) == ("2hd31rmi9mde", None)
+    assert (hyperpod_cluster("i-0123456789abcdef0"), controller_instance("i-0123456789abcdef0")) == (
+        None,
+        "i-0123456789abcdef0",
+    )
+
+
+def test_a_node_hyperpod_acts_on_leaves_the_job_to_hyperpod_for_a_while_and_its_verdict_is_noted() -> None:
+    # Given HyperPod said it replaces node2 (its health agent: the hardware) ten minutes into the attempt
+    replacing = HyperPodAction(REPLACE, "hardware", "node reason", START + 600, node="node2", said="Action:Replace")
+    held = job().with_hyperpod(replacing)
+    # Then the job is HyperPod's meanwhile (never judged, so never acted on twice), and says so
+    facts = held.facts(START + 700)
+    assert (facts.status, facts.secondary_status) == ("Paused", LEFT_TO_HYPERPOD)
+    assert any("HyperPod replaces node2" in note and "the hardware" in note for note in facts.notes)
+    # And once HyperPod has had its time, the job is watched again
+    assert held.facts(START + 600 + 3600).status == "InProgress"
+    # And the same word again is kept once
+    assert held.with_hyperpod(replacing).hyperpod == (replacing,)
+
+
+def test_hyperpods_hardware_verdict_on_a_node_blames_it_and_its_application_verdict_blames_none() -> None:
+    # Given HyperPod's health agent blaming node1's hardware without acting on it, and node2's application
+    hardware = HyperPodAction("None", "hardware", "health event", START + 600, node="node1", said="NVLink errors")
+    application = HyperPodAction("None", "application", "health agent", START + 600, node="node2", said="user app")
+    facts = job().with_hyperpod(hardware).with_hyperpod(application).facts(START + 700)
+    # Then the job is still judged, and only node1 is a hardware fault a requeue drains, in HyperPod's words
+    assert facts.status == "InProgress"
+    assert list(facts.hardware_faults) == ["node1"]
+    assert "NVLink errors" in facts.hardware_faults["node1"]
+
+
+def test_a_held_job_the_controller_says_runs_again_is_judged_again_and_its_hold_counted_until_then() -> None:
+    held = job().held("SUSPENDED", START + 600)
+    released = held.released(START + 900)
+    assert released.facts(START + 1000).status == "InProgress"
+    assert released.held_spans(START + 2000) == ((START + 600, START + 900, "SUSPENDED"),)
+    assert released.held("SUSPENDED", START + 1200).held_since == START + 1200  # a new hold
 
 
 def test_a_slurm_job_name_is_one_of_the_platforms() -> None:
     assert job_name_error("pc1-42-llm", Platform.SLURM) is None
     assert job_name_error("pc1.42", Platform.SLURM) is not None
     assert describe(Platform.SLURM) is SLURM
-
-
-def answer(result: str, state: str = "", code: int = 0, drained: str = "") -> str:
-    return (
-        f'{{"stallwatch_slurm":1,"action":"cancel","job":"42","result":"{result}","state":"{state}",'
-        f'"drained":"{drained}"}}\n'
-    )
-
-
-def test_the_controllers_answers_say_how_the_stop_went() -> None:
-    def outcome(status: str, code: int, output: str) -> tuple[bool, bool, str, str]:
-        found = answer_outcome(status, status, code, output)
-        assert found is not None
-        return found.ok, found.held, found.state, found.detail
-
-    assert answer_outcome("InProgress", "InProgress", -1, "") is None  # not answered yet
-    assert outcome("Success", 0, answer("cancelled", "CANCELLED"))[:3] == (True, False, "CANCELLED")
-    requeued = outcome("Success", 0, answer("requeued", "PENDING", drained="node2"))
-    assert requeued[:2] == (True, False)
-    assert "node2 drained" in requeued[3]
-    assert outcome("Failed", 4, answer("not_running", "SUSPENDED"))[:3] == (True, True, "SUSPENDED")
-    assert outcome("Failed", 3, answer("other_job", "RUNNING"))[:2] == (True, False)  # the id is another job's now
-    assert outcome("Failed", 1, answer("scancel_failed", "RUNNING"))[:2] == (False, False)
-    lost = outcome("TimedOut", -1, "")
-    assert lost[:2] == (False, False)
-    assert "TimedOut" in lost[3]
 
 
 def test_a_hung_job_past_its_time_limit_is_left_to_slurm_and_one_before_it_is_stopped() -> None:

@@ -121,6 +121,17 @@ def test_an_application_xid_blames_nobody_and_a_job_wide_outage_is_no_vanished_h
     assert blamed_hosts(outage, ("node1", "node2"), PERIOD, NOW) == {}
 
 
+def test_the_platforms_own_hardware_verdict_blames_its_node_among_the_others() -> None:
+    # Given node1's rank erring on its own (no blame), and HyperPod's health agent blaming node2's hardware
+    crash = "RuntimeError: CUDA error: device-side assert triggered"
+    evidence = {"hosts": {"node1": _host([crash]), "node2": _host()}}
+    faults = {"node2": "HyperPod replaces node2 (health agent: the hardware; XidHardwareFailure)", "node9": "gone"}
+    # When the hosts are blamed
+    blamed = blamed_hosts(evidence, ("node1", "node2"), PERIOD, NOW, faults)
+    # Then node2 is, in HyperPod's words; a node not the job's is not
+    assert blamed == {"node2": (faults["node2"],)}
+
+
 def _calls(tree: ast.AST, owner: str, method: str) -> bool:
     """Whether the module calls `<...>.<owner>.<method>(...)` (`rt.resume_tries.claims(key)`)."""
     return any(

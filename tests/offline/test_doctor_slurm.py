@@ -1,26 +1,31 @@
-"""`stallwatch doctor` on a deployment that watches Slurm: the job events' rule, the Slurm documents and log group,
-the controllers online in SSM, a running Slurm job heard of."""
+"""`stallwatch doctor` on a deployment that watches Slurm: the job events' rule (on the stack's Slurm bus) and log
+group, each cluster's runner answering a ping through the table, a running Slurm job heard of."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
-from localrun import moto_ssm
-from localrun.gpu_node import Agent
-from localrun.moto_world import EXAMPLE_AMI
-from localrun.slurm_daemons import ControllerNode
+from stallwatch.aws.platforms import slurm_doctor
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
 from stallwatch.core.platforms.slurm import SlurmJob, SlurmNode
 from stallwatch.offline import doctor
 from stallwatch.offline.ops import Deployment
+from tests.fixtures.slurm import HYPERPOD_TARGET, FakeRunner
 from tests.offline.test_doctor import STACK, deployed, slack  # noqa: F401 - the deployment on moto
 from tests.stacks.conftest import SLURM_WATCHED, build_app
 
-moto_ssm.install()
+SUBMIT = "2026-12-01T10:00:00"
+
+
+@pytest.fixture(autouse=True)
+def _short_ping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_WAIT_S", 2.0)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_POLL_S", 0.1)
 
 
 @pytest.fixture(scope="module")
@@ -34,43 +39,61 @@ def _checks() -> dict[str, doctor.Check]:
     return {c.name: c for c in doctor.run_checks(Deployment(stack=STACK)) if "Slurm" in c.name}
 
 
-def _controller(agent: Agent, tmp_path: Path) -> str:
-    tags = [{"Key": "stallwatch:slurm", "Value": "controller"}]
-    [instance] = boto3.client("ec2").run_instances(
-        ImageId=EXAMPLE_AMI,
-        MinCount=1,
-        MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-    )["Instances"]
-    node = ControllerNode.__new__(ControllerNode)  # its daemons are not needed: the doctor only asks SSM about it
-    node.agent = agent
-    moto_ssm.manage(instance["InstanceId"], node)
-    return str(instance["InstanceId"])
+def _running(cluster: str, target: str = "") -> None:
+    """A running job of `cluster` whose start was heard (the stack's table)."""
+    job = SlurmJob(
+        cluster,
+        "7",
+        "llm",
+        SUBMIT,
+        1_796_000_000,
+        1_796_000_060.0,
+        "RUNNING",
+        nodes=(SlurmNode("n1"),),
+        ssm_target=target,
+    )
+    SlurmJobs(Deployment(stack=STACK).store()).start(job, 1.0)
 
 
-def test_a_slurm_deployment_without_controllers_or_jobs_is_warned_and_its_resources_pass(deployed: Any) -> None:  # noqa: F811
+@pytest.fixture
+def answering(tmp_path: Path) -> Iterator[FakeRunner]:
+    """Cluster pc1's runner, answering what waits for it every 0.1 s while the test runs."""
+    runner = FakeRunner(tmp_path / "pc1", Deployment(stack=STACK).store(), "pc1", {})
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.1):
+            runner.poll()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield runner
+    stop.set()
+    thread.join()
+
+
+def test_a_slurm_deployment_without_runners_or_jobs_is_warned_and_its_resources_pass(deployed: Any) -> None:  # noqa: F811
     checks = _checks()
     assert checks["Slurm job events rule"].status is doctor.Status.OK
-    assert checks["Slurm document SLURM_CANCEL_DOCUMENT"].status is doctor.Status.OK
-    assert checks["Slurm document SLURM_REQUEUE_DOCUMENT"].status is doctor.Status.OK
     assert checks["Slurm log group"].status is doctor.Status.OK
-    assert (checks["Slurm controllers"].status, checks["Slurm job events"].status) == (doctor.Status.WARN,) * 2
-    assert "stallwatch:slurm=controller" in checks["Slurm controllers"].fix
+    assert (checks["Slurm runners"].status, checks["Slurm job events"].status) == (doctor.Status.WARN,) * 2
+    assert "stallwatch-runner" in checks["Slurm runners"].fix
     assert "journalctl -t stallwatch-slurm" in checks["Slurm job events"].fix
 
 
-def test_a_controller_ssm_cannot_reach_fails_and_a_heard_job_passes(deployed: Any, tmp_path: Path) -> None:  # noqa: F811
-    # Given a controller online, another whose agent is gone, and a running job whose start was heard
-    online, lost = _controller(Agent.ONLINE, tmp_path), _controller(Agent.OFFLINE, tmp_path)
-    job = SlurmJob("pc1", "7", "llm", "2026-12-01T10:00:00", 1_796_000_000, 1_796_000_060.0, "RUNNING",
-                   nodes=(SlurmNode("n1"),))  # fmt: skip
-    SlurmJobs(Deployment(stack=STACK).store()).start(job, 1_796_000_060.0)  # the stack's table
+def test_a_hyperpod_jobs_cluster_whose_runner_does_not_answer_fails_the_doctor(deployed: Any) -> None:  # noqa: F811
+    # Given a running job of a HyperPod cluster (its target HyperPod's SSM name), and no runner polling for it
+    _running("hp1", HYPERPOD_TARGET)
     # When the doctor runs
     checks = _checks()
-    # Then the lost controller fails the doctor by name, and the job is heard of
-    assert checks["Slurm controllers"].status is doctor.Status.FAIL
-    assert lost in checks["Slurm controllers"].detail
-    assert online not in checks["Slurm controllers"].detail
+    # Then the cluster's runner fails the doctor by name: no job of it can be stopped
+    assert checks["Slurm runner hp1"].status is doctor.Status.FAIL
+    assert "did not answer" in checks["Slurm runner hp1"].detail
     assert checks["Slurm job events"].status is doctor.Status.OK
-    assert "pc1-7-llm" in checks["Slurm job events"].detail
-    moto_ssm.reset()
+
+
+def test_a_runner_that_answers_passes(deployed: Any, answering: FakeRunner) -> None:  # noqa: F811
+    _running("pc1")
+    checks = _checks()
+    assert checks["Slurm runner pc1"].status is doctor.Status.OK
+    assert any(call[:2] == ["scontrol", "--version"] for call in answering.world()["calls"])

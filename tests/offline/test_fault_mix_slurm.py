@@ -9,7 +9,7 @@ from bench import faultmix
 from corpus import faults
 from corpus.faults import Episode, Fault, Job, draw_jobs, simulate
 from stallwatch.core import contract
-from stallwatch.core.platforms.slurm import SLURM, slurm_job_name, stream_name
+from stallwatch.core.platforms.slurm import SLURM, log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import LogEvent, MetricEvent
 from tests.offline.test_fault_mix import HOUR, job
@@ -17,7 +17,7 @@ from tests.offline.test_fault_mix import HOUR, job
 
 def slurm_job(name: str, fault: Fault | None = None, **shape: object) -> Job:
     fields: dict = {"platform": Platform.SLURM, "ec2_power": True} | shape
-    return job(slurm_job_name("pc-fm", "4242", name), fault, **fields)
+    return job(slurm_job_name("pcfm", "4242", name), fault, **fields)
 
 
 def test_slurm_jobs_follow_the_others_which_are_the_same_as_without_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +47,9 @@ def test_a_slurm_job_is_laid_out_as_on_parallelcluster() -> None:
     assert sorted(header.job.host_instances or {}) == sorted(nodes)
     metrics = {e.metric.dimensions.get(contract.CWAGENT_DIM_INSTANCE) for e in events if isinstance(e, MetricEvent)}
     assert metrics - {None} == set((header.job.host_instances or {}).values())
-    assert {e.log.stream for e in events if isinstance(e, LogEvent)} == {stream_name(slurm.name, n) for n in nodes}
+    instances = header.job.host_instances or {}
+    expected = {stream_name(instances[n], log_key("pcfm", "4242"), n) for n in nodes}
+    assert {e.log.stream for e in events if isinstance(e, LogEvent)} == expected
 
 
 STALLED = [

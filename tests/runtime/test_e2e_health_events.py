@@ -16,10 +16,8 @@ from handlers import on_health_event, on_job_state, sweeper
 from localrun import moto_ssm
 from localrun.gpu_node import GpuNode
 from localrun.moto_world import MINUTE, TABLE, World, instance_state_event, scheduled_event
-from localrun.resources import SLURM_REQUEUE_DOCUMENT
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.host_events import HostEvents
-from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import job_key
 from stallwatch.core import health_events as rules
 from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
@@ -27,7 +25,7 @@ from stallwatch.core.platforms.ec2_recovery import MOVED_OFF
 from stallwatch.core.platforms.slurm import slurm_job_name
 from stallwatch.offline import cli
 from tests.fixtures.health import ISSUE, RETIREMENT, health_event, load
-from tests.fixtures.slurm import FakeController, slurm_event
+from tests.fixtures.slurm import FakeRunner, parallelcluster, slurm_event
 
 JOB = "llm-70b"
 KEY = job_key("ec2", JOB)
@@ -205,24 +203,21 @@ SLURM_JOB = slurm_job_name("pc1", "42", "llm")
 
 
 def test_an_opted_in_slurm_job_is_requeued_with_the_node_drained_before_the_window(
-    rt, world, slack, context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    rt, world, slack, context, tmp_path: Path
 ) -> None:
     # Given a deployment watching Slurm, and a Slurm job on two ParallelCluster nodes (instances of the account), opted
-    # in to requeue
+    # in to requeue, and its cluster's runner
     rt.config = StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}})
-    monkeypatch.setattr(rt, "documents", Documents(slurm_requeue=SLURM_REQUEUE_DOCUMENT))
-    [target] = world.launch(1, {"stallwatch:slurm": "controller"}, instance_type="c5.xlarge")
+    cluster = parallelcluster(world)
     submit = slurm_event("started")["detail"]["submit_time"]
-    controller = FakeController(
-        tmp_path / "controller", {"42": {"submit": submit, "state": "RUNNING", "nodes": "node1,node2"}}, target
+    runner = FakeRunner(
+        tmp_path / "controller", rt.store, "pc1", {"42": {"submit": submit, "state": "RUNNING", "nodes": "node1,node2"}}
     )
-    moto_ssm.manage(target, controller)
-    instances = world.launch(2, {"parallelcluster:cluster-name": "pc1"})
-    described = rt.clients.ec2.describe_instances(InstanceIds=instances)["Reservations"][0]["Instances"]
-    addrs = {i["InstanceId"]: i["PrivateIpAddress"] for i in described}
+    instances = [cluster.instances["node1"], cluster.instances["node2"]]
     settings = {"stallwatch:mode": "enforce", "stallwatch:recover": "requeue"}
-    nodes = (("node1", addrs[instances[0]]), ("node2", addrs[instances[1]]))
-    on_job_state.handler(slurm_event("started", ssm_target=target, nodes=nodes, settings=settings), context)
+    on_job_state.handler(
+        slurm_event("started", ssm_target=cluster.target, nodes=cluster.nodes, settings=settings), context
+    )
 
     # When AWS Health schedules the stop of node2's instance in 50 minutes, and the sweeper looks
     told = on_health_event.handler(
@@ -230,10 +225,12 @@ def test_an_opted_in_slurm_job_is_requeued_with_the_node_drained_before_the_wind
     )
     assert [(j["status"], j["host"]) for j in told["jobs"]] == [(rules.PLANNED, "node2")]
     moved = _sweep(rt, context, 1)
+    runner.poll()
+    answered = _sweep(rt, context, 1)
 
-    # Then the job is requeued on the controller with node2 drained, and Slack hears it, then the controller's answer
+    # Then the job is requeued by the runner with node2 drained, and Slack hears it, then the controller's answer
     assert [m["status"] for m in moved["host_moves"]] == [rules.MOVED]
-    assert [s["detail"] for s in moved["stop_answers"]] == ["requeued (PENDING); node2 drained"]
-    assert controller.world()["jobs"]["42"]["state"] == "PENDING"
+    assert [s["detail"] for s in answered["stop_answers"]] == ["requeued (PENDING); node2 drained"]
+    assert runner.world()["jobs"]["42"]["state"] == "PENDING"
     assert f"`{SLURM_JOB}`: moving off node2 before AWS's stop (the window is 49 min away)" in slack.texts()[-2]
     assert "requeued (PENDING); node2 drained" in slack.texts()[-1]

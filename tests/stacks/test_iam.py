@@ -113,8 +113,8 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
 
     # Then the instance role may publish only the agent's and the CloudWatch agent's metrics (IAM has no condition
     # on their dimensions), ship logs only to the EC2 log group (and under it) without creating or configuring a
-    # group, into streams named by an instance id, read the agent's configuration and the wheel, and do nothing else;
-    # its ARN is an output (a deployment watching Slurm adds its nodes' group: tests/stacks/test_slurm_stack.py)
+    # group, into streams named by an instance id (the Slurm nodes' too: their group is under the EC2 one), read the
+    # agent's configuration and the wheel, and do nothing else; its ARN is an output
     metrics = next(s for s in statements if _grants(s, "cloudwatch:PutMetricData"))
     assert sorted(metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]) == ["CWAgent", "Stallwatch"]
     writes = {
@@ -143,14 +143,22 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     assert "Ref" in output["Value"]
 
 
-def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(template: Template) -> None:
-    reads = [s for s in iam_statements(template) if _grants(s, "logs:FilterLogEvents")]
-    resources = {r["Fn::Join"][1][-1] for s in reads for r in as_list(s["Resource"])}
-    assert resources == {
+def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(
+    template: Template, slurm_template: Template
+) -> None:
+    def reads(found: Template) -> set[str]:
+        statements = [s for s in iam_statements(found) if _grants(s, "logs:FilterLogEvents")]
+        return {r["Fn::Join"][1][-1] for s in statements for r in as_list(s["Resource"])}
+
+    training = {
         ":log-group:/aws/sagemaker/TrainingJobs:*",
         ":log-group:/stallwatch/ec2:*",
         ":log-group:/stallwatch/ec2/*:*",
     }
+    assert reads(template) == training
+    # and, with Slurm, its jobs' group and HyperPod clusters' groups (their health agents' lines)
+    slurm = {":log-group:/stallwatch/ec2/slurm:*", ":log-group:/aws/sagemaker/Clusters/*"}
+    assert reads(slurm_template) == training | slurm
 
 
 def test_logs_insights_queries_and_their_results_are_granted_on_the_training_log_group_only(template: Template) -> None:

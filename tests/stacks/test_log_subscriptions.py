@@ -95,13 +95,13 @@ def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_thi
         assert permission["SourceAccount"] == {"Ref": "AWS::AccountId"}
 
 
-def test_on_log_line_may_cancel_and_requeue_slurm_jobs_only_where_their_group_is_subscribed(
+def test_on_log_line_may_act_on_hyperpod_nodes_only_where_the_slurm_group_is_subscribed(
     slurm_template: Template, slurm_stack: StallwatchStack, tmp_path: Path
 ) -> None:
     template, stack = slurm_template, slurm_stack
 
     def sends(template: Template, role: str) -> bool:
-        return any(s.get("Sid") == "SendStallwatchSlurmDocuments" for s in _role_statements(template, role))
+        return any(s.get("Sid") == "HyperPodClusterNodes" for s in _role_statements(template, role))
 
     assert sends(template, logical_id(stack.watchdog.on_log_line.role))
     slurm = {"monitor": True, "log_subscription": False}

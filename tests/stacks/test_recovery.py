@@ -4,7 +4,6 @@ environment."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,15 +11,12 @@ from aws_cdk.assertions import Template
 
 from stacks.documents import document_content
 from stacks.platforms.ec2_recovery import HEALTH_CHECK_FILE, RESTART_FILE
-from stacks.platforms.slurm_actions import CANCEL_FILE, REQUEUE_FILE
 from stallwatch.core.config import HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV
-from stallwatch.core.policy import SLURM_CONTROLLER_TAG, SLURM_CONTROLLER_VALUE
 
 from .conftest import as_list, iam_statements
 from .test_iam import _grants
 
 OPTED_IN = {"StringEqualsIgnoreCase": {"aws:ResourceTag/stallwatch:recover": "restart"}}
-SLURM_CONTROLLER = {"StringEqualsIgnoreCase": {f"aws:ResourceTag/{SLURM_CONTROLLER_TAG}": SLURM_CONTROLLER_VALUE}}
 
 
 def _documents(template: Template) -> dict[str, dict[str, Any]]:
@@ -37,17 +33,10 @@ def _document_refs(statement: dict[str, Any]) -> set[str]:
     return refs
 
 
-@pytest.mark.parametrize(
-    ("watched", "files"),
-    [
-        ("template", (HEALTH_CHECK_FILE, RESTART_FILE)),  # the default: Slurm's documents only where it is watched
-        ("slurm_template", (HEALTH_CHECK_FILE, RESTART_FILE, CANCEL_FILE, REQUEUE_FILE)),
-    ],
-)
-def test_the_stack_creates_its_command_documents_from_deploy_ssm(
-    watched: str, files: tuple[Path, ...], request: pytest.FixtureRequest
-) -> None:
+@pytest.mark.parametrize("watched", ["template", "slurm_template"])  # Slurm adds none: its runner pulls its commands
+def test_the_stack_creates_its_command_documents_from_deploy_ssm(watched: str, request: pytest.FixtureRequest) -> None:
     documents = _documents(request.getfixturevalue(watched))
+    files = (HEALTH_CHECK_FILE, RESTART_FILE)
     assert len(documents) == len(files)
     contents = [d["Properties"]["Content"] for d in documents.values()]
     assert {d["Properties"]["DocumentType"] for d in documents.values()} == {"Command"}
@@ -73,10 +62,10 @@ def test_send_command_is_granted_only_with_stallwatchs_documents_and_only_on_opt
         if refs:  # the documents: Stallwatch's own, by reference, never a wildcard
             assert refs <= documents, statement
             assert len(refs) == len(resources), statement
-        else:  # the instances: only those tagged stallwatch:recover=restart (or, the Slurm documents', controllers)
+        else:  # the instances: only those tagged stallwatch:recover=restart
             [instances] = resources
             assert instances["Fn::Join"][1][-1] == ":instance/*", statement
-            assert statement["Condition"] in (OPTED_IN, SLURM_CONTROLLER), statement
+            assert statement["Condition"] == OPTED_IN, statement
 
 
 def test_on_alarm_may_send_the_health_check_only_and_the_sweeper_both(template: Template) -> None:
@@ -124,6 +113,10 @@ def test_the_invocation_reads_are_the_only_ssm_actions_on_any_resource(template:
     assert wide[0]["Condition"] == {"StringEquals": {"aws:RequestedRegion": {"Ref": "AWS::Region"}}}
 
 
+def _document_id(template: Template, path: Any) -> str:
+    return next(k for k, d in _documents(template).items() if d["Properties"]["Content"] == document_content(path))
+
+
 def test_the_deciding_functions_find_the_documents_in_their_environment(template: Template) -> None:
     functions = template.find_resources("AWS::Lambda::Function")
     documents = {_document_id(template, HEALTH_CHECK_FILE), _document_id(template, RESTART_FILE)}
@@ -134,56 +127,14 @@ def test_the_deciding_functions_find_the_documents_in_their_environment(template
         assert names == (documents if deciding else {None}), logical_id
 
 
-# ---- the Slurm platform's documents ------------------------------------------------------------------------------
+# ---- Slurm: no document, no SendCommand to a controller ---------------------------------------------------------
 
 
-def _document_id(template: Template, path: Any) -> str:
-    return next(k for k, d in _documents(template).items() if d["Properties"]["Content"] == document_content(path))
-
-
-def test_the_slurm_documents_are_sent_only_by_who_stops_or_recovers_and_only_to_tagged_controllers(
+def test_slurm_jobs_are_stopped_through_the_runner_never_by_a_command_sent_to_an_instance(
     slurm_template: Template,
 ) -> None:
-    """Cancel: the functions that stop (on_alarm, the sweeper, the Slack endpoint's Stop now); requeue: the ones that
-    decide; each SendCommand on instances conditioned on stallwatch:slurm=controller; never a StopInstances more."""
-    template = slurm_template
-    cancel, requeue = _document_id(template, CANCEL_FILE), _document_id(template, REQUEUE_FILE)
-    policies = template.find_resources("AWS::IAM::Policy")
-
-    def statements_of(prefix: str) -> list[dict[str, Any]]:
-        return [
-            s
-            for k, p in policies.items()
-            if k.startswith(prefix)
-            for s in p["Properties"]["PolicyDocument"]["Statement"]
-            if _grants(s, "ssm:SendCommand")
-        ]
-
-    def slurm_documents(prefix: str) -> set[str]:
-        return {ref for s in statements_of(prefix) for ref in _document_refs(s)} & {cancel, requeue}
-
-    assert slurm_documents("WatchdogOnAlarmRole") == {cancel, requeue}
-    assert slurm_documents("WatchdogSweeperRole") == {cancel, requeue}
-    assert slurm_documents("SlackEndpoint") == {cancel}
-    assert slurm_documents("WatchdogOnJobStateRole") == set()
-    for prefix in ("WatchdogOnAlarmRole", "WatchdogSweeperRole", "SlackEndpoint"):
-        instances = [s for s in statements_of(prefix) if not _document_refs(s)]
-        assert SLURM_CONTROLLER in [s.get("Condition") for s in instances], prefix
-        for statement in instances:
-            [resource] = as_list(statement["Resource"])
-            assert resource["Fn::Join"][1][-1] == ":instance/*", statement
-            assert statement["Condition"] in (OPTED_IN, SLURM_CONTROLLER), statement
-
-
-def test_the_controller_may_post_slurm_job_events_only(slurm_template: Template) -> None:
-    template = slurm_template
-    policies = [
-        p
-        for p in template.find_resources("AWS::IAM::ManagedPolicy").values()
-        if "Slurm controller" in p["Properties"].get("Description", "")
-    ]
-    [statement] = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
-    assert statement["Action"] == "events:PutEvents"
-    assert statement["Resource"]["Fn::Join"][1][-1] == ":event-bus/default"
-    assert statement["Condition"] == {"StringEquals": {"events:source": "stallwatch.slurm"}}
-    assert "SlurmControllerPolicyArn" in template.find_outputs("*")
+    """The runner pulls its commands (the table): no function may send a command to any instance but those tagged
+    stallwatch:recover=restart (recovery in place), Slurm watched or not."""
+    statements = [s for s in iam_statements(slurm_template) if _grants(s, "ssm:SendCommand") and not _document_refs(s)]
+    assert statements
+    assert all(s["Condition"] == OPTED_IN for s in statements)

@@ -21,6 +21,8 @@ from stacks.platforms.ec2 import STOP_INSTANCES
 from stacks.platforms.sagemaker import STOP_TRAINING_JOB
 from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
+from stallwatch.aws.pending_stops import PENDING_STOP_PK
+from stallwatch.aws.platforms.slurm_runner import COMMAND_PK
 from stallwatch.aws.press_reports import PRESS_REPORT_PREFIX
 from stallwatch.aws.store import job_key
 from stallwatch.core.config import CONFIG_ENV, PRESS_MAX_AGE_SECONDS, StallwatchConfig
@@ -106,8 +108,15 @@ def test_the_table_grant_is_item_level_and_limited_to_job_state_and_request_clai
     (table,) = [s for s in iam_statements(template) if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
     assert sorted(as_list(table["Action"])) == sorted(TABLE_ACTIONS)
     assert table["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": TABLE_LEADING_KEYS}}
-    # And those are the keys the function writes: a job's, a request's claim, a failed press's claim
-    keys = [job_key(Platform.SAGEMAKER, "j"), "event#slack#" + "0" * 32, PRESS_REPORT_PREFIX + "0" * 32]
+    # And those are the keys the function writes: a job's, a request's claim, a failed press's claim, a stop that
+    # answers later and its Slurm command
+    keys = [
+        job_key(Platform.SAGEMAKER, "j"),
+        "event#slack#" + "0" * 32,
+        PRESS_REPORT_PREFIX + "0" * 32,
+        PENDING_STOP_PK,
+        COMMAND_PK + "pc1",
+    ]
     assert all(any(fnmatch.fnmatchcase(key, pattern) for pattern in TABLE_LEADING_KEYS) for key in keys)
 
 

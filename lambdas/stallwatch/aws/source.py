@@ -28,6 +28,7 @@ from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.doctor_checks import Check, Probe, StackFound, rule_check
 from stallwatch.core.platforms.interface import (
+    JobChange,
     PlatformDescription,
     StopOutcome,
     StopResult,
@@ -87,7 +88,8 @@ class AwsSignalSource(ABC):
 
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
-    state_event: ClassVar[type]  # its EventBridge state-change event (`aws/platforms/<name>_events.py`)
+    # its EventBridge state-change event, or a union of them (`aws/platforms/<name>_events.py`)
+    state_event: ClassVar[Any]
     state_rule: ClassVar[str]  # the doctor's name of the stack's rule of those events: "EC2 instance states rule"
 
     def __init__(
@@ -139,6 +141,11 @@ class AwsSignalSource(ABC):
         model's), and a platform's own resources where it adds them."""
         [source] = get_args(self.state_event.model_fields["source"].annotation)
         yield rule_check(found, self.state_rule, source)
+
+    def reconcile(self, now: float) -> list[JobChange]:
+        """What the platform's own view says happened to its running jobs that no event told (none, where every
+        change has its event)."""
+        return []
 
     @abstractmethod
     def _platform_reads(self, facts: JobFacts, reads: JobReads, hosts_period: int | None) -> JobReads:

@@ -37,8 +37,6 @@ class Documents:
 
     health_check: str = ""  # recovery in place: a node's health check
     restart: str = ""  # recovery in place: restart the training unit
-    slurm_cancel: str = ""  # scancel on the controller
-    slurm_requeue: str = ""  # drain the nodes a health signal blames and requeue the job
 
 
 # Every node runs the command at once, and one node's failure never stops it reaching the others.

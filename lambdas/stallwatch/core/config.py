@@ -37,9 +37,6 @@ JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
 # The names of the SSM documents of EC2's recovery in place: the stack creates them, the functions read them.
 HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
 RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
-# The names of the Slurm platform's SSM documents (deploy/ssm/slurm-*.yaml): scancel, and drain-then-requeue.
-SLURM_CANCEL_DOCUMENT_ENV = "SLURM_CANCEL_DOCUMENT"
-SLURM_REQUEUE_DOCUMENT_ENV = "SLURM_REQUEUE_DOCUMENT"
 # The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
 TABLE_PARTITION_KEY = "pk"
 TABLE_SORT_KEY = "sk"

@@ -34,6 +34,8 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
     """Diagnose the job and choose the action its mode allows. Pure and deterministic."""
     facts = signals.facts
     found: dict[str, Any] = {"status": facts.status, "secondary_status": facts.secondary_status}
+    if facts.notes:  # the platform's own verdict (HyperPod's), in the decision and its alert
+        found["platform_notes"] = list(facts.notes)
     if policy.tag_errors:
         found["tag_errors"] = list(policy.tag_errors)
     past_limit = facts.ends_by is not None and now >= facts.ends_by  # the platform ends it itself (Slurm's --time)
@@ -45,7 +47,7 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
             diagnosis=Diagnosis.FINISHED,
             action=Action.NONE,
             mode=policy.mode,
-            reasons=(reason,),
+            reasons=(reason, *facts.notes),
             evidence=found | ({"ends_by": facts.ends_by} if past_limit else {}),
         )
     limits = measures.Limits.of(policy.thresholds, state.threshold_factor, measures.agent_window(signals.agent))
@@ -65,7 +67,7 @@ def decide(signals: JobSignals, policy: EffectivePolicy, state: JobState, now: f
         diagnosis=finding.diagnosis,
         action=action,
         mode=policy.mode,
-        reasons=finding.reasons + notes,
+        reasons=finding.reasons + notes + facts.notes,
         evidence=found,
         would=would,
         stoppable=finding.stoppable,

@@ -29,9 +29,10 @@ EC2_MONITOR_TAG = "stallwatch:monitor"
 # SSM and Auto Scaling permissions are conditioned on this tag too), a Slurm job requeued; or stopped (the default).
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
-RECOVER_REQUEUE = "requeue"  # a Slurm job: the nodes a health signal blames drained, the job requeued
+RECOVER_REQUEUE = "requeue"  # a Slurm job: the nodes a health signal blames drained, the job requeued (its runner)
 RECOVER_STOP = "stop"
-# A Slurm cluster's controller (or login node) where Stallwatch's Slurm documents may run: tagged so by its operator.
+# The role of a Slurm cluster's controllers (and login nodes), tagged so by its operator: only a role with this tag may
+# put events on the stack's Slurm event bus.
 SLURM_CONTROLLER_TAG = "stallwatch:slurm"
 SLURM_CONTROLLER_VALUE = "controller"
 MAX_RESTARTS_LIMIT = 10  # resumes of one run, at most (`stallwatch:resume`, `resume_max_restarts`)

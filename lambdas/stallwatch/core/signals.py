@@ -127,6 +127,11 @@ class JobFacts:
     host_instances: dict[str, str] = field(default_factory=dict)
     # When the platform ends the job itself (Slurm's --time limit); None: never. Past it, the job is not stopped.
     ends_by: float | None = None
+    # What the platform itself says of the job, for the alert and the decision (HyperPod's verdict on a node).
+    notes: tuple[str, ...] = ()
+    # The hosts the platform's own health check blames on the hardware, with its words (HyperPod's health agent's
+    # verdict): a way back drains or replaces them (`core.way_back.blamed_hosts`).
+    hardware_faults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))

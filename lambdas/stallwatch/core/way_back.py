@@ -10,7 +10,8 @@ loop: the job is stopped, and Slack hears why.
     recovers(tags, WayBack.REQUEUE)                          # stallwatch:recover=requeue: True; restart: TagError
     budget = plan(tags, stop, policy_default, done, before)  # (attempt, allowed), or NoResume (gave up, and why)
     done, steps = attempts(records, until)                   # the run's ways back so far, from its audit trail
-    blamed_hosts(evidence, hosts, period, now)               # {host: why} a hardware signal blames: an Xid, vanished
+    blamed_hosts(evidence, hosts, period, now, faults)       # {host: why} a hardware signal blames: an Xid, vanished,
+                                                             # the platform's own health check's hardware verdict
 
 A node is drained or replaced only where a health check (the platform's) or a hardware signal blames it: never
 because its rank printed an application error (`blamed_hosts`).
@@ -156,11 +157,17 @@ def attempts(records: Iterable[Mapping[str, Any]], until: float | None = None) -
 
 
 def blamed_hosts(
-    evidence: Mapping[str, Any], hosts: Collection[str], period: float, now: float
+    evidence: Mapping[str, Any],
+    hosts: Collection[str],
+    period: float,
+    now: float,
+    faults: Mapping[str, str] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """The hosts a hardware signal blames in a decision's evidence, with why: a hardware Xid among its fatal lines, or
-    its metrics vanished while the others' are fresh (as `core.evidence.vanished` reads them). A rank's application
-    error (a CUDA assert, an OOM, a traceback) blames nobody: its node is never drained or replaced for it."""
+    """The hosts a hardware signal blames in a decision's evidence, with why: a hardware Xid among its fatal lines, its
+    metrics vanished while the others' are fresh (as `core.evidence.vanished` reads them), or the platform's own
+    health check's hardware verdict on it (`faults`: `JobFacts.hardware_faults`, HyperPod's health agent). A rank's
+    application error (a CUDA assert, an OOM, a traceback, HyperPod's ``XidUserAppError``) blames nobody: its node is
+    never drained or replaced for it."""
     per_host = {h: found for h, found in (evidence.get("hosts") or {}).items() if h in hosts}
     newest = {h: found.get("newest_data_t") for h, found in per_host.items()}
     fresh = any(t is not None and now - t <= FRESH_PERIODS * period for t in newest.values())
@@ -172,6 +179,9 @@ def blamed_hosts(
             why.append(f"no metric for {(now - t) / 60:.0f} min while the others report")
         if why:
             blamed[host] = tuple(why)
+    for host, said in sorted((faults or {}).items()):
+        if host in hosts:
+            blamed[host] = (*blamed.get(host, ()), said[:BLAME_CHARS])
     return blamed
 
 

@@ -10,9 +10,9 @@ resumes only under their tags (``iam:SimulatePrincipalPolicy`` of each function'
 platform's `iam_probes`); the sweeper ran recently and without errors; the health topic lets this account's health
 alarms (and no other's) publish, its key lets them encrypt (`iam_evaluator`), and someone has confirmed a
 subscription; each watched platform's own checks (its adapter's `doctor`: its events' rule; EC2, each running job's
-GPU power; Slurm, its documents, controllers, log group and job events); each training log group the deployment
-subscribes holds its fatal-line filter to on_log_line (or why not: the group's two slots taken by other filters,
-named). A platform the deployment does not watch shows nothing.
+GPU power; Slurm, each cluster's runner answering a ping through the table, its log group and job events); each
+training log group the deployment subscribes holds its fatal-line filter to on_log_line (or why not: the group's two
+slots taken by other filters, named). A platform the deployment does not watch shows nothing.
 `--send-test-alert` invokes on_alarm with a test event: a fake job's alert, marked as a test, reaches Slack through
 the function's own credentials, and nothing is stopped. `--subscribe` puts the fatal-line filter where it is missing
 and a slot is free. Exit code 1 if any check fails.
@@ -21,8 +21,8 @@ IAM needed besides `stallwatch incidents`'s: cloudformation:DescribeStackResourc
 (and lambda:InvokeFunction of on_alarm for the test alert), events:DescribeRule, dynamodb:DescribeTable,
 secretsmanager:GetSecretValue of the Slack secret, iam:SimulatePrincipalPolicy of the functions' roles,
 cloudwatch:GetMetricData, sts:GetCallerIdentity, sns:GetTopicAttributes of the health topic, kms:GetKeyPolicy of its
-key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances; with Slurm, ssm:ListDocuments,
-ssm:DescribeInstanceInformation, logs:DescribeLogGroups and dynamodb:Query of the table;
+key, cloudwatch:DescribeAlarms, cloudwatch:ListMetrics, ec2:DescribeInstances; with Slurm, logs:DescribeLogGroups and
+dynamodb:Query, PutItem, GetItem and DeleteItem of the table (the runners' ping);
 logs:DescribeSubscriptionFilters of the training log groups (and logs:CreateLogGroup, logs:PutSubscriptionFilter for
 `--subscribe`).
 """
@@ -68,6 +68,7 @@ HANDLERS = {
 SERVICE_ENV = "POWERTOOLS_SERVICE_NAME"  # the functions' deployment name
 SUBSCRIPTION_DOCS = 'docs/deploy.md, "Fatal lines wake the engine"'
 RULE_RESOURCE_TYPE = "AWS::Events::Rule"
+BUS_RESOURCE_TYPE = "AWS::Events::EventBus"
 SWEEPS_LOOKED_AT = 3  # the sweeper's last run is recent: within this many sweeper periods
 TEST_ALERT_KEY = "stallwatch_test_alert"
 TOPIC_RESOURCE_TYPE = "AWS::SNS::Topic"
@@ -102,7 +103,8 @@ class Deployed:
             role = next((r for r, handler in HANDLERS.items() if handler == configuration.get("Handler")), None)
             if role is not None:
                 functions[role] = configuration
-        rules = [events.describe_rule(Name=name) for name in deployment.resources(RULE_RESOURCE_TYPE)]
+        buses = deployment.resources(BUS_RESOURCE_TYPE)
+        rules = [_describe_rule(events, name, buses) for name in deployment.resources(RULE_RESOURCE_TYPE)]
         return cls(deployment, functions, rules, deployment.table)
 
     def env(self, variable: str) -> str | None:
@@ -127,6 +129,20 @@ def check_platforms(deployed: Deployed, sources: list[PlatformAdapter], region: 
     found = deployed.found(region, account)
     for source in sources:
         yield from source.doctor(found)
+
+
+def _describe_rule(events: Any, physical_id: str, buses: list[str]) -> dict[str, Any]:
+    """A rule of the stack, by its physical id: ``<bus>|<name>`` on a bus of its own (CloudFormation's id of a rule
+    on the Slurm bus), else ``<name>`` on the default bus or, failing that, one of the stack's buses (every bus of
+    the account where the stack names none)."""
+    bus, _, name = physical_id.rpartition("|")
+    others = buses or [b["Name"] for b in events.list_event_buses().get("EventBuses", []) if b["Name"] != "default"]
+    for candidate in [bus] if bus else ["default", *others]:
+        try:
+            return dict(events.describe_rule(Name=name, EventBusName=candidate))
+        except events.exceptions.ResourceNotFoundException:
+            continue
+    return {"Name": name, "State": "NOT FOUND"}
 
 
 def check_resources(deployed: Deployed, config: StallwatchConfig) -> Iterator[Check]:

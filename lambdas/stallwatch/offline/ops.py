@@ -130,7 +130,11 @@ class Deployment:
             resources = cloudformation.describe_stack_resources(StackName=self.stack)["StackResources"]
         except cloudformation.exceptions.ClientError as exc:
             raise OpsError(f"stack {self.stack!r}: {exc.response['Error']['Message']}") from exc
-        return [r["PhysicalResourceId"] for r in resources if r["ResourceType"] == resource_type]
+        return [
+            r["PhysicalResourceId"]
+            for r in resources
+            if r["ResourceType"] == resource_type and r.get("PhysicalResourceId")
+        ]
 
     @functools.cached_property
     def table(self) -> str:

@@ -34,8 +34,6 @@ from stallwatch.core.config import (
     HEALTH_CHECK_DOCUMENT_ENV,
     JOB_DASHBOARD_URL_ENV,
     RESTART_DOCUMENT_ENV,
-    SLURM_CANCEL_DOCUMENT_ENV,
-    SLURM_REQUEUE_DOCUMENT_ENV,
     StallwatchConfig,
 )
 from stallwatch.core.platforms.interface import PlatformAdapter
@@ -69,14 +67,10 @@ class LambdaEnvironment(BaseModel):
     job_dashboard_url: str | None = Field(None, alias=JOB_DASHBOARD_URL_ENV)
     health_check_document: str = Field("", alias=HEALTH_CHECK_DOCUMENT_ENV)
     restart_document: str = Field("", alias=RESTART_DOCUMENT_ENV)
-    slurm_cancel_document: str = Field("", alias=SLURM_CANCEL_DOCUMENT_ENV)
-    slurm_requeue_document: str = Field("", alias=SLURM_REQUEUE_DOCUMENT_ENV)
 
     def documents(self) -> Documents:
         """The deployment's SSM documents ("" where the stack named none)."""
-        return Documents(
-            self.health_check_document, self.restart_document, self.slurm_cancel_document, self.slurm_requeue_document
-        )
+        return Documents(self.health_check_document, self.restart_document)
 
 
 class ConfigurationError(RuntimeError):
@@ -96,7 +90,7 @@ class Runtime:
     sleep: Callable[[float], None] = time.sleep  # a wake-up waits for the moment its decision sees the line
     rechecks: RecheckScheduler | None = None  # None: no recheck is scheduled (the sweeper decides again)
     job_dashboard_url: str | None = None  # the deployment's job dashboard, linked from the end-of-run summary
-    # The stack's SSM documents (recovery in place's, Slurm's stops); "" where it has none: that action is not taken.
+    # The stack's SSM documents (recovery in place's); "" where it has none: that action is not taken.
     documents: Documents = field(default_factory=Documents)
     # The jobs this container found running, and when (`found_running`).
     _found: dict[tuple[Platform, str], float] = field(default_factory=dict, repr=False)

@@ -43,7 +43,12 @@ def on_job_state(event: JobStateEvent, rt: Runtime) -> dict[str, Any]:
     platform = platform_of(event)
     if not rt.config.watches(platform):
         return {"status": "ignored", "reason": f"platforms.{platform.value}.monitor is false"}
-    change = rt.source(platform).job_change(event)
+    return apply_change(rt, platform, rt.source(platform).job_change(event))
+
+
+def apply_change(rt: Runtime, platform: Platform, change: JobChange) -> dict[str, Any]:
+    """What a platform said happened to a job (its event, or its own view on the sweeper's schedule), done: a start's
+    alarms put, an end's retired (and what follows an end), a host's end."""
     if change.change is Change.IGNORED:
         return {"status": "ignored", "job": change.job, "reason": change.reason}
     if change.change is Change.STARTED:

@@ -1,9 +1,10 @@
-"""The scheduled safety net over every running job: log idleness, missing alarms (on EC2 also alarms that no longer
-match the job's running instances), expired snoozes, pending stops,
-rechecks the engine asked for, check-ups of jobs not decided for `checkup_minutes`, alarms in ALARM that no decision
-followed, decisions a timed-out Lambda left unfinished, Slack messages not delivered yet, the alarms of jobs that
-are no longer running, resumes that failed for a reason a later try can fix, resumed runs' progress, the next step
-of each recovery in place, and the moves off hosts AWS Health scheduled events for."""
+"""The scheduled safety net over every running job: each platform's own view of its running jobs (a Slurm job whose
+end event was lost, `runtime.reconcile`), log idleness, missing alarms (on EC2 also alarms that no longer match the
+job's running instances), expired snoozes, pending stops, rechecks the engine asked for, check-ups of jobs not
+decided for `checkup_minutes`, alarms in ALARM that no decision followed, decisions a timed-out Lambda left
+unfinished, Slack messages not delivered yet, the alarms of jobs that are no longer running, resumes that failed for
+a reason a later try can fix, resumed runs' progress, the next step of each recovery in place, and the moves off
+hosts AWS Health scheduled events for."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from stallwatch.runtime.decide import abandoned, decide_and_act
 from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.health import continue_host_moves
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
+from stallwatch.runtime.reconcile import reconcile
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 from stallwatch.runtime.resume_retry import retry_resumes
@@ -56,6 +58,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     first, concurrently; jobs without alarms are provisioned after, a bounded number per sweep (PutMetricAlarm is
     slow), the rest by the next sweeps."""
     started, now = time.monotonic(), rt.clock()
+    reconciled = reconcile(rt, now)  # first: a job its platform no longer runs is not decided
     running = _running_jobs(rt, now)
     keys = {(p, name): job_key(p, name) for p, name in running}
     # Missing alarms come from the markers, not from this listing.
@@ -117,6 +120,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
         "recoveries": recovered,
         "host_moves": moved,
         "stop_answers": settled,
+        "reconciled": reconciled,
         "resumed_progress": progressed,
     }
     logger.info("sweep", extra=summary)

@@ -117,7 +117,7 @@ def _attempt(rt: Runtime, signals: JobSignals, decision: Decision, state: JobSta
         stall_onset=stop.stall_onset,
         attempt=attempt,
         allowed=allowed,
-        blamed=blamed_hosts(decision.evidence, signals.hosts, period, signals.now),
+        blamed=blamed_hosts(decision.evidence, signals.hosts, period, signals.now, facts.hardware_faults),
         refused=budget.reason if isinstance(budget, NoResume) else None,
     )
 

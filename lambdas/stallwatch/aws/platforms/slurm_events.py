@@ -1,5 +1,7 @@
-"""Slurm's state-change event: deploy/slurm's "Slurm Job State Change" (source `stallwatch.slurm`), one per job start
-and end, as deploy/slurm/stallwatch-events.sh writes it (docs/deploy.md, "Slurm clusters")."""
+"""Slurm's state-change events: deploy/slurm's "Slurm Job State Change" (source `stallwatch.slurm`, on the stack's
+Slurm event bus), one per job start and end, as deploy/slurm/stallwatch-events.sh writes it (docs/deploy.md, "Slurm
+clusters"); and SageMaker HyperPod's "SageMaker HyperPod Cluster Node Health Event" (source `aws.sagemaker`), which
+says what HyperPod does about a node (`core.platforms.hyperpod.health_event`)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ SLURM_TEXT_MAX = 512
 SLURM_NODES_MAX = 2000
 SLURM_TIME = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}$"  # as Slurm prints it, the controller's local time
 SLURM_NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-# Where the documents run: the EC2 instance (tagged stallwatch:slurm=controller) of the controller or a login node;
-# none: the job is watched and alerted on, never acted on.
-SSM_TARGET = r"^(i-[0-9a-f]{8,17})?$"
+# The controller's SSM name: its EC2 instance (ParallelCluster, PCS), or HyperPod's sagemaker-cluster:<cluster id>_
+# <group>-<instance id> (`core.platforms.slurm.HYPERPOD_TARGET`); none: the nodes are not matched to instances.
+SSM_TARGET = r"^(i-[0-9a-f]{8,17}|sagemaker-cluster:[a-z0-9]{12}_[A-Za-z0-9](-*[A-Za-z0-9]){0,62}-i-[0-9a-f]{8,17})?$"
+HYPERPOD_NODE_HEALTH = "SageMaker HyperPod Cluster Node Health Event"
+INSTANCE_ID = r"^i-[0-9a-z]{8,17}$"  # the docs' own example is not hex
 SETTINGS_MAX = 50  # as a resource's tags
 
 
@@ -73,3 +77,30 @@ class SlurmJobStateChange(EventBridgeModel):
     source: Literal["stallwatch.slurm"]
     detail_type: Literal["Slurm Job State Change"] = Field(alias="detail-type")
     detail: SlurmJobDetail
+
+
+class HealthSummary(EventFields):
+    health_status: str = Field(alias="HealthStatus", max_length=64)
+    health_status_reason: str = Field("", alias="HealthStatusReason", max_length=SLURM_TEXT_MAX)
+    repair_action: str = Field("", alias="RepairAction", max_length=64)
+    recommendation: str = Field("", alias="Recommendation", max_length=SLURM_TEXT_MAX)
+
+
+class NodeHealthDetail(EventFields):
+    """The `detail` of HyperPod's node health event (the AWS docs' example: corpus/aws_events/hyperpod)."""
+
+    cluster_arn: str = Field(
+        alias="ClusterArn", pattern=r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:cluster/[a-z0-9-]{1,63}$"
+    )
+    instance_id: str = Field(alias="InstanceId", pattern=INSTANCE_ID)
+    health_summary: HealthSummary = Field(alias="HealthSummary")
+
+
+class HyperPodNodeHealth(EventBridgeModel):
+    source: Literal["aws.sagemaker"]
+    detail_type: Literal["SageMaker HyperPod Cluster Node Health Event"] = Field(alias="detail-type")
+    detail: NodeHealthDetail
+
+
+# What the Slurm platform reads: its jobs' starts and ends, and HyperPod's word on a node.
+SlurmEvent = SlurmJobStateChange | HyperPodNodeHealth

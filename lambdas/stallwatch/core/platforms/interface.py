@@ -343,7 +343,8 @@ class PlatformAdapter(Protocol):
 
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
-    state_event: ClassVar[type]  # its EventBridge state-change event (`aws/platforms/<name>_events.py`)
+    # its EventBridge state-change event, or a union of them (`aws/platforms/<name>_events.py`)
+    state_event: ClassVar[Any]
 
     def facts(self, job_name: str) -> JobFacts:
         """What the platform says about the job now."""
@@ -391,6 +392,11 @@ class PlatformAdapter(Protocol):
 
     def running_jobs(self, now: float) -> dict[str, JobFacts | None]:
         """Every running job the sweep looks at, with its facts where one listing gives them."""
+        ...
+
+    def reconcile(self, now: float) -> list[JobChange]:
+        """The running jobs checked against the platform's own view, on the sweeper's schedule: what happened that
+        no event told (a job that ended, one requeued; Slurm's, from its controller), kept, as changes to apply."""
         ...
 
     def newest_log_lines(self, jobs: dict[str, JobFacts | None], now: float) -> list[tuple[str, str, float]]:

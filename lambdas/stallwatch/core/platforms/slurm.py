@@ -1,8 +1,8 @@
 """Slurm jobs as Stallwatch sees them (ParallelCluster, PCS, HyperPod's Slurm): a job is named
-``<cluster>-<id>-<name>`` (`slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its facts are
-what deploy/slurm's start and end events said (`SlurmJob`), its GPU metrics the CloudWatch agent's of the node's EC2
-instance (``InstanceId``, where a node is one) or else the agent's own, its logs one stream per node in the Slurm log
-group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<job>.<node>.log``).
+``<cluster>-<id>-<name>`` (`slurm_names.slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its
+facts are what deploy/slurm's start and end events said (`SlurmJob`) and what HyperPod says of its nodes, its GPU
+metrics the CloudWatch agent's of the node's EC2 instance (``InstanceId``, where a node is one) or else the agent's
+own, its logs one stream per node in the Slurm log group, named by the node's instance (`slurm_names.stream_name`).
 
     job = SlurmJob.of_event(detail)        # deploy/slurm's event, read
     facts = job.facts()                    # JobFacts: hosts, status, settings as tags, the time limit
@@ -10,7 +10,6 @@ group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<j
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,23 +19,20 @@ from pydantic import Field
 
 from stallwatch.core.goodput import Category
 from stallwatch.core.platforms import cloudwatch_agent
+from stallwatch.core.platforms.hyperpod import HARDWARE, HyperPodAction
 from stallwatch.core.platforms.interface import (
     MetricMath,
     PlatformDescription,
     PlatformSettings,
     SeriesReader,
-    StopOutcome,
     agent_metric,
 )
+from stallwatch.core.platforms.slurm_names import log_key, parse_stream, slurm_job_name, stream_name
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
 from stallwatch.core.way_back import WayBack
 
-NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
-# The CloudWatch agent's stream of a file (publish_multi_logs): its log_stream_name ("slurm"), '_', the file's path with
-# '/' as '_': one prefix for a job's nodes (`stream_prefix`).
-STREAM_PREFIX = "slurm__var_log_stallwatch_slurm_"
 # Slurm's job states as a `JobStatus`; a job that Slurm holds out of running (pending, suspended, requeued, preempted)
 # is paused: never a stall, never stopped.
 RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = (
@@ -69,7 +65,9 @@ STATUS_OF_STATE = {
 }
 # States Slurm holds a job in that are not stalls: goodput counts each as its own badput (`core.goodput`).
 NOT_STALLS = frozenset({"PENDING", "SUSPENDED", "REQUEUED", "PREEMPTED", "TIMEOUT"})
-HELD_RECHECK_S = 1800.0  # a held answer (SUSPENDED) is believed this long; the next stop asks again
+HELD_RECHECK_S = 1800.0  # a held answer (SUSPENDED) is believed this long unless the controller says again
+LEFT_TO_HYPERPOD = "LEFT_TO_HYPERPOD"  # the job's status while HyperPod acts on its nodes or restarts it
+HYPERPOD_KEPT = 16  # of HyperPod's words about an attempt, the newest kept
 # Slurm's states that are not stalls, as goodput counts them: each its own badput.
 HELD_CATEGORIES = {
     "PENDING": Category.PENDING,
@@ -106,20 +104,11 @@ class SlurmSettings(PlatformSettings):
     monitor: bool = Field(
         False,
         description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md): the Slurm "
-        "documents, their grants and the controller's policy exist only if true. Off until a cluster is set up.",
+        "bus and rules, their grants and the controller's policy exist only if true. Off until a cluster is set up.",
     )
     log_subscription: bool = Field(
         True, description="Subscribe the Slurm jobs' group under the EC2 group (the stack creates it)."
     )
-
-
-def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
-    """A Slurm job's JobName: ``<cluster>-<id>-<name>``, every byte but letters, digits, '-' and '_' made '-', at most
-    63 (the agent's `trainer_agent.contract.slurm_job_name`, and deploy/slurm/stallwatch-log.sh's)."""
-    joined = "-".join(part for part in (cluster or "slurm", job_id, name) if part).encode()
-    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in joined)[
-        :NAME_MAX
-    ]
 
 
 def time_limit_seconds(text: str) -> float | None:
@@ -154,23 +143,25 @@ def end_state(job_state: str, reason: str, exit_code: str) -> str:
     return "COMPLETED"
 
 
-def stream_prefix(job: str) -> str:
-    """What every stream of the job's nodes starts with (deploy/slurm/stallwatch-log.sh's files
-    ``<job>.<node>.log``)."""
-    return f"{STREAM_PREFIX}{job}."
-
-
-def stream_name(job: str, node: str) -> str:
-    """The CloudWatch agent's stream of `node`'s output file of `job`."""
-    return f"{stream_prefix(job)}{node}.log"
-
-
-def job_of_stream(stream: str) -> str | None:
-    """The job whose node's output file `stream` is (`stream_name`); None for any other stream."""
-    if not (stream.startswith(STREAM_PREFIX) and stream.endswith(".log")):
+def node_of_stream(facts: JobFacts, stream: str) -> str | None:
+    """The job's node whose stream `stream` is: the stream names the job's log key, one of its nodes, and that
+    node's own EC2 instance (the job's start mapped it). A stream that names another job, a node not the job's, or
+    another instance than the node's (another node's role wrote it) is none of the job's: it makes no decision."""
+    found = parse_stream(stream)
+    if found is None or found.key != log_key(facts.platform_ids.get(CLUSTER, ""), facts.platform_ids.get(JOB_ID, "")):
         return None
-    job, _, node = stream[len(STREAM_PREFIX) : -len(".log")].partition(".")
-    return job if node and JOB_NAME.match(job) else None
+    instance = facts.host_instances.get(found.node)
+    return found.node if instance is not None and instance == found.instance else None
+
+
+def job_streams(facts: JobFacts) -> list[str]:
+    """The job's streams: one per node whose instance is known (a node whose instance is not is never read)."""
+    key = log_key(facts.platform_ids.get(CLUSTER, ""), facts.platform_ids.get(JOB_ID, ""))
+    return [
+        stream_name(facts.host_instances[node], key, node)
+        for node in facts.instance_ids
+        if node in facts.host_instances
+    ]
 
 
 @dataclass(frozen=True)
@@ -210,10 +201,17 @@ class SlurmJob:
     held_state: str = ""
     held_since: float | None = None
     held_checked: float | None = None
+    held_until: float | None = None  # the controller said it runs again
+    # What HyperPod said it does about the job's nodes or the job (`core.platforms.hyperpod`), newest last.
+    hyperpod: tuple[HyperPodAction, ...] = ()
 
     @property
     def job_name(self) -> str:
         return slurm_job_name(self.cluster, self.job_id, self.name)
+
+    @property
+    def log_key(self) -> str:
+        return log_key(self.cluster, self.job_id)
 
     @classmethod
     def of_event(cls, detail: Any) -> SlurmJob:
@@ -240,9 +238,9 @@ class SlurmJob:
         return replace(self, state=state, ended_epoch=at, reason=reason)
 
     def with_instances(self, instances: dict[str, tuple[str, str]]) -> SlurmJob:
-        """The nodes with their EC2 instance (id, type), by node address (`instances`: address -> (id, type))."""
+        """The nodes with their EC2 instance (id, type), by node name (`instances`: node -> (id, type))."""
         nodes = tuple(
-            replace(n, instance=instances[n.addr][0], instance_type=instances[n.addr][1]) if n.addr in instances else n
+            replace(n, instance=instances[n.name][0], instance_type=instances[n.name][1]) if n.name in instances else n
             for n in self.nodes
         )
         return replace(self, nodes=nodes)
@@ -253,25 +251,47 @@ class SlurmJob:
 
     def held(self, state: str, now: float) -> SlurmJob:
         """The attempt as the controller found it at `now`: in `state`, which is not a stall."""
-        since = self.held_since if self.held_state == state and self.held_since is not None else now
-        return replace(self, held_state=state, held_since=since, held_checked=now)
+        going_on = self.held_state == state and self.held_since is not None and self.held_until is None
+        since = self.held_since if going_on else now
+        return replace(self, held_state=state, held_since=since, held_checked=now, held_until=None)
+
+    def released(self, now: float) -> SlurmJob:
+        """The attempt as the controller found it at `now`: running again after a hold."""
+        if not self.held_state or self.held_until is not None:
+            return self
+        return replace(self, held_until=now)
 
     def held_at(self, now: float) -> str | None:
         """The state that is not a stall the attempt is believed in at `now`, if any."""
         if self.ended_epoch is not None or not self.held_state or self.held_checked is None:
             return None
+        if self.held_until is not None:
+            return None
         return self.held_state if now - self.held_checked < HELD_RECHECK_S else None
 
     def held_spans(self, now: float) -> tuple[tuple[float, float, str], ...]:
         """The attempt's time in states that are not stalls, as (start, end, state): held as the controller said
-        (until the attempt ended or the answer lapsed), and past its time limit (until Slurm ended it)."""
+        (until it said the job runs again, the attempt ended or the answer lapsed), and past its time limit (until
+        Slurm ended it)."""
         end = self.ended_epoch if self.ended_epoch is not None else now
         spans = []
         if self.held_state and self.held_since is not None and self.held_checked is not None:
-            spans.append((self.held_since, min(end, self.held_checked + HELD_RECHECK_S), self.held_state))
+            until = self.held_until if self.held_until is not None else self.held_checked + HELD_RECHECK_S
+            spans.append((self.held_since, min(end, until), self.held_state))
         if self.time_limit_s is not None and self.start_epoch + self.time_limit_s < end:
             spans.append((self.start_epoch + self.time_limit_s, end, "TIMEOUT"))
         return tuple((a, b, state) for a, b, state in spans if b > a)
+
+    def with_hyperpod(self, found: HyperPodAction) -> SlurmJob:
+        """The attempt with what HyperPod said it does (a newer word from the same source about the same node
+        replaces the older)."""
+        same = (found.action, found.node, found.instance, found.source)
+        kept = tuple(a for a in self.hyperpod if (a.action, a.node, a.instance, a.source) != same)
+        return replace(self, hyperpod=(*kept, found)[-HYPERPOD_KEPT:])
+
+    def left_to_hyperpod(self, now: float) -> HyperPodAction | None:
+        """What HyperPod does to the job's nodes or the job now, if anything: the job is HyperPod's meanwhile."""
+        return next((a for a in reversed(self.hyperpod) if a.acting_at(now) and a.at >= self.start_epoch), None)
 
     def facts(self, now: float | None = None) -> JobFacts:
         hosts = tuple(n.name for n in self.nodes)
@@ -281,6 +301,9 @@ class SlurmJob:
         spec = instance_spec(first_type) if known else None
         gpus = spec.devices if spec else max((n.gpus for n in self.nodes), default=0)
         held = self.held_at(now) if now is not None else None
+        hyperpod = self.left_to_hyperpod(now) if now is not None and self.ended_epoch is None else None
+        if hyperpod is not None:
+            held = LEFT_TO_HYPERPOD
         return JobFacts(
             name=self.job_name,
             platform=Platform.SLURM,
@@ -305,6 +328,10 @@ class SlurmJob:
             },
             host_instances={n.name: n.instance for n in self.nodes if n.instance},
             ends_by=None if self.time_limit_s is None else self.start_epoch + self.time_limit_s,
+            notes=tuple(a.note() for a in self.hyperpod if a.at >= self.start_epoch),
+            hardware_faults={
+                a.node: a.note() for a in self.hyperpod if a.verdict == HARDWARE and a.node and a.at >= self.start_epoch
+            },
         )
 
 
@@ -336,26 +363,27 @@ class SlurmDescription(PlatformDescription):
         return list(instance_ids)
 
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
-        instance = facts.host_instances.get(host)
+        instance = metric_instance(facts, host)
         if instance is None:
             return agent_metric(facts, host, "GPUUtilization", "GPU utilization per GPU (the agent's)")
         return cloudwatch_agent.gpu_utilization(instance)
 
     def gpu_memory(self, facts: JobFacts, host: str) -> MetricMath:
-        instance = facts.host_instances.get(host)
+        instance = metric_instance(facts, host)
         if instance is None:
             return agent_metric(facts, host, "GPUMemoryUtilization", "GPU memory used per GPU (the agent's)")
         return cloudwatch_agent.gpu_memory(instance)
 
     def host_of_stream(self, stream: str, job: str, hosts: Collection[str]) -> str | None:
-        prefix = stream_prefix(job)
-        host = stream[len(prefix) : -len(".log")]
-        return host if stream.startswith(prefix) and stream.endswith(".log") and host in hosts else None
+        """The node a Slurm stream names, if it is one of `hosts` (a trace's; the adapter also checks the job's
+        key and the node's instance: `node_of_stream`)."""
+        found = parse_stream(stream)
+        return found.node if found is not None and found.node in hosts else None
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """A node's EC2 instance's CloudWatch agent series (per device already); none for a node that is no
         instance of the account: the agent's own stand in."""
-        instance = facts.host_instances.get(host)
+        instance = metric_instance(facts, host)
         if instance is None:
             return {"gpu_util": Series(), "gpu_mem_util": Series(), "cpu_util": Series(), "gpu_power": Series()}
         return cloudwatch_agent.host_series(instance, read)
@@ -364,45 +392,33 @@ class SlurmDescription(PlatformDescription):
 SLURM = DESCRIPTION = SlurmDescription()
 
 
-# ---- the actions: Stallwatch's SSM documents' answers (deploy/ssm/slurm-cancel.yaml, slurm-requeue.yaml) ----------
-
-ANSWER_KEY = "stallwatch_slurm"  # the documents' one JSON line
-WAITING = frozenset({"Pending", "InProgress", "Delayed"})  # an invocation not answered yet
-# A document's results that leave nothing to stop: the job ended, or the id is another job's now (Slurm reuses ids).
-NOTHING_TO_STOP = frozenset({"gone", "other_job"})
-DONE = frozenset({"cancelled", "cancelling", "requeued"})
+def metric_instance(facts: JobFacts, host: str) -> str | None:
+    """The EC2 instance whose CloudWatch agent metrics are the node's: a ParallelCluster or PCS node's; none on
+    HyperPod (its instances are SageMaker's, whose agent metrics the account does not get: the trainer agent's
+    stand in)."""
+    return None if facts.platform_ids.get(FLAVOR) == HYPERPOD else facts.host_instances.get(host)
 
 
-def answer_outcome(status: str, details: str, code: int | None, output: str) -> StopOutcome | None:
-    """What a document's invocation says of the stop: None while it has not answered; else the job stopped or
-    requeued (or nothing left to stop), held in a state that is not a stall, or the failure."""
-    if status in WAITING:
-        return None
-    answer = _answer(output)
-    if answer is None:
-        return StopOutcome(ok=False, detail=f"{status}: {details or 'no answer'} (exit {code}): {output[:300]}")
-    result, state, drained = answer.get("result", ""), answer.get("state", ""), answer.get("drained", "")
-    if result in DONE:
-        said = f"{result} ({state or 'ended'})" + (f"; {drained} drained" if drained else "")
-        return StopOutcome(ok=True, detail=said, state=state)
-    if result in NOTHING_TO_STOP:
-        return StopOutcome(ok=True, detail=f"nothing to stop: {result.replace('_', ' ')}", state=state)
-    if result == "not_running":
-        return StopOutcome(ok=True, detail=f"left alone: the job is {state}, not a stall", state=state, held=True)
-    return StopOutcome(
-        ok=False, detail=f"{result or status}: the job is {state or 'unknown'} (exit {code})", state=state
-    )
+# ---- the actions ----------------------------------------------------------------------------------------------
+
+# Where the controller is (the event's `ssm_target`): its EC2 instance (ParallelCluster, PCS: the nodes are matched
+# in its VPC), or HyperPod's SSM name of it, sagemaker-cluster:<cluster id>_<instance group>-<instance id>, whose
+# cluster id names the HyperPod cluster to SageMaker's node APIs.
+EC2_TARGET = re.compile(r"^i-[0-9a-f]{8,17}\Z")
+HYPERPOD_TARGET = re.compile(
+    r"^sagemaker-cluster:(?P<cluster>[a-z0-9]{12})_(?P<group>[A-Za-z0-9](?:-*[A-Za-z0-9]){0,62})-(?P<instance>i-[0-9a-f]{8,17})\Z"
+)
 
 
-def _answer(output: str) -> dict[str, str] | None:
-    for line in output.splitlines():
-        if ANSWER_KEY in line:
-            try:
-                found = json.loads(line)
-            except ValueError:
-                return None
-            return {k: str(v) for k, v in found.items()} if isinstance(found, dict) else None
-    return None
+def controller_instance(target: str) -> str | None:
+    """The controller's EC2 instance of the account, where the target is one (not on HyperPod)."""
+    return target if EC2_TARGET.match(target) else None
+
+
+def hyperpod_cluster(target: str) -> str | None:
+    """The HyperPod cluster id a HyperPod target names; None for any other target."""
+    found = HYPERPOD_TARGET.match(target)
+    return found["cluster"] if found else None
 
 
 def this_attempt(signals: JobSignals) -> JobSignals:
