@@ -21,7 +21,7 @@ from typing import Any
 
 from stallwatch.core import measures, stack_dumps
 from stallwatch.core.decision import STALLS, Action, Decision, Diagnosis, JobState, stall_onset
-from stallwatch.core.diagnosis import diagnose
+from stallwatch.core.diagnosis import diagnose, dump_lines
 from stallwatch.core.findings import Deadlines, Finding
 from stallwatch.core.mode import WOULD_STOP, act
 from stallwatch.core.policy import EffectivePolicy
@@ -78,7 +78,7 @@ def _with_stacks(finding: Finding, signals: JobSignals, found: dict[str, Any], s
     """A stall's finding with where every rank is, from the agent's dumps since the last progress (`core.stack_dumps`):
     the odd rank out, or one line saying why no dump tells."""
     report = stack_dumps.explain(
-        stack_dumps.latest(signals.stacks, stall_onset(found, state.stall_since)), signals.has_agent
+        stack_dumps.latest(dump_lines(signals), stall_onset(found, state.stall_since)), signals.has_agent
     )
     found["stacks"] = report.evidence()
     return replace(finding, reasons=(*finding.reasons, report.summary))
