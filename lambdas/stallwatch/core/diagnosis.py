@@ -89,7 +89,9 @@ def diagnose(
         measures.pauses(signals, thresholds, period)
     )
     cadence = Cadence(interval, logs.learned_gap_s, pauses.busy_s, pauses.idle_s)
-    ctx = Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses)
+    ctx = Context(
+        signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses, deaths=state.deaths
+    )
     return _diagnose_running(ctx, progress), cadence
 
 
@@ -217,6 +219,11 @@ def _conclusive(ctx: Context, hosts: dict[str, evidence.Host], last_step_t: floa
         ctx.period,
         ctx.now,
     )
+    words = [t for h in hosts.values() if (t := h.last_words_t) is not None]
+    if words:
+        ctx.evidence["words_t"] = sorted(words)  # the job's state keeps them: a crash loop shows across decisions
+    loop = evidence.crash_loop(ctx.signals, hosts, ctx.deaths, ctx.thresholds, ctx.now)
+    deaths += [loop] if loop is not None else []
     decisive = [d for d in deaths if ctx.now >= d.onset + d.confirm_s]
     if not decisive:
         for death in deaths:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from stallwatch.core import measures, stack_dumps
+from stallwatch.core import evidence, measures, stack_dumps
 from stallwatch.core.decision import STALLS, Action, Decision, Diagnosis, JobState, stall_onset
 from stallwatch.core.diagnosis import diagnose, dump_lines
 from stallwatch.core.findings import Deadlines, Finding
@@ -94,12 +94,14 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         measures.Pauses(learned.busy_pause_s, learned.idle_pause_s)
     )
     gaps = [g for g in (state.log_gap_s, learned.log_gap_s) if g is not None]
+    seen = evidence.bursts([*state.deaths, *decision.evidence.get("words_t", ())])
     state = state.with_(
         step_interval_s=learned.step_interval_s if learned.step_interval_s is not None else state.step_interval_s,
         log_gap_s=max(gaps, default=None),
         busy_pause_s=pauses.busy_s,
         idle_pause_s=pauses.idle_s,
         recheck_at=decision.recheck_at,
+        deaths=tuple(t for t in seen if t >= decision.at - evidence.CRASH_LOOP_WINDOW_S),
     )
     if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
         state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
@@ -116,6 +118,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             idle_pause_s=state.idle_pause_s,
             recheck_at=state.recheck_at,
             stragglers=state.stragglers,
+            deaths=state.deaths,
             warning=warning,
         )
     alerted = state.alerted

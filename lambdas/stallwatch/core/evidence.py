@@ -19,7 +19,16 @@ from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.measures import LAST_WORDS_S, Limits, agent_power, fatal, gpu_memory, gpu_util, rounded
+from stallwatch.core.measures import (
+    LAST_WORDS_S,
+    Limits,
+    agent_power,
+    fatal,
+    gpu_memory,
+    gpu_util,
+    newest_line_t,
+    rounded,
+)
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
@@ -28,6 +37,10 @@ VANISHED_PERIODS = 4  # no datapoint from a host for this many periods, while an
 FRESH_PERIODS = 3  # ... this many old: the host vanished (its datapoints are stamped at their period's start)
 # every host's log ended with fatal lines (NCCL watchdog timeouts, ...) and the GPUs agree: one period confirms
 ALL_FATAL_CONFIRM_S = 60.0
+# A crash loop: a rank's fatal last words this many times within this long (a launcher restarting ranks that die the
+# same way each time), its processes letting go of their GPUs since the first and no GPU working again
+CRASH_LOOP_DEATHS = 3
+CRASH_LOOP_WINDOW_S = 1800.0
 MARKER_RUN_S = 300.0  # checkpoint start lines this close together belong to one checkpoint (a line per shard)
 POWER_REPORTING_SHARE = 0.5  # a spinning collective needs GPU power from at least this share of the hosts
 
@@ -129,7 +142,8 @@ def _last_words(host: HostSignals) -> tuple[LogLine, ...]:
     if not lines:
         return ()
     newest = lines[-1].t
-    if host.log_last_t is not None and host.log_last_t > newest + LAST_WORDS_S:
+    spoke = newest_line_t(host)
+    if spoke is not None and spoke > newest + LAST_WORDS_S:
         return ()
     return tuple(line for line in lines if line.t >= newest - FATAL_BURST_S)
 
@@ -182,6 +196,46 @@ class Death:
     reasons: tuple[str, ...]
     lines: dict[str, list[LogLine]]
     conclusive: bool = True  # False: the processes ended by themselves (idleness), the user's idle_minutes decide
+
+
+def bursts(times: Iterable[float]) -> tuple[float, ...]:
+    """Fatal bursts' first lines, oldest first, those closer than `FATAL_BURST_S` to an earlier one being one."""
+    kept: list[float] = []
+    for t in sorted(times):
+        if not kept or t - kept[-1] > FATAL_BURST_S:
+            kept.append(t)
+    return tuple(kept)
+
+
+def crash_loop(
+    signals: JobSignals, hosts: dict[str, Host], seen: Iterable[float], thresholds: Thresholds, now: float
+) -> Death | None:
+    """Ranks that die the same way on every restart of their launcher: `CRASH_LOOP_DEATHS` bursts of fatal last words
+    within `CRASH_LOOP_WINDOW_S` (`seen`: those earlier decisions saw, with the hosts' own now), every GPU host's
+    memory fallen below half its working level since the first (the processes exited, then loaded again), and no
+    GPU busy since: nothing trained between the deaths. Conclusive a period after the newest burst."""
+    found = bursts([*seen, *(t for h in hosts.values() if (t := h.last_words_t) is not None)])
+    recent = [t for t in found if t >= now - CRASH_LOOP_WINDOW_S]
+    gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
+    if len(recent) < CRASH_LOOP_DEATHS or not gpu_hosts:
+        return None
+    first, newest = recent[0], recent[-1]
+    for host in gpu_hosts:
+        memory, util = gpu_memory(host), gpu_util(host)
+        working = memory.between(-math.inf, first).values()
+        after = memory.between(first + 1e-6, now).values()
+        if not working or not after or min(after) > statistics.median(working) / 2:
+            return None  # its processes never let go: no restart (a checkpoint's retries, say)
+        if any(v >= thresholds.busy_gpu_percent for v in util.between(first + 1e-6, now).values()):
+            return None  # it trained again in between
+    lines = {n: list(h.last_words) for n, h in hosts.items() if h.last_words}
+    reason = (
+        f"a crash loop: fatal last words {len(recent)} times in {_ago(newest, first)}, each after its launcher "
+        f"restarted the ranks; every host's processes let go of their GPUs since the first, and none trained again"
+    )
+    return Death(
+        Diagnosis.CRASHED_RANK, first, newest + ALL_FATAL_CONFIRM_S - first, tuple(sorted(lines)), (reason,), lines
+    )
 
 
 def vanished(hosts: dict[str, Host], period: float, now: float) -> dict[str, float]:

@@ -73,6 +73,7 @@ class Context:
     logs: measures.Logs
     period: float  # the hosts' datapoints' period (or the agent's window, if longer)
     pauses: measures.Pauses  # the longest healthy pauses the job came back from, learned so far
+    deaths: tuple[float, ...] = ()  # the fatal bursts earlier decisions saw as last words (`JobState.deaths`)
 
 
 def with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:

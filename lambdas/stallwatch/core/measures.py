@@ -26,6 +26,7 @@ RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alar
 INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
 LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
 LAST_WORDS_S = 30.0  # a fatal burst (the traceback, the launcher's report) is over by then; a line after it is life
+LOG_IDLE_SLACK_S = 300.0  # a sawtooth sample's newest line may read this much earlier than the line (its period)
 EVIDENCE_ERROR_LINES = 3  # error lines kept per host
 EVIDENCE_MESSAGE_CHARS = 300
 PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
@@ -305,11 +306,14 @@ def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, f
         for t, idle in host.log_idle.points:
             newest[t] = max(newest.get(t, -math.inf), t - idle)
     samples = sorted(newest)
-    last = max((h.log_last_t for h in hosts if h.log_last_t is not None), default=-math.inf)
+    last = max((t for h in hosts if (t := newest_line_t(h)) is not None), default=-math.inf)
     words = [line.t for h in hosts for line in h.error_lines if line.t >= last - LAST_WORDS_S and fatal(line)]
+    # A sample's time is its period's start (at most a sweep before its publication): the newest line it saw may
+    # read that much earlier than the line itself.
+    slack = min(_sample_spacing(hosts), LOG_IDLE_SLACK_S)
 
     def unanswered(b: float) -> bool:
-        return any(abs(t - b) <= LOG_BURST_S for t in words)
+        return any(t - slack <= b <= t + LOG_BURST_S for t in words)
 
     return [
         (newest[s], s, newest[t])
@@ -318,9 +322,16 @@ def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, f
     ]
 
 
-def newest_line_before(hosts: Iterable[HostSignals], t: float) -> float | None:
-    """The job's newest log line before `t` as the sweeper's sawtooth saw it (beyond the log tail a decision reads)."""
-    return max((s - idle for host in hosts for s, idle in host.log_idle.points if s - idle < t), default=None)
+def newest_line_t(host: HostSignals) -> float | None:
+    """The host's newest line read (its tail holds the newest); without one, its newest event known (the sweeper's
+    freshness: a bound up to a period late, never a line)."""
+    return max((line.t for line in host.log_tail), default=host.log_last_t)
+
+
+def newest_line_before(hosts: Iterable[HostSignals], t: float, period: float) -> float | None:
+    """The job's newest log line a period or more before `t`, as the sweeper's sawtooth saw it (beyond the log tail
+    a decision reads; a sample's time is its period's start, so a line seen within a period before `t` may be `t`'s)."""
+    return max((s - idle for host in hosts for s, idle in host.log_idle.points if s - idle < t - period), default=None)
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ def _words_overdue(
     if silent_job and not all_idle:
         first = min(spoken[n].last_words_t or 0.0 for n in silent_job)
         if said is None:  # no line but the words in the tail: the sawtooth saw the one before them
-            said = measures.newest_line_before(ctx.signals.hosts.values(), first)
+            said = measures.newest_line_before(ctx.signals.hosts.values(), first, ctx.period)
         since = said if said is not None else first
         job_owed = measures.line_owed_s(ctx.signals.hosts.values(), ctx.logs, ctx.limits, ctx.training_since, first)
         # A collective's timeout says its own wait was long: no evaluation prints it. Other words may precede one.
@@ -167,8 +167,10 @@ def _words_overdue(
     overdue: dict[str, list[LogLine]] = {}
     silences: list[str] = []
     for name, (since, owed_s) in sorted(owed.items()):
-        ctx.deadlines.add(since + owed_s)
-        if ctx.now - since >= owed_s:
+        # ... and never before the words are a period old (a line after them would make them no last words)
+        decisive = max(since + owed_s, (spoken[name].last_words_t or 0.0) + evidence.ALL_FATAL_CONFIRM_S)
+        ctx.deadlines.add(decisive)
+        if ctx.now >= decisive:
             overdue[name] = list(spoken[name].last_words)
             who = name if name in printed_on else "no host"
             silence = f"{who}: no line for {minutes(ctx.now - since)}, its habit owed one in {minutes(owed_s)}"
