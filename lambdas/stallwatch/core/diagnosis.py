@@ -158,8 +158,8 @@ def _unconfirmed(
     if waiting:
         reasons.insert(0, waiting)
     if words:
-        name, first = min(((n, line) for n, lines in words.items() for line in lines), key=lambda nl: nl[1].t)
-        reasons[:0] = [error_summary(words), f'{name}: "{first.message[:QUOTED_CHARS]}"', UNCONFIRMED]
+        name = min(words, key=lambda n: words[n][0].t)  # the first to speak; its burst's last line says what failed
+        reasons[:0] = [error_summary(words), f'{name}: "{words[name][-1].message[:QUOTED_CHARS]}"', UNCONFIRMED]
         return replace(error_finding(words, ()), reasons=tuple(reasons), stoppable=False)
     return Finding(Diagnosis.HANG, tuple(reasons))
 
