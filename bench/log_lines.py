@@ -4,15 +4,18 @@ line costs to read, this tree's rules beside a baseline revision's.
     .venv/bin/python bench/log_lines.py                      # every column, by family, and the cost per line vs main
     .venv/bin/python bench/log_lines.py --baseline aa3383f   # the cost against another revision's rules
     .venv/bin/python bench/log_lines.py --misses written     # print the lines each figure misses, in one column
+    .venv/bin/python bench/log_lines.py --rules main         # the figures of an earlier revision's rules, same lines
 
 Columns (corpus/real_lines/README.md, "Two parts"): `written`, the part the rules were written from; `measured`, the
-part they were not written from, quoted with it; `fresh`, the measured lines quoted after the rules were frozen (round
-39/3). Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the subscription filter
-as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and checkpoint markers read
-right (`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs, in microseconds a
-line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines holding one, and the whole corpus;
-both rule sets are timed in this process, their runs interleaved, so the machine's load weighs on both alike. Print
---misses only for the written part when changing rules: the measured columns' misses are reported, never written from.
+part they were not written from, quoted with it; `fresh 39/3`, `fresh 39/5` and `fresh 39/7`, the measured lines quoted
+after the rules were frozen (round 39/3 before the structural rules, round 39/5 after them, round 39/7 after the breadth
+round's structure readers). Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the
+subscription filter as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and
+checkpoint markers read right (`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs,
+in microseconds a line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines holding one (in the
+baseline's cover), and the whole corpus; both rule sets are timed in this process, their runs interleaved, so the
+machine's load weighs on both alike. Print --misses only for the written part when changing rules: the measured columns'
+misses are reported, never written from.
 """
 
 from __future__ import annotations
@@ -45,10 +48,18 @@ FAMILIES = {
     "cuda_error": "CUDA",
     "cuda_oom": "CUDA",
     "xid_fatal": "Xid / NVRM",
+    "gpu_driver": "Xid / NVRM",
+    "gloo": "gloo / RCCL",
+    "rccl": "gloo / RCCL",
+    "storage": "storage",
+    "container": "container runtimes",
+    "kubernetes": "Kubernetes",
+    "systemd": "init / systemd",
     "oom_kill": "host OOM killer",
     "segfault": "signals",
     "sigabrt": "signals",
     "killed": "signals",
+    "sigfpe": "signals",
     "launcher_exit": "torchrun / launchers",
     "deepspeed_launcher": "torchrun / launchers",
     "mpirun": "MPI",
@@ -75,12 +86,15 @@ ORDINARY_WITH_A_PHRASE = (
 )
 
 
-# The fresh batch: measured lines quoted after the rules were frozen (real_lines.ROUNDS).
-FRESH = (39, 3)
+# The fresh batches: measured lines quoted after the rules were frozen (real_lines.ROUNDS), each in its own column.
+FRESH = {"fresh 39/3": (39, 3), "fresh 39/5": (39, 5), "fresh 39/7": (39, 7)}
 COLUMNS: dict[str, Callable[[real_lines.RealLine], bool]] = {
     "written": lambda r: r.part == real_lines.WRITTEN,
-    "measured": lambda r: r.part == real_lines.MEASURED and (r.added, r.round) != FRESH,
-    "fresh": lambda r: r.part == real_lines.MEASURED and (r.added, r.round) == FRESH,
+    "measured": lambda r: r.part == real_lines.MEASURED and (r.added, r.round) not in FRESH.values(),
+    **{
+        column: (lambda r, batch=batch: r.part == real_lines.MEASURED and (r.added, r.round) == batch)
+        for column, batch in FRESH.items()
+    },
 }
 # Issue 39's goals for the lines the rules were not written from.
 GOALS = {
@@ -195,12 +209,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", default="main", help="the revision whose rules the cost is compared with")
     parser.add_argument("--misses", choices=COLUMNS, help="print the lines each figure misses in this column")
+    parser.add_argument("--rules", help="read the lines with this revision's rules instead of this tree's")
     args = parser.parse_args()
+    if args.rules:
+        global log_patterns
+        log_patterns = baseline_rules(args.rules)  # type: ignore[assignment]
     table("figure", {column: figures(column, args.misses == column) for column in COLUMNS} | {"goal": GOALS})
     table("fatal lines recognised, by family", {column: by_family(column) for column in COLUMNS})
     table("checkpoint markers read right, by framework", {column: markers_by_framework(column) for column in COLUMNS})
     assert all(not line or not log_patterns.match(line) for line in ORDINARY + ORDINARY_WITH_A_PHRASE)
-    cost(args.baseline)
+    if not args.rules:
+        cost(args.baseline)
 
 
 if __name__ == "__main__":

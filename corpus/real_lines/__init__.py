@@ -52,6 +52,40 @@ ROUNDS: tuple[Round, ...] = (
     Round(39, 1, None, "new sources for the families the corpus lacked, split by the seeded hash"),
     Round(39, 2, WRITTEN, "new sources to write the rules from, for the families the written part lacked"),
     Round(39, 3, MEASURED, "new sources quoted after the rules were frozen, to measure them afresh"),
+    Round(
+        39,
+        4,
+        WRITTEN,
+        "new sources to write structural rules from: the formats and families the measured misses belong to (the "
+        "Neuron runtime's daemon and component layouts, TensorFlow's levels, Hydra and launcher wrappers, torchrun's "
+        "error report, lines inside a save), EFA, Megatron/NeMo, JAX/Orbax, Ray, whole checkpoint sequences of many "
+        "frameworks, and benign lookalikes; never a measured line or its phrase",
+    ),
+    Round(
+        39,
+        5,
+        MEASURED,
+        "new sources quoted after the structural rules were frozen at 4f4f3ef, to measure them afresh: fatal lines, "
+        "lookalikes and markers of every family, the Neuron runtime and EFA among them",
+    ),
+    Round(
+        39,
+        6,
+        WRITTEN,
+        "breadth: new sources from many more ecosystems to write the structure readers from, for what large-model "
+        "training on AWS prints when it dies (EFA, libfabric and aws-ofi-nccl at every level, the NVIDIA driver and "
+        "its daemons, filesystems and storage, shells and init, container runtimes, the collectives, PyTorch, XLA, "
+        "JAX, TensorFlow, DeepSpeed, Megatron, NeMo, FSDP, torchtitan, Neuron, SageMaker and HyperPod, Kubernetes, "
+        "Ray, Slurm), their benign lookalikes and the save lines of many trainers; never a measured line or its phrase",
+    ),
+    Round(
+        39,
+        7,
+        MEASURED,
+        "new sources quoted after the breadth round's rules were frozen at 0a12c7a, to measure them blind: fatal lines "
+        "of every family (the Neuron runtime and EFA among them), lookalikes and save lines, from sources neither the "
+        "corpus nor any answer the search tool showed during round 39/6 held",
+    ),
 )
 
 

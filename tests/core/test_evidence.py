@@ -363,7 +363,7 @@ def test_a_pause_does_not_count_as_data_starvation_once_steps_resume() -> None:
     assert at(builder, ONSET + 7 * MIN).diagnosis is Diagnosis.HEALTHY
 
 
-UNREAD = "[orbax] persisting 64 shards of state to /fsx/run7/24000"  # a start line no pattern reads
+UNREAD = "[snapshotter] 64 shards of step 24000 on their way to /fsx/run7/24000"  # a start no pattern reads
 
 
 def two_checkpoints_without_the_agent() -> SignalsBuilder:

@@ -145,6 +145,23 @@ FATAL_LINES = [
     ("socketProgressOpt: Call to recv from 172.16.0.9<33759> failed : Connection reset by peer", "nccl"),
     ("2022-06-02 17:28:14 Failed - Training job failed", "sagemaker_toolkit"),
     ("python3: /opt/workspace/tdrv/ring.c:41: ring_init: Assertion `ring != NULL' failed.", "sigabrt"),
+    # a write that dies of its errno; a pod's terminal state as kubectl shows it; the shell's report of a signal death
+    ("RuntimeError: write(): fd 29 failed with Input/output error", "storage"),
+    ("[  279.665960] EXT4-fs (nvme0n1p1): Remounting filesystem read-only", "storage"),
+    ("      Reason:       CrashLoopBackOff", "kubernetes"),
+    ("The node was low on resource: memory.", "kubernetes"),
+    ("./train.sh: line 3:  1098 Floating point exception(core dumped) python train.py --dataset=dtu_yao", "killed"),
+    (
+        "Oct 24 06:17:10 pinnacle systemd[1]: traccar.service: Main process exited, code=exited, status=143/n/a",
+        "launcher_exit",
+    ),
+    # read fatal by structure, then named by their family's words
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]]', "container"),
+    ("[ 1097.650222] NVRM: GPU 0000:04:01.0: RmInitAdapter failed! (0x11:0x45:2525)", "xid"),
+    (
+        "libfabric:15409:1705531788::efa:mr:efa_mr_reg_impl():850<warn> Unable to register MR: Cannot allocate memory",
+        "efa",
+    ),
     # no family names these: an error mark with a failure word, or a fatal mark alone
     (
         "E0929 17:42:48.594192 1044529 coordination_service_agent.cc:332] Polled an error from coordination service "
@@ -202,6 +219,15 @@ BENIGN_LINES = [
     "[2023-07-31 11:08:28,980] torch._dynamo.convert_frame: [WARNING] Traceback (most recent call last):",
     "E0000 00:00:1723141151.233718 5214 cuda_dnn.cc:8310] Unable to register cuDNN factory: Attempting to register "
     "factory for plugin cuDNN when one has already been registered",
+    # libfabric's warn while providers are probed (its core subsystem), a driver's notice of a healthy boot, a
+    # deprecation that names an error variable, a watchdog that ended normally, a joblib warning quoting ENOSPC
+    "libfabric:core:core:fi_getinfo_():545<warn> fi_getinfo: provider psm returned -61 (No data available)",
+    "May 21 18:07:14 sangje-desktop kernel: [    8.020289] nvme nvme0: missing or invalid SUBNQN field.",
+    "[W Utils.hpp:135] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING is deprecated; use "
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function getCvarInt)",
+    "I1002 15:18:51.080338 1822035 ProcessGroupNCCL.cpp:530] [Rank 1] NCCL watchdog thread terminated normally",
+    "/root/miniconda3/envs/vits/lib/python3.8/site-packages/joblib/_multiprocessing_helpers.py:46: UserWarning: [Errno "
+    "28] No space left on device.  joblib will operate in serial mode",
 ]
 
 
@@ -444,8 +470,8 @@ def test_a_collectives_failure_after_start_up_is_still_named() -> None:
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        # a compiler's error code leading the line, with what failed
-        ("[F134] neuronx-cc terminated abnormally - Please open a support ticket at https://github.com/", "error"),
+        # a compiler's error code leading the line, with what failed, named by the family its words name
+        ("[F134] neuronx-cc terminated abnormally - Please open a support ticket at https://github.com/", "neuron"),
         ("[NLA001]  Unhandled exception with message: === BIR error ===", "error"),
         # an application's own Fatal: mark
         ("Fatal: Internal system error, cannot recover.", "error"),
@@ -517,6 +543,97 @@ def test_a_save_is_read_by_its_verb_what_it_saves_and_where(line: str, expected:
     assert log_patterns.classify(line) == (None, expected)
 
 
+# --- structures read from round 39/4's written lines: levels and frames, failure words, families, saves by verb ----
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # the Neuron 1.x runtime daemon's lines (syslog, no level): a component's frame with a failure word
+        ("Jan 08 21:53:19 ip-10-0-0-31 nrtd[4154]: [hal] request seq: 2, cmd: 1 timed out", "neuron"),
+        ("nrtd[1]: [NRTD:nrtd_main] Failed to initialize devices: 0000:00:1c.0 , attempt: 1", "neuron"),
+        # TensorFlow's op kernels report a failed op at W; its status codes, in either spelling
+        (
+            "2018-06-08 17:26:00.908130: W tensorflow/core/framework/op_kernel.cc:1202] OP_REQUIRES failed at "
+            "tile_ops.cc:123 : Resource exhausted: OOM when allocating tensor with shape[16,1,892800,8,4,2,2]",
+            "cuda_oom",
+        ),
+        ("  (0) Resource exhausted: OOM when allocating tensor with shape[16,112,112,147] and type float", "cuda_oom"),
+        # and TensorFlow's exception with its parenthesis
+        (
+            "ResourceExhaustedError (see above for traceback): OOM when allocating tensor with shape[64]",
+            "python_exception",
+        ),
+        # NCCL's WARN is its error level, whatever the failure word
+        ("[1,2]<stdout>:w-0:75:95 [2] graph/xml.h:101 NCCL WARN Attribute arch of node cpu not found", "nccl"),
+        # unlevelled failures: a report's heading, a terminal state, a failure at a source location
+        ("Failures:", "error"),
+        ("Job 'raysubmit_7wNNGHdVi92R8wt2' failed", "error"),
+        ("[1,2]<stdout>: .. test-nccl-p5-2-worker-0 pid 75: Test failure common.cu:844", "nccl"),
+    ],
+)
+def test_a_line_no_signature_names_is_read_by_its_level_frame_and_failure_words(line: str, expected: str) -> None:
+    assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "nrtd[1]: [NMGR:kmgr_start_nn] Started NN: 10004",
+        "Jan 08 21:53:19 ip-10-0-0-31 nrtd[4154]: [TDRV:reset_mla] Resetting 0000:00:10.0",
+        "[2020-12-24 16:25:13,160] [WARNING] [runner.py:117:fetch_hostfile] Unable to find hostfile, will proceed",
+        "2022-04-04 00:27:49.642404: E tensorflow/compiler/xla/xla_client/xla_util.cc:88] 0 derived errors ignored.",
+        "  <NO_OTHER_FAILURES>",
+        "srun: job 83 queued and waiting for resources",
+        "[2024-03-12 08:22:56,574] torch.distributed.elastic.agent.server.api: [INFO] Local worker group finished "
+        "(WorkerState.SUCCEEDED). Waiting 300 seconds for other agents to finish",
+    ],
+)
+def test_a_lookalike_of_the_level_and_frame_structures_is_not_fatal(line: str) -> None:
+    assert match(line) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # a save verb in progress with what it saves (a checkpoint's parts too), or with where it goes
+        ("Saving to /fsx/ubuntu/llama3_70B/pretrained_weight/model/dp_rank_00_tp_rank_00_pp_rank_00.pt", "start"),
+        ("Writing optimizer shards to /ckpt/step-1200", "start"),
+        ("Removing old checkpoints [/ckpt/step-200]", "start"),
+        ("Pruning checkpoint step-400 to keep 3", "start"),
+        ("[1,0]<stderr>:INFO:tensorflow:Saving checkpoints for 0 into efficientdet-d1-finetune/model.ckpt.", "start"),
+        ("Epoch 00002: val_acc improved from 0.39000 to 0.54000, saving model to /tmp/model.h5", "start"),
+        ("Calling checkpoint listeners before saving checkpoint 0...", "start"),
+        # the tense says it is done: after saving, saved with where it went, how long it took
+        ("Calling checkpoint listeners after saving checkpoint 0...", "end"),
+        ('2016-07-10 15:54:44,112 Node[0] Saved checkpoint to "model/dnn-0096.params"', "end"),
+        ("Checkpoint upload took 41.2 s", None),  # a save verb is what tells a save's duration
+        ("Writing snapshot took 12.3 seconds", "end"),
+    ],
+)
+def test_a_save_is_read_by_its_verbs_tense_and_what_it_saves(line: str, expected: str | None) -> None:
+    markers = {"start": log_patterns.CHECKPOINT_START, "end": log_patterns.CHECKPOINT_END, None: None}
+    assert log_patterns.classify(line) == (None, markers[expected])
+    # and the checkpoint filter keeps every marker
+    assert expected is None or moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Trying to restore saved checkpoints from /vol/data ...  Checkpoint found: /vol/data/model.ckpt-1253",
+        "INFO:tensorflow:Restoring parameters from output/model.ckpt-0",
+        "INFO:tensorflow:Create CheckpointSaverHook.",
+        "Pruning 30% of the weights of layer 3",  # pruning weights is training, not a checkpoint's part
+        "Checkpoints will be saved every 500 steps to /out/ckpt",
+        "WARNING:tensorflow:Can save best model only with val_loss available, skipping.",
+        "| checkpoint 005 | epoch 005 | 0025035 updates | s/checkpnt     443 | words/s    7740 | lr 0.250000",
+    ],
+)
+def test_a_line_about_a_checkpoint_that_is_no_save_is_no_marker(line: str) -> None:
+    assert log_patterns.classify(line) == (None, None)
+
+
 def test_reading_only_the_rules_a_lines_phrases_select_reads_it_as_every_rule_would() -> None:
     # Given every line of the corpus and the ordinary ones / When read by the rules their phrases of COVER select
     # Then the kind and marker are those of reading every rule in order (it skips only rules that cannot match)
@@ -524,7 +641,7 @@ def test_reading_only_the_rules_a_lines_phrases_select_reads_it_as_every_rule_wo
 
     def every_rule(message: str) -> tuple[str | None, str | None]:
         low = message.lower()
-        everything = log_patterns._Candidates(log_patterns.RULES, log_patterns.MARKERS)
+        everything = log_patterns._Candidates(log_patterns.RULES, log_patterns.MARKERS, may_fail=True)
         kind = log_patterns.BUILT_IN._match(message, low, everything)
         return kind, None if kind else log_patterns.BUILT_IN._marker(message, low, everything)
 
@@ -675,3 +792,17 @@ def test_every_phrase_of_every_gate_holds_a_phrase_of_the_cover() -> None:
     phrases = {phrase for rule in log_patterns.RULES + log_patterns.MARKERS for phrase in rule.gate}
     assert not [p for p in phrases if not any(c in p for c in log_patterns.COVER)]
     assert all(c == c.lower() for c in log_patterns.COVER)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("Oct 30 19:13:39 ip-172-31-93-131 nrtd[1125]: [TDRV:io_queue] Unexpected input size", "neuron"),
+        ("2022-04-04 00:27:49.642380: E tensorflow/compiler/xla/xla_client/xla_util.cc:88] error: no buffer", "xla"),
+        ("[error] efa device lost on rdmap16s27", "efa"),
+        ("ERROR: allocation failed, out of memory on device 3", "cuda_oom"),
+        ("Failures:", "error"),  # no family named
+    ],
+)
+def test_a_line_read_fatal_by_its_structure_is_named_by_the_family_its_words_name(line: str, expected: str) -> None:
+    assert match(line) == expected

@@ -102,12 +102,15 @@ def test_the_parts_are_split_by_source_by_the_declared_rounds() -> None:
     for r in everything:
         rounds.setdefault(r.source, set()).add((r.added, r.round))
     assert all(len(p) == 1 for p in rounds.values())
-    # and the wave after issue 29 grew the corpus by at least 150 lines from new sources, most of them measured
+    # and the wave after issue 29 grew the corpus by at least 150 lines from new sources, at least 150 of them to the
+    # measured part (its first round, split by the hash, mostly measured; its written rounds declared as such)
     new = [r for r in everything if r.added > real_lines.FIRST_ISSUE]
     old_sources = {r.source for r in everything if r.added <= real_lines.FIRST_ISSUE}
     assert len(new) >= 150
     assert not {r.source for r in new} & old_sources
-    assert sum(r.part == real_lines.MEASURED for r in new) > len(new) / 2
+    assert sum(r.part == real_lines.MEASURED for r in new) >= 150
+    first = [r for r in new if r.round == 1]
+    assert sum(r.part == real_lines.MEASURED for r in first) > len(first) / 2
 
 
 def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_batch() -> None:
@@ -121,6 +124,60 @@ def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_bat
     assert len({r.source for r in fresh}) >= 30
     assert {r.part for r in fresh} == {real_lines.MEASURED}
     assert {r.label for r in fresh} == set(real_lines.LABELS)
+
+
+def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
+    # Given round 5 of issue 39 (declared measured, quoted after the structural rules froze)
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 5)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 5)}
+    # Then at least 60 lines from 30 sources no earlier round holds, every label, the Neuron runtime and EFA among them
+    assert len(lines) >= 60
+    assert len({r.source for r in lines}) >= 30
+    assert not {r.source for r in lines} & earlier
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert {r.label for r in lines} == set(real_lines.LABELS)
+    assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 7
+    assert any(r.label == "fatal" and r.kind == "efa" for r in lines)
+
+
+def test_round_four_is_written_from_new_sources() -> None:
+    # Given round 4 of issue 39 (declared written, for structural rules) / Then its lines are written, from sources no
+    # earlier round holds, and none is a copy of a measured line (test_no_written_line_is_a_copy_of_a_measured_one)
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 4)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 4)}
+    assert len(lines) >= 100
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+
+
+def test_round_six_is_written_from_many_new_sources_across_the_ecosystems() -> None:
+    # Given round 6 of issue 39 (declared written, for breadth) / Then at least 200 lines from 80 sources no earlier
+    # round holds, written only, with the families a dying job on AWS prints beyond the earlier rounds' (storage,
+    # container runtimes, Kubernetes, init, the GPU's daemons) and their lookalikes
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 6)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 6)}
+    assert len(lines) >= 200
+    assert len({r.source for r in lines}) >= 80
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+    assert {"storage", "container", "kubernetes", "systemd", "gpu_driver", "efa"} <= {r.kind for r in lines}
+    assert {r.label for r in lines} == set(real_lines.LABELS)
+
+
+def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_holds() -> None:
+    # Given round 7 of issue 39 (declared measured, quoted after the breadth round's rules froze) / Then at least 80
+    # lines from 40 sources no earlier round holds, measured only, with the Neuron runtime, EFA, save lines and
+    # lookalikes enough to read a figure from
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 7)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 7)}
+    assert len(lines) >= 80
+    assert len({r.source for r in lines}) >= 40
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert not {r.source for r in lines} & earlier
+    assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 10
+    assert sum(r.kind == "efa" for r in lines) >= 8
+    assert sum(r.label in ("checkpoint_start", "checkpoint_end") for r in lines) >= 15
+    assert sum(r.label == "benign" for r in lines) >= 30
 
 
 def test_a_round_not_declared_has_no_part() -> None:
@@ -157,7 +214,10 @@ def test_hyperpod_lines_are_kept_as_data_with_their_sources() -> None:
     (agent,) = real_lines.hyperpod(kind="health_monitoring_agent")
     assert '"HealthMonitoringAgentDetectionEvent":"HealthEvent"' in agent.text
     assert agent.source.startswith("https://docs.aws.amazon.com/")
-    assert all(line.text.startswith("[Auto Resume] ") for line in real_lines.hyperpod(kind="auto_resume"))
+    resume = real_lines.hyperpod(kind="auto_resume")
+    assert all(line.text.startswith("[Auto Resume] ") for line in resume)
+    # and the cluster agent's verdict after a failed health check, as the AWS sample's job output shows it
+    assert any("ResumeAction=RETRYSTEP" in line.text for line in resume)
 
 
 def test_fatal_lines_are_recognised_and_every_incident_has_one() -> None:

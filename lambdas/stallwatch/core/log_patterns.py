@@ -5,14 +5,17 @@
     marker("Saving model checkpoint to /opt/ml/checkpoints/checkpoint-500")  # "checkpoint_start"
 
 A line is read by its structure before its strings: a line that says the job goes on (a retry, a skipped batch, an
-ignored exception, a fallback, a Python warning: `survives`) is never fatal; a family's signature names the line (the
-first rule that matches, the specific ones before the general ones), except that a rule marked `strict` yields to a
-low severity mark (INFO, WARNING: frameworks log the errors they catch at those levels); and a line no family names is
-fatal when its severity mark (Python logging's ERROR/CRITICAL, glog's E/F, Slurm's `error:`) comes with a failure word,
-or when the mark is FATAL alone (`ERROR_LINE`). Every rule is linear in the line (no nested quantifiers; bounded gaps),
-since the engine runs them on every tail line of hundreds of hosts. The kinds and their real lines are in
-corpus/real_lines/ (tests/core/test_real_lines.py holds the figures, on the part the rules were written from and on
-the part they were not).
+ignored exception, a fallback, a Python warning: `survives`) is never fatal; a signature of a family (its error names
+and codes, its launcher's exit report: the first rule that matches, the specific ones before the general ones) names
+the line, except that a rule marked `strict` yields to a low level (INFO, WARNING: frameworks log the errors they catch
+at those levels); and a line no signature names is fatal by its structure (`log_structure`: the level its layout marks
+it with, a closed vocabulary of failure words, the layouts that frame a line with no level), then named by the family
+its words name (`ERROR_LINE` when none does). A checkpoint marker is read the same way: a save verb of a closed list,
+its tense saying whether the save goes on or is done, with what it saves or where it goes, beside the frameworks' own
+completion lines. Every rule is linear in the line (no nested quantifiers; bounded gaps), since the engine runs them on
+every tail line of hundreds of hosts. The kinds and their real lines are in corpus/real_lines/
+(tests/core/test_real_lines.py holds the figures on the part the rules were written from; bench/log_lines.py prints
+the parts they were not).
 
 CloudWatch Logs returns only the lines one of `FILTER_PATTERNS` keeps (a ``%regex%`` filter pattern each: CloudWatch's
 regex subset, no parentheses, at most 1,024 characters), a superset of what the rules name: `FATAL_FILTER_PATTERN`
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import NamedTuple
 
+from stallwatch.core import log_structure
 from stallwatch.core.contract import STACKS_MARKER
 
 # Fatal kinds, the names a line's `pattern` takes.
@@ -54,6 +58,9 @@ NEURON = "neuron"
 XLA = "xla"
 RAY = "ray"
 LSF = "lsf"
+STORAGE = "storage"
+KUBERNETES = "kubernetes"
+CONTAINER = "container"
 ERROR_LINE = "error"
 USER_FATAL = "user_fatal"
 
@@ -107,7 +114,7 @@ RULES: tuple[Rule, ...] = (
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
             r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
             r"|Got completion from peer"
-            rf"|(?:NCCL|CCOM) WARN (?!{_PLUGIN_INIT})[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
+            rf"|(?:NCCL|CCOM) WARN [^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
             r"|Exception raised from ncclCommWatchdog"
             r"|\b(?:socketProgress\w{0,20}|Net) ?: [^\n]{0,200}?"  # NCCL's socket transport, in its own words
             r"(?:Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed)"
@@ -141,7 +148,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         EFA,
         re.compile(
-            rf"(?!{_PLUGIN_INIT})NET/OFI [^\n]{{0,200}}?(?:fail|error|Unable|Couldn't|Unexpected)"
+            r"NET/OFI [^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
             r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
@@ -214,6 +221,42 @@ RULES: tuple[Rule, ...] = (
         BUS_ERROR,
         re.compile(r"killed by signal: Bus error|(?i:bus error) (?:\(core dumped\)|encountered)|: Bus error$"),
         ("bus error",),
+    ),
+    Rule(
+        STORAGE,  # the messages of the errno values a write or a read dies of (strerror), and the kernel's own
+        re.compile(
+            r"No space left on device|Disk quota exceeded|Read-only file system|Input/output error|\bI/O error\b"
+            r"|Remounting filesystem read-only|\bEXT4-fs error\b"
+        ),
+        (
+            "no space left",
+            "quota exceeded",
+            "read-only",
+            "input/output error",
+            "i/o error",
+            "ext4-fs error",
+        ),
+        strict=True,  # a warning quoting one (joblib's "UserWarning: [Errno 28] ...") is a job going on
+    ),
+    Rule(
+        KUBERNETES,  # a pod's terminal state: a status field's value, a table's cell; the kubelet's own words
+        re.compile(
+            r"^\s{0,12}(?:[Rr]eason|[Ss]tatus|[Pp]hase|[Tt]ype|State):\s{1,30}"
+            r"(?:Evicted|Failed|OOMKilled|CrashLoopBackOff|Preempted|Terminated)\s*$"
+            r"|\s{2}(?:Evicted|CrashLoopBackOff)\s{2}"
+            r"|\bThe node was low on resource:|\bPreempted to accommodate a workload\b"
+            r"|\bKilling container with id\b|\bBack-off restarting failed container\b|\bPod failed\b"
+        ),
+        (
+            "evicted",
+            "failed",
+            "oomkilled",
+            "crashloopbackoff",
+            "preempted",
+            "terminated",
+            "the node",
+            "killing container",
+        ),
     ),
     Rule(
         SLURM,
@@ -296,9 +339,26 @@ RULES: tuple[Rule, ...] = (
         ("xlaruntimeerror", "xla runtime error", "statusor", "terminating process because"),
     ),
     Rule(
-        XLA,  # absl's status codes, as XLA and its runtimes print a failed call (an INFO line may report a probe's)
-        re.compile(r"(?:^|[\s:(])(?:INTERNAL|RESOURCE_EXHAUSTED|UNAVAILABLE|DEADLINE_EXCEEDED|DATA_LOSS): "),
-        ("internal: ", "resource_exhausted: ", "unavailable: ", "deadline_exceeded: ", "data_loss: "),
+        ERROR_LINE,  # TensorFlow's op kernels report a failed op at W, its status following: the op's error propagates
+        re.compile(r"\bOP_REQUIRES failed at \S{1,200} : [A-Z]"),
+        ("op_requires failed at",),
+    ),
+    Rule(
+        ERROR_LINE,  # absl's and TensorFlow's status codes leading what a failed call returned (a probe's may be INFO)
+        re.compile(
+            r"(?:^|[\s:(])(?:INTERNAL|RESOURCE_EXHAUSTED|UNAVAILABLE|DEADLINE_EXCEEDED|DATA_LOSS"
+            r"|Internal|Resource exhausted|Unavailable|Deadline exceeded|Data loss): "
+        ),
+        (
+            "internal: ",
+            "resource_exhausted: ",
+            "resource exhausted: ",
+            "unavailable: ",
+            "deadline_exceeded: ",
+            "deadline exceeded: ",
+            "data_loss: ",
+            "data loss: ",
+        ),
         strict=True,
     ),
     Rule(
@@ -335,7 +395,8 @@ RULES: tuple[Rule, ...] = (
         LAUNCHER_EXIT,
         re.compile(
             r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
-            r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+-?[1-9]"
+            r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+\(?-?[1-9]"
+            r"|\bprocess exited, code=(?:exited|killed|dumped), status=(?!0/)\d{1,3}/"  # systemd: a unit's process
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
             r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
@@ -358,8 +419,23 @@ RULES: tuple[Rule, ...] = (
             r"(?:^|[\]\s\\])(?:Killed|Terminated)\s*$"  # the shell's word for a job it saw killed (SIGKILL, SIGTERM)
             r"|\d+\s+Killed\s|\bSIGKILL\b|\b[Ss]ignal 9\b|\b(?:code|status):? 137\b"
             r"|\b(?:[Tt]erminated|[Kk]illed) by (?:[\w ]{0,40} )?signal\b"  # "terminated by User defined signal 2"
+            # the shell's report of a job a signal ended (bash's "line N: PID <signal>", strsignal's words), the core
+            # it dumped, SIGFPE's own word
+            r"|: line \d{1,6}: {1,4}\d{1,8} (?:Killed|Terminated|Aborted|Segmentation fault|Floating point exception"
+            r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
+            r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
         ),
-        ("killed", "terminated", "sigkill", "signal 9", "137"),
+        (
+            "killed",
+            "terminated",
+            "sigkill",
+            "signal 9",
+            "137",
+            ": line ",
+            "core dumped",
+            "floating point exception",
+            "sigfpe",
+        ),
     ),
     Rule(
         TRACEBACK,
@@ -372,73 +448,80 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         PYTHON_EXCEPTION,
-        re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$"),
+        re.compile(
+            r"\b[A-Z]\w{0,60}(?:Error|Exception)(?: \([^)\n]{1,60}\))?: |(?:^|\s)Exception: |\b[A-Z]\w{0,60}Error$"
+        ),  # TensorFlow's "ResourceExhaustedError (see above for traceback): " too
         ("error", "exception"),
         strict=True,
     ),
 )
 
-PATTERN_NAMES: tuple[str, ...] = (*dict.fromkeys(rule.name for rule in RULES), ERROR_LINE, USER_FATAL)
+# The families a line's words name, for a line read fatal by its structure: most specific first (the Neuron runtime
+# before XLA, torch-neuronx running on XLA; EFA before NCCL, its plugin speaking in NCCL's lines).
+_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (NEURON, re.compile(r"\b(?i:nrtd?|tdrv|nmgr|kmgr|neff|n?ccom|neuron\w{0,20})\b|\b(?:NRT|NCC|NERR)_[A-Z]")),
+    (EFA, re.compile(r"NET/OFI|\b(?i:libfabric|efa)\b|\bfi_[a-z]\w{0,30}")),
+    (NCCL, re.compile(r"\b(?i:nccl)")),
+    (SLURM, re.compile(r"\b(?:slurm\w{0,20}|srun|salloc|sbatch)\b")),
+    (RAY, re.compile(r"\b(?i:ray|raylet)\b")),
+    (XLA, re.compile(r"\b(?i:xla|jax|jaxlib|pjrt|tpu)\b")),
+    (XID, re.compile(r"\bNVRM:")),  # the NVIDIA kernel driver: a GPU that failed to initialise, no Xid to name it
+    (STORAGE, re.compile(r"\b(?:EXT4-fs|JBD2|XFS|Lustre\w{0,10}|blk_update_request|print_req_error|nvme\d)|I/O error")),
+    (
+        CONTAINER,
+        re.compile(r"\b(?i:docker|containerd|runc|oci runtime|nvidia-container\S{0,10}|enroot|pyxis|podman)\b"),
+    ),
+    (KUBERNETES, re.compile(r"\b(?:kubelet|Pod|pod)\b")),
+    (CUDA_OOM, re.compile(r"\bOOM\b|(?i:out of memory)")),
+    (CUDA_ERROR, re.compile(r"\b(?i:cuda)\b")),
+)
+PATTERN_NAMES: tuple[str, ...] = (
+    *dict.fromkeys((*(rule.name for rule in RULES), *(kind for kind, _ in _FAMILIES))),
+    ERROR_LINE,
+    USER_FATAL,
+)
 
-# Lines that say the job goes on: never fatal, whatever else they say (the engine judges a block they end or begin).
+# Lines that say the job goes on: never fatal, whatever else they say (the engine judges a block they end or begin):
+# a retry, a skipped batch, an ignored exception, a fallback (the network plugin's failed start-up among them).
 SURVIVES = Rule(
     "survives",
     re.compile(
         r"(?i:\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b)"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
+        rf"|{_PLUGIN_INIT}"
     ),
-    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: "),
+    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: ", "ofi"),
 )
-# Severity marks. Low: Python logging, NCCL's and libfabric's levels, glog's I/W (PyTorch's C++, XLA, TensorFlow).
-_LOW_SEVERITY = re.compile(
-    r"(?:^|[\s\[|(:])(?:WARN(?:ING)?|INFO|DEBUG)(?=[\s\]|:)]|$)|<(?:warn|info|debug)>|\[[IWD]\]"
-    r"|(?:^|[\s\[\]:])[IW](?:\d{3,4} \d\d:\d\d:\d\d| \S{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\])"
-)
-_ERROR_WORD = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|: error: ")  # logging's levels; Slurm's and tools' "error:"
-_LEADING_MARK = re.compile(  # marks that lead the line
-    r"error: "  # a tool's
-    r"|Fatal: "  # an application's own (git's lowercase "fatal: not a git repository" is not one: it goes on)
-    r"|\[(?:NCC_)?[A-Z]{1,5}\d{3}\] "  # a compiler's error code (neuronx-cc: [F134], [NLA001], NCC_EVRF035)
-)
-# glog's E and F after a space, a bracket or a colon: "E0929 17:42:48", PyTorch's "[E socket.cpp:957]", TensorFlow's
-# "E tensorflow/...cc:706]", Ray's "E 1234 5678]". Searched from the letter (a fast scan), its neighbour checked after.
-_GLOG_MARK = re.compile(
-    r"[EF](?:\d{3,4} \d\d:\d\d:\d\d| [\w./-]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]| \d{1,8} \d{1,8}\])"
-)
-_GLOG_BEFORE = frozenset(" \t[]:(")
-# A mark that is fatal by itself: FATAL, CRITICAL, an application's "Fatal:" (and glog's F: `_glog_mark`).
-_FATAL_SEVERITY = re.compile(r"\b(?:FATAL|CRITICAL)\b|\bFatal error\b|^Fatal: ")
-# What an error line says went wrong, beyond its mark (an "[ERROR] First test message" says nothing failed); the
-# regex runs only on a line holding one of the hints (substrings of its words, lowercased).
-_FAILURE = re.compile(
-    r"(?i:fail|abort|terminat|\bkill|crash|\bdied\b|\bdead\b|timed? ?out|exhaust|exception|fatal|panic|invalid"
-    r"|refused|\blost\b|unexpected|cannot|could not|not available|incompatible|mismatch|unrecoverable)|\b[Ee]rr"
-)
-_FAILURE_HINTS = (
-    "fail", "abort", "terminat", "kill", "crash", "died", "dead", "time", "exhaust", "exception", "fatal", "panic",
-    "invalid", "refused", "lost", "unexpected", "cannot", "could not", "not available", "incompatible", "mismatch",
-    "unrecoverable", "err",
-)  # fmt: skip
-# A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
-_SIDE_CHANNEL = "wandb: "
-
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 _FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
 _WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz)"  # the extensions weights are saved under
+# A save read by its structure: a verb of a closed list (its tense says whether the save goes on or is done), what it
+# saves, and where. Saving verbs in progress; removing ones, which only a checkpoint's own parts take (old checkpoints,
+# optimizer states around a save; pruning weights is training); what is saved; the places a checkpoint goes.
+_SAVING = r"(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting|[Cc]ommitting|[Ff]inali[sz]ing)"
+_REMOVING = r"(?:[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning up)"
+_SAVED = r"(?i:checkpoints?|ckpts?|snapshots?|state(?:s| dicts?)?|models?|weights|optimizers?|shards?|params)"
+_CHECKPOINT_PART = r"(?i:checkpoints?|ckpts?|snapshots?|optimizer states?|states)"
+_CHECKPOINT_PLACE = rf"['\"]?[^\s'\"]{{0,200}}?(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
+# Words that make a line about a checkpoint something else than a save: loading, restoring or resuming one, a save
+# still to come ("will be saved").
+_NOT_A_SAVE = re.compile(
+    r"\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b"
+    r"|\bwill be (?:saved|written)\b"
+)
+_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will be")
 MARKERS: tuple[Rule, ...] = (
     Rule(
         CHECKPOINT_END,  # the frameworks' own completion lines
         re.compile(
             r"\bCheckpoint \S{1,100} is ready now\b"  # DeepSpeed
-            r"|successfully saved checkpoint (?:at|from) iteration"  # Megatron-LM
+            r"|[Ss]uccessfully saved checkpoint (?:at|from) iteration"  # Megatron-LM, NeMo
             r"|Finished saving (?:[\w-]{1,40} ){0,2}checkpoint"  # torchtitan, metaseq, Orbax, Levanter
-            r"|\(writing took [\d.]+ seconds\)"  # metaseq, fairseq
             r"|[Cc]heckpoint save for step \d+ .{0,400}?finalized successfully"  # NeMo
-            r"|Saving checkpoint took [\d.]+"  # torchtune
             r"|PEFT modules are saved in"  # llama-recipes
             r"|Deleting older checkpoint"  # Transformers Trainer: after every file of the new one is written
             r"|Global Checkpoint Save : "  # NeMo
@@ -450,9 +533,7 @@ MARKERS: tuple[Rule, ...] = (
             "ready now",
             "successfully saved",
             "finished saving",
-            "writing took",
             "finalized successfully",
-            "saving checkpoint took",
             "peft modules are saved",
             "deleting older checkpoint",
             "global checkpoint save",
@@ -463,75 +544,93 @@ MARKERS: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        CHECKPOINT_START,  # one file of a checkpoint being written (never its end)
+        CHECKPOINT_START,  # the frameworks' own lines while a checkpoint is written: one of its files, a save begun
         re.compile(
             r"\[Torch\] Sav(?:ing|ed) |zero checkpoint saved|Saving model checkpoint: "  # DeepSpeed
+            r"|\bCheckpoint \S{1,100} is about to be saved"
             rf"|\b(?:[Cc]onfiguration|[Mm]odel weights|[Tt]okenizer config file|[Ss]pecial tokens file) saved in "
             rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
             rf"|\bsaved (?:in|to) {_FILE}"
             r"|\.orbax-checkpoint-tmp\b|/checkpoint/write/|\[thread=async_save\]"  # Orbax: tmp dir, throughput, thread
             rf"|\bOptimizer stripped from {_FILE}"  # Ultralytics: the final weights rewritten without the optimizer
+            r"|Pending async checkpoint saves|Checkpoint save for step \d+ started"  # NeMo
+            r"|about to save the PEFT modules|Getting full model state dict"  # llama-recipes
         ),
         (
             "[torch] sav",
             "zero checkpoint saved",
             "saving model checkpoint: ",
+            "is about to be saved",
             "saved in",
             "saved to",
             "orbax-checkpoint-tmp",
             "/checkpoint/write/",
             "[thread=async_save]",
             "optimizer stripped from",
+            "pending async checkpoint saves",
+            "checkpoint save for step",
+            "about to save the peft",
+            "getting full model state dict",
         ),
     ),
     Rule(
-        CHECKPOINT_END,  # generic completion: a checkpoint (not one of its files) saved
+        CHECKPOINT_END,  # a save done: a past verb of the list with a checkpoint, or with where it went
         re.compile(
-            # a checkpoint said done: saved, written, committed (perhaps "locally", "successfully"), finalised
-            r"\b(?i:checkpoint|ckpt)\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
-            r"(?:saved|written|uploaded|committed|completed?|finished)\b"
+            # a checkpoint said done (perhaps "locally", "successfully"), finalised, or its listeners called after it
+            r"\b(?i:checkpoint|ckpt|snapshot)\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
+            r"(?:saved|written|uploaded|committed|completed?|finished|created)\b"
+            # a save said to have succeeded, in any tense (a small trainer's "successfully save the model to ...")
+            r"|\b(?i:successfully) (?:save[ds]?|wrote|written|uploaded|committed)\b"
+            # an old checkpoint's files said removed, the last step of a save that keeps the newest few (ESPnet)
+            rf"|\b(?:[Rr]emoved|[Dd]eleted):? {_CHECKPOINT_PLACE}"
             r"|\b(?i:checkpoint|save)\w{0,20} (?:\w+ ){0,3}?finali[sz]ed\b"
-            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?"
-            r"(?i:checkpoint|checkpoints|ckpt|ckpts|model|models) (?:to|at|in|for)\b"
-            r"|\bSaved (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
-            # a save verb in the past, what was saved, and where: a checkpoint's directory or a weights file
-            r"|\b(?:Saved|Finished saving) (?:\S{1,60} ){0,3}(?:to|at|in|into) ['\"]?[^\s'\"]{0,200}?"
-            rf"(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
+            rf"|\bafter (?:saving|writing) (?:\w+ ){{0,2}}?{_SAVED}\b"
+            r"|\b(?:Saved|Finished (?:saving|writing)|Wrote|Uploaded|Committed|Finali[sz]ed) (?:the )?(?:\w+ ){0,2}?"
+            r"(?i:checkpoints?|ckpts?|snapshots?)\b"
+            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:models?) (?:to|at|in|for)\b"
+            rf"|\b(?:Saved|Finished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) {_CHECKPOINT_PLACE}"
+            # how long the save took, said once it is done (metaseq's "(writing took 1.2 seconds)", torchtune's)
+            r"|\b(?:[Ss]av(?:e|ing)|[Ww]rit(?:e|ing))\b[^\n]{0,40}?\btook [\d.]+"
         ),
         (
             "checkpoint",
             "ckpt",
-            "saved",
-            "save",
-            "finished saving",
+            "snapshot",
+            "sav",
+            "writ",
+            "wrote",
+            "upload",
+            "commit",
+            "finali",
+            "removed",
+            "deleted",
             *(f"{noun} {to}" for noun in ("model", "models") for to in ("to", "at", "in", "for")),
         ),
     ),
     Rule(
-        CHECKPOINT_START,
+        CHECKPOINT_START,  # a save going on: a verb of the list in progress, what it saves or where, or a save begun
         re.compile(
-            r"\bCheckpoint \S{1,100} is about to be saved"  # DeepSpeed
-            r"|\bsaving checkpoint at iteration"  # Megatron-LM
-            r"|Preparing to save checkpoint|Saving checkpoint to "  # metaseq
-            r"|Saving the checkpoint"  # torchtitan
-            r"|Scheduled async checkpoint save|Pending async checkpoint saves"  # NeMo (finalising a pending one)
-            r"|Saving model checkpoint to "  # Transformers Trainer
-            r"|, saving model to '"  # Lightning's ModelCheckpoint (Keras' below has no quote)
-            r"|Saving checkpoint\. This may take"  # torchtune
-            r"|Saving checkpoint at step|Started save checkpoint"  # Orbax
-            r"|about to save the PEFT modules|Saving model in \w+ format|Getting full model state dict"
-            r"|scheduled an async checkpoint save|Checkpoint save for step \d+ started"  # Megatron-LM, NeMo
-            r"|Saving current state to"  # Accelerate
-            r"|, saving model to "  # Keras
-            # a save verb in progress and what it saves: a checkpoint, a model, its weights or state
-            r"|\b(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting) (?:\w+ ){0,2}(?i:checkpoint|ckpt)s?\b"
-            r"|\b[Ss]aving (?:[\w-]{1,40} ){0,2}(?i:model|weights|state)s?\b"
-            # a checkpoint's save begun or about to be; one of its parts said saved (its model, optimizer, state)
-            r"|\b(?:Starting|Started|Scheduled|Scheduling)\b[^\n]{0,40}?(?i:checkpoint)\w{0,20} save\b"
-            r"|\b[Aa]bout to save (?:\w+ ){0,2}(?i:checkpoint)"
+            rf"\b{_SAVING} (?:[\w'\"-]{{1,40}} ){{0,3}}?{_SAVED}\b"
+            rf"|\b{_REMOVING} (?:[\w-]{{1,40}} ){{0,3}}?{_CHECKPOINT_PART}\b"
+            rf"|\b{_SAVING} (?:\S{{1,60}} ){{0,3}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
+            r"|\b(?:[Aa]bout|[Pp]reparing) to (?:save|write)\b|\bbefore (?:saving|writing)\b"
+            r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\bsav(?:e|ing)\b"
+            # one of a checkpoint's parts said saved: its model, optimizer, scheduler, state or weights
             r"|\b(?i:model|optimizer|scheduler|state|weights)\b[^\n]{0,40}? saved (?:to|in) "
         ),
-        ("sav", "checkpoint", "ckpt", "state dict"),
+        (
+            "sav",
+            "writ",
+            "storing",
+            "upload",
+            "persist",
+            "commit",
+            "finali",
+            "remov",
+            "delet",
+            "prun",
+            "cleaning up",
+        ),
     ),
 )
 
@@ -553,13 +652,18 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Kk]ill|KILL",
     "died|[Dd]ead",
     "[Tt]imed.?[Oo]ut|[Tt]ime.?out|TIMEOUT",
-    "[Ee]xhaust|EXHAUSTED|EXCEEDED|Exceeded",
+    "[Ee]xhaust|EXHAUSTED|EXCEEDED|[Ee]xceeded",
     "[Ee]xception",
     "[Rr]efused",
     "[Ll]ost",
     "[Cc]rash|[Pp]anic|[Ii]nvalid|[Uu]nexpected",
     "[Cc]annot|[Cc]ould.not|not.available|[Uu]nable",
     "[Ii]ncompatible|[Mm]ismatch|[Uu]nrecoverable",
+    # storage, Kubernetes, the shell, systemd
+    "[Rr]ead-only|No.space",
+    "Evicted|low.on.resource|[Pp]reempted",
+    "core.dumped|:.line.[0-9]",
+    "status=[1-9]",
     # NCCL and its transport, the Neuron collectives, EFA
     "NCCL.WARN|CCOM.WARN",
     "[Ww]atchdog",
@@ -587,35 +691,31 @@ FATAL_NEEDLES: tuple[str, ...] = (
     # launchers and schedulers
     "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
     "return.code",
-    "terminated.with",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
     "Exited$",
     "WTERMSIG",
-    "preempted",
-    "Primary.job",
     "non-zero",
     "BAD.TERM",
     "CLEANING.UP",
     ".137",
     # Python
-    "Traceback",
     "recent.call",
 )
 CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "[Cc]heckpoint",
     "CHECKPOINT",
     "[Cc]kpt",
-    "[Ss]aving",
-    "[Ss]aved",
-    "[Ww]riting",
-    "[Ss]toring",
-    "[Uu]ploading",
-    "[Pp]ersisting",
-    "Deleting.older",
-    "writing.took",
-    "Started.save",
-    "about.to.save",
+    "[Ss]napshot",
+    # the save verbs of `MARKERS`, in progress and done
+    "[Ss]av[ei]",
+    "[Ww]rit[it]|[Ww]rote",
+    "[Ss]tor[ie]",
+    "[Uu]pload",
+    "[Pp]ersist",
+    "[Cc]ommitt",
+    "[Ff]inali[sz]",
+    "[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning.up|[Rr]emoved|[Dd]eleted",
     "state.dict",
     "stripped.from",
 )
@@ -721,17 +821,19 @@ class LinePatterns:
     def _match(self, message: str, low: str, candidates: _Candidates) -> str | None:
         if SURVIVES.search(message, low):
             return self._user_fatal(message)
-        quiet: bool | None = None  # whether the line has a low severity mark, looked up once if a strict rule asks
+        quiet: bool | None = None  # whether the line's level is low, looked up once if a strict rule asks
         for rule in candidates.rules:
             if rule.search(message, low):
                 if rule.name == XID:
                     return XID if _xid_fatal(message) else None
                 if rule.strict:
-                    quiet = _LOW_SEVERITY.search(message) is not None if quiet is None else quiet
+                    quiet = log_structure.quiet(message) if quiet is None else quiet
                     if quiet:
                         continue
-                return rule.name
-        return ERROR_LINE if _error_line(message, low) else self._user_fatal(message)
+                return _named(message) if rule.name == ERROR_LINE else rule.name
+        if candidates.may_fail and log_structure.fatal_by_structure(message, low):
+            return _named(message)
+        return self._user_fatal(message)
 
     def _user_fatal(self, message: str) -> str | None:
         if not self.fatal:
@@ -751,7 +853,7 @@ class LinePatterns:
             return CHECKPOINT_START
         for rule in candidates.markers:
             if rule.search(message, low):
-                return rule.name
+                return None if _not_a_save(message, low) else rule.name
         return None
 
     def classify(self, message: str) -> tuple[str | None, str | None]:
@@ -776,27 +878,34 @@ class LinePatterns:
 # and a line holding some is read only by the rules whose gates hold one of those (`_candidates`).
 COVER: tuple[str, ...] = (
     "err", "fail", "kill", "sig", "sav", "exit", "nccl", "cuda", "checkpoint", "ckpt", "model", "abort", "terminat",
-    "timeout", "timed out", "illegal", "memory", "connection", "recv", "completion", "watchdog", "heartbeat",
+    "timeout", "timed out", "illegal", "out of memory", "connection", "recv", "completion", "watchdog", "heartbeat",
     "process down", "ofi", "fi_", "socket", "rendezvous", "xid", "bus", "device-side", "_status", "oom", "exceeded",
     "seg", "cancelled", "srun:", "preempted", "refused", "primary job", "non-zero", "cleaning up", "lost",
     "sagemaker-", "return code", "137", "traceback", "backtrace", "most recent call",
-    "exception", "ready now", "successfully", "writing took", "state dict",
+    "exception", "ready now", "successfully", "state dict",
+    # the verbs a save is read by (`MARKERS`)
+    "writ", "wrote", "storing", "upload", "persist", "commit", "finali", "remov", "delet", "prun", "snapshot",
     # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
-    "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "died", "dead", "slurm", "salloc:",
-    "sbatch:", "term_", "libfabric",
-    # the marks that are fatal alone, and what a line marked E (glog) or by an error code may say went wrong (an
-    # ERROR line holds "err" already)
-    "fatal", "critical", "exhaust", "could not", "cannot", "unable", "invalid", "unexpected",
+    "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "data loss", "died", "dead", "slurm",
+    "salloc:", "sbatch:", "term_", "libfabric",
+    # the marks that are fatal alone, and the failure words of `log_structure` no phrase above holds (an ERROR line
+    # holds "err" already)
+    "fatal", "critical", "exhaust", "could not", "cannot", "unable", "invalid", "unexpected", "crash", "panic",
+    "not found",
     # libstdc++'s uncaught exception, Ultralytics' final weights
     "what()", "stripped",
+    # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit
+    "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
 )  # fmt: skip
 
 
 class _Candidates(NamedTuple):
-    """The rules and markers a line holding some phrases of COVER may match, in their order."""
+    """The rules and markers a line holding some phrases of COVER may match, in their order, and whether it may say
+    something failed (`log_structure`'s failure words, or a fatal mark: the structural reading runs only then)."""
 
     rules: tuple[Rule, ...]
     markers: tuple[Rule, ...]
+    may_fail: bool
 
 
 def _covering(rules: tuple[Rule, ...]) -> tuple[tuple[Rule, frozenset[str]], ...]:
@@ -806,6 +915,8 @@ def _covering(rules: tuple[Rule, ...]) -> tuple[tuple[Rule, frozenset[str]], ...
 
 _RULES_COVERED = _covering(RULES)
 _MARKERS_COVERED = _covering(MARKERS)
+# The phrases of COVER the failure words and the fatal marks hold: a line holding none of them says nothing failed.
+_FAILURE_COVER = frozenset(c for c in COVER if any(c in word for word in (*log_structure.FAILURE_HINTS, "critical")))
 
 
 def _cover_hits(low: str) -> tuple[str, ...]:
@@ -821,34 +932,18 @@ def _candidates(hits: tuple[str, ...]) -> _Candidates:
     return _Candidates(
         tuple(rule for rule, covered in _RULES_COVERED if covered & found),
         tuple(rule for rule, covered in _MARKERS_COVERED if covered & found),
+        bool(found & _FAILURE_COVER),
     )
 
 
-def _error_line(message: str, low: str) -> bool:
-    """Whether a line no family names is fatal by its structure: an error mark with a failure word, or a fatal mark;
-    never with a low severity mark, nor from a side channel. The cheap tests first: most lines holding a phrase of
-    COVER hold no error mark."""
-    glog = None
-    if not (
-        (("err" in low or "fatal" in low or "critical" in low) and _ERROR_WORD.search(message) is not None)
-        or _LEADING_MARK.match(message) is not None
-    ):
-        glog = _glog_mark(message) if "]" in message else None  # glog's marks all end their prefix with "]"
-        if glog is None:
-            return False
-    fatal = glog == "F" or (("fatal" in low or "critical" in low) and _FATAL_SEVERITY.search(message) is not None)
-    if not fatal and not (any(hint in low for hint in _FAILURE_HINTS) and _FAILURE.search(message) is not None):
-        return False
-    return _SIDE_CHANNEL not in message and _LOW_SEVERITY.search(message) is None
+def _not_a_save(message: str, low: str) -> bool:
+    """Whether a line a marker names is about loading, restoring or resuming a checkpoint, or a save still to come."""
+    return any(hint in low for hint in _NOT_A_SAVE_HINTS) and _NOT_A_SAVE.search(message) is not None
 
 
-def _glog_mark(message: str) -> str | None:
-    """glog's severity letter leading a line's prefix ("E", "F"), if the line has one."""
-    for found in _GLOG_MARK.finditer(message):
-        start = found.start()
-        if start == 0 or message[start - 1] in _GLOG_BEFORE:
-            return message[start]
-    return None
+def _named(message: str) -> str:
+    """A line fatal by its structure (or by a signature that names no family), named by the family its words name."""
+    return next((kind for kind, words in _FAMILIES if words.search(message)), ERROR_LINE)
 
 
 def survives(message: str) -> bool:

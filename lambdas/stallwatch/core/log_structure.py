@@ -1,0 +1,186 @@
+"""A log line's structure, read before its words name a family: the severity its logging layout marks it with, whether
+it says something failed (a closed vocabulary of failure verbs and states), and the layouts that frame a line with no
+level. `log_patterns` decides with these, then names the line by its family.
+
+    level("E0929 17:42:48.594192 1044529 coordination_service_agent.cc:332] Polled an error")  # "error"
+    level("[2020-12-24 16:25:13,160] [WARNING] [runner.py:117:fetch_hostfile] Unable to find hostfile")  # "low"
+    line = "Oct 30 19:13:39 ip-1 nrtd[1125]: [TDRV:io_queue] Unexpected input size"
+    fatal_by_structure(line, line.lower())  # True
+
+Every regex here is linear in the line (bounded repeats, no nested unbounded ones): they run on the tail lines of
+hundreds of hosts, though only on the few lines holding a failure word.
+"""
+
+from __future__ import annotations
+
+import re
+
+FATAL = "fatal"
+ERROR = "error"
+LOW = "low"  # warning, info, debug: the levels frameworks log the errors they catch at
+
+# Each logging layout's severity marks; the leftmost on a line is its level (the layout's prefix, not a word its
+# message quotes). Words: the collectives' WARN (NCCL's and the Neuron collectives' only level for errors), logging's
+# ERROR, FATAL and CRITICAL (Python's, the Neuron runtime's `ERROR  NRT:`, SageMaker's toolkit, rich consoles) and its
+# low levels (WARNING, INFO, DEBUG: `[    INFO]`, `| INFO |`, `INFO:root:`, not `NCCL_DEBUG=INFO` nor a status a
+# message quotes after a colon, `failed with error:WARNING`). Brackets: spdlog's lowercase ones, logrus's `ERRO[0000]`
+# (docker's, containerd's), libfabric's `<warn>` (below), `<info>`, `<trace>`, a tool's `: error: `. Leading the line:
+# a tool's or a component's error (`error:`, `docker: Error response`, `OFI error:`, `nvidia-container-cli:
+# initialization error:`), an application's `Fatal:`, a compiler's error code (neuronx-cc's `[F134]`,
+# `[NCC_EVRF035]`). glog's and absl's letters after a space, a bracket, a colon or the line's start: `E0929 17:42:48`,
+# `I20241209 23:39:42` (with the year), PyTorch's `[E socket.cpp:957]`, TensorFlow's `E tensorflow/...cc:706]`,
+# Ray's `E 1234 5678]`. A JSON record's `"level":"error"`. Each regex opens with a literal or a class, so it scans fast.
+_WORD_MARK = re.compile(r"(?:(?:NCCL|CCOM) WARN|ERROR|FATAL|CRITICAL|WARN(?:ING)?|INFO|DEBUG)\b")
+_WORD_LEVELS = {"ERROR": ERROR, "FATAL": FATAL, "CRITICAL": FATAL}  # the collectives' WARN is an error; the rest low
+_LOW_BEFORE = frozenset(" \t[|(")  # what a low level's word follows
+_LOW_AFTER = frozenset(" \t]|:)")  # and is followed by
+_BRACKET_MARK = re.compile(
+    r"\[(?:error|critical|warning|info|debug)\]|<(?:warn|trace|info|debug)>|: error: |Fatal error\b"
+    r"|\b(?:ERRO|FATA|PANI|WARN|INFO|DEBU)\[\d"
+)
+_BRACKET_LEVELS = {
+    "[error]": ERROR, ": error: ": ERROR, "ERRO[": ERROR, "[critical]": FATAL, "Fatal error": FATAL, "FATA[": FATAL,
+    "PANI[": FATAL,
+}  # fmt: skip
+# libfabric's levels are warn, trace, info and debug (src/log.c): its `<warn>` is its error level where the data path
+# reports (the subsystems mr, cq, eq, av, ep_data, ep_ctrl: a registration, a completion, an event that failed), and
+# a setup probe's where providers and capabilities are weighed (core, fabric, domain: another provider is tried).
+_LIBFABRIC_DATA_PATH = re.compile(
+    r"\blibfabric:[^<\n]{0,200}?:(?:mr|cq|eq|av|ep_data|ep_ctrl):\w{1,80}\(\):\d{1,6}<warn>"
+)
+_LEADING_MARK = re.compile(
+    r"Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] |(?:[\w./-]{1,40}:? )?(?:[A-Za-z]{2,20} )?(?:error|Error)(?=: | response\b)"
+)
+_GLOG_MARK = re.compile(
+    r"[EFIW](?:(?:\d{8}|\d{3,4}) \d\d:\d\d:\d\d| [^\s\]]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]"
+    r"| \d{1,8} \d{1,8}\])"
+)
+_GLOG_BEFORE = frozenset(" \t[]:(")
+# A structured (JSON) line's level key, as zap, logrus, structlog and python-json-logger write it: the first such key
+# is the record's own (a nested event's `"severity":"warn"` comes after it).
+_JSON_MARK = re.compile(
+    r'"(?:level|severity|lvl|levelname)": ?"(?i:(error|err|fatal|critical|panic|warn|warning|info|debug|trace))"'
+)
+_JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL, "panic": FATAL}
+_GLOG_LEVELS = {"E": ERROR, "F": FATAL}  # I and W are low
+
+# What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
+# and the words a longer word may hold (skill, deadline, room, stderr), read on their boundaries and in their cases
+# (`err` of error, errno, `err: 10`; not a level's ERROR). Each is, or holds, a phrase of `log_patterns.COVER`, so a
+# line that may read as failed is never one the cover lets pass unread.
+_FAILURE_WORDS = (
+    "fail", "abort", "terminat", "crash", "timed out", "timed-out", "timeout", "exhaust", "exception", "fatal", "panic",
+    "invalid", "refused", "unexpected", "cannot", "could not", "not found", "out of memory",
+)  # fmt: skip
+_BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
+_BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
+FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
+
+# Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
+# and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`).
+_COMPONENT = re.compile(r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] ")
+# The kernel's ring buffer (dmesg's `[ 4730.850402] `, syslog's `kernel: `): its drivers log no level a reader keeps,
+# and print both failures and the notices of a healthy boot, so only the strong failure words count there, and not
+# when the line calls the error corrected or non-fatal (a PCIe AER's corrected error, a recovered one).
+_KERNEL = re.compile(r"^\s{0,4}\[\s{0,12}\d{1,10}\.\d{3,9}\] |\bkernel: ")
+_KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|cannot|unable)\b")
+_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b")
+# Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
+# a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
+# dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
+# (systemd's `Job for x.service failed because ...`), a job a scheduler gives up on (submitit's `Job not requeued
+# because: timed-out`), a failure pointing at a source location (`Test failure common.cu:844`).
+_UNLEVELLED_FAILURE = re.compile(
+    r"^\s{0,8}[^\n]{0,80}?\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
+    r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
+    r"|\b(?:failed|aborted|terminated|crashed|died) because\b"
+    r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
+    r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
+)
+# A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
+_SIDE_CHANNEL = "wandb: "
+
+
+def level(message: str) -> str | None:
+    """The severity the line's layout marks it with (FATAL, ERROR, LOW), or None for a line with no mark."""
+    lead = _LEADING_MARK.match(message)
+    if lead is not None:
+        return FATAL if lead.group().startswith("Fatal") else ERROR
+    marks = [
+        mark for mark in (_word_mark(message), _bracket_mark(message), _glog_mark(message), _json_mark(message)) if mark
+    ]
+    return min(marks)[1] if marks else None
+
+
+def _word_mark(message: str) -> tuple[int, str] | None:
+    for found in _WORD_MARK.finditer(message):
+        start, end, word = found.start(), found.end(), found.group()
+        before = message[start - 1] if start else " "
+        if word.endswith(" WARN") or word in _WORD_LEVELS:
+            if not (before.isalnum() or before == "_"):
+                return start, _WORD_LEVELS.get(word, ERROR)
+        elif before in _LOW_BEFORE and (end == len(message) or message[end] in _LOW_AFTER):
+            return start, LOW
+    return None
+
+
+def _bracket_mark(message: str) -> tuple[int, str] | None:
+    found = _BRACKET_MARK.search(message)
+    if found is None:
+        return None
+    mark = found.group()
+    if mark == "<warn>" and _LIBFABRIC_DATA_PATH.search(message) is not None:
+        return found.start(), ERROR
+    return found.start(), _BRACKET_LEVELS.get(mark.rstrip("0123456789"), LOW)
+
+
+def _json_mark(message: str) -> tuple[int, str] | None:
+    if '"' not in message:
+        return None
+    found = _JSON_MARK.search(message)
+    return (found.start(), _JSON_LEVELS.get(found.group(1).lower(), LOW)) if found else None
+
+
+def _glog_mark(message: str) -> tuple[int, str] | None:
+    for found in _GLOG_MARK.finditer(message):
+        start = found.start()
+        if start == 0 or message[start - 1] in _GLOG_BEFORE:
+            return start, _GLOG_LEVELS.get(message[start], LOW)
+    return None
+
+
+def failed(message: str, low: str) -> bool:
+    """Whether the line holds a word of the failure vocabulary (`low`: the line lowercased)."""
+    return any(word in low for word in _FAILURE_WORDS) or (
+        any(hint in low for hint in _BOUNDED_HINTS) and _BOUNDED_FAILURE.search(message) is not None
+    )
+
+
+def fatal_by_structure(message: str, low: str) -> bool:
+    """Whether a line no family names is fatal by its structure: a fatal mark; an error mark with a failure word; no
+    mark but a failure word in a daemon's or a component's frame, a strong one in the kernel's, or one in an
+    unlevelled failure's shape. Never a line marked low, nor one from a side channel. `low` is the line lowercased;
+    the substring tests go first."""
+    failure = failed(message, low)
+    if not (failure or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
+        return False
+    lead = _LEADING_MARK.match(message)
+    if lead is not None and failure:  # a tool's `error:` is its level, not what failed: the rest must say that
+        failure = failed(message[lead.end() :], low[lead.end() :])
+    mark = level(message)
+    if mark == FATAL:
+        return True
+    if mark == LOW or not failure:
+        return False
+    if mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None:
+        return True
+    return (
+        _KERNEL.search(message) is not None
+        and _KERNEL_FAILURE.search(message) is not None
+        and _RECOVERED.search(message) is None
+    )
+
+
+def quiet(message: str) -> bool:
+    """Whether the line's level is low (a framework logging what it caught)."""
+    return level(message) == LOW
