@@ -241,7 +241,8 @@ def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt,
     assert [a["trigger"] for a in decided] == [f"log:{_stream(job, 'algo-1')}", "recheck", "recheck"]
     assert decided[1]["at"] == pytest.approx(line_t + 60, abs=1)
     assert decided[2]["at"] - decided[1]["at"] == 2 * MINUTE
-    assert "no stop" in slack.texts()[0] and "will be stopped" in slack.texts()[1]
+    assert "no stop" in slack.texts()[0]
+    assert "will be stopped" in slack.texts()[1]
     assert world.status(job) == "Stopping"
 
 
@@ -308,7 +309,10 @@ def test_awss_sample_payload_and_a_control_message_change_nothing(rt, context) -
     control = {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(CONTROL_MESSAGE).encode())).decode()}}
     # When each is delivered, Then each is parsed, ignored, and nothing is written
     sample = on_log_line.handler(AWS_SAMPLE, context)
-    assert (sample["status"], sample["details"]["reason"]) == ("ignored", "no fatal line nor stall record among 2 events")
+    assert (sample["status"], sample["details"]["reason"]) == (
+        "ignored",
+        "no fatal line nor stall record among 2 events",
+    )
     assert on_log_line.handler(control, context)["details"]["reason"].startswith("CONTROL_MESSAGE")
     assert _table_items(rt) == []
 
@@ -343,7 +347,10 @@ def test_a_payload_that_inflates_past_its_bound_is_cut_there_and_counted(rt, wor
 
     # Then at most 1 MB was inflated, its whole events read (none: the first is longer), the rest counted as dropped
     assert peak < 16 << 20  # 16 MB
-    assert (result["status"], result["details"]["reason"]) == ("ignored", "no fatal line nor stall record among 0 events")
+    assert (result["status"], result["details"]["reason"]) == (
+        "ignored",
+        "no fatal line nor stall record among 0 events",
+    )
     assert counted[contract.SUBSCRIPTION_BYTES_DROPPED] > 0
     assert _audits(rt, job) == []
 
