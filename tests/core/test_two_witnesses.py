@@ -103,6 +103,19 @@ def test_a_quiet_ranks_words_are_never_confirmed_while_the_job_prints_on() -> No
     assert at(builder, ONSET + HOUR).diagnosis is Diagnosis.HEALTHY
 
 
+def test_words_whose_gpus_are_neither_busy_nor_idle_ask_for_no_recheck_at_infinity() -> None:
+    # Given 2 hosts without the agent or power, a line a minute, GPUs at 50 % (neither busy nor idle: no silence
+    # rule holds them); at ONSET both print a traceback and say nothing more
+    builder = SignalsBuilder(hosts=2).gpu(0, 4 * HOUR, 50).logs(0, ONSET - 30, MIN)
+    said(builder, ONSET, TRACEBACK, builder.host_names)
+    # When decided an hour later, with the line its habit owed long gone
+    decision = at(builder, ONSET + HOUR)
+    # Then its words are alerted, and it asks to be decided again at a time that comes (a schedule can hold it),
+    # or at none: never at infinity
+    assert decision.action is Action.ALERT
+    assert decision.recheck_at is None or decision.recheck_at < ONSET + 2 * HOUR
+
+
 # --- with the agent --------------------------------------------------------------------------------------------------
 
 

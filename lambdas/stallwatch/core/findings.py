@@ -8,6 +8,7 @@ the job, the finding of fatal lines, and the benign waits of a live job (a check
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,8 @@ class Deadlines:
         self.times: list[float] = []
 
     def add(self, t: float | None) -> None:
-        if t is not None and t > self.now:
+        """`t`, if ahead; a rule that never turns decisive (an infinite time: its witness cannot come) asks for none."""
+        if t is not None and self.now < t < math.inf:
             self.times.append(t)
 
     def first(self) -> float | None:
