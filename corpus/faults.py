@@ -51,6 +51,7 @@ from stallwatch.core.trace import (
     TraceHeader,
     TraceJob,
 )
+from trainer_agent.stack_dumps import STALL, StackDump, line_bytes
 
 MINUTE = 60.0
 LOG_LINE_S = 20.0  # a logging host writes its progress line this far into a minute
@@ -69,6 +70,24 @@ SLURM_SHARE = 0.2
 SLURM_CLUSTER = "pcfm"  # a plain cluster name: its jobs' names read back to it and their ids
 SLURM_FIRST_ID = 4000
 STREAM_EPOCH = 1_700_000_000
+# Healthy jobs print real lines they train on after (corpus/real_lines' harmless blocks: a caught exception's
+# traceback, a retry, a skipped batch; some printed by every rank at once): this share of jobs, one block every
+# HARMLESS_EVERY_S on average, a third of them as an evaluation or a checkpoint begins (a DataLoader's __del__).
+HARMLESS_SHARE = 0.6
+HARMLESS_EVERY_S = (3600.0, 6 * 3600.0)
+HARMLESS_AT_EPISODE = 0.33
+# Some crashes recur on every restart of the launcher (torchrun's max_restarts): a bug, or a faulty GPU, hit again at
+# the first step after the checkpoint loads. Its restarts: torchrun's usual 3, or as many as the trace holds.
+CRASH_LOOP_SHARE = {"software bug": 0.4}
+CRASH_LOOP_OTHER_SHARE = 0.15
+CRASH_LOOP_RESTARTS = (3, 1000)
+LOOP_DOWN_S = 60.0  # the launcher stops every rank after a failure, then waits for the rendezvous
+LOOP_CYCLE_S = (150.0, 300.0)  # from one crash to the next: the restart, the checkpoint's load, the first step
+# The agent's stall watch (trainer_agent.stack_dumps): every live rank's stacks once per stall, this long without a
+# step (at least 3 step times), never within a declared phase's budget; none before a (re)started process's first step.
+STALL_DUMP_FLOOR_S = 60.0
+STALL_DUMP_STEPS = 3.0
+RANKS_PER_HOST = 8
 
 # (cause, share of interruptions, what it does): Llama 3's table 5, the causes the issue names and the rest.
 LLAMA3_MIX: tuple[tuple[str, float, str], ...] = (
@@ -198,6 +217,10 @@ class Job:
     episodes: tuple[Episode, ...] = ()
     fault: Fault | None = None
     groups: tuple[tuple[str, int], ...] = ()  # a heterogeneous SageMaker cluster's groups (type, hosts)
+    # (t, block name, the host that prints it or None: every rank) of each real harmless block it prints
+    harmless: tuple[tuple[float, str, int | None], ...] = ()
+    crash_restarts: int = 0  # a crash that recurs on each of this many restarts of its launcher (0: none)
+    loop_cycle_s: float = 0.0  # ... from one crash to the next
 
     @property
     def logging_steps(self) -> int:
@@ -213,6 +236,17 @@ class Job:
     def power(self) -> bool:
         """Whether the control plane sees GPU power: the agent's, or the CloudWatch agent's power_draw."""
         return self.agent or self.ec2_power
+
+    @property
+    def crash_loop(self) -> bool:
+        return self.fault is not None and self.fault.kind == "crash" and self.crash_restarts > 0
+
+    def crashes(self) -> list[float]:
+        """When its rank crashes: at the fault's onset, and again after each restart of a crash loop."""
+        fault = self.fault
+        if fault is None or fault.kind != "crash":
+            return []
+        return [fault.onset_s + k * self.loop_cycle_s for k in range(self.crash_restarts + 1 if self.crash_loop else 1)]
 
     @property
     def end_s(self) -> float:
@@ -287,7 +321,40 @@ def _draw_job(rng: random.Random, index: int, seed: int, platform: Platform | No
     )
     fault = _draw_fault(rng, job)
     episodes = _draw_episodes(rng, job, fault)
-    return Job(**{**job.__dict__, "fault": fault, "episodes": episodes})
+    job = Job(**{**job.__dict__, "fault": fault, "episodes": episodes})
+    # Drawn on streams of their own, so that the jobs above stay as they were for the same seed.
+    return Job(**{**job.__dict__, **_draw_crash_loop(job), "harmless": _draw_harmless(job)})
+
+
+def _draw_crash_loop(job: Job) -> dict[str, object]:
+    """Whether its crash recurs on every restart of its launcher, how many, and how fast."""
+    rng = random.Random(f"crash-loop-{job.seed}")
+    fault = job.fault
+    share = CRASH_LOOP_SHARE.get(fault.cause, CRASH_LOOP_OTHER_SHARE) if fault is not None else 0.0
+    if fault is None or fault.kind != "crash" or rng.random() >= share:
+        return {}
+    return {"crash_restarts": rng.choice(CRASH_LOOP_RESTARTS), "loop_cycle_s": rng.uniform(*LOOP_CYCLE_S)}
+
+
+def _draw_harmless(job: Job) -> tuple[tuple[float, str, int | None], ...]:
+    """The real harmless blocks it prints while it trains (none during a pause, nor once its fault struck)."""
+    rng = random.Random(f"harmless-{job.seed}")
+    blocks = real_lines.harmless_blocks()
+    if not blocks or rng.random() >= HARMLESS_SHARE:
+        return ()
+    end = job.end_s if job.fault is None or not job.fault.stall else job.fault.onset_s - 2 * MINUTE
+    every = rng.uniform(*HARMLESS_EVERY_S)
+    printed: list[tuple[float, str, int | None]] = []
+    t = job.startup_s + rng.uniform(0.2, 1.0) * every
+    while t < end:
+        block = rng.choice(blocks)
+        host = None if block.every_rank else rng.randrange(job.hosts)
+        starting = [e.start_s for e in job.episodes if e.kind in ("eval", "checkpoint") and e.start_s > t]
+        at = starting[0] - 1.0 if starting and rng.random() < HARMLESS_AT_EPISODE else t
+        if at < end and _episode_at(job, at) is None:
+            printed.append((round(at, 3), block.name, host))
+        t += every * rng.uniform(0.5, 1.5)
+    return tuple(printed)
 
 
 def _draw_fault(rng: random.Random, job: Job) -> Fault | None:
@@ -379,6 +446,7 @@ class _Sim:
     agent_started_t: float = 0.0
     events: list[Event] = field(default_factory=list)
     emf: list[str] = field(default_factory=list)  # each host's EMF line (the heartbeat's; its values never change)
+    dumped_for: float | None = None  # the last step whose stall the agent's stall watch dumped
     # With real lines: (t, host, line) in time order, written in place of the simulator's own checkpoint and crash lines
     real: deque[tuple[float, int, str]] | None = None
 
@@ -392,6 +460,11 @@ def _host_state(job: Job, t: float, host: int) -> str:
     if t < job.startup_s:
         return STARTUP
     fault = job.fault
+    if job.crash_loop and t >= fault.onset_s:  # type: ignore[union-attr]
+        into = t - fault.onset_s  # type: ignore[union-attr]
+        if into >= job.crash_restarts * job.loop_cycle_s + LOOP_DOWN_S:
+            return DEAD  # the launcher gave up: every process exited, the job stays up
+        return DEAD if into % job.loop_cycle_s < LOOP_DOWN_S else LOADING  # stopped, then restarted and loading
     if fault is not None and fault.stall and t >= fault.onset_s:
         if fault.kind == "lost" and host == fault.host:
             return GONE
@@ -472,10 +545,11 @@ def _real_fault_lines(job: Job, fault: Fault, rng: random.Random) -> list[tuple[
         if job.crash_lines is not None:
             words = next(s for s in crashes if s.name == job.crash_lines)
         first_fatal = next(line.t for line in words.lines if log_patterns.match(line.text)) - words.lines[0].t
-        lines += [(t, fault.host, text) for t, text in words.at(fault.onset_s - first_fatal)]
+        for crash in job.crashes():  # a crash loop's rank says the same each time
+            lines += [(t, fault.host, text) for t, text in words.at(crash - first_fatal)]
     timeout = fault.onset_s + job.nccl_timeout_s
     for host in range(job.hosts):
-        if fault.kind == "hang" or host != fault.host:
+        if (fault.kind == "hang" or host != fault.host) and not job.crash_loop:
             lines += [(t, host, text) for t, text in watchdog.at(timeout + host * 0.02)]
     return lines
 
@@ -529,6 +603,7 @@ def _minute(sim: _Sim, t: float) -> None:
         _platform_metrics(sim, t, host, state)
     if job.agent:
         _agent(sim, t, states, steps)
+        _stall_dumps(sim, t)
     _logs(sim, t, states, steps)
 
 
@@ -634,6 +709,9 @@ def _agent(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
     episode = _episode_at(job, t)
     if episode is not None and episode.kind == "restart" and t - episode.start_s < MINUTE:
         sim.agent_started_t = episode.end_s - episode.length_s + MINUTE  # the new processes' agents
+    restarted = [c + LOOP_DOWN_S for c in job.crashes()[:-1] if t <= c + LOOP_DOWN_S < t + MINUTE]
+    if job.crash_loop and restarted:
+        sim.agent_started_t = restarted[0]  # a crash loop's launcher started new processes (and their agents)
     for host, state in enumerate(states):
         if not (_alive(state) and _alive(_host_state(job, t + MINUTE, host))):
             continue  # a process that died in the window emits nothing at its end
@@ -667,6 +745,79 @@ def _agent(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
     state = states[0]
     inside = state in (BUSY, SPIN) or (episode is not None and episode.declared_budget_s is not None)
     _metric(sim, end, ns, "DataWaitFraction", dims, sim.rng.uniform(1, 6) if inside else 100.0)
+
+
+# Where a rank's main thread is when the agent's stall watch dumps it, by what its host does: (file, line, function,
+# source line, library) innermost first, as trainer_agent.stack_dumps writes them.
+_TRAIN = ("train.py", 301, "main", "loss = train_step(model, batch)", False)
+_FRAMES: dict[str, tuple[tuple[str, int, str, str, bool], ...]] = {
+    SPIN: (
+        ("torch/distributed/distributed_c10d.py", 2501, "all_reduce", "work.wait()", True),
+        ("train.py", 212, "train_step", "dist.all_reduce(loss_sum)", False),
+        _TRAIN,
+    ),
+    IDLE_HELD: (
+        ("torch/distributed/distributed_c10d.py", 4159, "barrier", "work.wait()", True),
+        ("train.py", 388, "save_checkpoint", "dist.barrier()", False),
+        _TRAIN,
+    ),
+    EVAL: (
+        ("torch/nn/modules/module.py", 1747, "_call_impl", "return forward_call(*args, **kwargs)", True),
+        ("train.py", 260, "evaluate", "outputs = model(**batch)", False),
+        _TRAIN,
+    ),
+    DATA_WAIT: (
+        ("torch/utils/data/dataloader.py", 733, "__next__", "data = self._next_data()", True),
+        ("train.py", 298, "main", "batch = next(loader_iter)", False),
+    ),
+}
+_SAVING = (  # rank 0 of a checkpoint writes it while the others wait in the barrier
+    ("torch/serialization.py", 943, "save", "_save(obj, opened_zipfile, pickle_module, pickle_protocol)", True),
+    ("train.py", 386, "save_checkpoint", "torch.save(state, path)", False),
+    _TRAIN,
+)
+
+
+def _stall_dumps(sim: _Sim, t: float) -> None:
+    """The agent's stall watch: every live rank's stacks once per stall, written when its loop has gone without a
+    step for max(3 step times, 60 s) (trainer_agent.stack_dumps), past any declared phase's budget."""
+    job = sim.job
+    if not sim.step or sim.last_step_t < sim.agent_started_t or sim.dumped_for == sim.last_step_t:
+        return  # a (re)started process dumps only after its first step; one dump a stall
+    at = sim.last_step_t + max(STALL_DUMP_STEPS * _pace(job, t), STALL_DUMP_FLOOR_S)
+    episode = _episode_at(job, at)
+    if episode is not None and episode.declared_budget_s is not None:
+        at = max(at, episode.start_s + episode.declared_budget_s)
+    if not t <= at < t + MINUTE or at >= job.end_s or (sim.next_step_t is not None and sim.next_step_t <= at):
+        return
+    states = [_host_state(job, at, h) for h in range(job.hosts)]
+    if any(state == BUSY for state in states):
+        return  # stepping again by then
+    sim.dumped_for = sim.last_step_t
+    world = job.hosts * RANKS_PER_HOST
+    for host, state in enumerate(states):
+        if not _alive(state) or state not in _FRAMES:
+            continue
+        for local in range(RANKS_PER_HOST):
+            rank = host * RANKS_PER_HOST + local
+            frames = _SAVING if state == IDLE_HELD and rank == 0 else _FRAMES[state]
+            dump = StackDump(
+                job=sim.name,
+                host=sim.hosts[host],
+                rank=rank,
+                world_size=world,
+                local_rank=local,
+                pid=4_000 + rank,
+                steps=sim.step,
+                reason=STALL,
+                stalled_s=round(at - sim.last_step_t, 1),
+                t=STREAM_EPOCH + at,
+                main=[{"file": f, "line": n, "func": fn, "code": code, "lib": lib} for f, n, fn, code, lib in frames],
+                threads=[],
+                thread_count=1,
+                max_bytes=line_bytes(world),
+            )
+            _log(sim, at + rank * 0.001, host, dump.line())
 
 
 def _slow_other(job: Job, t: float, host: int) -> bool:
@@ -709,6 +860,8 @@ def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
     while sim.real and sim.real[0][0] < t + MINUTE:
         at, host, text = sim.real.popleft()
         _log(sim, at, host, text)
+    _harmless_lines(sim, t)
+    _launcher_lines(sim, t)
     for at, step in _progress_lines(sim, t, steps, minute % every == 0):
         for host in loggers:
             at += host * 0.37
@@ -716,6 +869,40 @@ def _logs(sim: _Sim, t: float, states: list[str], steps: list[float]) -> None:
                 _log(sim, at, host, f"[rank {host * 8}] step {step} loss 2.0{minute % 97:02d}")
     if fault is not None and fault.stall and sim.real is None:
         _fault_lines(sim, t)
+
+
+def _harmless_lines(sim: _Sim, t: float) -> None:
+    """The real harmless blocks it prints in the minute from `t`, on every host or on one, and trains on after."""
+    blocks = {b.name: b for b in real_lines.harmless_blocks()}
+    for at, name, printer in sim.job.harmless:
+        if t <= at < t + MINUTE:
+            for host in range(sim.job.hosts) if printer is None else (printer,):
+                for i, text in enumerate(blocks[name].lines):
+                    _log(sim, at + host * 0.01 + i * 0.001, host, text)
+
+
+def _launcher_lines(sim: _Sim, t: float) -> None:
+    """A crash loop's launcher: after each crash, its report and the restart of every rank; after the last, its
+    failure."""
+    job = sim.job
+    crashes = job.crashes() if job.crash_loop else []
+    for k, crash in enumerate(crashes):
+        if not t <= crash + 1 < t + MINUTE:
+            continue
+        host = job.fault.host  # type: ignore[union-attr]
+        left = job.crash_restarts - k
+        if left == 0:
+            _log(sim, crash + 1, host, CRASH_LINES["faulty GPU"][-1])  # ChildFailedError: the launcher gives up
+            continue
+        _log(
+            sim,
+            crash + 1,
+            host,
+            f"[WARNING] Worker group FAILED. {left}/{job.crash_restarts} attempts left; will restart worker group",
+        )
+        for h in range(job.hosts):
+            _log(sim, crash + 20 + h * 0.01, h, f"[rank {h * 8}] Rendezvous complete; restarting from checkpoint")
+            _log(sim, crash + LOOP_DOWN_S + h * 0.01, h, f"[rank {h * 8}] Loading checkpoint from s3://ckpt/latest")
 
 
 def _progress_lines(sim: _Sim, t: float, steps: list[float], marked: bool) -> list[tuple[float, int]]:
@@ -759,12 +946,13 @@ def _fault_lines(sim: _Sim, t: float) -> None:
     """The dead rank's last words at the onset; the survivors' NCCL watchdog when the timeout runs out."""
     fault = sim.job.fault
     assert fault is not None
-    if fault.kind == "crash" and t <= fault.onset_s < t + MINUTE:
-        lines = CRASH_LINES.get(fault.cause, CRASH_LINES["faulty GPU"])
-        for i, line in enumerate(lines):
-            _log(sim, fault.onset_s + i * 0.05, fault.host, line.format(rank=fault.host * 8))
+    for crash in sim.job.crashes():
+        if t <= crash < t + MINUTE:
+            lines = CRASH_LINES.get(fault.cause, CRASH_LINES["faulty GPU"])
+            for i, line in enumerate(lines):
+                _log(sim, crash + i * 0.05, fault.host, line.format(rank=fault.host * 8))
     timeout = fault.onset_s + sim.job.nccl_timeout_s
-    if t <= timeout < t + MINUTE:
+    if t <= timeout < t + MINUTE and not sim.job.crash_loop:  # a loop's launcher tears the collective down
         for host in range(sim.job.hosts):
             if fault.kind != "hang" and host == fault.host:
                 continue

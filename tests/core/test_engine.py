@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from stallwatch.core.decision import Action, Decision, Diagnosis, JobState
+from stallwatch.core.diagnosis import UNCONFIRMED
 from stallwatch.core.engine import decide, next_state
 from stallwatch.core.policy import EffectivePolicy, Mode, Policy, Thresholds
 from stallwatch.core.signals import Platform
@@ -209,6 +210,16 @@ def test_agent_gpu_utilization_stands_in_for_missing_platform_metrics() -> None:
 # --- one rank crashed -----------------------------------------------------------------------------------------------
 
 
+def unconfirmed(decision: Decision) -> bool:
+    """A fatal line alone: alerted with its words, never stoppable (it waits for a second witness)."""
+    return (
+        decision.diagnosis is Diagnosis.CRASHED_RANK
+        and decision.action is Action.ALERT
+        and not decision.stoppable
+        and UNCONFIRMED in decision.reasons
+    )
+
+
 @pytest.mark.parametrize(("others_gpu", "platform"), [(99.0, Platform.SAGEMAKER), (0.0, Platform.EC2)])
 def test_fatal_error_on_one_host_while_the_others_spin_is_a_crashed_rank(others_gpu: float, platform) -> None:
     # Given 4 hosts; steps stop at ONSET; host 3 logs a CUDA illegal memory access; the others spin (busy or idle)
@@ -217,8 +228,8 @@ def test_fatal_error_on_one_host_while_the_others_spin_is_a_crashed_rank(others_
     crashed = builder.host_names[2]
     builder.log(ONSET + 10, "Traceback (most recent call last):", crashed)
     builder.log(ONSET + 10, "RuntimeError: CUDA error: an illegal memory access was encountered", crashed)
-    # When the error is 2 minutes old / Then not yet (confirmation: 3 minutes without a step)
-    assert diagnose(builder, ONSET + 10 + 2 * MIN).diagnosis is Diagnosis.HEALTHY
+    # When the error is 2 minutes old / Then alerted with its words, not yet stoppable (3 minutes without a step)
+    assert unconfirmed(diagnose(builder, ONSET + 10 + 2 * MIN))
     # When it is 3 minutes old / Then a crashed rank, with that host's error lines as evidence
     decision = diagnose(builder, ONSET + 10 + 3 * MIN)
     assert decision.diagnosis is Diagnosis.CRASHED_RANK
@@ -259,9 +270,9 @@ def test_crash_confirmation_waits_for_two_step_intervals_on_slow_steps() -> None
     # Given 4-minute steps, then a CUDA OOM on one host right after the last step
     builder = SignalsBuilder(hosts=2).progress(0, ONSET, step_time=4 * MIN).no_progress(ONSET, 2 * HOUR)
     builder.gpu(0, 2 * HOUR, 97).log(ONSET + 30, "torch.OutOfMemoryError: CUDA out of memory.", "algo-2")
-    # Then 6 minutes is within two step intervals (8 min), 9 minutes is not
-    assert diagnose(builder, ONSET + 30 + 6 * MIN).diagnosis is Diagnosis.HEALTHY
-    assert diagnose(builder, ONSET + 30 + 9 * MIN).diagnosis is Diagnosis.CRASHED_RANK
+    # Then 6 minutes is within two step intervals (8 min): the line alone is alerted; 9 minutes is not
+    assert unconfirmed(diagnose(builder, ONSET + 30 + 6 * MIN))
+    assert diagnose(builder, ONSET + 30 + 9 * MIN).stoppable
 
 
 def test_crashed_rank_without_the_agent_needs_the_host_silent_after_its_error() -> None:
@@ -274,7 +285,7 @@ def test_crashed_rank_without_the_agent_needs_the_host_silent_after_its_error() 
     decision = diagnose(builder, ONSET + 6 * MIN)
     assert decision.diagnosis is Diagnosis.CRASHED_RANK
     assert "algo-2: xid" in decision.reasons[0]
-    assert "algo-2 silent for 6.0 min after it (threshold 5.0 min)" in decision.reasons
+    assert "algo-2: no line for 6.0 min, its habit owed one in 5.0 min" in decision.reasons
 
 
 def test_fatal_last_words_whose_gpus_are_not_yet_seen_dead_ask_for_a_look_when_they_would_be_confirmed() -> None:
@@ -284,8 +295,9 @@ def test_fatal_last_words_whose_gpus_are_not_yet_seen_dead_ask_for_a_look_when_t
     builder.gpu(0, ONSET, 99, hosts=["algo-2"]).gpu(ONSET, 3 * HOUR, 0, hosts=["algo-2"])
     builder.log(ONSET + 1, "RuntimeError: CUDA error: an illegal memory access was encountered", "algo-2")
     early = diagnose(builder, ONSET + 15)
-    # Then no verdict yet, and the decision asks to be made again when its death would be confirmed
-    assert early.diagnosis is Diagnosis.HEALTHY
+    # Then no verdict yet (its words alerted), and the decision asks to be made again when its death would be
+    # confirmed
+    assert unconfirmed(early)
     assert early.recheck_at == pytest.approx(ONSET + 1 + 3 * MIN)
     # And then it is: its GPUs went idle with it
     assert diagnose(builder, ONSET + 1 + 3 * MIN).diagnosis is Diagnosis.CRASHED_RANK

@@ -73,9 +73,10 @@ def test_a_crashed_rank_whose_peers_spin_is_found_whatever_the_others_logging_ha
     # Given the crash where only rank 0 logs (the others' start-up lines are no evidence either way)
     builder = crash_where_rank_zero_alone_logs()
     dead = builder.host_names[2]
-    # When 2 minutes have passed / Then not yet, and the decision names when the evidence is confirmed
+    # When 2 minutes have passed / Then not yet (its words alerted, never stoppable alone), and the decision names
+    # when the evidence is confirmed
     early = at(builder, ONSET + 2 * MIN)
-    assert early.diagnosis is Diagnosis.HEALTHY
+    assert (early.diagnosis, early.action, early.stoppable) == (Diagnosis.CRASHED_RANK, Action.ALERT, False)
     assert early.recheck_at == pytest.approx(ONSET + 1 + 3 * MIN)
     # When 3 minutes (crash_confirm_minutes) / Then a crashed rank on that node, conclusive: the 2-minute grace
     decision = at(builder, ONSET + 1 + 3 * MIN)

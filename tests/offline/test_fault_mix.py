@@ -177,6 +177,56 @@ def test_with_real_lines_every_crash_is_stopped_soon_after_its_onset(sequence: s
     assert 0 <= (outcome.stop_s - crashed.fault.onset_s) / 60 <= 25
 
 
+CRASH_LOOPS = [
+    job("loop-agent", Fault("crash", "software bug", 2 * HOUR, host=1), crash_restarts=1000, loop_cycle_s=200.0),
+    job("loop-noagent", Fault("crash", "software bug", 2 * HOUR, host=1), agent=False, crash_restarts=1000,
+        loop_cycle_s=200.0),
+    job("loop-3-restarts-ec2", Fault("crash", "faulty GPU", 2 * HOUR, host=2), agent=False, platform=Platform.EC2,
+        crash_restarts=3, loop_cycle_s=170.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("looping", CRASH_LOOPS, ids=[j.name for j in CRASH_LOOPS])
+def test_a_crash_loop_is_stopped_soon_after_its_third_death(looping: Job) -> None:
+    # Given a rank that dies the same way every time its launcher restarts it (its lines, rendezvous and loading
+    # between: the logs never fall silent) / When replayed
+    outcome = faultmix.run_job(looping)
+    # Then it is stopped after its onset, a period or two after its third death (the 2-minute grace after it)
+    third = looping.crashes()[2]
+    assert outcome.stop_s is not None
+    assert third < outcome.stop_s <= third + 6 * 60
+    assert outcome.stop_diagnosis == "crashed_rank"
+
+
+@pytest.mark.parametrize("agent", [True, False])
+def test_real_harmless_lines_from_every_rank_before_pauses_are_never_stopped_or_warned(agent: bool) -> None:
+    # Given a healthy job whose every rank prints real lines it trained on after (caught tracebacks, a skipped batch,
+    # dynamo's fallback), some right before a silent evaluation and a checkpoint, its steps 15 minutes long with the
+    # agent
+    blocks = [b.name for b in real_lines.harmless_blocks()]
+    pauses = (
+        Episode("eval", 2 * HOUR, 1200.0, start_line=False),
+        Episode("checkpoint", 3.5 * HOUR, 900.0, start_line=True, end_line=False),
+    )
+    at_pauses = ((2 * HOUR - 1, blocks[0], None), (3.5 * HOUR - 1, blocks[0], None))
+    printed = (*((HOUR + i * 600.0 + 30, name, None) for i, name in enumerate(blocks)), *at_pauses)
+    shape = {"step_s": 900.0} if agent else {}
+    healthy = job("harmless", episodes=pauses, agent=agent, harmless=printed, eval_results=False, **shape)
+    # When replayed / Then never stopped nor warned (an alert with the words is allowed)
+    outcome = faultmix.run_job(healthy)
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
+def test_with_the_agent_a_hang_is_alerted_within_two_minutes_by_the_stall_record() -> None:
+    # Given a job with the agent whose collective hangs (no watchdog for an hour) / When replayed
+    hung = job("hang-stacks", Fault("hang", "NIC", 2 * HOUR), nccl_timeout_s=3600.0)
+    outcome = faultmix.run_job(hung)
+    # Then the ranks' stall record (a minute in) wakes the engine, which alerts within 2 minutes of the onset
+    assert outcome.alert_s is not None
+    assert 0 <= outcome.alert_s - hung.fault.onset_s <= 2 * 60
+
+
 def test_the_draw_is_seeded_and_follows_the_mix() -> None:
     jobs = draw_jobs(seed=3, job_days=20)
     assert [j.name for j in jobs] == [j.name for j in draw_jobs(seed=3, job_days=20)]
@@ -184,3 +234,7 @@ def test_the_draw_is_seeded_and_follows_the_mix() -> None:
     kinds = {j.fault.kind for j in jobs if j.fault}
     assert kinds <= {"crash", "hang", "lost", "slow"}
     assert "crash" in kinds
+    # and some healthy jobs print real harmless lines (some on every rank), some crashes loop
+    assert any(host is None for j in jobs for _, _, host in j.harmless)
+    crashes = [j for j in draw_jobs(seed=7, job_days=100) if j.fault and j.fault.kind == "crash"]
+    assert 0.1 <= sum(j.crash_loop for j in crashes) / len(crashes) <= 0.3

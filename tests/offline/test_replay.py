@@ -284,8 +284,11 @@ def test_a_trace_whose_ranks_dumped_their_stacks_names_the_odd_rank_in_the_warni
     assert main(["replay", str(trace), "--json"]) == EXIT_OK
     printed = json.loads(capsys.readouterr().out)
 
-    # Then the warning and the stop say where rank 13 was, and the JSON keeps the grouping
+    # Then the dumps wake the engine, which alerts (never stops on them alone); the alert, the warning and the stop
+    # say where rank 13 was, and the JSON keeps the grouping
     named = "31 ranks in all_reduce (train.py:212, seq 88421); rank 13 on algo-2 in train.py:298"
-    assert [d.decision.action for d in result.decisions] == [Action.WARN, Action.STOP]
+    assert [d.decision.action for d in result.decisions] == [Action.ALERT, Action.WARN, Action.STOP]
+    assert result.decisions[0].trigger.startswith("log:")
+    assert not result.decisions[0].decision.stoppable
     assert all(any(reason.startswith(named) for reason in d.decision.reasons) for d in result.decisions)
-    assert [d["stacks"]["named"] for d in printed["decisions"]] == [[13], [13]]
+    assert [d["stacks"]["named"] for d in printed["decisions"]] == [[13], [13], [13]]

@@ -206,12 +206,14 @@ def test_a_line_an_earlier_decision_saw_is_coalesced(rt, world, context) -> None
 
 
 def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt, world, slack, context) -> None:
-    # Given every host's NCCL watchdog fired 10 s ago after a hang (the evidence is confirmed a minute after them)
+    # Given every host's NCCL watchdog fired 10 s ago after a hang, the job silent since, past the line its habit
+    # (a line every 5 minutes, in the sweeper's sawtooth) owed: confirmed a minute after them
     job = "llama-70b-wd"
     world.create_job(job, hosts=2, tags=ENFORCE)
     for h in (1, 2):
         world.host_gpu(job, f"algo-{h}", world.every_minute(110, 100.0))
         world.progress_logs(job, f"algo-{h}", until_min=11)
+        world.swept(job, f"algo-{h}", [*range(110, 14, -5), 10 / MINUTE])  # and the watchdog's lines, 10 s ago
     line_t = world.now - 10
     for h in (1, 2):
         world.clients.logs.put_log_events(
@@ -224,8 +226,10 @@ def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt,
     event = log_lines_event(SAGEMAKER, _stream(job, "algo-1"), [(line_t, WATCHDOG.format(rank=8))])
     result = on_log_line.handler(event, context)
 
-    # Then the invocation waited for the rechecks its decisions asked for: the hang warned when the lines were a
-    # minute old, stopped 2 minutes later (the grace of conclusive evidence)
+    # Then the lines alone are alerted at once; the invocation waited for the rechecks its decisions asked for: the
+    # hang warned when the lines were a minute old (their second witness: no line where the habit owed one), stopped
+    # 2 minutes later (the grace of conclusive evidence)
+    assert (result["diagnosis"], result["action"]) == ("hang", "alert")
     warned, stopped = result["details"]["rechecks"]
     assert (warned["diagnosis"], warned["action"], stopped["action"], stopped["stopped"]) == (
         "hang",
@@ -237,7 +241,8 @@ def test_the_rechecks_due_within_the_wait_are_decided_in_the_same_invocation(rt,
     assert [a["trigger"] for a in decided] == [f"log:{_stream(job, 'algo-1')}", "recheck", "recheck"]
     assert decided[1]["at"] == pytest.approx(line_t + 60, abs=1)
     assert decided[2]["at"] - decided[1]["at"] == 2 * MINUTE
-    assert "will be stopped" in slack.texts()[0]
+    assert "no stop" in slack.texts()[0]
+    assert "will be stopped" in slack.texts()[1]
     assert world.status(job) == "Stopping"
 
 
@@ -304,7 +309,10 @@ def test_awss_sample_payload_and_a_control_message_change_nothing(rt, context) -
     control = {"awslogs": {"data": base64.b64encode(gzip.compress(json.dumps(CONTROL_MESSAGE).encode())).decode()}}
     # When each is delivered, Then each is parsed, ignored, and nothing is written
     sample = on_log_line.handler(AWS_SAMPLE, context)
-    assert (sample["status"], sample["details"]["reason"]) == ("ignored", "no fatal line among 2 events")
+    assert (sample["status"], sample["details"]["reason"]) == (
+        "ignored",
+        "no fatal line nor stall record among 2 events",
+    )
     assert on_log_line.handler(control, context)["details"]["reason"].startswith("CONTROL_MESSAGE")
     assert _table_items(rt) == []
 
@@ -339,7 +347,10 @@ def test_a_payload_that_inflates_past_its_bound_is_cut_there_and_counted(rt, wor
 
     # Then at most 1 MB was inflated, its whole events read (none: the first is longer), the rest counted as dropped
     assert peak < 16 << 20  # 16 MB
-    assert (result["status"], result["details"]["reason"]) == ("ignored", "no fatal line among 0 events")
+    assert (result["status"], result["details"]["reason"]) == (
+        "ignored",
+        "no fatal line nor stall record among 0 events",
+    )
     assert counted[contract.SUBSCRIPTION_BYTES_DROPPED] > 0
     assert _audits(rt, job) == []
 

@@ -17,6 +17,7 @@ from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from .conftest import as_list, build_app, logical_id
 
 FILTER = "stallwatch-fatal-lines"
+PATTERN = StallwatchConfig().policy.fatal_filter_pattern  # the fatal lines and the agent's stall record
 SLURM_GROUP = StallwatchConfig().log_group("slurm")
 
 
@@ -68,13 +69,14 @@ def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
         assert filters[group]["Properties"] == {
             "LogGroupName": {"Ref": group},
             "FilterName": FILTER,
-            "FilterPattern": log_patterns.FATAL_FILTER_PATTERN,
+            "FilterPattern": PATTERN,
             "DestinationArn": _arn(logical_id(stack.watchdog.on_log_line)),
         }
         # And each is created after the permission CloudWatch Logs invokes the function with for its group
         [permission] = filters[group]["DependsOn"]
         assert template.to_json()["Resources"][permission]["Properties"]["SourceArn"] == _group_arn(f"{name}:*")
-    assert len(log_patterns.FATAL_FILTER_PATTERN) <= 1024  # PutSubscriptionFilter's filterPattern
+    assert len(PATTERN) <= 1024  # PutSubscriptionFilter's filterPattern
+    assert log_patterns.passes_fatal_filter('{"StallwatchStacks":1,"Rank":3}', PATTERN)
 
 
 def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_this_account(
@@ -120,7 +122,7 @@ def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_pe
         "ServiceToken": _arn(logical_id(_subscriber(stack))),
         "LogGroupName": SAGEMAKER_LOG_GROUP,
         "FilterName": FILTER,
-        "FilterPattern": log_patterns.FATAL_FILTER_PATTERN,
+        "FilterPattern": PATTERN,
         "DestinationArn": _arn(logical_id(stack.watchdog.on_log_line)),
     }
     permissions = template.to_json()["Resources"]

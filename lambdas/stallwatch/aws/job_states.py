@@ -71,6 +71,7 @@ def _state_from_json(raw: str) -> JobState:
     data = json.loads(raw)
     data["alerted"] = tuple(data.get("alerted", ()))
     data["stragglers"] = tuple(data.get("stragglers", ()))
+    data["deaths"] = tuple(data.get("deaths", ()))
     if data.get("warning") is not None:
         data["warning"] = tuple(data["warning"])
     return JobState(**data)

@@ -95,6 +95,7 @@ class JobState:
     stall_from: float | None = None  # the last progress (step, else log line) before the current incident
     recheck_at: float | None = None  # the engine asked to decide again at this time
     stragglers: tuple[str, ...] = ()  # hosts already named as stragglers in this run (each is alerted once)
+    deaths: tuple[float, ...] = ()  # the fatal bursts lately seen as a host's last words, oldest first (a crash loop)
     # The incident's stop warning: (diagnosis, the last progress before it, when it went out). Kept while no progress
     # is seen, so a warning withdrawn by a decision that lost sight of its evidence keeps its grace when re-issued.
     warning: tuple[str, float, float] | None = None

@@ -4,20 +4,28 @@ agent (`progress_rules`) or without it (`silence_rules`). The engine (`core.engi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from stallwatch.core import evidence, measures
+from stallwatch.core import evidence, measures, stack_dumps
+from stallwatch.core.contract import STACKS_MARKER
 from stallwatch.core.decision import Cadence, Diagnosis, JobState
-from stallwatch.core.findings import Context, Deadlines, Finding, with_gpus
+from stallwatch.core.findings import Context, Deadlines, Finding, error_finding, with_gpus
 from stallwatch.core.platforms import describe
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.progress_rules import with_agent
 from stallwatch.core.reading import host_period
 from stallwatch.core.reasons import error_summary, minutes, utilization_summary
-from stallwatch.core.signals import JobSignals, Series
+from stallwatch.core.signals import JobSignals, LogLine, Series
 from stallwatch.core.silence_rules import without_agent
 
 UPLOADING_STATUS = "Uploading"
+STALL = "stall"  # a stack dump's reason when the agent's stall watch wrote it (SIGTERM's are the stop's own)
+QUOTED_CHARS = 200  # of an unconfirmed fatal line, quoted in the alert
+UNCONFIRMED = (
+    "a printed line alone never stops a job: waiting for a second witness (the GPUs letting go or falling, a host "
+    "vanishing, or the step or line the job's cadence owes not coming)"
+)
 # SageMaker secondary statuses before training begins: never a stall.
 STARTUP_STATUSES = frozenset(
     {
@@ -81,7 +89,9 @@ def diagnose(
         measures.pauses(signals, thresholds, period)
     )
     cadence = Cadence(interval, logs.learned_gap_s, pauses.busy_s, pauses.idle_s)
-    ctx = Context(signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses)
+    ctx = Context(
+        signals, thresholds, limits, now, found, deadlines, training_since, logs, period, pauses, deaths=state.deaths
+    )
     return _diagnose_running(ctx, progress), cadence
 
 
@@ -115,14 +125,74 @@ def _diagnose_running(ctx: Context, progress: measures.Progress | None) -> Findi
     if conclusive is not None:
         return conclusive
     if progress is None:
-        return without_agent(ctx, hosts, ())
+        return _unconfirmed(ctx, hosts, without_agent(ctx, hosts, ()), None)
     phase = _phase(ctx, progress)
     if phase is not None:
         return phase
     if progress.fresh:
-        return with_agent(ctx, hosts, progress)
+        return _unconfirmed(ctx, hosts, with_agent(ctx, hosts, progress), progress)
     stopped = minutes(ctx.now - progress.newest_t)
-    return without_agent(ctx, hosts, (f"agent metrics stopped {stopped} ago; deciding from host metrics and logs",))
+    notes = (f"agent metrics stopped {stopped} ago; deciding from host metrics and logs",)
+    return _unconfirmed(ctx, hosts, without_agent(ctx, hosts, notes, progress.newest_t), None)
+
+
+def _unconfirmed(
+    ctx: Context, hosts: dict[str, evidence.Host], finding: Finding, progress: measures.Progress | None
+) -> Finding:
+    """A healthy finding, unless the job said something no stop may rest on alone: fatal last words it has not
+    printed past (a hypothesis until a second witness confirms it: its GPUs, its metrics gone, or the step or line
+    its cadence owes), or, with the agent, the stacks its stall watch wrote since the last step, ranks waiting in a
+    collective. Either is alerted with its words (and the stacks' why), never stopped."""
+    if finding.diagnosis is not Diagnosis.HEALTHY:
+        return finding
+    since = evidence.said_t(hosts) if progress is None else progress.last_step_t or ctx.training_since
+    words = {
+        name: list(h.last_words)
+        for name, h in hosts.items()
+        if h.last_words_t is not None and (since is None or h.last_words_t + evidence.LAST_WORDS_S >= since)
+    }
+    waiting = _waiting_ranks(ctx, hosts, progress)
+    if not words and not waiting:
+        return finding
+    reasons = list(finding.reasons)
+    if waiting:
+        reasons.insert(0, waiting)
+    if words:
+        name = min(words, key=lambda n: words[n][0].t)  # the first to speak; its burst's last line says what failed
+        reasons[:0] = [error_summary(words), f'{name}: "{words[name][-1].message[:QUOTED_CHARS]}"', UNCONFIRMED]
+        return replace(error_finding(words, ()), reasons=tuple(reasons), stoppable=False)
+    return Finding(Diagnosis.HANG, tuple(reasons))
+
+
+def _waiting_ranks(ctx: Context, hosts: dict[str, evidence.Host], progress: measures.Progress | None) -> str | None:
+    """With the agent, its stall watch's dumps since the last step (`stack_dumps`) showing most ranks waiting in a
+    collective, while no live job's wait explains the missing step (a checkpoint's lines, input): why, in words."""
+    if progress is None or progress.last_step_t is None:
+        return None
+    dumps = [d for d in stack_dumps.latest(dump_lines(ctx.signals), progress.last_step_t) if d.reason == STALL]
+    in_collective = sum(d.waiting for d in dumps)
+    if not dumps or in_collective * 2 <= len(dumps):
+        return None
+    wait = ctx.signals.agent.get("DataWaitFraction", Series()).since(progress.last_step_t).mean()
+    explained = (
+        evidence.checkpoint_since(hosts, progress.last_step_t) is not None
+        or evidence.checkpoint_ended(hosts, progress.last_step_t) is not None
+        or (wait is not None and wait > ctx.thresholds.data_wait_percent)
+    )
+    if explained:
+        return None
+    return (
+        f"no step for {minutes(ctx.now - progress.last_step_t)}: the agent's stall watch wrote {len(dumps)} ranks' "
+        f"stacks, {in_collective} waiting in a collective (alerted early; a stop needs the ladder's evidence)"
+    )
+
+
+def dump_lines(signals: JobSignals) -> tuple[LogLine, ...]:
+    """The agent's stack dumps a decision holds: those read since the last step, and those in the hosts' log tails
+    (a dump written a minute into a stall precedes any metric that shows the stall, so the reads may not ask for
+    it yet)."""
+    tails = (line for host in signals.hosts.values() for line in host.log_tail if STACKS_MARKER in line.message)
+    return tuple(sorted({*signals.stacks, *tails}, key=lambda line: (line.t, line.stream, line.message)))
 
 
 def _life_signs(host: evidence.Host) -> dict[str, Any]:
@@ -149,6 +219,11 @@ def _conclusive(ctx: Context, hosts: dict[str, evidence.Host], last_step_t: floa
         ctx.period,
         ctx.now,
     )
+    words = [t for h in hosts.values() if (t := h.last_words_t) is not None]
+    if words:
+        ctx.evidence["words_t"] = sorted(words)  # the job's state keeps them: a crash loop shows across decisions
+    loop = evidence.crash_loop(ctx.signals, hosts, ctx.deaths, ctx.thresholds, ctx.now)
+    deaths += [loop] if loop is not None else []
     decisive = [d for d in deaths if ctx.now >= d.onset + d.confirm_s]
     if not decisive:
         for death in deaths:

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from stallwatch.core import measures, stack_dumps
+from stallwatch.core import evidence, measures, stack_dumps
 from stallwatch.core.decision import STALLS, Action, Decision, Diagnosis, JobState, stall_onset
-from stallwatch.core.diagnosis import diagnose
+from stallwatch.core.diagnosis import diagnose, dump_lines
 from stallwatch.core.findings import Deadlines, Finding
 from stallwatch.core.mode import WOULD_STOP, act
 from stallwatch.core.policy import EffectivePolicy
@@ -80,7 +80,7 @@ def _with_stacks(finding: Finding, signals: JobSignals, found: dict[str, Any], s
     """A stall's finding with where every rank is, from the agent's dumps since the last progress (`core.stack_dumps`):
     the odd rank out, or one line saying why no dump tells."""
     report = stack_dumps.explain(
-        stack_dumps.latest(signals.stacks, stall_onset(found, state.stall_since)), signals.has_agent
+        stack_dumps.latest(dump_lines(signals), stall_onset(found, state.stall_since)), signals.has_agent
     )
     found["stacks"] = report.evidence()
     return replace(finding, reasons=(*finding.reasons, report.summary))
@@ -96,12 +96,14 @@ def next_state(state: JobState, decision: Decision) -> JobState:
         measures.Pauses(learned.busy_pause_s, learned.idle_pause_s)
     )
     gaps = [g for g in (state.log_gap_s, learned.log_gap_s) if g is not None]
+    seen = evidence.bursts([*state.deaths, *decision.evidence.get("words_t", ())])
     state = state.with_(
         step_interval_s=learned.step_interval_s if learned.step_interval_s is not None else state.step_interval_s,
         log_gap_s=max(gaps, default=None),
         busy_pause_s=pauses.busy_s,
         idle_pause_s=pauses.idle_s,
         recheck_at=decision.recheck_at,
+        deaths=tuple(t for t in seen if t >= decision.at - evidence.CRASH_LOOP_WINDOW_S),
     )
     if decision.diagnosis is Diagnosis.STRAGGLER and decision.action is not Action.NONE:
         state = state.with_(stragglers=(*state.stragglers, decision.evidence["straggler"]["host"]))
@@ -118,6 +120,7 @@ def next_state(state: JobState, decision: Decision) -> JobState:
             idle_pause_s=state.idle_pause_s,
             recheck_at=state.recheck_at,
             stragglers=state.stragglers,
+            deaths=state.deaths,
             warning=warning,
         )
     alerted = state.alerted

@@ -19,15 +19,28 @@ from dataclasses import dataclass
 
 from stallwatch.core import log_patterns
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.measures import Limits, agent_power, fatal, gpu_memory, gpu_util, rounded
+from stallwatch.core.measures import (
+    LAST_WORDS_S,
+    Limits,
+    agent_power,
+    fatal,
+    gpu_memory,
+    gpu_util,
+    newest_line_t,
+    rounded,
+)
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.signals import HostSignals, JobSignals, LogLine, Series
 
-LAST_WORDS_S = 30.0  # a fatal burst (the traceback, the launcher's report) is over by then; a line after it is life
 FATAL_BURST_S = 120.0  # fatal lines this close before a host's last fatal line belong to its last words
 VANISHED_PERIODS = 4  # no datapoint from a host for this many periods, while another host's is at most
 FRESH_PERIODS = 3  # ... this many old: the host vanished (its datapoints are stamped at their period's start)
-ALL_FATAL_CONFIRM_S = 60.0  # every host's log ended with fatal lines (NCCL watchdog timeouts, ...): one period confirms
+# every host's log ended with fatal lines (NCCL watchdog timeouts, ...) and the GPUs agree: one period confirms
+ALL_FATAL_CONFIRM_S = 60.0
+# A crash loop: a rank's fatal last words this many times within this long (a launcher restarting ranks that die the
+# same way each time), its processes letting go of their GPUs since the first and no GPU working again
+CRASH_LOOP_DEATHS = 3
+CRASH_LOOP_WINDOW_S = 1800.0
 MARKER_RUN_S = 300.0  # checkpoint start lines this close together belong to one checkpoint (a line per shard)
 POWER_REPORTING_SHARE = 0.5  # a spinning collective needs GPU power from at least this share of the hosts
 
@@ -129,7 +142,8 @@ def _last_words(host: HostSignals) -> tuple[LogLine, ...]:
     if not lines:
         return ()
     newest = lines[-1].t
-    if host.log_last_t is not None and host.log_last_t > newest + LAST_WORDS_S:
+    spoke = newest_line_t(host)
+    if spoke is not None and spoke > newest + LAST_WORDS_S:
         return ()
     return tuple(line for line in lines if line.t >= newest - FATAL_BURST_S)
 
@@ -184,6 +198,46 @@ class Death:
     conclusive: bool = True  # False: the processes ended by themselves (idleness), the user's idle_minutes decide
 
 
+def bursts(times: Iterable[float]) -> tuple[float, ...]:
+    """Fatal bursts' first lines, oldest first, those closer than `FATAL_BURST_S` to an earlier one being one."""
+    kept: list[float] = []
+    for t in sorted(times):
+        if not kept or t - kept[-1] > FATAL_BURST_S:
+            kept.append(t)
+    return tuple(kept)
+
+
+def crash_loop(
+    signals: JobSignals, hosts: dict[str, Host], seen: Iterable[float], thresholds: Thresholds, now: float
+) -> Death | None:
+    """Ranks that die the same way on every restart of their launcher: `CRASH_LOOP_DEATHS` bursts of fatal last words
+    within `CRASH_LOOP_WINDOW_S` (`seen`: those earlier decisions saw, with the hosts' own now), every GPU host's
+    memory fallen below half its working level since the first (the processes exited, then loaded again), and no
+    GPU busy since: nothing trained between the deaths. Conclusive a period after the newest burst."""
+    found = bursts([*seen, *(t for h in hosts.values() if (t := h.last_words_t) is not None)])
+    recent = [t for t in found if t >= now - CRASH_LOOP_WINDOW_S]
+    gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
+    if len(recent) < CRASH_LOOP_DEATHS or not gpu_hosts:
+        return None
+    first, newest = recent[0], recent[-1]
+    for host in gpu_hosts:
+        memory, util = gpu_memory(host), gpu_util(host)
+        working = memory.between(-math.inf, first).values()
+        after = memory.between(first + 1e-6, now).values()
+        if not working or not after or min(after) > statistics.median(working) / 2:
+            return None  # its processes never let go: no restart (a checkpoint's retries, say)
+        if any(v >= thresholds.busy_gpu_percent for v in util.between(first + 1e-6, now).values()):
+            return None  # it trained again in between
+    lines = {n: list(h.last_words) for n, h in hosts.items() if h.last_words}
+    reason = (
+        f"a crash loop: fatal last words {len(recent)} times in {_ago(newest, first)}, each after its launcher "
+        f"restarted the ranks; every host's processes let go of their GPUs since the first, and none trained again"
+    )
+    return Death(
+        Diagnosis.CRASHED_RANK, first, newest + ALL_FATAL_CONFIRM_S - first, tuple(sorted(lines)), (reason,), lines
+    )
+
+
 def vanished(hosts: dict[str, Host], period: float, now: float) -> dict[str, float]:
     """Hosts with no datapoint for `VANISHED_PERIODS` periods while another host's newest is at most `FRESH_PERIODS`
     old (so a CloudWatch delay or a job-wide outage is never taken for a lost host): host -> its newest datapoint."""
@@ -209,9 +263,11 @@ def death(
     now: float,
 ) -> list[Death]:
     """Evidence that the job can no longer progress, most specific first: fatal last words on every host (NCCL
-    watchdog timeouts after a hang), ranks whose last words were fatal and whose GPUs died with them, hosts that
-    vanished, a host whose processes let go of its GPUs while the others hold theirs (all conclusive), or every
-    process gone from its GPUs without a fatal line (idleness: after the agreement rung of `idle_minutes`).
+    watchdog timeouts after a hang) that the GPUs confirm (`_gpus_witness`), ranks whose last words were fatal and
+    whose GPUs died with them, hosts that vanished, a host whose processes let go of its GPUs while the others hold
+    theirs (all conclusive), or every process gone from its GPUs without a fatal line (idleness: after the agreement
+    rung of `idle_minutes`). A printed line is never evidence alone: each death here rests on a witness the job's
+    printing cannot supply (its GPUs, its metrics gone).
 
     `last_step_t`: the agent's last step (None without the agent): fatal lines before it are old news, and the
     evidence without a fatal line needs no step since. Without the agent, that evidence needs the logs silent since
@@ -222,7 +278,7 @@ def death(
     after = last_step_t if last_step_t is not None else training_since
     gpu_hosts = {n: h for n, h in hosts.items() if h.gpus}
     gone = vanished(gpu_hosts, period, now)
-    last_line_t = max((t for h in hosts.values() if (t := h.said_t) is not None), default=None)
+    last_line_t = said_t(hosts)
     found: list[Death] = []
 
     def still(onset: float, logs_too: bool = False) -> bool:
@@ -233,15 +289,17 @@ def death(
         return steps and (silent if logs_too or last_step_t is None else True)
 
     spoke = {n: h for n, h in gpu_hosts.items() if h.last_words_t is not None and h.last_words_t >= after}
-    if gpu_hosts and len(spoke) == len(gpu_hosts):
+    dead = {n: h for n, h in spoke.items() if _died_with_it(h, gpu_hosts, gone, thresholds, period)}
+    witness = _gpus_witness(gpu_hosts, dead, gone, thresholds)
+    if gpu_hosts and len(spoke) == len(gpu_hosts) and witness is not None:
+        # Words printed everywhere are still words (an epoch-end warning every rank prints): the GPUs must agree.
         lines = {n: list(h.last_words) for n, h in spoke.items()}
         patterns = {fatal(line) for ls in lines.values() for line in ls}
         diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
         onset = max(ls[0].t for ls in lines.values())
         what = "NCCL watchdog timeouts" if diagnosis is Diagnosis.HANG else "fatal lines"
-        reason = f"{what} are the last words of all {_count(gpu_hosts)}"
+        reason = f"{what} are the last words of all {_count(gpu_hosts)}, and {witness}"
         found.append(Death(diagnosis, onset, ALL_FATAL_CONFIRM_S, tuple(sorted(spoke)), (reason,), lines))
-    dead = {n: h for n, h in spoke.items() if _died_with_it(h, gpu_hosts, gone, thresholds, period)}
     if dead:
         lines = {n: list(h.last_words) for n, h in dead.items()}
         patterns = {fatal(line) for ls in lines.values() for line in ls}
@@ -274,6 +332,27 @@ def death(
         reason = f"{_names(released)}: its processes let go of the GPUs while the others still hold theirs"
         found.append(Death(Diagnosis.CRASHED_RANK, onset, confirm, tuple(sorted(released)), (reason,), {}))
     return found
+
+
+def _gpus_witness(
+    hosts: dict[str, Host], dead: dict[str, Host], gone: dict[str, float], thresholds: Thresholds
+) -> str | None:
+    """What the GPUs say that no printed line can: a speaking host's GPUs died with its words, a host vanished, every
+    process let go of its GPUs, or a collective spins on every host (busy, power fallen); None when they say none."""
+    if dead:
+        return f"{_names(dead)}'s GPUs died with them"
+    if gone:
+        return f"{_names(gone)} vanished"
+    if hosts and all(h.released_since is not None for h in hosts.values()):
+        return "every process let go of its GPUs"
+    if spinning(hosts, thresholds):
+        return "a collective spins on every host (GPUs busy, power fallen)"
+    return None
+
+
+def said_t(hosts: dict[str, Host]) -> float | None:
+    """The job's newest line that is no host's fatal last words: when its printing last showed life."""
+    return max((t for h in hosts.values() if (t := h.said_t) is not None), default=None)
 
 
 def _died_with_it(

@@ -8,6 +8,7 @@ the job, the finding of fatal lines, and the benign waits of a live job (a check
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,8 @@ class Deadlines:
         self.times: list[float] = []
 
     def add(self, t: float | None) -> None:
-        if t is not None and t > self.now:
+        """`t`, if ahead; a rule that never turns decisive (an infinite time: its witness cannot come) asks for none."""
+        if t is not None and self.now < t < math.inf:
             self.times.append(t)
 
     def first(self) -> float | None:
@@ -73,6 +75,7 @@ class Context:
     logs: measures.Logs
     period: float  # the hosts' datapoints' period (or the agent's window, if longer)
     pauses: measures.Pauses  # the longest healthy pauses the job came back from, learned so far
+    deaths: tuple[float, ...] = ()  # the fatal bursts earlier decisions saw as last words (`JobState.deaths`)
 
 
 def with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:
@@ -81,11 +84,18 @@ def with_gpus(hosts: dict[str, Any], facts: JobFacts) -> dict[str, Any]:
     return {name: host for name, host in hosts.items() if facts.gpus_on(name)}
 
 
-def error_finding(errors: dict[str, list[LogLine]], reasons: tuple[str, ...]) -> Finding:
-    """Fatal lines after progress stopped: a crashed rank, or a hang when all are NCCL collective timeouts."""
+def error_finding(errors: dict[str, list[LogLine]], reasons: tuple[str, ...], conclusive: bool = False) -> Finding:
+    """Fatal lines after progress stopped, and their second witness in `reasons`: a crashed rank, or a hang when all
+    are NCCL collective timeouts; `conclusive` when every host said them."""
     patterns = {measures.fatal(line) for lines in errors.values() for line in lines}
     diagnosis = Diagnosis.HANG if patterns == {log_patterns.NCCL_TIMEOUT} else Diagnosis.CRASHED_RANK
-    return Finding(diagnosis, (error_summary(errors), *reasons), stoppable=True)
+    return Finding(diagnosis, (error_summary(errors), *reasons), stoppable=True, conclusive=conclusive)
+
+
+def every_host_said(errors: dict[str, list[LogLine]], facts: JobFacts) -> bool:
+    """Whether every GPU host's last words are among `errors` (a watchdog's timeouts after a hang)."""
+    gpu_hosts = [host for host in errors if facts.gpus_on(host)]
+    return bool(gpu_hosts) and len(gpu_hosts) >= facts.gpu_host_count()
 
 
 def benign_wait(
@@ -139,11 +149,14 @@ def benign_wait(
 
 def _as_paused_before(ctx: Context, hosts: dict[str, evidence.Host]) -> float:
     """How long the job may pause with idle GPUs and memory held: LEARNED_GAP_MARGIN x the longest such pause it
-    came back from (its own checkpoints, whatever their lines say), if every GPU host holds its memory now; else 0."""
+    came back from (its own checkpoints, whatever their lines say), if every GPU host is idle and holds its memory
+    now; else 0."""
     learned = ctx.pauses.idle_s
     gpu_hosts = [h for h in hosts.values() if h.gpus]
+    idle = ctx.thresholds.idle_gpu_percent
     held = bool(gpu_hosts) and all(
-        h.memory_now is not None and h.memory_now >= ctx.thresholds.idle_gpu_percent for h in gpu_hosts
+        h.memory_now is not None and h.memory_now >= idle and h.util_now is not None and h.util_now < idle
+        for h in gpu_hosts
     )
     if learned is None or not held:
         return 0.0

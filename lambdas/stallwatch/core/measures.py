@@ -28,6 +28,8 @@ STALE_PERIODS = 5  # agent metrics silent for this many periods have vanished
 RECENT_PERIODS = 5  # "now" means the last this many periods (a period: the alarm's, or the agent's window if longer)
 INTERVAL_SAMPLES = 20  # the adaptive thresholds learn from this many recent intervals
 LOG_BURST_S = 1.0  # log lines closer than this are one burst (a traceback, a multi-line report)
+LAST_WORDS_S = 30.0  # a fatal burst (the traceback, the launcher's report) is over by then; a line after it is life
+LOG_IDLE_SLACK_S = 300.0  # a sawtooth sample's newest line may read this much earlier than the line (its period)
 EVIDENCE_ERROR_LINES = 3  # error lines kept per host
 EVIDENCE_MESSAGE_CHARS = 300
 PROGRESS_METRICS = ("Steps", "Step", "LastStepAge")  # without any of these the agent says nothing about progress
@@ -273,14 +275,15 @@ def sawtooth_gap(hosts: Iterable[HostSignals]) -> float | None:
     return max((b - a for a, _, b in _log_resumptions(hosts)), default=None)
 
 
-def log_interval(hosts: Iterable[HostSignals], since: float) -> float | None:
+def log_interval(hosts: Iterable[HostSignals], since: float, before: float = math.inf) -> float | None:
     """How often the job logs: its chattiest host's cadence where its tail shows it (`CADENCE_MIN_GAPS` gaps between
     bursts) and the sweeper's sawtooth since `since` (training began: start-up lines are no cadence) does not say it
     logs rarer (its lines seen moving less often than every `RARE_LOGGER_SAMPLES` samples: a launcher's restart writes
     its lines seconds apart in a rare logger's tail); else (a rare logger: a line or two in its tail, two of them maybe
-    seconds apart) the longer of that and the median gap of the sawtooth."""
+    seconds apart) the longer of that and the median gap of the sawtooth. `before`: the tails' lines before it only
+    (a fatal burst's gap after the job's last lines is no habit of its)."""
     hosts = list(hosts)
-    tails = {h.host: _burst_gaps(h.log_tail) for h in hosts}
+    tails = {h.host: _burst_gaps(tuple(line for line in h.log_tail if line.t < before)) for h in hosts}
     known = [statistics.median(gaps) for gaps in tails.values() if len(gaps) >= CADENCE_MIN_GAPS]
     resumptions = [(a, s, b) for a, s, b in _log_resumptions(hosts) if a >= since]
     sawtooth = statistics.median(b - a for a, _, b in resumptions) if resumptions else None
@@ -298,13 +301,40 @@ def _sample_spacing(hosts: Iterable[HostSignals]) -> float:
 
 def _log_resumptions(hosts: Iterable[HostSignals]) -> list[tuple[float, float, float]]:
     """(a, s, b) for each time the sawtooth's newest line moved on: the logs were silent from a (a line) to at least
-    s (the last sample that still saw it), and spoke again by b (the newest line at the next sample)."""
+    s (the last sample that still saw it), and spoke again by b (the newest line at the next sample). A silence that
+    ended with fatal lines the job has not printed past yet (a watchdog's, after a hang) has not ended."""
+    hosts = list(hosts)
     newest: dict[float, float] = {}
     for host in hosts:
         for t, idle in host.log_idle.points:
             newest[t] = max(newest.get(t, -math.inf), t - idle)
     samples = sorted(newest)
-    return [(newest[s], s, newest[t]) for s, t in itertools.pairwise(samples) if newest[t] > newest[s]]
+    last = max((t for h in hosts if (t := newest_line_t(h)) is not None), default=-math.inf)
+    words = [line.t for h in hosts for line in h.error_lines if line.t >= last - LAST_WORDS_S and fatal(line)]
+    # A sample's time is its period's start (at most a sweep before its publication): the newest line it saw may
+    # read that much earlier than the line itself.
+    slack = min(_sample_spacing(hosts), LOG_IDLE_SLACK_S)
+
+    def unanswered(b: float) -> bool:
+        return any(t - slack <= b <= t + LOG_BURST_S for t in words)
+
+    return [
+        (newest[s], s, newest[t])
+        for s, t in itertools.pairwise(samples)
+        if newest[t] > newest[s] and not unanswered(newest[t])
+    ]
+
+
+def newest_line_t(host: HostSignals) -> float | None:
+    """The host's newest line read (its tail holds the newest); without one, its newest event known (the sweeper's
+    freshness: a bound up to a period late, never a line)."""
+    return max((line.t for line in host.log_tail), default=host.log_last_t)
+
+
+def newest_line_before(hosts: Iterable[HostSignals], t: float, period: float) -> float | None:
+    """The job's newest log line a period or more before `t`, as the sweeper's sawtooth saw it (beyond the log tail
+    a decision reads; a sample's time is its period's start, so a line seen within a period before `t` may be `t`'s)."""
+    return max((s - idle for host in hosts for s, idle in host.log_idle.points if s - idle < t - period), default=None)
 
 
 @dataclass(frozen=True)
@@ -490,14 +520,25 @@ def _lag_starts(ratios_of: dict[str, list[tuple[float, float]]], thresholds: Thr
     return starts
 
 
-def crash_silence_s(host: HostSignals, thresholds: Thresholds, limits: Limits, job_threshold_s: float) -> float:
-    """How long a host whose last words were fatal must stay silent: k x its own cadence (at least
-    `crash_confirm_minutes`); without a cadence of its own (a quiet rank, a tail full of traceback), the job's."""
-    cadence = _cadence(host.log_tail)
-    if cadence is None:
-        return job_threshold_s
-    interval, longest = cadence
-    return max(limits.crash_s, max(thresholds.log_interval_factor * interval, longest) * limits.factor)
+def line_owed_s(hosts: Iterable[HostSignals], logs: Logs, limits: Limits, since: float, words_t: float) -> float:
+    """How long after its newest line a job owes the next by its own habit: LEARNED_GAP_MARGIN x its logging
+    interval (`log_interval`, from `since`, read before the words at `words_t`) or the longest gap it came back from,
+    whichever is longer, and at least `crash_confirm_minutes`; with neither known, its log-silence threshold."""
+    known = [v for v in (log_interval(hosts, since, words_t), logs.learned_gap_s) if v is not None]
+    if not known:
+        return logs.threshold_s
+    return max(limits.crash_s, LEARNED_GAP_MARGIN * max(known) * limits.factor)
+
+
+def host_line_owed_s(host: HostSignals, thresholds: Thresholds, limits: Limits) -> float | None:
+    """How long after its newest line a host that logs on its own owes the next: k x its cadence or its longest gap
+    (at least `crash_confirm_minutes`), read from its tail (at least `CADENCE_MIN_GAPS` gaps between its bursts);
+    None for a quiet host (a rank that logs only at start-up owes no line)."""
+    gaps = _burst_gaps(host.log_tail)
+    if len(gaps) < CADENCE_MIN_GAPS:
+        return None
+    learned = max(thresholds.log_interval_factor * statistics.median(gaps), max(gaps))
+    return max(limits.crash_s, learned * limits.factor)
 
 
 def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:

@@ -18,6 +18,7 @@ from functools import cached_property
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from stallwatch.core import log_patterns
+from stallwatch.core.contract import STACKS_MARKER
 
 TAG_PREFIX = "stallwatch:"
 MODE_TAG = "stallwatch:mode"
@@ -202,14 +203,20 @@ class LogLines(BaseModel):
 
     @model_validator(mode="after")
     def _fits_the_filters(self) -> LogLines:
-        patterns = self.line_patterns()
-        for name, pattern in zip(("fatal", "checkpoint_start/checkpoint_end"), patterns.filter_patterns, strict=True):
+        filters = (self.subscription_filter, self.line_patterns().filter_patterns[1])
+        for name, pattern in zip(("fatal", "checkpoint_start/checkpoint_end"), filters, strict=True):
             if len(pattern) > log_patterns.FILTER_PATTERN_MAX:
                 raise ValueError(
                     f"{name}: the server-side filter pattern would hold {len(pattern)} characters with these lines; "
                     f"CloudWatch Logs takes at most {log_patterns.FILTER_PATTERN_MAX}: shorten or drop some"
                 )
         return self
+
+    @property
+    def subscription_filter(self) -> str:
+        """The training logs' subscription filter: the fatal lines' (built-in and these) and the agent's stall record
+        (its stack dumps' marker), so that either wakes the engine."""
+        return log_patterns.fatal_filter_pattern((*self.fatal, STACKS_MARKER))
 
     def line_patterns(self) -> log_patterns.LinePatterns:
         """The built-in lines plus these."""
@@ -244,8 +251,8 @@ class Policy(BaseModel):
     @property
     def fatal_filter_pattern(self) -> str:
         """The subscription filter's pattern: the fatal lines, built-in and the deployment's own (tags are per job:
-        they are read, but wake nothing)."""
-        return self.log_lines.line_patterns().filter_patterns[0]
+        they are read, but wake nothing), and the agent's stall record (`LogLines.subscription_filter`)."""
+        return self.log_lines.subscription_filter
 
     def stop_permitted(self, tags: dict[str, str]) -> bool:
         """Whether a resource with `tags` may be stopped at all: the code's twin of the IAM tag condition."""

@@ -12,7 +12,15 @@ import statistics
 
 from stallwatch.core import evidence, measures
 from stallwatch.core.decision import Diagnosis
-from stallwatch.core.findings import STALLING_PERIODS, Context, Finding, benign_wait, error_finding, with_gpus
+from stallwatch.core.findings import (
+    STALLING_PERIODS,
+    Context,
+    Finding,
+    benign_wait,
+    error_finding,
+    every_host_said,
+    with_gpus,
+)
 from stallwatch.core.policy import Thresholds
 from stallwatch.core.reasons import (
     duration,
@@ -55,16 +63,18 @@ def with_agent(ctx: Context, hosts: dict[str, evidence.Host], progress: measures
     if progress.interval_s is not None:
         threshold += f" from a {duration(progress.interval_s)} step interval"
     confirm_s = min(max(limits.crash_s, _intervals_s(ctx, progress)), progress.stall_s)
-    # A rank's fatal last words after the last step, its GPUs not (yet) seen dead: the line and the missing steps
-    # agree after `crash_confirm`.
+    gpu_hosts = with_gpus(ev["hosts"], ctx.signals.facts)
+    # A rank's fatal last words after the last step, its GPUs not (yet) seen dead: the line and the step its step
+    # time owed agree after `crash_confirm` (two step intervals), unless the GPUs still compute or a live job's wait
+    # explains the missing step (a checkpoint, input, a pause like those it came back from).
     errors = {name: list(h.last_words) for name, h in hosts.items() if (h.last_words_t or -math.inf) >= since}
     if errors:
         first_error_t = min(lines[0].t for lines in errors.values())
         ctx.deadlines.add(first_error_t + confirm_s)
-        if now - first_error_t >= confirm_s:
+        if now - first_error_t >= confirm_s and not _explained(ctx, hosts, gpu_hosts, since, progress):
             age = f"{no_step}; the first error is {minutes(now - first_error_t)} old (confirm {minutes(confirm_s)})"
-            return error_finding(errors, (age, utilization_summary(ev["hosts"])))
-    gpu_hosts = with_gpus(ev["hosts"], ctx.signals.facts)
+            conclusive = every_host_said(errors, ctx.signals.facts)
+            return error_finding(errors, (age, utilization_summary(ev["hosts"])), conclusive=conclusive)
     stalling = now - since >= STALLING_PERIODS * ctx.period  # steps stopped: no alarm announces the later rungs
     logs_active = ev["logs"]["silence_s"] < ev["logs"]["threshold_s"]
     # Three signals agree, but the stalls a job came back from (and its step interval) still count.
@@ -93,8 +103,7 @@ def with_agent(ctx: Context, hosts: dict[str, evidence.Host], progress: measures
             for h in gpu_hosts.values()
         )
         power = power_summary(gpu_hosts)
-        power_dropped = any(h["power_dropped"] for h in gpu_hosts.values())
-        if power and not (all_idle or power_dropped):
+        if _computing(gpu_hosts, thresholds):
             # GPUs still draw their working power: compute runs (a step far longer than before), not a hang.
             return Finding(
                 Diagnosis.SLOW,
@@ -119,6 +128,24 @@ def with_agent(ctx: Context, hosts: dict[str, evidence.Host], progress: measures
             reasons.append("logs are still active, but the agent reports no steps")
         return Finding(Diagnosis.IDLE if all_idle else Diagnosis.HANG, tuple(reasons), stoppable=True)
     return _progressing(ctx, progress)
+
+
+def _computing(hosts: dict[str, dict], thresholds: Thresholds) -> bool:
+    """GPUs that still draw their working power: power reported, fallen on no host, not idle on every host."""
+    all_idle = bool(hosts) and all(
+        h["gpu_util_now"] is not None and h["gpu_util_now"] < thresholds.idle_gpu_percent for h in hosts.values()
+    )
+    return power_summary(hosts) is not None and not all_idle and not any(h["power_dropped"] for h in hosts.values())
+
+
+def _explained(
+    ctx: Context, hosts: dict[str, evidence.Host], gpu_hosts: dict[str, dict], since: float, progress: measures.Progress
+) -> bool:
+    """No step since `since`, yet the job lives: its GPUs compute, or a benign wait holds (`benign_wait`)."""
+    if _computing(gpu_hosts, ctx.thresholds):
+        return True
+    benign = benign_wait(ctx, hosts, since, progress.stall_s)
+    return benign is not None and not benign.stoppable
 
 
 def _intervals_s(ctx: Context, progress: measures.Progress | None) -> float:

@@ -1,5 +1,6 @@
-"""When a fatal line's wake-up decides: the subscription filter delivers a job's fatal lines to on_log_line, which
-decides on the job through the same engine and the same claim as on_alarm (`runtime.wake`). Pure: no clock.
+"""When a fatal line's wake-up decides: the subscription filter delivers a job's fatal lines (and the agent's stall
+record, its stack dumps) to on_log_line, which decides on the job through the same engine and the same claim as
+on_alarm (`runtime.wake`). Pure: no clock.
 
     start = decision_start(line_t, now)             # when the decision begins reading the job's signals
     wait = wait_for_recheck(recheck_at, now, deadline)   # a recheck due this soon is decided in the same invocation
@@ -16,6 +17,7 @@ import math
 
 from stallwatch.core import log_patterns
 from stallwatch.core.config import ON_ALARM_TIMEOUT_SECONDS
+from stallwatch.core.contract import STACKS_MARKER
 
 # A line is returned by FilterLogEvents this long after its timestamp: the log agent's flush (the CloudWatch agent's
 # default force_flush_interval is 5 s) and CloudWatch Logs' ingestion.
@@ -50,7 +52,13 @@ def wait_for_recheck(recheck_at: float | None, now: float, deadline: float) -> f
     return wait if now + wait + DECISION_TIME_S <= deadline else None
 
 
+def wakes(message: str, patterns: log_patterns.LinePatterns) -> bool:
+    """Whether a delivered line wakes a decision: a fatal line by `patterns`, or the agent's stall record (its stack
+    dump, written a minute into a stall: the engine alerts on it, never stops)."""
+    return STACKS_MARKER in message or patterns.match(message) is not None
+
+
 def delivered(message: str, filter_pattern: str, patterns: log_patterns.LinePatterns) -> bool:
     """Whether the subscription filter (`filter_pattern`: `Policy.fatal_filter_pattern`) delivers `message` and it
-    wakes a decision: a fatal line by `patterns` (the filter is a superset of their regexes)."""
-    return log_patterns.passes_fatal_filter(message, filter_pattern) and patterns.match(message) is not None
+    wakes a decision (`wakes`; the filter is a superset of the patterns' regexes)."""
+    return log_patterns.passes_fatal_filter(message, filter_pattern) and wakes(message, patterns)

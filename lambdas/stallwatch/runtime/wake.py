@@ -1,5 +1,7 @@
-"""A fatal line wakes the engine: a CloudWatch Logs subscription delivers a job's fatal lines, and the job is decided
-through the same engine and the same claim as on_alarm's (`runtime.decide`), without waiting for an alarm.
+"""A fatal line wakes the engine: a CloudWatch Logs subscription delivers a job's fatal lines (and the agent's stall
+record: its stack dumps, a minute into a stall), and the job is decided through the same engine and the same claim as
+on_alarm's (`runtime.decide`), without waiting for an alarm. The engine alerts on a line alone; a stop (and any
+recheck that stops, in this invocation or later) needs its second witness (docs/engine.md).
 
     handle_log_lines(parse_event(raw, LogLinesEvent), rt, time_left(context))
 
@@ -54,9 +56,9 @@ def handle_log_lines(event: LogLinesEvent, rt: Runtime, time_left_s: float) -> d
         return _ignored(f"{data.messageType}: CloudWatch Logs checking the destination")
     patterns = rt.config.policy.log_lines.line_patterns()  # the deployment's: a job's tags are read, but wake nothing
     events = [e for e in data.logEvents if isinstance(e.message, str)]
-    fatal = [e.timestamp.timestamp() for e in events if patterns.match(e.message)]
+    fatal = [e.timestamp.timestamp() for e in events if wake.wakes(e.message, patterns)]
     if not fatal:
-        return _ignored(f"no fatal line among {len(data.logEvents)} events")
+        return _ignored(f"no fatal line nor stall record among {len(data.logEvents)} events")
     found = _job_of(rt, data.logGroup, data.logStream)
     if found is None:
         return _ignored(f"{data.logGroup} {data.logStream[:200]}: no watched job writes this stream")
