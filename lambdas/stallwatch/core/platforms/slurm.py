@@ -88,7 +88,7 @@ CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
     "flavor",
     "restarts",
 )
-HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
+HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the nodes a requeue drained are then replaced
 LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the training nodes' group
 
 
@@ -182,7 +182,7 @@ class SlurmJob:
     cluster: str
     job_id: str
     name: str
-    submit_time: str  # as Slurm prints it (the controller's local time): the documents check it
+    submit_time: str  # as Slurm prints it (the controller's local time): the runner checks it
     submit_epoch: int
     start_epoch: float
     state: str  # Slurm's word: CONFIGURING, RUNNING at its start; COMPLETED, CANCELLED, REQUEUED... at its end
