@@ -11,7 +11,7 @@ tag, CloudWatch agent metrics, one log stream per instance). A first decision on
 < 1 s per decision.
 
 It runs twice: on stock moto, whose GetMetricData scans every datapoint for every query and period (seconds for
-77 series), and with `tests/fixtures/moto_metric_index` (moto's own answer, computed per metric): the budget is
+77 series), and with `localrun/moto_metric_index` (moto's own answer, computed per metric): the budget is
 checked on the second, which is closer to what the control plane itself costs.
 """
 
@@ -48,14 +48,11 @@ from localrun import (  # noqa: E402
     moto_alarm_filters,
     moto_logs_filter,
     moto_logs_insights,
+    moto_metric_index,
     moto_metric_search,
     moto_sagemaker,
 )
-from localrun.resources import create_table  # noqa: E402
-from stallwatch.core import alarms  # noqa: E402
-from stallwatch.runtime import environment  # noqa: E402
-from tests.fixtures import moto_metric_index  # noqa: E402
-from tests.fixtures.world import (  # noqa: E402
+from localrun.moto_world import (  # noqa: E402
     ALARM_ACTION_ARN,
     MINUTE,
     RECHECK_GROUP,
@@ -63,10 +60,13 @@ from tests.fixtures.world import (  # noqa: E402
     TABLE,
     Clock,
     LambdaContext,
-    SlackReceiver,
     World,
     alarm_event,
 )
+from localrun.resources import create_table  # noqa: E402
+from localrun.slack_receiver import SlackReceiver  # noqa: E402
+from stallwatch.core import alarms  # noqa: E402
+from stallwatch.runtime import environment  # noqa: E402
 
 JOB = "llama-70b-pretrain"
 WARMUP_JOB = "bert-base-ft"

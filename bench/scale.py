@@ -48,10 +48,20 @@ from localrun import (  # noqa: E402
     moto_alarm_filters,
     moto_logs_filter,
     moto_logs_insights,
+    moto_metric_index,
     moto_metric_search,
     moto_sagemaker,
     moto_threads,
 )
+from localrun.moto_world import (  # noqa: E402
+    MINUTE,
+    LambdaContext,
+    World,
+    alarm_event,
+    job_state_event,
+    scheduled_event,
+)
+from localrun.slack_receiver import SlackReceiver  # noqa: E402
 from stallwatch.aws.job_states import StoredState  # noqa: E402
 from stallwatch.aws.observability import metrics  # noqa: E402
 from stallwatch.aws.store import job_key  # noqa: E402
@@ -61,16 +71,6 @@ from stallwatch.core.platforms.ec2 import EC2  # noqa: E402
 from stallwatch.core.reading import LOOKBACK_SECONDS, METRIC_PERIOD_SECONDS, host_period  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.runtime import environment, provision, sweep  # noqa: E402
-from tests.fixtures import moto_metric_index  # noqa: E402
-from tests.fixtures.world import (  # noqa: E402
-    MINUTE,
-    LambdaContext,
-    SlackReceiver,
-    World,
-    alarm_event,
-    job_state_event,
-    scheduled_event,
-)
 
 DUE_SHARE = 0.10
 HOST_MIX = (1, 2, 4, 4)  # hosts per job, in turn: 1,000 jobs are 2,750 hosts, as in the issue

@@ -34,8 +34,9 @@ from localrun import moto_sagemaker
 from localrun.resources import create_table
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.runtime import environment, interactions
-from tests.fixtures.world import TABLE, LambdaContext, SlackReceiver, World
-from tests.runtime.test_slack_interactions import ALLOWED_USER, ENFORCE, JOB, SIGNING_SECRET, _payload, _request
+from localrun.moto_world import (TABLE, LambdaContext, World)
+from localrun.slack_receiver import SlackReceiver
+from localrun.slack_presses import ALLOWED_USER, JOB, SIGNING_SECRET, press_payload, signed_request
 from stallwatch.aws.buttons import OperatorAction
 from stallwatch.aws.clients import AwsClients
 
@@ -48,9 +49,9 @@ with moto.mock_aws(), SlackReceiver() as slack:
     os.environ["STALLWATCH_CONFIG"] = StallwatchConfig.model_validate(
         {"slack": {"allowed_user_ids": [ALLOWED_USER]}}).model_dump_json()
     world = World(AwsClients(), now=time.time())
-    world.create_job(JOB, hosts=2, tags=ENFORCE)
+    world.create_job(JOB, hosts=2, tags={"stallwatch:mode": "enforce"})
     api = type("Api", (), {"response_url": slack.base + "/actions/T/1/x"})()
-    event = _request(_payload(api, OperatorAction.STOP_NOW), time.time())
+    event = signed_request(press_payload(api, OperatorAction.STOP_NOW), time.time())
     deferred = []
     setup_done, setup_cpu = time.perf_counter(), time.process_time()
     # what the handler's first call does in a cold container: the runtime (clients, table, secret) built from

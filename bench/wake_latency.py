@@ -24,9 +24,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from corpus import generate  # noqa: E402
 from corpus.generate import BUSY, HUNG, NCCL_CRASH, NCCL_WATCHDOG, OOM_AND_ABORT, XID_79, Scenario, Segment  # noqa: E402
-from stallwatch.core import clusters, wake  # noqa: E402
-from stallwatch.core.config import LogSubscriptions, StallwatchConfig  # noqa: E402
+from stallwatch.core import wake  # noqa: E402
+from stallwatch.core.config import StallwatchConfig  # noqa: E402
 from stallwatch.core.log_patterns import BUILT_IN, FATAL_FILTER_PATTERN  # noqa: E402
+from stallwatch.core.platforms import ec2_clusters as clusters  # noqa: E402
 from stallwatch.core.signals import Platform  # noqa: E402
 from stallwatch.core.trace import LogEvent, Trace  # noqa: E402
 from stallwatch.offline.replay import ReplayResult, replay  # noqa: E402
@@ -37,7 +38,9 @@ CRASH = "crash"  # a rank's fatal last words, its GPUs dead, its peers spinning 
 WATCHDOG = "watchdog"  # a hang: every host's NCCL watchdog lines are its last words
 GOALS = {CRASH: ("median", 6.0), WATCHDOG: ("worst", 5.0)}  # minutes from the first fatal line to the stop
 WATCHDOG_TRACE = generate.TRACES_DIR / "sm-hang-watchdog-4host-noagent.jsonl"
-UNSUBSCRIBED = StallwatchConfig(log_subscriptions=LogSubscriptions(sagemaker=False, ec2=False))
+UNSUBSCRIBED = StallwatchConfig.model_validate(
+    {"platforms": {"sagemaker": {"log_subscription": False}, "ec2": {"log_subscription": False}}}
+)
 CUDA_OOM = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.1 GiB"
 ]

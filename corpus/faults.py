@@ -20,6 +20,9 @@ at a step count as its log lines are; most end with a line of results), data sta
 a rank failed (torchrun's `max_restarts`), long downloads, long steps, rank-0-only logging and rare loggers. The
 agent's behaviour follows trainer_agent: job metrics from global rank 0, host metrics and an EMF line a window from
 every host while its process lives, the time a blocked loop waits outside step() counted as data wait.
+
+Kept whole (over 500 lines): the fault mix's catalogue, its draw and its trace writer are read together to
+reproduce one mix from its seed.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ from dataclasses import dataclass, field
 
 from corpus import real_lines
 from corpus.generate import slurm_key
-from stallwatch.core import clusters, contract, log_patterns
+from stallwatch.core import contract, log_patterns
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.slurm import slurm_job_name, stream_name
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform

@@ -8,6 +8,9 @@ Each trace is simulated minute by minute from a script of segments (download, tr
 with realistic values: p4d (A100, ~380 W busy, ~100 W hung) and p5 (H100, ~640 W busy, ~150 W hung) hosts,
 SageMaker host metrics summed over devices, the CloudWatch agent's per-instance GPU metrics on EC2, the
 trainer_agent's metrics from rank 0 and per host, and per-host log lines.
+
+Kept whole (over 500 lines): the scenario catalogue the corpus's traces are generated from, one script per
+trace; the simulator it drives is above it.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the agent writes the stack dumps' lines
 
-from stallwatch.core import clusters, contract
-from stallwatch.core.platforms import slurm
+from stallwatch.core import contract
+from stallwatch.core.platforms import ec2_clusters as clusters
+from stallwatch.core.platforms import slurm_names as slurm
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import Platform
 from stallwatch.core.trace import (

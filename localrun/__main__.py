@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="stop",
         help="EC2: restart tags the job stallwatch:recover=restart: a stall Stallwatch would stop is health-checked "
         "node by node through SSM and restarted in place from its checkpoint (hang, crash, xid), a bad node taken out; "
-        "Slurm: requeue tags the job stallwatch:recover=requeue: the node at fault is drained with Stallwatch's reason "
-        "and the job requeued, which Slurm runs again on healthy nodes from its checkpoint",
+        "Slurm: requeue tags the job stallwatch:recover=requeue: the job is requeued (the nodes a hardware signal "
+        "blames drained first, never one for a rank's own error), which Slurm runs again from its checkpoint",
     )
     parser.add_argument(
         "--deadline",

@@ -20,7 +20,7 @@ from typing import Any
 from localrun import aws_events, moto_ssm
 from localrun.gpu_node import GpuNode, NodeFault
 from localrun.scenarios import EC2_INSTANCE_TYPE, RECOVER_TAGS, Scenario
-from stallwatch.core.clusters import JOB_TAG, LIVE_EC2_STATES
+from stallwatch.core.platforms.ec2_clusters import JOB_TAG, LIVE_EC2_STATES
 from stallwatch.core.signals import Platform
 
 AMI = "ami-12c6146b"  # one of moto's built-in images

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from stallwatch.core.recovery import TRAINING_UNIT
+from stallwatch.core.platforms.ec2_recovery import TRAINING_UNIT
 
 GPUS_P4D = 8
 TRN1_DEVICES = 16  # trn1.32xlarge: 16 Trainium chips

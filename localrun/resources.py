@@ -27,6 +27,7 @@ from stallwatch.core.config import (
 )
 from stallwatch.core.contract import SERVICE
 from stallwatch.core.policy import Policy, Thresholds
+from stallwatch.core.signals import Platform
 from stallwatch.runtime.environment import LambdaEnvironment
 
 TABLE_NAME = "stallwatch-incidents"
@@ -72,8 +73,12 @@ class RuntimeResources:
 
 def demo_config() -> StallwatchConfig:
     """The deployment's config for the demo: the defaults (notify mode; the job opts in to enforce by tag), with
-    high-resolution alarm periods, which the control plane also reads the metrics at."""
-    return StallwatchConfig(policy=Policy(thresholds=Thresholds(alarm_period_seconds=DEMO_ALARM_PERIOD_S)))
+    high-resolution alarm periods, which the control plane also reads the metrics at, and every platform watched (the
+    demo runs a Slurm cluster too)."""
+    return StallwatchConfig(
+        policy=Policy(thresholds=Thresholds(alarm_period_seconds=DEMO_ALARM_PERIOD_S)),
+        platforms={platform.value: {"monitor": True} for platform in Platform},
+    )
 
 
 def create_table(dynamodb: Any, table_name: str) -> None:

@@ -11,6 +11,8 @@ training job (a SageMaker training job, or tagged EC2 instances) is created in m
 the rechecks that came due, as EventBridge Scheduler would), the sweeper schedule and the platform simulation run
 until the job ends. Everything started is stopped in reverse order, on
 success, failure or Ctrl-C.
+
+Kept whole (over 500 lines): one run's life, set-up to tear-down, whose steps share the run's state.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from stallwatch.aws.store import Store, job_key
 from stallwatch.core import alarms
 from stallwatch.core.alarms import job_alarm_prefix
 from stallwatch.core.goodput import Goodput, measure_goodput
-from stallwatch.core.recovery import TRAINING_UNIT
+from stallwatch.core.platforms.ec2_recovery import TRAINING_UNIT
 from stallwatch.core.resume import RESUMED_FROM_TAG, resume_name
 from stallwatch.core.signals import Platform
 

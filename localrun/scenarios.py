@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from stallwatch.core.platforms.ec2_recovery import MIN_NODES_TAG
 from stallwatch.core.policy import MODE_TAG, RECOVER_REQUEUE, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.pricing import instance_spec
-from stallwatch.core.recovery import MIN_NODES_TAG
 
 DEMO_ALARM_PERIOD_S = 10  # high-resolution alarms; also the deployment's period, which the signals are read at
 # The job's policy overrides (tags), so a stall is decided in seconds instead of minutes.
@@ -63,8 +63,8 @@ RESUME_DEADLINE_S = 300.0  # two jobs: the hang stopped, then the resumed job to
 # grace of the restart: 3 minutes, for a busy machine's Python and torch start-up (the job's other timings: above).
 RECOVER_TAGS = {RECOVER_TAG: RECOVER_RESTART, "stallwatch:startup-grace-minutes": "3"}
 RECOVER_DEADLINE_S = 300.0  # the hang, the health check, the restart and the training to completion
-# --recover requeue: the Slurm job opts in to recovery by requeue; its node at fault is drained, and Slurm runs it again
-# on healthy nodes, from its checkpoint (step 200) to step 350 (the startup grace as for a restart in place).
+# --recover requeue: the Slurm job opts in to recovery by requeue (a node drained only where a hardware signal blames
+# it), and Slurm runs it again from its checkpoint (step 200) to step 350 (the startup grace as for a restart in place).
 REQUEUE_TAGS = {RECOVER_TAG: RECOVER_REQUEUE, "stallwatch:startup-grace-minutes": "3"}
 # The goodput report's period: the shortest CloudWatch takes (1, 5, 10, 20, 30 or a multiple of 60, MetricStat.Period)
 # that holds whole agent windows.

@@ -1,7 +1,11 @@
-"""A local stand-in for Slack's incoming webhooks: an HTTP server on 127.0.0.1 that keeps what it is sent.
+"""Slack on 127.0.0.1, for the demo, the tests and the benchmarks: an incoming webhook (`webhook_url`, also `url`) and
+the Web API (`base` + ``/api/<method>``), keeping every JSON body it is sent.
 
-with SlackReceiver(on_message=print) as slack:
-    secret = {"webhook_url": slack.webhook_url}
+    with SlackReceiver(on_message=print) as slack:
+        secret = {"webhook_url": slack.webhook_url}
+        ...
+        slack.texts()                      # what was posted, in arrival order (`posts`: the bodies, `paths`: where)
+        slack.status = 500                 # answer the next posts with an error (`scripted`: one answer a request)
 """
 
 from __future__ import annotations
@@ -17,75 +21,105 @@ from typing import Any
 
 BIND_ADDRESS = "127.0.0.1"
 WEBHOOK_PATH = "/services/T00000000/B00000000/localrun"
+# Slack's own paths: incoming webhooks (hooks.slack.com/services/...), a press's response_url (.../actions/...), and
+# the Web API (slack.com/api/<method>); a post anywhere else is refused.
+SLACK_PATHS = ("/services/", "/actions/", "/api/")
 MAX_BODY_BYTES = 1 << 20
+ERROR_REPLY = b"internal_error"  # what a webhook answers an error with
 
 
 @dataclass(frozen=True)
 class SlackMessage:
-    """One webhook POST: when it arrived and its JSON payload (text, blocks, ...)."""
+    """One POST: when it arrived, where, and its JSON payload (text, blocks, ...)."""
 
     t: float
     payload: dict[str, Any]
+    path: str = WEBHOOK_PATH
 
     @property
     def text(self) -> str:
         return str(self.payload.get("text", ""))
 
 
-class _WebhookHandler(BaseHTTPRequestHandler):
-    server: _WebhookServer
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        if not 0 < length <= MAX_BODY_BYTES or self.path != WEBHOOK_PATH:
-            self._reply(400, "invalid_payload")
+        if not 0 < length <= MAX_BODY_BYTES or not self.path.startswith(SLACK_PATHS):
+            self._reply(400, b"invalid_payload")
             return
         try:
             payload = json.loads(self.rfile.read(length))
         except ValueError:
-            self._reply(400, "invalid_payload")
+            self._reply(400, b"invalid_payload")
             return
         if not isinstance(payload, dict):
-            self._reply(400, "invalid_payload")
+            self._reply(400, b"invalid_payload")
             return
-        self.server.receive(SlackMessage(t=time.time(), payload=payload))
-        self._reply(200, "ok")  # what Slack answers
+        status, headers = self.server.receive(SlackMessage(t=time.time(), payload=payload, path=self.path))
+        self._reply(status, self.server.reply if status == 200 else ERROR_REPLY, headers)
 
-    def _reply(self, status: int, body: str) -> None:
-        data = body.encode()
+    def _reply(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "text/plain")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(body)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the per-request access log."""
 
 
-class _WebhookServer(ThreadingHTTPServer):
+class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, on_message: Callable[[SlackMessage], None] | None) -> None:
-        super().__init__((BIND_ADDRESS, 0), _WebhookHandler)
-        self.messages: list[SlackMessage] = []
+    def __init__(self, receiver: SlackReceiver) -> None:
+        super().__init__((BIND_ADDRESS, 0), _Handler)
+        self.receiver = receiver
         self._lock = threading.Lock()
-        self._on_message = on_message
 
-    def receive(self, message: SlackMessage) -> None:
+    @property
+    def reply(self) -> bytes:
+        return self.receiver.reply
+
+    def receive(self, message: SlackMessage) -> tuple[int, dict[str, str]]:
+        """Keep `message`; the answer: the next scripted one, else the receiver's `status`."""
+        receiver = self.receiver
         with self._lock:
-            self.messages.append(message)
-        if self._on_message is not None:
-            self._on_message(message)
+            receiver.messages.append(message)
+            answer = receiver.scripted.pop(0) if receiver.scripted else (receiver.status, {})
+        if receiver.on_message is not None:
+            receiver.on_message(message)
+        return answer
 
 
 class SlackReceiver:
-    """Receives webhook posts on a free local port; `messages` holds them in arrival order."""
+    """Receives posts on a free local port: `messages` (`posts`, `paths`) in arrival order; answers `status` (`reply`
+    on 200), or first the `scripted` answers, (status, headers) one per request."""
 
     def __init__(self, on_message: Callable[[SlackMessage], None] | None = None) -> None:
-        self._on_message = on_message
-        self._server: _WebhookServer | None = None
+        self.on_message = on_message
+        self.messages: list[SlackMessage] = []
+        self.status = 200
+        self.reply = b"ok"  # a webhook's answer; the Web API answers JSON
+        self.scripted: list[tuple[int, dict[str, str]]] = []
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def posts(self) -> list[dict[str, Any]]:
+        """Every body posted, in arrival order."""
+        return [m.payload for m in self.messages]
+
+    @property
+    def paths(self) -> list[str]:
+        return [m.path for m in self.messages]
+
+    def texts(self) -> list[str]:
+        return [post["text"] for post in self.posts]
 
     @property
     def port(self) -> int:
@@ -94,15 +128,17 @@ class SlackReceiver:
         return int(self._server.server_address[1])
 
     @property
-    def webhook_url(self) -> str:
-        return f"http://{BIND_ADDRESS}:{self.port}{WEBHOOK_PATH}"
+    def base(self) -> str:
+        return f"http://{BIND_ADDRESS}:{self.port}"
 
     @property
-    def messages(self) -> list[SlackMessage]:
-        return list(self._server.messages) if self._server is not None else []
+    def webhook_url(self) -> str:
+        return f"{self.base}{WEBHOOK_PATH}"
+
+    url = webhook_url
 
     def start(self) -> SlackReceiver:
-        self._server = _WebhookServer(self._on_message)
+        self._server = _Server(self)
         self._thread = threading.Thread(target=self._server.serve_forever, name="slack-receiver", daemon=True)
         self._thread.start()
         return self

@@ -132,10 +132,10 @@ def cloudwatch_agent_config(log_group: str) -> dict:
 
 def log_stream_arns(stack: Stack, log_group: str, streams: str) -> list[str]:
     """The streams named `streams` (a pattern) of the EC2 log group and of the groups under it."""
-    return [_stream_arn(stack, name, streams) for name in (log_group, f"{log_group.rstrip('/')}/*")]
+    return [log_stream_arn(stack, name, streams) for name in (log_group, f"{log_group.rstrip('/')}/*")]
 
 
-def _stream_arn(stack: Stack, log_group: str, streams: str) -> str:
+def log_stream_arn(stack: Stack, log_group: str, streams: str) -> str:
     return stack.format_arn(
         service="logs",
         resource="log-group",

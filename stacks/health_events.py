@@ -7,7 +7,8 @@ rules. The function only reads (the running jobs, their checkpoint lines) and wr
 moves of the jobs that opted in are the sweeper's, under its grants (recovery in place, Slurm's requeue).
 
     health = HostEventsConstruct(self, "HealthEvents", code=code, config=config, table=table, slack_secret=secret,
-                                 statements=permissions.host_events(), dead_letter_queue=dlq, service=deployment)
+                                 statements=permissions.host_events(), log_groups=groups, dead_letter_queue=dlq,
+                                 service=deployment)
 """
 
 from __future__ import annotations
@@ -70,15 +71,17 @@ class HostEventsConstruct(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         statements: Sequence[iam.PolicyStatement],
+        log_groups: Sequence[str],
         dead_letter_queue: sqs.IQueue,
         service: str = SERVICE,
     ) -> None:
-        """`statements`: what finding the jobs and reading their logs needs (`WatchdogPermissions.host_events`)."""
+        """`statements`: what finding the jobs and reading their logs needs (`WatchdogPermissions.host_events`), the
+        logs of `log_groups` (the platforms' whose hosts are instances)."""
         super().__init__(scope, construct_id)
         self.role = self._build_role(table, slack_secret, statements)
         self.function = self._build_function(code, config, table, slack_secret, dead_letter_queue, service)
         self.rule = self._build_rule(dead_letter_queue)
-        self._acknowledge_nag_findings(config)
+        self._acknowledge_nag_findings(log_groups)
 
     def _build_role(
         self, table: ITable, slack_secret: secretsmanager.ISecret, statements: Sequence[iam.PolicyStatement]
@@ -148,14 +151,9 @@ class HostEventsConstruct(Construct):
             ],
         )
 
-    def _acknowledge_nag_findings(self, config: StallwatchConfig) -> None:
+    def _acknowledge_nag_findings(self, groups: Sequence[str]) -> None:
         """The wildcards this function's role keeps, and why."""
         arn = arn_template(Stack.of(self))
-        groups = []
-        if config.policy.monitor_ec2:  # its groups cover Slurm's, which is under them
-            groups = [config.ec2_log_group, f"{config.ec2_log_group.rstrip('/')}/*"]
-        elif config.policy.monitor_slurm:
-            groups = [config.slurm_log_group]
         reasons = {
             "*": "X-Ray tracing and ec2:DescribeInstances support no resource-level permissions; DescribeInstances is "
             "conditioned on aws:RequestedRegion",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from aws_cdk import Acknowledgment, Aws, CfnMapping, CfnOutput, Stack, Tags, Validations
@@ -21,19 +22,19 @@ from stacks.health_events import HostEventsConstruct
 from stacks.log_subscriptions import FatalLineSubscriptions
 from stacks.nag import arn_template
 from stacks.notifications import Notifications
+from stacks.platforms import watched
+from stacks.platforms.base import Wiring
 from stacks.rechecks import Rechecks
-from stacks.recovery import RecoverInPlace
 from stacks.slack_endpoint import SlackEndpoint
-from stacks.slurm_actions import SlurmActions
 from stacks.state_store import StateStore
 from stacks.watchdog import Watchdog
 from stallwatch.core.config import JOB_DASHBOARD_URL_ENV, StallwatchConfig
-from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE, SAGEMAKER_LOG_GROUP
-from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.contract import CWAGENT_NAMESPACE, NAMESPACE
 
 
 class StallwatchStack(Stack):
-    """Detects stalled GPU training jobs (SageMaker, tagged EC2) and stops those that opted in."""
+    """Detects stalled GPU training jobs (of each platform `platforms:` watches) and stops those that opted in: the
+    stack wires the capabilities and the watched platforms' parts (`stacks.platforms`, `platforms` by name)."""
 
     def __init__(
         self,
@@ -52,6 +53,8 @@ class StallwatchStack(Stack):
         self.deployment = deployment
         self.config = config
         self.state = StateStore(self, "State")
+        parts = watched(self, config)
+        self.platforms = {part.name: part for part in parts}
         self.notifications = Notifications(
             self,
             "Notifications",
@@ -66,6 +69,7 @@ class StallwatchStack(Stack):
             table=self.state.table,
             slack_secret=self.notifications.slack_secret,
             bundle_dependencies=bundle_dependencies,
+            platforms=parts,
             service=deployment,
         )
         self.rechecks = Rechecks(
@@ -88,7 +92,8 @@ class StallwatchStack(Stack):
             service=deployment,
         )
         functions = [*self.watchdog.functions, self.slack_endpoint.function]
-        if config.policy.monitor_ec2 or config.policy.monitor_slurm:  # the platforms whose hosts are instances
+        hosted = [part for part in parts if part.instance_hosts]
+        if hosted:  # the platforms whose hosts are instances: AWS Health's events for them reach their jobs
             self.host_events = HostEventsConstruct(
                 self,
                 "HealthEvents",
@@ -97,6 +102,7 @@ class StallwatchStack(Stack):
                 table=self.state.table,
                 slack_secret=self.notifications.slack_secret,
                 statements=self.watchdog.permissions.host_events(),
+                log_groups=[group for part in hosted for group in part.log_groups()],
                 dead_letter_queue=self.watchdog.dead_letter_queue,
                 service=deployment,
             )
@@ -127,37 +133,23 @@ class StallwatchStack(Stack):
             bundle_dependencies=bundle_dependencies,
         )
         self.log_subscriptions = FatalLineSubscriptions(
-            self,
-            "LogSubscriptions",
-            deployment=deployment,
-            config=config,
-            destination=self.watchdog.on_log_line,
-            ec2_log_group=self.ec2_training.log_group,
-            code=self.watchdog.code,
+            self, "LogSubscriptions", deployment=deployment, config=config, destination=self.watchdog.on_log_line
         )
-        if config.policy.monitor_ec2:
-            self.recovery = RecoverInPlace(
-                self,
-                "RecoverInPlace",
-                deciding=[self.watchdog.on_alarm, self.watchdog.on_log_line],
-                continuing=self.watchdog.sweeper,
-            )
-        if config.policy.monitor_slurm:
-            acting = [self.watchdog.on_alarm, self.watchdog.sweeper, self.watchdog.on_job_state]
-            if config.log_subscriptions.slurm:  # their group's fatal lines wake on_log_line, which decides them then
-                acting.append(self.watchdog.on_log_line)
-            self.slurm = SlurmActions(
-                self,
-                "SlurmActions",
-                deployment=deployment,
-                on_job_state=self.watchdog.on_job_state,
-                acting=acting,
-                table=self.state.table,
-                log_group=config.slurm_log_group,
-                dead_letter_queue=self.watchdog.dead_letter_queue,
-            )
-            if config.log_subscriptions.slurm:
-                self.log_subscriptions.subscribe("Slurm", self.slurm.log_group, config.slurm_log_group)
+        wiring = Wiring(
+            deployment=deployment,
+            on_alarm=self.watchdog.on_alarm,
+            sweeper=self.watchdog.sweeper,
+            on_job_state=self.watchdog.on_job_state,
+            on_log_line=self.watchdog.on_log_line,
+            slack_endpoint=self.slack_endpoint.function,
+            code=self.watchdog.code,
+            subscriptions=self.log_subscriptions,
+            nodes=self.ec2_training,
+            table=self.state.table,
+            dead_letter_queue=self.watchdog.dead_letter_queue,
+        )
+        for part in parts:
+            part.build(wiring)
         self.dashboard_console_url = self._dashboard_console_url()
         self._link_job_dashboard()
         Tags.of(self).add("Service", SERVICE_NAME)
@@ -222,19 +214,8 @@ class StallwatchStack(Stack):
                 "The trainer-agent wheel (a zip holding it) that deploy/ec2/user-data.sh installs on EC2 nodes",
             ),
         }
-        if self.config.policy.monitor_slurm:
-            outputs["SlurmControllerPolicyArn"] = (
-                self.slurm.controller_policy.managed_policy_arn,
-                "Managed policy for a Slurm controller's role (deploy/slurm): its job events, its runner's commands",
-            )
-            outputs["SlurmEventBusName"] = (
-                self.slurm.bus.event_bus_name,
-                "Event bus of the Slurm job events: deploy/slurm's STALLWATCH_EVENT_BUS on the controllers",
-            )
-            outputs["SlurmLogGroup"] = (
-                self.slurm.log_group.log_group_name,
-                "Log group of Slurm jobs' output: deploy/slurm/cloudwatch-agent.json's log_group_name on the nodes",
-            )
+        for part in self.platforms.values():
+            outputs |= part.outputs()
         for output_id, (value, description) in outputs.items():
             CfnOutput(self, output_id, value=value, description=description)
 
@@ -251,65 +232,22 @@ class StallwatchStack(Stack):
             "stream to the calling instance: docs/deploy.md, Who can write what)"
             for group in groups
         }
-        return findings
+        return findings | _merged(part.nodes_findings(arn) for part in self.platforms.values())
 
     def _acknowledge_nag_findings(self) -> None:
         """Each wildcard left after scoping, and why it stays."""
         arn = arn_template(self)
         ec2_group = self.config.ec2_log_group
-        ec2_log_arns = [
-            arn.format(service="logs", resource=f"log-group:{group}:*")
-            for group in (ec2_group, f"{ec2_group.rstrip('/')}/*")
-        ]
-        stop_scope = (
-            f"only resources tagged {STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} can be stopped (aws:ResourceTag condition)"
-            if self.config.policy.stop_requires_tag
-            else "policy.stop_requires_tag is false: the operator allowed stopping any job or instance"
-        )
         iam_findings = {
             "*": "ec2:DescribeInstances, cloudwatch:GetMetricData, sagemaker:ListTrainingJobs, "
             "ssm:ListCommands, ssm:ListCommandInvocations, cloudwatch:PutMetricData and X-Ray tracing support no "
             "resource-level permissions; each is conditioned "
             f"on aws:RequestedRegion or cloudwatch:namespace={NAMESPACE} where IAM offers a condition",
-            arn.format(service="sagemaker", resource="training-job/*"): "jobs are created after deploy by anyone; "
-            f"Stallwatch reads every training job of this account and region, and {stop_scope}",
-            arn.format(service="ec2", resource="instance/*"): f"GPU instances are launched after deploy; {stop_scope}; "
-            "ssm:SendCommand (Stallwatch's own documents) only to instances tagged stallwatch:recover=restart",
             arn.format(service="cloudwatch", resource=f"alarm:{self.config.alarm_prefix}*"): "per-job alarms are "
             "created at run time; writes are limited to this deployment's alarm-name prefix",
             arn.format(service="cloudwatch", resource="alarm:*"): "read-only cloudwatch:DescribeAlarms: a name-prefix "
             "query is authorized against every alarm of the account and region",
-            arn.format(service="logs", resource=f"log-group:{SAGEMAKER_LOG_GROUP}:*"): "read-only: SageMaker writes "
-            "one log stream per host and job into this group; the streams are named at run time",
-            **dict.fromkeys(
-                ec2_log_arns,
-                "read-only: the CloudWatch agent of EC2 training instances writes one stream per instance id, named "
-                "at run time; a job may name a group under the configured one",
-            ),
-            **(
-                {
-                    arn.format(service="logs", resource=f"log-group:{self.config.slurm_log_group}:*"): "read-only: the "
-                    "CloudWatch agent of Slurm nodes writes one stream per job and node (named by its instance), at "
-                    "run time"
-                }
-                if self.config.policy.monitor_slurm and not self.config.policy.monitor_ec2
-                else {}
-            ),
-            **(
-                {
-                    arn.format(service="sagemaker", resource="cluster/*"): "HyperPod clusters are created after "
-                    "deploy, and a Slurm job names its own (its controller's target): ListClusterNodes finds its "
-                    "nodes, BatchReplaceClusterNodes replaces the ones Stallwatch drained (docs/deploy.md, Slurm)",
-                    arn.format(service="logs", resource="log-group:/aws/sagemaker/Clusters/*"): "read-only: each "
-                    "HyperPod cluster's group (named by the cluster, created with it) holds its health agent's lines",
-                }
-                if self.config.policy.monitor_slurm
-                else {}
-            ),
-            arn_template(self, regional=False).format(
-                service="iam", resource="role/*"
-            ): "iam:PassRole to sagemaker.amazonaws.com only, and only of roles tagged stallwatch:resume (the "
-            "training roles of jobs that opted in to resume; see docs/resume.md)",
+            **_merged(part.watchdog_findings(arn) for part in self.platforms.values()),
             **self.rechecks.nag_findings,
         }
         Validations.of(self.watchdog).acknowledge(
@@ -341,3 +279,12 @@ class StallwatchStack(Stack):
                 "rotate them in Slack, then put the new value",
             )
         )
+
+
+def _merged(findings: Iterable[dict[str, str]]) -> dict[str, str]:
+    """The platforms' findings, one reason per resource (two platforms' reasons for one resource, joined)."""
+    merged: dict[str, str] = {}
+    for found in findings:
+        for resource, reason in found.items():
+            merged[resource] = f"{merged[resource]}; {reason}" if resource in merged else reason
+    return merged

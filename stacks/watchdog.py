@@ -1,6 +1,7 @@
 """The control plane: four functions on one asset, their dead-letter queue, and what invokes them.
 
-- `on_job_state`: SageMaker and EC2 state changes (EventBridge) -> create or delete a job's alarms;
+- `on_job_state`: each watched platform's state changes (EventBridge, `PlatformStack.state_rule`) -> create or delete
+  a job's alarms;
 - `on_alarm`: the alarms' Lambda action (principal lambda.alarms.cloudwatch.amazonaws.com) -> decide, act;
 - `sweeper`: every `sweeper_minutes` -> reconcile alarms, publish log idleness, decide;
 - `on_log_line`: a fatal line in a training log group (the subscription filters, `log_subscriptions.py`) -> decide.
@@ -42,6 +43,7 @@ from stacks.constants import (
     SWEEPER_TIMEOUT,
 )
 from stacks.permissions import WatchdogPermissions
+from stacks.platforms.base import PlatformStack
 from stallwatch.core.config import CONFIG_ENV, StallwatchConfig
 from stallwatch.core.contract import SERVICE
 
@@ -78,15 +80,18 @@ class Watchdog(Construct):
         table: ITable,
         slack_secret: secretsmanager.ISecret,
         bundle_dependencies: bool,
+        platforms: list[PlatformStack],
         service: str = SERVICE,
     ) -> None:
-        """`service` (the deployment's name) is the `service` dimension of the control plane's metrics."""
+        """`platforms`: the watched platforms' parts (their grants and rules); `service` (the deployment's name) is
+        the `service` dimension of the control plane's metrics."""
         super().__init__(scope, construct_id)
         self.service = service
         self.config = config
         self.table = table
         self.slack_secret = slack_secret
-        self.permissions = WatchdogPermissions(Stack.of(self), config)
+        self.platforms = platforms
+        self.permissions = WatchdogPermissions(Stack.of(self), config, platforms)
         self.code = lambda_code(bundle_dependencies=bundle_dependencies)
         self.dead_letter_queue = self._build_dead_letter_queue()
         self.on_alarm = self._build_function(ON_ALARM, self.permissions.on_alarm())
@@ -166,29 +171,14 @@ class Watchdog(Construct):
         )
 
     def _build_rules(self) -> list[events.Rule]:
-        rules = []
-        if self.config.policy.monitor_sagemaker:
-            rules.append(
-                self._rule_to(
-                    self.on_job_state,
-                    "SageMakerJobState",
-                    event_pattern=events.EventPattern(
-                        source=["aws.sagemaker"], detail_type=["SageMaker Training Job State Change"]
-                    ),
-                    description="Stallwatch: SageMaker training job state changes",
-                )
+        """Each watched platform's state-change events to on_job_state, and the sweeper's schedule."""
+        rules = [
+            self._rule_to(
+                self.on_job_state, rule.construct_id, event_pattern=rule.pattern, description=rule.description
             )
-        if self.config.policy.monitor_ec2:
-            rules.append(
-                self._rule_to(
-                    self.on_job_state,
-                    "Ec2InstanceState",
-                    event_pattern=events.EventPattern(
-                        source=["aws.ec2"], detail_type=["EC2 Instance State-change Notification"]
-                    ),
-                    description="Stallwatch: EC2 instance state changes (the function keeps tagged GPU instances)",
-                )
-            )
+            for platform in self.platforms
+            if (rule := platform.state_rule()) is not None
+        ]
         rules.append(
             self._rule_to(
                 self.sweeper,

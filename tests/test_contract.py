@@ -1,9 +1,9 @@
 """The agent's metric names are a contract with the control plane: both sides must agree."""
 
-from stallwatch.core import clusters
 from stallwatch.core import contract as control_plane
 from stallwatch.core import stack_dumps as control_plane_stacks
-from stallwatch.core.platforms import slurm
+from stallwatch.core.platforms import ec2_clusters as clusters
+from stallwatch.core.platforms import slurm, slurm_names
 from stallwatch.core.signals import LogLine
 from trainer_agent import contract as agent
 from trainer_agent.identity import Identity
@@ -41,7 +41,7 @@ def test_a_slurm_jobs_name_is_one_the_control_plane_takes_whatever_slurm_allows(
 
 
 def test_the_agent_and_the_control_plane_name_a_slurm_job_alike():
-    assert agent.SLURM_NAME_MAX == slurm.NAME_MAX
+    assert agent.SLURM_NAME_MAX == slurm_names.NAME_MAX
     for cluster, job_id, name in (("pc1", "42", "llm 7b"), ("", "7", ""), ("c", "1", "é" * 40), ("a_b", "9", "x.y")):
         assert agent.slurm_job_name(cluster, job_id, name) == slurm.slurm_job_name(cluster, job_id, name)
         assert slurm.JOB_NAME.match(slurm.slurm_job_name(cluster, job_id, name))

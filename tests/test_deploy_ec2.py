@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from stacks.ec2_training import cloudwatch_agent_config
-from stallwatch.core import clusters, contract
+from stallwatch.core import contract
 from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.ec2 import EC2_STREAM
 from stallwatch.core.policy import MODE_TAG, Policy
 from stallwatch.core.resume import CHECKPOINT_TAG, RESUME_TAG

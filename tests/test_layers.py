@@ -245,3 +245,28 @@ def test_the_agent_and_the_examples_never_import_the_control_plane(package: str)
     root = (ROOT / package).resolve()
     imported = {t for p in root.rglob("*.py") for t in imports_of(p, set())}
     assert {t for t in imported if t.split(".")[0] in (*CONTROL_PLANE, "aws_cdk")} == set()
+
+
+@pytest.mark.parametrize("package", ["bench", "localrun", "corpus"])
+def test_the_benchmarks_the_demo_and_the_corpus_never_import_the_tests(package: str) -> None:
+    imported = {t for p in (ROOT / package).rglob("*.py") for t in imports_of(p, set())}
+    assert {t for t in imported if t.split(".")[0] == "tests"} == set()
+
+
+# ---- rooms split by concern -------------------------------------------------------------------------------------
+
+MODULE_LINES_MAX = 500  # past this, a module says why it is kept whole (or is split by concern)
+KEPT_WHOLE = "Kept whole (over 500 lines):"
+CODE_FOLDERS = ("lambdas", "stacks", "localrun", "corpus", "bench", "trainer_agent", "examples")
+
+
+def test_no_module_is_over_500_lines_without_the_reason_it_is_kept_whole_in_its_docstring() -> None:
+    long = [
+        f"{path.relative_to(ROOT)}: {lines} lines"
+        for folder in CODE_FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if ".egg-info" not in path.as_posix() and "node_modules" not in path.parts
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES_MAX
+        and KEPT_WHOLE not in (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "")
+    ]
+    assert long == []

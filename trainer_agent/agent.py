@@ -15,6 +15,9 @@ with Steps=0 when the loop is stuck. SIGTERM flushes the last window within 2 s 
 blocked in a collective (see trainer_agent.sigterm), and so does interpreter exit. On every rank, a stall
 (no step for a while) writes every thread's stack once (see trainer_agent.stack_dumps), and so does SIGTERM
 while the loop is blocked.
+
+Kept whole (over 500 lines): the training loop's one import; `TrainerAgent` and its window thread share
+its state and lock, which a split would expose.
 """
 
 from __future__ import annotations

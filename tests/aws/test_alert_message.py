@@ -11,6 +11,8 @@ import pytest
 from aws_lambda_powertools.utilities.parameters import base as parameters_base
 from slack_sdk.models.blocks import Block, HeaderBlock, SectionBlock
 
+from localrun.moto_world import alarm_event, job_state_event
+from localrun.slack_receiver import SlackReceiver
 from stallwatch.aws.actions import StopResult
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, deployment_id
 from stallwatch.aws.events import AlarmEvent, InvalidEventError, JobStateEvent, parse_event
@@ -20,7 +22,6 @@ from stallwatch.core.decision import Action, Decision, Diagnosis
 from stallwatch.core.policy import Mode
 from stallwatch.core.pricing import INSTANCE_SPECS, estimate_burn
 from stallwatch.core.signals import HostSignals, JobFacts, JobSignals, LogLine, Platform
-from tests.fixtures.world import SlackReceiver, alarm_event, job_state_event
 
 NOW = 1_800_000_000.0
 DEPLOYMENT = deployment_id("us-east-1", "stallwatch-test")

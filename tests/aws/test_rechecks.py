@@ -11,6 +11,7 @@ from typing import Any
 import botocore.session
 import pytest
 
+from localrun.moto_world import ALARM_ACTION_ARN, RECHECK_DEAD_LETTER_ARN, RECHECK_GROUP, RECHECK_ROLE_ARN
 from stallwatch.aws.events import OnAlarmEvent, RecheckEvent, parse_event
 from stallwatch.aws.rechecks import (
     MIN_LEAD_SECONDS,
@@ -21,7 +22,6 @@ from stallwatch.aws.rechecks import (
     schedule_name,
 )
 from stallwatch.core.signals import Platform
-from tests.fixtures.world import ALARM_ACTION_ARN, RECHECK_DEAD_LETTER_ARN, RECHECK_GROUP, RECHECK_ROLE_ARN
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC).timestamp()
 SCHEDULE_NAME = re.compile(r"^[0-9a-zA-Z-_.]{1,64}$")  # CreateSchedule Name, as the API reference gives it

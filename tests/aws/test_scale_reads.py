@@ -9,6 +9,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from localrun.moto_world import MINUTE, World
 from stallwatch.aws import log_reads, metric_reads, source
 from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.metric_reads import SearchRef, read_metrics
@@ -19,7 +20,6 @@ from stallwatch.core import contract
 from stallwatch.core.decision import JobState
 from stallwatch.core.platforms.sagemaker import stream_host
 from stallwatch.core.signals import JobFacts, Platform
-from tests.fixtures.world import MINUTE, World
 
 
 def _power(world: World, job: str, host: str, watts: float) -> None:

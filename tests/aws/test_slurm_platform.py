@@ -10,21 +10,23 @@ from typing import Any
 import pytest
 
 from localrun import moto_hyperpod
+from localrun.moto_world import MINUTE, World
 from stallwatch.aws.events import JobStateEvent, parse_event
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, runs
 from stallwatch.aws.source import JobReads, agent_search
 from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.goodput import Category, measure_goodput
-from stallwatch.core.platforms.interface import Change
+from stallwatch.core.platforms.hyperpod import HARDWARE, NONE, REPLACE, HyperPodAction
+from stallwatch.core.platforms.interface import Change, WayBackAttempt
 from stallwatch.core.platforms.slurm import SlurmJob, log_key, stream_name
 from stallwatch.core.signals import Platform, Series
+from stallwatch.core.way_back import blamed_hosts
 from tests.fixtures.request_limits import recording
 from tests.fixtures.slurm import hyperpod, parallelcluster, slurm_event
-from tests.fixtures.world import MINUTE, World
 
 JOB = "pc1-42-llm"
-LOG_GROUP = StallwatchConfig().slurm_log_group
+LOG_GROUP = StallwatchConfig().log_group("slurm")
 
 
 def change(rt, event: dict[str, Any]) -> Any:
@@ -167,6 +169,37 @@ def test_hyperpod_nodes_are_found_through_sagemaker_not_in_the_account(rt) -> No
     assert facts.host_instances == cluster.instances
     assert rt.source(Platform.SLURM).facts(JOB).platform_ids["ssm_target"] == cluster.target
     assert moto_hyperpod.nodes  # the extension's cluster, read by ListClusterNodes
+
+
+def test_a_requeue_drains_the_node_hyperpods_hardware_verdict_blames_and_never_one_hyperpod_acts_on(rt) -> None:
+    # Given a HyperPod job opted in to requeue: HyperPod replaces ip-10-1-0-1 (its node reason), and its health event
+    # blames ip-10-1-0-2's hardware without acting on it
+    cluster = hyperpod()
+    settings = {"stallwatch:recover": "requeue"}
+    started = slurm_event(
+        "started", nodes=cluster.nodes, ssm_target=cluster.target, flavor="hyperpod", settings=settings
+    )
+    change(rt, started)
+    source, now = rt.source(Platform.SLURM), rt.clock()
+    submit = source.jobs.current(JOB).submit_epoch
+    replacing = HyperPodAction(REPLACE, HARDWARE, "node reason", now, node="ip-10-1-0-1", said="Action:Replace")
+    blaming = HyperPodAction(NONE, HARDWARE, "health event", now, node="ip-10-1-0-2", said="NVLink errors")
+    for found in (replacing, blaming):
+        source.jobs.record_hyperpod(JOB, submit, found)
+    facts = source.facts(JOB)
+
+    # When its way back is asked for, the hosts blamed as the runtime blames them (no other signal)
+    blamed = blamed_hosts({}, facts.instance_ids, 60, now, facts.hardware_faults)
+    attempt = WayBackAttempt(facts, now, "audit#1", now, "hang", (), None, now, 1, 3, blamed=blamed)
+    result = source.way_back(attempt, teller=None)
+
+    # Then both are blamed, but only ip-10-1-0-2 is drained: the node HyperPod replaces is left to it
+    assert sorted(blamed) == ["ip-10-1-0-1", "ip-10-1-0-2"]
+    assert result.audited["drained"] == ["ip-10-1-0-2"]
+    assert result.audited["left_to_hyperpod"] == ["ip-10-1-0-1"]
+    assert result.stop is not None
+    assert result.stop.ok
+    assert result.stop.detail.endswith("ip-10-1-0-2 drained first")
 
 
 def test_a_large_jobs_node_freshness_reads_the_log_idle_datapoints_own_period(rt, world: World) -> None:

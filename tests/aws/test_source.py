@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from localrun.moto_world import World
 from stallwatch.aws.platforms import adapter
 from stallwatch.core import contract, measures
 from stallwatch.core.signals import Platform
-from tests.fixtures.world import World
 
 
 def test_each_job_is_read_at_its_alarms_period_after_its_tags(rt, world: World) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from stallwatch.core import clusters
 from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms import ec2_clusters as clusters
+from stallwatch.core.platforms.sagemaker import sagemaker_layout
 from stallwatch.core.policy import Mode, Policy, Thresholds
 from stallwatch.core.signals import JobFacts, Platform
 
@@ -90,9 +91,9 @@ def test_an_ec2_jobs_status_and_hosts_follow_its_running_instances() -> None:
 
 def test_a_host_that_leaves_shrinks_the_job_and_the_last_one_ends_it() -> None:
     facts = JobFacts("j", Platform.EC2, "InProgress", None, 0.0, "p4d.24xlarge", 2, 8, 96, instance_ids=(I1, I2))
-    smaller = clusters.without_host(facts, I1)
+    smaller = facts.without_host(I1)
     assert (smaller.instance_ids, smaller.instance_count, smaller.status) == ((I2,), 1, "InProgress")
-    assert clusters.without_host(smaller, I2).status == "Stopped"
+    assert smaller.without_host(I2).status == "Stopped"
 
 
 def test_a_log_group_tag_outside_the_configured_group_is_refused() -> None:
@@ -115,7 +116,7 @@ def test_a_heterogeneous_sagemaker_cluster_numbers_hosts_across_its_groups() -> 
         ],
         "VolumeSizeInGB": 100,
     }
-    layout = clusters.sagemaker_layout(resources)
+    layout = sagemaker_layout(resources)
     assert (layout.instance_type, layout.instance_count) == ("ml.p4d.24xlarge", 3)
     assert layout.host_types == {"algo-1": "ml.p4d.24xlarge", "algo-2": "ml.p4d.24xlarge", "algo-3": "ml.g5.12xlarge"}
     facts = JobFacts(
@@ -126,7 +127,7 @@ def test_a_heterogeneous_sagemaker_cluster_numbers_hosts_across_its_groups() -> 
 
 
 def test_a_homogeneous_resource_config_has_no_per_host_types() -> None:
-    layout = clusters.sagemaker_layout({"InstanceType": "ml.p5.48xlarge", "InstanceCount": 4})
+    layout = sagemaker_layout({"InstanceType": "ml.p5.48xlarge", "InstanceCount": 4})
     assert (layout.instance_type, layout.instance_count, layout.host_types) == ("ml.p5.48xlarge", 4, {})
 
 

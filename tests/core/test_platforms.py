@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from stallwatch.core import contract
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms import subscribed_log_groups
 from stallwatch.core.signals import Platform
 
 
@@ -13,7 +12,8 @@ def _config(**raw: object) -> StallwatchConfig:
 
 
 def test_every_watched_platforms_log_group_is_subscribed_by_default() -> None:
-    assert subscribed_log_groups(_config(ec2_log_group="/team/ec2")) == {
+    watched = _config(ec2_log_group="/team/ec2", platforms={"slurm": {"monitor": True}})
+    assert watched.subscribed_log_groups() == {
         Platform.SAGEMAKER: contract.SAGEMAKER_LOG_GROUP,
         Platform.EC2: "/team/ec2",
         Platform.SLURM: "/team/ec2/slurm",
@@ -21,9 +21,12 @@ def test_every_watched_platforms_log_group_is_subscribed_by_default() -> None:
 
 
 def test_a_platform_not_watched_or_not_subscribed_has_no_subscribed_group() -> None:
-    unwatched = _config(policy={"monitor_ec2": False, "monitor_slurm": False})
-    assert list(subscribed_log_groups(unwatched)) == [Platform.SAGEMAKER]
-    ec2_only = _config(log_subscriptions={"sagemaker": False, "slurm": False})
-    assert list(subscribed_log_groups(ec2_only)) == [Platform.EC2]
-    unsubscribed = _config(log_subscriptions={"sagemaker": False, "ec2": False, "slurm": False})
-    assert subscribed_log_groups(unsubscribed) == {}
+    assert list(_config().subscribed_log_groups()) == [Platform.SAGEMAKER, Platform.EC2]  # Slurm is off by default
+    unwatched = _config(platforms={"ec2": {"monitor": False}})
+    assert list(unwatched.subscribed_log_groups()) == [Platform.SAGEMAKER]
+    ec2_only = _config(
+        platforms={"sagemaker": {"log_subscription": False}, "slurm": {"monitor": True, "log_subscription": False}}
+    )
+    assert list(ec2_only.subscribed_log_groups()) == [Platform.EC2]
+    unsubscribed = _config(platforms={p.value: {"log_subscription": False} for p in Platform})
+    assert unsubscribed.subscribed_log_groups() == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,55 @@ def test_the_deployments_config_names_the_bad_line_at_synth() -> None:
     # Then synth fails naming the field, and says what to write instead
     assert raised.value.errors()[0]["loc"] == ("policy", "log_lines", "fatal")
     assert "write each alternative as its own entry" in str(raised.value)
+
+
+# ---- each platform's settings, under `platforms:` ------------------------------------------------------------------
+
+
+def test_each_platform_has_its_settings_under_platforms_and_slurm_is_off_until_a_cluster_is_set_up() -> None:
+    config = StallwatchConfig()
+    assert [name for name in type(config.platforms).model_fields] == ["sagemaker", "ec2", "slurm"]
+    assert (config.watches("sagemaker"), config.watches("ec2"), config.watches("slurm")) == (True, True, False)
+    assert all(config.platforms.of(name).log_subscription for name in ("sagemaker", "ec2", "slurm"))
+    assert StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}}).watches("slurm")
+
+
+def test_the_old_keys_are_read_for_this_release_with_a_warning_that_says_what_to_write() -> None:
+    # Given last release's keys: a policy's monitor_<platform>, and log_subscriptions.<platform>
+    old = {
+        "policy": {"mode": "notify", "monitor_slurm": True, "monitor_ec2": False},
+        "log_subscriptions": {"slurm": False},
+    }
+    # When the config is read, Then each warns, naming the key to write instead
+    with pytest.warns(FutureWarning) as warned:
+        config = StallwatchConfig.model_validate(old)
+    assert sorted(str(w.message) for w in warned) == [
+        "log_subscriptions.slurm is deprecated and read for this release only: write platforms.slurm.log_subscription",
+        "policy.monitor_ec2 is deprecated and read for this release only: write platforms.ec2.monitor",
+        "policy.monitor_slurm is deprecated and read for this release only: write platforms.slurm.monitor",
+    ]
+    # And they mean what the new keys do, and the caller's object is left as it was
+    new = {"platforms": {"slurm": {"monitor": True, "log_subscription": False}, "ec2": {"monitor": False}}}
+    assert config == StallwatchConfig.model_validate(new)
+    assert old["policy"]["monitor_slurm"] is True
+    assert "log_subscriptions" in old
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"platforms": {"ec2": {"monitor": "maybe"}}}, "platforms.ec2.monitor"),
+        ({"platforms": {"kubernetes": {"monitor": True}}}, "platforms.kubernetes"),
+        ({"platforms": {"slurm": {"log_subscription": True, "montior": True}}}, "platforms.slurm.montior"),
+        ({"policy": {"monitor_ec2": "maybe"}}, "policy.monitor_ec2"),
+        ({"log_subscriptions": {"kubernetes": True}}, "log_subscriptions.kubernetes"),
+        ({"policy": {"monitor_ec2": False}, "platforms": {"ec2": {"monitor": True}}}, "platforms.ec2.monitor"),
+    ],
+)
+def test_a_bad_platform_setting_fails_naming_the_field(raw: dict[str, object], named: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # an old key's warning: the test above
+        with pytest.raises(ValidationError) as raised:
+            StallwatchConfig.model_validate(raw)
+    errors = raised.value.errors()
+    assert named in {".".join(map(str, e["loc"])) for e in errors} or named in str(raised.value)

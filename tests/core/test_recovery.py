@@ -1,5 +1,5 @@
-"""Recovery in place, the pure rules: the tags, the budget, a node's health report, SSM's invocation states, and what
-follows the checks."""
+"""Recovery in place, EC2's way back, the pure rules: its tag and budget (every way back's, `core.way_back`), a node's
+health report, SSM's invocation states, and what follows the checks."""
 
 from __future__ import annotations
 
@@ -7,21 +7,13 @@ import json
 
 import pytest
 
-from stallwatch.core import recovery
-from stallwatch.core.recovery import (
-    FallBack,
-    HealthOutputError,
-    HealthReport,
-    Invocation,
-    NodeCheck,
-    NodeState,
-    Restart,
-    TagError,
-    TakeOut,
-    Wait,
-)
+from stallwatch.core import command_answers, way_back
+from stallwatch.core.command_answers import Invocation, NodeCheck, NodeState
+from stallwatch.core.platforms import ec2_recovery as recovery
+from stallwatch.core.platforms.ec2_recovery import FallBack, HealthOutputError, HealthReport, Restart, TakeOut, Wait
 from stallwatch.core.resume import NoResume, StopRecord
 from stallwatch.core.signals import Series
+from stallwatch.core.way_back import TagError, WayBack
 
 HEALTHY = {
     "stallwatch_health": 1,
@@ -51,13 +43,13 @@ def _stop(diagnosis: str = "hang", step: float | None = 70.0) -> StopRecord:
     [({}, False), ({"stallwatch:recover": "restart"}, True), ({"stallwatch:recover": " Restart "}, True)],
 )
 def test_recovery_in_place_is_opted_in_by_its_tag(tags: dict[str, str], expected: bool) -> None:
-    assert recovery.recovers_in_place(tags) is expected
+    assert way_back.recovers(tags, WayBack.RESTART) is expected
 
 
 def test_stop_is_the_default_mode_and_another_value_is_an_error_naming_it() -> None:
-    assert recovery.recovers_in_place({"stallwatch:recover": "stop"}) is False
+    assert way_back.recovers({"stallwatch:recover": "stop"}, WayBack.RESTART) is False
     with pytest.raises(TagError, match=r"stallwatch:recover='reboot': expected restart or stop"):
-        recovery.recovers_in_place({"stallwatch:recover": "reboot"})
+        way_back.recovers({"stallwatch:recover": "reboot"}, WayBack.RESTART)
 
 
 def test_min_nodes_is_a_whole_number_of_at_least_one() -> None:
@@ -70,20 +62,20 @@ def test_min_nodes_is_a_whole_number_of_at_least_one() -> None:
 
 def test_the_budget_is_the_resume_tag_else_the_policy_else_three_restarts() -> None:
     # Given no resume tag and no policy default: three restarts in place
-    assert recovery.plan_recovery({}, _stop(), 0, done=0, before=None) == (1, 3)
-    assert recovery.plan_recovery({}, _stop(step=200.0), 0, done=2, before=150.0) == (3, 3)
-    spent = recovery.plan_recovery({}, _stop(step=300.0), 0, done=3, before=200.0)
+    assert way_back.plan({}, _stop(), 0, done=0, before=None) == (1, 3)
+    assert way_back.plan({}, _stop(step=200.0), 0, done=2, before=150.0) == (3, 3)
+    spent = way_back.plan({}, _stop(step=300.0), 0, done=3, before=200.0)
     assert spent == NoResume("gave up: restart budget spent (3 of 3 restarts)", alert=True)
     # ...the policy's default, then the job's tag, win over it
-    assert recovery.plan_recovery({}, _stop(), 5, done=0, before=None) == (1, 5)
-    assert recovery.plan_recovery({"stallwatch:resume": "1"}, _stop(), 5, done=0, before=None) == (1, 1)
+    assert way_back.plan({}, _stop(), 5, done=0, before=None) == (1, 5)
+    assert way_back.plan({"stallwatch:resume": "1"}, _stop(), 5, done=0, before=None) == (1, 1)
 
 
 def test_no_progress_since_the_last_restart_and_a_stall_no_restart_fixes_are_refused() -> None:
-    assert recovery.plan_recovery({}, _stop(step=70.0), 0, done=1, before=70.0) == NoResume(
+    assert way_back.plan({}, _stop(step=70.0), 0, done=1, before=70.0) == NoResume(
         "gave up: no progress after 1 restart", alert=True
     )
-    idle = recovery.plan_recovery({}, _stop(diagnosis="idle"), 0, done=0, before=None)
+    idle = way_back.plan({}, _stop(diagnosis="idle"), 0, done=0, before=None)
     assert isinstance(idle, NoResume)
     assert "not a stall a restart fixes" in idle.reason
 
@@ -196,7 +188,7 @@ def test_the_gpu_count_is_checked_only_against_a_type_whose_count_is_known() -> 
     ],
 )
 def test_ssm_invocation_states_tell_delivery_from_execution(status: str, details: str, state: NodeState) -> None:
-    assert recovery.invocation_state(status, details) is state
+    assert command_answers.invocation_state(status, details) is state
 
 
 def test_the_checks_wait_for_a_node_then_its_unfinished_check_is_its_failure() -> None:
@@ -273,7 +265,7 @@ def test_nodes_in_and_out_of_groups_are_taken_out_each_their_way() -> None:
 
 def test_a_restart_that_did_not_go_through_everywhere_is_named() -> None:
     answers = {"i-1": Invocation("i-1", "Success", "Success"), "i-2": Invocation("i-2", "Failed", "Failed", "", 1)}
-    states = recovery.command_states(answers, ("i-1", "i-2"), deadline_passed=False)
+    states = command_answers.command_states(answers, ("i-1", "i-2"), deadline_passed=False)
     assert recovery.restart_failures(states) == "the restart failed on i-2 (exited 1)"
     assert recovery.restart_failures({"i-1": states["i-1"]}) is None
 
@@ -297,10 +289,10 @@ def test_without_the_agent_the_first_log_line_after_the_restart_is_the_progress(
 
 def test_a_restart_record_is_an_attempt_and_other_records_are_not() -> None:
     restarted = {"action": "recover", "phase": "restarted", "at": 1100.0, "stall_onset": 500.0, "step": 70.0}
-    assert recovery.restart_of(restarted, None) == recovery.RestartInPlace(1100.0, 500.0, 70.0)
-    assert recovery.restart_of(restarted | {"phase": "checking"}, None) is None
-    assert recovery.restart_of({"action": "stop", "at": 1.0}, None) is None
-    assert recovery.restart_of(restarted, {"restart": {"ok": False}}) is None
+    assert way_back.attempt_of(restarted, None) == way_back.Attempt(1100.0, 500.0, 70.0)
+    assert way_back.attempt_of(restarted | {"phase": "checking"}, None) is None
+    assert way_back.attempt_of({"action": "stop", "at": 1.0}, None) is None
+    assert way_back.attempt_of(restarted, {"restart": {"ok": False}}) is None
 
 
 def test_slack_hears_how_long_the_first_step_took() -> None:

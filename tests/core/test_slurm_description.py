@@ -1,5 +1,5 @@
 """The Slurm platform as pure rules: a job's facts from its events, its time limit, its nodes' metrics and streams,
-what the controller's answers to a stop mean, and which hosts a requeue keeps the job off."""
+and what HyperPod says of its nodes (left to HyperPod while it acts; its hardware verdict a fault a requeue drains)."""
 
 from __future__ import annotations
 
@@ -23,14 +23,12 @@ from stallwatch.core.platforms.slurm import (
     job_streams,
     log_key,
     node_of_stream,
-    requeues,
     slurm_job_name,
     stream_name,
     this_attempt,
     time_limit_seconds,
 )
 from stallwatch.core.policy import Mode, Policy
-from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.signals import Platform
 from tests.core.signals_builder import SignalsBuilder
 
@@ -211,6 +209,17 @@ def test_a_node_hyperpod_acts_on_leaves_the_job_to_hyperpod_for_a_while_and_its_
     assert held.with_hyperpod(replacing).hyperpod == (replacing,)
 
 
+def test_hyperpods_hardware_verdict_on_a_node_blames_it_and_its_application_verdict_blames_none() -> None:
+    # Given HyperPod's health agent blaming node1's hardware without acting on it, and node2's application
+    hardware = HyperPodAction("None", "hardware", "health event", START + 600, node="node1", said="NVLink errors")
+    application = HyperPodAction("None", "application", "health agent", START + 600, node="node2", said="user app")
+    facts = job().with_hyperpod(hardware).with_hyperpod(application).facts(START + 700)
+    # Then the job is still judged, and only node1 is a hardware fault a requeue drains, in HyperPod's words
+    assert facts.status == "InProgress"
+    assert list(facts.hardware_faults) == ["node1"]
+    assert "NVLink errors" in facts.hardware_faults["node1"]
+
+
 def test_a_held_job_the_controller_says_runs_again_is_judged_again_and_its_hold_counted_until_then() -> None:
     held = job().held("SUSPENDED", START + 600)
     released = held.released(START + 900)
@@ -223,25 +232,6 @@ def test_a_slurm_job_name_is_one_of_the_platforms() -> None:
     assert job_name_error("pc1-42-llm", Platform.SLURM) is None
     assert job_name_error("pc1.42", Platform.SLURM) is not None
     assert describe(Platform.SLURM) is SLURM
-
-
-def test_a_requeue_is_asked_for_by_the_jobs_setting_only() -> None:
-    assert requeues({"stallwatch:recover": "Requeue"})
-    assert not requeues({"stallwatch:recover": "stop"})
-    assert not requeues({})
-    with pytest.raises(ValueError, match="requeue or stop"):
-        requeues({"stallwatch:recover": "restart"})
-
-
-def test_a_requeue_keeps_the_job_off_the_hosts_that_died_or_alone_erred() -> None:
-    hosts = ["node1", "node2", "node3"]
-    died = {"death": {"hosts": ["node2"]}, "hosts": {"node1": {"errors": [{"t": 1}]}}}
-    assert hosts_at_fault(died, hosts) == ("node2",)
-    erring = {"hosts": {"node1": {"errors": []}, "node3": {"errors": [{"t": 1}]}}}
-    assert hosts_at_fault(erring, hosts) == ("node3",)
-    everyone = {"hosts": {h: {"errors": [{"t": 1}]} for h in hosts}}  # an NCCL timeout on every rank: no culprit
-    assert hosts_at_fault(everyone, hosts) == ()
-    assert hosts_at_fault({}, hosts) == ()
 
 
 def test_a_hung_job_past_its_time_limit_is_left_to_slurm_and_one_before_it_is_stopped() -> None:

@@ -18,7 +18,8 @@ from localrun.gpu_node import Agent, GpuNode, NodeFault, NodeState, xid_line
 from localrun.resources import HEALTH_CHECK_DOCUMENT, RESTART_DOCUMENT, create_documents
 from stallwatch.aws import ssm
 from stallwatch.aws.clients import AwsClients
-from stallwatch.core import recovery
+from stallwatch.core import command_answers
+from stallwatch.core.platforms import ec2_recovery as recovery
 
 moto_ssm.install()
 moto_autoscaling.install()
@@ -58,7 +59,7 @@ def _managed(tmp_path: Path, faults: list[NodeFault] | None = None, **state: Any
     return nodes
 
 
-def _health(nodes: dict[str, GpuNode], instance_type: str = "p4d.24xlarge") -> dict[str, recovery.NodeCheck]:
+def _health(nodes: dict[str, GpuNode], instance_type: str = "p4d.24xlarge") -> dict[str, command_answers.NodeCheck]:
     """The health check sent through the adapter, read back, and judged by the rules, as the control plane does."""
     clients = AwsClients()
     sent = ssm.send(clients, HEALTH_CHECK_DOCUMENT, tuple(nodes), "stallwatch check j 1", timeout_s=120)
@@ -91,7 +92,7 @@ def test_the_health_check_document_finds_each_fault_on_a_node(
     checks = _health(nodes)
     check = checks[next(iter(nodes))]
     # Then its one JSON line says exactly what the node failed, and the healthy node's nothing
-    assert check.state is recovery.NodeState.SUCCEEDED
+    assert check.state is command_answers.NodeState.SUCCEEDED
     assert check.failures == failures
     assert list(checks.values())[1].healthy
 
@@ -119,7 +120,7 @@ def test_a_trainium_node_is_checked_with_the_neuron_tools(
     [check] = _health({instance: node}, "trn1.32xlarge").values()
 
     # Then it was checked as a Neuron node (not failed for having no nvidia-smi), and failed what its devices did
-    assert check.state is recovery.NodeState.SUCCEEDED
+    assert check.state is command_answers.NodeState.SUCCEEDED
     assert check.failures == failures
 
 
@@ -155,7 +156,10 @@ def test_agents_that_do_not_answer_are_undeliverable_or_in_progress(tmp_path: Pa
     offline, stuck = nodes.values()
     offline.agent, stuck.agent = Agent.OFFLINE, Agent.UNRESPONSIVE
     checks = _health(nodes)
-    assert [c.state for c in checks.values()] == [recovery.NodeState.UNDELIVERABLE, recovery.NodeState.RUNNING]
+    assert [c.state for c in checks.values()] == [
+        command_answers.NodeState.UNDELIVERABLE,
+        command_answers.NodeState.RUNNING,
+    ]
     assert [n.restarts for n in nodes.values()] == [0, 0]
 
 

@@ -25,12 +25,13 @@ from localrun.resources import create_table
 from localrun.slurm_daemons import SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
 from localrun.slurm_runner import RunnerProcess
+from stallwatch.aws.platforms import slurm_doctor
 from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.store import Store
 from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.doctor_checks import Status
 from stallwatch.core.platforms import slurm_runner
 from stallwatch.core.platforms.slurm import log_key, stream_name
-from stallwatch.offline import doctor
 from tests.fixtures.slurm import DEADLINE_S
 
 pytestmark = pytest.mark.slow
@@ -172,7 +173,7 @@ def test_each_nodes_log_file_is_the_jobs_users_alone_and_the_agent_sends_it_as_t
     [files_config] = config["logs"]["logs_collected"]["files"]["collect_list"]
     assert files_config["file_path"] == "/var/log/stallwatch/slurm/*.log"
     assert files_config["publish_multi_logs"] is True  # one stream per file: <log_stream_name>_<path, / as _>
-    assert files_config["log_group_name"] == StallwatchConfig().slurm_log_group
+    assert files_config["log_group_name"] == StallwatchConfig().log_group("slurm")  # under the EC2 group
     stream = files_config["log_stream_name"].replace("{instance_id}", INSTANCE)
     shipped = f"{stream}_{(Path(files_config['file_path']).parent / f'{key}.node2.log').as_posix().replace('/', '_')}"
     assert shipped == stream_name(INSTANCE, key, "node2")
@@ -273,14 +274,14 @@ def test_the_doctor_passes_a_cluster_whose_runner_answers_and_fails_one_whose_ru
     runners: Runners, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given this cluster's runner polling the table, and a cluster with a running job whose runner is down
-    monkeypatch.setattr(doctor, "RUNNER_PING_WAIT_S", 5.0)
-    monkeypatch.setattr(doctor, "RUNNER_PING_POLL_S", 0.2)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_WAIT_S", 5.0)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_POLL_S", 0.2)
     # When the doctor pings each cluster's runner through the table
-    checks = {c.name: c for c in doctor.slurm_runners(runners, {"hp-down"})}
+    checks = {c.name: c for c in slurm_doctor.slurm_runners(runners, {"hp-down"})}
     # Then the real runner answered from this host, and the silent one fails the doctor: no job of it can be stopped
-    assert checks[f"Slurm runner {CLUSTER}"].status is doctor.Status.OK
+    assert checks[f"Slurm runner {CLUSTER}"].status is Status.OK
     assert checks[f"Slurm runner {CLUSTER}"].detail == f"answered from {socket.gethostname()}"
-    assert checks["Slurm runner hp-down"].status is doctor.Status.FAIL
+    assert checks["Slurm runner hp-down"].status is Status.FAIL
     assert "did not answer" in checks["Slurm runner hp-down"].detail
 
 

@@ -23,6 +23,7 @@ import pytest
 from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import aws_events, moto_hyperpod
 from localrun.local_aws import LocalAws, scoped_environ
+from localrun.moto_world import LambdaContext, alarm_event, all_alarms, log_lines_event
 from localrun.resources import create_resources
 from localrun.slack_receiver import SlackReceiver
 from localrun.slurm_daemons import SlurmDaemons
@@ -36,7 +37,6 @@ from stallwatch.core.platforms.slurm import log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
 from tests.fixtures.slurm import DEADLINE_S, HYPERPOD_CLUSTER, HYPERPOD_TARGET
-from tests.fixtures.world import LambdaContext, alarm_event, all_alarms, log_lines_event
 
 pytestmark = pytest.mark.slow
 CLUSTER = "watch"
@@ -262,7 +262,7 @@ def test_a_forged_line_of_another_user_or_another_nodes_role_neither_stops_drain
             ["sh", "-c", f"echo '{CRASH}' >> {own}"], user=NOBODY, capture_output=True, check=False
         ).returncode
         line = [(time.time(), CRASH)]
-        slurm_group = environment.runtime().config.slurm_log_group
+        slurm_group = environment.runtime().config.log_group("slurm")
         forged = stream_name(instances["node1"], key, "node2")
         woke = on_log_line.handler(log_lines_event(slurm_group, forged, line), LambdaContext())
         swept = world.reconcile()

@@ -13,13 +13,14 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_iam_simulate, moto_lambda_invoke, moto_sagemaker
+from localrun.moto_world import EXAMPLE_AMI, scheduled_event
 from localrun.resources import create_resources
+from localrun.slack_receiver import SlackReceiver
 from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import EXAMPLE_AMI, SlackReceiver, scheduled_event
 from tests.stacks.conftest import build_app
 
 STACK = "stallwatch"
@@ -98,6 +99,8 @@ def test_doctor_passes_on_the_demos_deployment_and_its_test_alert_reaches_slack_
     assert any("ok  health topic policy: CloudWatch may publish its 1 health alarms" in line for line in lines)
     assert any("ok  health topic key: CloudWatch may encrypt with" in line for line in lines)
     assert any("warn  health topic subscribers: none confirmed" in line for line in lines)
+    # And a deployment that does not watch Slurm (the default, until a cluster is set up) shows nothing of it
+    assert [line for line in lines if "slurm" in line.lower()] == []
     # And the test alert went through on_alarm to Slack, marked as a test; the webhook probe posted nothing
     [probe, alert] = slack.posts
     assert probe == {}
@@ -322,7 +325,7 @@ def _subscription_checks(**kwargs: Any) -> dict[str, doctor.Check]:
 
 def test_the_doctor_finds_each_groups_fatal_line_filter_to_on_log_line(deployed: Any) -> None:
     checks = _subscription_checks()
-    assert set(checks) == {"/aws/sagemaker/TrainingJobs", "/stallwatch/ec2", "/stallwatch/ec2/slurm"}
+    assert set(checks) == {"/aws/sagemaker/TrainingJobs", "/stallwatch/ec2"}  # Slurm's where it is watched
     on_log_line = _function("handlers.on_log_line.handler")["FunctionName"]
     for check in checks.values():
         assert (check.status, check.detail) == (doctor.Status.OK, f"stallwatch-fatal-lines → {on_log_line}")
@@ -397,3 +400,34 @@ def test_an_ec2_job_whose_agent_publishes_no_gpu_power_is_a_warning_that_says_wh
     # And once every node publishes it, the check passes
     power(second)
     assert _check("EC2 GPU power train-a").status is doctor.Status.OK
+
+
+def test_a_trainium_instance_is_not_asked_for_gpu_power_and_a_gpu_instance_beside_it_is(deployed: Any) -> None:
+    # Given a running EC2 job of two Trainium instances (no NVIDIA GPU, no nvidia_smi_power_draw to publish), and a
+    # job of a Trainium and a GPU instance, neither publishing GPU power
+    ec2 = boto3.client("ec2")
+
+    def launch(job: str, instance_type: str) -> str:
+        tags = [{"Key": "stallwatch:job", "Value": job}]
+        [instance] = ec2.run_instances(
+            ImageId=EXAMPLE_AMI,
+            InstanceType=instance_type,
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"]
+        return str(instance["InstanceId"])
+
+    launch("neuron-a", "trn1.32xlarge")
+    launch("neuron-a", "trn1.32xlarge")
+    launch("mixed-b", "trn1.32xlarge")
+    gpu = launch("mixed-b", "p4d.24xlarge")
+
+    # When the doctor runs, Then the Trainium job passes, and the mixed job is warned of its GPU instance alone
+    neuron = _check("EC2 GPU power neuron-a")
+    assert (neuron.status, neuron.detail) == (doctor.Status.OK, "no GPU instance: Neuron power is the training agent's")
+    mixed = _check("EC2 GPU power mixed-b")
+    assert (mixed.status, mixed.detail) == (
+        doctor.Status.WARN,
+        f"1 of 1 instances publish no nvidia_smi_power_draw ({gpu})",
+    )

@@ -10,20 +10,29 @@ from typing import Any
 
 import pytest
 
+from stallwatch.aws.platforms import slurm_doctor
 from stallwatch.aws.platforms.slurm_jobs import SlurmJobs
 from stallwatch.core.platforms.slurm import SlurmJob, SlurmNode
 from stallwatch.offline import doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.slurm import HYPERPOD_TARGET, FakeRunner
-from tests.offline.test_doctor import STACK, deployed, slack, template  # noqa: F401 - the deployment on moto
+from tests.offline.test_doctor import STACK, deployed, slack  # noqa: F401 - the deployment on moto
+from tests.stacks.conftest import SLURM_WATCHED, build_app
 
 SUBMIT = "2026-12-01T10:00:00"
 
 
 @pytest.fixture(autouse=True)
 def _short_ping(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(doctor, "RUNNER_PING_WAIT_S", 2.0)
-    monkeypatch.setattr(doctor, "RUNNER_PING_POLL_S", 0.1)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_WAIT_S", 2.0)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_POLL_S", 0.1)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A deployment that watches Slurm (`platforms.slurm.monitor`), synthesized as `cdk synth` does (offline)."""
+    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"), stallwatch=SLURM_WATCHED)
+    return app.synth().get_stack_by_name(stack.stack_name).template
 
 
 def _checks() -> dict[str, doctor.Check]:

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from handlers import on_job_state
+from localrun.moto_world import TABLE, job_state_event
 from localrun.trace_run import play_trace
 from stallwatch.core.fleet import NO_TEAM
 from stallwatch.core.trace import Trace
 from stallwatch.offline import cli
 from stallwatch.offline.trace_file import load_trace
 from tests.fixtures.moto_runtime import aws_env, context, rt, slack  # noqa: F401
-from tests.fixtures.world import TABLE, job_state_event
 
 TRACES = Path(__file__).resolve().parents[2] / "corpus" / "traces"
 # The runs: a trace, and the team its job is tagged with (None: no team tag).

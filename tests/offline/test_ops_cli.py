@@ -11,6 +11,7 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_sagemaker
+from localrun.moto_world import World
 from localrun.resources import create_table
 from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.clients import AwsClients
@@ -21,7 +22,6 @@ from stallwatch.core.decision import JobState
 from stallwatch.core.engine import decide
 from stallwatch.offline import cli, ops
 from tests.core.test_engine import ENFORCE, MIN, ONSET, hung
-from tests.fixtures.world import World
 
 TABLE = "stallwatch-ops"
 STACK = "stallwatch"  # the default deployment name, which the CLI looks up without --stack

@@ -10,6 +10,7 @@ import moto  # imported before any boto3 client is created
 import pytest
 
 from localrun import moto_sagemaker
+from localrun.moto_world import World
 from localrun.resources import create_table
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.goodput import run_spans
@@ -19,7 +20,6 @@ from stallwatch.core.decision import JobState
 from stallwatch.core.goodput import Category, measure_goodput
 from stallwatch.core.pricing import instance_spec
 from stallwatch.offline import cli
-from tests.fixtures.world import World
 
 TABLE = "stallwatch-report"
 RUN = "llama-8b"

@@ -9,12 +9,7 @@ from typing import Any
 from botocore.awsrequest import AWSResponse
 
 from handlers import on_alarm, on_job_state, sweeper
-from stallwatch.aws import actions
-from stallwatch.aws.platforms import adapter
-from stallwatch.aws.store import job_key
-from stallwatch.core import alarms
-from stallwatch.core.signals import Platform
-from tests.fixtures.world import (
+from localrun.moto_world import (
     MINUTE,
     World,
     alarm_event,
@@ -23,6 +18,11 @@ from tests.fixtures.world import (
     job_state_event,
     scheduled_event,
 )
+from stallwatch.aws import actions
+from stallwatch.aws.platforms import adapter
+from stallwatch.aws.store import job_key
+from stallwatch.core import alarms
+from stallwatch.core.signals import Platform
 
 JOB = "llm-70b"
 NCCL_CRASH = [

@@ -10,11 +10,11 @@ import pytest
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_ec2
+from localrun.moto_world import MINUTE, TABLE, World, alarm_event, instance_state_event, scheduled_event
 from stallwatch.aws.fleet_runs import FleetRuns
 from stallwatch.core import alarms
 from stallwatch.core.pricing import instance_spec
 from stallwatch.offline import cli
-from tests.fixtures.world import MINUTE, TABLE, World, alarm_event, instance_state_event, scheduled_event
 from tests.runtime.test_e2e_ec2_clusters import JOB, _seed_ec2_hang
 
 TAGS = {

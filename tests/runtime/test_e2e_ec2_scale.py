@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from handlers import on_alarm
+from localrun.moto_world import alarm_event
 from stallwatch.core import alarms
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import alarm_event
 
 JOB = "llm-405b"
 ON_ALARM_CALLS = 10

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from handlers import on_alarm, sweeper
+from localrun.moto_world import MINUTE, alarm_event, all_alarms, scheduled_event
 from stallwatch.aws import actions
 from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.slack import AlertMessage
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.decision import JobState
-from tests.fixtures.world import MINUTE, alarm_event, all_alarms, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "falcon-40b-sft"
@@ -91,10 +91,10 @@ def test_a_stop_that_raises_is_recorded_and_retried_by_the_next_sweep(
     stop = actions.stop
     broken = [True]
 
-    def stop_or_raise(clients: object, facts: object, at_fault: object = None) -> actions.StopResult:
+    def stop_or_raise(clients: object, facts: object) -> actions.StopResult:
         if broken[0]:
             raise RuntimeError("unexpected answer from StopTrainingJob")
-        return stop(clients, facts, at_fault)
+        return stop(clients, facts)
 
     monkeypatch.setattr(actions, "stop", stop_or_raise)
     event = alarm_event(_alarm(rt, JOB, alarms.GPU_IDLE, "algo-1"), "2026-11-30T10:06:00.000+0000")

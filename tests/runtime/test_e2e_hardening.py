@@ -14,13 +14,13 @@ from moto.core.models import botocore_stubber
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from stallwatch.aws import actions
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.runtime import decide, environment
 from stallwatch.runtime.run_goodput import RUN_GOODPUT_ACTION
-from tests.fixtures.world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "gemma-27b-pretrain"
@@ -271,7 +271,7 @@ def test_a_lambda_timeout_after_the_commit_is_completed_by_the_sweeper(rt, world
     # Given a warned job, and on_alarm killed right after it committed the stop (before StopTrainingJob)
     _warned(rt, world, context)
 
-    def timed_out(clients: object, facts: object, at_fault: object = None) -> actions.StopResult:
+    def timed_out(clients: object, facts: object) -> actions.StopResult:
         raise LambdaTimeout
 
     stop = actions.stop

@@ -15,17 +15,17 @@ import pytest
 from handlers import on_health_event, on_job_state, sweeper
 from localrun import moto_ssm
 from localrun.gpu_node import GpuNode
+from localrun.moto_world import MINUTE, TABLE, World, instance_state_event, scheduled_event
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.host_events import HostEvents
 from stallwatch.aws.store import job_key
 from stallwatch.core import health_events as rules
-from stallwatch.core.config import EC2_LOG_GROUP
+from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
+from stallwatch.core.platforms.ec2_recovery import MOVED_OFF
 from stallwatch.core.platforms.slurm import slurm_job_name
-from stallwatch.core.recovery import MOVED_OFF
 from stallwatch.offline import cli
 from tests.fixtures.health import ISSUE, RETIREMENT, health_event, load
 from tests.fixtures.slurm import FakeRunner, parallelcluster, slurm_event
-from tests.fixtures.world import MINUTE, TABLE, World, instance_state_event, scheduled_event
 
 JOB = "llm-70b"
 KEY = job_key("ec2", JOB)
@@ -205,8 +205,9 @@ SLURM_JOB = slurm_job_name("pc1", "42", "llm")
 def test_an_opted_in_slurm_job_is_requeued_with_the_node_drained_before_the_window(
     rt, world, slack, context, tmp_path: Path
 ) -> None:
-    # Given a Slurm job on two ParallelCluster nodes (instances of the account), opted in to requeue, and its
-    # cluster's runner
+    # Given a deployment watching Slurm, and a Slurm job on two ParallelCluster nodes (instances of the account), opted
+    # in to requeue, and its cluster's runner
+    rt.config = StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}})
     cluster = parallelcluster(world)
     submit = slurm_event("started")["detail"]["submit_time"]
     runner = FakeRunner(

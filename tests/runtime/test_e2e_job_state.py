@@ -9,13 +9,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from handlers import on_alarm, on_job_state, sweeper
+from localrun.moto_world import MINUTE, alarm_event, all_alarms, instance_state_event, job_state_event, scheduled_event
 from stallwatch.aws import actions
 from stallwatch.aws.platforms import adapter
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import environment
-from tests.fixtures.world import MINUTE, alarm_event, all_alarms, instance_state_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
 
 JOB = "whisper-large-ft"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from handlers import on_alarm, sweeper
+from localrun.moto_world import MINUTE, RECHECK_GROUP, RECHECK_ROLE_ARN, alarm_event, scheduled_event
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract, engine
@@ -18,7 +19,6 @@ from stallwatch.core.decision import Decision
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import decide, environment
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import MINUTE, RECHECK_GROUP, RECHECK_ROLE_ARN, alarm_event, scheduled_event
 from tests.runtime.test_e2e_hardening import API_BUDGET, SERVICES, _inject
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 

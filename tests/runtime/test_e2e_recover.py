@@ -6,6 +6,7 @@ as without recovery when it cannot be recovered, with the reason in Slack and th
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,14 @@ import pytest
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_ec2, moto_ssm
 from localrun.gpu_node import Agent, GpuNode, NodeFault, NodeState
+from localrun.moto_world import EXAMPLE_AMI, MINUTE, TABLE, World, alarm_event, instance_state_event, scheduled_event
 from stallwatch.aws.store import job_key
-from stallwatch.core import alarms
-from stallwatch.core import recovery as rules
+from stallwatch.core import alarms, way_back
+from stallwatch.core.platforms import ec2_recovery as rules
+from stallwatch.core.signals import Platform
 from stallwatch.offline import cli
-from tests.fixtures.world import EXAMPLE_AMI, MINUTE, TABLE, World, alarm_event, instance_state_event, scheduled_event
 from tests.runtime.test_e2e_hardening import _inject
+from tests.runtime.test_e2e_stalls import ENFORCE, seed_nccl_hang
 
 JOB = "llm-70b"
 RECOVER = {"stallwatch:job": JOB, "stallwatch:mode": "enforce", "stallwatch:recover": "restart"}
@@ -89,7 +92,7 @@ def _steps_after(world: World, t0: float, first_step: float, count: int = 5) -> 
 
 
 def _recover_records(rt) -> list[dict[str, Any]]:
-    return [r for r in rt.audit.records(KEY, "audit") if r["record"]["action"] == rules.RECOVER_ACTION]
+    return [r for r in rt.audit.records(KEY, "audit") if r["record"]["action"] == way_back.RECOVER_ACTION]
 
 
 def test_a_hung_cluster_whose_nodes_pass_is_restarted_in_place_and_slack_hears_the_first_step(
@@ -550,3 +553,70 @@ def test_a_fallback_stop_that_fails_is_given_back_to_the_engine_which_stops_the_
     assert again["details"]["recovery"]["reason"] == "its recovery in place fell back to a stop before"
     assert all(world.instance_state(i) in ("stopping", "stopped") for i in instances)
     assert [n.restarts for n in nodes.values()] == [0, 0]
+
+
+# ---- the walk of one alarm: each platform's way back behind its adapter --------------------------------------------
+
+
+def _modules_called(run: Any) -> set[str]:
+    """The modules whose functions `run()` calls, as the profiler sees them."""
+    seen: set[str] = set()
+
+    def profile(frame: Any, event: str, _arg: Any) -> None:
+        if event == "call":
+            seen.add(frame.f_globals.get("__name__", ""))
+
+    sys.setprofile(profile)
+    try:
+        run()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _other_platforms_modules(seen: set[str], platform: str) -> list[str]:
+    """The modules of `seen` that are another platform's (its description's, adapter's or way back's own)."""
+    others = [p.value for p in Platform if p.value != platform]
+    return sorted(m for m in seen if ".platforms." in m and m.rsplit(".", 1)[1].startswith(tuple(others)))
+
+
+def test_a_sagemaker_alarms_walk_reaches_its_stop_without_visiting_another_platforms_way_back(
+    rt, world, slack, context
+) -> None:
+    # Given a hung SageMaker job that opted in to stopping, warned
+    seed_nccl_hang(world, "falcon-40b", ENFORCE)
+    alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", "falcon-40b", alarms.PROGRESS)
+    on_alarm.handler(alarm_event(alarm), context)
+    rt.clock.advance(6 * MINUTE)
+
+    # When its next alarm stops it
+    stopped: list[dict[str, Any]] = []
+    seen = _modules_called(
+        lambda: stopped.append(on_alarm.handler(alarm_event(alarm, "2026-11-30T10:06:00Z"), context))
+    )
+
+    # Then the walk went decide -> the generic way back -> the job's adapter's stop, and through no module of
+    # another platform (EC2's restart in place, Slurm's requeue)
+    assert (stopped[0]["action"], stopped[0]["stopped"]) == ("stop", True)
+    assert {"stallwatch.runtime.decide", "stallwatch.runtime.way_back", "stallwatch.aws.platforms.sagemaker"} <= seen
+    assert _other_platforms_modules(seen, "sagemaker") == []
+    assert [m for m in seen if m.startswith("stallwatch.") and ("recover" in m or "restart" in m)] == []
+
+
+def test_an_ec2_restart_in_places_walk_visits_no_other_platforms_module(
+    rt, world, slack, context, nodes, tmp_path
+) -> None:
+    # Given a hung cluster that opted in to recovery in place, both nodes healthy, warned
+    _cluster(rt, world, context, nodes, tmp_path, [NodeFault.NONE, NodeFault.NONE])
+    alarm = alarms.alarm_name(rt.config.alarm_prefix, "ec2", JOB, alarms.PROGRESS)
+    on_alarm.handler(alarm_event(alarm), context)
+    rt.clock.advance(6 * MINUTE)
+    # When its next alarm decides the stop, Then its recovery starts through EC2's adapter, and no module of another
+    # platform is called
+    decided: list[dict[str, Any]] = []
+    seen = _modules_called(
+        lambda: decided.append(on_alarm.handler(alarm_event(alarm, "2026-11-30T10:06:00Z"), context))
+    )
+    assert decided[0]["details"]["recovery"]["status"] == "checking"
+    assert "stallwatch.aws.platforms.ec2_restart" in seen
+    assert _other_platforms_modules(seen, "ec2") == []

@@ -8,9 +8,7 @@ from dataclasses import replace
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
-from stallwatch.aws.store import job_key
-from stallwatch.runtime import environment
-from tests.fixtures.world import (
+from localrun.moto_world import (
     MINUTE,
     World,
     alarm_event,
@@ -18,6 +16,8 @@ from tests.fixtures.world import (
     job_state_event,
     scheduled_event,
 )
+from stallwatch.aws.store import job_key
+from stallwatch.runtime import environment
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_hang_signals, seed_nccl_hang
 
 JOB = "llama-8b-pretrain"

@@ -11,10 +11,10 @@ import pytest
 
 from handlers import on_job_state, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import MINUTE, instance_state_event, job_state_event, scheduled_event
 from stallwatch.aws.platforms.ec2_goodput import resumes_of
 from stallwatch.aws.store import job_key
 from stallwatch.core import resume_retry
-from tests.fixtures.world import MINUTE, instance_state_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_hardening import _inject
 from tests.runtime.test_e2e_resume import (
     CHECKPOINT,

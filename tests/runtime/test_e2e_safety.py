@@ -9,13 +9,13 @@ from botocore.awsrequest import AWSResponse
 from moto.core.botocore_stubber import MockRawResponse
 
 from handlers import on_alarm, on_job_state
+from localrun.moto_world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.job_states import ConcurrentDecisionError, StoredState
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.decision import JobState
 from stallwatch.runtime import decide
-from tests.fixtures.world import MINUTE, alarm_event, all_alarms, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "mistral-7b-ft"

@@ -7,11 +7,11 @@ from collections import Counter
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import MINUTE, alarm_event, job_state_event, scheduled_event
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
 from stallwatch.core.signals import Platform
 from stallwatch.runtime import decide, provision, sweep
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
 
 JOB = "gemma-27b-pretrain"

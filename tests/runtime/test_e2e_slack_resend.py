@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from handlers import on_alarm, on_job_state, sweeper
+from localrun.moto_world import MINUTE, alarm_event, job_state_event, scheduled_event
 from stallwatch.runtime import repost
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, audits, seed_nccl_hang
 
 JOB = "qwen-32b-sft"

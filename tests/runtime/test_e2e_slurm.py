@@ -1,6 +1,7 @@
 """End to end on moto: Slurm jobs, known from deploy/slurm's events (kept in the table) and reconciled with their
 controller's view, watched by per-job alarms, cancelled or requeued by the cluster's runner through the table, whose
-answers the sweeper reads back; states that are not stalls are never stopped, a job HyperPod acts on is left to it.
+answers the sweeper reads back; a requeue drains only the nodes a hardware signal blames and spends the run's budget;
+states that are not stalls are never stopped, a job HyperPod acts on is left to it.
 The runner is deploy/slurm/stallwatch-runner's own logic over squeue, scancel and scontrol that play the job
 (tests/e2e runs the runner against a real Slurm)."""
 
@@ -16,6 +17,7 @@ import pytest
 from corpus import real_lines
 from handlers import on_alarm, on_job_state, on_log_line, sweeper
 from localrun import moto_hyperpod
+from localrun.moto_world import MINUTE, World, alarm_event, all_alarms, log_lines_event, scheduled_event
 from stallwatch.aws.pending_stops import PendingStops
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms
@@ -24,14 +26,20 @@ from stallwatch.core.platforms.hyperpod import AGENT_STREAM_PREFIX
 from stallwatch.core.platforms.slurm import HELD_RECHECK_S, log_key, slurm_job_name, stream_name
 from stallwatch.core.signals import Platform
 from tests.fixtures.slurm import HYPERPOD_CLUSTER, Cluster, FakeRunner, hyperpod, parallelcluster, slurm_event
-from tests.fixtures.world import MINUTE, World, alarm_event, all_alarms, log_lines_event, scheduled_event
 
 JOB = slurm_job_name("pc1", "42", "llm")
-SLURM_LOG_GROUP = StallwatchConfig().slurm_log_group
+SLURM_LOG_GROUP = StallwatchConfig().log_group("slurm")
 ENFORCE = {"stallwatch:mode": "enforce"}
 CRASH = "[rank 1] RuntimeError: CUDA error: an illegal memory access was encountered"
+XID = "NVRM: Xid (PCI:0000:10:1c): 79, pid=2231, name=python, GPU has fallen off the bus."
 SUBMIT = slurm_event("started")["detail"]["submit_time"]
 HYPERPOD_EVENTS = Path(__file__).resolve().parents[2] / "corpus" / "aws_events" / "hyperpod"
+
+
+@pytest.fixture(autouse=True)
+def slurm_watched(rt) -> None:
+    """A deployment that watches Slurm (`platforms.slurm.monitor`: off until a cluster is set up)."""
+    rt.config = StallwatchConfig.model_validate({"platforms": {"slurm": {"monitor": True}}})
 
 
 @pytest.fixture
@@ -50,11 +58,13 @@ def started(cluster: Cluster, **changes: Any) -> dict[str, Any]:
     return slurm_event("started", nodes=cluster.nodes, ssm_target=cluster.target, flavor=cluster.flavor, **changes)
 
 
-def seed_hang(world: World, cluster: Cluster, crashed: str | None = None) -> None:
-    """The agent (JobName <cluster>-<id>-<name>, Host = the node): steps stop 40 min ago, GPUs stay busy while power
-    falls; each node's log (its own instance's stream) stops with them; `crashed` logged a CUDA error and let its
-    GPUs go."""
-    world.steps_until(JOB, last_step_min=40)
+def seed_hang(
+    world: World, cluster: Cluster, crashed: str | None = None, last_words: str = CRASH, start_min: int = 110
+) -> None:
+    """The agent (JobName <cluster>-<id>-<name>, Host = the node): steps stop 40 min ago (at step `start_min` - 40),
+    GPUs stay busy while power falls; each node's log (its own instance's stream) stops with them; `crashed` logged
+    `last_words` (a CUDA error) and let its GPUs go."""
+    world.steps_until(JOB, last_step_min=40, start_min=start_min)
     for node in ("node1", "node2"):
         dead = node == crashed
         util = (lambda m: 100.0 if m > 40 else 0.0) if dead else (lambda m: 100.0)
@@ -64,11 +74,12 @@ def seed_hang(world: World, cluster: Cluster, crashed: str | None = None) -> Non
         world.agent_host(JOB, node, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
         lines = [(m, f"step {110 - m} loss 2.31") for m in range(110, 39, -5)]
         stream = stream_name(cluster.instances[node], log_key("pc1", "42"), node)
-        world._put_logs(SLURM_LOG_GROUP, stream, lines + ([(40, CRASH)] if dead else []))
+        world._put_logs(SLURM_LOG_GROUP, stream, lines + ([(40, last_words)] if dead else []))
 
 
 def progress_alarm(rt) -> dict[str, Any]:
-    return alarm_event(alarms.alarm_name(rt.config.alarm_prefix, "slurm", JOB, alarms.PROGRESS))
+    fired = datetime.fromtimestamp(rt.clock(), UTC).strftime("%Y-%m-%dT%H:%M:%S.000+0000")  # each its own event
+    return alarm_event(alarms.alarm_name(rt.config.alarm_prefix, "slurm", JOB, alarms.PROGRESS), fired)
 
 
 def decide_until_stopped(rt, context, runner: FakeRunner) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -209,10 +220,10 @@ def test_a_job_suspended_since_the_last_view_is_left_alone_by_the_runner(
     assert [s.ok for s in rt.audit.stops(job_key(Platform.SLURM, JOB))] == [False]  # no stop to count
 
 
-def test_a_crashed_node_is_drained_and_the_job_requeued_then_its_next_attempt_is_watched(
+def test_a_crashed_rank_requeues_the_job_without_draining_its_node_then_its_next_attempt_is_watched(
     rt, world, slack, cluster, runner, context
 ) -> None:
-    # Given a job that opted in to requeue; node2's rank died of a CUDA error while node1 spins
+    # Given a job that opted in to requeue; node2's rank died of a CUDA error (the application's) while node1 spins
     settings = ENFORCE | {"stallwatch:recover": "requeue"}
     on_job_state.handler(started(cluster, settings=settings), context)
     seed_hang(world, cluster, crashed="node2")
@@ -220,13 +231,15 @@ def test_a_crashed_node_is_drained_and_the_job_requeued_then_its_next_attempt_is
     # When it is stopped, and the sweeper reads the runner's answer
     stopped, [settled] = decide_until_stopped(rt, context, runner)
 
-    # Then node2 was drained with Stallwatch's reason and the job requeued, not cancelled
+    # Then the job was requeued, not cancelled, as the run's first attempt; no node was drained for the application's
+    # error
     assert stopped["stopped"] is True
-    assert list(runner.world()["drained"]) == ["node2"]
-    assert runner.world()["drained"]["node2"].startswith("stallwatch: ")
+    assert stopped["details"]["recovery"] == {"status": "requeued", "attempt": 1, "allowed": 3, "drained": []}
+    assert runner.world()["drained"] == {}
     assert runner.world()["jobs"]["42"]["state"] == "PENDING"
     assert settled["status"] == "stopped"
-    assert "node2 drained" in slack.texts()[-1]
+    assert "requeue of Slurm job 42 sent" in str(slack.posts)
+    assert "drained" not in str(slack.posts)
 
     # And the requeue's end retires the attempt without ending the run; the next attempt gets its alarms
     ended = on_job_state.handler(slurm_event("ended", job_state="REQUEUED", settings=settings), context)
@@ -246,6 +259,83 @@ def test_a_crashed_node_is_drained_and_the_job_requeued_then_its_next_attempt_is
     assert again["status"] == "alarms_put"
     facts = rt.source(Platform.SLURM).facts(JOB)
     assert (facts.instance_ids, facts.platform_ids["restarts"]) == (("node1", "node3"), "1")
+
+
+def test_a_node_whose_gpu_fell_off_the_bus_is_drained_before_the_requeue(
+    rt, world, slack, cluster, runner, context
+) -> None:
+    # Given a job that opted in to requeue; node2's kernel logged a hardware Xid as its rank died
+    settings = ENFORCE | {"stallwatch:recover": "requeue"}
+    on_job_state.handler(started(cluster, settings=settings), context)
+    seed_hang(world, cluster, crashed="node2", last_words=XID)
+
+    # When it is stopped, and the sweeper reads the runner's answer
+    stopped, [settled] = decide_until_stopped(rt, context, runner)
+
+    # Then node2, which a hardware signal blames, was drained with Stallwatch's reason, and the job requeued
+    assert stopped["details"]["recovery"]["drained"] == ["node2"]
+    drained = runner.world()["drained"]
+    assert list(drained) == ["node2"]
+    assert drained["node2"].startswith("stallwatch: ")
+    assert runner.world()["jobs"]["42"]["state"] == "PENDING"
+    assert settled["status"] == "stopped"
+    assert "node2 drained" in slack.texts()[-1]
+
+
+def _next_attempt(
+    rt,
+    world: World,
+    cluster: Cluster,
+    runner: FakeRunner,
+    context,
+    settings: dict[str, str],
+    restarts: int,
+    start_min: int,
+) -> None:
+    """Slurm ran the requeued job again (its attempt `restarts`) hours later; the attempt crashed the same way (node2's
+    rank), its steps stopping at step `start_min` - 40."""
+    rt.clock.advance(3 * 3600)
+    world.now = rt.clock()
+    submit = int(world.now) - 130 * 60
+    event = started(cluster, settings=settings, restarts=restarts, submit_epoch=submit, start_epoch=submit + 30)
+    runner.set_state(
+        "42", "RUNNING", submit=event["detail"]["submit_time"], restarts=str(restarts), nodes="node1,node2"
+    )
+    assert on_job_state.handler(event, context)["status"] == "alarms_put"
+    seed_hang(world, cluster, crashed="node2", start_min=start_min)
+
+
+@pytest.mark.parametrize(
+    ("budget", "steps", "gave_up"),
+    [
+        ({}, (110, 110), "gave up: no progress after 1 restart"),  # the same crash at the same step: no progress
+        ({"stallwatch:resume": "1"}, (110, 130), "gave up: restart budget spent (1 of 1 restarts)"),
+    ],
+)
+def test_a_crash_looping_job_is_stopped_after_its_budget_and_no_node_is_drained_for_its_application_error(
+    rt, world, slack, cluster, runner, context, budget: dict[str, str], steps: tuple[int, ...], gave_up: str
+) -> None:
+    # Given a job that opted in to requeue, whose rank crashes the same way on every attempt (a CUDA error)
+    settings = ENFORCE | {"stallwatch:recover": "requeue"} | budget
+    on_job_state.handler(started(cluster, settings=settings), context)
+    seed_hang(world, cluster, crashed="node2", start_min=steps[0])
+    first, _ = decide_until_stopped(rt, context, runner)
+    assert first["details"]["recovery"]["status"] == "requeued"
+    ended = slurm_event("ended", job_state="REQUEUED", restarts=1, settings=settings)
+    assert on_job_state.handler(ended, context)["status"] == "retired"
+
+    # When its next attempt crashes again
+    _next_attempt(rt, world, cluster, runner, context, settings, restarts=1, start_min=steps[1])
+    second, _ = decide_until_stopped(rt, context, runner)
+
+    # Then the loop ends: the job is cancelled rather than requeued, and Slack hears why
+    assert second["details"]["recovery"] == {"status": "not_recovered", "reason": gave_up}
+    assert second["details"]["stop"]["detail"].startswith("scancel of Slurm job 42 sent")
+    assert runner.world()["jobs"]["42"]["state"] == "CANCELLED"
+    assert f"not requeued: {gave_up}" in str(slack.posts[-2])  # the stop's message (the cancel's answer follows)
+    # And no node was ever drained for the application's error
+    assert runner.world()["drained"] == {}
+    assert [c for c in runner.world()["calls"] if c[:2] == ["scontrol", "update"]] == []
 
 
 def test_a_job_slurm_requeued_after_a_node_failed_is_watched_again_though_its_events_were_lost(
@@ -296,12 +386,12 @@ def test_a_hyperpod_job_is_watched_its_stop_goes_through_the_runner_and_drained_
     rt, world, slack, runner, context
 ) -> None:
     # Given a HyperPod cluster (its controller's target is HyperPod's SSM name) and a job that opted in to requeue,
-    # hung with node2's rank dead
+    # hung with node2's rank dead of a hardware Xid
     cluster = hyperpod()
     settings = ENFORCE | {"stallwatch:recover": "requeue"}
     runner.set_state("42", "RUNNING", nodes="ip-10-1-0-1,ip-10-1-0-2")
     result = on_job_state.handler(started(cluster, settings=settings), context)
-    seed_hyperpod_hang(world, cluster, crashed="ip-10-1-0-2")
+    seed_hyperpod_hang(world, cluster, crashed="ip-10-1-0-2", last_words=XID)
 
     # When it is stopped and the runner answers
     stopped, [settled] = decide_until_stopped(rt, context, runner)
@@ -402,14 +492,14 @@ def test_a_node_hyperpods_agent_or_event_acts_on_is_left_to_hyperpod_and_never_a
     assert len(slack.posts) == posts
 
 
-def seed_hyperpod_hang(world: World, cluster: Cluster, crashed: str) -> None:
+def seed_hyperpod_hang(world: World, cluster: Cluster, crashed: str, last_words: str = CRASH) -> None:
     """A HyperPod job's hang, as the trainer agent alone tells it (no CloudWatch agent metrics of the account)."""
     world.steps_until(JOB, last_step_min=40)
     for node in cluster.instances:
         dead = node == crashed
         world.agent_host(JOB, node, "GPUUtilization", world.every_minute(110, 0.0 if dead else 100.0))
         world.agent_host(JOB, node, "GPUPowerWatts", world.every_minute(110, lambda m: 390.0 if m > 40 else 95.0))
-        lines = [(m, f"step {110 - m} loss 2.31") for m in range(110, 39, -5)] + ([(40, CRASH)] if dead else [])
+        lines = [(m, f"step {110 - m} loss 2.31") for m in range(110, 39, -5)] + ([(40, last_words)] if dead else [])
         world._put_logs(SLURM_LOG_GROUP, stream_name(cluster.instances[node], log_key("pc1", "42"), node), lines)
 
 

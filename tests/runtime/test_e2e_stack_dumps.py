@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from handlers import on_alarm
+from localrun.moto_world import MINUTE, alarm_event
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, stack_dumps
 from stallwatch.core.config import EC2_LOG_GROUP
 from stallwatch.core.contract import SAGEMAKER_LOG_GROUP
 from tests.fixtures.request_limits import recording, slack_violations
-from tests.fixtures.world import MINUTE, alarm_event
 from tests.runtime.test_e2e_ec2_clusters import JOB as EC2_JOB
 from tests.runtime.test_e2e_ec2_clusters import _seed_ec2_hang
 from tests.runtime.test_e2e_hardening import API_BUDGET

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from handlers import on_alarm, on_job_state, sweeper
+from localrun.moto_world import MINUTE, World, alarm_event, job_state_event, scheduled_event
 from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract
-from tests.fixtures.world import MINUTE, World, alarm_event, job_state_event, scheduled_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from handlers import on_alarm, on_job_state, sweeper
+from localrun.moto_world import MINUTE, World, alarm_event, instance_state_event, scheduled_event
 from stallwatch.core import alarms, contract
 from stallwatch.core.measures import agent_power, gpu_memory, gpu_util
 from stallwatch.core.signals import Platform
@@ -18,7 +19,6 @@ from tests.agent.test_neuron import (
     report,
     sysfs,
 )
-from tests.fixtures.world import MINUTE, World, alarm_event, instance_state_event, scheduled_event
 from trainer_agent import CloudWatchSink, Window
 from trainer_agent.contract import SCOPE_HOST
 from trainer_agent.neuron import read_power, read_report

@@ -10,9 +10,9 @@ import pytest
 
 from corpus import real_lines
 from handlers import on_log_line, sweeper
+from localrun.moto_world import MINUTE, World, log_lines_event, scheduled_event
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract, log_patterns
-from tests.fixtures.world import MINUTE, World, log_lines_event, scheduled_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
 SAGEMAKER = contract.SAGEMAKER_LOG_GROUP

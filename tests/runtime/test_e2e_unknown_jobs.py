@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from handlers import on_alarm, on_job_state
+from localrun.moto_world import alarm_event, instance_state_event, job_state_event
 from stallwatch.core import alarms
-from tests.fixtures.world import alarm_event, instance_state_event, job_state_event
 
 WRITES = ("PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem")
 

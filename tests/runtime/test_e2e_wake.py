@@ -12,6 +12,7 @@ import pytest
 
 from handlers import on_alarm, on_log_line
 from localrun import moto_ec2
+from localrun.moto_world import MINUTE, World, alarm_event, log_lines_event
 from stallwatch.aws.events import InvalidEventError
 from stallwatch.aws.job_states import StoredState
 from stallwatch.aws.source import AwsSignalSource
@@ -19,7 +20,6 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import alarms, contract, wake
 from stallwatch.core.config import EC2_LOG_GROUP, StallwatchConfig
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import MINUTE, World, alarm_event, log_lines_event
 
 ENFORCE = {"stallwatch:mode": "enforce"}
 SAGEMAKER = contract.SAGEMAKER_LOG_GROUP
@@ -282,7 +282,7 @@ def test_a_line_of_no_known_job_writes_nothing(rt, context, group: str, stream: 
 def test_a_line_of_a_platform_not_watched_wakes_nothing(rt, world, context) -> None:
     # Given an EC2 job whose node's rank died, in a deployment that does not watch EC2
     nodes = world.launch(1, {"stallwatch:job": "ec2-llm", **ENFORCE})
-    rt.config = StallwatchConfig.model_validate({"policy": {"monitor_ec2": False}})
+    rt.config = StallwatchConfig.model_validate({"platforms": {"ec2": {"monitor": False}}})
     # When its fatal line is delivered from the EC2 group, Then nothing is read of it, decided or written
     result = on_log_line.handler(log_lines_event(EC2_LOG_GROUP, nodes[0], [(rt.clock() - 30, CRASH)]), context)
     assert result["status"] == "ignored"

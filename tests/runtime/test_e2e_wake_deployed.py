@@ -15,7 +15,9 @@ import moto
 import pytest
 
 from localrun import moto_ec2, moto_lambda_invoke, moto_logs_subscription
+from localrun.moto_world import MINUTE, World
 from localrun.resources import create_resources
+from localrun.slack_receiver import SlackReceiver
 from localrun.stack_on_moto import deploy_on_moto
 from stallwatch.aws.audit_trail import AuditTrail
 from stallwatch.aws.clients import AwsClients
@@ -23,7 +25,6 @@ from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from stallwatch.core.config import CONFIG_ENV
 from tests.fixtures.moto_runtime import aws_env, slack  # noqa: F401 - moto's extensions, its environment, Slack
-from tests.fixtures.world import MINUTE, SlackReceiver, World
 from tests.stacks.conftest import build_app
 
 STACK = "stallwatch"

@@ -13,11 +13,11 @@ from botocore.exceptions import ClientError
 
 from handlers import log_subscription
 from localrun import moto_logs_subscription
+from localrun.moto_world import LambdaContext
 from localrun.stack_on_moto import AnswerReceiver, custom_resource_request
 from stallwatch.core import contract, log_patterns
 from stallwatch.runtime import log_subscription as runtime_log_subscription
 from tests.fixtures.request_limits import recording
-from tests.fixtures.world import LambdaContext
 
 GROUP = contract.SAGEMAKER_LOG_GROUP
 OURS = "arn:aws:lambda:us-east-1:123456789012:function:stallwatch-on-log-line"

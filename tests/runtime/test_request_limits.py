@@ -12,11 +12,11 @@ import pytest
 
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import MINUTE, alarm_event, instance_state_event, job_state_event, scheduled_event
 from stallwatch.aws.metric_reads import SearchRef
 from stallwatch.core import alarms
 from stallwatch.core.contract import SAGEMAKER_NAMESPACE
 from tests.fixtures.request_limits import Request, recording, slack_violations
-from tests.fixtures.world import MINUTE, alarm_event, instance_state_event, job_state_event, scheduled_event
 
 LONGEST_JOB = "pretrain-llama-70b-" + "x" * 40 + "-123"  # 63 characters, SageMaker's longest name
 USER_TAGS = {f"team:cost-center-{i:02d}": "ml-platform" for i in range(46)}

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import pytest
 
 from handlers import on_alarm, on_job_state, slack_interactions, sweeper
+from localrun.moto_world import MINUTE, alarm_event, job_state_event, scheduled_event
+from localrun.slack_presses import ALLOWED_USER, JOB, SIGNING_SECRET, press_payload, signed_request
 from stallwatch.aws.buttons import OperatorAction
 from stallwatch.aws.observability import SECRET_LOGGING_LIBRARIES, logger
 from stallwatch.core.config import StallwatchConfig
 from stallwatch.offline import cli
 from stallwatch.runtime import interactions
 from stallwatch.runtime.interactions import DEFERRED_EVENT_KEY, DeferredPress, Interactions
-from tests.fixtures.world import MINUTE, alarm_event, job_state_event, scheduled_event
 from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_nccl_hang
-from tests.runtime.test_slack_interactions import ALLOWED_USER, JOB, SIGNING_SECRET, _payload, _request
 
 BOT_TOKEN = "xoxb-1234567890-abcdefghijklmnopqrstuvwx"
 WEBHOOK_SECRET_PATH = "B0SECRET/Xq9vT2mPz8LkW4nR7sYc1dFh"
@@ -52,8 +52,8 @@ def test_no_handler_logs_a_secret_at_debug(
     assert on_alarm.handler(alarm_event(_alarm(rt, JOB)), context)["posted"] is True
     rt.clock.advance(MINUTE)
     sweeper.handler(scheduled_event(), context)
-    press = _payload(SimpleNamespace(response_url=f"{slack.base}/actions/T0/1/x"), OperatorAction.SNOOZE_1H)
-    assert slack_interactions.handler(_request(press, rt.clock()), context)["statusCode"] == 200
+    press = press_payload(SimpleNamespace(response_url=f"{slack.base}/actions/T0/1/x"), OperatorAction.SNOOZE_1H)
+    assert slack_interactions.handler(signed_request(press, rt.clock()), context)["statusCode"] == 200
     applied = slack_interactions.handler({DEFERRED_EVENT_KEY: deferred.pop().model_dump()}, context)
     assert applied["status"] == "applied"
 

@@ -15,10 +15,21 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 from botocore.stub import ANY, Stubber
-from slack_sdk.signature import SignatureVerifier
 
 from handlers import on_alarm, slack_interactions, sweeper
 from localrun import moto_sagemaker
+from localrun.moto_world import FUTURE_MIN, MINUTE, ROLE_ARN, LambdaContext, World, alarm_event, scheduled_event
+from localrun.slack_presses import (
+    ALLOWED_USER,
+    CHANNEL,
+    DEPLOYMENT,
+    INCIDENT,
+    JOB,
+    MESSAGE_TS,
+    SIGNING_SECRET,
+    press_payload,
+    signed_request,
+)
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
@@ -30,20 +41,12 @@ from stallwatch.core.config import StallwatchConfig
 from stallwatch.core.signals import JobFacts, Platform
 from stallwatch.runtime import interactions
 from stallwatch.runtime.interactions import DEFERRED_EVENT_KEY, DeferredPress, Interactions
-from tests.fixtures.world import FUTURE_MIN, MINUTE, ROLE_ARN, TABLE, LambdaContext, World, alarm_event, scheduled_event
 
-SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 BOT_TOKEN = "xoxb-test-token"
-CHANNEL = "C0ALERTS"
-MESSAGE_TS = "1764496800.000100"
-ALLOWED_USER = "U0ALLOWED"
 GROUP_MEMBER = "U0ONCALL"
 STRANGER = "U0STRANGER"
 ONCALL_GROUP = "S0ONCALL"
-JOB = "llama-70b-pretrain"
-INCIDENT = "incident#1764496800.000"
 ENFORCE = {"stallwatch:mode": "enforce"}
-DEPLOYMENT = deployment_id("us-east-1", TABLE)
 
 
 class SlackApi:
@@ -127,78 +130,6 @@ def endpoint(rt, world: World, slack_api: SlackApi, monkeypatch: pytest.MonkeyPa
     return instance
 
 
-def _payload(
-    slack_api: SlackApi,
-    action: OperatorAction,
-    user: str = ALLOWED_USER,
-    job: str = JOB,
-    deployment: str = DEPLOYMENT,
-    message_ts: str = MESSAGE_TS,
-    platform: Platform = Platform.SAGEMAKER,
-) -> dict[str, Any]:
-    facts = JobFacts(job, platform, "InProgress", "Training", 0.0, "ml.p4d.24xlarge", 2, 8, 96)
-    buttons = action_buttons(facts, INCIDENT, deployment).to_dict()
-    (button,) = [b for b in buttons["elements"] if b["action_id"] == action.value]
-    header = {"type": "header", "block_id": "h", "text": {"type": "plain_text", "text": "Stalled job will be stopped"}}
-    return {
-        "type": "block_actions",
-        "user": {"id": user, "username": "ada", "team_id": "T000"},
-        "team": {"id": "T000", "domain": "acme"},
-        "api_app_id": "A000",
-        "trigger_id": "1234.5678.abcd",
-        "container": {"type": "message", "message_ts": message_ts, "channel_id": CHANNEL, "is_ephemeral": False},
-        "channel": {"id": CHANNEL, "name": "ml-alerts"},
-        "message": {
-            "type": "message",
-            "ts": message_ts,
-            "text": "Stalled job will be stopped",
-            "blocks": [header, buttons],
-        },
-        "response_url": slack_api.response_url,
-        "actions": [{**button, "block_id": ACTIONS_BLOCK_ID, "action_ts": "1764496900.123456"}],
-    }
-
-
-def _request(payload: Any, timestamp: float, secret: str = SIGNING_SECRET, raw_body: str | None = None) -> dict:
-    """A Slack request signed with `secret`, as a Lambda Function URL delivers it (body base64-encoded)."""
-    body = raw_body if raw_body is not None else urlencode({"payload": json.dumps(payload)})
-    ts = str(int(timestamp))
-    signature = SignatureVerifier(secret).generate_signature(timestamp=ts, body=body)
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": "/",
-        "rawQueryString": "",
-        "headers": {
-            "content-type": "application/x-www-form-urlencoded",
-            "user-agent": "Slackbot 1.0 (+https://api.slack.com/robots)",
-            "x-slack-request-timestamp": ts,
-            "x-slack-signature": signature,
-            "host": "abcdefghijklmnop.lambda-url.us-east-1.on.aws",
-        },
-        "requestContext": {
-            "accountId": "anonymous",
-            "apiId": "abcdefghijklmnop",
-            "domainName": "abcdefghijklmnop.lambda-url.us-east-1.on.aws",
-            "domainPrefix": "abcdefghijklmnop",
-            "http": {
-                "method": "POST",
-                "path": "/",
-                "protocol": "HTTP/1.1",
-                "sourceIp": "3.80.1.2",
-                "userAgent": "Slackbot 1.0 (+https://api.slack.com/robots)",
-            },
-            "requestId": "c1b2e3f4-0000-4000-8000-000000000001",
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": "30/Nov/2026:10:00:00 +0000",
-            "timeEpoch": int(timestamp * 1000),
-        },
-        "body": base64.b64encode(body.encode()).decode(),
-        "isBase64Encoded": True,
-    }
-
-
 def _table(rt) -> list[dict[str, Any]]:
     items = rt.clients.dynamodb.scan(TableName=rt.store.table)["Items"]
     return sorted(items, key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
@@ -245,7 +176,7 @@ def test_snooze_1h_sets_the_snooze_audits_the_user_and_updates_the_message(rt, e
     now = rt.clock()
 
     # When an allowed user presses "Snooze 1 h"
-    status, body = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), now), context)
+    status, body = _call(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), now), context)
 
     # Then the job is snoozed for an hour, audited with the Slack user, and the message says who did it
     assert (status, body["status"]) == (200, "applied")
@@ -265,11 +196,11 @@ def test_snooze_1h_sets_the_snooze_audits_the_user_and_updates_the_message(rt, e
 
 def test_slack_unreachable_after_a_press_still_applies_and_audits_it(rt, endpoint, slack_api, context) -> None:
     # Given a press whose response_url cannot be reached (Slack down)
-    payload = _payload(slack_api, OperatorAction.SNOOZE_4H)
+    payload = press_payload(slack_api, OperatorAction.SNOOZE_4H)
     payload["response_url"] = "http://127.0.0.1:9/actions/T000/1234/abcd"
 
     # When it reaches the endpoint
-    status, body = _call(_request(payload, rt.clock()), context)
+    status, body = _call(signed_request(payload, rt.clock()), context)
 
     # Then the snooze holds and the audit record says the message could not be updated
     assert (status, body["slack"]["ok"]) == (200, False)
@@ -281,7 +212,7 @@ def test_slack_unreachable_after_a_press_still_applies_and_audits_it(rt, endpoin
 def test_snooze_4h_snoozes_for_four_hours(rt, endpoint, slack_api, context) -> None:
     # Given a warning; When an allowed user presses "Snooze 4 h"
     now = rt.clock()
-    status, _ = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), now), context)
+    status, _ = _call(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_4H), now), context)
 
     # Then the job is snoozed for four hours
     assert status == 200
@@ -296,7 +227,7 @@ def test_not_stalled_doubles_the_thresholds_and_voids_the_warning(rt, endpoint, 
     rt.states.commit(key, read, type(read)(warned, 0, INCIDENT), {"at": rt.clock()}, rt.clock())
 
     # When an allowed user presses "Not stalled"
-    status, _ = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+    status, _ = _call(signed_request(press_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
 
     # Then the thresholds are doubled for the rest of the run and the pending stop is void
     assert status == 200
@@ -313,8 +244,8 @@ def test_stop_now_by_a_group_member_stops_the_job_and_updates_the_message_in_pla
     _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
 
     # When the user presses "Stop now"
-    payload = _payload(slack_api, OperatorAction.STOP_NOW, user=GROUP_MEMBER)
-    status, body = _call(_request(payload, rt.clock()), context)
+    payload = press_payload(slack_api, OperatorAction.STOP_NOW, user=GROUP_MEMBER)
+    status, body = _call(signed_request(payload, rt.clock()), context)
 
     # Then the job is stopping, the stop is audited with the user, and the message is updated with chat.update
     assert (status, body["stop"]["ok"]) == (200, True)
@@ -340,7 +271,7 @@ def test_a_stop_that_failed_is_told_with_its_answer_quoted_as_words(
     )
 
     # When an allowed user presses "Stop now"
-    _call(_request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock()), context)
+    _call(signed_request(press_payload(slack_api, OperatorAction.STOP_NOW), rt.clock()), context)
 
     # Then the message says who pressed and that the stop failed, the answer escaped (Slack's entities)
     (update,) = [body for path, body in slack_api.calls if path == "/api/chat.update"]
@@ -356,8 +287,8 @@ def test_stop_now_on_a_job_not_tagged_for_stops_changes_nothing(rt, endpoint, sl
     world.create_job("untagged-job", hosts=1)
 
     # When an allowed user presses "Stop now" on its alert
-    payload = _payload(slack_api, OperatorAction.STOP_NOW, job="untagged-job")
-    status, body = _call(_request(payload, rt.clock()), context)
+    payload = press_payload(slack_api, OperatorAction.STOP_NOW, job="untagged-job")
+    status, body = _call(signed_request(payload, rt.clock()), context)
 
     # Then the code refuses, as IAM would: the job runs on, nothing is written, and only the presser is told why
     assert (status, body["status"]) == (200, "not_permitted")
@@ -393,7 +324,7 @@ def test_a_snoozed_warning_is_not_followed_by_a_stop(rt, endpoint, slack_api, wo
     _warn(rt, world, context)
 
     # When an allowed user snoozes it for an hour, and the sweeper runs after the stop grace period
-    assert _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
+    assert _call(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
     rt.clock.advance(6 * MINUTE)
     sweeper.handler(scheduled_event(), context)
 
@@ -409,7 +340,7 @@ def test_not_stalled_makes_the_watchdog_warn_afresh_instead_of_stopping(
     _warn(rt, world, context)
 
     # When an allowed user says it is not stalled, and the sweeper runs after the stop grace period
-    assert _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[0] == 200
+    assert _call(signed_request(press_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[0] == 200
     rt.clock.advance(6 * MINUTE)
     summary = sweeper.handler(scheduled_event(), context)
 
@@ -423,7 +354,9 @@ def test_not_stalled_makes_the_watchdog_warn_afresh_instead_of_stopping(
 
 def test_bad_signature_is_rejected_and_changes_nothing(rt, endpoint, slack_api, world, context) -> None:
     # Given a request signed with another secret
-    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock(), secret="not-the-signing-secret")
+    event = signed_request(
+        press_payload(slack_api, OperatorAction.STOP_NOW), rt.clock(), secret="not-the-signing-secret"
+    )
 
     # When it reaches the endpoint
     status, body = _call(event, context)
@@ -436,8 +369,8 @@ def test_bad_signature_is_rejected_and_changes_nothing(rt, endpoint, slack_api, 
 
 def test_tampered_body_is_rejected(rt, endpoint, slack_api, context) -> None:
     # Given a validly signed "Snooze 1 h" whose body was changed to "Stop now" in flight
-    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
-    tampered = urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))})
+    event = signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    tampered = urlencode({"payload": json.dumps(press_payload(slack_api, OperatorAction.STOP_NOW))})
     event["body"] = base64.b64encode(tampered.encode()).decode()
 
     # When it reaches the endpoint; Then it is refused and nothing changes
@@ -447,7 +380,7 @@ def test_tampered_body_is_rejected(rt, endpoint, slack_api, context) -> None:
 
 def test_expired_timestamp_is_rejected_and_changes_nothing(rt, endpoint, slack_api, context) -> None:
     # Given a correctly signed request from six minutes ago
-    event = _request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock() - 360)
+    event = signed_request(press_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock() - 360)
 
     # When it reaches the endpoint
     status, body = _call(event, context)
@@ -460,7 +393,7 @@ def test_expired_timestamp_is_rejected_and_changes_nothing(rt, endpoint, slack_a
 
 def test_replayed_request_is_rejected_and_changes_nothing(rt, endpoint, slack_api, context) -> None:
     # Given a valid "Snooze 1 h" that was applied
-    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    event = signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
     assert _call(event, context)[0] == 200
     table, calls = _table(rt), list(slack_api.calls)
 
@@ -481,7 +414,9 @@ def test_user_off_the_allow_list_gets_an_ephemeral_not_allowed_and_changes_nothi
     _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
 
     # When the user presses "Stop now"
-    status, body = _call(_request(_payload(slack_api, OperatorAction.STOP_NOW, user=STRANGER), rt.clock()), context)
+    status, body = _call(
+        signed_request(press_payload(slack_api, OperatorAction.STOP_NOW, user=STRANGER), rt.clock()), context
+    )
 
     # Then only the user is told "not allowed"; the job runs on and nothing is written
     assert (status, body["status"]) == (200, "not_allowed")
@@ -496,7 +431,7 @@ def test_group_membership_is_cached_between_presses(rt, endpoint, slack_api, con
     # Given bot-token mode; When a stranger presses twice
     _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
     for action in (OperatorAction.SNOOZE_1H, OperatorAction.SNOOZE_4H):
-        _call(_request(_payload(slack_api, action, user=STRANGER), rt.clock()), context)
+        _call(signed_request(press_payload(slack_api, action, user=STRANGER), rt.clock()), context)
 
     # Then the group's members were read from Slack once
     assert slack_api.paths().count("/api/usergroups.users.list") == 1
@@ -514,7 +449,7 @@ def test_malformed_payload_is_rejected_and_changes_nothing(
     rt, endpoint, slack_api, context, raw_body: str, error: str
 ) -> None:
     # Given a correctly signed request whose payload is not a button press
-    event = _request(None, rt.clock(), raw_body=raw_body)
+    event = signed_request(None, rt.clock(), raw_body=raw_body)
 
     # When it reaches the endpoint
     status, body = _call(event, context)
@@ -527,11 +462,11 @@ def test_malformed_payload_is_rejected_and_changes_nothing(
 
 def test_unknown_button_is_rejected(rt, endpoint, slack_api, context) -> None:
     # Given a signed press of a button Stallwatch does not have
-    payload = _payload(slack_api, OperatorAction.SNOOZE_1H)
+    payload = press_payload(slack_api, OperatorAction.SNOOZE_1H)
     payload["actions"][0]["action_id"] = "stallwatch_delete_everything"
 
     # When it reaches the endpoint; Then it is refused, naming the action id, and nothing changes
-    status, body = _call(_request(payload, rt.clock()), context)
+    status, body = _call(signed_request(payload, rt.clock()), context)
     assert status == 400
     assert "action_id" in body["error"]
     assert (_table(rt), slack_api.calls) == ([], [])
@@ -586,7 +521,7 @@ def test_odd_signature_headers_get_a_401_and_change_nothing(
     rt, endpoint, slack_api, world, context, header: str, value: str
 ) -> None:
     # Given a valid request whose header was replaced by hostile bytes
-    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+    event = signed_request(press_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
     event["headers"][header] = value
 
     # When it reaches the endpoint, Then it is refused as unauthenticated, and nothing changes
@@ -599,7 +534,7 @@ def test_odd_signature_headers_get_a_401_and_change_nothing(
 @pytest.mark.parametrize("body", [b"\xff\xfe\x00payload=", b"payload=" + b"\x80" * 10_000, b"x" * 1_000_000])
 def test_unsigned_bodies_of_any_bytes_and_size_get_a_401(rt, endpoint, slack_api, context, body: bytes) -> None:
     # Given a request carrying arbitrary bytes, signed with another secret
-    event = _request(None, rt.clock(), secret="not-the-signing-secret", raw_body="")
+    event = signed_request(None, rt.clock(), secret="not-the-signing-secret", raw_body="")
     event["body"] = base64.b64encode(body).decode()
 
     # When it reaches the endpoint, Then 401 and nothing changes
@@ -612,7 +547,7 @@ def test_a_validly_signed_body_that_is_not_utf8_is_malformed(rt, endpoint, slack
     ts = str(int(rt.clock()))
     raw = b"payload=\xff"
     digest = hmac.new(SIGNING_SECRET.encode(), b"v0:" + ts.encode() + b":" + raw, hashlib.sha256).hexdigest()
-    event = _request(None, rt.clock(), raw_body="")
+    event = signed_request(None, rt.clock(), raw_body="")
     event["headers"].update({"x-slack-request-timestamp": ts, "x-slack-signature": f"v0={digest}"})
     event["body"] = base64.b64encode(raw).decode()
 
@@ -625,7 +560,7 @@ def test_a_validly_signed_body_that_is_not_utf8_is_malformed(rt, endpoint, slack
 @pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
 def test_only_post_is_accepted(rt, endpoint, slack_api, world, context, method: str) -> None:
     # Given a correctly signed "Stop now" sent with another method
-    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+    event = signed_request(press_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
     event["requestContext"]["http"]["method"] = method
 
     # When it reaches the endpoint, Then 405 and nothing changes
@@ -656,7 +591,9 @@ def test_a_button_for_a_job_in_another_region_changes_nothing(rt, endpoint, slac
     )
 
     # When an allowed user presses "Snooze 4 h" on a button naming it
-    status, body = _call(_request(_payload(slack_api, OperatorAction.SNOOZE_4H, job="west-job"), rt.clock()), context)
+    status, body = _call(
+        signed_request(press_payload(slack_api, OperatorAction.SNOOZE_4H, job="west-job"), rt.clock()), context
+    )
 
     # Then nothing is written and only the presser is told why
     assert (status, body["status"]) == (200, "not_watched")
@@ -666,13 +603,13 @@ def test_a_button_for_a_job_in_another_region_changes_nothing(rt, endpoint, slac
 
 def test_a_button_naming_another_accounts_job_arn_is_refused(rt, endpoint, slack_api, context) -> None:
     # Given a button value carrying another account's training job ARN instead of a job name
-    payload = _payload(slack_api, OperatorAction.NOT_STALLED)
+    payload = press_payload(slack_api, OperatorAction.NOT_STALLED)
     value = json.loads(payload["actions"][0]["value"])
     value["job"] = "arn:aws:sagemaker:us-east-1:999999999999:training-job/llama"
     payload["actions"][0]["value"] = json.dumps(value)
 
     # When it reaches the endpoint, Then it is malformed and nothing changes
-    status, body = _call(_request(payload, rt.clock()), context)
+    status, body = _call(signed_request(payload, rt.clock()), context)
     assert status == 400
     assert "not a sagemaker job name" in body["error"]
     assert (_table(rt), slack_api.calls) == ([], [])
@@ -680,10 +617,10 @@ def test_a_button_naming_another_accounts_job_arn_is_refused(rt, endpoint, slack
 
 def test_a_button_of_another_deployment_changes_nothing(rt, endpoint, slack_api, context) -> None:
     # Given an alert posted by another Stallwatch deployment (another table) about a job of the same name
-    payload = _payload(slack_api, OperatorAction.SNOOZE_1H, deployment=deployment_id("us-east-1", "other-table"))
+    payload = press_payload(slack_api, OperatorAction.SNOOZE_1H, deployment=deployment_id("us-east-1", "other-table"))
 
     # When an allowed user presses its "Snooze 1 h", Then nothing is written
-    status, body = _call(_request(payload, rt.clock()), context)
+    status, body = _call(signed_request(payload, rt.clock()), context)
     assert (status, body["status"]) == (200, "not_watched")
     assert "another Stallwatch deployment" in _ephemeral(slack_api)
     assert _job_items(rt) == []
@@ -696,7 +633,7 @@ def test_a_button_for_a_job_that_ended_and_is_not_in_the_table_changes_nothing(
     moto_sagemaker.set_training_job_status(JOB, "Completed", "Completed")
 
     # When an allowed user presses "Not stalled", Then no state item is created
-    status, body = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+    status, body = _call(signed_request(press_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
     assert (status, body["status"]) == (200, "not_watched")
     assert _job_items(rt) == []
 
@@ -706,13 +643,13 @@ def test_a_button_for_a_job_that_ended_and_is_not_in_the_table_changes_nothing(
 
 def test_not_stalled_pressed_twice_on_one_alert_doubles_the_thresholds_once(rt, endpoint, slack_api, context) -> None:
     # Given an alert on which "Not stalled" was pressed
-    assert _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[1]["status"] == (
-        "applied"
-    )
+    assert _call(signed_request(press_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)[1][
+        "status"
+    ] == ("applied")
 
     # When it is pressed again a few seconds later (a new, validly signed request)
     rt.clock.advance(5)
-    status, body = _call(_request(_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
+    status, body = _call(signed_request(press_payload(slack_api, OperatorAction.NOT_STALLED), rt.clock()), context)
 
     # Then the second press does nothing new: the thresholds are doubled once, one audit record
     assert (status, body["status"]) == (200, "already_applied")
@@ -721,8 +658,8 @@ def test_not_stalled_pressed_twice_on_one_alert_doubles_the_thresholds_once(rt, 
     assert "already pressed" in slack_api.calls[-1][1]["text"]
 
     # And the same button on a newer alert of the job acts again
-    payload = _payload(slack_api, OperatorAction.NOT_STALLED, message_ts="1764500400.000200")
-    assert _call(_request(payload, rt.clock()), context)[1]["status"] == "applied"
+    payload = press_payload(slack_api, OperatorAction.NOT_STALLED, message_ts="1764500400.000200")
+    assert _call(signed_request(payload, rt.clock()), context)[1]["status"] == "applied"
     assert _state(rt).threshold_factor == 4.0
 
 
@@ -732,7 +669,7 @@ def test_when_a_snooze_ends_a_fresh_warning_comes_before_any_stop(rt, endpoint, 
     _seed_hang(world, end_min=-75)
     alarm = alarms.alarm_name(rt.config.alarm_prefix, "sagemaker", JOB, alarms.PROGRESS, None)
     assert on_alarm.handler(alarm_event(alarm), context)["action"] == "warn"
-    assert _call(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
+    assert _call(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)[0] == 200
 
     # When the snooze has ended and the sweeper runs
     rt.clock.advance(61 * MINUTE)
@@ -748,7 +685,7 @@ def test_when_a_snooze_ends_a_fresh_warning_comes_before_any_stop(rt, endpoint, 
 
 def test_slack_gets_its_answer_before_the_work_is_done(rt, endpoint, slack_api, world, context) -> None:
     # Given a valid "Stop now"
-    event = _request(_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
+    event = signed_request(press_payload(slack_api, OperatorAction.STOP_NOW), rt.clock())
 
     # When Slack's request is answered
     status, body = _answer(event, context)
@@ -777,7 +714,7 @@ def test_the_press_is_handed_to_an_async_invocation_of_the_same_function(rt, end
 
     # When a valid press arrives
     with stubber:
-        event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+        event = signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
         status, body = _answer(event, LambdaContext())
 
     # Then it was handed on with one asynchronous Invoke, carrying the signed request
@@ -793,7 +730,7 @@ def test_a_press_that_cannot_be_handed_on_is_applied_at_once(rt, endpoint, slack
     endpoint.defer = refuse
 
     # When a valid press arrives, Then it is applied in the request itself rather than lost
-    status, body = _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    status, body = _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     assert (status, body["status"]) == (200, "applied")
     assert _state(rt).snoozed_until == pytest.approx(rt.clock() + 3600)
 
@@ -801,7 +738,7 @@ def test_a_press_that_cannot_be_handed_on_is_applied_at_once(rt, endpoint, slack
 def test_a_deferred_press_is_verified_again(rt, endpoint, slack_api, context) -> None:
     # Given an async event that was not signed by Slack (only this function may invoke itself; still never trusted)
     forged = DeferredPress(
-        body=urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))}),
+        body=urlencode({"payload": json.dumps(press_payload(slack_api, OperatorAction.STOP_NOW))}),
         timestamp=str(int(rt.clock())),
         signature="v0=" + "0" * 64,
     )
@@ -814,7 +751,7 @@ def test_a_deferred_press_is_verified_again(rt, endpoint, slack_api, context) ->
 
 def test_a_signed_body_too_large_to_hand_on_is_refused(rt, endpoint, slack_api, context) -> None:
     # Given a correctly signed request larger than an asynchronous invocation may carry
-    event = _request(None, rt.clock(), raw_body="payload=" + "x" * interactions.DEFERRED_BODY_MAX)
+    event = signed_request(None, rt.clock(), raw_body="payload=" + "x" * interactions.DEFERRED_BODY_MAX)
 
     # When it reaches the endpoint, Then 413 and nothing changes
     assert _call(event, context)[0] == 413
@@ -829,8 +766,8 @@ def test_a_button_for_a_running_instance_not_tagged_for_monitoring_changes_nothi
     instance_id = instance["Instances"][0]["InstanceId"]
 
     # When an allowed user presses "Snooze 1 h" on a button naming it
-    payload = _payload(slack_api, OperatorAction.SNOOZE_1H, job=instance_id, platform=Platform.EC2)
-    status, body = _call(_request(payload, rt.clock()), context)
+    payload = press_payload(slack_api, OperatorAction.SNOOZE_1H, job=instance_id, platform=Platform.EC2)
+    status, body = _call(signed_request(payload, rt.clock()), context)
 
     # Then nothing is written
     assert (status, body["status"]) == (200, "not_watched")
@@ -839,7 +776,7 @@ def test_a_button_for_a_running_instance_not_tagged_for_monitoring_changes_nothi
 
 def test_a_plain_text_body_with_lone_surrogates_gets_a_401(rt, endpoint, slack_api, context) -> None:
     # Given a Function URL event whose body is not base64-encoded and holds code points UTF-8 cannot encode
-    event = _request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
+    event = signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock())
     event.update(body="payload=\ud800", isBase64Encoded=False)
 
     # When it reaches the endpoint, Then 401 and nothing changes
@@ -931,7 +868,10 @@ def _failing_press(rt, endpoint, slack_api, context, monkeypatch, action=Operato
         )
 
     monkeypatch.setattr(rt.states, "change_state", throttled)
-    assert _answer(_request(_payload(slack_api, action), rt.clock()), context) == (200, {"status": "accepted"})
+    assert _answer(signed_request(press_payload(slack_api, action), rt.clock()), context) == (
+        200,
+        {"status": "accepted"},
+    )
     (press,) = endpoint.defer.__self__
     event = {DEFERRED_EVENT_KEY: press.model_dump()}
     for _ in range(3):  # the first try and Lambda's two retries
@@ -973,7 +913,7 @@ def test_a_press_that_waited_too_long_is_posted_back_in_the_alerts_thread_in_bot
 ) -> None:
     # Given bot mode, and a press Lambda dropped from its queue unrun (the function throttled past the event's age)
     _use_secret(rt, bot_token=BOT_TOKEN, channel=CHANNEL, signing_secret=SIGNING_SECRET)
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
 
@@ -990,7 +930,7 @@ def test_a_press_that_waited_too_long_is_posted_back_in_the_alerts_thread_in_bot
 
 def test_a_failed_press_is_posted_back_with_lambdas_words_quoted_as_words(rt, endpoint, slack_api, context) -> None:
     # Given a press Lambda gave up on, its record naming a condition and an error type that quote Slack markup
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "<!channel>")
     record["responsePayload"] = {"errorType": "<https://evil.example|Snooze 1 h>"}
@@ -1007,7 +947,7 @@ def test_a_failed_press_is_posted_back_with_lambdas_words_quoted_as_words(rt, en
 
 def test_a_failed_press_delivered_twice_is_posted_back_once(rt, endpoint, slack_api, context) -> None:
     # Given a press Lambda gave up on, its record on the queue
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
 
@@ -1025,7 +965,7 @@ def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
     rt, endpoint, slack_api, context, monkeypatch
 ) -> None:
     # Given a failed press whose first post back fails (Slack down), and one whose invocation died holding its claim
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
     down = {"ok": False, "detail": "response_url: ConnectionRefusedError"}
@@ -1038,7 +978,7 @@ def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
     assert len(slack_api.calls) == 1
 
     # And a claim left by an invocation that died is taken over once it has run out
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_4H), rt.clock()), context)
     (second,) = endpoint.defer.__self__[1:]
     PressReports(rt.store).claim(second.signature, rt.clock(), interactions.REPORT_CLAIM_SECONDS)
     later = _invocation_record({DEFERRED_EVENT_KEY: second.model_dump()}, None, "EventAgeExceeded")
@@ -1053,7 +993,7 @@ def test_a_failed_press_is_still_posted_back_when_the_table_cannot_claim_it(
     rt, endpoint, slack_api, context, monkeypatch
 ) -> None:
     # Given a press Lambda gave up on because the table was throttled, and the table still throttled
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     record = _invocation_record({DEFERRED_EVENT_KEY: press.model_dump()}, None, "EventAgeExceeded")
 
@@ -1090,7 +1030,7 @@ def test_a_failed_press_slack_did_not_sign_is_counted_but_not_posted(
     # Given a record whose press was never signed by Slack (only this function's failures reach the queue; still
     # never trusted)
     forged = DeferredPress(
-        body=urlencode({"payload": json.dumps(_payload(slack_api, OperatorAction.STOP_NOW))}),
+        body=urlencode({"payload": json.dumps(press_payload(slack_api, OperatorAction.STOP_NOW))}),
         timestamp=str(int(rt.clock())),
         signature="v0=" + "0" * 64,
     )
@@ -1104,7 +1044,7 @@ def test_a_failed_press_slack_did_not_sign_is_counted_but_not_posted(
 
 def test_a_press_retried_after_slacks_five_minutes_is_still_applied(rt, endpoint, slack_api, context) -> None:
     # Given a press whose deferred invocation Lambda retries 8 minutes after Slack signed it (a throttled function)
-    _answer(_request(_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
+    _answer(signed_request(press_payload(slack_api, OperatorAction.SNOOZE_1H), rt.clock()), context)
     (press,) = endpoint.defer.__self__
     rt.clock.advance(8 * MINUTE)
 

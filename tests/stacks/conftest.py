@@ -51,6 +51,23 @@ def template(stack: StallwatchStack) -> Template:
     return Template.from_stack(stack)
 
 
+# A team with a Slurm cluster: the default deployment, Slurm watched too (it is off until one is set up).
+SLURM_WATCHED = {"platforms": {"slurm": {"monitor": True}}}
+
+
+@pytest.fixture(scope="session")
+def slurm_stack(tmp_path_factory: pytest.TempPathFactory) -> StallwatchStack:
+    """The default deployment with `platforms.slurm.monitor`, synthesized once (synth raises on a nag finding)."""
+    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"), stallwatch=SLURM_WATCHED)
+    app.synth()
+    return stack
+
+
+@pytest.fixture(scope="session")
+def slurm_template(slurm_stack: StallwatchStack) -> Template:
+    return Template.from_stack(slurm_stack)
+
+
 def iam_statements(template: Template) -> list[dict[str, Any]]:
     """Every statement of every identity policy in the template."""
     policies = template.find_resources("AWS::IAM::Policy")

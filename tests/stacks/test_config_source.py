@@ -64,6 +64,12 @@ def test_context_given_on_the_command_line_is_json() -> None:
             "stallwatch.slack.reserved_concurrency: Input should be less than or equal to 100",
         ),
         ({"stallwatch": {"unknown": 1}}, "stallwatch.unknown: Extra inputs are not permitted"),
+        (
+            {"stallwatch": {"platforms": {"slurm": {"monitor": "maybe"}}}},
+            "stallwatch.platforms.slurm.monitor: Input should be a valid boolean",
+        ),
+        ({"stallwatch": {"platforms": {"k8s": {}}}}, "stallwatch.platforms.k8s: Extra inputs are not permitted"),
+        ({"stallwatch": {"policy": {"monitor_slurm": "maybe"}}}, "policy.monitor_slurm: expected true or false"),
         ({"stallwatch": "{not json"}, "context 'stallwatch': not valid JSON"),
         ({"stallwatch:config-file": "/nonexistent/stallwatch.json"}, "stallwatch:config-file: cannot read"),
         ({"stallwatch:bundle-dependencies": "maybe"}, "stallwatch:bundle-dependencies: expected true or false"),

@@ -68,7 +68,7 @@ def test_the_function_only_reads_jobs_and_logs_and_writes_its_own_items(
 
 
 def test_a_deployment_watching_sagemaker_only_has_no_health_event_function(tmp_path: Path) -> None:
-    _, [stack] = build_app(tmp_path, stallwatch={"policy": {"monitor_ec2": False, "monitor_slurm": False}})
+    _, [stack] = build_app(tmp_path, stallwatch={"platforms": {"ec2": {"monitor": False}}})
     handlers = {
         f["Properties"]["Handler"] for f in Template.from_stack(stack).find_resources("AWS::Lambda::Function").values()
     }

@@ -8,7 +8,8 @@ from typing import Any
 
 from aws_cdk.assertions import Template
 
-from stacks.permissions import STOP_INSTANCES, STOP_TRAINING_JOB
+from stacks.platforms.ec2 import STOP_INSTANCES
+from stacks.platforms.sagemaker import STOP_TRAINING_JOB
 from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 
 from .conftest import as_list, build_app, iam_statements
@@ -78,7 +79,8 @@ def test_without_stop_requires_tag_stops_are_unconditioned_and_only_enabled_plat
 ) -> None:
     # Given a policy that allows stopping any job and watches SageMaker only
     config = {
-        "policy": {"stop_requires_tag": False, "monitor_ec2": False, "monitor_slurm": False},
+        "policy": {"stop_requires_tag": False},
+        "platforms": {"ec2": {"monitor": False}},
         "alarm_prefix": "sw-",
     }
     # When the app is synthesized
@@ -141,16 +143,22 @@ def test_ec2_training_instances_get_a_managed_policy_with_its_arn_as_an_output(t
     assert "Ref" in output["Value"]
 
 
-def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(template: Template) -> None:
-    # (and, with Slurm, HyperPod clusters' groups: their health agents' lines)
-    reads = [s for s in iam_statements(template) if _grants(s, "logs:FilterLogEvents")]
-    resources = {r["Fn::Join"][1][-1] for s in reads for r in as_list(s["Resource"])}
-    assert resources == {
+def test_the_functions_read_ec2_training_logs_from_the_configured_group_only(
+    template: Template, slurm_template: Template
+) -> None:
+    def reads(found: Template) -> set[str]:
+        statements = [s for s in iam_statements(found) if _grants(s, "logs:FilterLogEvents")]
+        return {r["Fn::Join"][1][-1] for s in statements for r in as_list(s["Resource"])}
+
+    training = {
         ":log-group:/aws/sagemaker/TrainingJobs:*",
         ":log-group:/stallwatch/ec2:*",
         ":log-group:/stallwatch/ec2/*:*",
-        ":log-group:/aws/sagemaker/Clusters/*",
     }
+    assert reads(template) == training
+    # and, with Slurm, its jobs' group and HyperPod clusters' groups (their health agents' lines)
+    slurm = {":log-group:/stallwatch/ec2/slurm:*", ":log-group:/aws/sagemaker/Clusters/*"}
+    assert reads(slurm_template) == training | slurm
 
 
 def test_logs_insights_queries_and_their_results_are_granted_on_the_training_log_group_only(template: Template) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_cdk.assertions import Match, Template
 
-from stacks.log_subscriptions import CUSTOM_RESOURCE_TYPE, SUBSCRIPTION_ACTIONS
+from stacks.platforms.sagemaker import CUSTOM_RESOURCE_TYPE, SUBSCRIPTION_ACTIONS
 from stacks.stallwatch_stack import StallwatchStack
 from stallwatch.core import log_patterns
 from stallwatch.core.config import EC2_LOG_GROUP, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
@@ -18,7 +18,7 @@ from .conftest import as_list, build_app, logical_id
 
 FILTER = "stallwatch-fatal-lines"
 PATTERN = StallwatchConfig().policy.fatal_filter_pattern  # the fatal lines and the agent's stall record
-SLURM_GROUP = StallwatchConfig().slurm_log_group
+SLURM_GROUP = StallwatchConfig().log_group("slurm")
 
 
 def _group_arn(group: str) -> dict[str, Any]:
@@ -42,6 +42,11 @@ def _arn(logical: str) -> dict[str, Any]:
     return {"Fn::GetAtt": [logical, "Arn"]}
 
 
+def _subscriber(stack: StallwatchStack) -> Any:
+    """The SageMaker group's custom resource's function."""
+    return stack.platforms["sagemaker"].subscriber  # type: ignore[attr-defined]
+
+
 def _role_statements(template: Template, role: str) -> list[dict[str, Any]]:
     return [
         s
@@ -52,11 +57,13 @@ def _role_statements(template: Template, role: str) -> list[dict[str, Any]]:
 
 
 def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
-    template: Template, stack: StallwatchStack
+    slurm_template: Template, slurm_stack: StallwatchStack
 ) -> None:
+    template, stack = slurm_template, slurm_stack
     found = template.find_resources("AWS::Logs::SubscriptionFilter").values()
     filters = {f["Properties"]["LogGroupName"]["Ref"]: f for f in found}
-    groups = {logical_id(stack.ec2_training.log_group): EC2_LOG_GROUP, logical_id(stack.slurm.log_group): SLURM_GROUP}
+    slurm_group = stack.platforms["slurm"].actions.log_group  # type: ignore[attr-defined]
+    groups = {logical_id(stack.ec2_training.log_group): EC2_LOG_GROUP, logical_id(slurm_group): SLURM_GROUP}
     assert set(filters) == set(groups)
     for group, name in groups.items():
         assert filters[group]["Properties"] == {
@@ -73,8 +80,9 @@ def test_the_ec2_and_slurm_groups_send_their_fatal_lines_to_on_log_line(
 
 
 def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_this_account(
-    template: Template, stack: StallwatchStack
+    slurm_template: Template, slurm_stack: StallwatchStack
 ) -> None:
+    template, stack = slurm_template, slurm_stack
     permissions = [
         p["Properties"]
         for p in template.find_resources("AWS::Lambda::Permission").values()
@@ -90,13 +98,16 @@ def test_cloudwatch_logs_may_invoke_on_log_line_only_for_the_three_groups_of_thi
 
 
 def test_on_log_line_may_act_on_hyperpod_nodes_only_where_the_slurm_group_is_subscribed(
-    template: Template, stack: StallwatchStack, tmp_path: Path
+    slurm_template: Template, slurm_stack: StallwatchStack, tmp_path: Path
 ) -> None:
+    template, stack = slurm_template, slurm_stack
+
     def sends(template: Template, role: str) -> bool:
         return any(s.get("Sid") == "HyperPodClusterNodes" for s in _role_statements(template, role))
 
     assert sends(template, logical_id(stack.watchdog.on_log_line.role))
-    _, [unsubscribed] = build_app(tmp_path, stallwatch={"log_subscriptions": {"slurm": False}})
+    slurm = {"monitor": True, "log_subscription": False}
+    _, [unsubscribed] = build_app(tmp_path, stallwatch={"platforms": {"slurm": slurm}})
     other = Template.from_stack(unsubscribed)
     assert not sends(other, logical_id(unsubscribed.watchdog.on_log_line.role))
     assert sends(other, logical_id(unsubscribed.watchdog.on_alarm.role))
@@ -108,7 +119,7 @@ def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_pe
 ) -> None:
     [resource] = template.find_resources(CUSTOM_RESOURCE_TYPE).values()
     assert resource["Properties"] == {
-        "ServiceToken": _arn(logical_id(stack.log_subscriptions.subscriber)),
+        "ServiceToken": _arn(logical_id(_subscriber(stack))),
         "LogGroupName": SAGEMAKER_LOG_GROUP,
         "FilterName": FILTER,
         "FilterPattern": PATTERN,
@@ -128,7 +139,7 @@ def test_sagemakers_shared_group_is_subscribed_by_a_custom_resource_after_its_pe
 def test_the_custom_resources_function_may_only_manage_subscriptions_of_sagemakers_group(
     template: Template, stack: StallwatchStack
 ) -> None:
-    role = logical_id(stack.log_subscriptions.subscriber.role)
+    role = logical_id(_subscriber(stack).role)
     statements = _role_statements(template, role)
     [subscribe] = [s for s in statements if s.get("Sid") == "SubscribeSageMakerLogGroup"]
     assert sorted(as_list(subscribe["Action"])) == sorted(SUBSCRIPTION_ACTIONS)
@@ -164,7 +175,7 @@ def test_on_log_line_decides_like_on_alarm_and_needs_no_alarm_or_subscription_ri
 
 def test_subscriptions_switched_off_leave_no_filter_permission_or_custom_resource(tmp_path: Path) -> None:
     # Given a deployment that subscribes no group
-    unsubscribed = {"log_subscriptions": {"sagemaker": False, "ec2": False, "slurm": False}}
+    unsubscribed = {"platforms": {name: {"log_subscription": False} for name in ("sagemaker", "ec2", "slurm")}}
     _, [stack] = build_app(tmp_path, stallwatch=unsubscribed)
     template = Template.from_stack(stack)
     # Then on_log_line stays (idle), and nothing sends it lines
@@ -175,4 +186,4 @@ def test_subscriptions_switched_off_leave_no_filter_permission_or_custom_resourc
         for p in template.find_resources("AWS::Lambda::Permission").values()
         if p["Properties"]["Principal"] == "logs.amazonaws.com"
     ]
-    assert stack.log_subscriptions.subscriber is None
+    assert stack.platforms["sagemaker"].subscriber is None  # type: ignore[attr-defined]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from aws_cdk.assertions import Template
 
-from stacks.recovery import HEALTH_CHECK_FILE, RESTART_FILE, document_content
+from stacks.documents import document_content
+from stacks.platforms.ec2_recovery import HEALTH_CHECK_FILE, RESTART_FILE
 from stallwatch.core.config import HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV
 
 from .conftest import as_list, iam_statements
@@ -31,8 +33,9 @@ def _document_refs(statement: dict[str, Any]) -> set[str]:
     return refs
 
 
-def test_the_stack_creates_its_command_documents_from_deploy_ssm(template: Template) -> None:
-    documents = _documents(template)
+@pytest.mark.parametrize("watched", ["template", "slurm_template"])  # Slurm adds none: its runner pulls its commands
+def test_the_stack_creates_its_command_documents_from_deploy_ssm(watched: str, request: pytest.FixtureRequest) -> None:
+    documents = _documents(request.getfixturevalue(watched))
     files = (HEALTH_CHECK_FILE, RESTART_FILE)
     assert len(documents) == len(files)
     contents = [d["Properties"]["Content"] for d in documents.values()]
@@ -127,9 +130,11 @@ def test_the_deciding_functions_find_the_documents_in_their_environment(template
 # ---- Slurm: no document, no SendCommand to a controller ---------------------------------------------------------
 
 
-def test_slurm_jobs_are_stopped_through_the_runner_never_by_a_command_sent_to_an_instance(template: Template) -> None:
+def test_slurm_jobs_are_stopped_through_the_runner_never_by_a_command_sent_to_an_instance(
+    slurm_template: Template,
+) -> None:
     """The runner pulls its commands (the table): no function may send a command to any instance but those tagged
-    stallwatch:recover=restart (recovery in place)."""
-    statements = [s for s in iam_statements(template) if _grants(s, "ssm:SendCommand") and not _document_refs(s)]
+    stallwatch:recover=restart (recovery in place), Slurm watched or not."""
+    statements = [s for s in iam_statements(slurm_template) if _grants(s, "ssm:SendCommand") and not _document_refs(s)]
     assert statements
     assert all(s["Condition"] == OPTED_IN for s in statements)

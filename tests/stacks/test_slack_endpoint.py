@@ -15,7 +15,10 @@ from cdk_nag import AwsSolutionsChecks
 
 from stacks.bundling import lambda_code
 from stacks.constants import SLACK_INTERACTIONS_HANDLER
-from stacks.permissions import STOP_INSTANCES, STOP_OPT_IN_CONDITION, STOP_TRAINING_JOB, WatchdogPermissions
+from stacks.permissions import STOP_OPT_IN_CONDITION, WatchdogPermissions
+from stacks.platforms import watched
+from stacks.platforms.ec2 import STOP_INSTANCES
+from stacks.platforms.sagemaker import STOP_TRAINING_JOB
 from stacks.slack_endpoint import TABLE_ACTIONS, TABLE_LEADING_KEYS, SlackEndpoint
 from stacks.state_store import StateStore
 from stallwatch.aws.pending_stops import PENDING_STOP_PK
@@ -41,7 +44,7 @@ def _endpoint_stack(app: App, name: str, env: Environment | None = None) -> tupl
         config=CONFIG,
         table=StateStore(stack, "State").table,
         slack_secret=secretsmanager.Secret.from_secret_complete_arn(stack, "SlackSecret", SECRET_ARN),
-        job_statements=WatchdogPermissions(stack, CONFIG).slack_interactions(),
+        job_statements=WatchdogPermissions(stack, CONFIG, watched(stack, CONFIG)).slack_interactions(),
         dead_letter_queue=sqs.Queue(stack, "DeadLetters", enforce_ssl=True),
     )
     return stack, endpoint

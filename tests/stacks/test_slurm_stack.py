@@ -22,7 +22,7 @@ SLURM_AGENT_CONFIG = Path(__file__).parents[2] / "deploy" / "slurm" / "cloudwatc
 
 @pytest.fixture(scope="module")
 def slurm_only(tmp_path_factory: pytest.TempPathFactory) -> Template:
-    config = {"policy": {"monitor_sagemaker": False, "monitor_ec2": False}}
+    config = {"platforms": {"sagemaker": {"monitor": False}, "ec2": {"monitor": False}, "slurm": {"monitor": True}}}
     _, [stack] = build_app(Path(tmp_path_factory.mktemp("slurm-only")), stallwatch=config)
     return Template.from_stack(stack)
 
@@ -37,7 +37,10 @@ def _rule_targets(template: Template, source: str) -> list[str]:
     ]
 
 
-def test_slurm_job_events_reach_on_job_state_from_a_bus_only_the_controllers_may_put_on(template: Template) -> None:
+def test_slurm_job_events_reach_on_job_state_from_a_bus_only_the_controllers_may_put_on(
+    slurm_template: Template,
+) -> None:
+    template = slurm_template
     # The rule listens on the stack's Slurm bus, not the default one
     [(rule, pattern)] = [
         (r["Properties"], r["Properties"]["EventPattern"])
@@ -67,7 +70,8 @@ def test_slurm_job_events_reach_on_job_state_from_a_bus_only_the_controllers_may
     assert "SlurmEventBusName" in template.find_outputs("*")
 
 
-def test_the_controllers_policy_lets_the_runner_read_and_answer_only_its_commands(template: Template) -> None:
+def test_the_controllers_policy_lets_the_runner_read_and_answer_only_its_commands(slurm_template: Template) -> None:
+    template = slurm_template
     [policy] = [
         p["Properties"]
         for p in template.find_resources("AWS::IAM::ManagedPolicy").values()
@@ -83,7 +87,8 @@ def test_the_controllers_policy_lets_the_runner_read_and_answer_only_its_command
     assert statements["PutSlurmJobEvents"]["Condition"] == {"StringEquals": {"events:source": SLURM_EVENT_SOURCE}}
 
 
-def test_hyperpod_node_health_events_reach_on_job_state(template: Template) -> None:
+def test_hyperpod_node_health_events_reach_on_job_state(slurm_template: Template) -> None:
+    template = slurm_template
     rules = [
         r["Properties"]
         for r in template.find_resources("AWS::Events::Rule").values()
@@ -94,7 +99,8 @@ def test_hyperpod_node_health_events_reach_on_job_state(template: Template) -> N
     assert rules[0]["Targets"][0]["Arn"]["Fn::GetAtt"][0].startswith("WatchdogOnJobState")
 
 
-def test_the_slurm_log_group_is_made_under_the_ec2_group_and_named_as_an_output(template: Template) -> None:
+def test_the_slurm_log_group_is_made_under_the_ec2_group_and_named_as_an_output(slurm_template: Template) -> None:
+    template = slurm_template
     groups = [g["Properties"].get("LogGroupName") for g in template.find_resources("AWS::Logs::LogGroup").values()]
     assert "/stallwatch/ec2/slurm" in groups  # the deployment's EC2 group is /stallwatch/ec2
     assert "SlurmLogGroup" in template.find_outputs("*")
@@ -132,6 +138,30 @@ def test_a_slurm_only_deployment_grants_the_slurm_reads_and_nothing_of_the_other
         if "SageMaker Training Job State Change" in (r["Properties"].get("EventPattern") or {}).get("detail-type", [])
     ]
     assert training_jobs == _rule_targets(slurm_only, "aws.ec2") == []
+
+
+def test_a_team_without_slurm_gets_nothing_of_it_by_default(template: Template) -> None:
+    # Given the default deployment (Slurm is off until a cluster is set up: `platforms.slurm.monitor`)
+    resources = template.to_json()["Resources"]
+    # Then no rule, document, log group, grant or output is Slurm's
+    assert _rule_targets(template, SLURM_EVENT_SOURCE) == []
+    assert not [k for k in resources if "Slurm" in k]
+    assert not [s for s in iam_statements(template) if "Slurm" in s.get("Sid", "")]
+    assert not [o for o in template.find_outputs("*") if "Slurm" in o]
+    groups = [g["Properties"].get("LogGroupName") for g in template.find_resources("AWS::Logs::LogGroup").values()]
+    assert "/stallwatch/ec2/slurm" not in groups
+
+
+def test_last_releases_keys_still_synthesize_the_same_stack(slurm_template: Template, tmp_path: Path) -> None:
+    # Given last release's config keys for Slurm (read for one release, with a warning)
+    with pytest.warns(FutureWarning, match="write platforms.slurm.monitor"):
+        _, [stack] = build_app(tmp_path, stallwatch={"policy": {"monitor_slurm": True}})
+    # Then the stack is the one the new key makes
+    old, new = Template.from_stack(stack).to_json()["Resources"], slurm_template.to_json()["Resources"]
+    assert set(old) == set(new)
+    assert {k: v for k, v in old.items() if v["Type"] == "AWS::IAM::Policy"} == {
+        k: v for k, v in new.items() if v["Type"] == "AWS::IAM::Policy"
+    }
 
 
 def test_the_slurm_nodes_may_write_only_streams_named_by_an_instance_never_every_stream_of_the_group(

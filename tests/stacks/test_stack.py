@@ -61,7 +61,7 @@ def test_six_arm64_python_functions_share_one_asset_and_the_environment(
     }
     assert len({json.dumps(f["Properties"]["Code"]) for f in functions.values()}) == 1
     on_alarm = logical_id(stack.watchdog.on_alarm)
-    subscriber = logical_id(stack.log_subscriptions.subscriber)
+    subscriber = logical_id(stack.platforms["sagemaker"].subscriber)  # type: ignore[attr-defined]
     for name, function in functions.items():
         if name == subscriber:
             continue

@@ -18,11 +18,9 @@ from stallwatch.core.platforms.interface import PlatformAdapter, StopResult
 from stallwatch.core.signals import JobFacts
 
 
-def stop(source: PlatformAdapter, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-    """Stop the job described by `facts` through its platform's adapter `source` (`at_fault`: the engine's stop
-    decision's hosts at fault, which a platform that requeues may keep the job off; None: a plain stop); never raises
-    for API errors."""
+def stop(source: PlatformAdapter, facts: JobFacts) -> StopResult:
+    """Stop the job described by `facts` through its platform's adapter `source`; never raises for API errors."""
     try:
-        return source.stop(facts, at_fault)
+        return source.stop(facts)
     except BotoCoreError as exc:  # endpoint unreachable, retries exhausted on connection errors
         return StopResult(ok=False, detail=str(api_error(exc)))

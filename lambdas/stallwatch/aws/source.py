@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar, get_args
 
 from stallwatch.aws.clients import AwsClients
 from stallwatch.aws.log_reads import HostLog
@@ -26,7 +26,16 @@ from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core import alarms, contract, stack_dumps
 from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.interface import JobChange, PlatformDescription, StopOutcome, StopResult
+from stallwatch.core.doctor_checks import Check, Probe, StackFound, rule_check
+from stallwatch.core.platforms.interface import (
+    JobChange,
+    PlatformDescription,
+    StopOutcome,
+    StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
+)
 from stallwatch.core.reading import (
     AGENT_STATISTICS,
     ERROR_LINES_PER_HOST,
@@ -79,6 +88,9 @@ class AwsSignalSource(ABC):
 
     platform: ClassVar[Platform]
     description: ClassVar[PlatformDescription]
+    # its EventBridge state-change event, or a union of them (`aws/platforms/<name>_events.py`)
+    state_event: ClassVar[Any]
+    state_rule: ClassVar[str]  # the doctor's name of the stack's rule of those events: "EC2 instance states rule"
 
     def __init__(
         self,
@@ -100,12 +112,35 @@ class AwsSignalSource(ABC):
         """What the platform says about the job; `JobNotFoundError` if it does not exist."""
 
     @abstractmethod
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """Stop the job; API errors are returned, never raised (`aws.actions.stop`)."""
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """No way back in place of the stop: the job is stopped (a platform whose way back replaces its stop, or is
+        it, overrides this)."""
+        reason = f"{self.description.label} jobs have no way back in place of their stop"
+        return WayBackResult(audited={"status": "not_recovered", "reason": reason}, reason=reason)
+
+    def continue_way_back(self, now: float, teller: Teller) -> list[dict[str, Any]]:
+        """No way back of several steps: nothing to continue."""
+        return []
+
+    def way_back_under_way(self, job: str) -> bool:
+        return False
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
         """How an asynchronous stop went: none is, where the platform's stop answers at once."""
         raise NotImplementedError(f"{self.platform} stops answer at once")
+
+    def iam_probes(self, region: str, account: str) -> list[Probe]:
+        """The doctor's IAM questions of the platform: none where it grants nothing under a tag."""
+        return []
+
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The doctor's checks of the platform: the stack's rule of its state-change events (its source, the event
+        model's), and a platform's own resources where it adds them."""
+        [source] = get_args(self.state_event.model_fields["source"].annotation)
+        yield rule_check(found, self.state_rule, source)
 
     def reconcile(self, now: float) -> list[JobChange]:
         """What the platform's own view says happened to its running jobs that no event told (none, where every
@@ -144,8 +179,7 @@ class AwsSignalSource(ABC):
     def job_of_log_stream(self, group: str, stream: str) -> str | None:
         """The watched job whose host writes `stream` in `group` (a subscription's delivery); None for a group not
         the platform's (`PlatformDescription.log_group`), a stream no job of it writes, or a platform not watched."""
-        watched = getattr(self.policy, self.description.monitor_setting)
-        if not watched or group != self.description.log_group(self.config):
+        if not self.config.watches(self.platform) or group != self.config.log_group(self.platform):
             return None
         return self._job_of_stream(stream)
 

@@ -6,7 +6,7 @@ registered: InvalidInstanceId) is returned, never raised, so the caller can fall
 
     sent = send(clients, document, ("i-0abc...", "i-0def..."), comment, timeout_s=120)
     sent.command_ids, sent.error            # ("3f1c...",), ""    or (), "InvalidInstanceId: ..."
-    answers = invocations(clients, sent.command_ids)        # node -> core.recovery.Invocation
+    answers = invocations(clients, sent.command_ids)        # node -> core.command_answers.Invocation
     command = find_command(clients, document, comment, since=t)   # one sent before its answer was lost
 """
 
@@ -20,13 +20,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from stallwatch.aws.api_errors import api_error
 from stallwatch.core import names
-from stallwatch.core.recovery import Invocation
+from stallwatch.core.command_answers import Invocation
 
 INSTANCES_PER_COMMAND = 50  # SendCommand InstanceIds
 INVOCATIONS_PER_PAGE = 50  # ListCommandInvocations MaxResults
 COMMENT_LIMIT = 100  # SendCommand Comment; a longer one is cut with a hash (`core.names`): a command is found by it
 # The document version sent: the stack gives a changed document a new version under the same name (UpdateMethod
-# NewVersion, stacks/recovery.py), so $LATEST is the deployed content and a command sent before is found by name.
+# NewVersion, stacks/documents.py), so $LATEST is the deployed content and a command sent before is found by name.
 LATEST = "$LATEST"
 
 

@@ -8,20 +8,33 @@ bad value fails synth with the field named; the Lambdas read it from their envir
 
 from __future__ import annotations
 
+import copy
 import re
+import warnings
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from stallwatch.core.platforms import DESCRIPTIONS
+from stallwatch.core.platforms.interface import PlatformSettings
 from stallwatch.core.policy import Policy
 from stallwatch.core.signals import Platform
 
 CONFIG_ENV = "STALLWATCH_CONFIG"
 # The console URL of the deployment's job dashboard, set by the stack: the end-of-run summary links to it.
 JOB_DASHBOARD_URL_ENV = "JOB_DASHBOARD_URL"
-# The names of the SSM documents of recovery in place (core.recovery): the stack creates them, the functions read them.
+# The names of the SSM documents of EC2's recovery in place: the stack creates them, the functions read them.
 HEALTH_CHECK_DOCUMENT_ENV = "HEALTH_CHECK_DOCUMENT"
 RESTART_DOCUMENT_ENV = "RESTART_DOCUMENT"
 # The incident/job-state table's schema: the stacks create it, `stallwatch.aws.store` reads and writes it.
@@ -50,7 +63,6 @@ ALARM_PREFIX_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,30}-$"
 HEALTH_ALARM_NAME_PART = "health-"
 # Where EC2 training logs are read (deploy/ec2/cloudwatch-agent.json ships them there, one stream per instance id).
 EC2_LOG_GROUP = "/stallwatch/ec2"
-SLURM_LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the EC2 group
 LOG_GROUP_PATTERN = r"^[.\-_/#A-Za-z0-9]{1,512}$"
 
 
@@ -112,24 +124,56 @@ class SlackConfig(BaseModel):
 FATAL_LINES_FILTER = "{deployment}-fatal-lines"
 
 
-class LogSubscriptions(BaseModel):
-    """The training log groups whose fatal lines wake the engine: a subscription filter on each sends its fatal lines
-    (`Policy.fatal_filter_pattern`) to on_log_line (docs/deploy.md, "Fatal lines wake the engine")."""
+class PlatformsSettings(BaseModel):
+    """`platforms:`, one sub-model per platform of the registry (`PlatformDescription.settings`), each under its name:
+    ``{"platforms": {"slurm": {"monitor": true}}}``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    sagemaker: bool = Field(
-        True,
-        description="Subscribe /aws/sagemaker/TrainingJobs, shared by every training job of the account and region: "
-        "created if absent, subscribed where one of its two subscription filter slots is free (a filter that is not "
-        "this deployment's is never removed; `stallwatch doctor` says which hold them).",
-    )
-    ec2: bool = Field(True, description="Subscribe `ec2_log_group` (the stack creates it).")
-    slurm: bool = Field(True, description="Subscribe the Slurm jobs' group under it (the stack creates it).")
+    def of(self, platform: Platform | str) -> PlatformSettings:
+        """The settings of `platform`."""
+        settings: PlatformSettings = getattr(self, Platform(platform).value)
+        return settings
 
-    def of(self, platform: Platform) -> bool:
-        """Whether the log group of `platform`'s jobs is subscribed."""
-        return bool(getattr(self, platform.value, False))
+
+Platforms = create_model(  # type: ignore[call-overload]
+    "Platforms",
+    __base__=PlatformsSettings,
+    __doc__=PlatformsSettings.__doc__,
+    **{
+        platform.value: (description.settings, Field(default_factory=description.settings))
+        for platform, description in DESCRIPTIONS.items()
+    },
+)
+# The keys each platform's settings had before `platforms:` (read for one release, with a warning): the policy's
+# `monitor_<platform>` and `log_subscriptions.<platform>`, by their new field.
+LEGACY_MONITOR = "monitor_{platform}"
+LEGACY_SUBSCRIPTIONS = "log_subscriptions"
+
+
+_BOOLEAN = TypeAdapter(bool)
+
+
+class DeprecatedSetting(FutureWarning):
+    """A config key read for one more release; the message says what to write instead."""
+
+
+def _moved(raw: dict[str, Any], old: str, platform: str, field: str, value: Any) -> None:
+    """Put the old key's `value` at `platforms.<platform>.<field>`, with a warning; an error where the new key says
+    otherwise, or the value is not a boolean (naming the old key)."""
+    new = f"platforms.{platform}.{field}"
+    try:
+        value = _BOOLEAN.validate_python(value)
+    except ValidationError:
+        raise ValueError(f"{old}: expected true or false, got {value!r} (deprecated: write {new})") from None
+    platforms = raw.setdefault("platforms", {})
+    settings = platforms.setdefault(platform, {}) if isinstance(platforms, dict) else None
+    if not isinstance(settings, dict):
+        return  # the new key's own validation names it
+    if field in settings and settings[field] != value:
+        raise ValueError(f"{old} ({value}) and {new} ({settings[field]}) disagree: keep {new} only")
+    settings[field] = value
+    warnings.warn(f"{old} is deprecated and read for this release only: write {new}", DeprecatedSetting, stacklevel=2)
 
 
 class StallwatchConfig(BaseModel):
@@ -158,13 +202,50 @@ class StallwatchConfig(BaseModel):
         description="EC2 jobs' log group (streams named by instance id); a job's `stallwatch:log-group` tag may name "
         "another group under it.",
     )
-    log_subscriptions: LogSubscriptions = Field(default_factory=LogSubscriptions)
+    platforms: Platforms = Field(default_factory=Platforms, description="Each platform's settings, by its name.")
 
-    @property
-    def slurm_log_group(self) -> str:
-        """Where Slurm jobs' logs are (deploy/slurm/cloudwatch-agent.json): under the EC2 group, which the nodes'
-        instance policy writes and the functions read."""
-        return f"{self.ec2_log_group.rstrip('/')}/{SLURM_LOG_GROUP_PART}"
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_keys(cls, data: Any) -> Any:
+        """`policy.monitor_<platform>` and `log_subscriptions.<platform>`, moved under `platforms:` with a warning."""
+        if not isinstance(data, dict):
+            return data
+        raw = copy.deepcopy(data)  # the caller's dicts are left as they were
+        policy = raw.get("policy")
+        if isinstance(policy, dict):
+            for platform in DESCRIPTIONS:
+                old = LEGACY_MONITOR.format(platform=platform.value)
+                if old in policy:
+                    _moved(raw, f"policy.{old}", platform.value, "monitor", policy.pop(old))
+        subscriptions = raw.pop(LEGACY_SUBSCRIPTIONS, None)
+        if subscriptions is not None:
+            if not isinstance(subscriptions, dict):
+                raise ValueError(f"{LEGACY_SUBSCRIPTIONS}: expected an object (deprecated: write platforms.<name>)")
+            for name, value in subscriptions.items():
+                if name not in {p.value for p in DESCRIPTIONS}:
+                    raise ValueError(f"{LEGACY_SUBSCRIPTIONS}.{name}: not a platform ({', '.join(DESCRIPTIONS)})")
+                _moved(raw, f"{LEGACY_SUBSCRIPTIONS}.{name}", name, "log_subscription", value)
+        return raw
+
+    def watches(self, platform: Platform | str) -> bool:
+        """Whether the deployment watches `platform`'s jobs (`platforms.<name>.monitor`)."""
+        return self.platforms.of(platform).monitor
+
+    def log_group(self, platform: Platform | str) -> str | None:
+        """The log group `platform`'s jobs' hosts write to (`PlatformDescription.log_group`); None where it has none
+        of its own."""
+        return DESCRIPTIONS[Platform(platform)].log_group(self.ec2_log_group)
+
+    def subscribes(self, platform: Platform | str) -> bool:
+        """Whether a subscription filter sends the fatal lines of `platform`'s log group to on_log_line, where the
+        platform is watched (`platforms.<name>.log_subscription`, and it has a group of its own)."""
+        return self.platforms.of(platform).log_subscription and self.log_group(platform) is not None
+
+    def subscribed_log_groups(self) -> dict[Platform, str]:
+        """The log group of each watched platform whose fatal lines a subscription filter sends to on_log_line."""
+        return {
+            p: group for p in DESCRIPTIONS if self.watches(p) and self.subscribes(p) and (group := self.log_group(p))
+        }
 
     @property
     def health_alarm_prefix(self) -> str:

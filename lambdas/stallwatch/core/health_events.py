@@ -2,7 +2,7 @@
 told of one, and when a job that opted in is moved off the instance, before the event's window.
 
 Pure. An EC2 scheduled change (a retirement, a stop, a reboot, maintenance) names its instances and its window. A
-watched job whose host is one of them hears it; one that opted in (`PlatformDescription.host_move`) is moved off the
+watched job whose host is one of them hears it; one that opted in (`PlatformDescription.way_back`) is moved off the
 host at a quiet moment: right after a checkpoint ends within `QUIET_SPAN_S` of the window, else `MOVE_LEAD_S` before
 it, within its restart budget (the resume's and recovery's, `plan_move`).
 
@@ -19,15 +19,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from stallwatch.core.platforms.interface import HostMove
-from stallwatch.core.recovery import DEFAULT_RECOVER_RESTARTS
 from stallwatch.core.resume import NoResume, ResumeTagError, max_restarts
+from stallwatch.core.way_back import DEFAULT_RESTARTS, WayBack
 
 MOVE_LEAD_S = 3600.0  # moved at the latest this long before the window: a replacement node and a restart fit in it
 QUIET_SPAN_S = 86_400.0  # within this long of the window, the end of a checkpoint is the moment to move
 FRESH_CHECKPOINT_S = 600.0  # a checkpoint that ended this recently (two sweeps): little is lost by restarting now
 DESCRIPTION_CHARS = 300  # of AWS's own words for the event, in Slack
 MOVE_ACTION = "move"  # the audit records of a move off a host (`action`)
+MOVE_DIAGNOSIS = "host_event"  # a way back that moves a job off a host before its scheduled event, not a stall's
 NOTICE_ACTION = "host_event"  # the audit record of a job told of an event
 
 # Where a notice is: told only (not opted in, or a platform that never moves), a move planned, under way, done or not,
@@ -54,7 +54,7 @@ class HostNotice:
     start: float  # the window's start (epoch seconds)
     end: float | None  # its end, where AWS gives one
     received_at: float
-    move: str = ""  # how the job is moved off (`PlatformDescription.host_move`), "" when it is not
+    move: str = ""  # how the job is moved off (`PlatformDescription.way_back`), "" when it is not
     state: str = TOLD
     detail: str = ""  # why it is not moved, or how it was
     description: str = ""  # AWS's own words (latestDescription), cut to `DESCRIPTION_CHARS`
@@ -99,9 +99,9 @@ def watching(start: float, now: float) -> bool:
 
 def plan_move(tags: Mapping[str, str], default_max_restarts: int, done: int) -> tuple[int, int] | NoResume:
     """(the restart a move makes, the restarts allowed), or why there is none: the run's budget, as for resume and
-    recovery (`stallwatch:resume`, else the policy's default, else `DEFAULT_RECOVER_RESTARTS`), `done` used."""
+    recovery (`stallwatch:resume`, else the policy's default, else `DEFAULT_RESTARTS`), `done` used."""
     try:
-        allowed = max_restarts(dict(tags), default_max_restarts or DEFAULT_RECOVER_RESTARTS)
+        allowed = max_restarts(dict(tags), default_max_restarts or DEFAULT_RESTARTS)
     except ResumeTagError as exc:
         return NoResume(f"not moved: {exc}", alert=True)
     if allowed == 0:
@@ -144,7 +144,7 @@ def checkpoint_text(checkpoint_t: float | None, now: float) -> str:
 def plan_text(notice: HostNotice, opt_in: str) -> str:
     """What will be done: the move and when, or why not (`opt_in`: the tags that would move the job)."""
     if notice.state == PLANNED:
-        how = "restarted in place without it" if notice.move == HostMove.RESTART else "requeued with the node drained"
+        how = "restarted in place without it" if notice.move == WayBack.RESTART else "requeued with the node drained"
         latest = when(notice.start - MOVE_LEAD_S)
         return f"it will be {how} right after its next checkpoint, by {latest} at the latest"
     if notice.detail:

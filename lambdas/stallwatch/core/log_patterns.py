@@ -20,6 +20,9 @@ the parts they were not).
 CloudWatch Logs returns only the lines one of `FILTER_PATTERNS` keeps (a ``%regex%`` filter pattern each: CloudWatch's
 regex subset, no parentheses, at most 1,024 characters), a superset of what the rules name: `FATAL_FILTER_PATTERN`
 (the subscription filter's) and `CHECKPOINT_FILTER_PATTERN`. A policy adds its own lines (`LinePatterns.extended`).
+
+Kept whole (over 500 lines): the kinds, their gates and the filter patterns built from them are one table,
+read together; apart, a kind's rule and its server-side needle would drift.
 """
 
 from __future__ import annotations

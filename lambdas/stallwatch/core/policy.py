@@ -26,11 +26,12 @@ MODE_TAG = "stallwatch:mode"
 STOP_OPT_IN_TAG = MODE_TAG
 STOP_OPT_IN_VALUE = "enforce"
 EC2_MONITOR_TAG = "stallwatch:monitor"
-# EC2 jobs tagged `stallwatch:recover=restart` are recovered in place instead of stopped (core.recovery); the SSM and
-# Auto Scaling permissions are conditioned on this tag too.
+# A job's way back in place of its stop (`core.way_back`, one grammar): an EC2 job restarted in place on its nodes (the
+# SSM and Auto Scaling permissions are conditioned on this tag too), a Slurm job requeued; or stopped (the default).
 RECOVER_TAG = "stallwatch:recover"
 RECOVER_RESTART = "restart"
-RECOVER_REQUEUE = "requeue"  # a Slurm job: its bad nodes drained, the job requeued (deploy/slurm/stallwatch-runner)
+RECOVER_REQUEUE = "requeue"  # a Slurm job: the nodes a health signal blames drained, the job requeued (its runner)
+RECOVER_STOP = "stop"
 # The role of a Slurm cluster's controllers (and login nodes), tagged so by its operator: only a role with this tag may
 # put events on the stack's Slurm event bus.
 SLURM_CONTROLLER_TAG = "stallwatch:slurm"
@@ -234,11 +235,6 @@ class Policy(BaseModel):
     stop_requires_tag: bool = Field(
         True,
         description="Stop only resources tagged `stallwatch:mode=enforce` (also enforced by IAM). False allows all.",
-    )
-    monitor_sagemaker: bool = Field(True, description="Watch SageMaker training jobs.")
-    monitor_ec2: bool = Field(True, description="Watch EC2 GPU instances tagged `stallwatch:monitor=true`.")
-    monitor_slurm: bool = Field(
-        True, description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md)."
     )
     resume_max_restarts: int = Field(
         0,

@@ -31,7 +31,7 @@ ATTEMPT_TAG = "stallwatch:resume-attempt"
 BEST_STEP_TAG = "stallwatch:resume-best-step"  # the highest step the run had reached before this attempt
 CHAIN_TAGS = frozenset({RUN_TAG, RESUMED_FROM_TAG, ATTEMPT_TAG, BEST_STEP_TAG})
 RESUME_ACTION = "resume"  # the audit record of a resume
-RECOVERY_OUTCOME = "recovery"  # in a stop decision's outcome: what recovery in place made of it (runtime.recover)
+RECOVERY_OUTCOME = "recovery"  # in a stop decision's outcome: what its way back made of it (runtime.way_back)
 LAUNCHED_FIELD = "launched"  # in an EC2 resume's audit record: when the group it restarted had started (LaunchTime)
 AWS_TAG_PREFIX = "aws:"  # reserved: set by AWS, never by a CreateTrainingJob
 MAX_JOB_NAME = 63  # CreateTrainingJob TrainingJobName
@@ -181,7 +181,7 @@ def has_checkpoint(described: dict[str, Any], tags: dict[str, str]) -> bool:
 def stop_of(record: dict[str, Any], outcome: dict[str, Any] | None) -> StopRecord | None:
     """A decision's audit record as Stallwatch's stop, or None if the decision was not a stop of the engine's
     (an operator's "Stop now" is recorded with its own action, and counts as a human's stop), or a stop decision that
-    recovered the job in place instead (`core.recovery`: its outcome has a recovery and no stop)."""
+    recovered the job in place instead (`core.way_back`: its outcome has a recovery and no stop)."""
     if record.get("action") != Action.STOP.value:
         return None
     if outcome and RECOVERY_OUTCOME in outcome and "stop" not in outcome:

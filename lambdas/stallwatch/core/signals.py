@@ -7,7 +7,7 @@ CPU utilization are per device (0-100), times are epoch seconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Protocol
 
@@ -129,6 +129,9 @@ class JobFacts:
     ends_by: float | None = None
     # What the platform itself says of the job, for the alert and the decision (HyperPod's verdict on a node).
     notes: tuple[str, ...] = ()
+    # The hosts the platform's own health check blames on the hardware, with its words (HyperPod's health agent's
+    # verdict): a way back drains or replaces them (`core.way_back.blamed_hosts`).
+    hardware_faults: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", JobStatus(self.status))
@@ -165,6 +168,17 @@ class JobFacts:
         for instance_type in self.host_types.values():
             counts[instance_type] = counts.get(instance_type, 0) + 1
         return counts
+
+    def without_host(self, host: str) -> JobFacts:
+        """The job once `host` has left it (a job whose hosts end one by one): fewer hosts, or Stopped when it was
+        the last one."""
+        if host not in self.instance_ids:
+            return self
+        hosts = tuple(h for h in self.instance_ids if h != host)
+        if not hosts or self.status is not JobStatus.RUNNING:
+            return replace(self, status=JobStatus.STOPPED)
+        host_types = {h: t for h, t in self.host_types.items() if h != host}
+        return replace(self, instance_ids=hosts, instance_count=len(hosts), host_types=host_types)
 
 
 @dataclass(frozen=True)

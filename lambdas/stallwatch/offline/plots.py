@@ -7,6 +7,9 @@
 
 Each chart is its data first (`GoodputChart`, `ReplayChart`: what the report or the replay says, in seconds since
 the run's or the trace's start), then a figure drawn from exactly that data (`figure()`), so both can be checked.
+
+Kept whole (over 500 lines): the charts share their data classes, axes and matplotlib set-up, imported
+lazily once for the CLI.
 """
 
 from __future__ import annotations

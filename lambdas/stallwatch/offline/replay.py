@@ -33,7 +33,6 @@ from stallwatch.core.alarms import acts_on, parse_alarm_name, render_alarms
 from stallwatch.core.config import ALARM_COALESCE_SECONDS, ON_LOG_LINE_TIMEOUT_SECONDS, StallwatchConfig
 from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision, JobState
 from stallwatch.core.evaluator import AlarmEvaluator, AlarmState, metric_key
-from stallwatch.core.platforms import subscribed_log_groups
 from stallwatch.core.policy import Mode, Policy
 from stallwatch.core.signals import LogLine
 from stallwatch.core.trace import Event, Trace, TraceHeader, scan_trace
@@ -195,7 +194,7 @@ class _Run:
         self.claimed_until = -math.inf  # on_alarm's claim: alarms of the job until then are coalesced
         self.decided_from = -math.inf  # when the newest decision (any trigger) began reading
         # The fatal lines the subscription delivers, in time order, and the wake-ups they started.
-        subscribed = source.job.platform in subscribed_log_groups(config)
+        subscribed = config.subscribes(source.job.platform)  # a replayed job's platform is one the deployment watches
         filter_pattern, patterns = policy.fatal_filter_pattern, policy.log_lines.line_patterns()
         self.fatal_lines = [
             line for line in source.log_lines() if subscribed and wake.delivered(line.message, filter_pattern, patterns)

@@ -44,10 +44,9 @@ from stallwatch.core.config import ALARM_COALESCE_SECONDS, SWEEPER_TIMEOUT_SECON
 from stallwatch.core.decision import NOT_PROBLEMS, Action, Decision
 from stallwatch.core.platforms import job_name_error
 from stallwatch.core.policy import Mode
-from stallwatch.core.recovery import hosts_at_fault
 from stallwatch.core.resume import RECOVERY_OUTCOME
 from stallwatch.core.signals import JobFacts, JobSignals, Platform
-from stallwatch.runtime import recover, settle
+from stallwatch.runtime import settle, way_back
 from stallwatch.runtime.environment import Runtime
 from stallwatch.runtime.provision import delete_job_alarms, retire_job
 
@@ -256,12 +255,18 @@ def _act(
         return
     job = signals.facts.name
     result: dict[str, Any] = {}
-    # An EC2 job tagged stallwatch:recover=restart is restarted in place rather than stopped (runtime.recover).
-    recovery = recover.instead_of_stop(rt, signals, decision, written.state, audit_sk)
+    # A job that opted in to its platform's way back in place (a restart in place, a requeue) takes it, within its
+    # run's budget, in place of the plain stop (runtime.way_back: the platform's adapter holds it).
+    recovery = way_back.instead_of_stop(rt, signals, decision, written.state, audit_sk)
     if recovery is not None:
         result[RECOVERY_OUTCOME] = recovery.audited
     recovering = recovery is not None and recovery.recovering
-    stop_result = _stop(rt, signals, decision) if decision.action is Action.STOP and not recovering else None
+    if recovery is not None and recovery.stop is not None:  # the way back is the stop (a requeue)
+        stop_result: actions.StopResult | None = _counted(signals, recovery.stop)
+    elif decision.action is Action.STOP and not recovering:
+        stop_result = _stop(rt, signals)
+    else:
+        stop_result = None
     stop_post = written.stop_post
     if stop_result is not None:
         outcome.stopped = stop_result.ok
@@ -359,19 +364,21 @@ def _deliver(
     return post, None if stop.ok else {**stop_post, "failures": failures}
 
 
-def _stop(rt: Runtime, signals: JobSignals, decision: Decision) -> actions.StopResult:
-    """`actions.stop` (the hosts the decision found at fault named, for a platform that keeps the job off them), with
-    any failure (returned or raised) counted and logged; `_act` releases it."""
-    job = signals.facts.name
+def _stop(rt: Runtime, signals: JobSignals) -> actions.StopResult:
+    """`actions.stop`, with any failure (returned or raised) counted and logged; `_act` releases it."""
     try:
-        source = rt.source(signals.facts.platform)
-        stopped = actions.stop(source, signals.facts, hosts_at_fault(decision.evidence, signals.hosts))
+        stopped = actions.stop(rt.source(signals.facts.platform), signals.facts)
     except Exception as exc:  # actions.stop returns API errors; anything raised is a bug, treated as a failed stop
-        logger.exception("stop raised; the sweeper will retry", extra={"job": job})
+        logger.exception("stop raised; the sweeper will retry", extra={"job": signals.facts.name})
         stopped = actions.StopResult(ok=False, detail=f"{type(exc).__name__}: {exc}")
+    return _counted(signals, stopped)
+
+
+def _counted(signals: JobSignals, stopped: actions.StopResult) -> actions.StopResult:
+    """A stop's result (the plain stop's, or a way back's that is the stop), counted, and logged where it failed."""
     metrics.add_metric(
         name=contract.JOBS_STOPPED if stopped.ok else contract.STOP_FAILURES, unit=MetricUnit.Count, value=1
     )
     if not stopped.ok:
-        logger.error("stop failed; the sweeper will retry", extra={"job": job, "detail": stopped.detail})
+        logger.error("stop failed; the sweeper will retry", extra={"job": signals.facts.name, "detail": stopped.detail})
     return stopped

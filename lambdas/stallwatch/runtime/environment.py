@@ -24,7 +24,6 @@ from stallwatch.aws.pending_posts import PendingPosts
 from stallwatch.aws.platforms import adapter
 from stallwatch.aws.progress_watches import ProgressWatches
 from stallwatch.aws.rechecks import RecheckScheduler, RecheckTarget
-from stallwatch.aws.recoveries import Recoveries
 from stallwatch.aws.resume_tries import ResumeTries
 from stallwatch.aws.slack import SlackNotifier
 from stallwatch.aws.ssm import Documents
@@ -158,11 +157,6 @@ class Runtime:
     def progress_watches(self) -> ProgressWatches:
         """The resumed jobs whose progress Slack has not heard yet."""
         return ProgressWatches(self.store)
-
-    @functools.cached_property
-    def recoveries(self) -> Recoveries:
-        """Recovery in place's items in the table."""
-        return Recoveries(self.store)
 
     @functools.cached_property
     def deployment_id(self) -> str:

@@ -9,9 +9,9 @@ running job's host on the instance (`host_of_instance`). The first delivery of a
 instance, the event, the window and the age of its last checkpoint, and plans its move where the job opted in (the
 stop opt-in and `host_move_tags`); AWS's updates of the event (the same ARN) change nothing, except that a closed event
 calls its planned moves off. A planned move is made right after a checkpoint ends within a day of the window, else an
-hour before it (`core.health_events.move_due`), within the run's restart budget: restarted in place without the host
-(`recover.move_off`), or requeued with the node drained (the job's stop with the host at fault). Each step is audited
-on the job; Slack text quoting the event is escaped.
+hour before it (`core.health_events.move_due`), within the run's restart budget, by the platform's way back in place
+(`PlatformAdapter.way_back`, a move): restarted in place without the host, or requeued with the node drained. Each step
+is audited on the job; Slack text quoting the event is escaped.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from stallwatch.aws import actions
 from stallwatch.aws.health_events import HealthEvent
 from stallwatch.aws.host_events import HostEvents, PlannedMove
 from stallwatch.aws.log_reads import newest_marker
@@ -33,17 +32,18 @@ from stallwatch.aws.store import job_key
 from stallwatch.core import contract, log_patterns
 from stallwatch.core import health_events as rules
 from stallwatch.core.platforms import DESCRIPTIONS, describe
-from stallwatch.core.platforms.interface import HostMove
+from stallwatch.core.platforms.interface import StopResult, WayBackAttempt
 from stallwatch.core.policy import Mode
 from stallwatch.core.reading import LOOKBACK_SECONDS
 from stallwatch.core.resume import NoResume
 from stallwatch.core.signals import JobFacts, JobStatus, Platform
-from stallwatch.runtime import recover, settle
+from stallwatch.core.way_back import WayBack
+from stallwatch.runtime import settle
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.repost import post_safely, record_post
+from stallwatch.runtime.repost import SlackTeller, post_safely, record_post
+from stallwatch.runtime.way_back import attempts_so_far
 
 MOVES_PER_SWEEP = 10  # the planned moves whose windows come first; each due one reads its job's signals
-RECOVERIES_READ = 100  # recoveries under way looked through for the job's own: a move waits for it to end
 TRIGGER = "aws-health"
 
 
@@ -79,7 +79,7 @@ def jobs_on(rt: Runtime, instances: list[str], now: float) -> Iterator[JobOnInst
     """The running jobs of the watched platforms whose hosts are instances, with a host on one of `instances`; a
     platform whose listing fails is logged and skipped."""
     for platform, description in DESCRIPTIONS.items():
-        if not description.instance_hosts or not getattr(rt.config.policy, description.monitor_setting):
+        if not description.instance_hosts or not rt.config.watches(platform):
             continue
         source = rt.source(platform)
         try:
@@ -106,7 +106,7 @@ def _tell(rt: Runtime, event: HealthEvent, hit: JobOnInstance, now: float) -> di
     if effective.mode is Mode.OFF:
         return {"job": facts.name, "status": "off"}
     start, end = detail.window()
-    movable = description.host_move is not None and effective.may_stop and description.moves_off_hosts(facts)
+    movable = effective.may_stop and description.moves_off_hosts(facts)
     over = end is not None and end <= now
     notice = rules.HostNotice(
         event_arn=detail.event_arn,
@@ -116,7 +116,7 @@ def _tell(rt: Runtime, event: HealthEvent, hit: JobOnInstance, now: float) -> di
         start=start,
         end=end,
         received_at=now,
-        move=description.host_move.value if movable and description.host_move else "",
+        move=str(description.way_back) if movable else "",
         state=rules.PLANNED if movable and not over else rules.TOLD,
         detail="its window is over" if over else "",
         description=detail.description()[: rules.DESCRIPTION_CHARS],
@@ -175,13 +175,13 @@ def _advance(rt: Runtime, events: HostEvents, move: PlannedMove, now: float) -> 
         return _drop(rt, events, move, now, f"the job no longer runs on {notice.host}", tell=False)
     if not rules.watching(notice.start, now):
         return {"job": move.job, "status": "waiting", "watching_from": notice.start - rules.QUIET_SPAN_S}
-    if any(r.job_key == move.job_key for r in rt.recoveries.under_way(RECOVERIES_READ)):
-        return {"job": move.job, "status": "waiting", "reason": "its recovery in place is under way"}
+    if source.way_back_under_way(move.job):
+        return {"job": move.job, "status": "waiting", "reason": "its way back is under way"}
     checkpoint = _last_checkpoint(rt, move.platform, facts, now)
     why = rules.move_due(notice.start, now, checkpoint)
     if why is None:
         return {"job": move.job, "status": "waiting", "last_checkpoint": checkpoint}
-    done = recover.restarts_so_far(rt, move.job_key, None)[0] + _requeued(events, move.job_key)
+    done = attempts_so_far(rt, move.job_key, None)[0] + _requeued(events, move.job_key)
     budget = rules.plan_move(facts.tags, rt.config.policy.resume_max_restarts, done)
     if isinstance(budget, NoResume):
         return _drop(rt, events, move, now, budget.reason, state=rules.NOT_MOVED)
@@ -190,13 +190,10 @@ def _advance(rt: Runtime, events: HostEvents, move: PlannedMove, now: float) -> 
     if audit_sk is None:
         return {"job": move.job, "status": "claimed_elsewhere"}
     metrics.add_metric(name=contract.HOST_MOVES, unit=MetricUnit.Count, value=1)
-    if notice.move == HostMove.RESTART:
-        step = _step(rt, move.platform, facts, now)
-        return _restart_without(rt, events, move, facts, now, why, audit_sk, budget, step)
-    return _requeue_off(rt, events, move, facts, now, why, audit_sk)
+    return _move(rt, events, move, facts, now, why, audit_sk, budget)
 
 
-def _restart_without(
+def _move(
     rt: Runtime,
     events: HostEvents,
     move: PlannedMove,
@@ -205,30 +202,50 @@ def _restart_without(
     why: str,
     audit_sk: str,
     budget: tuple[int, int],
-    step: float | None,
 ) -> dict[str, Any]:
-    """The job restarted in place without the host: a recovery's take-out and restart (`recover.move_off`), its
-    messages in the notice's thread; a job that cannot lose the host runs on, and Slack hears why."""
+    """The job moved off the host by its platform's way back in place (`PlatformAdapter.way_back`, a move): restarted
+    in place without it (the sweeper continues it), or requeued with the node drained (the platform's answer read by
+    the sweeper, `settle`); a job that cannot lose the host runs on, and Slack hears why, in the notice's thread."""
     notice = move.notice
-    out = {notice.host: (f"{rules.impact(notice.code)} from {rules.when(notice.start)}, {why}",)}
-    result = recover.move_off(rt, facts, out, now, move.audit_sk, budget, step)
-    if result["status"] == "not_moved":
-        reason = f"not moved: {result['reason']}; it runs on until the window"
+    attempt = WayBackAttempt(
+        facts=facts,
+        decided_at=now,
+        decision_sk=move.audit_sk,
+        stall_since=now,
+        diagnosis=rules.MOVE_DIAGNOSIS,
+        reasons=(),
+        step=_step(rt, move.platform, facts, now),
+        stall_onset=now,
+        attempt=budget[0],
+        allowed=budget[1],
+        blamed={notice.host: (f"{rules.impact(notice.code)} from {rules.when(notice.start)}, {why}",)},
+        moving=True,
+    )
+    result = rt.source(facts.platform).way_back(attempt, SlackTeller(rt))
+    if result.stop is not None:
+        return _requeued_off(rt, events, move, facts, now, why, audit_sk, result.stop)
+    if result.reason is not None:
+        reason = f"not moved: {result.reason}; it runs on until the window"
         events.update(move.job_key, notice.with_state(rules.NOT_MOVED, reason))
-        _follow(rt, move, audit_sk, f":warning: `{move.job}`: {reason}", {"move": result}, now)
-    else:
-        events.update(move.job_key, notice.with_state(rules.MOVED, f"restarting in place without it ({why})"))
-        _record(rt, move.job_key, audit_sk, {"move": result})
-    return {"job": move.job, "status": result["status"], "move": notice.move, "why": why}
+        _follow(rt, move, audit_sk, f":warning: `{move.job}`: {reason}", {"move": result.audited}, now)
+        return {"job": move.job, "status": "not_moved", "move": notice.move, "why": why}
+    events.update(move.job_key, notice.with_state(rules.MOVED, f"restarting in place without it ({why})"))
+    _record(rt, move.job_key, audit_sk, {"move": result.audited})
+    return {"job": move.job, "status": result.audited.get("status"), "move": notice.move, "why": why}
 
 
-def _requeue_off(
-    rt: Runtime, events: HostEvents, move: PlannedMove, facts: JobFacts, now: float, why: str, audit_sk: str
+def _requeued_off(
+    rt: Runtime,
+    events: HostEvents,
+    move: PlannedMove,
+    facts: JobFacts,
+    now: float,
+    why: str,
+    audit_sk: str,
+    stopped: StopResult,
 ) -> dict[str, Any]:
-    """The job's stop with the host at fault: a job that opted in to requeue has the node drained and is requeued
-    (the platform's answer is read by the sweeper, `settle`)."""
+    """A move that is the job's stop (a requeue with the node drained): its answer is read by the sweeper."""
     notice = move.notice
-    stopped = actions.stop(rt.source(facts.platform), facts, at_fault=(notice.host,))
     state = rules.MOVED if stopped.ok else rules.NOT_MOVED
     events.update(move.job_key, notice.with_state(state, f"requeued without {notice.host} ({why}): {stopped.detail}"))
     text = f":arrows_counterclockwise: `{move.job}`: moving off {notice.host} before AWS's {rules.impact(notice.code)}"
@@ -271,7 +288,7 @@ def _drop(
 
 def _requeued(events: HostEvents, key: str) -> int:
     """The job's earlier moves by requeue: restarts of its run the recovery's count does not hold."""
-    return sum(1 for n in events.notices(key) if n.state == rules.MOVED and n.move == HostMove.REQUEUE)
+    return sum(1 for n in events.notices(key) if n.state == rules.MOVED and n.move == WayBack.REQUEUE)
 
 
 # ---- reads, records and Slack -------------------------------------------------------------------------------------

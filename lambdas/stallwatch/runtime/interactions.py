@@ -5,14 +5,14 @@
 
 Slack wants its answer within 3 s, cold start included, so the request is only checked before the answer: POST,
 the Slack signature (5-minute window; every header value of any bytes or size is refused with a 401, never an
-exception), the payload, and a claim on the signature (a replay gets a 409). The work is handed to an asynchronous
-invocation of this same function (`lambda:InvokeFunction` on itself), which verifies the signature again and
-walks: allow-list -> the button's deployment -> a job this deployment watches (running, or known in its table) ->
-one DynamoDB transaction (JobState at the version read + audit record with the Slack user + a claim on this button
-of this alert, so a second press of it changes nothing) -> stop (Stop now) -> the message updated in place (bot
-token: chat.update; webhook: response_url). Users off the allow-list, foreign buttons and jobs not watched get an
-ephemeral answer and nothing else happens. A press Lambda gave up applying (its invocation failed after Lambda's
-retries, or waited past `PRESS_MAX_AGE_SECONDS`) reaches `report_failed` through the function's on-failure
+exception), the payload (both `slack_requests`), and a claim on the signature (a replay gets a 409). The work is
+handed to an asynchronous invocation of this same function (`lambda:InvokeFunction` on itself), which verifies the
+signature again and walks: allow-list -> the button's deployment -> a job this deployment watches (running, or known
+in its table) -> one DynamoDB transaction (JobState at the version read + audit record with the Slack user + a claim
+on this button of this alert, so a second press of it changes nothing) -> stop (Stop now) -> the message updated in
+place (bot token: chat.update; webhook: response_url). Users off the allow-list, foreign buttons and jobs not watched
+get an ephemeral answer and nothing else happens. A press Lambda gave up applying (its invocation failed after
+Lambda's retries, or waited past `PRESS_MAX_AGE_SECONDS`) reaches `report_failed` through the function's on-failure
 destination (`failed_presses`): it is counted, which alarms, and posted back to the alert's channel.
 """
 
@@ -23,16 +23,13 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar, Literal
-from urllib.parse import parse_qs
+from typing import Any, Literal
 
 from aws_lambda_powertools.metrics import MetricUnit
-from pydantic import BaseModel, ConfigDict, Field, Json, ValidationError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.webhook import WebhookClient
@@ -54,16 +51,27 @@ from stallwatch.core.policy import STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE, Mode
 from stallwatch.core.signals import JobStatus
 from stallwatch.runtime import environment, settle
 from stallwatch.runtime.environment import Runtime
+from stallwatch.runtime.slack_requests import (
+    DEFERRED_BODY_MAX,
+    SIGNATURE_WINDOW_SECONDS,
+    TIMESTAMP,
+    TIMESTAMP_HEADER,
+    BlockActionsPayload,
+    DeferredPress,
+    Message,
+    MethodNotAllowedError,
+    PayloadTooLargeError,
+    RejectedRequestError,
+    ReplayedRequestError,
+    body_bytes,
+    parse_payload,
+    text_of,
+    verify_signature,
+)
 
-SIGNATURE_WINDOW_SECONDS = 5 * 60  # Slack's replay window
 REQUEST_CLAIM_SECONDS = 2 * SIGNATURE_WINDOW_SECONDS  # a request's claim outlives the window it can be replayed in
-TIMESTAMP = re.compile(r"[0-9]{1,12}")  # epoch seconds; a longer value is refused before int() ever sees it
-SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")  # ASCII only: hmac.compare_digest raises on anything else
-TIMESTAMP_HEADER = "x-slack-request-timestamp"
-SIGNATURE_HEADER = "x-slack-signature"
 ACCEPTED_METHOD = "POST"
 DEFERRED_EVENT_KEY = "stallwatch_deferred_press"  # the async self-invocation's event: {key: DeferredPress}
-DEFERRED_BODY_MAX = 240 * 1024  # Lambda's asynchronous payload limit is 256 KB
 FUNCTION_NAME_ENV = "AWS_LAMBDA_FUNCTION_NAME"  # set by Lambda
 NOT_STALLED_FACTOR = 2.0
 GROUP_CACHE_SECONDS = 300
@@ -75,147 +83,12 @@ REPORT_CLAIM_SECONDS = 60
 NOT_ALLOWED_TEXT = "You are not allowed to act on Stallwatch alerts. Ask an admin to add you to the allow-list."
 
 
-class RejectedRequestError(ValueError):
-    """A request that changes nothing; `status` is the HTTP answer."""
-
-    status: ClassVar[int] = 400
-
-
-class InvalidSignatureError(RejectedRequestError):
-    status = 401
-
-
-class ExpiredRequestError(RejectedRequestError):
-    status = 401
-
-
-class MethodNotAllowedError(RejectedRequestError):
-    status = 405
-
-
-class ReplayedRequestError(RejectedRequestError):
-    status = 409
-
-
-class PayloadTooLargeError(RejectedRequestError):
-    status = 413
-
-
-class MalformedPayloadError(RejectedRequestError):
-    status = 400
-
-
 class SigningSecretMissingError(RuntimeError):
     """The Slack secret has no `signing_secret`: no request can be verified."""
 
 
 class PressNotReportedError(RuntimeError):
     """A press that could not be applied could not be posted back either: the queue delivers it again."""
-
-
-# ---- the interaction payload ------------------------------------------------------------------------------------
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class SlackUser(_Model):
-    id: str = Field(pattern=r"^[UW][A-Z0-9]{2,}$")
-    username: str | None = None
-
-
-class ButtonPress(_Model):
-    action_id: OperatorAction
-    value: Json[ButtonValue]
-
-
-class Container(_Model):
-    message_ts: str | None = None
-    channel_id: str | None = None
-
-
-class Message(_Model):
-    text: str = ""
-    blocks: list[dict[str, Any]] = Field(default_factory=list)
-
-
-class BlockActionsPayload(_Model):
-    """A `block_actions` interaction: who pressed which button on which message."""
-
-    type: Literal["block_actions"]
-    user: SlackUser
-    actions: list[ButtonPress] = Field(min_length=1, max_length=1)
-    response_url: str = Field(pattern=r"^https?://")
-    container: Container = Field(default_factory=Container)
-    message: Message | None = None
-
-    @property
-    def press(self) -> ButtonPress:
-        return self.actions[0]
-
-
-def parse_payload(body: str) -> BlockActionsPayload:
-    """The form-encoded body's `payload` field; `MalformedPayloadError` names what is wrong."""
-    fields = parse_qs(body, keep_blank_values=True)
-    raw = fields.get("payload")
-    if not raw or len(raw) != 1:
-        raise MalformedPayloadError("form field 'payload' missing or repeated")
-    try:
-        return BlockActionsPayload.model_validate_json(raw[0])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "payload"
-        raise MalformedPayloadError(f"payload.{where}: {first['msg']}") from exc
-
-
-# ---- verification -----------------------------------------------------------------------------------------------
-
-
-def verify_signature(
-    signing_secret: str,
-    body: bytes | str,
-    headers: Mapping[str, Any],
-    now: Callable[[], float],
-    window: float = SIGNATURE_WINDOW_SECONDS,
-) -> str:
-    """Check Slack's signature (HMAC-SHA256 of ``v0:<timestamp>:<body>``) over the 5-minute window (`window`);
-    returns the signature (the request's identity). Any header of any type, bytes or size is an
-    `InvalidSignatureError`.
-
-    Written here rather than with slack_sdk's `SignatureVerifier`, which raises where a request must get a 401:
-    ``int()`` on the timestamp header (a ValueError on text, or on more than 4,300 digits), ``hmac.compare_digest`` on
-    the signature header (a TypeError on non-ASCII text), and ``body.decode("utf-8")`` before signing (Slack signs
-    the body's bytes; any other bytes raise UnicodeDecodeError instead of failing the comparison)."""
-    body = _bytes(body)
-    lowered = {str(k).lower(): v for k, v in headers.items()}
-    timestamp, signature = lowered.get(TIMESTAMP_HEADER), lowered.get(SIGNATURE_HEADER)
-    if not isinstance(timestamp, str) or not isinstance(signature, str):
-        raise InvalidSignatureError(f"headers {TIMESTAMP_HEADER} and {SIGNATURE_HEADER} are required")
-    if not TIMESTAMP.fullmatch(timestamp):
-        raise InvalidSignatureError(f"{TIMESTAMP_HEADER} is not epoch seconds: {timestamp[:20]!r}")
-    if not SIGNATURE.fullmatch(signature):
-        raise InvalidSignatureError(f"{SIGNATURE_HEADER} is not a v0 signature: {signature[:20]!r}")
-    age = now() - int(timestamp)
-    if abs(age) > window:
-        raise ExpiredRequestError(f"{TIMESTAMP_HEADER} is {age:.0f} s from now (window {window:.0f} s)")
-    digest = hmac.new(signing_secret.encode(), b"v0:" + timestamp.encode() + b":" + body, hashlib.sha256)
-    if not hmac.compare_digest(f"v0={digest.hexdigest()}", signature):
-        raise InvalidSignatureError(f"{SIGNATURE_HEADER} does not match the body")
-    return signature
-
-
-class DeferredPress(BaseModel):
-    """The signed request, handed to this function's asynchronous invocation after Slack got its answer."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    body: str = Field(max_length=DEFERRED_BODY_MAX)
-    timestamp: str = Field(max_length=12)
-    signature: str = Field(max_length=67)
-
-    def headers(self) -> dict[str, str]:
-        return {TIMESTAMP_HEADER: self.timestamp, SIGNATURE_HEADER: self.signature}
 
 
 # ---- the interactions -------------------------------------------------------------------------------------------
@@ -241,14 +114,14 @@ class Interactions:
 
     def handle(self, body: bytes | str, headers: Mapping[str, Any], method: str = ACCEPTED_METHOD) -> Reply:
         """Slack's answer: check the request (every rejection changes nothing), claim it, hand the work on."""
-        body = _bytes(body)
+        body = body_bytes(body)
         try:
             if method != ACCEPTED_METHOD:
                 raise MethodNotAllowedError(f"method {method[:10]!r} not allowed: Slack sends POST")
             signature = verify_signature(self._signing_secret(), body, headers, self.rt.clock)
             if len(body) > DEFERRED_BODY_MAX:
                 raise PayloadTooLargeError(f"body of {len(body)} bytes (at most {DEFERRED_BODY_MAX})")
-            text = _text(body)
+            text = text_of(body)
             parse_payload(text)
             if not self.rt.event_claims.claim(_request_key(signature), self.rt.clock(), REQUEST_CLAIM_SECONDS):
                 raise ReplayedRequestError("this request was already handled")
@@ -414,7 +287,7 @@ class Interactions:
         policy = self.rt.config.policy
         platform = describe(target.platform)
         # watched on its platform: an EC2 job's instances still tagged for it (`PlatformDescription.unwatched`)
-        monitored = getattr(policy, platform.monitor_setting) and platform.unwatched(facts) is None
+        monitored = self.rt.config.watches(target.platform) and platform.unwatched(facts) is None
         if facts.status is not JobStatus.RUNNING or not monitored or policy.for_job(facts.tags).mode is Mode.OFF:
             return f"`{target.job}` is not a job Stallwatch watches here (status {facts.status})"
         return None
@@ -516,18 +389,6 @@ class Interactions:
         return WebClient(
             token=token, base_url=self.slack_api_url, timeout=SLACK_TIMEOUT_SECONDS, retry_handlers=_retries()
         )
-
-
-def _bytes(body: bytes | str) -> bytes:
-    """The body as signed; text of any code points (lone surrogates too) becomes bytes the signature then refuses."""
-    return body if isinstance(body, bytes) else body.encode(errors="surrogatepass")
-
-
-def _text(body: bytes) -> str:
-    try:
-        return body.decode()
-    except UnicodeDecodeError as exc:
-        raise MalformedPayloadError("the body is not UTF-8") from exc
 
 
 def _rejected(exc: RejectedRequestError) -> Reply:

@@ -18,7 +18,7 @@ from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms import platform_of
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
-from stallwatch.core import alarms, clusters, contract
+from stallwatch.core import alarms, contract
 from stallwatch.core.platforms import describe
 from stallwatch.core.platforms.interface import Change, JobChange
 from stallwatch.core.signals import JobFacts, JobStatus, Platform
@@ -41,9 +41,8 @@ def on_job_state(event: JobStateEvent, rt: Runtime) -> dict[str, Any]:
     an EC2 job's, when the last of them has and no resume follows). The platform's adapter reads its event
     (`job_change`)."""
     platform = platform_of(event)
-    setting = describe(platform).monitor_setting
-    if not getattr(rt.config.policy, setting):
-        return {"status": "ignored", "reason": f"{setting} is false"}
+    if not rt.config.watches(platform):
+        return {"status": "ignored", "reason": f"platforms.{platform.value}.monitor is false"}
     return apply_change(rt, platform, rt.source(platform).job_change(event))
 
 
@@ -120,7 +119,7 @@ def provision_alarms(
             return retire_job(rt, platform, name, ended)
         return {"status": "not_found", "job": name, "reason": str(exc)}
     if leaving is not None:
-        facts = clusters.without_host(facts, leaving)
+        facts = facts.without_host(leaving)
         if facts.status is not JobStatus.RUNNING:
             return retire_job(rt, platform, name, ended)
     if facts.status is not JobStatus.RUNNING:

@@ -21,8 +21,8 @@ from stallwatch.runtime.provision import apply_change
 def reconcile(rt: Runtime, now: float) -> list[dict[str, Any]]:
     """Each watched platform's changes, applied; one that fails to apply is logged and counted."""
     reports = []
-    for platform, description in DESCRIPTIONS.items():
-        if not getattr(rt.config.policy, description.monitor_setting):
+    for platform in DESCRIPTIONS:
+        if not rt.config.watches(platform):
             continue
         try:
             changes = rt.source(platform).reconcile(now)

@@ -9,7 +9,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.pending_posts import PendingPost
-from stallwatch.aws.slack import PostResult
+from stallwatch.aws.slack import PostResult, follow_up
 from stallwatch.core import contract
 from stallwatch.core.config import SWEEPER_TIMEOUT_SECONDS
 from stallwatch.runtime.environment import Runtime
@@ -43,6 +43,20 @@ def record_post(
             rt.pending_posts.record_unsent(key, audit_sk, result, message, now)
     except Exception:  # the actions happened; only their record in the audit trail is missing
         logger.exception("could not record the outcome", extra={"job": key, "audit": audit_sk, "outcome": result})
+
+
+class SlackTeller:
+    """The runtime's `Teller` (`core.platforms.interface`): a way back's step posted in its thread (`follow_up`) and
+    recorded on its audit record, a message that was not delivered kept for the sweeper (`record_post`)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
+
+    def tell(
+        self, key: str, audit_sk: str, text: str, outcome: dict[str, Any], now: float, thread: str | None = None
+    ) -> None:
+        message = follow_up(text, thread)
+        record_post(self.rt, key, audit_sk, outcome, message, post_safely(self.rt, message), now)
 
 
 def post_safely(rt: Runtime, message: dict[str, Any], replacing: dict[str, str] | None = None) -> PostResult:

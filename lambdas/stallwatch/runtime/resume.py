@@ -26,9 +26,9 @@ from stallwatch.core import resume as planning
 from stallwatch.core.resume import NoResume, StopRecord
 from stallwatch.core.signals import JobStatus, Platform, Series
 from stallwatch.runtime.environment import Runtime
-from stallwatch.runtime.recover import restarts_so_far
 from stallwatch.runtime.repost import post_safely, record_post
 from stallwatch.runtime.resume_retry import TRY_HOLD_SECONDS, conclude_try, start_attempt
+from stallwatch.runtime.way_back import attempts_so_far
 
 PROGRESS_WATCHES_PER_SWEEP = 20
 AUDIT_TRIGGER = "job-state"
@@ -44,7 +44,7 @@ def resume_after_stop(rt: Runtime, platform: Platform, name: str) -> dict[str, A
         return {"status": "not_resumed", "job": name, "reason": planning.NOT_STOPPED_BY_STALLWATCH.reason}
     now = rt.clock()
     audit: dict[str, Any] = {"at": now, "job": name, "platform": platform.value, "trigger": AUDIT_TRIGGER}
-    history = functools.partial(restarts_so_far, rt, key)
+    history = functools.partial(attempts_so_far, rt, key)
     planned = rt.source(platform).plan_resume(name, stop, rt.config.policy.resume_max_restarts, history)
     verdict = planned.plan
     audit |= planned.audit

@@ -30,11 +30,11 @@ from stallwatch.runtime.environment import ConfigurationError, Runtime
 from stallwatch.runtime.health import continue_host_moves
 from stallwatch.runtime.provision import alarms_in_alarm, delete_job_alarms, describe_alarms, provision_alarms
 from stallwatch.runtime.reconcile import reconcile
-from stallwatch.runtime.recover import continue_recoveries
 from stallwatch.runtime.repost import resend_pending_posts
 from stallwatch.runtime.resume import report_progress
 from stallwatch.runtime.resume_retry import retry_resumes
 from stallwatch.runtime.settle import settle_stops
+from stallwatch.runtime.way_back import continue_ways_back
 
 PUT_METRIC_DATA_LIMIT = 1000  # PutMetricData datapoints per call
 SWEEP_WORKERS = 16  # concurrent per-job work (decisions, provisioning); each worker waits on AWS, not the CPU
@@ -88,7 +88,7 @@ def sweep(rt: Runtime) -> dict[str, Any]:
     outcomes = _concurrently(lambda job: _decide_isolated(rt, job, now, states[keys[job]], freshness.get(job, {})), due)
     retried = _isolated(lambda: retry_resumes(rt, now), "could not retry the failed resumes")
     moved = _isolated(lambda: continue_host_moves(rt, now), "could not continue the moves off hosts")
-    recovered = _isolated(lambda: continue_recoveries(rt, now), "could not continue the recoveries in place")
+    recovered = _isolated(lambda: continue_ways_back(rt, now), "could not continue the ways back")
     settled = _isolated(lambda: settle_stops(rt, now), "could not read the stops' answers")
     progressed = report_progress(rt, now)
     markers = rt.alarm_markers.provisioned(list(keys.values()))
@@ -220,8 +220,8 @@ def _retire_if_ended(rt: Runtime, platform: Platform, name: str) -> int:
 
 
 def _watched_sources(rt: Runtime) -> list[PlatformAdapter]:
-    """The adapters of the platforms the policy watches (`monitor_sagemaker`, `monitor_ec2`), in registry order."""
-    return [rt.source(p) for p, d in DESCRIPTIONS.items() if getattr(rt.config.policy, d.monitor_setting)]
+    """The adapters of the platforms the deployment watches (`platforms.<name>.monitor`), in registry order."""
+    return [rt.source(p) for p in DESCRIPTIONS if rt.config.watches(p)]
 
 
 def _running_jobs(rt: Runtime, now: float) -> dict[tuple[Platform, str], JobFacts | None]:

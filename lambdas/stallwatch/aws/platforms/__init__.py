@@ -3,30 +3,29 @@
     source = adapter(facts.platform, clients, config, store)   # SageMakerPlatform, Ec2Platform, SlurmPlatform
     source.facts("llm-70b"); source.job_signals("llm-70b", now); source.stop(facts)
 
-A new platform is a module beside `sagemaker`, `ec2` and `slurm` (a class over `aws.source.AwsSignalSource`) and
-its entry in `ADAPTERS`, with its description in `core.platforms`; callers never branch on the platform
-(docs/lambdas.md, "Platforms").
+A platform's adapter is the module of its name here, whose `ADAPTER` is its class (over `aws.source.AwsSignalSource`):
+the platforms are those of `core.platforms.PLATFORMS`, and nothing here changes for a new one. Callers never branch
+on the platform (docs/lambdas.md, "Platforms").
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
 from stallwatch.aws.clients import AwsClients
-from stallwatch.aws.platforms.ec2 import Ec2Platform
-from stallwatch.aws.platforms.sagemaker import SageMakerPlatform
-from stallwatch.aws.platforms.slurm import SlurmPlatform
 from stallwatch.aws.source import AwsSignalSource
 from stallwatch.aws.ssm import Documents
 from stallwatch.aws.store import Store
 from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.platforms import DESCRIPTIONS
 from stallwatch.core.platforms.interface import PlatformAdapter
 from stallwatch.core.signals import Platform
 
 ADAPTERS: dict[Platform, type[AwsSignalSource]] = {
-    a.platform: a for a in (SageMakerPlatform, Ec2Platform, SlurmPlatform)
+    p: import_module(f"{__name__}.{p.value}").ADAPTER for p in DESCRIPTIONS
 }
 
 

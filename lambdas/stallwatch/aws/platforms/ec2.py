@@ -2,8 +2,8 @@
 id), read with DescribeInstances, their CloudWatch agent metrics by SEARCHes over parts of the job's instances, their
 logs from their instance-id streams in the job's log group (read as a whole); stopped with StopInstances, resumed by
 starting the same instances again (StartInstances: the user's launch script resumes from the checkpoint), restarted
-in place on them (`runtime.recover`), a run being each start of the group (`ec2_goodput`). A decision's reads do not
-grow with the nodes (docs/lambdas.md, "Scale").
+in place on them (its way back, `ec2_restart`), a run being each start of the group (`ec2_goodput`). A decision's reads
+do not grow with the nodes (docs/lambdas.md, "Scale").
 
 The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, per device already (see docs/lambdas.md).
 """
@@ -11,7 +11,7 @@ The CloudWatch agent's ``nvidia_smi_*`` metrics are aggregated by InstanceId, pe
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -23,13 +23,18 @@ from stallwatch.aws.api_errors import api_error
 from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tails
 from stallwatch.aws.metric_reads import MetricQuery, SearchRef
 from stallwatch.aws.observability import logger, metrics
+from stallwatch.aws.platforms import ec2_restart
 from stallwatch.aws.platforms.ec2_events import InstanceStateChange
 from stallwatch.aws.platforms.ec2_goodput import ec2_run_spans, stop_time
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search, host_parts
-from stallwatch.core import alarms, clusters, contract
+from stallwatch.aws.store import Store, job_key
+from stallwatch.core import alarms, contract
 from stallwatch.core import resume as planning
+from stallwatch.core.contract import CWAGENT_DIM_INSTANCE, CWAGENT_GPU_POWER, CWAGENT_NAMESPACE
+from stallwatch.core.doctor_checks import PROBE_INSTANCE, RESUMING_ROLES, Check, Probe, StackFound, Status, stop_probes
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, HOST_METRICS_READ, memory_percent
 from stallwatch.core.platforms.ec2 import EC2, EC2_STREAM
 from stallwatch.core.platforms.interface import (
@@ -42,9 +47,12 @@ from stallwatch.core.platforms.interface import (
     ResumeResult,
     ResumeVerdict,
     StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
 )
 from stallwatch.core.policy import EC2_MONITOR_TAG
-from stallwatch.core.pricing import instance_spec
+from stallwatch.core.pricing import instance_spec, neuron
 from stallwatch.core.reading import FILTER_STREAMS_LIMIT
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
@@ -62,6 +70,12 @@ RUNNING = "running"
 ENDED = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
 STOPPED = "stopped"  # where a resume may follow Stallwatch's stop
 RUN_ENDS = frozenset({STOPPED, "terminated"})  # an EC2 job's run may end (resume or summary)
+STOP_INSTANCES, START_INSTANCES = "ec2:StopInstances", "ec2:StartInstances"
+GPU_POWER_FIX = (
+    "add \"power_draw\" to nvidia_gpu's measurement in the CloudWatch agent's configuration (deploy/ec2/"
+    "cloudwatch-agent.json, the Ec2AgentConfigParameter) and restart the agent: with GPU power the engine "
+    "decides a silent hang sooner"
+)
 
 
 class Ec2Platform(AwsSignalSource):
@@ -70,6 +84,7 @@ class Ec2Platform(AwsSignalSource):
     platform = Platform.EC2
     description = EC2
     state_event = InstanceStateChange
+    state_rule = "EC2 instance states rule"
 
     def facts(self, job_name: str) -> JobFacts:
         return self._group_facts(job_name, self.instances(job_name))
@@ -193,6 +208,88 @@ class Ec2Platform(AwsSignalSource):
             Node(i["InstanceId"], i["State"]["Name"] == RUNNING, autoscaling.group_of(i)) for i in self.instances(job)
         ]
 
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """Restart in place (`ec2_restart`): the health check, or a move's hosts taken out, then the restart."""
+        return ec2_restart.begin(self._restarts(teller), attempt)
+
+    def continue_way_back(self, now: float, teller: Teller) -> list[dict[str, Any]]:
+        return ec2_restart.continue_recoveries(self._restarts(teller), now)
+
+    def way_back_under_way(self, job: str) -> bool:
+        return ec2_restart.under_way(self._store, job_key(self.platform, job))
+
+    def _restarts(self, teller: Teller) -> ec2_restart.RestartContext:
+        return ec2_restart.RestartContext(self, self.clients, self.config, self._store, self.documents, teller)
+
+    @property
+    def _store(self) -> Store:
+        if self.store is None:
+            raise ValueError("recovery in place keeps its steps in the deployment's table: no table given")
+        return self.store
+
+    def iam_probes(self, region: str, account: str) -> list[Probe]:
+        """Stops only of instances tagged to be stopped (unless the policy allows any); starts (a resume) only of
+        instances tagged for resume."""
+        instance = f"arn:aws:ec2:{region}:{account}:instance/{PROBE_INSTANCE}"
+        resume = {f"aws:ResourceTag/{planning.RESUME_TAG}": "2"}
+        return [
+            *stop_probes(STOP_INSTANCES, instance, self.policy.stop_requires_tag),
+            *(
+                probe
+                for role in RESUMING_ROLES
+                for probe in (
+                    Probe(role, START_INSTANCES, instance, resume, True),
+                    Probe(role, START_INSTANCES, instance, {}, False),
+                )
+            ),
+        ]
+
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The rule of its instances' state changes, and each running job's GPU power."""
+        yield from super().doctor(found)
+        yield from self._gpu_power()
+
+    def _gpu_power(self) -> Iterator[Check]:
+        """Each running job's GPU instances publish GPU power (the CloudWatch agent's `nvidia_smi_power_draw`): without
+        the training agent, power is what tells a hung collective (busy GPUs drawing less, logs silent) from work, so
+        the engine decides a silent hang sooner with it than from the job's history of silences alone. A Neuron
+        instance (Trainium) has no NVIDIA power to publish: its power is the training agent's."""
+        jobs = {name: facts or self.facts(name) for name, facts in self.running_jobs(self.clock()).items()}
+        if not jobs:
+            yield Check("EC2 GPU power", Status.OK, "no EC2 job is running")
+            return
+        powered = self._instances_publishing(CWAGENT_GPU_POWER)
+        for name, facts in jobs.items():
+            hosts = [
+                h
+                for h in self.description.host_names(facts)
+                if not neuron(facts.host_types.get(h, facts.instance_type))
+            ]
+            silent = [i for i in hosts if i not in powered]
+            if not hosts:
+                yield Check(f"EC2 GPU power {name}", Status.OK, "no GPU instance: Neuron power is the training agent's")
+            elif silent:
+                detail = (
+                    f"{len(silent)} of {len(hosts)} instances publish no {CWAGENT_GPU_POWER} "
+                    f"({', '.join(silent[:3])}{', ...' if len(silent) > 3 else ''})"
+                )
+                yield Check(f"EC2 GPU power {name}", Status.WARN, detail, GPU_POWER_FIX)
+            else:
+                yield Check(f"EC2 GPU power {name}", Status.OK, f"{len(hosts)} instances publish it")
+
+    def _instances_publishing(self, metric: str) -> set[str]:
+        """The instances the CloudWatch agent published `metric` for in the last 3 hours (ListMetrics, 500 a page)."""
+        pages = self.clients.cloudwatch.get_paginator("list_metrics").paginate(
+            Namespace=CWAGENT_NAMESPACE, MetricName=metric, RecentlyActive="PT3H"
+        )
+        return {
+            dimension["Value"]
+            for page in pages
+            for found in page["Metrics"]
+            for dimension in found.get("Dimensions", [])
+            if dimension["Name"] == CWAGENT_DIM_INSTANCE
+        }
+
     def history(self, job: str) -> JobHistory:
         """From the first LaunchTime (t = 0) to the latest stop time once none runs; its hosts' streams."""
         facts = self.facts(job)
@@ -307,7 +404,7 @@ class Ec2Platform(AwsSignalSource):
         patterns = self.policy.for_job(facts.tags).line_patterns
         return read_tails(self.clients.logs, streams, facts.name, hosts, known, now, patterns, stacks_since)
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """One StopInstances for all of the job's instances. If it is refused (one instance not tagged for stopping,
         or in a state that cannot stop, refuses the whole call), each instance is stopped on its own, so the others
         stop and the refusals are named; the result is ok only when every instance is stopping."""
@@ -364,6 +461,9 @@ class Ec2Platform(AwsSignalSource):
         series = {fld: per_host[search].get(host, Series()) for fld, search in reads.platform.items()}
         memory = memory_percent(series.pop("gpu_mem_used"), series.pop("gpu_mem_total"))
         return series | {"gpu_mem_util": memory, "cpu_util": Series()}  # cpu_util: no rule reads it
+
+
+ADAPTER = Ec2Platform
 
 
 def _host_of(stream: str, hosts: set[str]) -> str | None:

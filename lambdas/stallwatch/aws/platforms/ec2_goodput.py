@@ -8,7 +8,7 @@ What an attempt is built from (docs/resume.md, "Goodput on EC2"):
   one); for an earlier attempt, the `launched` time Stallwatch's resume recorded when it restarted the group;
 - the attempts of one run: Stallwatch's resumes (audit records whose StartInstances gave the next attempt its
   LaunchTime) link them; a start by anyone else begins a new run, so the report covers the latest run only; a
-  restart in place (`core.recovery`) ends one attempt and begins the next on the same instances, without a gap;
+  restart in place (`core.way_back.attempt_of`) ends one attempt and begins the next on the same instances, no gap;
 - its end: Stallwatch's stop of it (EC2 bills no stopping or stopped instance); for the last attempt, now while an
   instance runs, else the stop time EC2 writes in StateTransitionReason, else Stallwatch's stop, else its last
   agent window;
@@ -25,12 +25,12 @@ from typing import Any
 
 from stallwatch.aws.agent_windows import windows
 from stallwatch.aws.store import job_key
-from stallwatch.core import clusters
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.platforms import ec2_clusters as clusters
 from stallwatch.core.platforms.interface import AuditTrail
-from stallwatch.core.recovery import RestartInPlace, restart_of
 from stallwatch.core.resume import LAUNCHED_FIELD, RESUME_ACTION, StopRecord
 from stallwatch.core.signals import Platform
+from stallwatch.core.way_back import Attempt, attempt_of
 
 # A resume's audit time and the LaunchTime its StartInstances gives the group: one on_job_state invocation apart.
 RESUME_LAUNCH_SLACK_S = 300.0
@@ -101,9 +101,9 @@ def resumes_of(records: list[dict[str, Any]]) -> list[Resume]:
     return sorted(found, key=lambda r: r.at)
 
 
-def restarts_in_place(records: list[dict[str, Any]]) -> list[RestartInPlace]:
+def restarts_in_place(records: list[dict[str, Any]]) -> list[Attempt]:
     """Stallwatch's restarts of the job's training on its own instances (recovery in place), oldest first."""
-    found = (restart_of(item["record"], item.get("outcome")) for item in records)
+    found = (attempt_of(item["record"], item.get("outcome")) for item in records)
     return sorted((r for r in found if r is not None), key=lambda r: r.at)
 
 

@@ -27,8 +27,9 @@ from stallwatch.aws.platforms.sagemaker_events import TrainingJobStateChange
 from stallwatch.aws.platforms.sagemaker_goodput import describe_training_job, sagemaker_run_spans
 from stallwatch.aws.resume import failure
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
-from stallwatch.core import clusters, contract
+from stallwatch.core import contract
 from stallwatch.core import resume as planning
+from stallwatch.core.doctor_checks import PROBE_JOB, RESUMING_ROLES, Probe, stop_probes
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.platforms.interface import (
     AuditTrail,
@@ -41,13 +42,22 @@ from stallwatch.core.platforms.interface import (
     ResumeVerdict,
     StopResult,
 )
-from stallwatch.core.platforms.sagemaker import HOST_METRICS, SAGEMAKER, SAGEMAKER_STREAM, host_dimensions, stream_host
+from stallwatch.core.platforms.sagemaker import (
+    HOST_METRICS,
+    SAGEMAKER,
+    SAGEMAKER_STREAM,
+    host_dimensions,
+    sagemaker_layout,
+    stream_host,
+)
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.reading import LOOKBACK_SECONDS, SAGEMAKER_HOST_METRICS_READ
-from stallwatch.core.resume import ATTEMPT_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
+from stallwatch.core.resume import ATTEMPT_TAG, RESUME_TAG, RESUMED_FROM_TAG, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobStatus, Platform, Series
 
 HOST_LABEL = "${PROP('Dim.Host')}"  # "<job>/algo-N"
+STOP_TRAINING_JOB = "sagemaker:StopTrainingJob"
+CREATE_TRAINING_JOB = "sagemaker:CreateTrainingJob"
 # SageMaker's answer to StopTrainingJob on a job that is not running: "... the training job is in status Stopped."
 NOT_RUNNING = re.compile(r"in status (Stopping|Stopped|Completed|Failed)")
 MAX_RUNTIME_SECONDS = 28 * 86_400  # a training job's longest MaxRuntimeInSeconds: older ones have ended
@@ -70,6 +80,7 @@ class SageMakerPlatform(AwsSignalSource):
     platform = Platform.SAGEMAKER
     description = SAGEMAKER
     state_event = TrainingJobStateChange
+    state_rule = "SageMaker job states rule"
 
     def facts(self, job_name: str) -> JobFacts:
         sagemaker = self.clients.sagemaker
@@ -80,7 +91,7 @@ class SageMakerPlatform(AwsSignalSource):
                 raise JobNotFoundError(f"training job {job_name!r}: {exc.response['Error']['Message']}") from exc
             raise
         tags = sagemaker.list_tags(ResourceArn=job["TrainingJobArn"]).get("Tags", [])
-        layout = clusters.sagemaker_layout(job["ResourceConfig"])
+        layout = sagemaker_layout(job["ResourceConfig"])
         spec = instance_spec(layout.instance_type)
         history = tuple((t["StartTime"].timestamp(), t["Status"]) for t in job.get("SecondaryStatusTransitions", []))
         start = job.get("TrainingStartTime") or job["CreationTime"]
@@ -99,7 +110,7 @@ class SageMakerPlatform(AwsSignalSource):
             host_types=layout.host_types,
         )
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
+    def stop(self, facts: JobFacts) -> StopResult:
         """StopTrainingJob by the job's exact name; a job that is not running counts as stopped."""
         name = facts.name
         try:
@@ -167,13 +178,33 @@ class SageMakerPlatform(AwsSignalSource):
     def nodes(self, job: str) -> list[Node]:
         raise NotImplementedError("a SageMaker training job is not restarted in place: it is resumed as a new job")
 
+    def iam_probes(self, region: str, account: str) -> list[Probe]:
+        """Stops only of jobs tagged to be stopped (unless the policy allows any); resumes only as a resume chain's job,
+        passing only roles tagged for resume, to SageMaker."""
+        job = f"arn:aws:sagemaker:{region}:{account}:training-job/{PROBE_JOB}"
+        role_arn = f"arn:aws:iam::{account}:role/{PROBE_JOB}"
+        passed = {"iam:PassedToService": "sagemaker.amazonaws.com"}
+        return [
+            *stop_probes(STOP_TRAINING_JOB, job, self.policy.stop_requires_tag),
+            *(
+                probe
+                for role in RESUMING_ROLES
+                for probe in (
+                    Probe(role, CREATE_TRAINING_JOB, job, {f"aws:RequestTag/{RESUMED_FROM_TAG}": PROBE_JOB}, True),
+                    Probe(role, CREATE_TRAINING_JOB, job, {}, False),
+                    Probe(role, "iam:PassRole", role_arn, passed | {f"aws:ResourceTag/{RESUME_TAG}": "2"}, True),
+                    Probe(role, "iam:PassRole", role_arn, passed, False),
+                )
+            ),
+        ]
+
     def history(self, job: str) -> JobHistory:
         """Its status history, from its creation (DescribeTrainingJob), and its streams ``<job>/algo-N-<epoch>``."""
         try:
             described, tags = describe_training_job(self.clients, job)
         except ClientError as exc:
             raise JobNotFoundError(f"training job {job!r}: {exc.response['Error']['Message']}") from exc
-        layout = clusters.sagemaker_layout(described["ResourceConfig"])
+        layout = sagemaker_layout(described["ResourceConfig"])
         spec = instance_spec(layout.instance_type)
         status = JobStatus(described["TrainingJobStatus"])
         facts = JobFacts(
@@ -262,6 +293,9 @@ class SageMakerPlatform(AwsSignalSource):
         known = self._known_freshness(facts, per_host, reads, freshness, now)
         patterns = self.policy.for_job(facts.tags).line_patterns
         return read_tails(self.clients.logs, STREAMS, facts.name, hosts, known, now, patterns, stacks_since)
+
+
+ADAPTER = SageMakerPlatform
 
 
 def _divisor(facts: JobFacts, host: str, field_name: str) -> int:

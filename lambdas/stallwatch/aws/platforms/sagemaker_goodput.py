@@ -11,9 +11,9 @@ from typing import Any
 from stallwatch.aws.agent_windows import windows
 from stallwatch.aws.source import JobNotFoundError
 from stallwatch.aws.store import job_key
-from stallwatch.core.clusters import sagemaker_layout
 from stallwatch.core.goodput import JobSpan
 from stallwatch.core.platforms.interface import AuditTrail
+from stallwatch.core.platforms.sagemaker import sagemaker_layout
 from stallwatch.core.policy import MAX_RESTARTS_LIMIT
 from stallwatch.core.resume import RUN_TAG, StopRecord, resume_name, run_name
 from stallwatch.core.signals import Platform

@@ -4,15 +4,15 @@ instances found in the controller's VPC by address (DescribeInstances), or Hyper
 APIs; their logs one stream per node named by its instance; stopped and requeued by the cluster's runner
 (deploy/slurm/stallwatch-runner, through the table: `slurm_runner`), whose answers the sweeper reads back.
 
-An instance is never stopped: the job is the unit (`scancel`), and its recovery drains the bad nodes and requeues it
-(`stallwatch:recover=requeue`), which Slurm starts again on healthy nodes from the job's checkpoint; on HyperPod the
-drained nodes are replaced through BatchReplaceClusterNodes, unless HyperPod already acts on them.
+An instance is never stopped: the job is the unit (`scancel`), and its way back (`stallwatch:recover=requeue`, within
+the run's budget: `core.way_back`) drains the nodes a hardware signal blames and requeues it, which Slurm starts again
+on healthy nodes from the job's checkpoint; on HyperPod the drained nodes are replaced through
+BatchReplaceClusterNodes. A node HyperPod acts on is left to it: never drained, requeued off or replaced too.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,12 +24,17 @@ from stallwatch.aws.log_reads import WHOLE_GROUP, HostLog, JobStreams, read_tail
 from stallwatch.aws.metric_reads import MetricQuery, MetricRef
 from stallwatch.aws.observability import logger, metrics
 from stallwatch.aws.platforms import hyperpod_nodes
+from stallwatch.aws.platforms.slurm_doctor import slurm_checks
 from stallwatch.aws.platforms.slurm_events import HyperPodNodeHealth, SlurmEvent
-from stallwatch.aws.platforms.slurm_jobs import GONE, SlurmJobs, Started, runs
+from stallwatch.aws.platforms.slurm_instances import node_instances
+from stallwatch.aws.platforms.slurm_jobs import SlurmJobs, Started, runs
+from stallwatch.aws.platforms.slurm_reconcile import reconcile
 from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.source import AwsSignalSource, JobNotFoundError, JobReads, agent_search
 from stallwatch.aws.store import job_key
 from stallwatch.core import contract
+from stallwatch.core.contract import SLURM_EVENT_SOURCE
+from stallwatch.core.doctor_checks import Check, StackFound, rule_check
 from stallwatch.core.goodput import Category, JobSpan
 from stallwatch.core.platforms import hyperpod, slurm_runner
 from stallwatch.core.platforms.cloudwatch_agent import HOST_METRICS, host_dimensions, memory_percent
@@ -44,6 +49,9 @@ from stallwatch.core.platforms.interface import (
     ResumeVerdict,
     StopOutcome,
     StopResult,
+    Teller,
+    WayBackAttempt,
+    WayBackResult,
 )
 from stallwatch.core.platforms.slurm import (
     CLUSTER,
@@ -56,29 +64,23 @@ from stallwatch.core.platforms.slurm import (
     SUBMIT_EPOCH,
     SUBMIT_TIME,
     SlurmJob,
-    SlurmNode,
-    controller_instance,
     end_state,
     hyperpod_cluster,
     job_streams,
     metric_instance,
     node_of_stream,
-    parse_stream,
-    requeues,
+    slurm_log_group,
     this_attempt,
 )
+from stallwatch.core.platforms.slurm_names import parse_stream
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, Platform, Series
+from stallwatch.core.way_back import REQUEUED
 
 # The runner answers within its poll (5 s) and the cancel's wait (60 s); one not answered by then is the stop's failure
 # (the runner is down: `stallwatch doctor` says so), given back to the engine.
 ANSWER_WAIT_S = 600
-FILTER_VALUES_LIMIT = 200  # DescribeInstances: filter values of one call, all filters' together (FilterLimitExceeded)
-MAPPED_STATES = ["pending", "running"]
 RECENT_STREAM_PAGES = 2  # pages of the Slurm group's most recently written streams read before asking per node
-# What the controller's view says of a job the table holds as running (`reconcile`).
-HELD_STATES = frozenset({"PENDING", "SUSPENDED", "STOPPED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"})
-RUN_STATES = frozenset({"RUNNING", "CONFIGURING", "COMPLETING"})
 
 
 class SlurmPlatform(AwsSignalSource):
@@ -87,6 +89,7 @@ class SlurmPlatform(AwsSignalSource):
     platform = Platform.SLURM
     description = SLURM
     state_event = SlurmEvent
+    state_rule = "Slurm job events rule"
 
     @property
     def jobs(self) -> SlurmJobs:
@@ -99,6 +102,11 @@ class SlurmPlatform(AwsSignalSource):
         if self.store is None:
             raise JobNotFoundError("Slurm commands go through the deployment's table: none given")
         return Runners(self.store)
+
+    @property
+    def _log_group(self) -> str:
+        """The Slurm jobs' group, under the deployment's EC2 group."""
+        return slurm_log_group(self.config.ec2_log_group)
 
     def facts(self, job_name: str) -> JobFacts:
         job = self.jobs.current(job_name)
@@ -131,7 +139,7 @@ class SlurmPlatform(AwsSignalSource):
         job = SlurmJob.of_event(detail)
         name = job.job_name
         if detail.state == "started":
-            started = self.jobs.start(job.with_instances(self._instances(job)), at)
+            started = self.jobs.start(job.with_instances(node_instances(self.clients, job)), at)
             if started is Started.ENDED:
                 return JobChange(Change.IGNORED, name, job.state, reason="a late start of an attempt that has ended")
             if started is Started.ALREADY:
@@ -159,49 +167,6 @@ class SlurmPlatform(AwsSignalSource):
                 kept.append(name)
         reason = f"recorded for {', '.join(sorted(kept))}: {found.note()}" if kept else "no running job on it"
         return JobChange(Change.IGNORED, instance, found.action, reason=reason)
-
-    def _instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
-        """The instances behind the job's nodes, by node name: on HyperPod, SageMaker's list of the cluster's nodes;
-        on ParallelCluster and PCS, the EC2 instances with the nodes' addresses in the controller's own VPC (two
-        clusters in VPCs of the same range never cross). None where neither is known, or the call is refused."""
-        try:
-            cluster = hyperpod_cluster(job.ssm_target)
-            if job.flavor == HYPERPOD or cluster is not None:
-                if cluster is None:
-                    return {}
-                names = {n.name for n in job.nodes}
-                return {
-                    n: found for n, found in hyperpod_nodes.node_instances(self.clients, cluster).items() if n in names
-                }
-            return self._vpc_instances(job)
-        except (ClientError, BotoCoreError) as exc:
-            logger.warning("could not map the Slurm nodes to instances", extra={"job": job.job_name, "error": str(exc)})
-            return {}
-
-    def _vpc_instances(self, job: SlurmJob) -> dict[str, tuple[str, str]]:
-        controller = controller_instance(job.ssm_target)
-        addrs = sorted({n.addr for n in job.nodes if n.addr})
-        if controller is None or not addrs:
-            return {}
-        ec2 = self.clients.ec2
-        reservations = ec2.describe_instances(InstanceIds=[controller])["Reservations"]
-        vpc = next((i.get("VpcId") for r in reservations for i in r["Instances"] if i.get("VpcId")), None)
-        if vpc is None:
-            return {}
-        by_addr: dict[str, tuple[str, str]] = {}
-        chunk = FILTER_VALUES_LIMIT - len(MAPPED_STATES) - 1
-        for offset in range(0, len(addrs), chunk):
-            filters = [
-                {"Name": "private-ip-address", "Values": addrs[offset : offset + chunk]},
-                {"Name": "instance-state-name", "Values": MAPPED_STATES},
-                {"Name": "vpc-id", "Values": [vpc]},
-            ]
-            for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
-                for reservation in page["Reservations"]:
-                    for instance in reservation["Instances"]:
-                        address = instance.get("PrivateIpAddress", "")
-                        by_addr[address] = (instance["InstanceId"], instance["InstanceType"])
-        return {n.name: by_addr[n.addr] for n in job.nodes if n.addr in by_addr}
 
     # ---- the sweep ------------------------------------------------------------------------------------------
 
@@ -238,7 +203,7 @@ class SlurmPlatform(AwsSignalSource):
     def _recent_streams(self, wanted: set[str]) -> dict[str, dict[str, Any]]:
         logs = self.clients.logs
         request: dict[str, Any] = {
-            "logGroupName": self.config.slurm_log_group,
+            "logGroupName": self._log_group,
             "orderBy": "LastEventTime",
             "descending": True,
         }
@@ -256,7 +221,7 @@ class SlurmPlatform(AwsSignalSource):
 
     def _streams(self, prefix: str) -> list[dict[str, Any]]:
         pages = self.clients.logs.get_paginator("describe_log_streams").paginate(
-            logGroupName=self.config.slurm_log_group, logStreamNamePrefix=prefix
+            logGroupName=self._log_group, logStreamNamePrefix=prefix
         )
         try:
             return [s for page in pages for s in page["logStreams"]]
@@ -264,109 +229,58 @@ class SlurmPlatform(AwsSignalSource):
             return []
 
     def reconcile(self, now: float) -> list[JobChange]:
-        """The table's running jobs checked against each cluster's controller (its runner's answer to the last
-        sweep's report), then the next report asked for: a job Slurm no longer runs is retired; a suspended or
-        pending one is held (never judged) until it runs again; a requeued one's attempt ends and its next starts;
-        a node HyperPod reboots or replaces (its reason ``Action:...``) is kept with its job."""
-        by_cluster: dict[str, dict[str, SlurmJob]] = defaultdict(dict)
-        for name, job in self.jobs.running().items():
-            by_cluster[job.cluster][name] = job
-        changes: list[JobChange] = []
-        for cluster, jobs in sorted(by_cluster.items()):
-            try:
-                asked, answer = self.runners.report(cluster)
-                if asked is not None and answer is not None and answer.get("result") == slurm_runner.REPORTED:
-                    changes += self._apply_view(jobs, set(asked.jobs), slurm_runner.View.of_answer(answer), now)
-                self.runners.ask_report(
-                    slurm_runner.report(cluster, [(j.job_id, j.submit_time) for j in jobs.values()]), now
-                )
-            except (ClientError, BotoCoreError, ValueError):
-                logger.exception("could not reconcile a Slurm cluster", extra={"cluster": cluster})
-                metrics.add_metric(name=contract.SWEEP_ERRORS, unit=MetricUnit.Count, value=1)
-        return changes
-
-    def _apply_view(
-        self, jobs: dict[str, SlurmJob], asked: set[tuple[str, str]], view: slurm_runner.View, now: float
-    ) -> list[JobChange]:
-        changes = []
-        for name, job in sorted(jobs.items()):
-            if (job.job_id, job.submit_time) not in asked:
-                continue  # started since the report was asked for: the next one tells
-            seen = view.jobs.get(job.job_id, slurm_runner.JobView(job.job_id))
-            for node in job.nodes:
-                found = view.nodes.get(node.name)
-                action = hyperpod.node_reason(node.name, found.reason, view.at) if found is not None else None
-                if action is not None:
-                    self.jobs.record_hyperpod(name, job.submit_epoch, replace(action, instance=node.instance or ""))
-            changes += self._apply_job(name, job, seen, view.at)
-        return changes
-
-    def _apply_job(self, name: str, job: SlurmJob, seen: slurm_runner.JobView, at: float) -> list[JobChange]:
-        if not seen.known or (seen.submit_time != job.submit_time and seen.restarts <= job.restarts):
-            ended = self.jobs.retire(job, GONE, at, "the controller no longer knows it (its end event was lost)")
-            return [JobChange(Change.ENDED, name, GONE, tags=job.settings)] if ended is not None else []
-        if seen.submit_time != job.submit_time:  # requeued: this attempt ended, the next runs or waits
-            changes = []
-            if self.jobs.retire(job, "REQUEUED", at, seen.reason) is not None:
-                changes.append(JobChange(Change.ENDED, name, "REQUEUED", tags=job.settings, run_goes_on=True))
-            if seen.state in RUN_STATES and seen.nodes:
-                changes += self._next_attempt(job, seen, at)
-            return changes
-        if seen.state in HELD_STATES:
-            self.jobs.hold(name, job.submit_epoch, seen.state, at)
-            return []
-        if seen.state in RUN_STATES:
-            self.jobs.release(name, job.submit_epoch, at)
-            return []
-        ended = self.jobs.retire(job, seen.state, at, seen.reason)
-        return [JobChange(Change.ENDED, name, seen.state, tags=job.settings)] if ended is not None else []
-
-    def _next_attempt(self, before: SlurmJob, seen: slurm_runner.JobView, at: float) -> list[JobChange]:
-        """The requeued job's next attempt, as the controller showed it (its start event was lost or refused): its
-        nodes keep the instances they had where they were the job's before."""
-        known = {n.name: n for n in before.nodes}
-        attempt = replace(
-            before,
-            submit_time=seen.submit_time,
-            submit_epoch=seen.submit_epoch,
-            start_epoch=seen.start_epoch or at,
-            state="RUNNING",
-            restarts=seen.restarts,
-            nodes=tuple(known.get(node, SlurmNode(node)) for node in seen.nodes),
-            hyperpod=(),
-        )
-        if self.jobs.start(attempt, at) is not Started.STARTED:
-            return []
-        return [JobChange(Change.STARTED, attempt.job_name, "RUNNING", tags=attempt.settings)]
+        """The table's running jobs checked against each cluster's controller (`slurm_reconcile`)."""
+        return reconcile(self.jobs, self.runners, now)
 
     # ---- actions --------------------------------------------------------------------------------------------
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-        """`scancel` by the cluster's runner, or, for the engine's stop (`at_fault` given) of a job tagged
-        `stallwatch:recover=requeue`, its nodes at fault drained and the job requeued. Asynchronous: `ok` says the
-        command was queued for the runner; the stop is done once the controller says so (`stop_outcome`)."""
+    def stop(self, facts: JobFacts) -> StopResult:
+        """`scancel` by the cluster's runner. Asynchronous: `ok` says the command was queued for the runner; the stop
+        is done once the controller says so (`stop_outcome`)."""
+        ids = facts.platform_ids
+        return self._send(facts, lambda: slurm_runner.cancel(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME]))
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """The requeue, as the stop, by the cluster's runner: the nodes a hardware signal blames (`attempt.blamed`: a
+        hardware Xid, a vanished host, HyperPod's health agent's hardware verdict, an AWS Health event's instance;
+        never a rank's application error) drained with Stallwatch's reason, then the job requeued, which Slurm starts
+        again on healthy nodes (on HyperPod, the drained nodes then replaced: `stop_outcome`). A node HyperPod acts on
+        is left to it. Asynchronous, as the stop: its answer is read by the sweeper."""
+        if attempt.refused is not None:
+            return WayBackResult(audited={"status": "not_recovered", "reason": attempt.refused}, reason=attempt.refused)
+        facts, ids = attempt.facts, attempt.facts.platform_ids
+        acting = self._hyperpod_acting(facts.name, self.clock())
+        drained = tuple(sorted(set(attempt.blamed) - acting))[: slurm_runner.NODES_MAX]
+        why = "moved off before a scheduled event" if attempt.moving else "stalled"
+        reason = f"{facts.name} {why}" + (f" on {','.join(drained)}" if drained else "")
+        stopped = self._send(
+            facts, lambda: slurm_runner.requeue(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME], drained, reason)
+        )
+        audited = {"status": REQUEUED, "attempt": attempt.attempt, "allowed": attempt.allowed, "drained": list(drained)}
+        if left := sorted(set(attempt.blamed) & acting):
+            audited["left_to_hyperpod"] = left
+        return WayBackResult(audited=audited, stop=stopped)
+
+    def _send(self, facts: JobFacts, command: Callable[[], slurm_runner.Command]) -> StopResult:
+        """The runner's command (`command` builds it: a bad id is refused before anything is queued), queued in the
+        table for the job's cluster."""
         ids = facts.platform_ids
         try:
-            requeue = at_fault is not None and requeues(facts.tags)
-        except ValueError as exc:
-            logger.warning("a bad recover setting: cancelling instead", extra={"job": facts.name, "error": str(exc)})
-            requeue = False
-        try:
-            if requeue:
-                bad = tuple(at_fault or ())[: slurm_runner.NODES_MAX]
-                reason = f"{facts.name} stalled" + (f" on {','.join(bad)}" if bad else "")
-                command = slurm_runner.requeue(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME], bad, reason)
-            else:
-                command = slurm_runner.cancel(ids[CLUSTER], ids[JOB_ID], ids[SUBMIT_TIME])
-            ref = self.runners.send(command, self.clock())
+            sent = command()
+            ref = self.runners.send(sent, self.clock())
         except slurm_runner.CommandError as exc:
             return StopResult(ok=False, detail=f"not a command the runner takes: {exc}")
         except (ClientError, BotoCoreError) as exc:
             return StopResult(ok=False, detail=f"could not queue the command: {exc}")
-        what = "requeue" if requeue else "scancel"
-        drained = f", {','.join(command.nodes)} drained first" if command.nodes else ""
+        what = "requeue" if sent.kind == slurm_runner.REQUEUE else "scancel"
+        drained = f", {','.join(sent.nodes)} drained first" if sent.nodes else ""
         detail = f"{what} of Slurm job {ids[JOB_ID]} sent to the runner of cluster {ids[CLUSTER]}{drained}"
         return StopResult(ok=True, detail=detail, commands=(ref,))
+
+    def _hyperpod_acting(self, name: str, now: float) -> set[str]:
+        """The job's nodes HyperPod reboots or replaces now (what it said, kept with the attempt)."""
+        job = self.jobs.current(name)
+        return {a.node for a in (job.hyperpod if job else ()) if a.node and a.acting_at(now)}
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
         """The runner's answer: the job cancelled or requeued (the controller no longer runs it), left alone in a
@@ -397,8 +311,7 @@ class SlurmPlatform(AwsSignalSource):
     def _replace_nodes(self, facts: JobFacts, nodes: list[str], now: float) -> str:
         """HyperPod's replacement of the drained nodes (BatchReplaceClusterNodes), except those HyperPod already
         reboots or replaces: a node is never acted on twice."""
-        job = self.jobs.current(facts.name)
-        acting = {a.node for a in (job.hyperpod if job else ()) if a.acting_at(now)}
+        acting = self._hyperpod_acting(facts.name, now)
         cluster = hyperpod_cluster(facts.platform_ids.get(SSM_TARGET, ""))
         ours = [facts.host_instances[n] for n in nodes if n in facts.host_instances and n not in acting]
         left = sorted(set(nodes) & acting)
@@ -411,7 +324,9 @@ class SlurmPlatform(AwsSignalSource):
     # ---- resume, runs, history ------------------------------------------------------------------------------
 
     def plan_resume(self, name: str, stop: StopRecord, max_restarts: int, history: RestartHistory) -> ResumeVerdict:
-        return ResumeVerdict(NoResume("a Slurm job is requeued (stallwatch:recover=requeue), never resumed anew"))
+        return ResumeVerdict(
+            NoResume("a Slurm job is requeued (stallwatch:recover=requeue), never resumed anew", alert=False)
+        )
 
     def start_attempt(self, plan: ResumePlan) -> ResumeResult:
         raise NotImplementedError("a Slurm job is requeued by its stop, never started anew")
@@ -454,6 +369,12 @@ class SlurmPlatform(AwsSignalSource):
     def nodes(self, job: str) -> list[Node]:
         raise NotImplementedError("a Slurm job is requeued on healthy nodes, not restarted in place")
 
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The rule of deploy/slurm's job events (on the Slurm bus), and the runners, log group and jobs
+        (`slurm_doctor`)."""
+        yield rule_check(found, self.state_rule, SLURM_EVENT_SOURCE)
+        yield from slurm_checks(self.clients, self.runners, self.jobs, self._log_group)
+
     def history(self, job: str) -> JobHistory:
         """The latest attempt from its start; its nodes' own streams (each by its name, as a prefix)."""
         current = self.jobs.current(job)
@@ -468,8 +389,7 @@ class SlurmPlatform(AwsSignalSource):
             changes=((current.start_epoch, RUNNING, None),),
             final=(facts.status, current.state) if ended is not None else None,
             log_selections=tuple(
-                {"logGroupName": self.config.slurm_log_group, "logStreamNamePrefix": stream}
-                for stream in job_streams(facts)
+                {"logGroupName": self._log_group, "logStreamNamePrefix": stream} for stream in job_streams(facts)
             ),
         )
 
@@ -558,10 +478,13 @@ class SlurmPlatform(AwsSignalSource):
         (`node_of_stream`), and the agent's stack dumps since `stacks_since`."""
         effective = self.policy.for_job(facts.tags)
         known = self._known_freshness(facts, per_host, reads, freshness, now)
-        streams = JobStreams(self.config.slurm_log_group, WHOLE_GROUP, lambda stream, _: node_of_stream(facts, stream))
+        streams = JobStreams(self._log_group, WHOLE_GROUP, lambda stream, _: node_of_stream(facts, stream))
         return read_tails(
             self.clients.logs, streams, facts.name, hosts, known, now, effective.line_patterns, stacks_since
         )
+
+
+ADAPTER = SlurmPlatform
 
 
 def _gap(before: SlurmJob, stops: list[StopRecord]) -> Category:

@@ -1,23 +1,29 @@
 """The platforms Stallwatch watches, each described by one module here (`interface.PlatformDescription`).
 
     describe(Platform.EC2).host_names(facts)     # instance ids; SageMaker's: algo-1..algo-N
-    subscribed_log_groups(config)                # {platform: the log group whose fatal lines wake the engine}
     job_name_error("llm.70b", Platform.EC2)      # why a name cannot be an EC2 job's (None when it can)
 
-A new platform is a module beside `sagemaker`, `ec2` and `slurm` and its entry in `DESCRIPTIONS` (and its adapter in
-`aws.platforms`); see docs/lambdas.md, "Platforms".
+A new platform is a module here whose `DESCRIPTION` describes it (its settings the `settings` sub-model of
+`platforms.<name>` in the config), and its line in `PLATFORMS`; its adapter is `aws.platforms.<name>`, its construct
+`stacks/platforms/<name>.py` (docs/lambdas.md, "Platforms").
 """
 
 from __future__ import annotations
 
-from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.ec2 import EC2
+from importlib import import_module
+
 from stallwatch.core.platforms.interface import PlatformDescription
-from stallwatch.core.platforms.sagemaker import SAGEMAKER
-from stallwatch.core.platforms.slurm import SLURM
 from stallwatch.core.signals import Platform
 
-DESCRIPTIONS: dict[Platform, PlatformDescription] = {d.platform: d for d in (SAGEMAKER, EC2, SLURM)}
+# The platforms in registry order, by module: one line each.
+PLATFORMS = (
+    "sagemaker",
+    "ec2",
+    "slurm",
+)
+DESCRIPTIONS: dict[Platform, PlatformDescription] = {
+    d.platform: d for d in (import_module(f"{__name__}.{name}").DESCRIPTION for name in PLATFORMS)
+}
 # A job named without its platform (the CLI's default, a name no hint claims) is a SageMaker job's.
 DEFAULT = Platform.SAGEMAKER
 
@@ -44,15 +50,3 @@ def job_name_error(name: str, platform: Platform | None = None) -> str | None:
         labels = [d.label for d in DESCRIPTIONS.values()]
         where = f"a {', '.join(labels[:-1])} or {labels[-1]} job"
     return f"{name[:80]!r} cannot name {where}: 1 to 63 letters, digits and '-' (EC2 job tags also '_')"
-
-
-def subscribed_log_groups(config: StallwatchConfig) -> dict[Platform, str]:
-    """The log group of each watched platform whose fatal lines a subscription filter sends to on_log_line (where
-    `config.log_subscriptions` subscribes it and the platform has one)."""
-    found = {}
-    for platform, description in DESCRIPTIONS.items():
-        group = description.log_group(config)
-        watched = getattr(config.policy, description.monitor_setting)
-        if group is not None and watched and config.log_subscriptions.of(platform):
-            found[platform] = group
-    return found

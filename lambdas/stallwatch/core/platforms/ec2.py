@@ -8,18 +8,34 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from stallwatch.core import clusters
-from stallwatch.core.config import StallwatchConfig
+from pydantic import Field
+
 from stallwatch.core.platforms import cloudwatch_agent
-from stallwatch.core.platforms.interface import HostMove, MetricMath, PlatformDescription, SeriesReader
-from stallwatch.core.policy import EC2_MONITOR_TAG, RECOVER_RESTART, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
-from stallwatch.core.recovery import TagError, recovers_in_place
+from stallwatch.core.platforms import ec2_clusters as clusters
+from stallwatch.core.platforms.interface import (
+    MetricMath,
+    PlatformDescription,
+    PlatformSettings,
+    SeriesReader,
+)
+from stallwatch.core.policy import EC2_MONITOR_TAG
 from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.way_back import WayBack
 
 # A job is its `stallwatch:job` tag or an instance id.
 JOB_NAME = re.compile(f"(?:{clusters.INSTANCE_ID.pattern})|(?:{clusters.JOB_NAME.pattern})")
 # Streams named by instance id (the CloudWatch agent's {instance_id}), optionally with a suffix per file.
 EC2_STREAM = re.compile(r"^(?P<host>i-[0-9a-f]{8,17})(?:/.*)?$")
+
+
+class Ec2Settings(PlatformSettings):
+    """`platforms.ec2`."""
+
+    monitor: bool = Field(
+        True,
+        description="Watch EC2 jobs: instances tagged `stallwatch:job=<name>`, or `stallwatch:monitor=true` alone.",
+    )
+    log_subscription: bool = Field(True, description="Subscribe `ec2_log_group` (the stack creates it).")
 
 
 class Ec2Description(PlatformDescription):
@@ -28,18 +44,15 @@ class Ec2Description(PlatformDescription):
     job_kind = "an EC2 job"
     job_name = JOB_NAME
     name_hint = clusters.INSTANCE_ID
-    monitor_setting = "monitor_ec2"
+    settings = Ec2Settings
     resource = "an EC2 job"
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     # and LogIdleSeconds
     host_series_read = len(cloudwatch_agent.AGENT_METRICS_READ) + len(cloudwatch_agent.HOST_METRICS_READ) + 1
     named_hosts = True
-    restarts_in_place = True
+    way_back = WayBack.RESTART  # in place on its instances (`aws.platforms.ec2_restart`); resumed after a stop too
     configured_logs = True
-    agent_power = True
     instance_hosts = True
-    host_move = HostMove.RESTART
-    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_RESTART}"
 
     def unwatched(self, facts: JobFacts) -> str | None:
         """A job is its instances' `stallwatch:job` tag, or a lone instance tagged `stallwatch:monitor=true`."""
@@ -55,13 +68,6 @@ class Ec2Description(PlatformDescription):
         """Its hosts are its instances."""
         return instance if instance in facts.instance_ids else None
 
-    def moves_off_hosts(self, facts: JobFacts) -> bool:
-        """`stallwatch:recover=restart`: the job is restarted in place without the host (a bad tag value: not)."""
-        try:
-            return recovers_in_place(facts.tags)
-        except TagError:
-            return False
-
     def gpu_utilization(self, facts: JobFacts, host: str) -> MetricMath:
         return cloudwatch_agent.gpu_utilization(host)
 
@@ -72,14 +78,14 @@ class Ec2Description(PlatformDescription):
         match = EC2_STREAM.match(stream)
         return match["host"] if match is not None and match["host"] in hosts else None
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
+    def log_group(self, nodes_group: str) -> str | None:
         """The deployment's EC2 group (a job's `stallwatch:log-group` tag may name another, which no filter of ours
         subscribes)."""
-        return config.ec2_log_group
+        return nodes_group
 
     def host_series(self, facts: JobFacts, host: str, read: SeriesReader) -> dict[str, Series]:
         """The CloudWatch agent's series are per device already; memory is a percentage of the total."""
         return cloudwatch_agent.host_series(host, read)
 
 
-EC2 = Ec2Description()
+EC2 = DESCRIPTION = Ec2Description()

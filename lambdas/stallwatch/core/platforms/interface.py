@@ -12,17 +12,22 @@ callers ask the registries (tests/test_platform_seam.py checks it).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from stallwatch.core import contract
-from stallwatch.core.config import StallwatchConfig
+from stallwatch.core.doctor_checks import Check, Probe, StackFound
 from stallwatch.core.goodput import JobSpan
+from stallwatch.core.policy import RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
 from stallwatch.core.reading import HOST_SERIES_READ, NEURON_AGENT_METRICS_READ
 from stallwatch.core.resume import NoResume, ResumePlan, StopRecord
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, Platform, Series
+from stallwatch.core.way_back import IN_PLACE, TagError, WayBack, recovers
 
 # How a description reads one of a host's platform series in replay: (namespace, name, dimensions, divisor) -> series.
 SeriesReader = Callable[[str, str, dict[str, str], float], Series]
@@ -38,11 +43,33 @@ class MetricMath:
     label: str
 
 
-class HostMove(StrEnum):
-    """How a job is moved off a host an AWS Health event names, before the event's window (`runtime.health`)."""
+@dataclass(frozen=True)
+class InstanceLayout:
+    """A job's instances: the primary type (the first group's), the host count, and each host's type where the
+    hosts differ."""
 
-    RESTART = "restart"  # its training restarted in place without the host (`runtime.recover`)
-    REQUEUE = "requeue"  # its stop with the host at fault: the host drained, the job requeued on others
+    instance_type: str
+    instance_count: int
+    host_types: dict[str, str] = field(default_factory=dict)
+
+    def mixed_fleet(self) -> dict[str, int]:
+        """Instance type -> hosts of it where the hosts differ; empty when all are `instance_type`."""
+        return dict(Counter(self.host_types.values()))
+
+
+class PlatformSettings(BaseModel):
+    """A platform's settings, `platforms.<name>` in the deployment's config (`core.config.StallwatchConfig`): whether
+    Stallwatch watches its jobs, and whether its log group's fatal lines wake the engine. A platform with settings of
+    its own subclasses it (`PlatformDescription.settings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    monitor: bool = Field(True, description="Watch the platform's jobs.")
+    log_subscription: bool = Field(
+        True,
+        description="Send the fatal lines of the platform's log group to on_log_line, where it has one "
+        '(docs/deploy.md, "Fatal lines wake the engine").',
+    )
 
 
 class PlatformDescription:
@@ -54,26 +81,22 @@ class PlatformDescription:
     job_name: ClassVar[re.Pattern[str]]  # every name a job of it can have
     # Names that are this platform's before any other's (an instance id is EC2's); None: no such names.
     name_hint: ClassVar[re.Pattern[str] | None] = None
-    monitor_setting: ClassVar[str]  # the `Policy` field that turns watching it on
+    settings: ClassVar[type[PlatformSettings]] = PlatformSettings  # its sub-model under `platforms:` in the config
     resource: ClassVar[str]  # "a SageMaker training job": what the platform calls a job, in messages
     host_agent_metrics: ClassVar[tuple[str, ...]]  # the agent's per-host series of a GPU job (core.reading)
     host_series_read: ClassVar[int] = HOST_SERIES_READ  # every per-host series a decision reads (`host_period`)
     named_hosts: ClassVar[bool] = False  # its hosts are named by the platform (`JobFacts.instance_ids`), not counted
-    # A stalled job may be restarted in place on its own nodes (`runtime.recover`), when its tags opt in.
-    restarts_in_place: ClassVar[bool] = False
+    # How a stalled job comes back (`core.way_back`): resumed after its stop, restarted in place of it, requeued as it;
+    # None: it is stopped, and that is all.
+    way_back: ClassVar[WayBack | None] = None
     # Its logs are read from where the deployment's config says (EC2's log group): a reader needs that config.
     configured_logs: ClassVar[bool] = False
     # Its jobs are what their events said, kept in the deployment's table (Slurm's): a reader needs the table.
     known_from_events: ClassVar[bool] = False
-    # Its hosts' GPU power is the CloudWatch agent's (`nvidia_smi_power_draw` by InstanceId; the doctor checks it).
-    agent_power: ClassVar[bool] = False
-
     # Its hosts are EC2 instances of the account, or run on them (`host_of_instance`): AWS Health's scheduled events
-    # for an instance reach its jobs (`runtime.health`).
+    # for an instance reach its jobs (`runtime.health`), and those that opted in to its way back in place are moved
+    # off the instance by it (`moves_off_hosts`).
     instance_hosts: ClassVar[bool] = False
-    # How its jobs that opted in (`moves_off_hosts`) are moved off such a host; None: they are told, never moved.
-    host_move: ClassVar[HostMove | None] = None
-    host_move_tags: ClassVar[str] = ""  # the tags that opt a job in, as Slack names them
 
     def names_job(self, name: str) -> bool:
         return self.job_name.match(name) is not None
@@ -132,12 +155,24 @@ class PlatformDescription:
         return None
 
     def moves_off_hosts(self, facts: JobFacts) -> bool:
-        """Whether the job's tags opt it in to `host_move` (a stop opt-in is the runtime's to check)."""
-        return False
+        """Whether the job's tags opt it in to its way back in place (`stallwatch:recover=<way_back>`), which moves
+        it off a host an AWS Health event names (a stop opt-in is the runtime's to check; a bad tag value: not)."""
+        try:
+            return self.way_back in IN_PLACE and recovers(facts.tags, self.way_back)
+        except TagError:
+            return False
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
+    @property
+    def host_move_tags(self) -> str:
+        """The tags that opt a job in to being moved off a host, as Slack names them ("" where none can)."""
+        if self.way_back not in IN_PLACE:
+            return ""
+        return f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={self.way_back}"
+
+    def log_group(self, nodes_group: str) -> str | None:
         """The log group its jobs' hosts write to, whose fatal lines a subscription filter sends to on_log_line
-        (`config.log_subscriptions`); None where it has none of its own."""
+        (`PlatformSettings.log_subscription`); None where it has none of its own. `nodes_group`: the deployment's
+        group of the training nodes' logs (`StallwatchConfig.ec2_log_group`)."""
         return None
 
 
@@ -197,7 +232,7 @@ class ResumeVerdict:
     audit: dict[str, Any] = field(default_factory=dict)
 
 
-# The job's restarts so far and the steps it had reached at its earlier stalls, before a time (`runtime.recover`).
+# The run's ways back so far and the steps it had reached at its earlier stalls, before a time (`runtime.way_back`).
 RestartHistory = Callable[[float | None], tuple[int, list[float]]]
 
 
@@ -225,6 +260,48 @@ class JobChange:
     reason: str = ""  # IGNORED: why
     run_goes_on: bool = False  # ENDED: an attempt ended and the next one follows under its name (Slurm's requeue)
     gone: bool = False  # RETIRED: the platform no longer knows it (or never did): the table is not written for it
+
+
+@dataclass(frozen=True)
+class WayBackAttempt:
+    """One attempt of a job's way back in place, as the generic stop or a move off a host asks it of the platform: the
+    job, the decision it stands in for, its place in the run's budget (`core.way_back.plan`), and the hosts a health
+    signal blames (host -> why; a rank's application error blames none)."""
+
+    facts: JobFacts
+    decided_at: float
+    decision_sk: str  # the audit record whose Slack message opens the way back's thread
+    stall_since: float  # the stall it recovers (the engine's `stall_since`): one way back per stall
+    diagnosis: str
+    reasons: tuple[str, ...]
+    step: float | None  # the step the job had reached
+    stall_onset: float
+    attempt: int
+    allowed: int
+    blamed: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    moving: bool = False  # a move off the blamed hosts before an AWS Health event's window, not a stall's way back
+    refused: str | None = None  # the budget's refusal: the way back is not taken (a repeated decision aside)
+
+
+@dataclass(frozen=True)
+class WayBackResult:
+    """What the platform made of a way back: under way in place of the stop (`text`, told in the stop message's place),
+    taken as the stop itself (`stop`, a requeue whose answer the sweeper reads), or not taken (`reason`: the job is
+    stopped as without it; a move, left as it was). `audited`: what the decision's audit record keeps of it."""
+
+    audited: dict[str, Any]
+    text: str | None = None
+    stop: StopResult | None = None
+    reason: str | None = None
+
+
+class Teller(Protocol):
+    """How a way back's later steps reach Slack and the audit trail (the runtime's): `text` posted in `thread` (bot
+    mode), recorded with `outcome` on the job's audit record `audit_sk`; never raises."""
+
+    def tell(
+        self, key: str, audit_sk: str, text: str, outcome: dict[str, Any], now: float, thread: str | None = None
+    ) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -290,11 +367,23 @@ class PlatformAdapter(Protocol):
         """Several jobs' signals, their metrics read together."""
         ...
 
-    def stop(self, facts: JobFacts, at_fault: tuple[str, ...] | None = None) -> StopResult:
-        """Stop the job as `facts` describe it (its hosts in `facts.instance_ids`, where the platform stops hosts).
-        `at_fault`, given by the engine's stop decision (the hosts it found at fault, maybe none): a platform that
-        recovers a job by requeueing it (Slurm, where the job opted in) requeues it off them; None (an operator's
-        stop, a recovery's fallback): a plain stop."""
+    def stop(self, facts: JobFacts) -> StopResult:
+        """Stop the job as `facts` describe it (its hosts in `facts.instance_ids`, where the platform stops hosts): a
+        plain stop, whoever asks (the engine, an operator, a way back that falls back to it)."""
+        ...
+
+    def way_back(self, attempt: WayBackAttempt, teller: Teller) -> WayBackResult:
+        """Take the job's way back in place of its stop (where `description.way_back` is one of
+        `core.way_back.IN_PLACE`, the tag and the budget allowing it, `runtime.way_back`): restart it in place, or
+        requeue it off the hosts `attempt.blamed` names. Never raises for an API error (it returns it)."""
+        ...
+
+    def continue_way_back(self, now: float, teller: Teller) -> list[dict[str, Any]]:
+        """The sweeper's next step of each way back of the platform under way ([] where a way back is one step)."""
+        ...
+
+    def way_back_under_way(self, job: str) -> bool:
+        """Whether a way back of the job is under way (a move off a host waits for it to end)."""
         ...
 
     def stop_outcome(self, facts: JobFacts, result: StopResult, sent_at: float, now: float) -> StopOutcome | None:
@@ -342,9 +431,19 @@ class PlatformAdapter(Protocol):
         ...
 
     def nodes(self, job: str) -> list[Node]:
-        """The job's nodes as they are now (recovery in place, where `description.restarts_in_place`)."""
+        """The job's nodes as they are now (recovery in place, where `description.way_back` is a restart)."""
         ...
 
     def history(self, job: str) -> JobHistory:
         """The job from its start, for an exported trace."""
+        ...
+
+    def iam_probes(self, region: str, account: str) -> list[Probe]:
+        """The doctor's IAM questions of the platform (`stallwatch doctor`): its stops and resumes allowed under
+        their tags and denied without, simulated against the functions' roles."""
+        ...
+
+    def doctor(self, found: StackFound) -> Iterator[Check]:
+        """The doctor's checks of the platform (`stallwatch doctor`): the stack's rule of its events, its own
+        resources, its hosts' metrics."""
         ...

@@ -5,13 +5,22 @@ streams ``<job>/algo-N-<epoch>``."""
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
-from stallwatch.core import clusters, contract
-from stallwatch.core.config import StallwatchConfig
-from stallwatch.core.platforms.interface import MetricMath, PlatformDescription, SeriesReader
+from pydantic import Field
+
+from stallwatch.core import contract
+from stallwatch.core.platforms.interface import (
+    InstanceLayout,
+    MetricMath,
+    PlatformDescription,
+    PlatformSettings,
+    SeriesReader,
+)
 from stallwatch.core.reading import HOST_AGENT_METRICS_READ
 from stallwatch.core.signals import JobFacts, Platform, Series
+from stallwatch.core.way_back import WayBack
 
 # Platform metrics per host: HostSignals field -> SageMaker's metric name.
 HOST_METRICS = {
@@ -21,6 +30,8 @@ HOST_METRICS = {
 }
 
 
+# CreateTrainingJob's TrainingJobName: its pattern, and at most 63 characters (the pattern alone allows more hyphens).
+JOB_NAME = re.compile(r"^(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 SAGEMAKER_STREAM = re.compile(r"^(?P<job>[^/]+)/(?P<host>algo-\d+)-\d+$")
 
 
@@ -34,12 +45,25 @@ def host_dimensions(job: str, host: str) -> dict[str, str]:
     return {"Host": f"{job}/{host}"}
 
 
+class SageMakerSettings(PlatformSettings):
+    """`platforms.sagemaker`."""
+
+    monitor: bool = Field(True, description="Watch SageMaker training jobs.")
+    log_subscription: bool = Field(
+        True,
+        description="Subscribe /aws/sagemaker/TrainingJobs, shared by every training job of the account and region: "
+        "created if absent, subscribed where one of its two subscription filter slots is free (a filter that is not "
+        "this deployment's is never removed; `stallwatch doctor` says which hold them).",
+    )
+
+
 class SageMakerDescription(PlatformDescription):
     platform = Platform.SAGEMAKER
     label = "SageMaker"
     job_kind = "a SageMaker job"
-    job_name = clusters.SAGEMAKER_JOB_NAME
-    monitor_setting = "monitor_sagemaker"
+    job_name = JOB_NAME
+    settings = SageMakerSettings
+    way_back = WayBack.RESUME  # a new job from the checkpoint, after Stallwatch's stop (`core.resume`)
     resource = "a SageMaker training job"
     host_agent_metrics = HOST_AGENT_METRICS_READ
 
@@ -58,7 +82,7 @@ class SageMakerDescription(PlatformDescription):
         ours = match is not None and match["job"] == job and match["host"] in hosts
         return match["host"] if ours else None
 
-    def log_group(self, config: StallwatchConfig) -> str | None:
+    def log_group(self, nodes_group: str) -> str | None:
         """SageMaker's, shared by every training job of the account and region."""
         return contract.SAGEMAKER_LOG_GROUP
 
@@ -73,10 +97,26 @@ class SageMakerDescription(PlatformDescription):
         }
 
 
+def sagemaker_layout(resource_config: Mapping[str, Any]) -> InstanceLayout:
+    """Hosts algo-1..algo-N of a training job's ResourceConfig: one instance type, or heterogeneous
+    ``InstanceGroups`` ([{InstanceGroupName, InstanceType, InstanceCount}]).
+
+    SageMaker numbers hosts across all groups and does not say which algo-N is in which group (its log streams are
+    not grouped either); Stallwatch assigns them in the order of ``InstanceGroups``."""
+    groups = resource_config.get("InstanceGroups") or []
+    if not groups:
+        return InstanceLayout(resource_config["InstanceType"], resource_config["InstanceCount"])
+    types = [g["InstanceType"] for g in groups for _ in range(g["InstanceCount"])]
+    if not types:
+        raise ValueError("ResourceConfig.InstanceGroups holds no instance")
+    host_types = {f"algo-{i}": t for i, t in enumerate(types, start=1)}
+    return InstanceLayout(types[0], len(types), host_types if len(set(types)) > 1 else {})
+
+
 def _per_gpu(facts: JobFacts, host: str, metric_name: str) -> MetricMath:
     """SageMaker's GPU metrics are 0-100 x GPUs: divided by the host's GPUs (each group's type's)."""
     metric = (contract.SAGEMAKER_NAMESPACE, metric_name, host_dimensions(facts.name, host))
     return MetricMath({"m1": metric}, f"m1 / {facts.gpus_on(host)}", f"{metric_name} per GPU")
 
 
-SAGEMAKER = SageMakerDescription()
+SAGEMAKER = DESCRIPTION = SageMakerDescription()

@@ -1,8 +1,8 @@
 """Slurm jobs as Stallwatch sees them (ParallelCluster, PCS, HyperPod's Slurm): a job is named
-``<cluster>-<id>-<name>`` (`slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its facts are
-what deploy/slurm's start and end events said (`SlurmJob`), its GPU metrics the CloudWatch agent's of the node's EC2
-instance (``InstanceId``, where a node is one) or else the agent's own, its logs one stream per node in the Slurm log
-group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<job>.<node>.log``).
+``<cluster>-<id>-<name>`` (`slurm_names.slurm_job_name`, as the agent names it), its hosts are its Slurm nodes, its
+facts are what deploy/slurm's start and end events said (`SlurmJob`) and what HyperPod says of its nodes, its GPU
+metrics the CloudWatch agent's of the node's EC2 instance (``InstanceId``, where a node is one) or else the agent's
+own, its logs one stream per node in the Slurm log group, named by the node's instance (`slurm_names.stream_name`).
 
     job = SlurmJob.of_event(detail)        # deploy/slurm's event, read
     facts = job.facts()                    # JobFacts: hosts, status, settings as tags, the time limit
@@ -10,41 +10,29 @@ group (deploy/slurm/stallwatch-log.sh: ``<instance>__var_log_stallwatch_slurm_<j
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stallwatch.core.config import StallwatchConfig
+from pydantic import Field
+
 from stallwatch.core.goodput import Category
-from stallwatch.core.names import HASH_CHARS
 from stallwatch.core.platforms import cloudwatch_agent
-from stallwatch.core.platforms.hyperpod import HyperPodAction
+from stallwatch.core.platforms.hyperpod import HARDWARE, HyperPodAction
 from stallwatch.core.platforms.interface import (
-    HostMove,
     MetricMath,
     PlatformDescription,
+    PlatformSettings,
     SeriesReader,
     agent_metric,
 )
-from stallwatch.core.policy import RECOVER_REQUEUE, RECOVER_TAG, STOP_OPT_IN_TAG, STOP_OPT_IN_VALUE
+from stallwatch.core.platforms.slurm_names import log_key, parse_stream, slurm_job_name, stream_name
 from stallwatch.core.pricing import instance_spec
 from stallwatch.core.signals import JobFacts, JobSignals, JobStatus, LogLine, Platform, Series
+from stallwatch.core.way_back import WayBack
 
-NAME_MAX = 63  # mirrors trainer_agent.contract.SLURM_NAME_MAX (tests/test_contract.py)
 JOB_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
-PLAIN_CLUSTER = re.compile(r"^[A-Za-z0-9_]+\Z")  # a cluster name that `slurm_job_name` can show as it is
-HASHED_HEAD_MAX = 30  # of a hashed name, the cluster's first characters kept before its hash
-# The CloudWatch agent's stream of a node's output file (deploy/slurm/cloudwatch-agent.json: log_stream_name
-# "{instance_id}" with publish_multi_logs): the instance id, '_', the file's path with '/' as '_'. The file is
-# /var/log/stallwatch/slurm/<log key>.<node>.log, which the nodes' Prolog creates (deploy/slurm/stallwatch-prolog.sh).
-LOG_DIR_PART = "_var_log_stallwatch_slurm_"
-STREAM = re.compile(
-    r"^(?P<instance>i-[0-9a-f]{8,17})_"
-    + LOG_DIR_PART
-    + r"(?P<key>[A-Za-z0-9_-]{1,63})\.(?P<node>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.log\Z"
-)
 # Slurm's job states as a `JobStatus`; a job that Slurm holds out of running (pending, suspended, requeued, preempted)
 # is paused: never a stall, never stopped.
 RUNNING, PAUSED, COMPLETED, FAILED, STOPPED = (
@@ -100,43 +88,27 @@ CLUSTER, JOB_ID, SUBMIT_TIME, SUBMIT_EPOCH, SSM_TARGET, FLAVOR, RESTARTS = (
     "flavor",
     "restarts",
 )
-RECOVER_STOP_VALUE = "stop"  # stallwatch:recover=stop: cancelled, as without the tag
-HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the requeue FAILs a bad node with Action:Replace
+HYPERPOD = "hyperpod"  # STALLWATCH_PLATFORM on HyperPod: the nodes a requeue drained are then replaced
+LOG_GROUP_PART = "slurm"  # Slurm jobs' logs: the group of this name under the training nodes' group
 
 
-def slurm_job_name(cluster: str, job_id: str, name: str) -> str:
-    """A Slurm job's JobName, unique by construction for its cluster and id: ``<cluster>-<id>-<name>`` (every byte
-    but letters, digits, '-' and '_' made '-'), where the cluster has no '-' and the whole fits 63; else
-    ``<cluster start>--<hash>-<id>-<name>`` cut to 63, the hash (`core.names.HASH_CHARS` of the sha256 of cluster, id
-    and name) kept whole. A plain name reads back to one cluster and id (the cluster ends at its first '-', the id is
-    digits); a hashed one never reads as a plain one ('--' right after its first part); so ``('a-1', '2', 'x')`` and
-    ``('a', '1', '2-x')`` stay two names, as do jobs 123 and 124 of a 60-character cluster. The agent's
-    `trainer_agent.contract.slurm_job_name` and deploy/slurm/stallwatch-key.sh compute the same."""
-    cluster = cluster or "slurm"
-    plain = _cleaned("-".join(part for part in (cluster, job_id, name) if part))
-    if PLAIN_CLUSTER.match(cluster) and len(plain) <= NAME_MAX:
-        return plain
-    digest = hashlib.sha256("\0".join((cluster, job_id, name)).encode()).hexdigest()[:HASH_CHARS]
-    head, _, rest = plain.partition("-")
-    head = head[:HASHED_HEAD_MAX]
-    return f"{head}--{digest}-{rest}"[:NAME_MAX].rstrip("-")
+def slurm_log_group(nodes_group: str) -> str:
+    """Where Slurm jobs' logs are (deploy/slurm/cloudwatch-agent.json): under the training nodes' group, which their
+    instance policy writes and the functions read."""
+    return f"{nodes_group.rstrip('/')}/{LOG_GROUP_PART}"
 
 
-def plain_parts(name: str) -> tuple[str, str] | None:
-    """The cluster and id a plain `slurm_job_name` reads back to (``pc1-42-llm`` -> ("pc1", "42")); None for a hashed
-    name, which reads back to none."""
-    found = re.match(r"^([A-Za-z0-9_]+)-([0-9]+)(?:-|\Z)", name)
-    return (found[1], found[2]) if found else None
+class SlurmSettings(PlatformSettings):
+    """`platforms.slurm`: off until a Slurm cluster reports to this deployment (docs/deploy.md, "Slurm clusters")."""
 
-
-def _cleaned(text: str) -> str:
-    return "".join(chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") else "-" for b in text.encode())
-
-
-def log_key(cluster: str, job_id: str) -> str:
-    """What a job's log files and streams are named by (`slurm_job_name` without the job's name, which the nodes'
-    `Prolog` is not told): unique for the cluster and id."""
-    return slurm_job_name(cluster, job_id, "")
+    monitor: bool = Field(
+        False,
+        description="Watch Slurm jobs, as deploy/slurm's PrologSlurmctld posts them (docs/deploy.md): the Slurm "
+        "bus and rules, their grants and the controller's policy exist only if true. Off until a cluster is set up.",
+    )
+    log_subscription: bool = Field(
+        True, description="Subscribe the Slurm jobs' group under the EC2 group (the stack creates it)."
+    )
 
 
 def time_limit_seconds(text: str) -> float | None:
@@ -169,27 +141,6 @@ def end_state(job_state: str, reason: str, exit_code: str) -> str:
     if reason == "NonZeroExitCode" or exit_code.split(":")[0] not in ("", "0"):
         return "FAILED"
     return "COMPLETED"
-
-
-def stream_name(instance: str, key: str, node: str) -> str:
-    """The CloudWatch agent's stream of `node`'s output file of the job of `key` (`log_key`), on EC2 instance
-    `instance`."""
-    return f"{instance}_{LOG_DIR_PART}{key}.{node}.log"
-
-
-@dataclass(frozen=True)
-class StreamOf:
-    """What a Slurm stream's name says: the instance that wrote it, the job's log key, the node."""
-
-    instance: str
-    key: str
-    node: str
-
-
-def parse_stream(stream: str) -> StreamOf | None:
-    """What `stream`'s name says (`stream_name`); None for a stream no Slurm node's agent writes."""
-    found = STREAM.match(stream)
-    return None if found is None else StreamOf(found["instance"], found["key"], found["node"])
 
 
 def node_of_stream(facts: JobFacts, stream: str) -> str | None:
@@ -231,7 +182,7 @@ class SlurmJob:
     cluster: str
     job_id: str
     name: str
-    submit_time: str  # as Slurm prints it (the controller's local time): the documents check it
+    submit_time: str  # as Slurm prints it (the controller's local time): the runner checks it
     submit_epoch: int
     start_epoch: float
     state: str  # Slurm's word: CONFIGURING, RUNNING at its start; COMPLETED, CANCELLED, REQUEUED... at its end
@@ -378,6 +329,9 @@ class SlurmJob:
             host_instances={n.name: n.instance for n in self.nodes if n.instance},
             ends_by=None if self.time_limit_s is None else self.start_epoch + self.time_limit_s,
             notes=tuple(a.note() for a in self.hyperpod if a.at >= self.start_epoch),
+            hardware_faults={
+                a.node: a.note() for a in self.hyperpod if a.verdict == HARDWARE and a.node and a.at >= self.start_epoch
+            },
         )
 
 
@@ -387,30 +341,22 @@ class SlurmDescription(PlatformDescription):
     job_kind = "a Slurm job"
     resource = "a Slurm job"
     job_name = JOB_NAME
-    monitor_setting = "monitor_slurm"
-    configured_logs = True  # under the EC2 group (`StallwatchConfig.slurm_log_group`)
+    settings = SlurmSettings
+    configured_logs = True  # under the EC2 group (`slurm_log_group`)
     known_from_events = True  # deploy/slurm's start and end events, kept in the table (`aws.platforms.slurm_jobs`)
     # The agent's NVML utilization stands in where a node is no EC2 instance of the account (HyperPod).
     host_agent_metrics = cloudwatch_agent.AGENT_METRICS_READ
     named_hosts = True
     instance_hosts = True  # ParallelCluster and PCS nodes (`JobFacts.host_instances`); HyperPod's are none
-    host_move = HostMove.REQUEUE
-    host_move_tags = f"{STOP_OPT_IN_TAG}={STOP_OPT_IN_VALUE} and {RECOVER_TAG}={RECOVER_REQUEUE}"
+    way_back = WayBack.REQUEUE  # its stop is the requeue, off the nodes a health signal blames (the adapter's)
 
     def host_of_instance(self, facts: JobFacts, instance: str) -> str | None:
         """The node whose EC2 instance it is (mapped by address when the job started)."""
         return next((node for node, found in facts.host_instances.items() if found == instance), None)
 
-    def moves_off_hosts(self, facts: JobFacts) -> bool:
-        """`stallwatch:recover=requeue`: the node drained and the job requeued (a bad setting: not)."""
-        try:
-            return requeues(facts.tags)
-        except ValueError:
-            return False
-
-    def log_group(self, config: StallwatchConfig) -> str | None:
-        """Under the EC2 group (`StallwatchConfig.slurm_log_group`), one stream per node's output file of a job."""
-        return config.slurm_log_group
+    def log_group(self, nodes_group: str) -> str | None:
+        """Under the EC2 group (`slurm_log_group`), one stream per node's output file of a job."""
+        return slurm_log_group(nodes_group)
 
     def hosts(self, instance_count: int, instance_ids: Sequence[str]) -> list[str]:
         """Slurm node names, as SLURMD_NODENAME names them to the agent."""
@@ -443,7 +389,7 @@ class SlurmDescription(PlatformDescription):
         return cloudwatch_agent.host_series(instance, read)
 
 
-SLURM = SlurmDescription()
+SLURM = DESCRIPTION = SlurmDescription()
 
 
 def metric_instance(facts: JobFacts, host: str) -> str | None:
@@ -473,18 +419,6 @@ def hyperpod_cluster(target: str) -> str | None:
     """The HyperPod cluster id a HyperPod target names; None for any other target."""
     found = HYPERPOD_TARGET.match(target)
     return found["cluster"] if found else None
-
-
-def requeues(tags: dict[str, str]) -> bool:
-    """Whether a stop of the job is a requeue (`stallwatch:recover=requeue`, any case); ValueError for a value other
-    than requeue or stop."""
-    raw = tags.get(RECOVER_TAG)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
-    if value not in (RECOVER_REQUEUE, RECOVER_STOP_VALUE):
-        raise ValueError(f"{RECOVER_TAG}={raw!r}: a Slurm job takes {RECOVER_REQUEUE} or {RECOVER_STOP_VALUE}")
-    return value == RECOVER_REQUEUE
 
 
 def this_attempt(signals: JobSignals) -> JobSignals:

@@ -1,8 +1,8 @@
-"""Which hosts make one job: EC2 instances grouped by their `stallwatch:job` tag, SageMaker instance groups.
+"""Which instances make one EC2 job: those grouped by their `stallwatch:job` tag, and their tags merged.
 
     job_of(tags, "i-0abc...")                                # "llm-70b" (tag), the id, or None (not watched)
     merged = merge_instance_tags([tags_1, tags_2], policy)   # merged.tags, merged.errors (disagreeing tags)
-    layout = sagemaker_layout(describe_training_job["ResourceConfig"])   # hosts algo-1..N across the groups
+    layout = ec2_layout({"i-0abc...": "p5.48xlarge"})        # the job's primary type and hosts
 
 On EC2 a job is the set of instances that share ``stallwatch:job=<name>``; an instance tagged
 ``stallwatch:monitor=true`` without a job tag is a one-instance job named by its id. Tags that disagree across a
@@ -14,11 +14,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
 
+from stallwatch.core.platforms.interface import InstanceLayout
 from stallwatch.core.policy import EC2_MONITOR_TAG, MODE_TAG, TAG_PREFIX, Mode, Policy, Thresholds
-from stallwatch.core.signals import JobFacts, JobStatus
+from stallwatch.core.signals import JobStatus
 
 JOB_TAG = "stallwatch:job"
 LOG_GROUP_TAG = "stallwatch:log-group"
@@ -26,8 +26,6 @@ MONITOR_TAG_VALUE = "true"
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}\Z")
 # A job tag value becomes alarm names and the JobName dimension: no '.', at most 63 characters, as SageMaker's.
 JOB_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_-]){0,62}\Z")
-# CreateTrainingJob's TrainingJobName: its pattern, and at most 63 characters (the pattern alone allows more hyphens).
-SAGEMAKER_JOB_NAME = re.compile(r"^(?=.{1,63}\Z)[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}\Z")
 LIVE_EC2_STATES = frozenset({"pending", "running"})
 STOPPING_EC2_STATES = frozenset({"stopping", "shutting-down"})
 # The modes from least to most acting: disagreeing mode tags take the first.
@@ -146,17 +144,6 @@ def ec2_hosts(instances: Mapping[str, str]) -> list[str]:
     return live or sorted(instances)
 
 
-def without_host(facts: JobFacts, instance_id: str) -> JobFacts:
-    """An EC2 job's facts once `instance_id` has left it: fewer hosts, or Stopped when it was the last one."""
-    if instance_id not in facts.instance_ids:
-        return facts
-    hosts = tuple(i for i in facts.instance_ids if i != instance_id)
-    if not hosts or facts.status is not JobStatus.RUNNING:
-        return replace(facts, status=JobStatus.STOPPED)
-    host_types = {h: t for h, t in facts.host_types.items() if h != instance_id}
-    return replace(facts, instance_ids=hosts, instance_count=len(hosts), host_types=host_types)
-
-
 def log_group_of(tags: Mapping[str, str], configured: str) -> tuple[str, str | None]:
     """The job's EC2 log group: its `stallwatch:log-group` tag when it is the configured group or under it (the
     functions may read only those), else the configured group, with the reason."""
@@ -164,36 +151,6 @@ def log_group_of(tags: Mapping[str, str], configured: str) -> tuple[str, str | N
     if value is None or value == configured or value.startswith(f"{configured.rstrip('/')}/"):
         return value or configured, None
     return configured, f"{LOG_GROUP_TAG}={value!r}: must be {configured!r} or under it; {configured!r} applies"
-
-
-@dataclass(frozen=True)
-class InstanceLayout:
-    """A job's instances: the primary type (the first group's), the host count, and each host's type where the
-    hosts differ."""
-
-    instance_type: str
-    instance_count: int
-    host_types: dict[str, str] = field(default_factory=dict)
-
-    def mixed_fleet(self) -> dict[str, int]:
-        """Instance type -> hosts of it where the hosts differ; empty when all are `instance_type`."""
-        return dict(Counter(self.host_types.values()))
-
-
-def sagemaker_layout(resource_config: Mapping[str, Any]) -> InstanceLayout:
-    """Hosts algo-1..algo-N of a training job's ResourceConfig: one instance type, or heterogeneous
-    ``InstanceGroups`` ([{InstanceGroupName, InstanceType, InstanceCount}]).
-
-    SageMaker numbers hosts across all groups and does not say which algo-N is in which group (its log streams are
-    not grouped either); Stallwatch assigns them in the order of ``InstanceGroups``."""
-    groups = resource_config.get("InstanceGroups") or []
-    if not groups:
-        return InstanceLayout(resource_config["InstanceType"], resource_config["InstanceCount"])
-    types = [g["InstanceType"] for g in groups for _ in range(g["InstanceCount"])]
-    if not types:
-        raise ValueError("ResourceConfig.InstanceGroups holds no instance")
-    host_types = {f"algo-{i}": t for i, t in enumerate(types, start=1)}
-    return InstanceLayout(types[0], len(types), host_types if len(set(types)) > 1 else {})
 
 
 def ec2_layout(instance_types: Mapping[str, str]) -> InstanceLayout:

@@ -12,48 +12,23 @@ names in their environment.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import yaml
 from aws_cdk import Acknowledgment, ArnFormat, Aws, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from stacks.documents import DOCUMENTS_DIR, command_document
 from stacks.nag import arn_template
 from stallwatch.core.config import HEALTH_CHECK_DOCUMENT_ENV, RESTART_DOCUMENT_ENV
 from stallwatch.core.policy import RECOVER_RESTART, RECOVER_TAG
 
-DOCUMENTS_DIR = Path(__file__).resolve().parent.parent / "deploy" / "ssm"
 HEALTH_CHECK_FILE = DOCUMENTS_DIR / "health-check.yaml"
 RESTART_FILE = DOCUMENTS_DIR / "restart-training.yaml"
 # IgnoreCase: the code reads the tag value case-insensitively too. Auto Scaling's own key for a group's tags.
 RECOVER_OPT_IN_CONDITION = {"StringEqualsIgnoreCase": {f"aws:ResourceTag/{RECOVER_TAG}": RECOVER_RESTART}}
 GROUP_OPT_IN_CONDITION = {"StringEqualsIgnoreCase": {f"autoscaling:ResourceTag/{RECOVER_TAG}": RECOVER_RESTART}}
 AUTO_SCALING_GROUPS = "autoScalingGroup:*:autoScalingGroupName/*"
-
-
-def command_document(scope: Construct, construct_id: str, path: Path) -> ssm.CfnDocument:
-    """One of Stallwatch's Command documents, from its YAML file. NewVersion: a changed document keeps its name
-    (CloudFormation's default, Replace, makes a new one), so a command sent before a deploy is still found by name
-    (`aws.ssm.find_command`) and $LATEST is the new content."""
-    return ssm.CfnDocument(
-        scope,
-        construct_id,
-        content=document_content(path),
-        document_type="Command",
-        document_format="JSON",
-        update_method="NewVersion",
-    )
-
-
-def document_content(path: Path) -> dict[str, object]:
-    """An SSM document's content as the stack (and the local run) create it: the YAML file, as an object."""
-    content = yaml.safe_load(path.read_text())
-    if not isinstance(content, dict) or "mainSteps" not in content:
-        raise ValueError(f"{path}: not an SSM Command document (no mainSteps)")
-    return content
 
 
 class RecoverInPlace(Construct):

@@ -1,12 +1,11 @@
-"""Recover in place: the rules for restarting a stalled EC2 cluster's training on its own instances.
+"""Recover in place, EC2's way back: the rules for restarting a stalled EC2 cluster's training on its own instances.
 
 Pure. An EC2 job tagged `stallwatch:recover=restart` that the engine would stop for a hang or a crashed rank is
 checked node by node (Stallwatch's health-check SSM document prints one JSON line a node), restarted in place on its
 healthy nodes, and rid of a bad node: an Auto Scaling group replaces it, else it is stopped when the job allows fewer
-nodes (`stallwatch:min-nodes`); otherwise the job is stopped as without recovery. The restart budget and the
-no-progress rule are the resume's (`core.resume.next_attempt`).
+nodes (`stallwatch:min-nodes`); otherwise the job is stopped as without recovery. The tag, the budget and the
+no-progress rule are every way back's (`core.way_back`); the steps are the adapter's (`aws.platforms.ec2_restart`).
 
-    verdict = plan_recovery(tags, stop, policy_default, done=1, before=250.0)     # (attempt, allowed) or NoResume
     report = parse_health(invocation_output)                                    # one node's HealthReport
     failures = health_failures(report, "p4d.24xlarge", efa_expected=True)      # ("Xid 79: GPU has fallen off ...",)
     step = after_checks(checks, groups={"i-1": "asg-a"}, min_nodes=None, deadline_passed=False)   # Restart, ...
@@ -15,25 +14,16 @@ no-progress rule are the resume's (`core.resume.next_attempt`).
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from stallwatch.core.decision import stall_onset
-from stallwatch.core.policy import RECOVER_RESTART, RECOVER_TAG
+from stallwatch.core.command_answers import Invocation, NodeCheck, NodeState, command_states
 from stallwatch.core.pricing import INSTANCE_SPECS, accelerated, instance_spec, neuron
-from stallwatch.core.resume import NoResume, StopRecord, next_attempt
 from stallwatch.core.signals import Series
+from stallwatch.core.way_back import HARDWARE_XIDS, TagError
 
 MIN_NODES_TAG = "stallwatch:min-nodes"  # the fewest nodes the job's launcher can train on (torchrun --nnodes=MIN:MAX)
-RECOVER_STOP = "stop"  # the default: stop (and resume, if opted in) as without recovery
-RECOVER_ACTION = "recover"  # the audit records of a recovery, one per step (`phase`)
-MOVE_DIAGNOSIS = "host_event"  # a recovery that moves a job off a host before its scheduled event (`runtime.health`)
-RESTARTED_PHASE = "restarted"  # the audit record of a restart in place: an attempt of the run (goodput)
-PHASE_FIELD = "phase"
-# Without `stallwatch:resume` and a policy default, a job that opted in to recovery may restart this often per run.
-DEFAULT_RECOVER_RESTARTS = 3
 TRAINING_UNIT = "stallwatch-train.service"  # deploy/ec2's systemd unit for the launcher; the restart document's
 FAILED_CHECK = "failed its health check"  # what a bad node did, in the texts
 MOVED_OFF = "is moved off before its scheduled event"  # ... and a node an AWS Health event names (`runtime.health`)
@@ -45,22 +35,6 @@ HEALTH_CHECK_WAIT_S = 900
 RESTART_DELIVERY_TIMEOUT_S = 120
 RESTART_WAIT_S = 600  # the restart command's answer (the document bounds `systemctl restart` to 300 s)
 REPLACEMENT_WAIT_S = 1200  # an Auto Scaling group's replacement of a node marked unhealthy, until it runs
-# Xid codes that mean the node's GPU needs a reset, a reboot or a replacement (NVIDIA's Xid catalog); the others
-# (13, 31, 43, 45: the application's own faults) say nothing about the node.
-FATAL_XIDS = {
-    48: "double-bit ECC error",
-    62: "GPU micro-controller halt",
-    64: "row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    95: "uncontained ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-    154: "GPU recovery action: reset or reboot required",
-    171: "uncorrectable DRAM ECC error",
-    172: "uncorrectable SRAM ECC error",
-}
 # Instance types whose multi-node training runs over EFA: the device must be present on each node.
 EFA_TYPES = frozenset(
     {
@@ -95,21 +69,6 @@ class HealthOutputError(ValueError):
     """A node's output holds no health report line (not Stallwatch's document, or cut short)."""
 
 
-class TagError(ValueError):
-    """A recovery tag's value cannot be taken as it is."""
-
-
-def recovers_in_place(tags: Mapping[str, str]) -> bool:
-    """`stallwatch:recover=restart` (any case); `TagError` for a value other than restart or stop."""
-    raw = tags.get(RECOVER_TAG)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
-    if value not in (RECOVER_RESTART, RECOVER_STOP):
-        raise TagError(f"{RECOVER_TAG}={raw!r}: expected {RECOVER_RESTART} or {RECOVER_STOP}")
-    return value == RECOVER_RESTART
-
-
 def min_nodes(tags: Mapping[str, str]) -> int | None:
     """The fewest nodes the job may restart on (`stallwatch:min-nodes`); None: all of them. `TagError` if bad."""
     raw = tags.get(MIN_NODES_TAG)
@@ -119,16 +78,6 @@ def min_nodes(tags: Mapping[str, str]) -> int | None:
     if not text.isdigit() or int(text) < 1:
         raise TagError(f"{MIN_NODES_TAG}={raw!r}: expected a whole number of nodes, at least 1")
     return int(text)
-
-
-def plan_recovery(
-    tags: Mapping[str, str], stop: StopRecord, default_max_restarts: int, done: int, before: float | None
-) -> tuple[int, int] | NoResume:
-    """(the restart to make, the restarts allowed), or why not: the resume's rules (a hang or a crashed rank, the
-    budget, progress since the last restart), with `DEFAULT_RECOVER_RESTARTS` when neither tag nor policy sets one.
-
-    `done`: the run's restarts so far (in place and resumes); `before`: the highest step reached before the last."""
-    return next_attempt(dict(tags), stop, default_max_restarts or DEFAULT_RECOVER_RESTARTS, done, before)
 
 
 def efa_expected(instance_type: str, nodes: int) -> bool:
@@ -252,7 +201,7 @@ def _gpu_failures(report: HealthReport, instance_type: str) -> list[str]:
     expected = _expected_devices(instance_type)
     if report.nvidia_smi == "ok" and expected is not None and report.gpus != expected:
         failures.append(f"{report.gpus} of {expected} GPUs visible")
-    failures += [f"Xid {code}: {FATAL_XIDS[code]}" for code in report.xids if code in FATAL_XIDS]
+    failures += [f"Xid {code}: {HARDWARE_XIDS[code]}" for code in report.xids if code in HARDWARE_XIDS]
     counted = (
         (report.ecc_uncorrectable, "uncorrectable ECC error{s}"),
         (report.remapped_rows_failure, "row remapping failure{s}"),
@@ -264,92 +213,6 @@ def _gpu_failures(report: HealthReport, instance_type: str) -> list[str]:
     if report.dcgm in ("fail", "timeout"):
         failures.append(f"dcgmi diag -r 1 {'failed' if report.dcgm == 'fail' else 'timed out'}")
     return failures
-
-
-# ---- a command's invocations ------------------------------------------------------------------------------------
-
-
-class NodeState(StrEnum):
-    """Where one node's invocation of a command is."""
-
-    WAITING = "waiting"  # not delivered yet (Pending, Delayed)
-    RUNNING = "running"  # delivered, not done (InProgress, Cancelling)
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"  # ran and failed (a non-zero exit)
-    TIMED_OUT = "timed_out"  # ran past its execution timeout, or past the control plane's wait
-    UNDELIVERABLE = "undeliverable"  # never ran: the agent is down, the node is not managed, delivery timed out
-
-
-NOT_DELIVERED_DETAILS = frozenset(
-    {"Undeliverable", "Delivery Timed Out", "Terminated", "Invalid Platform", "InvalidPlatform", "Access Denied"}
-)
-
-
-def invocation_state(status: str, details: str) -> NodeState:
-    """SSM's invocation Status (and StatusDetails, which tells delivery from execution) as a `NodeState`."""
-    if status == "Success":
-        return NodeState.SUCCEEDED
-    if status in ("Pending", "Delayed"):
-        return NodeState.WAITING
-    if status in ("InProgress", "Cancelling"):
-        return NodeState.RUNNING
-    if details in NOT_DELIVERED_DETAILS or status == "Cancelled":
-        return NodeState.UNDELIVERABLE
-    if status == "TimedOut":
-        return NodeState.TIMED_OUT
-    return NodeState.FAILED
-
-
-@dataclass(frozen=True)
-class NodeCheck:
-    """One node's answer to a command: its state and, for the health check, what it failed."""
-
-    node: str
-    state: NodeState
-    failures: tuple[str, ...] = ()
-    detail: str = ""  # SSM's words, for an invocation that did not succeed
-
-    @property
-    def healthy(self) -> bool:
-        return self.state is NodeState.SUCCEEDED and not self.failures
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """One node's invocation as SSM reports it."""
-
-    node: str
-    status: str
-    details: str
-    output: str = ""
-    code: int | None = None  # the script's exit code
-
-
-def command_states(
-    invocations: Mapping[str, Invocation], nodes: tuple[str, ...], deadline_passed: bool
-) -> dict[str, NodeCheck]:
-    """Each node's answer to a command: one still running past the wait timed out (the node's failure), one never
-    delivered by then is undeliverable. A node without an invocation yet is waited for (Run Command's reads are
-    eventually consistent: a command just sent may list none), then undeliverable too."""
-    checks: dict[str, NodeCheck] = {}
-    for node in nodes:
-        invocation = invocations.get(node)
-        if invocation is None:
-            missing = NodeState.UNDELIVERABLE if deadline_passed else NodeState.WAITING
-            checks[node] = NodeCheck(node, missing, detail="no invocation for the node")
-            continue
-        state = invocation_state(invocation.status, invocation.details)
-        detail = f"{invocation.status}: {invocation.details}"
-        if deadline_passed and state is NodeState.RUNNING:
-            state = NodeState.TIMED_OUT
-        elif deadline_passed and state is NodeState.WAITING:
-            state, detail = NodeState.UNDELIVERABLE, f"{detail}, not delivered in time"
-        failures = {
-            NodeState.TIMED_OUT: ("timed out",),
-            NodeState.FAILED: (f"exited {invocation.code}",),
-        }.get(state, ())
-        checks[node] = NodeCheck(node, state, failures, "" if state is NodeState.SUCCEEDED else detail)
-    return checks
 
 
 def check_nodes(
@@ -471,49 +334,6 @@ def first_progress(
     if log_last_t is not None and log_last_t > restarted_at:
         return log_last_t, None
     return None
-
-
-@dataclass(frozen=True)
-class RestartInPlace:
-    """A restart in place, from its audit record: an attempt of the run begins at `at`; the stall before it."""
-
-    at: float
-    stall_onset: float
-    step: float | None
-
-
-def restart_of(record: Mapping[str, Any], outcome: Mapping[str, Any] | None) -> RestartInPlace | None:
-    """A recovery's restart record as a `RestartInPlace`, or None (another step, or a restart that was refused)."""
-    if record.get("action") != RECOVER_ACTION or record.get(PHASE_FIELD) != RESTARTED_PHASE:
-        return None
-    if ((outcome or {}).get("restart") or {}).get("ok") is False:
-        return None
-    at = float(record["at"])
-    onset = record.get("stall_onset")
-    return RestartInPlace(at=at, stall_onset=float(onset) if onset is not None else at, step=record.get("step"))
-
-
-def stop_of_decision(decision_at: float, diagnosis: str, evidence: Mapping[str, Any]) -> StopRecord:
-    """The engine's stop decision as the `StopRecord` the budget rules read (its outcome is not known yet)."""
-    agent = evidence.get("agent") or {}
-    return StopRecord(
-        at=decision_at,
-        diagnosis=diagnosis,
-        step=agent.get("step"),
-        stall_onset=stall_onset(dict(evidence)) or decision_at,
-        ok=None,
-    )
-
-
-def hosts_at_fault(evidence: Mapping[str, Any], hosts: Collection[str]) -> tuple[str, ...]:
-    """The hosts a decision found at fault, for a requeue to keep the job off: the hosts that died (their fatal last
-    words, then their GPUs let go), else those with fatal error lines while others had none; none for a stall no host
-    is named for (a hang every rank is in)."""
-    died = [h for h in (evidence.get("death") or {}).get("hosts", []) if h in hosts]
-    if died:
-        return tuple(sorted(died))
-    erring = [h for h, found in (evidence.get("hosts") or {}).items() if h in hosts and found.get("errors")]
-    return tuple(sorted(erring)) if 0 < len(erring) < len(hosts) else ()
 
 
 # ---- what Slack is told -----------------------------------------------------------------------------------------
