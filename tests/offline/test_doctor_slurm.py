@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
 from localrun import moto_ssm
 from localrun.gpu_node import Agent
@@ -19,6 +20,9 @@ from tests.fixtures.world import EXAMPLE_AMI
 from tests.offline.test_doctor import STACK, deployed, slack, template  # noqa: F401 - the deployment on moto
 
 moto_ssm.install()
+
+
+pytestmark = pytest.mark.slow
 
 
 def _checks() -> dict[str, doctor.Check]:
