@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
 
-.PHONY: setup slurm demo test lint format synth deploy bench clean dist wheel-check lambda-lock images
+.PHONY: setup slurm demo test test-fast lint format synth deploy bench clean dist wheel-check lambda-lock images
 
 setup: $(VENV)/.installed node_modules/.installed
 
@@ -42,8 +42,15 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# Four workers on two cores: half the suite's time is spent waiting (the demos, the real Slurm, training
+# subprocesses), so two workers leave the cores idle. The 25 slowest tests are printed: the slow marker's check.
+TEST_WORKERS ?= 4
+
 test: lint slurm
-	$(VENV)/bin/pytest -n 2
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=25
+
+test-fast: setup
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not slow"
 
 format: setup
 	$(VENV)/bin/ruff format .

@@ -1,8 +1,15 @@
-"""Test-wide guards: no test may reach a real AWS account."""
+"""Test-wide guards (no test may reach a real AWS account) and the suite's order: slow tests first."""
 
 from __future__ import annotations
 
 import pytest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first, each group in its collected order: pytest-xdist hands tests out in this order, so the long
+    ones (demos, real Slurm, training subprocesses) start while the short ones fill the other workers, instead of one
+    starting last and running alone."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)

@@ -25,6 +25,9 @@ from train_gpt import parse_args  # noqa: E402
 TORCHRUN_TIMEOUT_S = 240
 
 
+pytestmark = pytest.mark.slow
+
+
 def _torchrun(checkpoints: Path, steps: int) -> subprocess.CompletedProcess[str]:
     """2 processes on this machine's CPU (Gloo), the checkpoint location given as the EC2 unit gives it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "STALLWATCH_", "RANK", "WORLD_SIZE"))}

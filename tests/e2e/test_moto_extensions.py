@@ -44,6 +44,7 @@ def aws(monkeypatch: pytest.MonkeyPatch):
         yield
 
 
+@pytest.mark.slow
 def test_concurrent_transactions_on_one_table_all_commit() -> None:
     # Given one table and 8 threads committing 25 decisions each, as the sweeper's workers do
     dynamodb = boto3.client("dynamodb")

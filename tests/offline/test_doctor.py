@@ -31,6 +31,9 @@ moto_iam_simulate.install()
 moto_lambda_invoke.install()
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The default deployment's template, synthesized as `cdk synth` does (offline)."""

@@ -9,6 +9,8 @@ import pytest
 
 from stallwatch.offline import cli, doctor
 
+pytestmark = pytest.mark.slow
+
 
 def test_doctor_local_passes_on_the_demos_deployment_with_its_test_alert(
     capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -35,6 +35,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return app.synth().get_stack_by_name(stack.stack_name).template
 
 
+pytestmark = pytest.mark.slow
+
+
 def _checks() -> dict[str, doctor.Check]:
     return {c.name: c for c in doctor.run_checks(Deployment(stack=STACK)) if "Slurm" in c.name}
 

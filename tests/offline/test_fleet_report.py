@@ -30,6 +30,9 @@ RUNS = {
 HOUR = 3600.0
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(autouse=True)
 def wide_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")

@@ -235,6 +235,7 @@ def unlabeled(path: Path, directory: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("labeled", [True, False], ids=["labeled", "unlabeled"])
 def test_cli_timeline_renders_every_corpus_trace(
     labeled: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -39,6 +39,9 @@ EXPECTED_MINUTES = {
 WALL_MINUTES = 165
 
 
+pytestmark = pytest.mark.slow
+
+
 def stop_states(rt, context, instances: list[str]) -> list[dict]:
     return [on_job_state.handler(instance_state_event(i, "stopped"), context) for i in instances]
 

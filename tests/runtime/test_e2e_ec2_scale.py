@@ -18,6 +18,9 @@ ON_ALARM_CALLS = 10
 SERVICES = ("ec2", "cloudwatch", "logs", "dynamodb", "scheduler", "secretsmanager", "sagemaker")
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.mark.parametrize("nodes", [512, 1000])
 def test_a_hung_ec2_job_of_hundreds_of_nodes_is_decided_within_the_call_budget(rt, world, slack, context, nodes):
     # Given a hung EC2 job of `nodes` instances, and a cold container (its first decision reads the Slack secret)

@@ -29,6 +29,9 @@ RECOVER = {"stallwatch:job": JOB, "stallwatch:mode": "enforce", "stallwatch:reco
 KEY = job_key("ec2", JOB)
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture
 def nodes() -> dict[str, GpuNode]:
     """The simulated GPU nodes the SSM documents run on, by instance id (filled by `_cluster`)."""

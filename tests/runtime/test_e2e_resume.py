@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import pytest
+
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
 from localrun.moto_world import (
@@ -23,6 +25,9 @@ from tests.runtime.test_e2e_stalls import ENFORCE, _alarm, seed_hang_signals, se
 JOB = "llama-8b-pretrain"
 CHECKPOINT = "s3://bucket/checkpoints/llama-8b"
 RESUME_2 = ENFORCE | {"stallwatch:resume": "2"}
+
+
+pytestmark = pytest.mark.slow
 
 
 def stop_for_hang(rt, job: str, context) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from handlers import on_alarm, on_job_state, sweeper
 from localrun import moto_sagemaker
 from localrun.moto_world import MINUTE, alarm_event, job_state_event, scheduled_event
@@ -51,6 +53,7 @@ def test_an_alarm_burst_on_one_job_is_decided_once(rt, world, slack, context) ->
     assert on_alarm.handler(later, context)["status"] == "decided"
 
 
+@pytest.mark.slow
 def test_the_sweeper_trusts_the_alarm_markers(rt, world, context) -> None:
     # Given a running job whose alarms on_job_state put
     world.create_job(JOB, hosts=2, tags=ENFORCE)

@@ -36,6 +36,9 @@ moto_lambda_invoke.install()
 moto_logs_subscription.install()
 
 
+pytestmark = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The default deployment's template, synthesized as `cdk synth` does (offline)."""

@@ -961,6 +961,7 @@ def test_a_failed_press_delivered_twice_is_posted_back_once(rt, endpoint, slack_
     assert first == again == {"batchItemFailures": []}
 
 
+@pytest.mark.slow
 def test_a_failed_press_not_posted_back_is_posted_by_the_next_delivery(
     rt, endpoint, slack_api, context, monkeypatch
 ) -> None:
