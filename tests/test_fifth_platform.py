@@ -341,6 +341,7 @@ def test_the_fifth_platform_touches_nothing_but_its_files_and_one_registry_line_
     assert branches(copy, ("stacks",)) == []
 
 
+@pytest.mark.slow
 def test_a_fifth_platforms_job_is_decided_and_stopped_through_the_runtime_and_its_part_of_the_stack_synthesized(
     repository_with_a_fifth_platform: Path,
 ) -> None:
