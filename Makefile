@@ -42,15 +42,16 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Four workers on two cores: half the suite's time is spent waiting (the demos, the real Slurm, training
-# subprocesses), so two workers leave the cores idle. The 25 slowest tests are printed: the slow marker's check.
+# Four workers on two cores: much of the suite's time is spent waiting (the demos, the real Slurm, training
+# subprocesses), so two workers leave the cores idle; slow tests start first (tests/conftest.py) and an idle worker
+# steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
 TEST_WORKERS ?= 4
 
 test: lint slurm
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) --durations=25
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: setup
-	$(VENV)/bin/pytest -n $(TEST_WORKERS) -m "not slow"
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 format: setup
 	$(VENV)/bin/ruff format .
