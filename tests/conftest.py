@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow tests first, each group in its collected order: pytest-xdist hands tests out in this order, so the long
-    ones (demos, real Slurm, training subprocesses) start while the short ones fill the other workers, instead of one
-    starting last and running alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each worker's share starts with its slow tests. `make test` runs `--dist worksteal`, which hands each worker one
+    contiguous block of this order and lets an idle worker steal from the end of a busy one's: so the slow tests (the
+    demos, the real Slurm, training subprocesses) are dealt round-robin to the block heads, where they start at once
+    side by side, and the fast ones, a module together, fill each block's end, where they can be stolen."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    fast = [item for item in items if not item.get_closest_marker("slow")]
+    share = -(-len(fast) // workers)
+    items[:] = [t for w in range(workers) for t in slow[w::workers] + fast[w * share : (w + 1) * share]]
 
 
 @pytest.fixture(autouse=True)
