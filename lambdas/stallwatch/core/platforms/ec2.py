@@ -1,7 +1,7 @@
 """EC2 jobs as Stallwatch sees them: the instances tagged ``stallwatch:job=<name>`` (or one instance tagged
 ``stallwatch:monitor=true``, named by its id), hosts named by instance id, GPU metrics from the CloudWatch agent's
 ``nvidia_smi_*`` aggregated by ``InstanceId`` (per device already), logs in streams named by instance id
-(``i-...`` or ``i-.../<file>``) in the job's log group (`core.clusters` groups the instances)."""
+(``i-...`` or ``i-.../<file>``) in the job's log group (`ec2_clusters` groups the instances)."""
 
 from __future__ import annotations
 
