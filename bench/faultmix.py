@@ -11,7 +11,8 @@ enforce, no opt-in tag needed). Healthy jobs print real harmless lines while the
 caught exceptions, retries, skipped batches, some from every rank at once), and some crashes recur on every restart
 of their launcher (a crash loop). It prints recall (stalls that leave the job running, stopped after their onset),
 precision, false stops per 1,000 job-days (and apart, those of the jobs that printed harmless lines), warnings per
-healthy job-day, hang→stop and hang→first alert p50/p95 per fault kind and per platform x agent, each silent hang's
+healthy job-day, hang→stop and hang→first alert p50/p95 per fault kind and per platform x agent (the goals' rows with
+and without the agent leave crash loops out: each is timed from the crash that makes it one), each silent hang's
 stop (no watchdog line: within 45 minutes, without GPU power too), and the stragglers named (the slow node within 30
 minutes, no healthy host ever), and exits 1 if a goal (docs/benchmarks.md, "Fault mix") is missed.
 """
@@ -34,7 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 from corpus import real_lines  # noqa: E402
 from corpus.faults import Job, draw_jobs, simulate  # noqa: E402
-from stallwatch.core import log_patterns  # noqa: E402
+from stallwatch.core import evidence, log_patterns  # noqa: E402
 from stallwatch.core.decision import Action, Diagnosis  # noqa: E402
 from stallwatch.offline.replay import replay_events  # noqa: E402
 
@@ -55,6 +56,7 @@ GOALS = {
     "noagent_alert_p50_min": 5.0,
     "noagent_alert_p95_min": 20.0,
     "silent_hang_max_min": 45.0,  # issue 32: without the agent or GPU power too (a rare logger: after its owed line)
+    "loop_after_evident_max_min": 8.0,  # issue 37: a crash loop, from the crash that makes it one (its third)
 }
 ALERTS = (Action.ALERT, Action.WARN, Action.STOP)  # what tells a person: any post
 COLUMNS = ("stalls", "stopped", "recall", "p50_min", "p95_min", "alert_p50_min", "alert_p95_min")
@@ -83,6 +85,13 @@ class Outcome:
         """A hang with no watchdog line before the goal's time (the job raised its NCCL timeout)."""
         fault = self.job.fault
         return fault is not None and fault.kind == "hang" and self.job.nccl_timeout_s > SILENT_WITHIN_S
+
+    @property
+    def loop_evident_s(self) -> float | None:
+        """A crash loop's crash that makes it one (`evidence.CRASH_LOOP_DEATHS`): its launcher's restarts are the
+        user's recovery until then, so its stop is timed from there (hang → stop counts the other stalls)."""
+        crashes = self.job.crashes() if self.job.crash_loop else []
+        return crashes[evidence.CRASH_LOOP_DEATHS - 1] if len(crashes) >= evidence.CRASH_LOOP_DEATHS else None
 
     @property
     def false_stop(self) -> bool:
@@ -178,8 +187,8 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
             by_kind["silent hang" + ("" if o.job.power else ", no agent or power")].append(o)
         if o.job.crash_loop:
             by_kind["crash loop"].append(o)
-    agent = _latencies(o for o in outcomes if o.job.agent)
-    no_agent = _latencies(o for o in outcomes if not o.job.agent)
+    agent = _latencies(o for o in outcomes if o.job.agent and not o.job.crash_loop)
+    no_agent = _latencies(o for o in outcomes if not o.job.agent and not o.job.crash_loop)
     return {
         "jobs": len(outcomes),
         "job_days": round(days, 1),
@@ -222,8 +231,26 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
             for o in outcomes
             if o.silent_hang
         ],
+        "crash_loops": _loops(outcomes),
         "by_kind": {k: _latencies(v) for k, v in sorted(by_kind.items())},
         "by_platform_agent": {k: _latencies(v) for k, v in sorted(by_shape.items())},
+    }
+
+
+def _loops(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Crash loops timed from the crash that makes each one (`Outcome.loop_evident_s`): stopped, and how soon."""
+    loops = [o for o in outcomes if o.loop_evident_s is not None]
+    after = {
+        o.job.name: round((o.stop_s - o.loop_evident_s) / 60, 1)  # type: ignore[operator]
+        for o in loops
+        if o.stop_s is not None and not o.false_stop
+    }
+    return {
+        "loops": len(loops),
+        "stopped": len(after),
+        "p50_min": _rounded(statistics.median(after.values()) if after else None),
+        "p95_min": _rounded(_percentile(list(after.values()), 0.95)),
+        "late": [name for name, m in after.items() if m > GOALS["loop_after_evident_max_min"]],
     }
 
 
@@ -266,6 +293,9 @@ def goals_missed(summary: dict[str, Any]) -> list[str]:
         missed.append(
             f"stragglers: {stragglers} (late on {summary['late_stragglers']}, wrong on {summary['wrong_stragglers']})"
         )
+    loops = summary["crash_loops"]
+    if loops["late"]:
+        missed.append(f"crash loops stopped later than {GOALS['loop_after_evident_max_min']:g} min: {loops['late']}")
     late = [(name, m) for name, _, m, owed in summary["silent_hangs"] if m is None or m > owed]
     if late:
         missed.append(f"silent hangs not stopped within {GOALS['silent_hang_max_min']:g} min: {late}")
@@ -285,7 +315,11 @@ def _table(summary: dict[str, Any]) -> str:
         "| group | stalls | stopped | recall | hang→stop p50 (min) | p95 | hang→first alert p50 (min) | p95 |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    groups = {"all": summary["all"], "with the agent": summary["agent"], "without the agent": summary["no_agent"]}
+    groups = {
+        "all": summary["all"],
+        "with the agent, no crash loop": summary["agent"],
+        "without the agent, no crash loop": summary["no_agent"],
+    }
     groups |= summary["by_platform_agent"] | summary["by_kind"]
     for name, row in groups.items():
         cells = [row[k] for k in COLUMNS]
@@ -330,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({summary['false_stops_per_1000_job_days']} per 1,000 job-days), warnings per healthy job-day "
             f"{summary['warnings_per_healthy_day']}, stragglers {summary['stragglers']}"
         )
+        print("crash loops, from the crash that makes each one to its stop: " + json.dumps(summary["crash_loops"]))
         print("silent hangs (job, power, minutes to the stop, goal): " + json.dumps(summary["silent_hangs"]))
         print("healthy jobs that printed real harmless lines: " + json.dumps(summary["harmless"]))
         print("goals: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))

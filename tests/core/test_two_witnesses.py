@@ -11,6 +11,7 @@ from stallwatch.core import evidence
 from stallwatch.core.decision import Action, Decision, Diagnosis, JobState
 from stallwatch.core.diagnosis import UNCONFIRMED
 from stallwatch.core.engine import decide, next_state
+from stallwatch.core.measures import Limits
 from stallwatch.core.policy import Mode, Policy
 from tests.core.signals_builder import SignalsBuilder
 from tests.core.test_cadence import with_sawtooth
@@ -99,8 +100,23 @@ def test_a_quiet_ranks_words_are_never_confirmed_while_the_job_prints_on() -> No
     builder = SignalsBuilder(hosts=2).gpu(0, 4 * HOUR, 98).logs(0, 4 * HOUR, MIN, hosts=["algo-1"])
     builder.logs(0, 2 * MIN, 5, hosts=["algo-2"])
     said(builder, ONSET, TRACEBACK, ["algo-2"])
-    # When decided an hour later / Then nothing: it owes no line, and the job printed on
+    # When decided an hour later, and 3 hours later (longer than the gap from its start-up lines to its words, which
+    # its start-up cadence of 5 s does not make a habit) / Then nothing: it owes no line, and the job printed on
     assert at(builder, ONSET + HOUR).diagnosis is Diagnosis.HEALTHY
+    assert at(builder, ONSET + 3 * HOUR).diagnosis is Diagnosis.HEALTHY
+
+
+def test_a_ranks_own_regular_habit_confirms_its_words_while_the_job_prints_on() -> None:
+    # Given rank 0 logs every minute; algo-2 logs every 5 minutes until ONSET, when it prints a traceback
+    builder = SignalsBuilder(hosts=2).gpu(0, 5 * HOUR, 98).logs(0, 5 * HOUR, MIN, hosts=["algo-1"])
+    builder.logs(0, ONSET - 2 * MIN, 5 * MIN, hosts=["algo-2"])
+    said(builder, ONSET, TRACEBACK, ["algo-2"])
+    # When decided before and after the line its own habit owes (10 x 5 minutes after its words)
+    # Then alerted before it, stopped after it: its own silence is the second witness
+    assert not at(builder, ONSET + 45 * MIN).stoppable
+    late = at(builder, ONSET + 55 * MIN)
+    assert (late.diagnosis, late.stoppable) == (Diagnosis.CRASHED_RANK, True)
+    assert any("algo-2: no line for" in reason for reason in late.reasons)
 
 
 def test_words_whose_gpus_are_neither_busy_nor_idle_ask_for_no_recheck_at_infinity() -> None:
@@ -213,3 +229,23 @@ def test_a_rank_that_dies_on_every_restart_is_stopped_a_period_after_its_third_d
     assert (late.diagnosis, late.action, late.stoppable) == (Diagnosis.CRASHED_RANK, Action.WARN, True)
     assert any("a crash loop" in reason for reason in late.reasons)
     assert late.recheck_at == pytest.approx(late.at + 2 * MIN)
+
+
+def test_a_loops_next_crash_never_sets_its_confirmation_back() -> None:
+    # Given a rank dying every 3 minutes, its launcher restarting every rank (memory let go of, then loaded again)
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    builder = SignalsBuilder(hosts=2).gpu(0, ONSET, 98).gpu(ONSET, 4 * HOUR, 2).logs(0, ONSET, MIN)
+    builder.gpu_memory(0, ONSET, 80)
+    crashes = [ONSET + k * 3 * MIN for k in range(5)]
+    for t in crashes:
+        builder.gpu_memory(t, t + MIN, 0).gpu_memory(t + MIN, t + 3 * MIN, 40)
+        builder.log(t, crash, "algo-2")
+    # When read at the fifth death's wake-up (its words 15 s old), the four before it seen by earlier decisions
+    now = crashes[4] + 15
+    signals = builder.build(now)
+    hosts = evidence.read_hosts(signals, ONSET, ENFORCE.thresholds, Limits.of(ENFORCE.thresholds, 1.0, None), now)
+    loop = evidence.crash_loop(signals, hosts, crashes[:4], ENFORCE.thresholds, now)
+    # Then the loop is confirmed already: a period after its third death, not after its newest
+    assert loop is not None
+    assert "5 times" in loop.reasons[0]
+    assert loop.onset + loop.confirm_s == pytest.approx(crashes[2] + evidence.ALL_FATAL_CONFIRM_S)

@@ -213,7 +213,8 @@ def crash_loop(
     """Ranks that die the same way on every restart of their launcher: `CRASH_LOOP_DEATHS` bursts of fatal last words
     within `CRASH_LOOP_WINDOW_S` (`seen`: those earlier decisions saw, with the hosts' own now), every GPU host's
     memory fallen below half its working level since the first (the processes exited, then loaded again), and no
-    GPU busy since: nothing trained between the deaths. Conclusive a period after the newest burst."""
+    GPU busy since: nothing trained between the deaths. Conclusive a period after the burst that made it a loop, and
+    so on: a loop's next crash (its words still fresh) never sets its confirmation back past the grace."""
     found = bursts([*seen, *(t for h in hosts.values() if (t := h.last_words_t) is not None)])
     recent = [t for t in found if t >= now - CRASH_LOOP_WINDOW_S]
     gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
@@ -234,7 +235,12 @@ def crash_loop(
         f"restarted the ranks; every host's processes let go of their GPUs since the first, and none trained again"
     )
     return Death(
-        Diagnosis.CRASHED_RANK, first, newest + ALL_FATAL_CONFIRM_S - first, tuple(sorted(lines)), (reason,), lines
+        Diagnosis.CRASHED_RANK,
+        first,
+        recent[CRASH_LOOP_DEATHS - 1] + ALL_FATAL_CONFIRM_S - first,
+        tuple(sorted(lines)),
+        (reason,),
+        lines,
     )
 
 

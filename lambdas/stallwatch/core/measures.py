@@ -43,6 +43,7 @@ STRAGGLER_METRICS = (("StepTime", True), ("AcceleratorPowerWatts", False), ("Acc
 # The agent's per-host power, by the unit it is in: watts (NVML), else % of the device's maximum (the Neuron driver)
 AGENT_POWER = (("AcceleratorPowerWatts", "W"), ("AcceleratorPowerPercent", "%"))
 CADENCE_MIN_GAPS = 3  # a host's cadence read from fewer gaps (a rare logger's two lines, 10 s apart) says nothing
+HABIT_SPREAD = 3.0  # a host owes a line by its own habit only if none of its gaps exceeds this x their median
 RARE_LOGGER_SAMPLES = 2  # lines seen moving less often than every this many sweeper samples: a rare logger
 PAUSE_MIN_PERIODS = 2  # a pause shorter than this many periods teaches nothing the thresholds do not allow anyway
 
@@ -531,14 +532,17 @@ def line_owed_s(hosts: Iterable[HostSignals], logs: Logs, limits: Limits, since:
 
 
 def host_line_owed_s(host: HostSignals, thresholds: Thresholds, limits: Limits) -> float | None:
-    """How long after its newest line a host that logs on its own owes the next: k x its cadence or its longest gap
-    (at least `crash_confirm_minutes`), read from its tail (at least `CADENCE_MIN_GAPS` gaps between its bursts);
-    None for a quiet host (a rank that logs only at start-up owes no line)."""
+    """How long after its newest line a host that logs on its own owes the next: k x its cadence (at least
+    `crash_confirm_minutes`), read from its tail (at least `CADENCE_MIN_GAPS` gaps between its bursts, none longer
+    than `HABIT_SPREAD` x their median). None for a host without a regular habit: a quiet rank that logs only at
+    start-up, or at start-up and at an event's line hours later (one gap, however long, is no habit)."""
     gaps = _burst_gaps(host.log_tail)
     if len(gaps) < CADENCE_MIN_GAPS:
         return None
-    learned = max(thresholds.log_interval_factor * statistics.median(gaps), max(gaps))
-    return max(limits.crash_s, learned * limits.factor)
+    cadence = statistics.median(gaps)
+    if max(gaps) > HABIT_SPREAD * cadence:
+        return None
+    return max(limits.crash_s, thresholds.log_interval_factor * cadence * limits.factor)
 
 
 def _cadence(lines: tuple[LogLine, ...]) -> tuple[float, float] | None:

@@ -130,8 +130,8 @@ def _words_overdue(
     its printing cannot supply: its process's agent stopped reporting with them (`agent_stopped_t`), or the line a
     habit owes did not come. While no host printed past the words, the job's (`line_owed_s`; busy GPUs without
     power may stay silent as long as its history allows, `_busy_silence_s`; idle GPUs are the idle rung's, with its
-    benign waits); while the others print on, the speaking host's own (`measures.host_line_owed_s`: a quiet rank owes
-    none)."""
+    benign waits); while the others print on, the speaking host's own (`measures.host_line_owed_s`: a rank without a
+    regular habit owes none)."""
     spoken = {name: h for name, h in hosts.items() if h.last_words_t is not None}
     if not spoken:
         return None
