@@ -102,7 +102,8 @@ class LocalRun:
         self._job: LocalJob | None = None  # the job being played: the first, then its resume
         self._first_job: LocalJob | None = None
         self._runtime: LambdaRuntime | None = None
-        self._alarm_prefix = ""
+        self._alarm_prefix = ""  # the run's alarms (the job's, and its resumes')
+        self._config_prefix = ""  # the deployment's, which every Stallwatch alarm name starts with
         self._view: RunView | None = None
         self._store: Store | None = None
         self._ended: str | None = None
@@ -140,7 +141,8 @@ class LocalRun:
             )
             sagemaker = aws.client("sagemaker")
             job = self._job = self._first_job = self._create_job(aws, resources.config.ec2_log_group)
-            self._alarm_prefix = job_alarm_prefix(resources.config.alarm_prefix, job.platform, job.name)
+            self._config_prefix = resources.config.alarm_prefix
+            self._alarm_prefix = job_alarm_prefix(self._config_prefix, job.platform, job.name)
             if self.resume:  # the run's alarms: the job's and its resumes' (<job>-r1.)
                 self._alarm_prefix = self._alarm_prefix.removesuffix(".")
                 self._checkpoint_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="stallwatch-ckpt-"))
@@ -351,7 +353,7 @@ class LocalRun:
             reason = state.reason.removeprefix(THRESHOLD_CROSSED)
             short = name.removeprefix(self._alarm_prefix)
             self.timeline.event(Kind.ALARM, f"{short}: {previous.value} → {state.value} ({reason})")
-        acting = alarms.acts_on(alarms.parse_alarm_name(name, self._alarm_prefix).kind, state.value)
+        acting = alarms.acts_on(alarms.parse_alarm_name(name, self._config_prefix).kind, state.value)
         if not acting or not alarm.get("ActionsEnabled", True):
             return
         outcome = self._invoke(ON_ALARM, aws_events.alarm_action(alarm, state, previous)).result
