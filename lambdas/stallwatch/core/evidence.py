@@ -213,8 +213,8 @@ def crash_loop(
     """Ranks that die the same way on every restart of their launcher: `CRASH_LOOP_DEATHS` bursts of fatal last words
     within `CRASH_LOOP_WINDOW_S` (`seen`: those earlier decisions saw, with the hosts' own now), every GPU host's
     memory fallen below half its working level since the first (the processes exited, then loaded again), and no
-    GPU busy since: nothing trained between the deaths. Conclusive a period after the burst that made it a loop, and
-    so on: a loop's next crash (its words still fresh) never sets its confirmation back past the grace."""
+    GPU busy since: nothing trained between the deaths. Conclusive a period after its third burst; a later burst,
+    its words fresh at its wake-up, never sets that back (a loop faster than the grace would never be stopped)."""
     found = bursts([*seen, *(t for h in hosts.values() if (t := h.last_words_t) is not None)])
     recent = [t for t in found if t >= now - CRASH_LOOP_WINDOW_S]
     gpu_hosts = [h for name, h in signals.hosts.items() if signals.facts.gpus_on(name)]
