@@ -13,9 +13,9 @@ of their launcher (a crash loop). It prints recall (stalls that leave the job ru
 precision, false stops per 1,000 job-days (and apart, those of the jobs that printed harmless lines), warnings per
 healthy job-day, hang→stop and hang→first alert p50/p95 per fault kind and per platform x agent (a crash loop's stop
 timed from the crash that makes it one, its third: its launcher's restarts are the user's recovery until then; from
-its first crash apart), each silent hang's
-stop (no watchdog line: within 45 minutes, without GPU power too), and the stragglers named (the slow node within 30
-minutes, no healthy host ever), and exits 1 if a goal (docs/benchmarks.md, "Fault mix") is missed.
+its first crash apart), each silent hang's stop (no watchdog line: within 45 minutes, without GPU power too), and the
+stragglers named (the slow node within 30 minutes, no healthy host ever), and exits 1 if a goal
+(docs/benchmarks.md, "Fault mix") is missed.
 """
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ class Outcome:
         return self.job.fault.onset_s if evident is None else evident
 
     @property
+    def stop_min(self) -> float | None:
+        """Hang → stop in minutes, from `stop_onset_s` (a crash loop stopped before the crash that makes it one counts
+        as stopped at once); None when it was not stopped after the stall's onset."""
+        fault = self.job.fault
+        if fault is None or self.stop_s is None or self.stop_s < fault.onset_s:
+            return None
+        return max(0.0, self.stop_s - self.stop_onset_s) / 60
+
+    @property
     def false_stop(self) -> bool:
         fault = self.job.fault
         if self.stop_s is None:
@@ -146,14 +155,12 @@ def _percentile(values: list[float], q: float) -> float | None:
 
 def _latencies(outcomes: Iterable[Outcome]) -> dict[str, Any]:
     stalls = [o for o in outcomes if o.job.fault is not None and o.job.fault.stall]
-    caught = [o for o in stalls if o.stop_s is not None and o.stop_s >= o.job.fault.onset_s]  # type: ignore[union-attr]
-    # a crash loop stopped before the crash that makes it one counts as stopped at once
-    minutes = [max(0.0, o.stop_s - o.stop_onset_s) / 60 for o in caught]  # type: ignore[operator]
+    minutes = [m for o in stalls if (m := o.stop_min) is not None]
     alerted = [(o.alert_s - o.job.fault.onset_s) / 60 for o in stalls if o.alert_s is not None]  # type: ignore[union-attr]
     return {
         "stalls": len(stalls),
-        "stopped": len(caught),
-        "recall": round(len(caught) / len(stalls), 3) if stalls else None,
+        "stopped": len(minutes),
+        "recall": round(len(minutes) / len(stalls), 3) if stalls else None,
         "p50_min": _rounded(statistics.median(minutes) if minutes else None),
         "p95_min": _rounded(_percentile(minutes, 0.95)),
         "alert_p50_min": _rounded(statistics.median(alerted) if alerted else None),
@@ -249,8 +256,8 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
 def _loops(outcomes: list[Outcome]) -> dict[str, Any]:
     """Crash loops: how soon each was stopped after the crash that makes it one, and after its first crash."""
     loops = [o for o in outcomes if o.loop_evident_s is not None]
-    stopped = [o for o in loops if o.stop_s is not None and not o.false_stop]
-    after = {o.job.name: round((o.stop_s - o.stop_onset_s) / 60, 1) for o in stopped}  # type: ignore[operator]
+    stopped = [o for o in loops if o.stop_min is not None]
+    after = {o.job.name: round(o.stop_min, 1) for o in stopped}  # type: ignore[arg-type]
     first = [(o.stop_s - o.job.fault.onset_s) / 60 for o in stopped]  # type: ignore[operator,union-attr]
     return {
         "loops": len(loops),
@@ -324,11 +331,7 @@ def _table(summary: dict[str, Any]) -> str:
         "| group | stalls | stopped | recall | hang→stop p50 (min) | p95 | hang→first alert p50 (min) | p95 |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    groups = {
-        "all": summary["all"],
-        "with the agent": summary["agent"],
-        "without the agent": summary["no_agent"],
-    }
+    groups = {"all": summary["all"], "with the agent": summary["agent"], "without the agent": summary["no_agent"]}
     groups |= summary["by_platform_agent"] | summary["by_kind"]
     for name, row in groups.items():
         cells = [row[k] for k in COLUMNS]
