@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -81,6 +82,33 @@ def test_the_split_of_a_known_run() -> None:
     assert goodput.ratio == pytest.approx(2460 / 6000)
     assert (goodput.jobs, goodput.restarts, goodput.stalls_caught) == (("llama", "llama-r1"), 1, 1)
     assert (goodput.redone_steps, goodput.final_step) == (60, 410)
+
+
+def test_a_datapoint_stored_twice_counts_its_steps_once() -> None:
+    # Given the known run whose resumed job's second window (steps 310 -> 320, trained again) was stored twice, as a
+    # PutMetricData retried after a lost answer is: Sum(Steps) 20, Maximum(Step) still 320
+    first, second = sorted(known_run(), key=lambda j: j.created)
+    doubled = list(second.windows)
+    doubled[1] = Window(doubled[1].start, doubled[1].end, 20.0, doubled[1].step, tflops_per_gpu=120.0)
+    run = [first, replace(second, windows=tuple(doubled))]
+
+    # When its goodput is measured, Then the window starts where the one before it ended: nothing changes
+    goodput = measure_goodput("llama", run)
+    expected = measure_goodput("llama", known_run())
+    assert (goodput.redone_steps, goodput.final_step) == (60, 410)
+    assert {c: t.seconds for c, t in goodput.totals.items()} == pytest.approx(
+        {c: t.seconds for c, t in expected.totals.items()}
+    )
+
+
+def test_a_restart_within_a_job_counts_from_the_step_each_window_reports() -> None:
+    # Given one job that trained 0 -> 100, then restarted in place from its checkpoint at 50 and trained to 120
+    windows = (*stepping(0, 10, 0), *stepping(600, 7, 50))
+    job = JobSpan("inplace", TYPE, hosts=1, created=0.0, ended=1020.0, windows=windows)
+    # When its goodput is measured, Then no step of the second stretch is read from before the step it reported
+    goodput = measure_goodput("inplace", [job])
+    assert goodput.final_step == 120
+    assert goodput.totals[Category.PRODUCTIVE].seconds == pytest.approx(1020)
 
 
 def test_the_timeline_is_the_split_in_time_covering_the_run_once() -> None:

@@ -255,14 +255,17 @@ def _job_spans(job: JobSpan, best: float | None, restarts_after: bool) -> tuple[
     active: list[_Span] = []
     redone_steps = 0.0
     cursor = job.created
+    reached: float | None = None  # the step this job's previous window ended at
     for window in sorted(job.windows, key=lambda w: w.start):
         start, end = max(window.start, cursor, job.created), min(window.end, job.ended)
+        previous, reached = reached, window.step if window.step is not None else reached
         if end <= start:
             continue
         if window.steps > 0:
-            redone = _redone(window, best)
+            first, steps = _steps_from(window, previous)
+            redone = min(max(best - first, 0.0), steps) if best is not None and first is not None else 0.0
             redone_steps += redone
-            split = start + (end - start) * redone / window.steps
+            split = start + (end - start) * redone / steps
             active += [_Span(start, split, Category.REDONE), _Span(split, end, Category.PRODUCTIVE)]
         elif window.in_phase:
             active.append(_Span(start, end, Category.PHASES))
@@ -279,12 +282,16 @@ def _job_spans(job: JobSpan, best: float | None, restarts_after: bool) -> tuple[
     return [s for s in spans if s.end > s.start], redone_steps
 
 
-def _redone(window: Window, best: float | None) -> float:
-    """Steps of `window` at or below `best`: trained again from the checkpoint after a restart."""
-    if best is None or window.step is None:
-        return 0.0
-    first = window.step - window.steps  # the step the window started from
-    return min(max(best - first, 0.0), window.steps)
+def _steps_from(window: Window, previous: float | None) -> tuple[float | None, float]:
+    """The step `window` started from, and its steps. Its start is its `step` less its `steps`, but never below the
+    step the job's previous window ended at: a datapoint stored twice (a PutMetricData retried after a lost answer)
+    doubles a period's Steps, not its Step. A step lower than the previous one is a restart within the job."""
+    if window.step is None:
+        return None, window.steps
+    first = window.step - window.steps
+    if previous is not None and first < previous < window.step:
+        return previous, window.step - previous
+    return first, window.steps
 
 
 def _idle_spans(job: JobSpan, start: float, end: float, first_activity: float, restarts_after: bool) -> list[_Span]:
