@@ -22,6 +22,7 @@ from botocore.config import Config
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
 from localrun import (
+    boto_models,
     moto_alarm_filters,
     moto_autoscaling,
     moto_ec2,
@@ -89,6 +90,7 @@ class LocalAws:
 
     def start(self) -> LocalAws:
         """Start the server (port chosen by the OS) and point this process's environment at it."""
+        boto_models.install()
         moto_sagemaker.install()
         moto_ec2.install()
         moto_metric_search.install()

@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+from localrun import boto_models
+
+boto_models.install()  # every boto3 session of a worker parses botocore's service models once
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each worker's share starts with its slow tests. `make test` runs `--dist worksteal`, which hands each worker one

@@ -5,6 +5,7 @@ patterns, and CloudFormation's topic policies and key policies (anything else st
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -15,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from localrun import (
+    boto_models,
     moto_alarm_filters,
     moto_ec2,
     moto_logs_filter,
@@ -318,3 +320,30 @@ def test_filter_log_events_refuses_a_pattern_cloudwatch_refuses(pattern: str) ->
     # When filtered with it / Then the request fails as CloudWatch's does, instead of matching
     with pytest.raises(ClientError, match="InvalidParameterException"):
         _filtered(pattern)
+
+
+def test_every_session_shares_one_parse_of_the_service_models_and_its_clients_still_work() -> None:
+    # Given the shared loader (tests/conftest.py installs it), and three sessions made one after another
+    sessions = [boto3.Session(region_name="us-east-1") for _ in range(3)]
+    loaders = [s._session.get_component("data_loader") for s in sessions]
+
+    # Then they share one loader, to which boto3's data folder was added once, not once per session
+    assert all(loader is loaders[0] for loader in loaders)
+    boto3_data = [p for p in loaders[0].search_paths if p.endswith(os.path.join("boto3", "data"))]
+    assert len(boto3_data) == 1
+    # And each session's clients answer as ever, and its resources load from boto3's folder
+    for session in sessions:
+        session.client("dynamodb").create_table(
+            TableName=f"t{sessions.index(session)}",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    assert sorted(sessions[2].resource("dynamodb").meta.client.list_tables()["TableNames"]) == ["t0", "t1", "t2"]
+
+    # And uninstalled, a new session parses its own models again
+    boto_models.uninstall()
+    try:
+        assert boto3.Session()._session.get_component("data_loader") is not loaders[0]
+    finally:
+        boto_models.install()
