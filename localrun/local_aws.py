@@ -29,6 +29,7 @@ from localrun import (
     moto_hyperpod,
     moto_logs_filter,
     moto_logs_insights,
+    moto_metric_index,
     moto_metric_search,
     moto_sagemaker,
     moto_scheduler,
@@ -93,7 +94,8 @@ class LocalAws:
         boto_models.install()
         moto_sagemaker.install()
         moto_ec2.install()
-        moto_metric_search.install()
+        moto_metric_index.install()  # safe with moto_threads: one request at a time
+        moto_metric_search.install()  # after the index: SEARCH reads each series through it
         moto_logs_insights.install()
         moto_threads.install()
         moto_alarm_filters.install()

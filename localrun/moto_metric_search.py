@@ -34,7 +34,17 @@ _LABEL = re.compile(r"\$\{PROP\('(?P<prop>[\w.]+)'\)\}")
 _inner: Any = None
 
 
-def _matching(backend: CloudWatchBackend, schema: list[str], terms: str) -> list[tuple[str, dict[str, str]]]:
+def _series(backend: CloudWatchBackend) -> list[tuple[str, str, dict[str, str]]]:
+    """Each series the backend holds, once, in the order its first datapoint came: (namespace, name, dimensions)."""
+    seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], None] = {}
+    for datum in backend.get_all_metrics():
+        seen.setdefault((datum.namespace, datum.name, tuple((d.name, d.value) for d in datum.dimensions)))
+    return [(namespace, name, dict(dims)) for namespace, name, dims in seen]
+
+
+def _matching(
+    held: list[tuple[str, str, dict[str, str]]], schema: list[str], terms: str
+) -> list[tuple[str, dict[str, str]]]:
     namespace, dim_names = schema[0], set(schema[1:])
     excluded_text = _NOT.search(terms)
     excluded = {(m["key"], m["value"]) for m in _TERM.finditer(excluded_text[1])} if excluded_text else set()
@@ -42,15 +52,14 @@ def _matching(backend: CloudWatchBackend, schema: list[str], terms: str) -> list
     groups = [[(m["key"], m["value"]) for m in _TERM.finditer(group)] for group in _ANY.findall(rest)]
     wanted = [[(m["key"], m["value"])] for m in _TERM.finditer(_ANY.sub("", rest))]
     found: dict[tuple[str, frozenset[tuple[str, str]]], dict[str, str]] = {}
-    for datum in backend.get_all_metrics():
-        dims = {d.name: d.value for d in datum.dimensions}  # in the order published: moto compares them in order
-        if datum.namespace != namespace or set(dims) != dim_names:
+    for series_namespace, name, dims in held:  # dimensions in the order published: moto compares them in order
+        if series_namespace != namespace or set(dims) != dim_names:
             continue
-        props = {"MetricName": datum.name, **dims}
+        props = {"MetricName": name, **dims}
         if any(props.get(k) == v for k, v in excluded):
             continue
         if all(any(_matches(props, k, v) for k, v in group) for group in [*wanted, *groups]):
-            found.setdefault((datum.name, frozenset(dims.items())), dims)
+            found.setdefault((name, frozenset(dims.items())), dims)
     return [(name, dims) for (name, _), dims in found.items()][:MAX_SERIES_PER_SEARCH]
 
 
@@ -73,12 +82,16 @@ def _with_search(
     searches = [q for q in queries if _SEARCH.match(q.get("Expression", "").strip())]
     others = [q for q in queries if q not in searches]
     results = _inner(self, others, start_time, end_time, scan_by) if others else []
+    held = _series(self) if searches else []
+    stats: list[dict[str, Any]] = []
+    labelled: list[tuple[dict[str, Any], str, dict[str, str]]] = []  # each stat's search query, series name and dims
     for query in searches:
         match = _SEARCH.match(query["Expression"].strip())
         assert match is not None
         schema = [part.strip() for part in match["schema"].split(",")]
-        series = _matching(self, schema, match["terms"])
-        stats = [
+        series = _matching(held, schema, match["terms"])
+        labelled += [(query, name, dims) for name, dims in series]
+        stats += [
             {
                 "Id": f"{query['Id']}_{i}",
                 "MetricStat": {
@@ -93,10 +106,10 @@ def _with_search(
             }
             for i, (name, dims) in enumerate(series)
         ]
-        found = _inner(self, stats, start_time, end_time, scan_by) if stats else []
-        for result, (name, dims) in zip(found, series, strict=True):
-            label = _label(query.get("Label", ""), name, dims) or name
-            results.append(result | {"id": query["Id"], "label": label})
+    found = _inner(self, stats, start_time, end_time, scan_by) if stats else []  # one read for every search
+    for result, (query, name, dims) in zip(found, labelled, strict=True):
+        label = _label(query.get("Label", ""), name, dims) or name
+        results.append(result | {"id": query["Id"], "label": label})
     return results
 
 
