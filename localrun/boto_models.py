@@ -1,9 +1,10 @@
-"""One parse of botocore's service models per process (tests, the demo and bench only).
+"""One parse of botocore's service models per process (the tests and the demo only).
 
 Each `boto3.Session` builds its own botocore loader, which reads and parses every service model its clients need
-(EC2's alone is megabytes of JSON): a fresh session's eight clients cost about 0.6 s of CPU, one session's again
-0.14 s. A Lambda container builds its runtime once, so this is paid once there; the tests build a runtime per test.
-Installed, every session of the process shares one loader per data path, and with it the parsed models.
+(EC2's alone is 4.5 MB of JSON): a fresh session's eight clients cost 0.3 to 0.6 s of CPU, a loaded session's about
+0.14 s (docs/benchmarks.md, "The suite"). A Lambda container builds its runtime once, so this is paid once there; the
+tests build a runtime per test. Installed, every session of the process shares one loader per data path, and with it
+the parsed models.
 
     boto_models.install()
 """
