@@ -102,13 +102,16 @@ def test_a_datapoint_stored_twice_counts_its_steps_once() -> None:
 
 
 def test_a_restart_within_a_job_counts_from_the_step_each_window_reports() -> None:
-    # Given one job that trained 0 -> 100, then restarted in place from its checkpoint at 50 and trained to 120
-    windows = (*stepping(0, 10, 0), *stepping(600, 7, 50))
-    job = JobSpan("inplace", TYPE, hosts=1, created=0.0, ended=1020.0, windows=windows)
-    # When its goodput is measured, Then no step of the second stretch is read from before the step it reported
-    goodput = measure_goodput("inplace", [job])
-    assert goodput.final_step == 120
-    assert goodput.totals[Category.PRODUCTIVE].seconds == pytest.approx(1020)
+    # Given a run that reached step 100, and its resumed job that trained again from 50 to 100, then restarted in
+    # place from its checkpoint at 80 (a step lower than the window before it) and trained on to 120
+    first = JobSpan("llama", TYPE, hosts=1, created=0.0, ended=700.0, windows=tuple(stepping(100, 10, 0)))
+    windows = (*stepping(800, 5, 50), *stepping(1200, 4, 80))
+    second = JobSpan("llama-r1", TYPE, hosts=1, created=700.0, ended=1440.0, windows=windows)
+
+    # When its goodput is measured, Then the restart's windows start where each says (80, 90): 50 + 20 steps redone
+    goodput = measure_goodput("llama", [first, second])
+    assert (goodput.redone_steps, goodput.final_step) == (70, 120)
+    assert goodput.totals[Category.REDONE].seconds == pytest.approx(7 * PERIOD)
 
 
 def test_the_timeline_is_the_split_in_time_covering_the_run_once() -> None:
