@@ -332,9 +332,9 @@ def test_every_session_shares_one_parse_of_the_service_models_and_its_clients_st
     boto3_data = [p for p in loaders[0].search_paths if p.endswith(os.path.join("boto3", "data"))]
     assert len(boto3_data) == 1
     # And each session's clients answer as ever, and its resources load from boto3's folder
-    for session in sessions:
+    for i, session in enumerate(sessions):
         session.client("dynamodb").create_table(
-            TableName=f"t{sessions.index(session)}",
+            TableName=f"t{i}",
             KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
             BillingMode="PAY_PER_REQUEST",
