@@ -14,12 +14,13 @@ metadata); the demo has no instance metadata, so it passes them in the agent's v
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from localrun import aws_events, moto_ssm
 from localrun.gpu_node import GpuNode, NodeFault
-from localrun.scenarios import EC2_INSTANCE_TYPE, RECOVER_TAGS, Scenario
+from localrun.scenarios import EC2_INSTANCE_TYPE, EC2_STATES_READ_S, RECOVER_TAGS, Scenario
 from stallwatch.core.platforms.ec2_clusters import JOB_TAG, LIVE_EC2_STATES
 from stallwatch.core.signals import Platform
 
@@ -51,6 +52,7 @@ class Ec2Cluster:
         self.hosts = sorted(i["InstanceId"] for i in response["Instances"])
         self.instance_count = len(self.hosts)
         self._finished: str | None = None  # Completed or Failed: the training ended and the nodes shut down
+        self._read: tuple[float, dict[str, str]] | None = None  # the last DescribeInstances: when, and its states
         self.nodes: dict[str, GpuNode] = {}
         if nodes_dir is not None:
             for index, host in enumerate(self.hosts):
@@ -99,11 +101,17 @@ class Ec2Cluster:
         """Every training process exited on its own: the nodes shut down (the launcher's last step)."""
         self._finished = FAILED if failed else COMPLETED
         self._ec2.stop_instances(InstanceIds=self.hosts)
+        self._read = None
         return self.stopped(t)
 
     def final_status(self) -> str:
         return self._finished or (STOPPED if self.status()[0] != RUNNING else RUNNING)
 
     def _states(self) -> dict[str, str]:
-        reservations = self._ec2.describe_instances(InstanceIds=self.hosts)["Reservations"]
-        return {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+        """Each instance's state, read with one DescribeInstances at most every `EC2_STATES_READ_S`: the run's
+        supervisor looks several times a tick, and moto's EC2 answers are dear."""
+        now = time.monotonic()
+        if self._read is None or now - self._read[0] >= EC2_STATES_READ_S:
+            reservations = self._ec2.describe_instances(InstanceIds=self.hosts)["Reservations"]
+            self._read = now, {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+        return self._read[1]

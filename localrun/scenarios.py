@@ -35,9 +35,11 @@ STACK_DUMP_AFTER_S = 5.0  # the agent writes every thread's stack this long into
 HOST_METRICS_INTERVAL_S = 2.0  # how often the simulated SageMaker host metrics are published
 LOG_FLUSH_INTERVAL_S = 1.0  # how often stdout is shipped to CloudWatch Logs
 CONTROL_TICK_S = 2.0  # how often the local alarm evaluator looks at the metrics
+EC2_STATES_READ_S = 1.0  # how stale the run's view of its EC2 instances' states may be (a StopInstances seen within it)
 SWEEPER_INTERVAL_S = 10.0  # the sweeper's compressed schedule (the stack runs it every few minutes)
 SIGTERM_GRACE_S = 15.0  # SageMaker waits 120 s after SIGTERM before SIGKILL; the demo waits less
 TRAINING_THREADS = 1  # torch threads per training process, so the control plane keeps a core on two-core machines
+TRAINING_BATCH = 2  # sequences a step (the example's default is 8): a third of the CPU a step, the same model and steps
 RUN_DEADLINE_S = 160.0  # the whole run, from job creation; past it the run fails (the issue's budget is 3 min)
 
 # The simulated platform: p4d hosts, and what a stalled run would otherwise have burned.
@@ -138,6 +140,8 @@ class Scenario:
             str(LOG_EVERY_STEPS),
             "--dump-after",
             str(STACK_DUMP_AFTER_S),
+            "--batch-size",
+            str(TRAINING_BATCH),
             *self.extra_args,
         ]
         if checkpoint_dir is not None:
