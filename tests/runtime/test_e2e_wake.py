@@ -127,7 +127,9 @@ def test_every_hosts_watchdog_lines_make_one_decision(rt, world, context, counte
     for h in range(1, 5):
         world.host_gpu(job, f"algo-{h}", world.every_minute(110, 100.0))
         world.progress_logs(job, f"algo-{h}", until_min=11)
-    line_t = world.now - 3
+    # the burst just past a wake-up grid line, so all of it falls in one grid cell whatever the clock's start (a burst
+    # across a grid line wakes two decisions, one a cell)
+    line_t = wake.seen_from(world.now - 3) - wake.WAKE_GRID_S - wake.LINE_READABLE_S + 0.1
 
     # When each host's stream is delivered in its own invocation, the last ones while the first decides, each in a
     # container of its own (none has seen the job running)
