@@ -51,7 +51,12 @@ lint: setup
 # steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
 TEST_WORKERS ?= 4
 
+# The checkout's modules are compiled once for the hundreds of processes the suite starts (where
+# PYTHONDONTWRITEBYTECODE is set, each would compile what it imports again).
+SOURCES := app.py bench corpus examples lambdas localrun stacks tests trainer_agent
+
 test: lint slurm
+	$(PY) -m compileall -q -j 0 $(SOURCES)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: setup

@@ -17,9 +17,9 @@ from types import TracebackType
 from localrun.slurm_daemons import SlurmDaemons
 
 RUNNER = Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "stallwatch-runner"
-# Each poll is an AWS CLI call, whose start alone costs about half a CPU-second (aws-cli's imports): every 3 s, not the
-# deployed runner's 5 s, keeps the runs quick without a core spent on polling.
-POLL_S = 3.0
+# Each poll is an AWS CLI call, whose start alone costs about half a CPU-second (aws-cli's imports): the deployed
+# runner's 5 s, so the local runs do not spend a core on polling.
+POLL_S = 5.0
 ONCE_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
 

@@ -42,6 +42,7 @@ ELIDED = "…"  # in a quoted output: any text
 OUTPUT_TIMEOUT_S = 600
 OUTPUT_COLUMNS = "1000"  # rich wraps at the terminal's width: none here
 LINKED = ("corpus", "examples", "deploy", "trainer_agent")  # what the blocks read, by relative path
+JSII_PACKAGE_CACHE = Path(".cache", "aws", "jsii", "package-cache")  # under the home (jsii's default on Linux)
 BLOCK_TIMEOUT_S = 120
 
 # Names a snippet uses without defining them, as a training script would have them.
@@ -122,8 +123,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _environment(workdir: Path) -> dict[str, str]:
-    """This interpreter's virtualenv first on PATH; no AWS account reachable; plots drawn off screen."""
-    keep = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    """This interpreter's virtualenv first on PATH; no AWS account reachable; plots drawn off screen; a home of its
+    own, with the user's jsii package cache (CDK's node runtime unpacks aws-cdk-lib there once, not per command)."""
+    jsii_cache = {"JSII_RUNTIME_PACKAGE_CACHE_ROOT": str(Path.home() / JSII_PACKAGE_CACHE)}
+    keep = jsii_cache | {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     return keep | {
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         "HOME": str(workdir),
