@@ -97,6 +97,14 @@ ROUNDS: tuple[Round, ...] = (
         "logger's prefix, small trainers, Orbax, Accelerate, mmengine, litgpt, Composer, Levanter, DCP, NeMo, "
         "Lightning); never a measured line or its phrase",
     ),
+    Round(
+        39,
+        9,
+        MEASURED,
+        "a sealed batch, to measure round 39/8's rules (frozen at deec963) blind: quoted beside that round by a quoter "
+        "who never read or ran the rules, from sources neither the corpus nor any answer the search tool showed "
+        "round 39/8 held, kept outside the repository until the rules froze; fatal lines, lookalikes and save lines",
+    ),
 )
 
 

@@ -195,8 +195,8 @@ def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batc
 
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
-    with pytest.raises(ValueError, match="no round 9 of issue 39"):
-        real_lines.part_of("https://github.com/example/example/issues/1", 39, 9)
+    with pytest.raises(ValueError, match="no round 10 of issue 39"):
+        real_lines.part_of("https://github.com/example/example/issues/1", 39, 10)
 
 
 def test_no_written_line_is_a_copy_of_a_measured_one() -> None:
