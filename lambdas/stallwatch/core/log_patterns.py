@@ -746,7 +746,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "NRT_|[Nn]rt[_:]",
     "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
     # launchers and schedulers
-    "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
+    "[Ee][Xx][Ii][Tt].?.?.?[CcSsWw][OoTtIi]",  # exit code, exitcode, exit status, exited with (code), exited code
     "return.code",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
