@@ -7,15 +7,16 @@ line costs to read, this tree's rules beside a baseline revision's.
     .venv/bin/python bench/log_lines.py --rules main         # the figures of an earlier revision's rules, same lines
 
 Columns (corpus/real_lines/README.md, "Two parts"): `written`, the part the rules were written from; `measured`, the
-part they were not written from, quoted with it; `fresh 39/3`, `fresh 39/5` and `fresh 39/7`, the measured lines quoted
-after the rules were frozen (round 39/3 before the structural rules, round 39/5 after them, round 39/7 after the breadth
-round's structure readers). Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the
-subscription filter as CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and
-checkpoint markers read right (`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs,
-in microseconds a line, for ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines holding one (in the
-baseline's cover), and the whole corpus; both rule sets are timed in this process, their runs interleaved, so the
-machine's load weighs on both alike. Print --misses only for the written part when changing rules: the measured columns'
-misses are reported, never written from.
+part they were not written from, quoted with it; `fresh 39/3`, `fresh 39/5`, `fresh 39/7` and `fresh 39/9`, the measured
+lines quoted after the rules were frozen or sealed while they were written (round 39/3 before the structural rules,
+round 39/5 after them, round 39/7 after the breadth round's structure readers, round 39/9 beside round 39/8's rules).
+Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the subscription filter as
+CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and checkpoint markers read right
+(`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs, in microseconds a line, for
+ordinary lines holding no phrase of `log_patterns.COVER`, ordinary lines holding one (in the baseline's cover), and the
+whole corpus; both rule sets are timed in this process, their runs interleaved, so the machine's load weighs on both
+alike. Print --misses only for the written part when changing rules: the measured columns' misses are reported, never
+written from.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ ORDINARY_WITH_A_PHRASE = (
 
 
 # The fresh batches: measured lines quoted after the rules were frozen (real_lines.ROUNDS), each in its own column.
-FRESH = {"fresh 39/3": (39, 3), "fresh 39/5": (39, 5), "fresh 39/7": (39, 7)}
+FRESH = {"fresh 39/3": (39, 3), "fresh 39/5": (39, 5), "fresh 39/7": (39, 7), "fresh 39/9": (39, 9)}
 COLUMNS: dict[str, Callable[[real_lines.RealLine], bool]] = {
     "written": lambda r: r.part == real_lines.WRITTEN,
     "measured": lambda r: r.part == real_lines.MEASURED and (r.added, r.round) not in FRESH.values(),

@@ -86,6 +86,25 @@ ROUNDS: tuple[Round, ...] = (
         "of every family (the Neuron runtime and EFA among them), lookalikes and save lines, from sources neither the "
         "corpus nor any answer the search tool showed during round 39/6 held",
     ),
+    Round(
+        39,
+        8,
+        WRITTEN,
+        "new sources to write structural rules from, for the formats and families the blind batch 39/7 missed, named "
+        "by family only (MPI's init failures, libfabric's setup subsystems and PSM, the Neuron compiler, NKI and "
+        "runtime in every layout, NVRM behind dmesg's readable dates, pyxis behind a step prefix, JAX's coordination "
+        "service, Ray's core worker, EFA), their benign lookalikes, and many trainers' save lines (the stdlib "
+        "logger's prefix, small trainers, Orbax, Accelerate, mmengine, litgpt, Composer, Levanter, DCP, NeMo, "
+        "Lightning); never a measured line or its phrase",
+    ),
+    Round(
+        39,
+        9,
+        MEASURED,
+        "a sealed batch, to measure round 39/8's rules (frozen at deec963) blind: quoted beside that round by a quoter "
+        "who never read or ran the rules, from sources neither the corpus nor any answer the search tool showed "
+        "round 39/8 held, kept outside the repository until the rules froze; fatal lines, lookalikes and save lines",
+    ),
 )
 
 

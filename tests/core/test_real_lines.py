@@ -180,10 +180,36 @@ def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_hol
     assert sum(r.label == "benign" for r in lines) >= 30
 
 
+def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batch_missed() -> None:
+    # Given round 8 of issue 39 (declared written, for the families round 7 missed, by family only) / Then its lines are
+    # written, from sources no earlier round holds, with MPI's init failures, EFA, the Neuron toolchain and save lines
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 8)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 8)}
+    assert len(lines) >= 90
+    assert len({r.source for r in lines}) >= 35
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+    assert {"mpirun", "efa", "neuron", "container"} <= {r.kind for r in lines if r.label == "fatal"}
+    assert {r.label for r in lines} == set(real_lines.LABELS)
+
+
+def test_round_nine_is_a_sealed_measured_batch_from_sources_no_earlier_round_or_round_eights_answers_hold() -> None:
+    # Given round 9 of issue 39 (declared measured, quoted beside round 8 by a quoter who never saw its rules) / Then
+    # its lines are measured only, from sources no earlier round holds, with fatal lines, lookalikes and saves
+    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 9)]
+    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 9)}
+    assert len(lines) >= 70
+    assert len({r.source for r in lines}) >= 35
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert not {r.source for r in lines} & earlier
+    assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 7
+    assert {"fatal", "benign", "checkpoint_start"} <= {r.label for r in lines}
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
-    with pytest.raises(ValueError, match="no round 9 of issue 39"):
-        real_lines.part_of("https://github.com/example/example/issues/1", 39, 9)
+    with pytest.raises(ValueError, match="no round 10 of issue 39"):
+        real_lines.part_of("https://github.com/example/example/issues/1", 39, 10)
 
 
 def test_no_written_line_is_a_copy_of_a_measured_one() -> None:

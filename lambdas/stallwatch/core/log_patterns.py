@@ -155,8 +155,12 @@ RULES: tuple[Rule, ...] = (
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
             r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
+            # PSM, the transport of the Omni-Path (psm2) and PSM3 providers, failing to open its device
+            r"|(?<![A-Za-z])PSM[23]? (?:can't|was unable to|could not) "
+            # a libfabric call's negative errno, as an application or fabtests (FT_PRINTERR) prints it
+            r"|\bfi_[a-z]\w{0,40}(?:\(\))?: -\d{1,4} \(|\bfi_[a-z]\w{0,40}\(\): \S{1,200}:\d{1,6}, ret=-\d"
         ),
-        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed"),
+        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed", "psm"),
     ),
     Rule(
         C10D_TIMEOUT,
@@ -271,8 +275,25 @@ RULES: tuple[Rule, ...] = (
             # Slurm's own tools in the job's output: an error of theirs, or a step or allocation they say has ended
             r"|\b(?:(?:srun|salloc|sbatch):|slurm(?:stepd|d)(?:-[\w.-]{1,80})?:) "
             r"(?:error: |[^\n]{0,120}?(?i:fail|abort|revoked|cancel|terminat|kill))"
+            # sacct's row: a job's or step's terminal State, then its ExitCode (exit:signal)
+            r"|\s(?:FAILED|NODE_FAIL|OUT_OF_MEMORY|OUT_OF_ME\+|TIMEOUT|CANCELLED(?: by \d{1,10})?|PREEMPTED)"
+            r"\s{1,40}\d{1,3}:\d{1,3}\s*$"
         ),
-        ("cancelled at", "srun:", "wtermsig", "preempted", "stepd terminated", "slurm", "salloc:", "sbatch:"),
+        (
+            "cancelled at",
+            "srun:",
+            "wtermsig",
+            "preempted",
+            "stepd terminated",
+            "slurm",
+            "salloc:",
+            "sbatch:",
+            "failed",
+            "node_fail",
+            "out_of_me",
+            "timeout",
+            "cancelled",
+        ),
     ),
     Rule(
         LSF,
@@ -290,6 +311,14 @@ RULES: tuple[Rule, ...] = (
             r"|BAD TERMINATION|CLEANING UP REMAINING PROCESSES"
             r"|\*\*\* Process received signal \*\*\*|\] Signal: [A-Z][a-z]+|lost communication with a remote daemon"
             r"|peer process has unexpectedly disconnected"
+            # Open MPI's fatal error handler (errhandler_predefined.c): its banner and the lines saying what it does
+            r"|\*\*\* (?:An error occurred in |MPI_ERRORS_ARE_FATAL\b|\s{0,4}and (?:potentially your MPI job"
+            r"|MPI will try to terminate))|\bLocal abort (?:before|after) MPI_"
+            # its help texts (help-orte-runtime.txt, help-mpi-runtime.txt): what failed, and the code it returned
+            r"|\bIt looks like \w{1,40} failed for some reason\b"
+            r'|--> Returned (?:value )?[^\n]{1,200}? instead of (?:"Success"|[A-Z]{2,8}_SUCCESS\b)'
+            # its error-log macros, with where the error was raised
+            r"|\b(?:[A-Z]{3,5}_ERROR_LOG|OPAL ERROR): [^\n]{1,300}? in file \S{1,200} at line \d"
         ),
         (
             "mpi_abort",
@@ -304,6 +333,15 @@ RULES: tuple[Rule, ...] = (
             "] signal: ",
             "lost communication",
             "unexpectedly disconnected",
+            "*** an error occurred in",
+            "mpi_errors_are_fatal",
+            "your mpi job",
+            "mpi will try to terminate",
+            "local abort",
+            "failed for some reason",
+            "--> returned",
+            "_error_log: ",
+            "opal error: ",
         ),
     ),
     Rule(
@@ -397,7 +435,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         LAUNCHER_EXIT,
         re.compile(
-            r"\bexitcode\s*:\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
+            r"\bexitcode\s*[:=]\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
             r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+\(?-?[1-9]"
             r"|\bprocess exited, code=(?:exited|killed|dumped), status=(?!0/)\d{1,3}/"  # systemd: a unit's process
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
@@ -531,6 +569,9 @@ MARKERS: tuple[Rule, ...] = (
             r"|Finished asynchronous save\b|Save Finalize is done\b"  # Orbax (its async save, its CheckpointManager)
             r"|\bSaved state to\b"  # Accelerate's save_state, as the diffusers and accelerate examples log it
             r"|\bcheckpoint\b[^\n]{0,160}? is saved to\b"  # mmengine's best checkpoint
+            # the checkpoint itself said saved to its place (a file of it, `Model checkpoint of size 5 GB saved to`,
+            # is one part, a start)
+            r"|\b(?i:checkpoint|ckpt|snapshot)s? (?:\w{1,20}ly )?saved (?:to|in|at) "
         ),
         (
             "ready now",
@@ -544,6 +585,9 @@ MARKERS: tuple[Rule, ...] = (
             "save finalize is done",
             "saved state to",
             "is saved to",
+            "saved to",
+            "saved in",
+            "saved at",
         ),
     ),
     Rule(
@@ -594,6 +638,8 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\b(?:Saved|Finished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) {_CHECKPOINT_PLACE}"
             # how long the save took, said once it is done (metaseq's "(writing took 1.2 seconds)", torchtune's)
             r"|\b(?:[Ss]av(?:e|ing)|[Ww]rit(?:e|ing))\b[^\n]{0,40}?\btook [\d.]+"
+            # what was saved said saved as the message's last words (a rich console's `file.py:123` after them)
+            r"|\b(?i:models?|weights|state dicts?) (?:\w{1,20}ly )?saved\.?(?:\s{2,}[\w.-]{1,80}:\d{1,6})?\s*$"
         ),
         (
             "checkpoint",
@@ -617,6 +663,9 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\b{_REMOVING} (?:[\w-]{{1,40}} ){{0,3}}?{_CHECKPOINT_PART}\b"
             rf"|\b{_SAVING} (?:\S{{1,60}} ){{0,3}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
             r"|\b(?:[Aa]bout|[Pp]reparing) to (?:save|write)\b|\bbefore (?:saving|writing)\b"
+            # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
+            # StableDiffusion checkpoint to ...`)
+            rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
             r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\bsav(?:e|ing)\b"
             # one of a checkpoint's parts said saved: its model, optimizer, scheduler, state or weights
             r"|\b(?i:model|optimizer|scheduler|state|weights)\b[^\n]{0,40}? saved (?:to|in) "
@@ -642,7 +691,8 @@ FILTER_REGEX_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 FILTER_PATTERN_MAX = 1024  # characters, CloudWatch Logs API reference (FilterLogEvents, PutSubscriptionFilter)
 # Needles (CloudWatch regexes), one of which every fatal line the rules name contains; `.` stands for a space or any
 # character CloudWatch's regex cannot hold. Case-sensitive, like CloudWatch. Wider than the rules on purpose: a line
-# that says something failed reaches the engine's tail reads even when no rule names it.
+# that says something failed reaches the engine's tail reads even when no rule names it, and a word's first letter is
+# dropped where its case varies (`xception`), to keep the pattern within CloudWatch's 1,024 characters.
 FATAL_NEEDLES: tuple[str, ...] = (
     # severity marks, and what an error line says went wrong: the structural rule's words, and most families' too
     "ERR",
@@ -654,19 +704,23 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Tt]erminat|TERM_",
     "[Kk]ill|KILL",
     "died|[Dd]ead",
-    "[Tt]imed.?[Oo]ut|[Tt]ime.?out|TIMEOUT",
-    "[Ee]xhaust|EXHAUSTED|EXCEEDED|[Ee]xceeded",
-    "[Ee]xception",
-    "[Rr]efused",
+    "[Tt]ime.?.?[Oo]ut|TIMEOUT",
+    "xhaust|EXHAUST|xceed|EXCEED",
+    "xception",
+    "efused",
     "[Ll]ost",
-    "[Cc]rash|[Pp]anic|[Ii]nvalid|[Uu]nexpected",
-    "[Cc]annot|[Cc]ould.not|not.available|[Uu]nable",
-    "[Ii]ncompatible|[Mm]ismatch|[Uu]nrecoverable",
+    "[Cc]rash|[Pp]anic|nvalid|nexpected",
+    "[Cc]an.?.?t|[Cc]ould.?n.t|not.available|[Uu]nable",
+    "ncompatible|[Mm]ismatch|nrecoverable",
     # storage, Kubernetes, the shell, systemd
     "[Rr]ead-only|No.space",
     "Evicted|low.on.resource|[Pp]reempted",
     "core.dumped|:.line.[0-9]",
     "status=[1-9]",
+    # MPI's help text, a libfabric call's negative errno, sacct's states
+    "MPI.job|Returned",
+    "fi_[a-z]+:.-[0-9]|ret=-",
+    "OUT_OF_ME|PREEMPT",
     # NCCL and its transport, the Neuron collectives, EFA
     "NCCL.WARN|CCOM.WARN",
     "[Ww]atchdog",
@@ -692,7 +746,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "NRT_|[Nn]rt[_:]",
     "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
     # launchers and schedulers
-    "[Ee][Xx][Ii][Tt].?[CcSs][OoTt]",
+    "[Ee][Xx][Ii][Tt].?.?.?[CcSsWw][OoTtIi]",  # exit code, exitcode, exit status, exited with (code), exited code
     "return.code",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
@@ -893,12 +947,14 @@ COVER: tuple[str, ...] = (
     "salloc:", "sbatch:", "term_", "libfabric",
     # the marks that are fatal alone, and the failure words of `log_structure` no phrase above holds (an ERROR line
     # holds "err" already)
-    "fatal", "critical", "exhaust", "could not", "cannot", "unable", "invalid", "unexpected", "crash", "panic",
-    "not found",
+    "fatal", "critical", "exhaust", "could not", "couldn't", "cannot", "can't", "unable", "invalid", "unexpected",
+    "crash", "panic", "not found",
     # libstdc++'s uncaught exception, Ultralytics' final weights
     "what()", "stripped",
     # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit
     "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
+    # Open MPI's banner and help text, PSM, sacct's states
+    "your mpi job", "--> returned", "psm", "out_of_me",
 )  # fmt: skip
 
 

@@ -43,13 +43,19 @@ _BRACKET_LEVELS = {
     "PANI[": FATAL,
 }  # fmt: skip
 # libfabric's levels are warn, trace, info and debug (src/log.c): its `<warn>` is its error level where the data path
-# reports (the subsystems mr, cq, eq, av, ep_data, ep_ctrl: a registration, a completion, an event that failed), and
-# a setup probe's where providers and capabilities are weighed (core, fabric, domain: another provider is tried).
+# reports (the subsystems mr, cq, eq, av, ep_data, ep_ctrl: a registration, a completion, an event that failed) and
+# where a provider opens its fabric and domain (fabric, domain), except in the functions that probe (their names say
+# info, check or layering), and a setup probe's in core, where providers and capabilities are weighed (another
+# provider is tried).
 _LIBFABRIC_DATA_PATH = re.compile(
-    r"\blibfabric:[^<\n]{0,200}?:(?:mr|cq|eq|av|ep_data|ep_ctrl):\w{1,80}\(\):\d{1,6}<warn>"
+    r"\blibfabric:[^<\n]{0,200}?:(?:(?:mr|cq|eq|av|ep_data|ep_ctrl):"
+    r"|(?:fabric|domain):(?!\w{0,80}?(?:info|check|layering)))\w{1,80}\(\):\d{1,6}<warn>"
 )
+# The leading mark may follow indentation and up to two bracketed prefixes (a log file's timestamp, Slurm's
+# `[jobid.step]`).
 _LEADING_MARK = re.compile(
-    r"Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] |(?:[\w./-]{1,40}:? )?(?:[A-Za-z]{2,20} )?(?:error|Error)(?=: | response\b)"
+    r"\s{0,8}(?:\[[^\]\n]{1,40}\] ){0,2}(?:Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] "
+    r"|(?:[\w./-]{1,40}:? )?(?:[A-Za-z]{2,20} )?(?:error|Error)(?=: | response\b))"
 )
 _GLOG_MARK = re.compile(
     r"[EFIW](?:(?:\d{8}|\d{3,4}) \d\d:\d\d:\d\d| [^\s\]]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]"
@@ -70,20 +76,27 @@ _GLOG_LEVELS = {"E": ERROR, "F": FATAL}  # I and W are low
 # line that may read as failed is never one the cover lets pass unread.
 _FAILURE_WORDS = (
     "fail", "abort", "terminat", "crash", "timed out", "timed-out", "timeout", "exhaust", "exception", "fatal", "panic",
-    "invalid", "refused", "unexpected", "cannot", "could not", "not found", "out of memory",
+    "invalid", "refused", "unexpected", "cannot", "can't", "could not", "couldn't", "not found", "out of memory",
 )  # fmt: skip
 _BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
 _BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
 FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
 
 # Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
-# and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`).
-_COMPONENT = re.compile(r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] ")
-# The kernel's ring buffer (dmesg's `[ 4730.850402] `, syslog's `kernel: `): its drivers log no level a reader keeps,
-# and print both failures and the notices of a healthy boot, so only the strong failure words count there, and not
-# when the line calls the error corrected or non-fatal (a PCIe AER's corrected error, a recovered one).
-_KERNEL = re.compile(r"^\s{0,4}\[\s{0,12}\d{1,10}\.\d{3,9}\] |\bkernel: ")
-_KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|cannot|unable)\b")
+# and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`), a frame of
+# MPICH's error stack (`find_provider(170).....: `, printed only when a call fails).
+_COMPONENT = re.compile(
+    r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] |(?:^|\s)[A-Za-z_]\w{0,80}\(\d{1,6}\)\.*: "
+)
+# The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
+# `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
+# print both failures and the notices of a healthy boot, so only the strong failure words count there, and not when
+# the line calls the error corrected or non-fatal (a PCIe AER's corrected error, a recovered one).
+_KERNEL = re.compile(
+    r"^\s{0,4}\[(?:\s{0,12}\+?\d{1,10}\.\d{3,9}|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
+    r"|[A-Z][a-z]{2}[ \d]\d \d\d:\d\d)\] |\bkernel: "
+)
+_KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|unable)\b")
 _RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b")
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
@@ -105,7 +118,7 @@ def level(message: str) -> str | None:
     """The severity the line's layout marks it with (FATAL, ERROR, LOW), or None for a line with no mark."""
     lead = _LEADING_MARK.match(message)
     if lead is not None:
-        return FATAL if lead.group().startswith("Fatal") else ERROR
+        return FATAL if lead.group().endswith("Fatal: ") else ERROR
     marks = [
         mark for mark in (_word_mark(message), _bracket_mark(message), _glog_mark(message), _json_mark(message)) if mark
     ]
