@@ -24,7 +24,7 @@ from localrun.local_aws import LocalAws
 from localrun.resources import create_table
 from localrun.slurm_daemons import SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
-from localrun.slurm_runner import RunnerProcess
+from localrun.slurm_runner import POLL_S, RunnerProcess
 from stallwatch.aws.platforms import slurm_doctor
 from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.store import Store
@@ -274,7 +274,7 @@ def test_the_doctor_passes_a_cluster_whose_runner_answers_and_fails_one_whose_ru
     runners: Runners, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given this cluster's runner polling the table, and a cluster with a running job whose runner is down
-    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_WAIT_S", 5.0)
+    monkeypatch.setattr(slurm_doctor, "RUNNER_PING_WAIT_S", 2 * POLL_S + 5.0)  # two of the runner's polls, and its CLI
     monkeypatch.setattr(slurm_doctor, "RUNNER_PING_POLL_S", 0.2)
     deadline = time.monotonic() + DEADLINE_S  # a busy machine: the runner may first poll after the test began
     while CLUSTER not in {r.cluster for r in runners.runners()} and time.monotonic() < deadline:
