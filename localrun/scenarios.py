@@ -49,7 +49,7 @@ EC2_MIN_NODES = 2  # --platform ec2 runs a cluster: a one-host scenario's fault 
 GPUS_PER_HOST = instance_spec(INSTANCE_TYPE).devices
 VCPUS_PER_HOST = instance_spec(INSTANCE_TYPE).vcpus
 MAX_RUNTIME_S = 24 * 3600  # SageMaker's default StoppingCondition; a stalled job holds its GPUs until then
-HEALTHY_STEPS = 250  # steps before the fault (~20-70 ms each on two CPU cores)
+HEALTHY_STEPS = 250  # steps before the fault (~10-30 ms each on two CPU cores, at TRAINING_BATCH)
 STEPS_AFTER_CHECKPOINT = 100  # the checkpoint scenario trains on after its checkpoint, then completes
 LOG_EVERY_STEPS = 20  # the training's progress line
 # --resume: the job opts in to one restart and checkpoints every 100 steps (to CheckpointConfig's local path);
