@@ -46,10 +46,10 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Five workers on two cores: much of the suite's time is spent waiting (the demos' compressed timers, the real Slurm,
-# training subprocesses), so fewer workers leave the cores idle; slow tests start first (tests/conftest.py) and an idle
-# worker steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
-TEST_WORKERS ?= 5
+# Four workers on two cores: much of the suite's time is spent waiting (the demos, the real Slurm, training
+# subprocesses), so two workers leave the cores idle; slow tests start first (tests/conftest.py) and an idle worker
+# steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
+TEST_WORKERS ?= 4
 
 # The checkout's modules are compiled once for the hundreds of processes the suite starts (where
 # PYTHONDONTWRITEBYTECODE is set, each would compile what it imports again).
