@@ -113,6 +113,13 @@ def test_the_parts_are_split_by_source_by_the_declared_rounds() -> None:
     assert sum(r.part == real_lines.MEASURED for r in first) > len(first) / 2
 
 
+def _round(number: int) -> tuple[list[real_lines.RealLine], set[str]]:
+    """Issue 39's round `number`: its lines, and the sources the rounds before it quoted."""
+    everything = real_lines.lines()
+    lines = [r for r in everything if (r.added, r.round) == (39, number)]
+    return lines, {r.source for r in everything if (r.added, r.round) < (39, number)}
+
+
 def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_batch() -> None:
     # Given the rounds of issue 39 after the first (real_lines.ROUNDS)
     written = [r for r in real_lines.lines() if (r.added, r.round) == (39, 2)]
@@ -128,8 +135,7 @@ def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_bat
 
 def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
     # Given round 5 of issue 39 (declared measured, quoted after the structural rules froze)
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 5)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 5)}
+    lines, earlier = _round(5)
     # Then at least 60 lines from 30 sources no earlier round holds, every label, the Neuron runtime and EFA among them
     assert len(lines) >= 60
     assert len({r.source for r in lines}) >= 30
@@ -143,8 +149,7 @@ def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
 def test_round_four_is_written_from_new_sources() -> None:
     # Given round 4 of issue 39 (declared written, for structural rules) / Then its lines are written, from sources no
     # earlier round holds, and none is a copy of a measured line (test_no_written_line_is_a_copy_of_a_measured_one)
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 4)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 4)}
+    lines, earlier = _round(4)
     assert len(lines) >= 100
     assert {r.part for r in lines} == {WRITTEN}
     assert not {r.source for r in lines} & earlier
@@ -154,8 +159,7 @@ def test_round_six_is_written_from_many_new_sources_across_the_ecosystems() -> N
     # Given round 6 of issue 39 (declared written, for breadth) / Then at least 200 lines from 80 sources no earlier
     # round holds, written only, with the families a dying job on AWS prints beyond the earlier rounds' (storage,
     # container runtimes, Kubernetes, init, the GPU's daemons) and their lookalikes
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 6)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 6)}
+    lines, earlier = _round(6)
     assert len(lines) >= 200
     assert len({r.source for r in lines}) >= 80
     assert {r.part for r in lines} == {WRITTEN}
@@ -168,8 +172,7 @@ def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_hol
     # Given round 7 of issue 39 (declared measured, quoted after the breadth round's rules froze) / Then at least 80
     # lines from 40 sources no earlier round holds, measured only, with the Neuron runtime, EFA, save lines and
     # lookalikes enough to read a figure from
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 7)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 7)}
+    lines, earlier = _round(7)
     assert len(lines) >= 80
     assert len({r.source for r in lines}) >= 40
     assert {r.part for r in lines} == {real_lines.MEASURED}
@@ -183,8 +186,7 @@ def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_hol
 def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batch_missed() -> None:
     # Given round 8 of issue 39 (declared written, for the families round 7 missed, by family only) / Then its lines are
     # written, from sources no earlier round holds, with MPI's init failures, EFA, the Neuron toolchain and save lines
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 8)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 8)}
+    lines, earlier = _round(8)
     assert len(lines) >= 90
     assert len({r.source for r in lines}) >= 35
     assert {r.part for r in lines} == {WRITTEN}
@@ -193,11 +195,10 @@ def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batc
     assert {r.label for r in lines} == set(real_lines.LABELS)
 
 
-def test_round_nine_is_a_sealed_measured_batch_from_sources_no_earlier_round_or_round_eights_answers_hold() -> None:
+def test_round_nine_is_a_sealed_measured_batch_from_sources_no_earlier_round_holds() -> None:
     # Given round 9 of issue 39 (declared measured, quoted beside round 8 by a quoter who never saw its rules) / Then
     # its lines are measured only, from sources no earlier round holds, with fatal lines, lookalikes and saves
-    lines = [r for r in real_lines.lines() if (r.added, r.round) == (39, 9)]
-    earlier = {r.source for r in real_lines.lines() if (r.added, r.round) < (39, 9)}
+    lines, earlier = _round(9)
     assert len(lines) >= 70
     assert len({r.source for r in lines}) >= 35
     assert {r.part for r in lines} == {real_lines.MEASURED}
