@@ -2,9 +2,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-# The packages' bytecode is compiled by compileall on every core (pip compiles on one); it skips what pip skips too:
-# torch's one test module in Python 3.12's syntax.
-NOT_COMPILED := 'torch/testing/_internal/py312_intrinsics\.py'
+# Bytecode is written as each module is first imported, by whichever process imports it, and read by every later one:
+# pip compiles nothing at setup (it would compile every file of the packages on one core, most of which nothing here
+# imports), and the hundreds of processes the suite and the demo start compile nothing again (where
+# PYTHONDONTWRITEBYTECODE is set, each would compile all it imports).
+unexport PYTHONDONTWRITEBYTECODE
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
 DIST ?= dist
 
@@ -14,9 +16,8 @@ setup: $(VENV)/.installed node_modules/.installed
 
 $(VENV)/.installed: requirements-dev.txt pyproject.toml lambdas/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --no-compile --upgrade pip
 	$(PY) -m pip install -q --no-compile -r requirements-dev.txt
-	$(PY) -m compileall -q -j 0 -x $(NOT_COMPILED) $(VENV)/lib
 	$(PY) -m pip install -q --no-deps -e . -e lambdas
 	touch $@
 
@@ -51,12 +52,7 @@ lint: setup
 # steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
 TEST_WORKERS ?= 4
 
-# The checkout's modules are compiled once for the hundreds of processes the suite starts (where
-# PYTHONDONTWRITEBYTECODE is set, each would compile what it imports again).
-SOURCES := app.py bench corpus examples lambdas localrun stacks tests trainer_agent
-
 test: lint slurm
-	$(PY) -m compileall -q -j 0 $(SOURCES)
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 test-fast: setup

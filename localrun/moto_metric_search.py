@@ -19,6 +19,7 @@ own MetricStat code (whatever `get_metric_data` is installed when this is), so t
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -47,24 +48,40 @@ def _matching(
 ) -> list[tuple[str, dict[str, str]]]:
     namespace, dim_names = schema[0], set(schema[1:])
     excluded_text = _NOT.search(terms)
-    excluded = {(m["key"], m["value"]) for m in _TERM.finditer(excluded_text[1])} if excluded_text else set()
+    excluded = _Group(_TERM.finditer(excluded_text[1])) if excluded_text else None
     rest = _NOT.sub("", terms)
-    groups = [[(m["key"], m["value"]) for m in _TERM.finditer(group)] for group in _ANY.findall(rest)]
-    wanted = [[(m["key"], m["value"])] for m in _TERM.finditer(_ANY.sub("", rest))]
+    groups = [_Group(_TERM.finditer(group)) for group in _ANY.findall(rest)]
+    groups += [_Group([m]) for m in _TERM.finditer(_ANY.sub("", rest))]
     found: dict[tuple[str, frozenset[tuple[str, str]]], dict[str, str]] = {}
     for series_namespace, name, dims in held:  # dimensions in the order published: moto compares them in order
         if series_namespace != namespace or set(dims) != dim_names:
             continue
         props = {"MetricName": name, **dims}
-        if any(props.get(k) == v for k, v in excluded):
+        if excluded is not None and excluded.exact_match(props):
             continue
-        if all(any(_matches(props, k, v) for k, v in group) for group in [*wanted, *groups]):
+        if all(group.matches(props) for group in groups):
             found.setdefault((name, frozenset(dims.items())), dims)
     return [(name, dims) for (name, _), dims in found.items()][:MAX_SERIES_PER_SEARCH]
 
 
-def _matches(props: dict[str, str], key: str | None, value: str) -> bool:
-    return props.get(key) == value if key else any(value in p for p in props.values())
+class _Group:
+    """Terms of which one must match: ``Name="value"`` terms (looked up by name) and quoted phrases (found anywhere in
+    the metric name or a dimension value)."""
+
+    def __init__(self, terms: Iterable[re.Match[str]]) -> None:
+        self.values: dict[str, set[str]] = {}
+        self.phrases: list[str] = []
+        for term in terms:
+            if term["key"]:
+                self.values.setdefault(term["key"], set()).add(term["value"])
+            else:
+                self.phrases.append(term["value"])
+
+    def exact_match(self, props: dict[str, str]) -> bool:
+        return any(props.get(key) in values for key, values in self.values.items())
+
+    def matches(self, props: dict[str, str]) -> bool:
+        return self.exact_match(props) or any(phrase in p for phrase in self.phrases for p in props.values())
 
 
 def _label(template: str, name: str, dims: dict[str, str]) -> str:

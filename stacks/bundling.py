@@ -22,6 +22,7 @@ of the asset hashes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import subprocess
@@ -199,27 +200,23 @@ class AgentWheelBundling:
         self.lock = lock
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_options: object) -> bool:
-        """Build the wheel into `output_dir`, and download its dependencies there; always handles the asset (True),
+        """Put the wheel into `output_dir`, and download its dependencies there; always handles the asset (True),
         or raises."""
-        with tempfile.TemporaryDirectory() as scratch:
-            source = Path(scratch) / "trainer-agent"  # a copy: setuptools writes build/ and egg-info beside it
-            source.mkdir()
-            for name in AGENT_WHEEL_SOURCES:
-                path = self.repo_root / name
-                if path.is_dir():
-                    shutil.copytree(path, source / name, ignore=_COPY_IGNORE)
-                else:
-                    shutil.copy2(path, source / name)
-            command = [
-                sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                "--wheel-dir", output_dir, "--quiet", "--disable-pip-version-check", str(source),
-            ]  # fmt: skip
-            result = subprocess.run(command, capture_output=True, text=True, check=False)
-        if result.returncode:
-            raise BundlingError(f"could not build the trainer-agent wheel:\n{result.stderr.strip()}")
+        shutil.copy2(_built_wheel(self.repo_root, self._source_digest()), output_dir)
         if self.bundle_dependencies:
             self._download_dependencies(Path(output_dir))
         return True
+
+    def _source_digest(self) -> str:
+        """Every file the wheel is built from (as copied: no bytecode), by path and content."""
+        digest = hashlib.sha256(str(self.repo_root.resolve()).encode())
+        for name in AGENT_WHEEL_SOURCES:
+            path = self.repo_root / name
+            files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+            for file in files:
+                if "__pycache__" not in file.parts and file.suffix != ".pyc":
+                    digest.update(f"{file.relative_to(self.repo_root)}\0".encode() + file.read_bytes())
+        return digest.hexdigest()[:16]
 
     def download_command(self, output_dir: Path) -> list[str]:
         """pip download of exactly the lock's wheels (hash-checked, nothing resolved)."""
@@ -250,6 +247,38 @@ class AgentWheelBundling:
             "BUNDLE_DEPENDENCIES": str(self.bundle_dependencies).lower(),
             "AGENT_LOCK_SHA256": lock,
         }
+
+
+@functools.cache
+def _wheel_folder() -> tempfile.TemporaryDirectory[str]:
+    """Where this process keeps the agent wheels it built; removed at exit."""
+    return tempfile.TemporaryDirectory(prefix="stallwatch-agent-wheel-")
+
+
+@functools.cache
+def _built_wheel(repo_root: Path, digest: str) -> Path:
+    """The trainer-agent wheel of `repo_root`'s files as they are (`digest`), built once in this process: each
+    region's stack of a deployment bundles the same one."""
+    wheel_dir = Path(_wheel_folder().name) / digest
+    wheel_dir.mkdir(exist_ok=True)  # a failed build's leftovers are built over
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "trainer-agent"  # a copy: setuptools writes build/ and egg-info beside it
+        source.mkdir()
+        for name in AGENT_WHEEL_SOURCES:
+            path = repo_root / name
+            if path.is_dir():
+                shutil.copytree(path, source / name, ignore=_COPY_IGNORE)
+            else:
+                shutil.copy2(path, source / name)
+        command = [
+            sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+            "--wheel-dir", str(wheel_dir), "--quiet", "--disable-pip-version-check", str(source),
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode:
+        raise BundlingError(f"could not build the trainer-agent wheel:\n{result.stderr.strip()}")
+    [wheel] = wheel_dir.glob("*.whl")
+    return wheel
 
 
 def agent_wheel(scope: Construct, construct_id: str, *, bundle_dependencies: bool) -> s3_assets.Asset:

@@ -14,6 +14,8 @@ import boto3
 import moto
 import pytest
 from botocore.exceptions import ClientError
+from moto.ec2.models import ec2_backends
+from moto.ec2.utils import generic_filter
 
 from localrun import (
     boto_models,
@@ -25,6 +27,7 @@ from localrun import (
     moto_threads,
     moto_topic_policy,
 )
+from localrun.moto_sagemaker import DEFAULT_ACCOUNT, DEFAULT_REGION
 from localrun.resources import create_table
 from stallwatch.aws.job_states import JobStates, StoredState
 from stallwatch.aws.store import Store
@@ -207,6 +210,52 @@ def test_describe_alarms_applies_every_filter_together_and_pages() -> None:
     assert (len(first["MetricAlarms"]), len(rest["MetricAlarms"]), "NextToken" in rest) == (100, 20, False)
     # And without MaxRecords a page is 50, as on CloudWatch
     assert len(cloudwatch.describe_alarms()["MetricAlarms"]) == 50
+
+
+def test_a_resources_tags_read_by_its_id_are_those_describe_tags_gives() -> None:
+    # Given instances and a volume, each tagged at launch or later, some tags shared
+    moto_ec2.install()
+    ec2 = boto3.client("ec2")
+    tags = [
+        {"ResourceType": "instance", "Tags": [{"Key": "stallwatch:job", "Value": "a"}, {"Key": "Name", "Value": "n"}]}
+    ]
+    ids = [i["InstanceId"] for i in ec2.run_instances(
+        ImageId="ami-12c6146b", InstanceType="p4d.24xlarge", MinCount=3, MaxCount=3, TagSpecifications=tags
+    )["Instances"]]  # fmt: skip
+    ec2.create_tags(Resources=ids[:1], Tags=[{"Key": "stallwatch:job", "Value": "b"}, {"Key": "extra", "Value": ""}])
+    volume = ec2.create_volume(AvailabilityZone="us-east-1a", Size=8)["VolumeId"]
+    ec2.create_tags(Resources=[volume], Tags=[{"Key": "stallwatch:job", "Value": "a"}])
+
+    # Then each one's tags are what a DescribeTags of its id answers, in its order, with no other resource's
+    for resource in [*ids, volume]:
+        described = ec2.describe_tags(Filters=[{"Name": "resource-id", "Values": [resource]}])["Tags"]
+        expected = [{"Key": t["Key"], "Value": t["Value"]} for t in described]
+        if resource == volume:
+            [held] = ec2.describe_volumes(VolumeIds=[volume])["Volumes"]
+        else:
+            [held] = ec2.describe_instances(InstanceIds=[resource])["Reservations"][0]["Instances"]
+        assert held["Tags"] == expected
+    assert ec2.describe_instances(InstanceIds=ids[:1])["Reservations"][0]["Instances"][0]["Tags"] == [
+        {"Key": "stallwatch:job", "Value": "b"},
+        {"Key": "Name", "Value": "n"},
+        {"Key": "extra", "Value": ""},
+    ]
+
+
+def test_an_image_looked_up_by_its_exact_id_is_the_one_the_filter_finds() -> None:
+    # Given moto's images, an exact id, a missing one, and patterns
+    moto_ec2.install()
+    backend = ec2_backends[DEFAULT_ACCOUNT][DEFAULT_REGION]
+    some = next(iter(backend.amis))
+    for image_id in [some, "ami-00000000", some[:-1] + "?", "ami-*"]:
+        # Then the image found is the one moto's own filter finds (a pattern is still filtered)
+        found = backend.describe_images(filters={"image-id": image_id})
+        assert found == generic_filter({"image-id": image_id}, list(backend.amis.values()))
+    assert len(backend.describe_images(filters={"image-id": "ami-*"})) == len(backend.amis)
+    # And an instance launched from it takes its architecture from it
+    ec2 = boto3.client("ec2")
+    [instance] = ec2.run_instances(ImageId=some, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1)["Instances"]
+    assert instance["Architecture"] == backend.amis[some].architecture
 
 
 def test_start_instances_moves_launch_time_and_times_can_be_set() -> None:

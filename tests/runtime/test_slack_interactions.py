@@ -30,6 +30,7 @@ from localrun.slack_presses import (
     press_payload,
     signed_request,
 )
+from localrun.slack_receiver import STOP_POLL_S
 from stallwatch.aws import actions
 from stallwatch.aws.buttons import ACTIONS_BLOCK_ID, ButtonValue, OperatorAction, action_buttons, deployment_id
 from stallwatch.aws.clients import AwsClients
@@ -88,7 +89,7 @@ class SlackApi:
                 """No access log on stderr."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(STOP_POLL_S,), daemon=True)
 
     @property
     def base(self) -> str:

@@ -7,8 +7,10 @@ import base64
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -20,6 +22,7 @@ import trainer_agent
 from stacks.bundling import RUNTIME_PROVIDED, AgentWheelBundling, BundlingError, LocalPythonBundling
 from stacks.constants import (
     AGENT_LOCK,
+    AGENT_WHEEL_SOURCES,
     LAMBDA_ARCHITECTURE,
     LAMBDA_LOCK,
     LAMBDA_PACKAGES,
@@ -244,6 +247,35 @@ def test_the_offline_agent_asset_is_its_wheel_alone_and_its_hash_tells_the_two_a
     assert offline.hash_inputs() != full
     agent_lock.write_text(agent_lock.read_text().replace("13.0", "13.1"))
     assert AgentWheelBundling(REPO_ROOT, bundle_dependencies=True, lock=agent_lock).hash_inputs() != full
+
+
+def test_the_agents_wheel_is_built_once_a_process_and_again_when_a_source_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a copy of the agent's sources, and every pip wheel this process runs counted
+    repo = tmp_path / "repo"
+    for name in AGENT_WHEEL_SOURCES:
+        (shutil.copytree if (REPO_ROOT / name).is_dir() else shutil.copy2)(REPO_ROOT / name, repo / name)
+    builds = []
+    run = subprocess.run
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: builds.append(command) or run(command, **kw))
+
+    def bundle() -> bytes:
+        asset = Path(tempfile.mkdtemp(dir=tmp_path))
+        AgentWheelBundling(repo, bundle_dependencies=False).try_bundle(str(asset), image=DockerImage.from_registry("x"))
+        [wheel] = asset.iterdir()
+        return zipfile.ZipFile(wheel).read("trainer_agent/__init__.py")
+
+    # When two stacks bundle it (two regions of one deployment), then a module changes and a third does
+    first, second = bundle(), bundle()
+    init = repo / "trainer_agent" / "__init__.py"
+    init.write_text(init.read_text() + "\nEDITED = True\n")
+    third = bundle()
+
+    # Then pip built it twice: once for the first two, and again with the change
+    assert len(builds) == 2
+    assert first == second != third
+    assert third.endswith(b"EDITED = True\n")
 
 
 def test_the_committed_agent_lock_pins_every_package_of_the_agents_extras_with_a_hash() -> None:
