@@ -21,7 +21,7 @@ from stallwatch.offline import cli, doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.moto_runtime import aws_env  # noqa: F401 - the AWS environment moto needs, for every test
 from tests.fixtures.request_limits import recording
-from tests.stacks.conftest import build_app
+from tests.fixtures.templates import synthesized
 
 STACK = "stallwatch"
 SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -37,8 +37,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The default deployment's template, synthesized as `cdk synth` does (offline)."""
-    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"))
-    return app.synth().get_stack_by_name(stack.stack_name).template
+    return synthesized(tmp_path_factory, "default")
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from stallwatch.core.platforms.slurm import SlurmJob, SlurmNode
 from stallwatch.offline import doctor
 from stallwatch.offline.ops import Deployment
 from tests.fixtures.slurm import HYPERPOD_TARGET, FakeRunner
+from tests.fixtures.templates import synthesized
 from tests.offline.test_doctor import STACK, deployed, slack  # noqa: F401 - the deployment on moto
-from tests.stacks.conftest import SLURM_WATCHED, build_app
+from tests.stacks.conftest import SLURM_WATCHED
 
 SUBMIT = "2026-12-01T10:00:00"
 
@@ -31,8 +32,7 @@ def _short_ping(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A deployment that watches Slurm (`platforms.slurm.monitor`), synthesized as `cdk synth` does (offline)."""
-    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"), stallwatch=SLURM_WATCHED)
-    return app.synth().get_stack_by_name(stack.stack_name).template
+    return synthesized(tmp_path_factory, "slurm", stallwatch=SLURM_WATCHED)
 
 
 pytestmark = pytest.mark.slow

@@ -25,7 +25,7 @@ from stallwatch.aws.store import Store, job_key
 from stallwatch.core import contract
 from stallwatch.core.config import CONFIG_ENV
 from tests.fixtures.moto_runtime import aws_env, slack  # noqa: F401 - moto's extensions, its environment, Slack
-from tests.stacks.conftest import build_app
+from tests.fixtures.templates import synthesized
 
 STACK = "stallwatch"
 JOB = "llama-3-70b"
@@ -42,8 +42,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The default deployment's template, synthesized as `cdk synth` does (offline)."""
-    app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"))
-    return app.synth().get_stack_by_name(stack.stack_name).template
+    return synthesized(tmp_path_factory, "default")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from constructs import Construct
 from stacks.application import add_stacks
 from stacks.constants import BUNDLE_DEPENDENCIES_CONTEXT_KEY
 from stacks.stallwatch_stack import StallwatchStack
+from tests.fixtures.templates import share
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def build_app(outdir: Path, cdk_json: Path = CDK_JSON, **context: Any) -> tuple[
 def default_app(tmp_path_factory: pytest.TempPathFactory) -> tuple[App, StallwatchStack]:
     """The default app, synthesized once; synth raises on any unacknowledged cdk-nag finding."""
     app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"))
-    app.synth()
+    share(tmp_path_factory, "default", app.synth().get_stack_by_name(stack.stack_name).template)
     return app, stack
 
 
@@ -59,7 +60,7 @@ SLURM_WATCHED = {"platforms": {"slurm": {"monitor": True}}}
 def slurm_stack(tmp_path_factory: pytest.TempPathFactory) -> StallwatchStack:
     """The default deployment with `platforms.slurm.monitor`, synthesized once (synth raises on a nag finding)."""
     app, [stack] = build_app(tmp_path_factory.mktemp("cdk.out"), stallwatch=SLURM_WATCHED)
-    app.synth()
+    share(tmp_path_factory, "slurm", app.synth().get_stack_by_name(stack.stack_name).template)
     return stack
 
 
