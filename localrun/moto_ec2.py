@@ -1,5 +1,5 @@
-"""A small moto extension: EC2 instances whose LaunchTime moves on every start, as EC2's does, and whose tags are
-read by their id.
+"""A small moto extension: EC2 instances whose LaunchTime moves on every start, as EC2's does; tags and images read
+by id.
 
 moto 5.2.5 keeps an instance's first LaunchTime across StopInstances/StartInstances; EC2 reports the latest start,
 which is what `aws.platforms.ec2_goodput` reads an attempt's start from. After `install()`, StartInstances moves it;
