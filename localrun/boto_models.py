@@ -1,10 +1,13 @@
-"""One parse of botocore's service models per process (the tests and the demo only).
+"""One parse of botocore's service models per process, and one check of each event handler (the tests and the demo).
 
 Each `boto3.Session` builds its own botocore loader, which reads and parses every service model its clients need
 (EC2's alone is 4.5 MB of JSON): a fresh session's eight clients cost 0.3 to 0.6 s of CPU, a loaded session's about
 0.14 s (docs/benchmarks.md, "The suite"). A Lambda container builds its runtime once, so this is paid once there; the
 tests build a runtime per test. Installed, every session of the process shares one loader per data path, and with it
-the parsed models.
+the parsed models. Of what is left, a third is botocore registering its ~130 built-in handlers on each new session and
+client: it inspects each handler's signature for `**kwargs` and rewrites each event name through its aliases, every
+time. Installed, both answers are kept for the process: a function's signature by its code, an event name's alias by
+the name (botocore's default aliases only).
 
     boto_models.install()
 """
@@ -12,11 +15,19 @@ the parsed models.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
+import botocore.hooks
 import botocore.session
+from botocore.hooks import EventAliaser
 from botocore.loaders import Loader, create_loader
 
 _original = create_loader
+_original_accepts_kwargs = botocore.hooks.accepts_kwargs
+_original_aliaser_init = EventAliaser.__init__
+_varkw: dict[object, Any] = {}  # a function's code: its **kwargs parameter's name, or None
+_alias_names: dict[str, str] = {}  # an event name: the name botocore's default aliases make of it
 
 
 class _SearchPaths(list[str]):
@@ -34,9 +45,30 @@ def _shared(search_path_string: str | None = None) -> Loader:
     return loader
 
 
+def _accepts_kwargs(func: Callable[..., Any]) -> Any:
+    """botocore's check of a handler, once per function (a bound method's is its function's); other callables each
+    time."""
+    code = getattr(getattr(func, "__func__", func), "__code__", None)
+    if code is None:
+        return _original_accepts_kwargs(func)
+    if code not in _varkw:
+        _varkw[code] = _original_accepts_kwargs(func)
+    return _varkw[code]
+
+
+def _aliaser_init(self: EventAliaser, event_emitter: Any, event_aliases: dict[str, str] | None = None) -> None:
+    _original_aliaser_init(self, event_emitter, event_aliases)
+    if event_aliases is None:
+        self._alias_name_cache = _alias_names
+
+
 def install() -> None:
     botocore.session.create_loader = _shared  # type: ignore[attr-defined]
+    botocore.hooks.accepts_kwargs = _accepts_kwargs
+    EventAliaser.__init__ = _aliaser_init  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     botocore.session.create_loader = _original  # type: ignore[attr-defined]
+    botocore.hooks.accepts_kwargs = _original_accepts_kwargs
+    EventAliaser.__init__ = _original_aliaser_init  # type: ignore[method-assign]

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from localrun import boto_models
 
+# moto's EC2 builds every image it knows at each region backend's start and reset: about 1,300 in us-east-1 with its
+# latest and ECS-optimised lists, a tenth of the suite's moto time. The suite launches from one of its built-in images:
+# moto loads only the few in this file (read as moto's EC2 is imported: nothing above imports it).
+os.environ.setdefault("MOTO_AMIS_PATH", str(Path(__file__).parent / "fixtures" / "moto_images.json"))
 boto_models.install()  # every boto3 session of a worker parses botocore's service models once
 
 

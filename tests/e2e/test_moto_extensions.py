@@ -396,3 +396,26 @@ def test_every_session_shares_one_parse_of_the_service_models_and_its_clients_st
         assert boto3.Session()._session.get_component("data_loader") is not loaders[0]
     finally:
         boto_models.install()
+
+
+class _Handlers:
+    def bare(self, request: object) -> None: ...
+
+    def kind(self, **kwargs: object) -> None:
+        self.called = kwargs["value"]
+
+
+def test_each_handler_is_checked_and_each_event_name_aliased_once_a_process_as_botocore_would_each_time() -> None:
+    # Given two sessions of the process (the shared answers installed), and handlers with and without **kwargs
+    emitters = [boto3.Session()._session.get_component("event_emitter") for _ in range(2)]
+    first, second = _Handlers(), _Handlers()
+    for emitter, handlers in zip(emitters, [first, second], strict=True):
+        # Then a handler without **kwargs is refused on each, as a bound method as well as its function
+        for handler in (handlers.bare, _Handlers.bare):
+            with pytest.raises(ValueError, match=r"must accept keyword arguments \(\*\*kwargs\)"):
+                emitter.register("before-call.ec2.DescribeInstances", handler)
+        # And a handler registered under a service's old name (botocore's aliases) hears the event of its new name
+        emitter.register("stallwatch-test.autoscaling.DescribeAutoScalingGroups", handlers.kind)
+    emitters[1].emit("stallwatch-test.auto-scaling.DescribeAutoScalingGroups", value=2)
+    assert not hasattr(first, "called")
+    assert second.called == 2

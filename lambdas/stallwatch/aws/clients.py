@@ -1,4 +1,5 @@
-"""The boto3 clients every adapter shares: one session, lazily created clients, adaptive retries.
+"""The boto3 clients every adapter shares: one session, lazily created clients, adaptive retries, and AWS's
+timestamps parsed without dateutil.
 
 clients = AwsClients()          # nothing touches the network until a client is used
 clients.cloudwatch.describe_alarms(...)
@@ -6,13 +7,30 @@ clients.cloudwatch.describe_alarms(...)
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 6}, connect_timeout=5, read_timeout=20)
+
+
+def aws_timestamp(value: str | float) -> datetime:
+    """A response's timestamp, the instant botocore's parser reads: epoch seconds (a number or its text) and ISO 8601
+    read directly, in UTC; anything else (RFC 822) by botocore. botocore's own reads each through dateutil and a new
+    local zone: a 1,000-instance DescribeInstances parses in 0.63 of its CPU (bench/response_timestamps.py)."""
+    try:
+        return datetime.fromtimestamp(float(value), UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        pass
+    try:
+        return datetime.fromisoformat(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return parse_timestamp(value)
 
 
 class AwsClients:
@@ -27,7 +45,9 @@ class AwsClients:
 
     @cached_property
     def session(self) -> boto3.Session:
-        return boto3.Session(region_name=self.region)
+        core = botocore.session.get_session()
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=aws_timestamp)
+        return boto3.Session(botocore_session=core, region_name=self.region)
 
     def _client(self, service: str) -> Any:
         return self.session.client(service, config=self.config)
