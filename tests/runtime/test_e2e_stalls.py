@@ -128,6 +128,36 @@ def test_checkpoint_within_budget_is_not_a_stall(rt, world, slack, context) -> N
     assert [a["diagnosis"] for a in audits(rt, job)] == ["phase"]
 
 
+def test_a_checkpoint_one_agent_window_caught_is_not_read_as_overrun_once_the_job_hangs(rt, world, context) -> None:
+    # Given an agent publishing 10 s windows (a minute's period holds six): 45 min ago one window caught a 12 s
+    # checkpoint with 590 s of its budget left, steps went on a few seconds, then the job hung in a collective
+    job = "ckpt-then-hang"
+    world.create_job(job, hosts=2, tags=ENFORCE)
+    phase_start = world.now - 45 * MINUTE + 5
+    last_step = phase_start + 20
+    windows = [world.now - 110 * MINUTE + 10 * k for k in range(110 * 6 + 1)]
+    steps = [w for w in windows if w <= phase_start or phase_start + 12 < w <= last_step]
+
+    def per_window(value) -> list[tuple[float, float]]:
+        return [(w, float(value(w))) for w in windows]
+
+    world.agent_job(job, "Steps", per_window(lambda w: w in steps))
+    world.agent_job(job, "Step", per_window(lambda w: sum(s <= w for s in steps)))
+    world.agent_job(job, "LastStepAge", per_window(lambda w: w - max(s for s in steps if s <= w)))
+    world.agent_job(
+        job, "PhaseBudgetRemaining", per_window(lambda w: phase_start + 600 - w if w - 10 < phase_start <= w else 0)
+    )
+    for host in ("algo-1", "algo-2"):
+        world.host_gpu(job, host, world.every_minute(110, 100.0))
+        world.progress_logs(job, host, until_min=45)
+
+    # When its progress alarm fires
+    result = on_alarm.handler(alarm_event(_alarm(rt, job)), context)
+
+    # Then it is the hang (the phase's budget is read as the most left in its minute, not that minute's average)
+    assert (result["diagnosis"], result["action"]) == ("hang", "warn")
+
+
 def test_hung_ec2_instance_is_warned_then_stopped(rt, world, slack, context) -> None:
     # Given a tagged GPU instance whose agent (JobName = the instance id) stopped stepping 40 min ago, GPUs pinned
     ec2 = rt.clients.ec2

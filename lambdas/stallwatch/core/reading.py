@@ -13,13 +13,16 @@ METRIC_PERIOD_SECONDS = 60
 LOG_LINES_PER_HOST = 20
 LOG_TAIL_SECONDS = 600  # log lines read before the quietest host's last event
 ERROR_LINES_PER_HOST = 10
-# Statistic per agent metric: counts are summed, markers take the maximum, the rest are averaged.
+# Statistic per agent metric: counts are summed, markers take the maximum, the rest are averaged. A declared phase's
+# budget left is a marker, as its alarm reads it: a period's average of an agent publishing several windows a period
+# is diluted by the windows after the phase ended (one window's 590 s read as 98), and the phase looks overrun.
 AGENT_STATISTICS = {
     "Steps": "Sum",
     "NonFiniteLoss": "Sum",
     "Heartbeat": "Sum",
     "Step": "Maximum",
     "LastStepAge": "Maximum",
+    "PhaseBudgetRemaining": "Maximum",
     contract.LOG_IDLE_SECONDS: "Maximum",
 }
 # The per-host series a decision reads from AWS: what `core.measures` uses (per-device GPU utilization, the
