@@ -3,11 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # Setup compiles the packages' bytecode on every core (pip compiles on one), but for aws-cdk-lib's and transformers'
-# modules: more than half of all the source, of which little is imported here. Those are compiled as they are first
-# imported, and kept for every later process: PYTHONDONTWRITEBYTECODE, where set, is not passed on (each of the
-# hundreds of processes the suite and the demo start would compile all it imports again). The checkout's modules are
-# compiled before the tests. compileall skips what pip skips too: torch's one test module in Python 3.12's syntax.
-NOT_COMPILED := '/(aws_cdk|transformers)/|torch/testing/_internal/py312_intrinsics\.py'
+# modules (more than half of all the source, of which little is imported here), torch's compiler, and the packages'
+# own tests. Those are compiled as they are first imported, and kept for every later process: PYTHONDONTWRITEBYTECODE,
+# where set, is not passed on (each of the hundreds of processes the suite and the demo start would compile all it
+# imports again). The checkout's modules are compiled before the tests. compileall skips what pip skips too: torch's
+# one test module in Python 3.12's syntax.
+NOT_COMPILED := '/(aws_cdk|transformers|torch/_inductor|tests?)/|torch/testing/_internal/py312_intrinsics\.py'
 SOURCES := app.py bench corpus examples lambdas localrun stacks tests trainer_agent
 unexport PYTHONDONTWRITEBYTECODE
 # Where `make dist` puts the trainer-agent wheel and sdist (docs/release.md).
@@ -51,10 +52,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Four workers on two cores: much of the suite's time is spent waiting (the demos, the real Slurm, training
-# subprocesses), so two workers leave the cores idle; slow tests start first (tests/conftest.py) and an idle worker
-# steals queued tests from a busy one. The 25 slowest tests are printed: the slow marker's check.
-TEST_WORKERS ?= 4
+# Five workers on two cores: much of the suite's time is spent waiting (the demos, the real Slurm, training
+# subprocesses), so two workers leave the cores idle, and four did 10 % of the time (docs/benchmarks.md, "The suite");
+# slow tests start first (tests/conftest.py) and an idle worker steals queued tests from a busy one. The 25 slowest
+# tests are printed: the slow marker's check.
+TEST_WORKERS ?= 5
 
 test: lint slurm
 	$(PY) -m compileall -q -j 0 $(SOURCES)
