@@ -1,4 +1,5 @@
-"""One parse of botocore's service models per process, and one check of each event handler (the tests and the demo).
+"""One parse of botocore's service models per process, one client class per service, one check of each event
+handler (the tests and the demo).
 
 Each `boto3.Session` builds its own botocore loader, which reads and parses every service model its clients need
 (EC2's alone is 4.5 MB of JSON): a fresh session's eight clients cost 0.3 to 0.6 s of CPU, a loaded session's about
@@ -6,8 +7,9 @@ Each `boto3.Session` builds its own botocore loader, which reads and parses ever
 tests build a runtime per test. Installed, every session of the process shares one loader per data path, and with it
 the parsed models. Of what is left, a third is botocore registering its ~130 built-in handlers on each new session and
 client: it inspects each handler's signature for `**kwargs` and rewrites each event name through its aliases, every
-time. Installed, both answers are kept for the process: a function's signature by its code, an event name's alias by
-the name (botocore's default aliases only).
+time; and it builds each client's class again, a method per operation (EC2 has 700). Installed, each answer is kept
+for the process: a function's signature by its code, an event name's alias by the name (botocore's default aliases
+only), a service's client class by its name and API version (each client keeps its own model, events and endpoint).
 
     boto_models.install()
 """
@@ -20,14 +22,17 @@ from typing import Any
 
 import botocore.hooks
 import botocore.session
+from botocore.client import ClientCreator
 from botocore.hooks import EventAliaser
 from botocore.loaders import Loader, create_loader
 
 _original = create_loader
 _original_accepts_kwargs = botocore.hooks.accepts_kwargs
 _original_aliaser_init = EventAliaser.__init__
+_original_client_class = ClientCreator._create_client_class
 _varkw: dict[object, Any] = {}  # a function's code: its **kwargs parameter's name, or None
 _alias_names: dict[str, str] = {}  # an event name: the name botocore's default aliases make of it
+_client_classes: dict[tuple[str, str], type] = {}  # a service and its API version: its client class
 
 
 class _SearchPaths(list[str]):
@@ -62,13 +67,22 @@ def _aliaser_init(self: EventAliaser, event_emitter: Any, event_aliases: dict[st
         self._alias_name_cache = _alias_names
 
 
+def _client_class(self: ClientCreator, service_name: str, service_model: Any) -> type:
+    key = (service_name, service_model.api_version)
+    if key not in _client_classes:
+        _client_classes[key] = _original_client_class(self, service_name, service_model)
+    return _client_classes[key]
+
+
 def install() -> None:
     botocore.session.create_loader = _shared  # type: ignore[attr-defined]
     botocore.hooks.accepts_kwargs = _accepts_kwargs
     EventAliaser.__init__ = _aliaser_init  # type: ignore[method-assign]
+    ClientCreator._create_client_class = _client_class  # type: ignore[method-assign]
 
 
 def uninstall() -> None:
     botocore.session.create_loader = _original  # type: ignore[attr-defined]
     botocore.hooks.accepts_kwargs = _original_accepts_kwargs
     EventAliaser.__init__ = _original_aliaser_init  # type: ignore[method-assign]
+    ClientCreator._create_client_class = _original_client_class  # type: ignore[method-assign]

@@ -19,14 +19,21 @@ boto_models.install()  # every boto3 session of a worker parses botocore's servi
 
 # A worker's heap is large (botocore's models, moto's backends, the collected tests) and the garbage collector walked
 # it all at each full collection, hundreds of times a run: 18 % of the CPU of four runtime and offline modules.
-# After collection what is loaded is kept out of every later collection, and the youngest generation is collected
-# every 10,000 allocations instead of 700 (docs/benchmarks.md, "The suite").
+# Collection only imports, so the collector waits for its end; then what is loaded is kept out of every later
+# collection, and the youngest generation is collected every 10,000 allocations instead of 700 (docs/benchmarks.md,
+# "The suite").
 GC_THRESHOLDS = (10_000, 10, 10)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    gc.disable()
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+    gc.enable()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

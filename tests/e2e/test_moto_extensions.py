@@ -419,3 +419,18 @@ def test_each_handler_is_checked_and_each_event_name_aliased_once_a_process_as_b
     emitters[1].emit("stallwatch-test.auto-scaling.DescribeAutoScalingGroups", value=2)
     assert not hasattr(first, "called")
     assert second.called == 2
+
+
+def test_each_service_has_one_client_class_and_each_client_its_own_events() -> None:
+    # Given two sessions' DynamoDB clients (the shared class installed), a handler on the first one's events
+    first, second = (boto3.Session(region_name="us-east-1").client("dynamodb") for _ in range(2))
+    seen: list[str] = []
+    first.meta.events.register("before-call.dynamodb.ListTables", lambda model, **_: seen.append(model.name))
+
+    # Then they share the class, and each call goes through its own client's events alone
+    assert type(first) is type(second)
+    with moto.mock_aws():
+        second.list_tables()
+        assert seen == []
+        first.list_tables()
+    assert seen == ["ListTables"]
