@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,16 @@ boto_models.install()  # every boto3 session of a worker parses botocore's servi
 GC_THRESHOLDS = (10_000, 10, 10)
 
 
-def pytest_configure(config: pytest.Config) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Generator[None, object, object]:
     gc.disable()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    gc.enable()
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(*GC_THRESHOLDS)
+        gc.enable()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
