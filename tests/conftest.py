@@ -1,4 +1,5 @@
-"""Test-wide guards (no test may reach a real AWS account) and the suite's order: slow tests first."""
+"""Test-wide guards (no test may reach a real AWS account), moto's images, each worker's garbage collector, and the
+suite's order: slow tests first."""
 
 from __future__ import annotations
 
