@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 import moto
 import pytest
 from botocore.utils import parse_timestamp
 
+from localrun.moto_world import EXAMPLE_AMI
 from stallwatch.aws.clients import AwsClients, aws_timestamp
 
 
@@ -40,27 +40,15 @@ def test_what_botocore_refuses_is_refused() -> None:
 
 
 def test_the_clients_read_responses_with_it() -> None:
-    # Given a JSON protocol's epoch and a query protocol's ISO 8601 answered to the clients
+    # Given a JSON protocol's epoch and EC2's XML ISO 8601 answered to the clients
     with moto.mock_aws():
         clients = AwsClients("us-east-1")
         secret = clients.secretsmanager.create_secret(Name="s", SecretString="x")["ARN"]
         created = clients.secretsmanager.describe_secret(SecretId=secret)["CreatedDate"]
-        [alarm] = _alarm(clients.cloudwatch)["MetricAlarms"]
-    # Then both are read by aws_timestamp: in UTC (botocore's own reads an epoch in the local zone)
+        [instance] = clients.ec2.run_instances(
+            ImageId=EXAMPLE_AMI, InstanceType="p4d.24xlarge", MinCount=1, MaxCount=1
+        )["Instances"]
+    # Then both are read by aws_timestamp, in UTC (botocore's own: an epoch in the local zone, ISO 8601 in dateutil's)
     assert created.tzinfo is UTC
-    assert alarm["StateUpdatedTimestamp"].tzinfo is UTC
+    assert instance["LaunchTime"].tzinfo is UTC
     assert aws_timestamp(1796595200) == datetime(2026, 12, 6, 22, 13, 20, tzinfo=UTC)
-
-
-def _alarm(cloudwatch: Any) -> dict[str, Any]:
-    cloudwatch.put_metric_alarm(
-        AlarmName="a",
-        Namespace="N",
-        MetricName="M",
-        Statistic="Maximum",
-        Period=60,
-        EvaluationPeriods=1,
-        Threshold=1,
-        ComparisonOperator="GreaterThanThreshold",
-    )
-    return cloudwatch.describe_alarms(AlarmNames=["a"])
