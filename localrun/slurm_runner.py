@@ -8,6 +8,7 @@ runner a cluster installs, run as a child process with the cluster's SLURM_CONF 
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -22,6 +23,21 @@ RUNNER = Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "stallwat
 POLL_S = 5.0
 ONCE_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
+
+
+@functools.cache
+def aws_cli() -> Path:
+    """The AWS CLI the runner calls: PATH's, or, where PATH finds pyenv's shim (a shell script that looks up the
+    version at every start, a tenth of a CPU-second), the executable it stands for."""
+    found = shutil.which("aws")
+    if found is None:
+        raise FileNotFoundError("the AWS CLI (aws) is not on PATH: the runner calls it")
+    pyenv = shutil.which("pyenv")
+    if Path(found).parent.name == "shims" and pyenv is not None:
+        done = subprocess.run([pyenv, "which", "aws"], capture_output=True, text=True, check=False)
+        if done.returncode == 0 and Path(done.stdout.strip()).is_file():
+            return Path(done.stdout.strip())
+    return Path(found)
 
 
 class RunnerProcess:

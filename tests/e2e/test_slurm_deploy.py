@@ -24,7 +24,7 @@ from localrun.local_aws import LocalAws
 from localrun.resources import create_table
 from localrun.slurm_daemons import SlurmDaemons
 from localrun.slurm_events import EVENTS_SCRIPT, EventSpool
-from localrun.slurm_runner import POLL_S, RunnerProcess
+from localrun.slurm_runner import POLL_S, RunnerProcess, aws_cli
 from stallwatch.aws.platforms import slurm_doctor
 from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.aws.store import Store
@@ -251,6 +251,28 @@ def test_the_script_run_by_hand_posts_nothing_and_exits_0(tmp_path: Path) -> Non
         done = subprocess.run([str(script)], env=env, capture_output=True, text=True, check=False)
         assert done.returncode == 0
     assert events.take() == []
+
+
+def _executable(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{text}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize("pyenv", [True, False])
+def test_the_local_runner_calls_the_aws_cli_past_pyenvs_shim(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pyenv: bool
+) -> None:
+    real = _executable(tmp_path / "versions" / "3.11.7" / "bin" / "aws", "exit 0")
+    shim = _executable(tmp_path / "shims" / "aws", 'exec pyenv exec aws "$@"')
+    path = [shim.parent] + ([_executable(tmp_path / "bin" / "pyenv", f'echo "{real}"').parent] if pyenv else [])
+    monkeypatch.setenv("PATH", os.pathsep.join(map(str, path)))
+    aws_cli.cache_clear()
+    try:
+        assert aws_cli() == (real if pyenv else shim)
+    finally:
+        aws_cli.cache_clear()
 
 
 def test_the_runner_cancels_only_the_running_job_of_its_cluster_it_names_and_answers_once_slurm_has(
