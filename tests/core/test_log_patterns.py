@@ -35,7 +35,7 @@ FATAL_LINES = [
     ("ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.", "nccl"),
     ("node-7:311:402 [2] NCCL WARN NET/IB : Got completion from peer 10.1.2.3<40418> with error 12", "nccl"),
     ("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:219, unhandled system error", "nccl"),
-    ("node-7:311:402 [2] NCCL WARN NET/OFI Request 0x7f completed with error. RC: 21. Error: unknown error", "nccl"),
+    ("node-7:311:402 [2] NCCL WARN NET/OFI Request 0x7f completed with error. RC: 21. Error: unknown error", "efa"),
     ("WARN: Function: main Line: 66: NET/OFI OFI NCCL failure: 2", "efa"),
     (
         "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 3/4 clients joined.",
@@ -304,6 +304,37 @@ def test_a_collectives_warn_is_its_error_level() -> None:
 def test_a_line_that_says_the_job_goes_on_survives(line: str) -> None:
     # The engine may read such a line as the end of a harmless block (a traceback the job trained on after)
     assert log_patterns.survives(line)
+    assert match(line) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[298850.502101] NEURON_HW_ERR=SRAM_UNCORRECTABLE_ERROR nd-id=0 nc-id=0 action=TERMINATE_INSTANCE", "neuron"),
+        ("RX, connection closed by remote peer", "neuron"),
+        ("host:40211:40390 [3] handle_error_entry:1342 NCCL WARN NET/OFI Fatal: rx buffer recv completed", "efa"),
+        ("ray.exceptions.LocalRayletDiedError: The task's local raylet died.", "ray"),
+        ("ray.train.v2.api.exceptions.WorkerGroupError: Training failed due to worker errors:", "ray"),
+        ("[rank: 0] Received SIGTERM: 15", "killed"),
+        ("Detected KeyboardInterrupt, attempting graceful shutdown ...", "killed"),
+    ],
+)
+def test_a_runtime_s_own_death_message_is_named(line: str, expected: str) -> None:
+    # Messages as the Neuron docs, aws-ofi-nccl, Ray and Lightning print them (corpus/source_lines/fatal.jsonl)
+    assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[298850.919248] efa 0000:a0:1a.0 rdmap160s26: Failed to process command DEREG_MR (opcode 8) err -22",
+        "Fri Feb  1 10:52:23: Pending: Requeued job is waiting for rescheduling;(exit code 17)",
+        "Timeout waiting for RX (waited 120 sec) - retrying",
+        "Bypassing SIGTERM: 15",
+    ],
+)
+def test_a_runtime_s_lookalike_is_ordinary(line: str) -> None:
+    # EFA's deregistration after the process ended, LSF's requeue, the Neuron collectives' wait, a signal let pass
     assert match(line) is None
 
 
@@ -802,6 +833,9 @@ def test_every_phrase_of_every_gate_holds_a_phrase_of_the_cover() -> None:
         ("[error] efa device lost on rdmap16s27", "efa"),
         ("ERROR: allocation failed, out of memory on device 3", "cuda_oom"),
         ("Failures:", "error"),  # no family named
+        ("[MLA 0][NC 0] DMA TX engine 0 is in an abort state", "neuron"),  # a device's address frames it
+        ("nd0 nc0 Timestamp program stop timeout (1000 ms)", "neuron"),
+        ("Failed to initialize devices, error:5", "error"),  # a failure with the code it returned
     ],
 )
 def test_a_line_read_fatal_by_its_structure_is_named_by_the_family_its_words_name(line: str, expected: str) -> None:

@@ -117,7 +117,7 @@ RULES: tuple[Rule, ...] = (
             r"\bnccl(?:Remote|Internal|System|UnhandledCuda|InvalidUsage|InvalidArgument)Error\b"
             r"|DistBackendError|\b(?i:NCCL error)\b|Test NCCL failure|\bCuda failure (?:\d{1,4} )?'"
             r"|Got completion from peer"
-            rf"|(?:NCCL|CCOM) WARN [^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"
+            rf"|(?:NCCL|CCOM) WARN (?!NET/OFI)[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"  # the network plugin's: EFA's
             r"|Exception raised from ncclCommWatchdog"
             r"|\b(?:socketProgress\w{0,20}|Net) ?: [^\n]{0,200}?"  # NCCL's socket transport, in its own words
             r"(?:Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed)"
@@ -368,8 +368,10 @@ RULES: tuple[Rule, ...] = (
             r"\b(?:ERROR|FATAL)\s{1,8}[A-Z]{2,8}:\w"  # the Neuron runtime's layout: level, COMPONENT:function, message
             r"|\bNRT_(?!SUCCESS\b)[A-Z][A-Z_]{2,40}"  # its status codes (nrt_status.h), e.g. NRT_RESOURCE
             r"|\b(?i:nrt)(?:::|_)\w{2,40}:? (?:failed|status ?= ?[1-9])|\bnrt status code [1-9]|\[NRTD:\w{1,40}\] error"
+            r"|\bNEURON_HW_ERR="  # the driver's hardware error in dmesg, with the action it asks for
+            r"|^\s{0,8}[RT]X, connection closed by remote peer"  # the collectives: a peer rank ended
         ),
-        ("error", "fatal", "nrt"),
+        ("error", "fatal", "nrt", "neuron_hw_err", "connection closed"),
     ),
     Rule(
         XLA,
@@ -407,8 +409,11 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"\bRay(?:Task|Actor)Error\b|\b(?:ActorDied|WorkerCrashed)Error\b|\bA worker died or was killed\b"
             r"|\bThe actor (?:died|is dead)\b|Worker exit type: (?:SYSTEM|USER)_ERROR|\bTrial task failed\b"
+            r"|\bray\.(?:exceptions|train)\.[\w.]{0,80}?(?:Error|Exception)\b"  # an exception Ray's modules raise
         ),
         (
+            "ray.exceptions.",
+            "ray.train.",
             "raytaskerror",
             "rayactorerror",
             "actordiederror",
@@ -465,8 +470,12 @@ RULES: tuple[Rule, ...] = (
             r"|: line \d{1,6}: {1,4}\d{1,8} (?:Killed|Terminated|Aborted|Segmentation fault|Floating point exception"
             r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
             r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
+            # a signal said received (Lightning's "Received SIGTERM: 15"), a user's Ctrl+C
+            r"|\b[Rr]eceived SIG(?:TERM|INT|KILL)\b|\bKeyboardInterrupt\b"
         ),
         (
+            "received sig",
+            "keyboardinterrupt",
             "killed",
             "terminated",
             "sigkill",
@@ -500,7 +509,13 @@ RULES: tuple[Rule, ...] = (
 # The families a line's words name, for a line read fatal by its structure: most specific first (the Neuron runtime
 # before XLA, torch-neuronx running on XLA; EFA before NCCL, its plugin speaking in NCCL's lines).
 _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    (NEURON, re.compile(r"\b(?i:nrtd?|tdrv|nmgr|kmgr|neff|n?ccom|neuron\w{0,20})\b|\b(?:NRT|NCC|NERR)_[A-Z]")),
+    (
+        NEURON,  # its components, status codes, and the device and core its runtime addresses a report to
+        re.compile(
+            r"\b(?i:nrtd?|tdrv|nmgr|kmgr|neff|(?:lib)?n?ccom|neuron\w{0,20})\b|\b(?:NRT|NCC|NERR)_[A-Z]|\bFATAL-RT-"
+            r"|\[(?:ND|MLA) \d{1,3}\]|\bnd\d{1,3}:? ?nc\d"
+        ),
+    ),
     (EFA, re.compile(r"NET/OFI|\b(?i:libfabric|efa)\b|\bfi_[a-z]\w{0,30}")),
     (NCCL, re.compile(r"\b(?i:nccl)")),
     (SLURM, re.compile(r"\b(?:slurm\w{0,20}|srun|salloc|sbatch)\b")),
@@ -528,11 +543,12 @@ SURVIVES = Rule(
     "survives",
     re.compile(
         r"(?i:\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
+        r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b)"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
-    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: ", "ofi"),
+    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: ", "ofi", "rescheduling"),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.
@@ -944,7 +960,7 @@ COVER: tuple[str, ...] = (
     "writ", "wrote", "storing", "upload", "persist", "commit", "finali", "remov", "delet", "prun", "snapshot",
     # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
     "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "data loss", "died", "dead", "slurm",
-    "salloc:", "sbatch:", "term_", "libfabric",
+    "salloc:", "sbatch:", "term_", "libfabric", "ray.train.",
     # the marks that are fatal alone, and the failure words of `log_structure` no phrase above holds (an ERROR line
     # holds "err" already)
     "fatal", "critical", "exhaust", "could not", "couldn't", "cannot", "can't", "unable", "invalid", "unexpected",

@@ -84,9 +84,11 @@ FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
 
 # Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
 # and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`), a frame of
-# MPICH's error stack (`find_provider(170).....: `, printed only when a call fails).
+# MPICH's error stack (`find_provider(170).....: `, printed only when a call fails), the device and core the Neuron
+# runtime addresses a line to (`[ND 0][NC 4] `, `[MLA 0][NC 0] `, `nd0 nc0 `: its hardware and timeout reports).
 _COMPONENT = re.compile(
     r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] |(?:^|\s)[A-Za-z_]\w{0,80}\(\d{1,6}\)\.*: "
+    r"|\[(?:ND|MLA) \d{1,3}\]\[NC \d{1,3}\] |(?:^|\s)nd\d{1,3} nc\d{1,3} "
 )
 # The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
 # `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
@@ -97,18 +99,21 @@ _KERNEL = re.compile(
     r"|[A-Z][a-z]{2}[ \d]\d \d\d:\d\d)\] |\bkernel: "
 )
 _KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|unable)\b")
-_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b")
+# EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign).
+_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b")
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
 # dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
 # (systemd's `Job for x.service failed because ...`), a job a scheduler gives up on (submitit's `Job not requeued
-# because: timed-out`), a failure pointing at a source location (`Test failure common.cu:844`).
+# because: timed-out`), a failure pointing at a source location (`Test failure common.cu:844`), a failure with the
+# error code it returned (the Neuron runtime's `Failed to initialize devices, error:5`).
 _UNLEVELLED_FAILURE = re.compile(
     r"^\s{0,8}[^\n]{0,80}?\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
     r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
     r"|\b(?:failed|aborted|terminated|crashed|died) because\b"
     r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
+    r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|rc|ret)[:=] ?-?[1-9]"
 )
 # A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
 _SIDE_CHANNEL = "wandb: "
