@@ -3,7 +3,9 @@ server-side filters as CloudWatch Logs applies them (the real lines are in test_
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from re import _constants as sre_constants  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
@@ -473,6 +475,21 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
     assert log_patterns.classify(line) == (None, None)
 
 
+# The save lines frameworks print, taken from their source's logging calls (each record names its file and commit).
+SOURCE_SAVES = [
+    json.loads(line)
+    for line in (Path(__file__).parents[2] / "corpus/source_lines/saves.jsonl").read_text().splitlines()
+    if line.strip()
+]
+
+
+@pytest.mark.parametrize("record", SOURCE_SAVES, ids=lambda r: f"{r['framework']}:{r['text'][-40:]}")
+def test_a_frameworks_save_lines_are_read_as_its_source_writes_them(record: dict[str, str]) -> None:
+    marker = None if record["label"] == "benign" else record["label"]
+    assert log_patterns.classify(record["text"]) == (None, marker)
+    assert marker is None or moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, record["text"])
+
+
 # --- structures read from the written part of corpus/real_lines (round 39/2: Neuron, LSF, Ray, schedulers, saves) ---
 
 
@@ -630,8 +647,9 @@ def test_a_lookalike_of_the_level_and_frame_structures_is_not_fatal(line: str) -
         # a save verb in progress with what it saves (a checkpoint's parts too), or with where it goes
         ("Saving to /fsx/ubuntu/llama3_70B/pretrained_weight/model/dp_rank_00_tp_rank_00_pp_rank_00.pt", "start"),
         ("Writing optimizer shards to /ckpt/step-1200", "start"),
-        ("Removing old checkpoints [/ckpt/step-200]", "start"),
-        ("Pruning checkpoint step-400 to keep 3", "start"),
+        # removing old checkpoints is no save: frameworks do it before one (diffusers, Accelerate) or after its end
+        ("Removing old checkpoints [/ckpt/step-200]", None),
+        ("Pruning checkpoint step-400 to keep 3", None),
         ("[1,0]<stderr>:INFO:tensorflow:Saving checkpoints for 0 into efficientdet-d1-finetune/model.ckpt.", "start"),
         ("Epoch 00002: val_acc improved from 0.39000 to 0.54000, saving model to /tmp/model.h5", "start"),
         ("Calling checkpoint listeners before saving checkpoint 0...", "start"),

@@ -555,22 +555,21 @@ SURVIVES = Rule(
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 _FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
-_WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz)"  # the extensions weights are saved under
+_WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz|keras)"  # the extensions weights are saved under
 # A save read by its structure: a verb of a closed list (its tense says whether the save goes on or is done), what it
-# saves, and where. Saving verbs in progress; removing ones, which only a checkpoint's own parts take (old checkpoints,
-# optimizer states around a save; pruning weights is training); what is saved; the places a checkpoint goes.
+# saves, and where. Saving verbs in progress; what is saved; the places a checkpoint goes. Removing old checkpoints is
+# no save of its own: frameworks do it before a save (diffusers, Accelerate, mmengine's best) or after its end, in the
+# background (Levanter, Orbax), so only a removal a framework logs as its save's last step marks one (`MARKERS`).
 _SAVING = r"(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting|[Cc]ommitting|[Ff]inali[sz]ing)"
-_REMOVING = r"(?:[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning up)"
 _SAVED = r"(?i:checkpoints?|ckpts?|snapshots?|state(?:s| dicts?)?|models?|weights|optimizers?|shards?|params)"
-_CHECKPOINT_PART = r"(?i:checkpoints?|ckpts?|snapshots?|optimizer states?|states)"
 _CHECKPOINT_PLACE = rf"['\"]?[^\s'\"]{{0,200}}?(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
 # Words that make a line about a checkpoint something else than a save: loading, restoring or resuming one, a save
-# still to come ("will be saved").
+# (or a removal) still to come ("will be saved", Levanter's "We will delete it after saving a new checkpoint").
 _NOT_A_SAVE = re.compile(
     r"\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b"
-    r"|\bwill be (?:saved|written)\b"
+    r"|\b(?i:will) (?:be )?(?:saved|written|save|write|delete[sd]?)\b"
 )
-_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will be")
+_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ")
 MARKERS: tuple[Rule, ...] = (
     Rule(
         CHECKPOINT_END,  # the frameworks' own completion lines
@@ -584,10 +583,17 @@ MARKERS: tuple[Rule, ...] = (
             r"|Global Checkpoint Save : "  # NeMo
             r"|Finished asynchronous save\b|Save Finalize is done\b"  # Orbax (its async save, its CheckpointManager)
             r"|\bSaved state to\b"  # Accelerate's save_state, as the diffusers and accelerate examples log it
-            r"|\bcheckpoint\b[^\n]{0,160}? is saved to\b"  # mmengine's best checkpoint
-            # the checkpoint itself said saved to its place (a file of it, `Model checkpoint of size 5 GB saved to`,
-            # is one part, a start)
-            r"|\b(?i:checkpoint|ckpt|snapshot)s? (?:\w{1,20}ly )?saved (?:to|in|at) "
+            # a checkpoint said saved or published, in the passive: mmengine's best (`is saved to`), mmcv's (`is saved
+            # as`), a published copy, torchtune's async save (`is saved asynchronously to ... successfully`)
+            r"|\b(?i:checkpoint)\b[^\n]{0,160}? is (?:saved|published)(?: \w{1,20}ly)? (?:to|as|in|at)\b"
+            # the checkpoint itself said saved to its place; one named by its part (torchtune's `Model checkpoint
+            # saved to`, `Adapter checkpoint of size ... saved to`) is one part of it, a start
+            r"|(?<!(?i:model) )(?<!(?i:recipe) )(?<!(?i:adapter) )\b(?i:checkpoint|ckpt|snapshot)s? (?:\w{1,20}ly )?"
+            r"saved (?:to|in|at) "
+            # the thread or the wait a save ran in said over (Orbax's background thread, its finalize thread's waiter;
+            # torchtune's wait for the previous one)
+            r"|\b[Ss]ave thread (?:done|finished)\b"
+            r"|\b(?:[Dd]one (?:with )?waiting|[Ww]aited [\d.]+ \w{1,10}) for [^\n]{0,60}?(?i:save|checkpoint|upload)"
         ),
         (
             "ready now",
@@ -600,10 +606,14 @@ MARKERS: tuple[Rule, ...] = (
             "finished asynchronous save",
             "save finalize is done",
             "saved state to",
-            "is saved to",
+            "is saved",
             "saved to",
             "saved in",
             "saved at",
+            "save thread",
+            "sav",
+            "checkpoint",
+            "upload",
         ),
     ),
     Rule(
@@ -618,6 +628,10 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\bOptimizer stripped from {_FILE}"  # Ultralytics: the final weights rewritten without the optimizer
             r"|Pending async checkpoint saves|Checkpoint save for step \d+ started"  # NeMo
             r"|about to save the PEFT modules|Getting full model state dict"  # llama-recipes
+            # a save that goes on in the background once its blocking part is done (Orbax's `Finished blocking save
+            # ... Continuing save`, torchtune's `Saving asynchronous checkpoint took`), a checkpoint named by its part
+            r"|\b[Cc]ontinuing (?:the )?(?:save|saving|writing|upload)\b|\b[Ss]aving async\w{0,7} checkpoint\b"
+            r"|\b(?i:model|adapter|recipe|optimizer) checkpoint\b[^\n]{0,60}? saved (?:to|in|at) "
         ),
         (
             "[torch] sav",
@@ -634,14 +648,23 @@ MARKERS: tuple[Rule, ...] = (
             "checkpoint save for step",
             "about to save the peft",
             "getting full model state dict",
+            "sav",
+            "writ",
+            "upload",
         ),
     ),
     Rule(
         CHECKPOINT_END,  # a save done: a past verb of the list with a checkpoint, or with where it went
         re.compile(
             # a checkpoint said done (perhaps "locally", "successfully"), finalised, or its listeners called after it
-            r"\b(?i:checkpoint|ckpt|snapshot)\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
+            # (its name's suffix a file's or a step's, never a class's: `CheckpointManager created` is no save)
+            r"\b(?i:checkpoint|ckpt|snapshot)(?![A-Z][a-z])\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
             r"(?:saved|written|uploaded|committed|completed?|finished|created)\b"
+            # one said to have been saved, however long the sentence (torchtune's `The full model checkpoint, including
+            # all weights and configurations, has been saved successfully.`)
+            r"|\b(?i:checkpoint|model)\b[^\n]{0,80}? (?:has|have) been (?:\w{1,20}ly )?(?:saved|written|uploaded)\b"
+            # a save said finished, whatever its kind (Orbax's `Finished save in`, `Finished synchronous save.`)
+            r"|\b[Ff]inished (?:\w{1,20} )?save\b"
             # a save said to have succeeded, in any tense (a small trainer's "successfully save the model to ...")
             r"|\b(?i:successfully) (?:save[ds]?|wrote|written|uploaded|committed)\b"
             # an old checkpoint's files said removed, the last step of a save that keeps the newest few (ESPnet)
@@ -650,8 +673,9 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\bafter (?:saving|writing) (?:\w+ ){{0,2}}?{_SAVED}\b"
             r"|\b(?:Saved|Finished (?:saving|writing)|Wrote|Uploaded|Committed|Finali[sz]ed) (?:the )?(?:\w+ ){0,2}?"
             r"(?i:checkpoints?|ckpts?|snapshots?)\b"
-            r"|\b(?:Saved|Finished writing|Wrote|Uploaded) (?:the )?(?i:models?) (?:to|at|in|for)\b"
-            rf"|\b(?:Saved|Finished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) {_CHECKPOINT_PLACE}"
+            r"|\b(?:Saved|[Ff]inished (?:saving|writing)|Wrote|Uploaded) (?:the )?(?i:models?) (?:to|at|in|for)\b"
+            rf"|\b(?:Saved|[Ff]inished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) "
+            rf"{_CHECKPOINT_PLACE}"
             # how long the save took, said once it is done (metaseq's "(writing took 1.2 seconds)", torchtune's)
             r"|\b(?:[Ss]av(?:e|ing)|[Ww]rit(?:e|ing))\b[^\n]{0,40}?\btook [\d.]+"
             # what was saved said saved as the message's last words (a rich console's `file.py:123` after them)
@@ -676,13 +700,19 @@ MARKERS: tuple[Rule, ...] = (
         CHECKPOINT_START,  # a save going on: a verb of the list in progress, what it saves or where, or a save begun
         re.compile(
             rf"\b{_SAVING} (?:[\w'\"-]{{1,40}} ){{0,3}}?{_SAVED}\b"
-            rf"|\b{_REMOVING} (?:[\w-]{{1,40}} ){{0,3}}?{_CHECKPOINT_PART}\b"
             rf"|\b{_SAVING} (?:\S{{1,60}} ){{0,3}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
             r"|\b(?:[Aa]bout|[Pp]reparing) to (?:save|write)\b|\bbefore (?:saving|writing)\b"
             # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
             # StableDiffusion checkpoint to ...`)
             rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
-            r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\bsav(?:e|ing)\b"
+            r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\b(?i:sav(?:e|ing))\b"
+            # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`)
+            rf"|\b(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) ['\"]?[^\s'\"]{{0,200}}?/"
+            # a save still going on, said by who waits for it, or by a part of it written (Orbax's commit, metadata)
+            r"|\b[Ww]aiting for (?:the )?(?:\S{1,40} ){0,3}?(?i:save|checkpoint|upload)"
+            r"|\b(?i:checkpoint|save)\w{0,10} (?:has|is) not (?:yet )?(?:finished|completed?|done)\b"
+            r"|\bfor (?:the )?(?i:checkpoint(?:ing)?|sav(?:e|ing)) to (?:finish|complete)\b"
+            r"|\b(?i:save|checkpoint)\b[^\n]{0,40}? is syncing\b|\b(?i:metadata|shards?)\b[^\n]{0,30}? written\b"
             # one of a checkpoint's parts said saved: its model, optimizer, scheduler, state or weights
             r"|\b(?i:model|optimizer|scheduler|state|weights)\b[^\n]{0,40}? saved (?:to|in) "
         ),
@@ -694,10 +724,7 @@ MARKERS: tuple[Rule, ...] = (
             "persist",
             "commit",
             "finali",
-            "remov",
-            "delet",
-            "prun",
-            "cleaning up",
+            "checkpoint",
         ),
     ),
 )
