@@ -475,19 +475,26 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
     assert log_patterns.classify(line) == (None, None)
 
 
-# The save lines frameworks print, taken from their source's logging calls (each record names its file and commit).
-SOURCE_SAVES = [
+# The lines libraries print, taken from their source's logging calls and their documentation (each record names its
+# file and commit, or its page): a fatal line recognised and kept by the subscription filter, a save read as its
+# marker and kept by the checkpoint filter, a lookalike neither.
+SOURCE_LINES = [
     json.loads(line)
-    for line in (Path(__file__).parents[2] / "corpus/source_lines/saves.jsonl").read_text().splitlines()
+    for name in ("fatal", "saves")
+    for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
 
 
-@pytest.mark.parametrize("record", SOURCE_SAVES, ids=lambda r: f"{r['framework']}:{r['text'][-40:]}")
-def test_a_frameworks_save_lines_are_read_as_its_source_writes_them(record: dict[str, str]) -> None:
-    marker = None if record["label"] == "benign" else record["label"]
-    assert log_patterns.classify(record["text"]) == (None, marker)
-    assert marker is None or moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, record["text"])
+@pytest.mark.parametrize("record", SOURCE_LINES, ids=lambda r: f"{r['framework']}:{r['text'][-40:]}")
+def test_a_librarys_own_lines_are_read_as_its_source_writes_them(record: dict[str, str]) -> None:
+    label, text = record["label"], record["text"]
+    if label == "fatal":
+        assert match(text) is not None
+        assert moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, text)
+    else:
+        assert log_patterns.classify(text) == (None, None if label == "benign" else label)
+        assert label == "benign" or moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, text)
 
 
 # --- structures read from the written part of corpus/real_lines (round 39/2: Neuron, LSF, Ray, schedulers, saves) ---
