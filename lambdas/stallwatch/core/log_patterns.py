@@ -78,7 +78,11 @@ _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 # aws-ofi-nccl initialization failed", "OFI plugin initNet() failed"): NCCL falls back to sockets and trains on.
 _PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,40}?(?i:initiali[sz]|initNet)"
 # What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
-_COLLECTIVE_FAILURE = r"(?i:fail|error|closed|abort|timed? ?out|refused|reset|broken)"
+# A failover is no failure; a mismatch across ranks and an algorithm or transport not available end its set-up.
+_COLLECTIVE_FAILURE = (
+    r"(?i:fail(?![- ]?over)|error|closed|abort|timed? ?out|refused|reset|broken|mismatch|not available"
+    r"|\bno [\w/]{1,40} available)"
+)
 
 
 class Rule(NamedTuple):
@@ -410,8 +414,10 @@ RULES: tuple[Rule, ...] = (
             r"\bRay(?:Task|Actor)Error\b|\b(?:ActorDied|WorkerCrashed)Error\b|\bA worker died or was killed\b"
             r"|\bThe actor (?:died|is dead)\b|Worker exit type: (?:SYSTEM|USER)_ERROR|\bTrial task failed\b"
             r"|\bray\.(?:exceptions|train)\.[\w.]{0,80}?(?:Error|Exception)\b"  # an exception Ray's modules raise
+            r"|\bRay killed (?:this|the) worker\b"  # its memory monitor's report, the exception's second line
         ),
         (
+            "ray killed",
             "ray.exceptions.",
             "ray.train.",
             "raytaskerror",
@@ -544,11 +550,25 @@ SURVIVES = Rule(
     re.compile(
         r"(?i:\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
-        r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b)"
+        r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
+        r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
-    ("retr", "skipping", "ignor", "fall", "suppress", "not a failure", "instead", "warning: ", "ofi", "rescheduling"),
+    (
+        "retr",
+        "skipping",
+        "ignor",
+        "fall",
+        "suppress",
+        "not a failure",
+        "instead",
+        "warning: ",
+        "ofi",
+        "rescheduling",
+        "non-fatal",
+        "nonfatal",
+    ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
 # its end. A host whose newest marker is a start, with no other line since, is writing a checkpoint.

@@ -79,6 +79,7 @@ _FAILURE_WORDS = (
     "invalid", "refused", "unexpected", "cannot", "can't", "could not", "couldn't", "not found", "out of memory",
 )  # fmt: skip
 _BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
+_FAILOVER = re.compile(r"fail[- ]?over")
 _BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
 FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
 
@@ -169,6 +170,8 @@ def _glog_mark(message: str) -> tuple[int, str] | None:
 
 def failed(message: str, low: str) -> bool:
     """Whether the line holds a word of the failure vocabulary (`low`: the line lowercased)."""
+    if "over" in low and "fail" in low:  # a failover (a device to fail over to) is a way to go on, not a failure
+        low = _FAILOVER.sub("", low)
     return any(word in low for word in _FAILURE_WORDS) or (
         any(hint in low for hint in _BOUNDED_HINTS) and _BOUNDED_FAILURE.search(message) is not None
     )
