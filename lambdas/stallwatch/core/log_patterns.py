@@ -415,8 +415,11 @@ RULES: tuple[Rule, ...] = (
             r"|\bThe actor (?:died|is dead)\b|Worker exit type: (?:SYSTEM|USER)_ERROR|\bTrial task failed\b"
             r"|\bray\.(?:exceptions|train)\.[\w.]{0,80}?(?:Error|Exception)\b"  # an exception Ray's modules raise
             r"|\bRay killed (?:this|the) worker\b"  # its memory monitor's report, the exception's second line
+            r"|\bhas been marked (?:as dead|dead)\b"  # the GCS's verdict on a node it lost, at W and on the driver
         ),
         (
+            "marked dead",
+            "marked as dead",
             "ray killed",
             "ray.exceptions.",
             "ray.train.",
@@ -453,6 +456,7 @@ RULES: tuple[Rule, ...] = (
             r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
             r"|Sending process \d+ closing signal SIG[A-Z]+"
             r"|^Error executing job with overrides: "  # Hydra: the job's function raised
+            r"|\b(?i:exiting|exit) with a non-zero (?:status|exit code)\b"  # an application ending its own run
         ),
         (
             "exit",
@@ -476,11 +480,12 @@ RULES: tuple[Rule, ...] = (
             r"|: line \d{1,6}: {1,4}\d{1,8} (?:Killed|Terminated|Aborted|Segmentation fault|Floating point exception"
             r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
             r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
-            # a signal said received (Lightning's "Received SIGTERM: 15"), a user's Ctrl+C
-            r"|\b[Rr]eceived SIG(?:TERM|INT|KILL)\b|\bKeyboardInterrupt\b"
+            # a signal said received (Lightning's "Received SIGTERM: 15", Megatron's "after receiving SIGTERM"), Ctrl+C
+            r"|\b[Rr]eceiv(?:ed|ing) SIG(?:TERM|INT|KILL)\b|\bKeyboardInterrupt\b"
         ),
         (
             "received sig",
+            "receiving sig",
             "keyboardinterrupt",
             "killed",
             "terminated",

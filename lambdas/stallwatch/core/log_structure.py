@@ -115,7 +115,11 @@ _UNLEVELLED_FAILURE = re.compile(
     r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
     r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|rc|ret)[:=] ?-?[1-9]"
+    r"|\b[Ww]ill now (?:abort|terminate)\b"  # a process announcing its own end (libfabric's "will now abort()")
 )
+# The error code a component's leading `error:` gives before its text (`EFA internal error: (4124) Unresponsive
+# receiver`): the code says what failed where the text names no failure word.
+_LEAD_CODE = re.compile(r":\s{1,4}\(-?\d{1,6}\) ")
 # A side channel's own errors (the experiment tracker's uploads) never stop training; its fatal ones raise exceptions.
 _SIDE_CHANNEL = "wandb: "
 
@@ -186,8 +190,8 @@ def fatal_by_structure(message: str, low: str) -> bool:
     if not (failure or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
         return False
     lead = _LEADING_MARK.match(message)
-    if lead is not None and failure:  # a tool's `error:` is its level, not what failed: the rest must say that
-        failure = failed(message[lead.end() :], low[lead.end() :])
+    if lead is not None and failure:  # a tool's `error:` is its level, not what failed: the rest must say or code that
+        failure = failed(message[lead.end() :], low[lead.end() :]) or _LEAD_CODE.match(message, lead.end()) is not None
     mark = level(message)
     if mark == FATAL:
         return True
