@@ -105,6 +105,17 @@ ROUNDS: tuple[Round, ...] = (
         "who never read or ran the rules, from sources neither the corpus nor any answer the search tool showed "
         "round 39/8 held, kept outside the repository until the rules froze; fatal lines, lookalikes and save lines",
     ),
+    # Rounds 10 to 12 of issue 39 wrote the rules from the libraries' own source (corpus/source_lines/): no quotes.
+    Round(
+        39,
+        13,
+        WRITTEN,
+        "new sources to write structural rules from, for the families of the measured part's misses after the source "
+        "rounds, named by their records' framework and kind alone (the Neuron runtime and its EFA lines on trn1, EFA "
+        "under other collectives, Ray's workers and data and RL libraries on Ray, an RL or training application "
+        "stopping itself, LSF; among lookalikes the Neuron collectives' waits and NCCL's WARN in inference servers), "
+        "their benign lookalikes and save lines; never a measured line or its phrase",
+    ),
 )
 
 

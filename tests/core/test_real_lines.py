@@ -209,7 +209,7 @@ def test_round_nine_is_a_sealed_measured_batch_from_sources_no_earlier_round_hol
 
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
-    with pytest.raises(ValueError, match="no round 10 of issue 39"):
+    with pytest.raises(ValueError, match="no round 10 of issue 39"):  # 10 to 12: the source rounds, no quotes
         real_lines.part_of("https://github.com/example/example/issues/1", 39, 10)
 
 
