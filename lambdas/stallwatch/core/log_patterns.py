@@ -161,10 +161,11 @@ RULES: tuple[Rule, ...] = (
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
             # PSM, the transport of the Omni-Path (psm2) and PSM3 providers, failing to open its device
             r"|(?<![A-Za-z])PSM[23]? (?:can't|was unable to|could not) "
-            # a libfabric call's negative errno, as an application or fabtests (FT_PRINTERR) prints it
-            r"|\bfi_[a-z]\w{0,40}(?:\(\))?: -\d{1,4} \(|\bfi_[a-z]\w{0,40}\(\): \S{1,200}:\d{1,6}, ret=-\d"
+            # a libfabric call's negative errno, as an application or fabtests (FT_PRINTERR) prints it, fabtests' own
+            # wrappers (ft_sendmsg) too
+            r"|\bfi_[a-z]\w{0,40}(?:\(\))?: -\d{1,4} \(|\bf[it]_[a-z]\w{0,40}\(\): \S{1,200}:\d{1,6}, ret=-\d"
         ),
-        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed", "psm"),
+        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed", "psm", ", ret=-"),
     ),
     Rule(
         C10D_TIMEOUT,
@@ -524,6 +525,7 @@ _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         NEURON,  # its components, status codes, and the device and core its runtime addresses a report to
         re.compile(
             r"\b(?i:nrtd?|tdrv|nmgr|kmgr|neff|(?:lib)?n?ccom|neuron\w{0,20})\b|\b(?:NRT|NCC|NERR)_[A-Z]|\bFATAL-RT-"
+            r"|\bTensorizer\b"  # the compiler's pass that reports its transformation errors
             r"|\[(?:ND|MLA) \d{1,3}\]|\bnd\d{1,3}:? ?nc\d"
         ),
     ),
@@ -1012,7 +1014,7 @@ COVER: tuple[str, ...] = (
     "writ", "wrote", "storing", "upload", "persist", "commit", "finali", "remov", "delet", "prun", "snapshot",
     # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
     "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "data loss", "died", "dead", "slurm",
-    "salloc:", "sbatch:", "term_", "libfabric", "ray.train.",
+    "salloc:", "sbatch:", "term_", "libfabric", "ray.train.", ", ret=-",
     # the marks that are fatal alone, and the failure words of `log_structure` no phrase above holds (an ERROR line
     # holds "err" already)
     "fatal", "critical", "exhaust", "could not", "couldn't", "cannot", "can't", "unable", "invalid", "unexpected",
