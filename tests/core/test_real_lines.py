@@ -207,6 +207,19 @@ def test_round_nine_is_a_sealed_measured_batch_from_sources_no_earlier_round_hol
     assert {"fatal", "benign", "checkpoint_start"} <= {r.label for r in lines}
 
 
+def test_round_thirteen_is_written_from_new_sources_for_the_families_the_measured_part_misses() -> None:
+    # Given round 13 of issue 39 (declared written, for the measured misses' families, named by framework and kind
+    # alone) / Then its lines are written, from sources no earlier round holds, with the Neuron runtime, EFA, Ray, LSF
+    # and applications' own stops among its fatal lines, and lookalikes beside them
+    lines, earlier = _round(13)
+    assert len(lines) >= 100
+    assert len({r.source for r in lines}) >= 45
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+    assert {"neuron", "efa", "ray", "lsf", "app_fatal"} <= {r.kind for r in lines if r.label == "fatal"}
+    assert sum(r.label == "benign" for r in lines) >= 40
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 10 of issue 39"):  # 10 to 12: the source rounds, no quotes

@@ -305,6 +305,7 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"\bTERM_[A-Z_]{3,40}: "  # its termination reasons (TERM_MEMLIMIT: ...), its report's subject:
             r"|^Subject: Job \d{1,12}(?:\[\d{1,9}\])?: <[^>\n]{0,300}> (?:in cluster <[^>\n]{1,100}> )?Exited$"
+            r"|^Exited with signal termination: "  # the report's verdict on a job a signal ended (its exit code's twin)
         ),
         ("term_", "exited"),
     ),
@@ -559,6 +560,7 @@ SURVIVES = Rule(
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
+        r"|\bCall to ibv_open_device failed\b"  # NCCL's IB discovery skips a device it cannot open (ncclIbInit)
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
@@ -575,6 +577,7 @@ SURVIVES = Rule(
         "rescheduling",
         "non-fatal",
         "nonfatal",
+        "ibv_open_device failed",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and

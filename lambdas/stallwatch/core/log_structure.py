@@ -86,10 +86,11 @@ FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
 # Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
 # and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`), a frame of
 # MPICH's error stack (`find_provider(170).....: `, printed only when a call fails), the device and core the Neuron
-# runtime addresses a line to (`[ND 0][NC 4] `, `[MLA 0][NC 0] `, `nd0 nc0 `: its hardware and timeout reports).
+# runtime addresses a line to (`[ND 0][NC 4] `, `[MLA 0][NC 0] `, `nd0 nc0 `: its hardware and timeout reports), a
+# Ray task or actor method as Ray names the one a failure came from (`ray::EnvWorker.interact() (pid=650823, ...`).
 _COMPONENT = re.compile(
     r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] |(?:^|\s)[A-Za-z_]\w{0,80}\(\d{1,6}\)\.*: "
-    r"|\[(?:ND|MLA) \d{1,3}\]\[NC \d{1,3}\] |(?:^|\s)nd\d{1,3} nc\d{1,3} "
+    r"|\[(?:ND|MLA) \d{1,3}\]\[NC \d{1,3}\] |(?:^|\s)nd\d{1,3} nc\d{1,3} |\bray::[\w.]{1,120}\(\) \(pid=\d"
 )
 # The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
 # `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
