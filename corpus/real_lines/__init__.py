@@ -116,6 +116,14 @@ ROUNDS: tuple[Round, ...] = (
         "stopping itself, LSF; among lookalikes the Neuron collectives' waits and NCCL's WARN in inference servers), "
         "their benign lookalikes and save lines; never a measured line or its phrase",
     ),
+    Round(
+        39,
+        14,
+        WRITTEN,
+        "more new sources for the same families as round 39/13, lookalikes first (the Neuron collectives' waits and "
+        "timeouts a job goes on after, NCCL's WARN lines servers and trainers go on after), then the Neuron runtime's "
+        "and EFA's fatal lines, Ray's and applications' own stops; never a measured line or its phrase",
+    ),
 )
 
 
