@@ -376,6 +376,8 @@ RULES: tuple[Rule, ...] = (
             r"|\b(?i:nrt)(?:::|_)\w{2,40}:? (?:failed|status ?= ?[1-9])|\bnrt status code [1-9]|\[NRTD:\w{1,40}\] error"
             r"|\bNEURON_HW_ERR="  # the driver's hardware error in dmesg, with the action it asks for
             r"|^\s{0,8}[RT]X, connection closed by remote peer"  # the collectives: a peer rank ended
+            # the compiler's own stack, frame by frame at its ERROR level: neuronx-cc prints it only when it dies
+            r'|\bERROR \d{1,8} \[neuronx(?:-cc|cc\.[\w.]{1,60})\]:\s{1,4}File "neuronxcc/'
         ),
         ("error", "fatal", "nrt", "neuron_hw_err", "connection closed"),
     ),
