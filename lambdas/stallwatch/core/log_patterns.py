@@ -193,6 +193,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(NCCL, re.compile(r"watchdog thread terminated with exception"), ("watchdog thread terminated",)),
     Rule(
+        RAY,  # Ray's reports of a raylet or worker that died list its possible causes (SIGSEGV, the OOM killer)
+        re.compile(r"\bRaylet is terminated: |\bThe actor is dead because\b|\bWorker exit detail: "),
+        ("raylet is terminated", "actor is dead because", "worker exit detail"),
+    ),
+    Rule(
         OOM_KILL,
         re.compile(
             r"Out of memory: Kill(?:ed)? process|invoked oom-killer|\boom-kill:|oom_reaper: reaped"
@@ -561,6 +566,8 @@ SURVIVES = Rule(
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         r"|\bCall to ibv_open_device failed\b"  # NCCL's IB discovery skips a device it cannot open (ncclIbInit)
+        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E)
+        r"|(?i:\bresubmitting\b)"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
@@ -578,6 +585,7 @@ SURVIVES = Rule(
         "non-fatal",
         "nonfatal",
         "ibv_open_device failed",
+        "resubmitting",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
