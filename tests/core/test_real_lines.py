@@ -220,6 +220,18 @@ def test_round_thirteen_is_written_from_new_sources_for_the_families_the_measure
     assert sum(r.label == "benign" for r in lines) >= 40
 
 
+def test_round_fourteen_is_written_from_new_sources_lookalikes_first() -> None:
+    # Given round 14 of issue 39 (declared written, the same families as round 13, lookalikes first) / Then its lines
+    # are written, from sources no earlier round holds, more benign than fatal, with the Neuron runtime's among them
+    lines, earlier = _round(14)
+    assert len(lines) >= 90
+    assert len({r.source for r in lines}) >= 40
+    assert {r.part for r in lines} == {WRITTEN}
+    assert not {r.source for r in lines} & earlier
+    assert sum(r.label == "benign" for r in lines) > sum(r.label == "fatal" for r in lines)
+    assert {"neuron", "nccl", "ray"} <= {r.kind for r in lines if r.label == "fatal"}
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 10 of issue 39"):  # 10 to 12: the source rounds, no quotes

@@ -563,6 +563,8 @@ SURVIVES = Rule(
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         r"|\bCall to ibv_open_device failed\b"  # NCCL's IB discovery skips a device it cannot open (ncclIbInit)
+        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E)
+        r"|(?i:\bresubmitting\b)"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
@@ -580,6 +582,7 @@ SURVIVES = Rule(
         "non-fatal",
         "nonfatal",
         "ibv_open_device failed",
+        "resubmitting",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
