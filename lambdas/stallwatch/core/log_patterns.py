@@ -630,26 +630,7 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Ss]ave thread (?:done|finished)\b"
             r"|\b(?:[Dd]one (?:with )?waiting|[Ww]aited [\d.]+ \w{1,10}) for [^\n]{0,60}?(?i:save|checkpoint|upload)"
         ),
-        (
-            "ready now",
-            "successfully saved",
-            "finished saving",
-            "finalized successfully",
-            "peft modules are saved",
-            "deleting older checkpoint",
-            "global checkpoint save",
-            "finished asynchronous save",
-            "save finalize is done",
-            "saved state to",
-            "is saved",
-            "saved to",
-            "saved in",
-            "saved at",
-            "save thread",
-            "sav",
-            "checkpoint",
-            "upload",
-        ),
+        ("sav", "checkpoint", "upload"),  # every completion line names a save, the checkpoint or an upload
     ),
     Rule(
         CHECKPOINT_START,  # the frameworks' own lines while a checkpoint is written: one of its files, a save begun
@@ -668,25 +649,7 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Cc]ontinuing (?:the )?(?:save|saving|writing|upload)\b|\b[Ss]aving async\w{0,7} checkpoint\b"
             r"|\b(?i:model|adapter|recipe|optimizer) checkpoint\b[^\n]{0,60}? saved (?:to|in|at) "
         ),
-        (
-            "[torch] sav",
-            "zero checkpoint saved",
-            "saving model checkpoint: ",
-            "is about to be saved",
-            "saved in",
-            "saved to",
-            "orbax-checkpoint-tmp",
-            "/checkpoint/write/",
-            "[thread=async_save]",
-            "optimizer stripped from",
-            "pending async checkpoint saves",
-            "checkpoint save for step",
-            "about to save the peft",
-            "getting full model state dict",
-            "sav",
-            "writ",
-            "upload",
-        ),
+        ("sav", "writ", "upload", "orbax-checkpoint-tmp", "optimizer stripped from", "getting full model state dict"),
     ),
     Rule(
         CHECKPOINT_END,  # a save done: a past verb of the list with a checkpoint, or with where it went
