@@ -124,6 +124,15 @@ ROUNDS: tuple[Round, ...] = (
         "timeouts a job goes on after, NCCL's WARN lines servers and trainers go on after), then the Neuron runtime's "
         "and EFA's fatal lines, Ray's and applications' own stops; never a measured line or its phrase",
     ),
+    Round(
+        39,
+        15,
+        MEASURED,
+        "a sealed batch, to measure the rules of the source rounds and rounds 39/13 and 39/14 (frozen at 6d04b12) "
+        "blind: quoted by a quoter who never read or ran the rules, from sources the corpus does not hold, kept "
+        "outside the repository until quoted whole; fatal lines of every family (the Neuron runtime and EFA among "
+        "them), lookalikes and save lines",
+    ),
 )
 
 
