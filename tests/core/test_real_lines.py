@@ -232,6 +232,17 @@ def test_round_fourteen_is_written_from_new_sources_lookalikes_first() -> None:
     assert {"neuron", "nccl", "ray"} <= {r.kind for r in lines if r.label == "fatal"}
 
 
+def test_round_fifteen_is_a_sealed_measured_batch_from_sources_no_earlier_round_holds() -> None:
+    # Given round 15 of issue 39 (declared measured, quoted by a quoter who never saw the rules, after they froze) /
+    # Then its lines are measured only, from sources no earlier round holds, with fatal lines, lookalikes and saves
+    lines, earlier = _round(15)
+    assert len(lines) >= 100
+    assert len({r.source for r in lines}) >= 50
+    assert {r.part for r in lines} == {real_lines.MEASURED}
+    assert not {r.source for r in lines} & earlier
+    assert {"fatal", "benign", "checkpoint_start"} <= {r.label for r in lines}
+
+
 def test_a_round_not_declared_has_no_part() -> None:
     # Given a line said to come from a round nobody declared / Then its part is refused, not guessed
     with pytest.raises(ValueError, match="no round 10 of issue 39"):  # 10 to 12: the source rounds, no quotes
