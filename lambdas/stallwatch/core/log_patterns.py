@@ -614,6 +614,7 @@ MARKERS: tuple[Rule, ...] = (
             r"|Finished saving (?:[\w-]{1,40} ){0,2}checkpoint"  # torchtitan, metaseq, Orbax, Levanter
             r"|[Cc]heckpoint save for step \d+ .{0,400}?finalized successfully"  # NeMo
             r"|PEFT modules are saved in"  # llama-recipes
+            r"|\bNew (?:best )?\.nemo model saved to\b"  # NeMo: its .nemo copy, written once the checkpoint is
             r"|Deleting older checkpoint"  # Transformers Trainer: after every file of the new one is written
             r"|Global Checkpoint Save : "  # NeMo
             r"|Finished asynchronous save\b|Save Finalize is done\b"  # Orbax (its async save, its CheckpointManager)
@@ -635,7 +636,7 @@ MARKERS: tuple[Rule, ...] = (
     Rule(
         CHECKPOINT_START,  # the frameworks' own lines while a checkpoint is written: one of its files, a save begun
         re.compile(
-            r"\[Torch\] Sav(?:ing|ed) |zero checkpoint saved|Saving model checkpoint: "  # DeepSpeed
+            r"\[(?:Torch|Nebula)\] Sav(?:ing|ed) |zero checkpoint saved|Saving model checkpoint: "  # DeepSpeed
             r"|\bCheckpoint \S{1,100} is about to be saved"
             rf"|\b(?:[Cc]onfiguration|[Mm]odel weights|[Tt]okenizer config file|[Ss]pecial tokens file) saved in "
             rf"|\b(?:checkpoint|[Ss]tate dict|weights|optimizer|[Cc]onfig) of size [\d.]+ \w+ saved to "  # torchtune
@@ -644,19 +645,32 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\bOptimizer stripped from {_FILE}"  # Ultralytics: the final weights rewritten without the optimizer
             r"|Pending async checkpoint saves|Checkpoint save for step \d+ started"  # NeMo
             r"|about to save the PEFT modules|Getting full model state dict"  # llama-recipes
+            r"|\b[Ss]taging the checkpoint\b"  # torchtitan's async save: its upload goes on after `Finished staging`
             # a save that goes on in the background once its blocking part is done (Orbax's `Finished blocking save
             # ... Continuing save`, torchtune's `Saving asynchronous checkpoint took`), a checkpoint named by its part
             r"|\b[Cc]ontinuing (?:the )?(?:save|saving|writing|upload)\b|\b[Ss]aving async\w{0,7} checkpoint\b"
             r"|\b(?i:model|adapter|recipe|optimizer) checkpoint\b[^\n]{0,60}? saved (?:to|in|at) "
         ),
-        ("sav", "writ", "upload", "orbax-checkpoint-tmp", "optimizer stripped from", "getting full model state dict"),
+        (
+            "sav",
+            "writ",
+            "upload",
+            "orbax-checkpoint-tmp",
+            "optimizer stripped from",
+            "getting full model state dict",
+            "staging the checkpoint",
+        ),
     ),
     Rule(
         CHECKPOINT_END,  # a save done: a past verb of the list with a checkpoint, or with where it went
         re.compile(
             # a checkpoint said done (perhaps "locally", "successfully"), finalised, or its listeners called after it
-            # (its name's suffix a file's or a step's, never a class's: `CheckpointManager created` is no save)
-            r"\b(?i:checkpoint|ckpt|snapshot)(?![A-Z][a-z])\S{0,40} (?:\w{1,20}ly |(?:saving|writing|uploading) )?"
+            # (its name's suffix a file's or a step's, never a class's: `CheckpointManager created` is no save), perhaps
+            # by its tag or step (neuronx-distributed's `saving of checkpoint step_2000 completed`, fairseq2's
+            # `Checkpoint at step 5000 saved.`)
+            r"\b(?i:checkpoint|ckpt|snapshot)(?![A-Z][a-z])\S{0,40} "
+            r"(?:(?:at |for |of )?(?:step |iteration )?\w{0,30}\d )?"
+            r"(?:\w{1,20}ly |(?:saving|writing|uploading) )?"
             r"(?:saved|written|uploaded|committed|completed?|finished|created)\b"
             # one said to have been saved, however long the sentence (torchtune's `The full model checkpoint, including
             # all weights and configurations, has been saved successfully.`)
@@ -665,13 +679,19 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Ff]inished (?:\w{1,20} )?save\b"
             # a save said to have succeeded, in any tense (a small trainer's "successfully save the model to ...")
             r"|\b(?i:successfully) (?:save[ds]?|wrote|written|uploaded|committed)\b"
-            # an old checkpoint's files said removed, the last step of a save that keeps the newest few (ESPnet)
-            rf"|\b(?:[Rr]emoved|[Dd]eleted):? {_CHECKPOINT_PLACE}"
+            # an old checkpoint's files listed as removed, the last step of a save that keeps the newest few (ESPnet's
+            # `were removed: ...`, NeMo's `Removed checkpoint: ...`); a removal told as a sentence is a background
+            # purge that may run while the next save is written (torchtitan's, Megatron-LM's)
+            rf"|\b(?:[Rr]emoved|[Dd]eleted)(?: (?:\w{{1,20}} )?(?i:checkpoints?))?: {_CHECKPOINT_PLACE}"
             r"|\b(?i:checkpoint|save)\w{0,20} (?:\w+ ){0,3}?finali[sz]ed\b"
             rf"|\bafter (?:saving|writing) (?:\w+ ){{0,2}}?{_SAVED}\b"
             r"|\b(?:Saved|Finished (?:saving|writing)|Wrote|Uploaded|Committed|Finali[sz]ed) (?:the )?(?:\w+ ){0,2}?"
             r"(?i:checkpoints?|ckpts?|snapshots?)\b"
-            r"|\b(?:Saved|[Ff]inished (?:saving|writing)|Wrote|Uploaded) (?:the )?(?i:models?) (?:to|at|in|for)\b"
+            # a model said saved, perhaps by what it is (detectron2's best checkpointer: `Saved best model as ...`)
+            r"|\b(?:Saved|[Ff]inished (?:saving|writing)|Wrote|Uploaded) (?:the )?(?:\w{1,20} )?(?i:models?) "
+            r"(?:to|at|in|for|as)\b"
+            # every file of it said saved (DeepSpeed's Nebula engine: `all files for global_step10 are saved in tier1`)
+            r"|\b[Aa]ll (?:\w{1,20} )?files\b[^\n]{0,60}? (?:are|were|have been) (?:saved|written)\b"
             rf"|\b(?:Saved|[Ff]inished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) "
             rf"{_CHECKPOINT_PLACE}"
             # how long the save took, said once it is done (metaseq's "(writing took 1.2 seconds)", torchtune's)
@@ -699,11 +719,17 @@ MARKERS: tuple[Rule, ...] = (
         re.compile(
             rf"\b{_SAVING} (?:[\w'\"-]{{1,40}} ){{0,3}}?{_SAVED}\b"
             rf"|\b{_SAVING} (?:\S{{1,60}} ){{0,3}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
-            r"|\b(?:[Aa]bout|[Pp]reparing) to (?:save|write)\b|\bbefore (?:saving|writing)\b"
+            # a weights file the object of the verb (OpenNMT-py's `Saving safetensors run/model_step_10.pt`)
+            rf"|\b{_SAVING} (?:\w{{1,40}} )?['\"]?[^\s'\"]{{0,200}}?\.{_WEIGHTS_FILE}\b"
+            r"|\b(?:[Aa]bout|[Pp]reparing) to (?:save|write)\b|\bbefore (?:saving|writing|(?i:checkpoint)(?:ing)?)\b"
+            # a checkpoint being prepared, or its save opening the sentence after it (fairseq2's `Preparing checkpoint
+            # at step 5000.`, `Checkpoint prepared. Saving.`)
+            r"|\b[Pp]reparing (?:the |a )?(?i:checkpoint)\b|\b(?i:checkpoint)\b[^\n]{0,30}?\. (?:Saving|Writing)\b"
             # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
             # StableDiffusion checkpoint to ...`)
             rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
             r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\b(?i:sav(?:e|ing))\b"
+            r"|\b[Ss]tart(?:ing|ed)? (?:a |the )?(?i:checkpoint)(?:ing)? (?:for|of|at)\b"  # DeepSpeed's Nebula
             # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`)
             rf"|\b(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) ['\"]?[^\s'\"]{{0,200}}?/"
             # a save still going on, said by who waits for it, or by a part of it written (Orbax's commit, metadata)
