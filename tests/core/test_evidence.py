@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from corpus import real_lines
 from stallwatch.core.decision import Action, Diagnosis, JobState
 from stallwatch.core.engine import decide, next_state
 from stallwatch.core.policy import Mode, Policy
@@ -169,6 +170,21 @@ def test_one_host_let_go_while_the_others_hold_their_gpus_is_decided_at_once(pol
     decision = decide(builder.build(ONSET + 4 * MIN), policy, FRESH, ONSET + 4 * MIN)
     assert (decision.diagnosis, decision.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
     assert decision.evidence["death"]["hosts"] == ["algo-3"]
+
+
+def test_a_fatal_line_a_rank_said_it_went_on_after_is_no_last_words() -> None:
+    # Given every process gone at ONSET (a whole job's pause, or its end), algo-2's newest lines fairseq's real
+    # skipped-batch block: a CUDA out-of-memory line read as fatal, then its warning that it skips the batch
+    oom, skipped = next(b for b in real_lines.harmless_blocks() if b.name == "fairseq-oom-skip-batch").lines
+    builder = processes_gone().log(ONSET + 1, oom, "algo-2").log(ONSET + 1.1, skipped, "algo-2")
+    # When crash_confirm_minutes (3) have passed / Then no crashed rank: the rank's own words said it went on, so
+    # its OOM line is no last words (what is left is the idleness that waits for its agreement rung)
+    decision = at(builder, ONSET + 1 + 3 * MIN)
+    assert decision.diagnosis is not Diagnosis.CRASHED_RANK
+    assert decision.action is not Action.WARN
+    # while the same line alone is (test_fatal_last_words_before_every_process_went_are_a_crash_decided_at_once)
+    alone = at(processes_gone().log(ONSET + 1, oom, "algo-2"), ONSET + 1 + 3 * MIN)
+    assert (alone.diagnosis, alone.action) == (Diagnosis.CRASHED_RANK, Action.WARN)
 
 
 def test_a_rank_restarted_by_its_launcher_is_not_dead() -> None:

@@ -137,15 +137,26 @@ def _run_start(
 
 def _last_words(host: HostSignals) -> tuple[LogLine, ...]:
     """The fatal lines a host's log ended with: its last fatal burst, with no other line after it (a rank restarted
-    by its launcher writes on, and so does one that caught its exception)."""
+    by its launcher writes on, and so does one that caught its exception), nor one saying right after it that the job
+    goes on (fairseq's `skipping batch` after a CUDA out-of-memory line it caught: `_went_on`)."""
     lines = [line for line in host.error_lines if fatal(line)]
     if not lines:
         return ()
     newest = lines[-1].t
     spoke = newest_line_t(host)
-    if spoke is not None and spoke > newest + LAST_WORDS_S:
+    if (spoke is not None and spoke > newest + LAST_WORDS_S) or _went_on(host, lines[-1]):
         return ()
     return tuple(line for line in lines if line.t >= newest - FATAL_BURST_S)
+
+
+def _went_on(host: HostSignals, newest: LogLine) -> bool:
+    """Whether a line of the host's tail after its newest fatal line says the job goes on (`log_patterns.survives`:
+    a skipped batch, a retry, an ignored error): the fatal line was an error it caught, not its last words."""
+    tail = host.log_tail
+    same = (newest.t, newest.message)
+    after = next((i + 1 for i in range(len(tail) - 1, -1, -1) if (tail[i].t, tail[i].message) == same), None)
+    later = tail[after:] if after is not None else tuple(line for line in tail if line.t > newest.t)
+    return any(log_patterns.survives(line.message) for line in later)
 
 
 def _said_t(host: HostSignals, words: tuple[LogLine, ...]) -> float | None:
