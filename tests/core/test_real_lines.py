@@ -113,11 +113,17 @@ def test_the_parts_are_split_by_source_by_the_declared_rounds() -> None:
     assert sum(r.part == real_lines.MEASURED for r in first) > len(first) / 2
 
 
-def _round(number: int) -> tuple[list[real_lines.RealLine], set[str]]:
-    """Issue 39's round `number`: its lines, and the sources the rounds before it quoted."""
+def _new_round(number: int, part: str, at_least: int, sources: int = 0) -> list[real_lines.RealLine]:
+    """Issue 39's round `number`, checked to hold at least `at_least` lines of `part` alone from at least `sources`
+    sources, none of which an earlier round quoted: its lines."""
     everything = real_lines.lines()
     lines = [r for r in everything if (r.added, r.round) == (39, number)]
-    return lines, {r.source for r in everything if (r.added, r.round) < (39, number)}
+    earlier = {r.source for r in everything if (r.added, r.round) < (39, number)}
+    assert len(lines) >= at_least
+    assert len({r.source for r in lines}) >= sources
+    assert {r.part for r in lines} == {part}
+    assert not {r.source for r in lines} & earlier
+    return lines
 
 
 def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_batch() -> None:
@@ -135,12 +141,8 @@ def test_round_two_grew_the_written_part_and_round_three_is_a_fresh_measured_bat
 
 def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
     # Given round 5 of issue 39 (declared measured, quoted after the structural rules froze)
-    lines, earlier = _round(5)
+    lines = _new_round(5, real_lines.MEASURED, 60, 30)
     # Then at least 60 lines from 30 sources no earlier round holds, every label, the Neuron runtime and EFA among them
-    assert len(lines) >= 60
-    assert len({r.source for r in lines}) >= 30
-    assert not {r.source for r in lines} & earlier
-    assert {r.part for r in lines} == {real_lines.MEASURED}
     assert {r.label for r in lines} == set(real_lines.LABELS)
     assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 7
     assert any(r.label == "fatal" and r.kind == "efa" for r in lines)
@@ -149,21 +151,14 @@ def test_round_five_is_a_fresh_measured_batch_across_the_families() -> None:
 def test_round_four_is_written_from_new_sources() -> None:
     # Given round 4 of issue 39 (declared written, for structural rules) / Then its lines are written, from sources no
     # earlier round holds, and none is a copy of a measured line (test_no_written_line_is_a_copy_of_a_measured_one)
-    lines, earlier = _round(4)
-    assert len(lines) >= 100
-    assert {r.part for r in lines} == {WRITTEN}
-    assert not {r.source for r in lines} & earlier
+    _new_round(4, WRITTEN, 100)
 
 
 def test_round_six_is_written_from_many_new_sources_across_the_ecosystems() -> None:
     # Given round 6 of issue 39 (declared written, for breadth) / Then at least 200 lines from 80 sources no earlier
     # round holds, written only, with the families a dying job on AWS prints beyond the earlier rounds' (storage,
     # container runtimes, Kubernetes, init, the GPU's daemons) and their lookalikes
-    lines, earlier = _round(6)
-    assert len(lines) >= 200
-    assert len({r.source for r in lines}) >= 80
-    assert {r.part for r in lines} == {WRITTEN}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(6, WRITTEN, 200, 80)
     assert {"storage", "container", "kubernetes", "systemd", "gpu_driver", "efa"} <= {r.kind for r in lines}
     assert {r.label for r in lines} == set(real_lines.LABELS)
 
@@ -172,11 +167,7 @@ def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_hol
     # Given round 7 of issue 39 (declared measured, quoted after the breadth round's rules froze) / Then at least 80
     # lines from 40 sources no earlier round holds, measured only, with the Neuron runtime, EFA, save lines and
     # lookalikes enough to read a figure from
-    lines, earlier = _round(7)
-    assert len(lines) >= 80
-    assert len({r.source for r in lines}) >= 40
-    assert {r.part for r in lines} == {real_lines.MEASURED}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(7, real_lines.MEASURED, 80, 40)
     assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= 10
     assert sum(r.kind == "efa" for r in lines) >= 8
     assert sum(r.label in ("checkpoint_start", "checkpoint_end") for r in lines) >= 15
@@ -186,11 +177,7 @@ def test_round_seven_is_a_fresh_measured_batch_from_sources_no_earlier_round_hol
 def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batch_missed() -> None:
     # Given round 8 of issue 39 (declared written, for the families round 7 missed, by family only) / Then its lines are
     # written, from sources no earlier round holds, with MPI's init failures, EFA, the Neuron toolchain and save lines
-    lines, earlier = _round(8)
-    assert len(lines) >= 90
-    assert len({r.source for r in lines}) >= 35
-    assert {r.part for r in lines} == {WRITTEN}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(8, WRITTEN, 90, 35)
     assert {"mpirun", "efa", "neuron", "container"} <= {r.kind for r in lines if r.label == "fatal"}
     assert {r.label for r in lines} == set(real_lines.LABELS)
 
@@ -207,11 +194,7 @@ def test_a_sealed_round_is_measured_from_sources_no_earlier_round_holds(
 ) -> None:
     # Given a sealed round of issue 39 (declared measured before any of its lines was quoted) / Then its lines are
     # measured only, from sources no earlier round holds, with fatal lines, lookalikes and saves
-    lines, earlier = _round(number)
-    assert len(lines) >= at_least
-    assert len({r.source for r in lines}) >= sources
-    assert {r.part for r in lines} == {real_lines.MEASURED}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(number, real_lines.MEASURED, at_least, sources)
     assert sum(r.label == "fatal" and r.kind == "neuron" for r in lines) >= neuron
     assert {"fatal", "benign", "checkpoint_start"} <= {r.label for r in lines}
 
@@ -220,11 +203,7 @@ def test_round_thirteen_is_written_from_new_sources_for_the_families_the_measure
     # Given round 13 of issue 39 (declared written, for the measured misses' families, named by framework and kind
     # alone) / Then its lines are written, from sources no earlier round holds, with the Neuron runtime, EFA, Ray, LSF
     # and applications' own stops among its fatal lines, and lookalikes beside them
-    lines, earlier = _round(13)
-    assert len(lines) >= 100
-    assert len({r.source for r in lines}) >= 45
-    assert {r.part for r in lines} == {WRITTEN}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(13, WRITTEN, 100, 45)
     assert {"neuron", "efa", "ray", "lsf", "app_fatal"} <= {r.kind for r in lines if r.label == "fatal"}
     assert sum(r.label == "benign" for r in lines) >= 40
 
@@ -232,11 +211,7 @@ def test_round_thirteen_is_written_from_new_sources_for_the_families_the_measure
 def test_round_fourteen_is_written_from_new_sources_lookalikes_first() -> None:
     # Given round 14 of issue 39 (declared written, the same families as round 13, lookalikes first) / Then its lines
     # are written, from sources no earlier round holds, more benign than fatal, with the Neuron runtime's among them
-    lines, earlier = _round(14)
-    assert len(lines) >= 90
-    assert len({r.source for r in lines}) >= 40
-    assert {r.part for r in lines} == {WRITTEN}
-    assert not {r.source for r in lines} & earlier
+    lines = _new_round(14, WRITTEN, 90, 40)
     assert sum(r.label == "benign" for r in lines) > sum(r.label == "fatal" for r in lines)
     assert {"neuron", "nccl", "ray"} <= {r.kind for r in lines if r.label == "fatal"}
 
