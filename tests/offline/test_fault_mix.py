@@ -135,6 +135,21 @@ def test_a_job_through_every_healthy_pause_is_never_stopped_or_warned(agent: boo
     assert outcome.warnings_healthy == 0
 
 
+def test_the_fault_mix_job_that_caught_an_oom_as_its_data_stalled_is_never_stopped() -> None:
+    # Given the fault mix's fm-0246 (seed 7): a healthy 32-host job without the agent, whose algo-8 prints fairseq's
+    # real caught OOM and its skipped batch 16 s before the whole job waits 13 minutes for data (no line meanwhile)
+    [healthy] = [j for j in draw_jobs(seed=7, job_days=300) if j.name == "fm-0246-sa-32h-noagent"]
+    [stall] = [e for e in healthy.episodes if e.kind == "data_stall"]
+    assert (healthy.fault, healthy.agent) == (None, False)
+    printed_at, block, host = healthy.harmless[-1]
+    assert (block, host) == ("fairseq-oom-skip-batch", 7)
+    assert stall.start_s - printed_at == pytest.approx(16.0, abs=1.0)
+    # When replayed / Then never stopped (it was, as algo-8's crash, from 3b6b557 to 6a6f636) nor warned
+    outcome = faultmix.run_job(healthy)
+    assert outcome.stop_s is None
+    assert outcome.warnings_healthy == 0
+
+
 def test_a_rare_logger_whose_evaluations_log_nothing_is_never_stopped_or_warned() -> None:
     # Given a job without the agent or power that logs every 20 minutes and evaluates 25 minutes without a line (nor
     # one of results) every 90 minutes, from right after a log line
