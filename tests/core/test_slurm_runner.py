@@ -95,3 +95,48 @@ def test_a_reports_answer_is_the_controllers_view() -> None:
     assert not view.jobs.get("43", slurm_runner.JobView("43")).known
     with pytest.raises(ValueError, match="not a report"):
         slurm_runner.View.of_answer({"result": "pong"})
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_an_idle_runner_polls_less_often_and_answers_its_next_command_within_one_idle_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a runner asked a command as it starts and none for half an hour, then one more
+    script = runner()
+    clock, sleeps, waiting, answered = [0.0], [], [0.0, 1800.0], []
+
+    def poll(table: str, cluster: str) -> int:
+        if waiting and waiting[0] <= clock[0]:
+            answered.append((waiting.pop(0), clock[0]))
+            return 1
+        return 0
+
+    def sleep(seconds: float) -> None:
+        sleeps.append((clock[0], seconds))
+        clock[0] += seconds
+        if clock[0] > 2400:
+            raise _Stop
+
+    fake_time = type("FakeTime", (), {"monotonic": staticmethod(lambda: clock[0]), "sleep": staticmethod(sleep)})
+    monkeypatch.setattr(script, "time", fake_time)
+    monkeypatch.setattr(script, "settings", lambda: None)
+    monkeypatch.setattr(script, "cluster_name", lambda: "c1")
+    monkeypatch.setattr(script, "heartbeat", lambda table, cluster: None)
+    monkeypatch.setattr(script, "poll", poll)
+    monkeypatch.setenv("STALLWATCH_TABLE", "stallwatch-Table-1ABC")
+    # When it runs
+    with pytest.raises(_Stop):
+        script.main([])
+    # Then it polls every POLL_S until IDLE_AFTER_S without a command, every IDLE_POLL_S after, and every POLL_S again
+    # from the poll that answered the next one, which waited no longer than one idle poll
+    assert script.POLL_S < script.IDLE_POLL_S
+    idle_from = script.IDLE_AFTER_S
+    (_, first), (sent, second) = answered
+    assert first == 0.0
+    assert sent <= second < sent + script.IDLE_POLL_S
+    assert {s for t, s in sleeps if t < idle_from} == {script.POLL_S}
+    assert {s for t, s in sleeps if idle_from <= t < second} == {script.IDLE_POLL_S}
+    assert {s for t, s in sleeps if t >= second} == {script.POLL_S}

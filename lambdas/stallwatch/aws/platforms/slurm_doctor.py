@@ -19,7 +19,7 @@ from stallwatch.aws.platforms.slurm_runner import Runners
 from stallwatch.core.doctor_checks import Check, Status
 from stallwatch.core.platforms import slurm_runner
 
-RUNNER_PING_WAIT_S = 30.0  # a runner polls every 5 s; one that has not answered a ping by then is down
+RUNNER_PING_WAIT_S = 45.0  # a runner polls every 5 s, 20 s while idle; one that has not answered by then is down
 RUNNER_PING_POLL_S = 1.0
 
 
