@@ -4,6 +4,8 @@ the controller says so."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from stallwatch.core.platforms import slurm_runner
@@ -120,8 +122,7 @@ def test_an_idle_runner_polls_less_often_and_answers_its_next_command_within_one
         if clock[0] > 2400:
             raise _Stop
 
-    fake_time = type("FakeTime", (), {"monotonic": staticmethod(lambda: clock[0]), "sleep": staticmethod(sleep)})
-    monkeypatch.setattr(script, "time", fake_time)
+    monkeypatch.setattr(script, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep))
     monkeypatch.setattr(script, "settings", lambda: None)
     monkeypatch.setattr(script, "cluster_name", lambda: "c1")
     monkeypatch.setattr(script, "heartbeat", lambda table, cluster: None)
