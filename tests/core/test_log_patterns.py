@@ -480,7 +480,7 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
 # marker and kept by the checkpoint filter, a lookalike neither.
 SOURCE_LINES = [
     json.loads(line)
-    for name in ("fatal", "fatal-2", "fatal-3", "saves", "saves-2")
+    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "saves", "saves-2")
     for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
@@ -865,3 +865,22 @@ def test_every_phrase_of_every_gate_holds_a_phrase_of_the_cover() -> None:
 )
 def test_a_line_read_fatal_by_its_structure_is_named_by_the_family_its_words_name(line: str, expected: str) -> None:
     assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("double free or corruption (!prev)", log_patterns.SIGABRT),  # glibc's malloc_printerr: the whole line
+        ("*** Error in `python': free(): invalid pointer: 0x00000000024c6b10 ***", log_patterns.SIGABRT),
+        ("free(): the pinned buffer pool holds 3 chunks", None),  # the function's name, not the catalogue's words
+        ("system bytes     =     135168", None),  # malloc_stats: the process goes on
+        ("[ip-10-0-1-17:12345] Failing at address: 0x10", log_patterns.MPI),  # opal's signal report
+        (" # hg_core_init(): Could not initialize NA class (info_string=ofi+tcp, listen=1)", log_patterns.ERROR_LINE),
+        (" # na_ofi_parse_hostname_info(): Could not find matching interface for ib0, attempting to use it as", None),
+        ("[1733561480.223456789] ip-10-0-1-17:rank3.python: Reading ... failed. Disabling CMA support", None),
+        ("[    6.402100] neuron 0000:00:1e.0: Warning: Can't allocate memory for neuron log", None),  # pci_warn
+        ("[    6.402120] neuron 0000:00:1e.0: Can't enable the device", log_patterns.NEURON),
+    ],
+)
+def test_runtime_aborts_and_their_lookalikes(line: str, kind: str | None) -> None:
+    assert match(line) == kind

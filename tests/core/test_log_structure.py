@@ -90,3 +90,31 @@ def test_a_line_that_says_nothing_failed_or_is_marked_low_is_not(line: str) -> N
 def test_every_failure_word_holds_a_phrase_of_the_cover() -> None:
     # A line that may read as failed always holds a phrase of COVER, so the cover never lets it pass unread
     assert all(any(c in hint for c in log_patterns.COVER) for hint in log_structure.FAILURE_HINTS)
+
+
+@pytest.mark.parametrize(
+    ("line", "fatal"),
+    [
+        ("[    5.481012] NVRM: No NVIDIA GPU found.", True),  # the driver's tag: a runtime that cannot start
+        ("[    5.481030] NVRM: None of the NVIDIA devices were initialized.", True),
+        ("NRT:nrt_init      This runtime requires Neuron Driver version 2.0 or greater. Please upgrade ...", True),
+        ("[    0.412345] ACPI: No dock devices found.", False),  # a healthy boot: the kernel's frame, no device runtime
+        ("[    5.470030] NVRM: BAR resize resource not supported.", False),  # a warning, no device said missing
+        ("2023-Jan-26 00:25:02.0183  4057:4131   INFO  TDRV:pool_stdio  No neuron device available", False),  # INFO
+    ],
+)
+def test_a_device_runtimes_refusal_to_start_is_fatal_only_in_its_own_frame(line: str, fatal: bool) -> None:
+    assert log_structure.fatal_by_structure(line, line.lower()) is fatal
+
+
+@pytest.mark.parametrize(
+    ("line", "fatal"),
+    [
+        ("[1733561480.123456789] ip-10-0-1-17:rank0.python: Unable to initialize verbs NIC rocep0s6 (unit 0:1)", True),
+        ("NRT:nrt_init      Unable to determine Neuron Driver version.", True),  # the runtime's frame, no level
+        ("E0000 00:00:1723141151.233718 5214 cuda_dnn.cc:8310] Unable to register cuDNN factory: ...", False),
+        ("Unable to find hostfile, will proceed with training with local resources only.", False),  # no frame
+    ],
+)
+def test_unable_is_a_failure_only_in_a_components_frame_with_no_level(line: str, fatal: bool) -> None:
+    assert log_structure.fatal_by_structure(line, line.lower()) is fatal

@@ -216,8 +216,32 @@ RULES: tuple[Rule, ...] = (
             r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
             r"|: Assertion `[^\n]{1,300}' failed[.!]$"  # glibc's assert() and ld.so's, which abort
             r"|^\s{0,8}what\(\): "  # libstdc++'s second line after "terminate called after throwing ..."
+            # glibc's malloc_printerr catalogue, each message the whole line before abort(): a function's name and
+            # what it found, in the catalogue's words (invalid, corrupt, detected, mismatching: `free(): invalid
+            # pointer`, `malloc(): corrupted top size`) or the corruption alone (`double free or corruption (!prev)`);
+            # before 2.26 inside `*** Error in `prog': ...: 0x... ***` (its default check_action prints, then aborts)
+            r"|^\s{0,8}(?:\*\*\* Error in `[^'\n]{1,200}': )?"
+            r"(?:(?:(?:m|re|c)alloc|free|munmap_chunk|malloc_consolidate|tcache_thread_shutdown)\(\): "
+            r"[^\n]{0,60}?(?:invalid|corrupt|detected|mismatching)[^\n]{0,60}?"
+            r"|double free or corruption \([!\w]{1,10}\)"
+            r"|corrupted (?:size vs\. prev_size|double-linked list)[^\n]{0,40}?)(?:: 0x[0-9a-f]{1,16} \*\*\*)?\s*$"
+            # glibc's fortify and stack protector (__fortify_fail), libstdc++'s __cxa_pure_virtual: then terminate
+            r"|^\*\*\* [a-z][a-z ]{1,40} detected \*\*\*: (?:[^\n]{1,200} )?terminated\s*$"
+            r"|^\s{0,8}(?:pure|deleted) virtual method called\s*$"
+            # glog's CHECK failure, and the program counter glog's and absl's failure signal handlers dump first
+            r"|\*\*\* Check failure stack trace: \*\*\*|^\s{0,8}PC: @ {1,20}(?:0x)?[0-9a-f]{1,16}\b"
         ),
         (
+            "alloc(): ",
+            "malloc_consolidate(): ",
+            "free(): ",
+            "chunk",
+            "corrupt",
+            "tcache",
+            "terminated",
+            "virtual method called",
+            "check failure stack trace",
+            "pc: @",
             "terminate called",
             "sigabrt",
             "signal 6",
@@ -316,6 +340,8 @@ RULES: tuple[Rule, ...] = (
             r"|non-zero exit code\. Per user-direction|exited with non-zero status|exited on signal \d+"
             r"|BAD TERMINATION|CLEANING UP REMAINING PROCESSES"
             r"|\*\*\* Process received signal \*\*\*|\] Signal: [A-Z][a-z]+|lost communication with a remote daemon"
+            # the rest of opal's signal report (opal/util/stacktrace.c: its handler resets, the signal kills after it)
+            r"|\] (?:Failing at address|Associated errno): |\] \*\*\* End of error message \*\*\*"
             r"|peer process has unexpectedly disconnected"
             # Open MPI's fatal error handler (errhandler_predefined.c): its banner and the lines saying what it does
             r"|\*\*\* (?:An error occurred in |MPI_ERRORS_ARE_FATAL\b|\s{0,4}and (?:potentially your MPI job"
@@ -337,6 +363,9 @@ RULES: tuple[Rule, ...] = (
             "cleaning up",
             "process received signal",
             "] signal: ",
+            "] failing at address: ",
+            "] associated errno: ",
+            "] *** end of error message ***",
             "lost communication",
             "unexpectedly disconnected",
             "*** an error occurred in",
@@ -376,10 +405,13 @@ RULES: tuple[Rule, ...] = (
             r"|\b(?i:nrt)(?:::|_)\w{2,40}:? (?:failed|status ?= ?[1-9])|\bnrt status code [1-9]|\[NRTD:\w{1,40}\] error"
             r"|\bNEURON_HW_ERR="  # the driver's hardware error in dmesg, with the action it asks for
             r"|^\s{0,8}[RT]X, connection closed by remote peer"  # the collectives: a peer rank ended
+            # a NEFF whose version or features the runtime does not support: it refuses to load the model
+            # (NRT_UNSUPPORTED_NEFF_VERSION; the troubleshooting page's `NEFF version mismatch supported: 1.1 ...`)
+            r"|\bNEFF (?:version|features?)\b[^\n]{0,120}?(?:\bnot supported\b|\bunsupported\b|\bmismatch\b)"
             # the compiler's own stack, frame by frame at its ERROR level: neuronx-cc prints it only when it dies
             r'|\bERROR \d{1,8} \[neuronx(?:-cc|cc\.[\w.]{1,60})\]:\s{1,4}File "neuronxcc/'
         ),
-        ("error", "fatal", "nrt", "neuron_hw_err", "connection closed"),
+        ("error", "fatal", "nrt", "neuron_hw_err", "connection closed", "neff"),
     ),
     Rule(
         XLA,
@@ -562,7 +594,12 @@ SURVIVES = Rule(
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
-        r"|\bCall to ibv_open_device failed\b"  # NCCL's IB discovery skips a device it cannot open (ncclIbInit)
+        # a feature given up and the job going on without it (PSM3's `... failed. Disabling CMA support`), a failure
+        # followed by the fallback it tries (mercury's `Could not find matching interface for ib0, attempting to use it
+        # as domain name`)
+        r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
+        # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
+        r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
         # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E)
         r"|(?i:\bresubmitting\b)"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
@@ -582,7 +619,11 @@ SURVIVES = Rule(
         "non-fatal",
         "nonfatal",
         "ibv_open_device failed",
+        "unable to open device",
         "resubmitting",
+        "disabling",
+        ", attempting to use",
+        ", trying to use",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
@@ -777,7 +818,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "efused",
     "[Ll]ost",
     "[Cc]rash|[Pp]anic|nvalid|nexpected",
-    "[Cc]an.?.?t|[Cc]ould.?n.t|not.available|[Uu]nable",
+    "[Cc]an.?.?t|[Cc]ould.?n.t|not.available|not.found|[Uu]nable",
     "ncompatible|[Mm]ismatch|nrecoverable",
     # storage, Kubernetes, the shell, systemd
     "[Rr]ead-only|No.space",
@@ -809,8 +850,9 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Ss]ignal.[0-9]|received.signal|death.signal|Signal:",
     "BACKTRACE",
     "what..:",
+    "orrupt|etected|virtual.m|PC:.@",  # glibc's and libstdc++'s aborts, the failure signal handlers' PC line
     # the Neuron runtime, XLA's status codes
-    "NRT_|[Nn]rt[_:]",
+    "[Nn][Rr][Tt]|TDRV|[NK]MGR|NEFF|NVRM",
     "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
     # launchers and schedulers
     "[Ee][Xx][Ii][Tt].?.?.?[CcSsWw][OoTtIi]",  # exit code, exitcode, exit status, exited with (code), exited code
@@ -1022,6 +1064,10 @@ COVER: tuple[str, ...] = (
     "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
     # Open MPI's banner and help text, PSM, sacct's states
     "your mpi job", "--> returned", "psm", "out_of_me",
+    # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line; the Neuron runtime's components and
+    # NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`)
+    "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "tdrv", "nmgr", "kmgr",
+    "nvrm", "neff",
 )  # fmt: skip
 
 

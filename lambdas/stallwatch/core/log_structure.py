@@ -81,16 +81,43 @@ _FAILURE_WORDS = (
 _BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
 _FAILOVER = re.compile(r"fail[- ]?over")
 _BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
-FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS
+# A device's runtime or driver refusing to start, in words no failure vocabulary holds: no device of its kind (the
+# Neuron runtime's `No neuron device available`, NVRM's `No NVIDIA GPU found.`, `None of the NVIDIA devices were
+# initialized.`), a device that is not one of its kind (`BDF 0000:00:1c.0 is not a MLA Device`), a version of what it
+# needs below the one it requires (`This runtime requires Neuron Driver version 2.0 or greater`). Its runtime exits: the
+# job cannot run. Read only in a component's frame or the NVIDIA driver's `NVRM: ` tag, on lines naming the Neuron
+# runtime's components or NVRM as they print them (the hints; the subscription filter keeps those names), so a healthy
+# boot's `ACPI: No dock devices found` is never one.
+_REFUSED = re.compile(
+    r"\b(?:[Nn]o|NO|[Nn]one of the) (?:[\w-]{1,30} ){0,3}?(?i:devices?|gpus?|adapters?)\b"
+    r"|\bnot an? (?:[\w-]{1,30} ){0,2}?(?i:device|gpu|adapter)\b"
+    r"|\brequires [^\n]{0,60}?\bversion [\d.]{1,20} or (?:greater|newer|later|higher)\b"
+)
+_REFUSAL_HINTS = ("nrt", "tdrv", "nmgr", "kmgr", "nvrm")
+_REFUSAL_FRAMES = re.compile(r"NRT|TDRV|[NK]MGR|NVRM")  # as they print them (what the subscription filter keeps)
+_DRIVER_TAG = re.compile(r"\bNVRM: ")
+# `unable` says a call failed only where no level marks the line and a component frames it (PSM3's `Unable to
+# initialize verbs NIC`, the Neuron runtime's `NRT:nrt_init  Unable to determine ...`): an error-marked one is often
+# a probe that goes on (TensorFlow's `E ... Unable to register cuDNN factory`, NCCL's IB discovery).
+_FRAMED_HINTS = ("unable",)
+FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS + _REFUSAL_HINTS + _FRAMED_HINTS
 
 # Layouts with no level that frame a line as a component's own: a daemon's syslog line (`nrtd[1125]: `, as journald
 # and /var/log/syslog write it), a component's bracketed tag (the Neuron runtime's `[TDRV:reset_mla]`), a frame of
 # MPICH's error stack (`find_provider(170).....: `, printed only when a call fails), the device and core the Neuron
 # runtime addresses a line to (`[ND 0][NC 4] `, `[MLA 0][NC 0] `, `nd0 nc0 `: its hardware and timeout reports), a
 # Ray task or actor method as Ray names the one a failure came from (`ray::EnvWorker.interact() (pid=650823, ...`).
+# The Neuron runtime's `COMPONENT:function` with its padding and no level (`NRT:nrt_init      Unable to ...`): its
+# console shows ERROR alone by default (NEURON_RT_LOG_LEVEL), and its documentation quotes its start-up failures so.
+# Mercury's (NA's, HG's) error macros' second line, `# function(): message` (` # `, or `## ` in its coloured layout),
+# the level on the line before it: its CHECK_ERROR macros print it, and a few warnings that say they go on. PSM3's
+# (libfabric's psm3 provider) `[seconds.nanoseconds] host:rankN.program: `, the layout of its _HFI_ERROR (its
+# _HFI_INFO and debug lines print only under PSM3_TRACEMASK).
 _COMPONENT = re.compile(
     r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] |(?:^|\s)[A-Za-z_]\w{0,80}\(\d{1,6}\)\.*: "
     r"|\[(?:ND|MLA) \d{1,3}\]\[NC \d{1,3}\] |(?:^|\s)nd\d{1,3} nc\d{1,3} |\bray::[\w.]{1,120}\(\) \(pid=\d"
+    r"|(?:^|\s)[A-Z]{2,5}: ?[a-z]\w{0,40}_\w{1,80} {2}|(?:^|\s)#{1,2} \w{1,80}\(\): "
+    r"|^\[\d{9,10}\.\d{9}\] [\w.-]{1,80}:(?:rank|pid)\d{1,9}\.[\w.-]{1,80}: "
 )
 # The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
 # `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
@@ -100,9 +127,10 @@ _KERNEL = re.compile(
     r"^\s{0,4}\[(?:\s{0,12}\+?\d{1,10}\.\d{3,9}|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}"
     r"|[A-Z][a-z]{2}[ \d]\d \d\d:\d\d)\] |\bkernel: "
 )
-_KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|unable)\b")
+_KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|can't|unable)\b")
 # EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign).
-_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b")
+# A driver's line that calls itself a warning (`pci_warn(dev, "Warning: ...")`): its probe goes on.
+_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\b[Ww]arning: ")
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
 # dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
@@ -185,10 +213,12 @@ def failed(message: str, low: str) -> bool:
 def fatal_by_structure(message: str, low: str) -> bool:
     """Whether a line no family names is fatal by its structure: a fatal mark; an error mark with a failure word; no
     mark but a failure word in a daemon's or a component's frame, a strong one in the kernel's, or one in an
-    unlevelled failure's shape. Never a line marked low, nor one from a side channel. `low` is the line lowercased;
-    the substring tests go first."""
+    unlevelled failure's shape; no mark but `unable` or a device runtime's refusal to start (`_REFUSED`) in its own
+    frame. Never a line marked low, nor one from a side channel. `low` is the line lowercased; the substring tests go
+    first."""
     failure = failed(message, low)
-    if not (failure or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
+    framed = not failure and (any(hint in low for hint in _FRAMED_HINTS) or _refused(message, low))
+    if not (failure or framed or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
         return False
     lead = _LEADING_MARK.match(message)
     if lead is not None and failure:  # a tool's `error:` is its level, not what failed: the rest must say or code that
@@ -196,14 +226,25 @@ def fatal_by_structure(message: str, low: str) -> bool:
     mark = level(message)
     if mark == FATAL:
         return True
-    if mark == LOW or not failure:
+    if mark == LOW or not (failure or framed):
         return False
+    if framed:  # a runtime's or a driver's own frame, no level
+        return mark is None and (_COMPONENT.search(message) is not None or _DRIVER_TAG.search(message) is not None)
     if mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None:
         return True
     return (
         _KERNEL.search(message) is not None
         and _KERNEL_FAILURE.search(message) is not None
         and _RECOVERED.search(message) is None
+    )
+
+
+def _refused(message: str, low: str) -> bool:
+    """Whether a device runtime's or driver's line says it has no device to run on or too old a dependency."""
+    return (
+        any(hint in low for hint in _REFUSAL_HINTS)
+        and _REFUSAL_FRAMES.search(message) is not None
+        and _REFUSED.search(message) is not None
     )
 
 
