@@ -420,8 +420,10 @@ RULES: tuple[Rule, ...] = (
             r"|\bray\.(?:exceptions|train)\.[\w.]{0,80}?(?:Error|Exception)\b"  # an exception Ray's modules raise
             r"|\bRay killed (?:this|the) worker\b"  # its memory monitor's report, the exception's second line
             r"|\bhas been marked (?:as dead|dead)\b"  # the GCS's verdict on a node it lost, at W and on the driver
+            r"|\bWorkers \(tasks / actors\) killed due to memory pressure\b"  # the raylet's memory monitor's summary
         ),
         (
+            "killed due to memory pressure",
             "marked dead",
             "marked as dead",
             "ray killed",
@@ -461,6 +463,9 @@ RULES: tuple[Rule, ...] = (
             r"|Sending process \d+ closing signal SIG[A-Z]+"
             r"|^Error executing job with overrides: "  # Hydra: the job's function raised
             r"|\b(?i:exiting|exit) with a non-zero (?:status|exit code)\b"  # an application ending its own run
+            # Megatron's rerun state machine ending a run whose result it could not validate: it exits now and asks
+            # for the job to be resumed or examined (a planned exit names its iteration or time instead)
+            r"|\b[Ee]xiting now\b[^\n]{0,120}?\b(?:[Rr]esume[ds]?|further examination)\b"
         ),
         (
             "exit",
@@ -814,6 +819,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
     # launchers and schedulers
     "[Ee][Xx][Ii][Tt].?.?.?[CcSsWw][OoTtIi]",  # exit code, exitcode, exit status, exited with (code), exited code
+    "xiting.now",
     "return.code",
     "CANCELLED",
     "srun:|salloc:|sbatch:",
