@@ -480,7 +480,7 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
 # marker and kept by the checkpoint filter, a lookalike neither.
 SOURCE_LINES = [
     json.loads(line)
-    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "saves", "saves-2")
+    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "saves", "saves-2")
     for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
@@ -495,6 +495,25 @@ def test_a_librarys_own_lines_are_read_as_its_source_writes_them(record: dict[st
     else:
         assert log_patterns.classify(text) == (None, None if label == "benign" else label)
         assert label == "benign" or moto_logs_filter.keeps(log_patterns.CHECKPOINT_FILTER_PATTERN, text)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # Megatron's rerun state machine exits and asks for the job to be resumed or examined: fatal at WARNING
+        ("Exiting now. The job can be resumed from a previous checkpoint", "launcher_exit"),
+        (
+            "Exiting now. A checkpoint at the last iteration already exists if further examination is needed",
+            "launcher_exit",
+        ),
+        # a planned exit, or one that names no resume, is no abort
+        ("[exiting program at iteration 6000] datetime: 2026-08-25 19:54:10 ", None),
+        ("Training finished. Exiting now.", None),
+        ("Exiting now; the run can be resumed from the last checkpoint", "launcher_exit"),
+    ],
+)
+def test_an_application_exiting_now_for_a_resume_is_fatal_at_any_level(line: str, expected: str | None) -> None:
+    assert match(line) == expected
 
 
 # --- structures read from the written part of corpus/real_lines (round 39/2: Neuron, LSF, Ray, schedulers, saves) ---

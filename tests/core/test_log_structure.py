@@ -45,6 +45,10 @@ from stallwatch.core.log_structure import ERROR, FATAL, LOW
         ("NCCL_DEBUG=INFO set by environment", None),  # a variable's value, not a level
         ("HYDRA_STYLE_ERROR=1 in the environment", None),  # a word holding ERROR is no mark
         ("Jan 08 21:53:19 ip-10-0-0-31 nrtd[4154]: [hal] request seq: 2, cmd: 1 timed out", None),
+        # Ray's RAY_LOG(FATAL) is spdlog's critical, its letter C, read only behind its layout's milliseconds
+        ("[2026-08-25 19:54:10,123 C 1044 1044] (raylet) worker_pool.cc:721: Too many workers", FATAL),
+        ("[2026-08-25 19:54:10,123 I 1044 1044] (raylet) node_manager.cc:2875: Memory usage above threshold", LOW),
+        ("grade C 1044 1044] of the survey", None),
     ],
 )
 def test_a_lines_level_is_the_leftmost_mark_of_its_layout(line: str, expected: str | None) -> None:

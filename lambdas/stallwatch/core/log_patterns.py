@@ -452,8 +452,10 @@ RULES: tuple[Rule, ...] = (
             r"|\bray\.(?:exceptions|train)\.[\w.]{0,80}?(?:Error|Exception)\b"  # an exception Ray's modules raise
             r"|\bRay killed (?:this|the) worker\b"  # its memory monitor's report, the exception's second line
             r"|\bhas been marked (?:as dead|dead)\b"  # the GCS's verdict on a node it lost, at W and on the driver
+            r"|\bWorkers \(tasks / actors\) killed due to memory pressure\b"  # the raylet's memory monitor's summary
         ),
         (
+            "killed due to memory pressure",
             "marked dead",
             "marked as dead",
             "ray killed",
@@ -493,6 +495,9 @@ RULES: tuple[Rule, ...] = (
             r"|Sending process \d+ closing signal SIG[A-Z]+"
             r"|^Error executing job with overrides: "  # Hydra: the job's function raised
             r"|\b(?i:exiting|exit) with a non-zero (?:status|exit code)\b"  # an application ending its own run
+            # Megatron's rerun state machine ending a run whose result it could not validate: it exits now and asks
+            # for the job to be resumed or examined (a planned exit names its iteration or time instead)
+            r"|\b[Ee]xiting now\b[^\n]{0,120}?\b(?:[Rr]esume[ds]?|further examination)\b"
         ),
         (
             "exit",
@@ -808,12 +813,12 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "FATAL|[Ff]atal",
     "CRITICAL",
     "[Ff]ail|FAIL",
-    "[Aa]bort|ABORT",
-    "[Tt]erminat|TERM_",
+    "bort|BORT",
+    "erminat|TERM_",
     "[Kk]ill|KILL",
     "died|[Dd]ead",
-    "[Tt]ime.?.?[Oo]ut|TIMEOUT",
-    "xhaust|EXHAUST|xceed|EXCEED",
+    "ime.?.?[Oo]ut|IMEOUT",
+    "xhaust|XHAUST|xceed|XCEED",
     "xception",
     "efused",
     "[Ll]ost",
@@ -821,8 +826,8 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Cc]an.?.?t|[Cc]ould.?n.t|not.available|not.found|[Uu]nable",
     "ncompatible|[Mm]ismatch|nrecoverable",
     # storage, Kubernetes, the shell, systemd
-    "[Rr]ead-only|No.space",
-    "Evicted|low.on.resource|[Pp]reempted",
+    "ead-only|No.space",
+    "Evicted|on.resource|reempted",
     "core.dumped|:.line.[0-9]",
     "status=[1-9]",
     # MPI's help text, a libfabric call's negative errno, sacct's states
@@ -831,7 +836,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "OUT_OF_ME|PREEMPT",
     # NCCL and its transport, the Neuron collectives, EFA
     "NCCL.WARN|CCOM.WARN",
-    "[Ww]atchdog",
+    "atchdog",
     "process.down",
     "[ye].peer",
     "NET/OFI",
@@ -847,15 +852,16 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "oom[-_][kr]",
     "egmentation|segfault",
     "SIG[A-Z]",
-    "[Ss]ignal.[0-9]|received.signal|death.signal|Signal:",
+    "ignal.[0-9]|[dh].signal|Signal:",  # signal 9, Signal 11, received signal, death signal, Signal: Bus error
     "BACKTRACE",
     "what..:",
     "orrupt|etected|virtual.m|PC:.@",  # glibc's and libstdc++'s aborts, the failure signal handlers' PC line
     # the Neuron runtime, XLA's status codes
-    "[Nn][Rr][Tt]|TDRV|[NK]MGR|NEFF|NVRM",
-    "INTERNAL:|UNAVAILABLE:|DATA_LOSS|StatusOr",
+    "NRT|[Nn]rt|TDRV|MGR|NEFF|NVRM",
+    "RNAL:|VAILABLE:|_LOSS|StatusOr",  # INTERNAL:, UNAVAILABLE:, DATA_LOSS
     # launchers and schedulers
-    "[Ee][Xx][Ii][Tt].?.?.?[CcSsWw][OoTtIi]",  # exit code, exitcode, exit status, exited with (code), exited code
+    # exit code, exitcode, exit status, exited with (code), exited code, exiting now
+    "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwn][OoTtIi]",
     "return.code",
     "CANCELLED",
     "srun:|salloc:|sbatch:",

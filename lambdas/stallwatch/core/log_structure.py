@@ -29,7 +29,8 @@ LOW = "low"  # warning, info, debug: the levels frameworks log the errors they c
 # initialization error:`), an application's `Fatal:`, a compiler's error code (neuronx-cc's `[F134]`,
 # `[NCC_EVRF035]`). glog's and absl's letters after a space, a bracket, a colon or the line's start: `E0929 17:42:48`,
 # `I20241209 23:39:42` (with the year), PyTorch's `[E socket.cpp:957]`, TensorFlow's `E tensorflow/...cc:706]`,
-# Ray's `E 1234 5678]`. A JSON record's `"level":"error"`. Each regex opens with a literal or a class, so it scans fast.
+# Ray's `E 1234 5678]` (its FATAL is `C 1234 5678]`). A JSON record's `"level":"error"`. Each regex opens with a
+# literal or a class, so it scans fast.
 _WORD_MARK = re.compile(r"(?:(?:NCCL|CCOM) WARN|ERROR|FATAL|CRITICAL|WARN(?:ING)?|INFO|DEBUG)\b")
 _WORD_LEVELS = {"ERROR": ERROR, "FATAL": FATAL, "CRITICAL": FATAL}  # the collectives' WARN is an error; the rest low
 _LOW_BEFORE = frozenset(" \t[|(")  # what a low level's word follows
@@ -60,6 +61,9 @@ _LEADING_MARK = re.compile(
 _GLOG_MARK = re.compile(
     r"[EFIW](?:(?:\d{8}|\d{3,4}) \d\d:\d\d:\d\d| [^\s\]]{1,200}\.(?:cc|cpp|cu|h|hpp|c|py):\d{1,6}\]"
     r"| \d{1,8} \d{1,8}\])"
+    # Ray's C++ layout, "[%Y-%m-%d %H:%M:%S,%e %L %P %t]": its RAY_LOG(FATAL) is spdlog's critical level, letter C
+    # (src/ray/util/logging.cc), read only behind the layout's milliseconds
+    r"|C(?<=\d,\d{3} C)(?= \d{1,8} \d{1,8}\])"
 )
 _GLOG_BEFORE = frozenset(" \t[]:(")
 # A structured (JSON) line's level key, as zap, logrus, structlog and python-json-logger write it: the first such key
@@ -68,7 +72,7 @@ _JSON_MARK = re.compile(
     r'"(?:level|severity|lvl|levelname)": ?"(?i:(error|err|fatal|critical|panic|warn|warning|info|debug|trace))"'
 )
 _JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL, "panic": FATAL}
-_GLOG_LEVELS = {"E": ERROR, "F": FATAL}  # I and W are low
+_GLOG_LEVELS = {"E": ERROR, "F": FATAL, "C": FATAL}  # I and W are low; C is Ray's FATAL
 
 # What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
 # and the words a longer word may hold (skill, deadline, room, stderr), read on their boundaries and in their cases
