@@ -1072,8 +1072,8 @@ COVER: tuple[str, ...] = (
     "your mpi job", "--> returned", "psm", "out_of_me",
     # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line; the Neuron runtime's components and
     # NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`)
-    "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "tdrv", "nmgr", "kmgr",
-    "nvrm", "neff",
+    "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "tdrv", "mgr", "nvrm",
+    "neff",
 )  # fmt: skip
 
 
