@@ -480,7 +480,7 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
 # marker and kept by the checkpoint filter, a lookalike neither.
 SOURCE_LINES = [
     json.loads(line)
-    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "saves", "saves-2")
+    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "fatal-7", "saves", "saves-2")
     for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
@@ -514,6 +514,66 @@ def test_a_librarys_own_lines_are_read_as_its_source_writes_them(record: dict[st
 )
 def test_an_application_exiting_now_for_a_resume_is_fatal_at_any_level(line: str, expected: str | None) -> None:
     assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # Ray Train's controller at ERROR: a worker group restarted goes on; one terminated ends training
+        (
+            "2026-08-25 19:54:10,294\tERROR controller.py:217 -- Restarting training worker group after encountering "
+            "failures on 1 worker(s):",
+            None,
+        ),
+        (
+            "2026-08-25 19:54:10,294\tERROR controller.py:231 -- Terminating training worker group after encountering "
+            "failure(s) on 1 worker(s):",
+            "error",
+        ),
+        # its failure policy decides at INFO
+        (
+            "2026-08-25 19:54:10,294\tINFO default.py:33 -- Deciding to TERMINATE, since the total failure count (4) "
+            "exceeded the maximum allowed failures: FailureConfig(max_failures=3).",
+            "ray",
+        ),
+        (
+            "2026-08-25 19:54:10,294\tINFO default.py:41 -- Deciding to RESTART, since the total failure count (2) <= "
+            "FailureConfig(max_failures=3).",
+            None,
+        ),
+        # an experiment tracker that could not be set up is no abort, even at ERROR quoting an exception
+        (
+            "[titan] 2026-08-25 19:54:10,294 - root - ERROR - Failed to create WandB logger: "
+            "wandb.errors.CommError: Run initialization has timed out after 90.0 sec.",
+            None,
+        ),
+    ],
+)
+def test_a_restart_or_a_side_channel_goes_on_and_giving_up_is_fatal(line: str, expected: str | None) -> None:
+    assert match(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ("Setting unhealthy static nodes to DOWN", "slurm"),
+        ("Setting unhealthy dynamic nodes to down and power_down.", "slurm"),
+        ("Terminating instances backing unhealthy static nodes", "slurm"),
+        # a DRAIN lets the running job finish; idle, powering-down and orphaned instances hold no job
+        ("Setting nodes failing health check type ec2_health_check to DRAIN: {'q1-st-p5-3'}", None),
+        ("Terminating instances that are backing powering down nodes", None),
+        ("Terminating orphaned instances", None),
+        ("Resetting nodeaddr/nodehostname and setting to down the following nodes: (x1) ['q1-st-p5-1']", None),
+    ],
+)
+def test_parallelcluster_setting_nodes_down_under_a_job_is_fatal_at_info(message: str, expected: str | None) -> None:
+    # Given clustermgtd's own frame, its actions logged at INFO or WARNING
+    line = f"2026-08-25 19:54:10,294 - [slurm_plugin.clustermgtd:_maintain_nodes] - INFO - {message}"
+    # Then a node set DOWN, or an unhealthy node's instance terminated, is fatal, and kept by the filter
+    assert match(line) == expected
+    assert expected is None or moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, line)
+    # And the same words outside the plugin's frame are not read
+    assert match(message) is None
 
 
 # --- structures read from the written part of corpus/real_lines (round 39/2: Neuron, LSF, Ray, schedulers, saves) ---

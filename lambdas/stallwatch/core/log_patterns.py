@@ -307,6 +307,13 @@ RULES: tuple[Rule, ...] = (
             # sacct's row: a job's or step's terminal State, then its ExitCode (exit:signal)
             r"|\s(?:FAILED|NODE_FAIL|OUT_OF_MEMORY|OUT_OF_ME\+|TIMEOUT|CANCELLED(?: by \d{1,10})?|PREEMPTED)"
             r"\s{1,40}\d{1,3}:\d{1,3}\s*$"
+            # AWS ParallelCluster's slurm_plugin (clustermgtd, resume), in its logger's `[slurm_plugin.module:function]
+            # - LEVEL - ` frame, at any level (it logs its actions at INFO): nodes it sets DOWN (Slurm requeues or ends
+            # their jobs), the instances behind unhealthy nodes it terminates; a DRAIN lets the job finish, and a
+            # termination of idle, powering-down or orphaned instances names no unhealthy node
+            r"|\[slurm_plugin\.\w{1,40}:\w{1,80}\] - [A-Z]{4,8} - [^\n]{0,100}?"
+            r"(?:\b(?:to|into) DOWN\b|\bto down and power_down\b"
+            r"|\bTerminating instances (?:that are )?backing unhealthy\b)"
         ),
         (
             "cancelled at",
@@ -453,8 +460,12 @@ RULES: tuple[Rule, ...] = (
             r"|\bRay killed (?:this|the) worker\b"  # its memory monitor's report, the exception's second line
             r"|\bhas been marked (?:as dead|dead)\b"  # the GCS's verdict on a node it lost, at W and on the driver
             r"|\bWorkers \(tasks / actors\) killed due to memory pressure\b"  # the raylet's memory monitor's summary
+            # Ray Train's failure policy giving up (failure_handling/default.py, at INFO): the controller errors and
+            # training ends; its `Deciding to RESTART` lines go on
+            r"|\bDeciding to TERMINATE\b"
         ),
         (
+            "deciding to terminate",
             "killed due to memory pressure",
             "marked dead",
             "marked as dead",
@@ -605,8 +616,13 @@ SURVIVES = Rule(
         r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
         # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
         r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
-        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E)
-        r"|(?i:\bresubmitting\b)"
+        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E), a group
+        # of workers restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
+        # encountering failures on 2 worker(s):`, its failure policy's RESTART; its TERMINATE is `RAY`'s)
+        r"|(?i:\bresubmitting\b)|\bRestarting (?:[\w-]{1,40} ){0,4}after\b"
+        # a metrics logger (the experiment tracker) that could not be set up: training goes on without it
+        # (torchtitan's `ERROR - Failed to create WandB logger: ...`)
+        r"|\b[Ff]ailed to (?:create|initiali[sz]e|set ?up|start) (?:the |a )?[\w-]{1,30} logger\b"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
     ),
@@ -626,6 +642,8 @@ SURVIVES = Rule(
         "ibv_open_device failed",
         "unable to open device",
         "resubmitting",
+        "restarting",
+        " logger",
         "disabling",
         ", attempting to use",
         ", trying to use",
@@ -864,6 +882,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwn][OoTtIi]",
     "return.code",
     "CANCELLED",
+    "nhealthy",  # ParallelCluster's unhealthy nodes set DOWN
     "srun:|salloc:|sbatch:",
     "Exited$",
     "WTERMSIG",
