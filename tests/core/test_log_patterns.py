@@ -480,7 +480,7 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
 # marker and kept by the checkpoint filter, a lookalike neither.
 SOURCE_LINES = [
     json.loads(line)
-    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "fatal-7", "saves", "saves-2")
+    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "fatal-6", "fatal-7", "saves", "saves-2")
     for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
@@ -963,3 +963,57 @@ def test_a_line_read_fatal_by_its_structure_is_named_by_the_family_its_words_nam
 )
 def test_runtime_aborts_and_their_lookalikes(line: str, kind: str | None) -> None:
     assert match(line) == kind
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # the EFA driver's admin queue stopped: the line after a command with no completion, in its PCI frame
+        ("[  401.223344] efa 0000:00:06.0 rdmap16s27: Admin queue is closed", "efa"),
+        ("[  401.223344] efa 0000:00:06.0 efa_0: Wait for completion (polling) timeout", "efa"),
+        # the same words outside the driver's frame are no driver's
+        ("Admin queue is closed", None),
+        # its events it has no handler for, and the failed de-registration after a process ended, go on
+        ("[  401.223344] efa 0000:00:06.0 efa_0: Completion event on non-existent CQ[7]", None),
+        ("[  401.223344] efa 0000:00:06.0 efa_0: Failed to de-register mr(lkey-4242) [-22]", None),
+        ("[  401.223344] efa 0000:00:06.0 efa_0: Failed to register mr [-12]", "efa"),
+    ],
+)
+def test_the_efa_drivers_stopped_admin_queue_and_its_lookalikes(line: str, expected: str | None) -> None:
+    assert match(line) == expected
+    assert expected is None or moto_logs_filter.keeps(log_patterns.FATAL_FILTER_PATTERN, line)
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        # aws-ofi-nccl's data path returning an error to NCCL, in words no failure vocabulary holds
+        ("Received eager message for non-existent r_comm (7)", "efa"),
+        ("Can not support more than 128 inflight requests", "efa"),
+        ("No freelist items available", "efa"),
+        # its WARNs that go on: a setting it turns on, a leak it reports at teardown
+        ("CUDA flush enabled", None),
+        ("ctrl freelist: there are 2 in-use entries that are not released", None),
+        ("GDR disabled on GDR-supported instance type p5.48xlarge", None),
+    ],
+)
+def test_the_network_plugins_warns_that_end_a_communicator(message: str, expected: str | None) -> None:
+    assert match(f"ip-10-1-2-3:40211:40390 [3] fn:1 NCCL WARN NET/OFI {message}") == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "libfabric:1:1::efa:cq:efa_rdm_pke_handle_handshake_recv():122<warn> Peer requested zero-copy receive via "
+        "USER_RECV_QP which has been deprecated in newer Libfabric versions. Communication will continue.",
+        "libfabric:1:1::efa:cq:efa_rdm_pke_handle_peer_error_recv():1059<warn> PEER_ERROR_PKT op_id=77 out of range "
+        "or no longer valid; dropping.",
+        "libfabric:1:1::efa:cq:efa_rdm_pke_handle_tx_error():534<warn> PEER_ERROR_PKT TX failed asynchronously "
+        "prov_errno=4124 (Unresponsive receiver); deferring rxe release to drain. Sender's txe will leak.",
+    ],
+)
+def test_a_libfabric_completion_warning_that_says_it_goes_on_is_benign(line: str) -> None:
+    # Given libfabric's cq <warn> (its error level on the data path), saying the work goes on past it
+    assert match(line) is None
+    # while its cq <warn> that writes the error on is still read
+    assert match("libfabric:1:1::efa:cq:efa_rdm_pke_handle_rtr_recv():129<warn> RMA address verification failed!")

@@ -122,3 +122,30 @@ def test_a_device_runtimes_refusal_to_start_is_fatal_only_in_its_own_frame(line:
 )
 def test_unable_is_a_failure_only_in_a_components_frame_with_no_level(line: str, fatal: bool) -> None:
     assert log_structure.fatal_by_structure(line, line.lower()) is fatal
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("[NeMo E 2024-11-05 17:42:10 nlp_overrides:1192] Error: Missing keys when loading state dictionary", "error"),
+        ("[NeMo C 2024-11-05 17:42:10 exp_manager:12] boom", "fatal"),
+        ("[NeMo W 2024-11-05 17:42:10 exp_manager:569] checkpointing will not error out", "low"),
+        ("[NeMo I 2024-11-05 17:42:10 exp_manager:400] Experiments will be logged at /results", "low"),
+    ],
+)
+def test_nemos_layout_marks_its_level_after_its_tag(line: str, expected: str) -> None:
+    assert log_structure.level(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "fatal"),
+    [
+        # rdma-core's verbs log (`device: function:line: `): its failures are framed, its notices are not failures
+        ("rdmap16s27: efa_create_qp:2265: Failed to create QP", True),
+        ("rdmap16s27: efadv_query_device:172: Not an EFA device", False),
+        # a sentence with a colon is no such frame
+        ("note: training goes on: step 12 failed to log, see above", False),
+    ],
+)
+def test_rdma_cores_verbs_log_frames_its_failures(line: str, fatal: bool) -> None:
+    assert log_structure.fatal_by_structure(line, line.lower()) is fatal

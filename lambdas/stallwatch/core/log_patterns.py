@@ -156,16 +156,39 @@ RULES: tuple[Rule, ...] = (
         EFA,
         re.compile(
             r"NET/OFI [^\n]{0,200}?(?:fail|error|Unable|Couldn't|Unexpected)"
+            # the plugin's data path returning an error to NCCL in words none of those hold (nccl_ofi_rdma.cpp,
+            # nccl_ofi_sendrecv.cpp): a request or communicator it has no record of, a call on a closed one, a queue
+            # or pool with no room left, a registration not done; NCCL ends the communicator on the error
+            r"|NET/OFI (?:[^\n]{0,120}? for non-existent |Called \w{1,20} on inactive communicator"
+            r"|Can not support more than \d|Receiver eager queue full|No free \w{1,20} header buffers"
+            r"|No freelist items available|Duplicate request in|RECV event had NULL ctx|Memory registration may not)"
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
             r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
+            # and, in its PCI frame (`efa 0000:00:06.0 efa_0: `, its ib device's once registered), the states it stops
+            # in with no failure word (amzn-drivers kernel/linux/efa): an admin command with no completion (the admin
+            # queue's running bit cleared: every later command fails), the closed admin queue those meet, and a probe
+            # that returns for want of its BARs
+            r"|\befa 0000:[0-9a-f]{2}:[0-9a-f]{2}\.\d(?: [\w-]{1,40})?: (?:The device (?:didn't send any|sent a) "
+            r"completion|Admin queue is closed|Wait for completion \(polling\) timeout"
+            r"|(?:Doorbells )?BARs? unavailable)"
             # PSM, the transport of the Omni-Path (psm2) and PSM3 providers, failing to open its device
             r"|(?<![A-Za-z])PSM[23]? (?:can't|was unable to|could not) "
             # a libfabric call's negative errno, as an application or fabtests (FT_PRINTERR) prints it, fabtests' own
             # wrappers (ft_sendmsg) too
             r"|\bfi_[a-z]\w{0,40}(?:\(\))?: -\d{1,4} \(|\bf[it]_[a-z]\w{0,40}\(\): \S{1,200}:\d{1,6}, ret=-\d"
         ),
-        ("net/ofi", "ofi nccl failure", "fi_", "unable to write to eq", "libfabric", "failed", "psm", ", ret=-"),
+        (
+            "net/ofi",
+            "ofi nccl failure",
+            "fi_",
+            "unable to write to eq",
+            "libfabric",
+            "failed",
+            "psm",
+            ", ret=-",
+            "efa 0000:",
+        ),
     ),
     Rule(
         C10D_TIMEOUT,
@@ -610,6 +633,9 @@ SURVIVES = Rule(
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
+        # a line that says the work goes on past what it reports (libfabric efa's `Communication will continue.`), or
+        # drops or defers what it cannot handle (its stale PEER_ERROR_PKT `; dropping.`, `; deferring rxe release`)
+        r"|\b(?:[Cc]ommunication|[Ee]xecution|[Tt]raining) will continue\b|; (?:dropping|deferring)\b"
         # a feature given up and the job going on without it (PSM3's `... failed. Disabling CMA support`), a failure
         # followed by the fallback it tries (mercury's `Could not find matching interface for ib0, attempting to use it
         # as domain name`)
@@ -647,6 +673,9 @@ SURVIVES = Rule(
         "disabling",
         ", attempting to use",
         ", trying to use",
+        "will continue",
+        "; dropping",
+        "; deferring",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
@@ -842,7 +871,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[Ll]ost",
     "[Cc]rash|[Pp]anic|nvalid|nexpected",
     "[Cc]an.?.?t|[Cc]ould.?n.t|not.available|not.found|[Uu]nable",
-    "ncompatible|[Mm]ismatch|nrecoverable",
+    "ncompatib|ismatch|nrecoverab",
     # storage, Kubernetes, the shell, systemd
     "ead-only|No.space",
     "Evicted|on.resource|reempted",
@@ -853,11 +882,12 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "fi_[a-z]+:.-[0-9]|ret=-",
     "OUT_OF_ME|PREEMPT",
     # NCCL and its transport, the Neuron collectives, EFA
-    "NCCL.WARN|CCOM.WARN",
+    "[LM].WARN",  # NCCL WARN, CCOM WARN (and RCCL WARN)
     "atchdog",
     "process.down",
     "[ye].peer",
     "NET/OFI",
+    "efa.0000",  # the EFA kernel driver's PCI frame
     "write.to.EQ",
     ":cq:",
     # CUDA, the driver, the kernel
@@ -1090,9 +1120,9 @@ COVER: tuple[str, ...] = (
     # Open MPI's banner and help text, PSM, sacct's states
     "your mpi job", "--> returned", "psm", "out_of_me",
     # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line; the Neuron runtime's components and
-    # NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`)
+    # NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`); the EFA driver's PCI frame
     "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "tdrv", "mgr", "nvrm",
-    "neff",
+    "neff", "efa 0000:",
 )  # fmt: skip
 
 

@@ -72,6 +72,10 @@ _JSON_MARK = re.compile(
     r'"(?:level|severity|lvl|levelname)": ?"(?i:(error|err|fatal|critical|panic|warn|warning|info|debug|trace))"'
 )
 _JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL, "panic": FATAL}
+# NeMo's formatter (nemo/utils/formatters/base.py, the logging of NeMo and of NxD Training, which logs through it):
+# `[NeMo E 2024-11-05 17:42:10 module:line] `, its level's initial after the tag (C for CRITICAL).
+_NEMO_MARK = re.compile(r"\[NeMo ([DIWEC]) \d{4}-\d\d-\d\d ")
+_NEMO_LEVELS = {"E": ERROR, "C": FATAL}
 _GLOG_LEVELS = {"E": ERROR, "F": FATAL, "C": FATAL}  # I and W are low; C is Ray's FATAL
 
 # What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
@@ -116,12 +120,14 @@ FAILURE_HINTS = _FAILURE_WORDS + _BOUNDED_HINTS + _REFUSAL_HINTS + _FRAMED_HINTS
 # Mercury's (NA's, HG's) error macros' second line, `# function(): message` (` # `, or `## ` in its coloured layout),
 # the level on the line before it: its CHECK_ERROR macros print it, and a few warnings that say they go on. PSM3's
 # (libfabric's psm3 provider) `[seconds.nanoseconds] host:rankN.program: `, the layout of its _HFI_ERROR (its
-# _HFI_INFO and debug lines print only under PSM3_TRACEMASK).
+# _HFI_INFO and debug lines print only under PSM3_TRACEMASK). rdma-core's providers' verbs log, `device: func:line: `
+# (libibverbs' verbs_log, written only to VERBS_LOG_FILE when VERBS_LOG_LEVEL asks: its ERR and WARN share the layout).
 _COMPONENT = re.compile(
     r"\b[\w.-]{1,40}\[\d{1,9}\]: |\[[A-Z][A-Z0-9_]{1,15}:\w{1,80}\] |(?:^|\s)[A-Za-z_]\w{0,80}\(\d{1,6}\)\.*: "
     r"|\[(?:ND|MLA) \d{1,3}\]\[NC \d{1,3}\] |(?:^|\s)nd\d{1,3} nc\d{1,3} |\bray::[\w.]{1,120}\(\) \(pid=\d"
     r"|(?:^|\s)[A-Z]{2,5}: ?[a-z]\w{0,40}_\w{1,80} {2}|(?:^|\s)#{1,2} \w{1,80}\(\): "
     r"|^\[\d{9,10}\.\d{9}\] [\w.-]{1,80}:(?:rank|pid)\d{1,9}\.[\w.-]{1,80}: "
+    r"|^[a-z][\w-]{1,30}: [a-z_]\w{1,80}:\d{1,6}: "
 )
 # The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
 # `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
@@ -132,9 +138,12 @@ _KERNEL = re.compile(
     r"|[A-Z][a-z]{2}[ \d]\d \d\d:\d\d)\] |\bkernel: "
 )
 _KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|can't|unable)\b")
-# EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign).
+# EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign),
+# and the EFA driver's own line for the same failed de-registration (`Failed to de-register mr(lkey-N) [-22]`).
 # A driver's line that calls itself a warning (`pci_warn(dev, "Warning: ...")`): its probe goes on.
-_RECOVERED = re.compile(r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\b[Ww]arning: ")
+_RECOVERED = re.compile(
+    r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\bde-register mr\b|\b[Ww]arning: "
+)
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
 # dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
@@ -163,7 +172,15 @@ def level(message: str) -> str | None:
     if lead is not None:
         return FATAL if lead.group().endswith("Fatal: ") else ERROR
     marks = [
-        mark for mark in (_word_mark(message), _bracket_mark(message), _glog_mark(message), _json_mark(message)) if mark
+        mark
+        for mark in (
+            _word_mark(message),
+            _bracket_mark(message),
+            _glog_mark(message),
+            _json_mark(message),
+            _nemo_mark(message),
+        )
+        if mark
     ]
     return min(marks)[1] if marks else None
 
@@ -195,6 +212,13 @@ def _json_mark(message: str) -> tuple[int, str] | None:
         return None
     found = _JSON_MARK.search(message)
     return (found.start(), _JSON_LEVELS.get(found.group(1).lower(), LOW)) if found else None
+
+
+def _nemo_mark(message: str) -> tuple[int, str] | None:
+    if "[NeMo " not in message:
+        return None
+    found = _NEMO_MARK.search(message)
+    return (found.start(), _NEMO_LEVELS.get(found.group(1), LOW)) if found else None
 
 
 def _glog_mark(message: str) -> tuple[int, str] | None:
