@@ -92,17 +92,19 @@ _BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
 # A device's runtime or driver refusing to start, in words no failure vocabulary holds: no device of its kind (the
 # Neuron runtime's `No neuron device available`, NVRM's `No NVIDIA GPU found.`, `None of the NVIDIA devices were
 # initialized.`), a device that is not one of its kind (`BDF 0000:00:1c.0 is not a MLA Device`), a version of what it
-# needs below the one it requires (`This runtime requires Neuron Driver version 2.0 or greater`). Its runtime exits: the
-# job cannot run. Read only in a component's frame or the NVIDIA driver's `NVRM: ` tag, on lines naming the Neuron
-# runtime's components or NVRM as they print them (the hints; the subscription filter keeps those names), so a healthy
+# needs below the one it requires (`This runtime requires Neuron Driver version 2.0 or greater`), no network interface
+# the collectives can bootstrap on (their `CCOM WARN No usable listening interface found`, nrt-troubleshoot's "Failure
+# to find bootstrap interface"). Its runtime exits: the job cannot run. Read only in a component's frame, the NVIDIA
+# driver's `NVRM: ` tag or the collectives' WARN (their error level), on lines naming the Neuron runtime's components,
+# its collectives or NVRM as they print them (the hints; the subscription filter keeps those names), so a healthy
 # boot's `ACPI: No dock devices found` is never one.
 _REFUSED = re.compile(
-    r"\b(?:[Nn]o|NO|[Nn]one of the) (?:[\w-]{1,30} ){0,3}?(?i:devices?|gpus?|adapters?)\b"
+    r"\b(?:[Nn]o|NO|[Nn]one of the) (?:[\w-]{1,30} ){0,3}?(?i:devices?|gpus?|adapters?|interfaces?)\b"
     r"|\bnot an? (?:[\w-]{1,30} ){0,2}?(?i:device|gpu|adapter)\b"
     r"|\brequires [^\n]{0,60}?\bversion [\d.]{1,20} or (?:greater|newer|later|higher)\b"
 )
-_REFUSAL_HINTS = ("nrt", "tdrv", "nmgr", "kmgr", "nvrm")
-_REFUSAL_FRAMES = re.compile(r"NRT|TDRV|[NK]MGR|NVRM")  # as they print them (what the subscription filter keeps)
+_REFUSAL_HINTS = ("nrt", "tdrv", "nmgr", "kmgr", "nvrm", "ccom")
+_REFUSAL_FRAMES = re.compile(r"NRT|TDRV|[NK]MGR|NVRM|CCOM WARN")  # as they print them (the subscription filter keeps)
 _DRIVER_TAG = re.compile(r"\bNVRM: ")
 # `unable` says a call failed only where no level marks the line and a component frames it (PSM3's `Unable to
 # initialize verbs NIC`, the Neuron runtime's `NRT:nrt_init  Unable to determine ...`): an error-marked one is often
@@ -138,6 +140,10 @@ _KERNEL = re.compile(
     r"|[A-Z][a-z]{2}[ \d]\d \d\d:\d\d)\] |\bkernel: "
 )
 _KERNEL_FAILURE = re.compile(r"\b(?i:error|fail(?:ed|ure|s)?|abort\w{0,3}|panic|crash(?:ed)?|cannot|can't|unable)\b")
+# The Neuron driver's own frame in the ring buffer (its pr_fmt, `neuron:function: `) adds the waits it gives up on and
+# the work it could not do (`DMA completion timeout on nd00 for UDMA_ENG_33 q0`, `could not pin host pages`): each
+# returns an error to the runtime's ioctl (aws-neuron-driver neuron_dma.c, neuron_ring.c).
+_NEURON_DRIVER_FAILURE = re.compile(r"\bneuron:[a-z]\w{1,80}: [^\n]{0,200}?\b(?i:timeout|could not)\b")
 # EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign),
 # and the EFA driver's own line for the same failed de-registration (`Failed to de-register mr(lkey-N) [-22]`).
 # A driver's line that calls itself a warning (`pci_warn(dev, "Warning: ...")`): its probe goes on.
@@ -240,12 +246,13 @@ def failed(message: str, low: str) -> bool:
 
 def fatal_by_structure(message: str, low: str) -> bool:
     """Whether a line no family names is fatal by its structure: a fatal mark; an error mark with a failure word; no
-    mark but a failure word in a daemon's or a component's frame, a strong one in the kernel's, or one in an
-    unlevelled failure's shape; no mark but `unable` or a device runtime's refusal to start (`_REFUSED`) in its own
-    frame. Never a line marked low, nor one from a side channel. `low` is the line lowercased; the substring tests go
-    first."""
+    mark but a failure word in a daemon's or a component's frame, a strong one in the kernel's (the Neuron driver's
+    frame adds its timeouts), or one in an unlevelled failure's shape; no mark but `unable` or a device runtime's
+    refusal to start (`_REFUSED`) in its own frame, or that refusal at an error mark. Never a line marked low, nor
+    one from a side channel. `low` is the line lowercased; the substring tests go first."""
     failure = failed(message, low)
-    framed = not failure and (any(hint in low for hint in _FRAMED_HINTS) or _refused(message, low))
+    refused = not failure and _refused(message, low)
+    framed = refused or (not failure and any(hint in low for hint in _FRAMED_HINTS))
     if not (failure or framed or "fatal" in low or "critical" in low) or _SIDE_CHANNEL in message:
         return False
     lead = _LEADING_MARK.match(message)
@@ -256,13 +263,15 @@ def fatal_by_structure(message: str, low: str) -> bool:
         return True
     if mark == LOW or not (failure or framed):
         return False
-    if framed:  # a runtime's or a driver's own frame, no level
+    if framed:  # a runtime's or a driver's own frame, no level; or a refusal at the collectives' error level
+        if mark == ERROR:
+            return refused
         return mark is None and (_COMPONENT.search(message) is not None or _DRIVER_TAG.search(message) is not None)
     if mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None:
         return True
     return (
         _KERNEL.search(message) is not None
-        and _KERNEL_FAILURE.search(message) is not None
+        and (_KERNEL_FAILURE.search(message) is not None or _NEURON_DRIVER_FAILURE.search(message) is not None)
         and _RECOVERED.search(message) is None
     )
 
