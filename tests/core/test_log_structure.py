@@ -138,6 +138,18 @@ def test_nemos_layout_marks_its_level_after_its_tag(line: str, expected: str) ->
 
 
 @pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        # dmlc's one layout for every level; its LogMessageFatal logs its message through LOG(ERROR) at logging.h
+        ("[19:54:10] ./include/dmlc/logging.h:276: [19:54:10] src/van.cc:101: unsupported van type: foo", "fatal"),
+        ("[19:54:10] src/./rdma_van.h:898: OnDisconnected from Node 9", None),
+    ],
+)
+def test_dmlcs_fatal_is_its_relog_at_its_own_header(line: str, expected: str | None) -> None:
+    assert log_structure.level(line) == expected
+
+
+@pytest.mark.parametrize(
     ("line", "fatal"),
     [
         # rdma-core's verbs log (`device: function:line: `): its failures are framed, its notices are not failures

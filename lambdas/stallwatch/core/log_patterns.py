@@ -642,10 +642,11 @@ SURVIVES = Rule(
         r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
         # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
         r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
-        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E), a group
-        # of workers restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
+        # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E), a message
+        # sent again (ps-lite's resender: `Timeout to get the ACK message. Resend (retry=1)`), a group of workers
+        # restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
         # encountering failures on 2 worker(s):`, its failure policy's RESTART; its TERMINATE is `RAY`'s)
-        r"|(?i:\bresubmitting\b)|\bRestarting (?:[\w-]{1,40} ){0,4}after\b"
+        r"|(?i:\bresubmitting\b|\bresend(?:ing)?\b)|\bRestarting (?:[\w-]{1,40} ){0,4}after\b"
         # a metrics logger (the experiment tracker) that could not be set up: training goes on without it
         # (torchtitan's `ERROR - Failed to create WandB logger: ...`)
         r"|\b[Ff]ailed to (?:create|initiali[sz]e|set ?up|start) (?:the |a )?[\w-]{1,30} logger\b"
@@ -668,6 +669,7 @@ SURVIVES = Rule(
         "ibv_open_device failed",
         "unable to open device",
         "resubmitting",
+        "resend",
         "restarting",
         " logger",
         "disabling",

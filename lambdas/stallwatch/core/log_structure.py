@@ -76,6 +76,11 @@ _JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL,
 # `[NeMo E 2024-11-05 17:42:10 module:line] `, its level's initial after the tag (C for CRITICAL).
 _NEMO_MARK = re.compile(r"\[NeMo ([DIWEC]) \d{4}-\d\d-\d\d ")
 _NEMO_LEVELS = {"E": ERROR, "C": FATAL}
+# dmlc's light logger (include/dmlc/logging.h, ps-lite's and BytePS's servers' and vans' logging): one layout for
+# every level, `[HH:MM:SS] file:line: `; its LogMessageFatal (LOG(FATAL), CHECK) logs its own message through
+# LOG(ERROR) at dmlc/logging.h before it throws dmlc::Error, so a line in that layout at dmlc/logging.h holding a
+# second one is a fatal's
+_DMLC_FATAL = re.compile(r"\[\d\d:\d\d:\d\d\] [^\s\]]{0,200}dmlc/logging\.h:\d{1,6}: \[\d\d:\d\d:\d\d\] ")
 _GLOG_LEVELS = {"E": ERROR, "F": FATAL, "C": FATAL}  # I and W are low; C is Ray's FATAL
 
 # What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
@@ -185,6 +190,7 @@ def level(message: str) -> str | None:
             _glog_mark(message),
             _json_mark(message),
             _nemo_mark(message),
+            _dmlc_mark(message),
         )
         if mark
     ]
@@ -225,6 +231,13 @@ def _nemo_mark(message: str) -> tuple[int, str] | None:
         return None
     found = _NEMO_MARK.search(message)
     return (found.start(), _NEMO_LEVELS.get(found.group(1), LOW)) if found else None
+
+
+def _dmlc_mark(message: str) -> tuple[int, str] | None:
+    if "dmlc/logging.h:" not in message:
+        return None
+    found = _DMLC_FATAL.search(message)
+    return (found.start(), FATAL) if found else None
 
 
 def _glog_mark(message: str) -> tuple[int, str] | None:
