@@ -480,7 +480,18 @@ def test_lines_that_only_mention_checkpoints_are_not_markers(line: str) -> None:
 # marker and kept by the checkpoint filter, a lookalike neither.
 SOURCE_LINES = [
     json.loads(line)
-    for name in ("fatal", "fatal-2", "fatal-3", "fatal-4", "fatal-5", "fatal-6", "fatal-7", "saves", "saves-2")
+    for name in (
+        "fatal",
+        "fatal-2",
+        "fatal-3",
+        "fatal-4",
+        "fatal-5",
+        "fatal-6",
+        "fatal-7",
+        "fatal-10",
+        "saves",
+        "saves-2",
+    )
     for line in (Path(__file__).parents[2] / "corpus" / "source_lines" / f"{name}.jsonl").read_text().splitlines()
     if line.strip()
 ]
