@@ -532,6 +532,10 @@ RULES: tuple[Rule, ...] = (
             # Megatron's rerun state machine ending a run whose result it could not validate: it exits now and asks
             # for the job to be resumed or examined (a planned exit names its iteration or time instead)
             r"|\b[Ee]xiting now\b[^\n]{0,120}?\b(?:[Rr]esume[ds]?|further examination)\b"
+            # an application's watchdog ending the run when every component of a kind stopped beating (Sample
+            # Factory's runner: `Stopping training due to lack of heartbeats from <class ...RolloutWorker'>`)
+            r"|\b(?:[Ss]topping|[Aa]borting|[Tt]erminating) (?:the )?(?:training|experiment|run|job) due to lack of "
+            r"heartbeats?\b"
         ),
         (
             "exit",
@@ -542,6 +546,7 @@ RULES: tuple[Rule, ...] = (
             "non-zero",
             "terminated with",
             "error executing job",
+            "lack of heartbeat",
         ),
     ),
     Rule(
@@ -556,12 +561,14 @@ RULES: tuple[Rule, ...] = (
             r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
             r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
             # a signal said received (Lightning's "Received SIGTERM: 15", Megatron's "after receiving SIGTERM"), Ctrl+C
-            r"|\b[Rr]eceiv(?:ed|ing) SIG(?:TERM|INT|KILL)\b|\bKeyboardInterrupt\b"
+            # (the exception, or its words: Sample Factory's `Keyboard interrupt detected in driver loop, exiting...`)
+            r"|\b[Rr]eceiv(?:ed|ing) SIG(?:TERM|INT|KILL)\b|\b(?:KeyboardInterrupt|[Kk]eyboard interrupt)\b"
         ),
         (
             "received sig",
             "receiving sig",
             "keyboardinterrupt",
+            "keyboard interrupt",
             "killed",
             "terminated",
             "sigkill",
@@ -886,6 +893,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     # NCCL and its transport, the Neuron collectives, EFA
     "[LM].WARN",  # NCCL WARN, CCOM WARN (and RCCL WARN)
     "atchdog",
+    "lack.of",  # an application's watchdog: `due to lack of heartbeats`
     "process.down",
     "[ye].peer",
     "NET/OFI",

@@ -160,15 +160,24 @@ _RECOVERED = re.compile(
 # dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
 # (systemd's `Job for x.service failed because ...`), a job a scheduler gives up on (submitit's `Job not requeued
 # because: timed-out`), a failure pointing at a source location (`Test failure common.cu:844`), a failure with the
-# error code it returned (the Neuron runtime's `Failed to initialize devices, error:5`).
+# error code it returned (the Neuron runtime's `Failed to initialize devices, error:5`, Sample Factory's launcher's
+# `Failed processes: PID: 4321 code: 1`).
 _UNLEVELLED_FAILURE = re.compile(
     r"^\s{0,8}[^\n]{0,80}?\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
     r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
     r"|\b(?:failed|aborted|terminated|crashed|died) because\b"
     r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
-    r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|rc|ret)[:=] ?-?[1-9]"
+    r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)[:=] ?-?[1-9]"
     r"|\b[Ww]ill now (?:abort|terminate)\b"  # a process announcing its own end (libfabric's "will now abort()")
+    # or ending its sentence with it (Sample Factory's runner: `Components take too long to start: ... Aborting the
+    # experiment!`, its 1.x rollout worker: `Terminate process...`)
+    r"|(?:^|\] |[.!] )(?:Abort(?:ing)?|Terminat(?:e|ing)) (?:the |this )?"
+    r"(?:process|program|experiment|training|run|job)(?:\.{1,3}|!)?\s*$"
+    # an exception no handler took, or one caught at the top of a loop or a worker, whose process then stops (Sample
+    # Factory's runner `Uncaught exception in Runner_EvtLoop evt loop`, 1.x's `Exception in driver loop` and `Unknown
+    # exception in rollout worker`, signal_slot's event loop `unhandled exception in slot=...`, which re-raises)
+    r"|\b(?:[Uu]ncaught|[Uu]nhandled|[Uu]nknown) exception\b|(?:^|\] )Exception in (?:the )?[\w-]{1,40} loop\b"
 )
 # The error code a component's leading `error:` gives before its text (`EFA internal error: (4124) Unresponsive
 # receiver`): the code says what failed where the text names no failure word.
