@@ -75,8 +75,9 @@ _XID = re.compile(r"\bXid \((?:PCI:)?[0-9A-Fa-f:.]{1,20}\): (\d{1,4})\b")
 _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 
 # The network plugin (aws-ofi-nccl) failing to initialise at start-up, in its own words or the collectives' ("NET/OFI
-# aws-ofi-nccl initialization failed", "OFI plugin initNet() failed"): NCCL falls back to sockets and trains on.
-_PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,40}?(?i:initiali[sz]|initNet)"
+# aws-ofi-nccl initialization failed", "OFI plugin initNet() failed", "NET/OFI Unable to find a protocol that worked.
+# Failing initialization.": the Neuron NKI quickstart's single instance): NCCL falls back to sockets and trains on.
+_PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,60}?(?i:initiali[sz]|initNet)"
 # What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
 # A failover is no failure; a mismatch across ranks and an algorithm or transport not available end its set-up.
 _COLLECTIVE_FAILURE = (
