@@ -361,8 +361,9 @@ RULES: tuple[Rule, ...] = (
             r"\bTERM_[A-Z_]{3,40}: "  # its termination reasons (TERM_MEMLIMIT: ...), its report's subject:
             r"|^Subject: Job \d{1,12}(?:\[\d{1,9}\])?: <[^>\n]{0,300}> (?:in cluster <[^>\n]{1,100}> )?Exited$"
             r"|^Exited with signal termination: "  # the report's verdict on a job a signal ended (its exit code's twin)
+            r"|^Job <\d{1,12}(?:\[\d{1,9}\])?> is being terminated\b"  # bkill's word for each job it kills
         ),
-        ("term_", "exited"),
+        ("term_", "exited", "is being terminated"),
     ),
     Rule(
         MPI,
@@ -508,11 +509,15 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
-        RAY,  # Tune's status report: how many trials errored
+        RAY,  # Tune's status report: how many trials errored (its older table and its heartbeat in
+        # experimental/output.py, `Trial status: 1 ERROR | 3 TERMINATED`, a Train run's `Training is in ERROR status.`:
+        # a trial that is retried goes back to PENDING, so ERROR is a trial failed for good), and the experiment ending
+        # with failed trials (tune.py's TuneError and, under raise_on_failed_trial=False, its ERROR line)
         re.compile(
-            r"\bNumber of errored trials: [1-9]|\bNumber of trials: [^(\n]{1,40}\([^)\n]{0,200}?\b\d{1,6} ERROR\b"
+            r"\bNumber of errored trials: [1-9]|\b(?:Number of trials: [^(\n]{1,40}\(|Trial status: )[^)\n]{0,200}?"
+            r"\b\d{1,6} ERROR\b|^Training is in ERROR status\b|(?:ERROR|Error)\b[^\n]{1,60}?\bTrials did not complete\b"
         ),
-        ("errored trials", " error"),
+        ("errored trials", "error"),
     ),
     Rule(
         DEEPSPEED_LAUNCHER,
@@ -633,11 +638,12 @@ PATTERN_NAMES: tuple[str, ...] = (
 )
 
 # Lines that say the job goes on: never fatal, whatever else they say (the engine judges a block they end or begin):
-# a retry, a skipped batch, an ignored exception, a fallback (the network plugin's failed start-up among them).
+# a retry (not one given up: Spark's `; not retrying`), a skipped batch, an ignored exception, a fallback (the network
+# plugin's failed start-up among them).
 SURVIVES = Rule(
     "survives",
     re.compile(
-        r"(?i:\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
+        r"(?i:(?<!\bnot )\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
@@ -1123,7 +1129,7 @@ COVER: tuple[str, ...] = (
     # the marks that are fatal alone, and the failure words of `log_structure` no phrase above holds (an ERROR line
     # holds "err" already)
     "fatal", "critical", "exhaust", "could not", "couldn't", "cannot", "can't", "unable", "invalid", "unexpected",
-    "crash", "panic", "not found",
+    "crash", "panic", "not found", "not retrying",
     # libstdc++'s uncaught exception, Ultralytics' final weights
     "what()", "stripped",
     # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit

@@ -90,6 +90,7 @@ _GLOG_LEVELS = {"E": ERROR, "F": FATAL, "C": FATAL}  # I and W are low; C is Ray
 _FAILURE_WORDS = (
     "fail", "abort", "terminat", "crash", "timed out", "timed-out", "timeout", "exhaust", "exception", "fatal", "panic",
     "invalid", "refused", "unexpected", "cannot", "can't", "could not", "couldn't", "not found", "out of memory",
+    "not retrying",  # a retry given up (Spark's TaskSetManager: `...; not retrying`, then it aborts the job)
 )  # fmt: skip
 _BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
 _FAILOVER = re.compile(r"fail[- ]?over")
