@@ -172,9 +172,11 @@ _UNLEVELLED_FAILURE = re.compile(
     r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)[:=] ?-?[1-9]"
     r"|\b[Ww]ill now (?:abort|terminate)\b"  # a process announcing its own end (libfabric's "will now abort()")
     # or ending its sentence with it (Sample Factory's runner: `Components take too long to start: ... Aborting the
-    # experiment!`, its 1.x rollout worker: `Terminate process...`)
-    r"|(?:^|\] |[.!] )(?:Abort(?:ing)?|Terminat(?:e|ing)) (?:the |this )?"
-    r"(?:process|program|experiment|training|run|job)(?:\.{1,3}|!)?\s*$"
+    # experiment!`, its 1.x rollout worker: `Terminate process...`), bare after what it gives up on or with its cause
+    # (1.x's sampler: `Process 3 had not responded in 600.4 s!!! Terminating...`, `Terminating due to process 3
+    # crashing...`)
+    r"|(?:^|\] |[.!] )(?:Abort(?:ing)?|Terminat(?:e|ing))(?: (?:the |this )?"
+    r"(?:process|program|experiment|training|run|job)| due to [^\n]{1,80}?)?(?:\.{1,3}|!)?\s*$"
     # an exception no handler took, or one caught at the top of a loop or a worker, whose process then stops (Sample
     # Factory's runner `Uncaught exception in Runner_EvtLoop evt loop`, 1.x's `Exception in driver loop` and `Unknown
     # exception in rollout worker`, signal_slot's event loop `unhandled exception in slot=...`, which re-raises)
