@@ -77,7 +77,8 @@ _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 # The network plugin (aws-ofi-nccl) failing to initialise at start-up, in its own words or the collectives' ("NET/OFI
 # aws-ofi-nccl initialization failed", "OFI plugin initNet() failed", "NET/OFI Unable to find a protocol that worked.
 # Failing initialization.": the Neuron NKI quickstart's single instance): NCCL falls back to sockets and trains on.
-_PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,60}?(?i:initiali[sz]|initNet)"
+# Not a component it says is uninitialised when a call comes (v1.x's `NCCL OFI component is not initialised.`).
+_PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,60}?(?<!not )(?<!been )(?<!un)(?i:initiali[sz]|initNet)"
 # What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
 # A failover is no failure; a mismatch across ranks and an algorithm or transport not available end its set-up.
 _COLLECTIVE_FAILURE = (
@@ -163,8 +164,17 @@ RULES: tuple[Rule, ...] = (
             r"|NET/OFI (?:[^\n]{0,120}? for non-existent |Called \w{1,20} on inactive communicator"
             r"|Can not support more than \d|Receiver eager queue full|No free \w{1,20} header buffers"
             r"|No freelist items available|Duplicate request in|RECV event had NULL ctx|Memory registration may not)"
+            # and, in its 1.x releases (nccl_ofi_net.c, v1.0.0 to v1.7.4), a state a call cannot go on from, in words
+            # none of those hold: a component or device not initialised, a pool or key with none left, an argument
+            # check (an incorrect device, a NULL array, an address longer than its buffer), a provider with too few
+            # tag bits, a listen communicator already connected, a registration of a device buffer
+            r"|NET/OFI [^\n]{0,160}?(?:\b(?:not (?:been )?|un)(?:initiali[sz]ed|allocated)\b|\bIncorrect \w|\bis NULL\b"
+            r"|\bNo [\w-]{1,30}(?: [\w-]{1,30}){0,2} (?:is )?available\b|\bis larger than\b|\bdoes not provide enough\b"
+            r"|\balready has an active\b|\bhost buffers only\b)"
             r"|OFI NCCL failure|\bfi_\w{1,40} failed|Unable to write to EQ\b"
-            r"|libfabric:\S{1,120}:cq:\S{1,120}<warn>"  # libfabric reporting a completion-queue error (err:, prov_err:)
+            # libfabric reporting a completion-queue or event-queue error (err:, prov_err:; its rxr era's `Writing error
+            # Input/output error to EQ.`, efa's `rxr_eq_write_error`, which aborts where no EQ is bound)
+            r"|libfabric:\S{1,120}:[ce]q:\S{1,120}<warn>"
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
             # and, in its PCI frame (`efa 0000:00:06.0 efa_0: `, its ib device's once registered), the states it stops
             # in with no failure word (amzn-drivers kernel/linux/efa): an admin command with no completion (the admin
@@ -645,7 +655,7 @@ SURVIVES = Rule(
     re.compile(
         r"(?i:(?<!\bnot )\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
-        r"|\bfall back to\b|\bsuppressing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
+        r"|\bfall back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         # a line that says the work goes on past what it reports (libfabric efa's `Communication will continue.`), or
         # drops or defers what it cannot handle (its stale PEER_ERROR_PKT `; dropping.`, `; deferring rxe release`)
@@ -666,6 +676,10 @@ SURVIVES = Rule(
         r"|\b[Ff]ailed to (?:create|initiali[sz]e|set ?up|start) (?:the |a )?[\w-]{1,30} logger\b"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
+        # or a WARN its start-up prints before it fails (aws-ofi-nccl 1.x: the provider search, `Couldn't find any
+        # optimal provider`, `OFI call failed with RC -61`, and ofi_init's own), named by its frame, NCCL's `func:line`
+        r"|\b(?:(?:get|find)_ofi_provider|(?:nccl_net_)?ofi_init\w{0,40})(?:\([^)\n]{0,80}\))?:\d{1,6} "
+        r"(?:NCCL|CCOM) WARN "
     ),
     (
         "retr",
@@ -673,6 +687,7 @@ SURVIVES = Rule(
         "ignor",
         "fall",
         "suppress",
+        "squelch",
         "not a failure",
         "instead",
         "warning: ",

@@ -171,6 +171,7 @@ _UNLEVELLED_FAILURE = re.compile(
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
     r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)[:=] ?-?[1-9]"
     r"|\b[Ww]ill now (?:abort|terminate)\b"  # a process announcing its own end (libfabric's "will now abort()")
+    r"|\b(?:cannot|can't) (?:proceed|continue)\b"  # or that it cannot go on (libfabric efa's receive-window banner)
     # or ending its sentence with it (Sample Factory's runner: `Components take too long to start: ... Aborting the
     # experiment!`, its 1.x rollout worker: `Terminate process...`), bare after what it gives up on or with its cause
     # (1.x's sampler: `Process 3 had not responded in 600.4 s!!! Terminating...`, `Terminating due to process 3
