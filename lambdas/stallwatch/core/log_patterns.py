@@ -370,10 +370,28 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"\bTERM_[A-Z_]{3,40}: "  # its termination reasons (TERM_MEMLIMIT: ...), its report's subject:
             r"|^Subject: Job \d{1,12}(?:\[\d{1,9}\])?: <[^>\n]{0,300}> (?:in cluster <[^>\n]{1,100}> )?Exited$"
-            r"|^Exited with signal termination: "  # the report's verdict on a job a signal ended (its exit code's twin)
             r"|^Job <\d{1,12}(?:\[\d{1,9}\])?> is being terminated\b"  # bkill's word for each job it kills
+            # the job's terminal state, as the report says it (openlava's sbatchd, job.c) and bjobs -l and bhist -l
+            # after an event's time: exited by a signal, with a status out of range, or for a reason after `;` (one
+            # that reruns it is none); a limit's or an unreachable host's kill (bhist.c getEventStatus, reason.c)
+            r"|^(?:[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d: )?(?:Exited(?:; (?!job will be requeued)"
+            r"| by signal \d| with unknown status | with signal termination: )|Terminated: |Termination request issued;"
+            r"|Execution host unavailable; job is killed|sbatchd startup; kill )"
+            r"|\bSignal <(?:KILL|TERM|INT)> requested by\b"  # bhist: bkill's signal, one that ends the job
+            # the job starter's own errors on the job's stderr before it exits (sbatchd job.c)
+            r"|^(?:LSF: Unable to |Cannot open your job file: |Corrupted jobfile <)"
         ),
-        ("term_", "exited", "is being terminated"),
+        (
+            "term_",
+            "exited",
+            "terminat",
+            "job is killed",
+            "sbatchd startup; kill",
+            "signal <",
+            "lsf: unable to ",
+            "cannot open your job file",
+            "corrupted jobfile",
+        ),
     ),
     Rule(
         MPI,
@@ -498,8 +516,12 @@ RULES: tuple[Rule, ...] = (
             # Ray Train's failure policy giving up (failure_handling/default.py, at INFO): the controller errors and
             # training ends; its `Deciding to RESTART` lines go on
             r"|\bDeciding to TERMINATE\b"
+            # the GCS giving up on an actor that died unintended with no restart left (gcs_actor_manager.cc
+            # ReconstructActor, at INFO): it goes DEAD; a restart left, or an intentional exit, goes on
+            r"|\bActor is failed [^\n]{1,300}?, need_reschedule = (?:1|true), remaining_restarts = 0\b"
         ),
         (
+            "actor is failed",
             "deciding to terminate",
             "killed due to memory pressure",
             "marked dead",
@@ -940,8 +962,8 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "NRT|[Nn]rt|TDRV|MGR|NEFF|NVRM",
     "RNAL:|VAILABLE:|_LOSS|StatusOr",  # INTERNAL:, UNAVAILABLE:, DATA_LOSS
     # launchers and schedulers
-    # exit code, exitcode, exit status, exited with (code), exited code, exiting now
-    "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwn][OoTtIi]",
+    # exit code, exitcode, exit status, exited with (code), exited code, exiting now, bhist's `Exited; job ...`
+    "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwnj][OoTtIi]",
     "return.code",
     "CANCELLED",
     "nhealthy",  # ParallelCluster's unhealthy nodes set DOWN
