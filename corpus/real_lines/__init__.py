@@ -133,6 +133,15 @@ ROUNDS: tuple[Round, ...] = (
         "outside the repository until quoted whole; fatal lines of every family (the Neuron runtime and EFA among "
         "them), lookalikes and save lines",
     ),
+    # Rounds 16 to 21 of issue 39 wrote the rules from the libraries' own source (corpus/source_lines/): no quotes.
+    Round(
+        39,
+        22,
+        MEASURED,
+        "a sealed batch, to measure the rules of the source rounds 39/16 to 39/21 (frozen at 9e8e160) blind: quoted by "
+        "a quoter who never read or ran the rules, from sources the corpus does not hold, kept outside the repository "
+        "until quoted whole; fatal lines of every family, lookalikes and save lines",
+    ),
 )
 
 
