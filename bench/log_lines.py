@@ -39,9 +39,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "lambdas")]
 
 from corpus import real_lines  # noqa: E402
 from localrun import moto_logs_filter  # noqa: E402
+from stallwatch import core  # noqa: E402
 from stallwatch.core import log_patterns  # noqa: E402
 
-RULES_PATH = "lambdas/stallwatch/core/log_patterns.py"
+RULES_DIR = "lambdas/stallwatch/core"  # log_patterns.py and the log_structure.py it reads
 # The corpus's kinds of fatal line, by the family a reader would file them under.
 FAMILIES = {
     "nccl": "NCCL",
@@ -179,15 +180,29 @@ def table(title: str, rows: dict[str, dict[str, str]]) -> None:
 
 
 def baseline_rules(rev: str) -> ModuleType:
-    """The rules as revision `rev` had them, loaded beside this tree's."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:{RULES_PATH}"], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    spec = importlib.util.spec_from_loader("log_patterns_baseline", loader=None)
+    """The rules as revision `rev` had them, loaded beside this tree's: its `log_patterns` reading its own
+    `log_structure` (where it had one), never this tree's."""
+    structure = _module_at(rev, "log_structure", required=False)
+    held = core.log_structure
+    core.log_structure = structure or held  # what `from stallwatch.core import log_structure` binds while it loads
+    try:
+        rules = _module_at(rev, "log_patterns", required=True)
+    finally:
+        core.log_structure = held
+    assert rules is not None
+    return rules
+
+
+def _module_at(rev: str, name: str, required: bool) -> ModuleType | None:
+    path = f"{RULES_DIR}/{name}.py"
+    shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=required)
+    if shown.returncode:
+        return None
+    spec = importlib.util.spec_from_loader(f"{name}_{rev}", loader=None)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
-    exec(compile(source.stdout, f"{rev}:{RULES_PATH}", "exec"), module.__dict__)
+    exec(compile(shown.stdout, f"{rev}:{path}", "exec"), module.__dict__)
     return module
 
 
