@@ -142,6 +142,22 @@ ROUNDS: tuple[Round, ...] = (
         "a quoter who never read or ran the rules, from sources the corpus does not hold, kept outside the repository "
         "until quoted whole; fatal lines of every family, lookalikes and save lines",
     ),
+    Round(
+        39,
+        23,
+        WRITTEN,
+        "new sources to write structural rules from, for the families of the sealed batch 39/22's misses, named by "
+        "their records' kind alone (NCCL, the c10d store and its watchdog, Xid and NVRM, signals), their benign "
+        "lookalikes and the save lines that batch lacked; never a measured line or its phrase",
+    ),
+    Round(
+        39,
+        24,
+        MEASURED,
+        "a sealed batch, to measure round 39/23's rules blind: quoted beside that round by a quoter who never read or "
+        "ran the rules, from sources neither the corpus nor round 39/23 holds, kept outside the repository until those "
+        "rules froze; fatal lines of every family, lookalikes and save lines",
+    ),
 )
 
 
