@@ -125,7 +125,9 @@ RULES: tuple[Rule, ...] = (
             r"|Got completion from peer"
             rf"|(?:NCCL|CCOM) WARN (?!NET/OFI)[^\n]{{0,400}}?{_COLLECTIVE_FAILURE}"  # the network plugin's: EFA's
             r"|Exception raised from ncclCommWatchdog"
-            r"|\b(?:socketProgress\w{0,20}|Net) ?: [^\n]{0,200}?"  # NCCL's socket transport, in its own words
+            # NCCL's socket transport, in its own words, or in its frame before 2.3 (no `NCCL ` before its WARN, so
+            # `log_structure` reads its other failures)
+            rf"|(?:\b(?:socketProgress\w{{0,20}}|Net) ?: |{log_structure.NCCL_FRAME})[^\n]{{0,200}}?"
             r"(?:Connection (?:closed|reset) by (?:remote )?peer|Call to recv from \S{1,80} failed)"
         ),  # a socket error alone ("Connection reset by peer") is NCCL's only when NCCL or its transport says so
         (
@@ -213,8 +215,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         XID,
-        re.compile(r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding"),
-        ("xid", "fallen off the bus"),
+        re.compile(
+            r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding"
+            # nvidia-smi finding a GPU NVML cannot open, `for GPU<PCI bus id>: ` and an NVML error string
+            # (nvmlErrorString: `Unknown Error`, `GPU is lost`, `GPU requires reset`, ...): the device is gone from
+            # under its processes
+            r"|\bUnable to determine the device handle for GPU ?[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d: "
+        ),
+        ("xid", "fallen off the bus", "unable to determine the device handle"),
     ),
     Rule(
         CUDA_ERROR,
@@ -649,7 +657,7 @@ _FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (EFA, re.compile(r"NET/OFI|\b(?i:libfabric|efa)\b|\bfi_[a-z]\w{0,30}")),
-    (NCCL, re.compile(r"\b(?i:nccl)")),
+    (NCCL, re.compile(rf"\b(?i:nccl)|{log_structure.NCCL_FRAME}")),  # its frame before 2.3 names no NCCL
     (SLURM, re.compile(r"\b(?:slurm\w{0,20}|srun|salloc|sbatch)\b")),
     (RAY, re.compile(r"\b(?i:ray|raylet)\b")),
     (XLA, re.compile(r"\b(?i:xla|jax|jaxlib|pjrt|tpu)\b")),
@@ -688,6 +696,11 @@ SURVIVES = Rule(
         r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
         # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
         r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
+        # NCCL's IB resiliency (transport/net_ib/p2p_resiliency.cc, 2.30) moving a failed device's traffic to the others
+        # (`Device 0 marked as failed. Initiating recovery? Yes`, only once it has judged the error not fatal; its fatal
+        # one is `The error is fatal (...). Cannot continue.`), and dropping a completion it had already handled (`stale
+        # CQE with error ... Slot was already handled`)
+        r"|\b[Ii]nitiating (?:[\w-]{1,30} )?recovery\b|\b(?:was|were) already handled\b"
         # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E), a message
         # sent again (ps-lite's resender: `Timeout to get the ACK message. Resend (retry=1)`), a group of workers
         # restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
@@ -719,6 +732,8 @@ SURVIVES = Rule(
         "nonfatal",
         "ibv_open_device failed",
         "unable to open device",
+        "initiating",
+        "already handled",
         "resubmitting",
         "resend",
         "restarting",

@@ -82,6 +82,11 @@ _NEMO_LEVELS = {"E": ERROR, "C": FATAL}
 # second one is a fatal's
 _DMLC_FATAL = re.compile(r"\[\d\d:\d\d:\d\d\] [^\s\]]{0,200}dmlc/logging\.h:\d{1,6}: \[\d\d:\d\d:\d\d\] ")
 _GLOG_LEVELS = {"E": ERROR, "F": FATAL, "C": FATAL}  # I and W are low; C is Ray's FATAL
+# NCCL's frame before 2.3 (its closed 2.0-2.2 releases), `host:pid:tid [dev] file:line WARN `: no `NCCL ` before the
+# level, which 2.3.5's src/include/debug.h and every later debug.cc print (`... file:line NCCL WARN `); its WARN is its
+# error level there too. Read from the pid on (a host's name may end in digits); its INFO stays low.
+NCCL_FRAME = r":\d{1,9}:\d{1,9} \[\d{1,3}\] [\w./-]{1,120}:\d{1,6} WARN "
+_NCCL_FRAME = re.compile(NCCL_FRAME)
 
 # What a line says went wrong: a closed vocabulary of failure verbs and states, as substrings of the lowercased line,
 # and the words a longer word may hold (skill, deadline, room, stderr), read on their boundaries and in their cases
@@ -204,6 +209,7 @@ def level(message: str) -> str | None:
             _json_mark(message),
             _nemo_mark(message),
             _dmlc_mark(message),
+            _nccl_mark(message),
         )
         if mark
     ]
@@ -251,6 +257,13 @@ def _dmlc_mark(message: str) -> tuple[int, str] | None:
         return None
     found = _DMLC_FATAL.search(message)
     return (found.start(), FATAL) if found else None
+
+
+def _nccl_mark(message: str) -> tuple[int, str] | None:
+    if " WARN " not in message:
+        return None
+    found = _NCCL_FRAME.search(message)
+    return (found.start(), ERROR) if found else None
 
 
 def _glog_mark(message: str) -> tuple[int, str] | None:
