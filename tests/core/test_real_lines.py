@@ -182,6 +182,14 @@ def test_round_eight_is_written_from_new_sources_for_the_families_the_blind_batc
     assert {r.label for r in lines} == set(real_lines.LABELS)
 
 
+def test_round_twenty_three_is_written_from_new_sources_for_the_families_the_sealed_batch_missed() -> None:
+    # Given round 23 of issue 39 (declared written, for the kinds the sealed batch 39/22 missed) / Then its lines are
+    # written, from sources no earlier round holds, with NCCL's, the c10d store's, the driver's and the signals' lines
+    lines = _new_round(23, WRITTEN, 75, 40)
+    assert {"nccl", "nccl_timeout", "c10d_timeout", "xid_fatal", "segfault"} <= {r.kind for r in lines}
+    assert sum(r.label == "benign" for r in lines) >= 30
+
+
 # The sealed batches of issue 39: (round, lines, sources, Neuron fatal lines) at least. Round 9 was quoted beside
 # round 8 by a quoter who never saw its rules; rounds 15 and 22 after the rules froze, and round 24 beside round 23, by
 # ones who never saw any (the search tool had no Neuron thread left that the corpus did not hold).
