@@ -158,6 +158,15 @@ ROUNDS: tuple[Round, ...] = (
         "ran the rules, from sources neither the corpus nor round 39/23 holds, kept outside the repository until those "
         "rules froze; fatal lines of every family, lookalikes and save lines",
     ),
+    # Round 25 of issue 39 wrote the rules from the libraries' own source (corpus/source_lines/): no quotes.
+    Round(
+        39,
+        26,
+        MEASURED,
+        "a sealed batch, to measure the source round 39/25's rules blind: quoted by two quoters at once beside that "
+        "round, who never read or ran the rules, from sources the corpus does not hold, kept outside the repository "
+        "until those rules froze; fatal lines of every family, lookalikes and more save lines than the earlier batches",
+    ),
 )
 
 
