@@ -685,17 +685,22 @@ SURVIVES = Rule(
     re.compile(
         r"(?i:(?<!\bnot )\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
-        r"|\bfall back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b|\b(?:going to|using|use) \S{1,120} instead\b"
+        r"|\bfall back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b"
+        # a substitute named (NCCL's `Cannot initialize CollNet, using point-to-point network instead`)
+        r"|\b(?:going to|using|use) (?:\S{1,60} ){0,3}?\S{1,60} instead\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         # a line that says the work goes on past what it reports (libfabric efa's `Communication will continue.`), or
         # drops or defers what it cannot handle (its stale PEER_ERROR_PKT `; dropping.`, `; deferring rxe release`)
-        r"|\b(?:[Cc]ommunication|[Ee]xecution|[Tt]raining) will continue\b|; (?:dropping|deferring)\b"
+        r"|\b(?:[Cc]ommunication|[Ee]xecution|[Tt]raining) will continue\b|; (?:dropping|deferring|leaking)\b"
         # a feature given up and the job going on without it (PSM3's `... failed. Disabling CMA support`), a failure
         # followed by the fallback it tries (mercury's `Could not find matching interface for ib0, attempting to use it
         # as domain name`)
         r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
         # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
         r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
+        # or finds no library for an optional transport (ibvwrap.cc's `Failed to open libibverbs.so[.1]`: sockets
+        # instead; gdrwrap.cc's `Failed to open libgdrapi.so`: no GDRCopy)
+        r"|\bFailed to open lib(?:ibverbs|gdrapi)\b"
         # NCCL's IB resiliency (transport/net_ib/p2p_resiliency.cc, 2.30) moving a failed device's traffic to the others
         # (`Device 0 marked as failed. Initiating recovery? Yes`, only once it has judged the error not fatal; its fatal
         # one is `The error is fatal (...). Cannot continue.`), and dropping a completion it had already handled (`stale
@@ -732,6 +737,7 @@ SURVIVES = Rule(
         "nonfatal",
         "ibv_open_device failed",
         "unable to open device",
+        "failed to open lib",
         "initiating",
         "already handled",
         "resubmitting",
@@ -744,6 +750,7 @@ SURVIVES = Rule(
         "will continue",
         "; dropping",
         "; deferring",
+        "; leaking",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
@@ -1116,6 +1123,8 @@ class LinePatterns:
             if rule.search(message, low):
                 if rule.name == XID:
                     return XID if _xid_fatal(message) else None
+                if rule.name == EFA and log_structure.libfabric_low(message):
+                    continue
                 if rule.strict:
                     quiet = log_structure.quiet(message) if quiet is None else quiet
                     if quiet:

@@ -52,6 +52,10 @@ _LIBFABRIC_DATA_PATH = re.compile(
     r"\blibfabric:[^<\n]{0,200}?:(?:(?:mr|cq|eq|av|ep_data|ep_ctrl):"
     r"|(?:fabric|domain):(?!\w{0,80}?(?:info|check|layering)))\w{1,80}\(\):\d{1,6}<warn>"
 )
+# libfabric's own frame at a low level (`libfabric:pid:time::efa:cq:func():line<info> `): what its provider reports
+# there (a completion error it hands to the application, a QP it retries, a counter it cannot query) it goes on past;
+# its errors are at `<warn>`.
+_LIBFABRIC_LOW = re.compile(r"\blibfabric:[^<\n]{0,200}?\(\):\d{1,6}<(?:info|trace|debug)> ")
 # The leading mark may follow indentation and up to two bracketed prefixes (a log file's timestamp, Slurm's
 # `[jobid.step]`).
 _LEADING_MARK = re.compile(
@@ -158,8 +162,15 @@ _NEURON_DRIVER_FAILURE = re.compile(r"\bneuron:[a-z]\w{1,80}: [^\n]{0,200}?\b(?i
 # EFA's DEREG_MR failing after a process ended: the driver freed the buffers first (the Neuron docs call it benign),
 # and the EFA driver's own line for the same failed de-registration (`Failed to de-register mr(lkey-N) [-22]`).
 # A driver's line that calls itself a warning (`pci_warn(dev, "Warning: ...")`): its probe goes on.
+# The kernel's reports of what it handled and goes on past: ACPICA's interpreter messages (`ACPI BIOS Error (bug): `,
+# `ACPI Error: Aborting method ...`: a control method given up, utxferror.c) and FW_BUG's `[Firmware Bug]: `, EDAC's
+# corrected count (`EDAC MC0: 1 CE memory read error`, edac_mc.c), AER's register dump after its heading (`error
+# status/mask=`, aer.c), APEI's tables set up (`ERST: Error Record Serialization Table (ERST) support is initialized.`)
+# and the records of a previous boot (`BERT: Error records from previous boot:`), mce's count of logged events.
 _RECOVERED = re.compile(
     r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\bde-register mr\b|\b[Ww]arning: "
+    r"|\bACPI(?: BIOS)? (?:Error|Warning|Exception)\b|\[Firmware (?:Bug|Warn|Info)\]|\b\d{1,10} CE\b"
+    r"|\berror status/mask=|\bis initiali[sz]ed\b|\bprevious boot\b|\bevents logged\b"
 )
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
@@ -188,6 +199,17 @@ _UNLEVELLED_FAILURE = re.compile(
     # exception in rollout worker`, signal_slot's event loop `unhandled exception in slot=...`, which re-raises)
     r"|\b(?:[Uu]ncaught|[Uu]nhandled|[Uu]nknown) exception\b|(?:^|\] )Exception in (?:the )?[\w-]{1,40} loop\b"
 )
+# A failure a line only foretells, after a modal (NeMo's exp_manager at ERROR: `Please note that this is not tested in
+# NeMo and could result in errors.`, `It is very likely this run will fail with ModelCheckpoint(monitor=...) not
+# found ...`): the run goes on; its sentence is read without it.
+_HYPOTHETICAL = re.compile(
+    r"\b(?:could|may|might|(?:is|are) (?:very )?likely (?:that )?[\w ]{1,40}? will) (?!not\b)"
+    r"(?:\w{1,20} ){0,2}?(?:result in|cause|lead to|fail)\b[^.\n]{0,200}"
+)
+# A driver's initialiser failing at the error level of a framework that probes platforms (XLA's stream executor,
+# cuda_driver.cc: `failed call to cuInit: CUDA_ERROR_NO_DEVICE ...`): the platform is left uninitialised and the
+# client goes on with another (JAX's and TensorFlow's CPU); its own calls' failures are what end a run.
+_PROBE = re.compile(r"\bfailed call to cu(?:Init|DriverGetVersion)\b")
 # The error code a component's leading `error:` gives before its text (`EFA internal error: (4124) Unresponsive
 # receiver`): the code says what failed where the text names no failure word.
 _LEAD_CODE = re.compile(r":\s{1,4}\(-?\d{1,6}\) ")
@@ -302,6 +324,16 @@ def fatal_by_structure(message: str, low: str) -> bool:
         return True
     if mark == LOW or not (failure or framed):
         return False
+    if failure and _HYPOTHETICAL.search(message) is not None:  # a failure only foretold is none yet
+        said = _HYPOTHETICAL.sub("", message)
+        failure = failed(said, said.lower())
+        if not (failure or framed):
+            return False
+    kernel = _KERNEL.search(message) is not None
+    if kernel and _RECOVERED.search(message) is not None:
+        return False
+    if mark == ERROR and _PROBE.search(message) is not None:
+        return False
     if framed:  # a runtime's or a driver's own frame, no level; or a refusal at the collectives' error level
         if mark == ERROR:
             return refused
@@ -309,7 +341,7 @@ def fatal_by_structure(message: str, low: str) -> bool:
     if mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None:
         return True
     return (
-        _KERNEL.search(message) is not None
+        kernel
         and (_KERNEL_FAILURE.search(message) is not None or _NEURON_DRIVER_FAILURE.search(message) is not None)
         and _RECOVERED.search(message) is None
     )
@@ -322,6 +354,11 @@ def _refused(message: str, low: str) -> bool:
         and _REFUSAL_FRAMES.search(message) is not None
         and _REFUSED.search(message) is not None
     )
+
+
+def libfabric_low(message: str) -> bool:
+    """Whether the line is libfabric's own at a low level (`<info>`, `<trace>`, `<debug>`)."""
+    return "libfabric:" in message and _LIBFABRIC_LOW.search(message) is not None
 
 
 def quiet(message: str) -> bool:
