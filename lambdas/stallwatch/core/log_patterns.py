@@ -80,10 +80,12 @@ _NVLINK_NONFATAL = re.compile(r"\bNonfatal\b")
 # Not a component it says is uninitialised when a call comes (v1.x's `NCCL OFI component is not initialised.`).
 _PLUGIN_INIT = r"(?:NET/)?OFI [^\n]{0,60}?(?<!not )(?<!been )(?<!un)(?i:initiali[sz]|initNet)"
 # What NCCL's WARN (its only level for errors) and the Neuron collectives' CCOM WARN, its port, say when a peer fails.
-# A failover is no failure; a mismatch across ranks and an algorithm or transport not available end its set-up.
+# A failover is no failure; a mismatch across ranks and an algorithm or transport not available end its set-up, as do
+# a bootstrap message cut short, two ranks on one GPU, a revoked communicator and no interface found (bootstrap.cc,
+# init.cc, enqueue.cc: each returns an error).
 _COLLECTIVE_FAILURE = (
-    r"(?i:fail(?![- ]?over)|error|closed|abort|timed? ?out|refused|reset|broken|mismatch|not available"
-    r"|\bno [\w/]{1,40} available)"
+    r"(?i:fail(?![- ]?over)|error|closed|abort|timed? ?out|refused|reset|broken|mismatch|not available|truncated"
+    r"|\bduplicate|\brevoked|\bno [\w/]{1,40}(?: [\w/]{1,40})? (?:available|found)\b)"
 )
 
 
@@ -116,6 +118,12 @@ RULES: tuple[Rule, ...] = (
         re.compile(r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError|CUDA error: out of memory"),
         ("out of memory", "outofmemoryerror"),
         strict=True,  # fairseq's "WARNING: ran out of memory with exception: CUDA out of memory ...": a skipped batch
+    ),
+    Rule(
+        CUDA_OOM,  # TensorFlow's BFC allocator giving up (bfc_allocator.cc, at W: the op then fails with OOM); the
+        # allocation that may fail says `with freed_by_count=N. The caller indicates that this is not a failure`
+        re.compile(r"\bAllocator \([^)\n]{1,40}\) ran out of memory trying to allocate \S{1,20} \(rounded to \d"),
+        ("ran out of memory",),
     ),
     Rule(
         NCCL,
@@ -214,6 +222,12 @@ RULES: tuple[Rule, ...] = (
         ("diststoreerror", "distnetworkerror", "socket", "rendezvous", "timed out", "wait timeout"),
     ),
     Rule(
+        CONTAINER,  # libnvidia-container's CLI in err(3)'s layout, the stage that failed (src/cli/configure.c: its
+        # warnx and warn, then EXIT_FAILURE; the prestart hook fails, the container does not start), whatever its text
+        re.compile(r"^\s{0,8}nvidia-container-cli: [a-z][a-z ]{0,40} (?:error|failed): "),
+        (" error: ", "failed: "),
+    ),
+    Rule(
         XID,
         re.compile(
             r"NVRM: Xid\b|GPU has fallen off the bus|fallen off the bus and is not responding"
@@ -257,6 +271,8 @@ RULES: tuple[Rule, ...] = (
             r"terminate called (?:after throwing|without an active exception|recursively)|SIGABRT|\b[Ss]ignal 6\b"
             r"|Signal Received: 6\b|Aborted \(core dumped\)|Fatal Python error|\*\*\* (?:BACKTRACE|Aborted at)\b"
             r"|: Assertion `[^\n]{1,300}' failed[.!]$"  # glibc's assert() and ld.so's, which abort
+            # UCX's ucs_assert (ucs/debug/assert.h), `file:line Assertion `expr' failed[: message]`, then abort()
+            r"|\.c:\d{1,6} {1,4}Assertion `[^\n]{1,300}' failed(?:: [^\n]{0,300})?$"
             r"|^\s{0,8}what\(\): "  # libstdc++'s second line after "terminate called after throwing ..."
             # glibc's malloc_printerr catalogue, each message the whole line before abort(): a function's name and
             # what it found, in the catalogue's words (invalid, corrupt, detected, mismatching: `free(): invalid
@@ -567,12 +583,18 @@ RULES: tuple[Rule, ...] = (
     Rule(
         LAUNCHER_EXIT,
         re.compile(
-            r"\bexitcode\s*[:=]\s*-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
+            r"\bexitcode[\s:=]{1,4}-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
             r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+\(?-?[1-9]"
             r"|\bprocess exited, code=(?:exited|killed|dumped), status=(?!0/)\d{1,3}/"  # systemd: a unit's process
             r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
-            r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED|Received \d+ death signal"
-            r"|Sending process \d+ closing signal SIG[A-Z]+"
+            r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED"
+            # torchelastic's agent told to stop (`Received 15 death signal`, 2.x `Received Signals.SIGTERM death
+            # signal`, its exit barrier's `Got termination signal: Signals.SIGTERM`), and closing its workers
+            # (SubprocessContext's `Sending process N closing signal`, MultiprocessContext's `Closing process N via
+            # signal`); its record() on a failure with no error file, before it re-raises
+            r"|\b(?:Received (?:\d{1,2}|(?:Signals\.)?SIG[A-Z]{2,6}) death|Got termination) signal\b"
+            r"|(?:Sending process \d+ closing|Closing process \d+ via) signal SIG[A-Z]+"
+            r"|\blocal_rank \S{1,8} FAILED with no error file\b"
             r"|^Error executing job with overrides: "  # Hydra: the job's function raised
             r"|\b(?i:exiting|exit) with a non-zero (?:status|exit code)\b"  # an application ending its own run
             # Megatron's rerun state machine ending a run whose result it could not validate: it exits now and asks
@@ -606,6 +628,17 @@ RULES: tuple[Rule, ...] = (
             r"|: line \d{1,6}: {1,4}\d{1,8} (?:Killed|Terminated|Aborted|Segmentation fault|Floating point exception"
             r"|Bus error|Illegal instruction|Trace/breakpoint trap|Hangup|Quit|CPU time limit exceeded)\b"
             r"|\bcore dumped\b|(?i:floating point exception)|\bSIGFPE\b"
+            # a shell's job report, the signal's words in a padded status column before the command: bash's job table
+            # and, from 5.3, its foreground job (`[1]+  Killed        python train.py`, jobs.c print_pipeline), zsh's
+            # (`zsh: killed     python train.py`, `[1]  + terminated  ...`: Src/jobs.c printjob, signames2.awk)
+            r"|^(?:zsh: |\[\d{1,5}\] {0,2}[+-]? {1,2})?(?:[Kk]illed|[Tt]erminated|Aborted|abort|[Bb]us error"
+            r"|User defined signal \d|user-defined signal \d|CPU time limit exceeded|cpu limit exceeded"
+            r"|[Ff]ile size limit exceeded)(?: \(core dumped\))? {2,40}\S"
+            # a fatal signal a process's handler reports before it dies (UCX's ucs_debug: `Caught signal 7 (Bus error:
+            # nonexistent physical address)`), timeout(1)'s --verbose signal to the command it times out
+            r"|\b[Cc]aught signal \d{1,2} \([A-Z]|\bsending signal [A-Z0-9]{1,8} to command\b"
+            # MPICH's mpiexec (Hydra) on the exit status a signal left, with its strsignal (mpiexec.c)
+            r"|\bEXIT STRING: [^\n]{1,40}? \(signal \d{1,2}\)"
             # a signal said received (Lightning's "Received SIGTERM: 15", Megatron's "after receiving SIGTERM"), Ctrl+C
             # (the exception, or its words: Sample Factory's `Keyboard interrupt detected in driver loop, exiting...`)
             r"|\b[Rr]eceiv(?:ed|ing) SIG(?:TERM|INT|KILL)\b|\b(?:KeyboardInterrupt|[Kk]eyboard interrupt)\b"
@@ -624,6 +657,13 @@ RULES: tuple[Rule, ...] = (
             "core dumped",
             "floating point exception",
             "sigfpe",
+            "bus error",
+            "abort",
+            "caught signal",
+            "sending signal",
+            "defined signal",
+            "exceeded",
+            "exit string",
         ),
     ),
     Rule(
@@ -686,8 +726,13 @@ SURVIVES = Rule(
         r"(?i:(?<!\bnot )\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
         r"|\bfall back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b"
-        # a substitute named (NCCL's `Cannot initialize CollNet, using point-to-point network instead`)
-        r"|\b(?:going to|using|use) (?:\S{1,60} ){0,3}?\S{1,60} instead\b"
+        r"|\b(?:going to|using|use) \S{1,120} instead\b"
+        # a fallback a component takes now, in a few words (NCCL's `Cannot initialize CollNet, using point-to-point
+        # network instead`), not an exception's advice (`consider using ... instead`)
+        r"|(?<![Cc]onsider )(?<![Tt]ry )\busing (?:\S{1,60} ){1,3}?\S{1,60} instead\b"
+        # torchelastic's agent restarting its failed workers while restarts are left (`Worker group FAILED. 3/3
+        # attempts left; will restart worker group`)
+        r"|\bwill restart\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         # a line that says the work goes on past what it reports (libfabric efa's `Communication will continue.`), or
         # drops or defers what it cannot handle (its stale PEER_ERROR_PKT `; dropping.`, `; deferring rxe release`)
@@ -743,6 +788,7 @@ SURVIVES = Rule(
         "resubmitting",
         "resend",
         "restarting",
+        "will restart",
         " logger",
         "disabling",
         ", attempting to use",

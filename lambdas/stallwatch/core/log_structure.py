@@ -31,7 +31,8 @@ LOW = "low"  # warning, info, debug: the levels frameworks log the errors they c
 # `I20241209 23:39:42` (with the year), PyTorch's `[E socket.cpp:957]`, TensorFlow's `E tensorflow/...cc:706]`,
 # Ray's `E 1234 5678]` (its FATAL is `C 1234 5678]`). A JSON record's `"level":"error"`. Each regex opens with a
 # literal or a class, so it scans fast.
-_WORD_MARK = re.compile(r"(?:(?:NCCL|CCOM) WARN|ERROR|FATAL|CRITICAL|WARN(?:ING)?|INFO|DEBUG)\b")
+# UCX's DIAG, its level between WARN and INFO (ucs/debug/log.c), is a low one too.
+_WORD_MARK = re.compile(r"(?:(?:NCCL|CCOM) WARN|ERROR|FATAL|CRITICAL|WARN(?:ING)?|DIAG|INFO|DEBUG)\b")
 _WORD_LEVELS = {"ERROR": ERROR, "FATAL": FATAL, "CRITICAL": FATAL}  # the collectives' WARN is an error; the rest low
 _LOW_BEFORE = frozenset(" \t[|(")  # what a low level's word follows
 _LOW_AFTER = frozenset(" \t]|:)")  # and is followed by
@@ -57,9 +58,11 @@ _LIBFABRIC_DATA_PATH = re.compile(
 # its errors are at `<warn>`.
 _LIBFABRIC_LOW = re.compile(r"\blibfabric:[^<\n]{0,200}?\(\):\d{1,6}<(?:info|trace|debug)> ")
 # The leading mark may follow indentation and up to two bracketed prefixes (a log file's timestamp, Slurm's
-# `[jobid.step]`).
+# `[jobid.step]`), and before `Fatal: ` the source location that raised it (UCX's ucs_fatal, `[host:pid:thread:tid]
+#   ucp_ep.c:4809 Fatal: ...`: its ucs_log_fatal_error prefix, then `%13s:%-4u`).
 _LEADING_MARK = re.compile(
-    r"\s{0,8}(?:\[[^\]\n]{1,40}\] ){0,2}(?:Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] "
+    r"\s{0,8}(?:\[[^\]\n]{1,40}\] ){0,2}(?:\s{0,16}[\w.-]{1,60}\.c\w{0,2}:\d{1,6} {1,4}(?=Fatal: ))?"
+    r"(?:Fatal: |\[(?:NCC_)?[A-Z]{1,5}\d{3}\] "
     r"|(?:[\w./-]{1,40}:? )?(?:[A-Za-z]{2,20} )?(?:error|Error)(?=: | response\b))"
 )
 _GLOG_MARK = re.compile(
