@@ -810,15 +810,26 @@ _WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz|keras)"  # t
 # no save of its own: frameworks do it before a save (diffusers, Accelerate, mmengine's best) or after its end, in the
 # background (Levanter, Orbax), so only a removal a framework logs as its save's last step marks one (`MARKERS`).
 _SAVING = r"(?:[Ss]aving|[Ww]riting|[Ss]toring|[Uu]ploading|[Pp]ersisting|[Cc]ommitting|[Ff]inali[sz]ing)"
-_SAVED = r"(?i:checkpoints?|ckpts?|snapshots?|state(?:s| dicts?)?|models?|weights|optimizers?|shards?|params)"
+# (a state dict perhaps by its variable's name: PaddleNLP's `saving optimizer_state_dict process`)
+_SAVED = (
+    r"(?i:checkpoints?|ckpts?|snapshots?|(?:\w{1,20}_)?state(?:s|[ _]dicts?)?"
+    r"|models?|weights|optimizers?|shards?|params)"
+)
 _CHECKPOINT_PLACE = rf"['\"]?[^\s'\"]{{0,200}}?(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
 # Words that make a line about a checkpoint something else than a save: loading, restoring or resuming one, a save
-# (or a removal) still to come ("will be saved", Levanter's "We will delete it after saving a new checkpoint").
+# (or a removal) still to come ("will be saved", Levanter's "We will delete it after saving a new checkpoint"), a save
+# skipped (dlrover's `Skip saving the checkpoint from the memory to the storage.`). A word inside a path is a
+# directory's name (Lightning's `saving model to '/content/resume/epoch=3.ckpt'`), never what the line does.
 _NOT_A_SAVE = re.compile(
-    r"\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b"
+    r"(?<![/\\])\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b(?![/\\-])"
     r"|\b(?i:will) (?:be )?(?:saved|written|save|write|delete[sd]?)\b"
 )
 _NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ")
+# A save skipped is none (dlrover's `Skip and only rank 0 saves checkpoint in a DDP job.`), unless the line says why:
+# another one still going on (ms-swift's `Skip saving the checkpoint of step 500 because the latest checkpoint is not
+# finished.`, while dlrover's flash checkpoint persists it).
+_SKIPPED = re.compile(r"\b(?i:skip(?:s|ped|ping)?)\b[^\n]{0,30}?\b(?i:sav(?:e|es|ing))\b")
+_STILL_SAVING = re.compile(r"\b(?:is|are) (?:saving|writing)\b|\bis not (?:yet )?(?:finished|completed?|done)\b")
 MARKERS: tuple[Rule, ...] = (
     Rule(
         CHECKPOINT_END,  # the frameworks' own completion lines
@@ -840,12 +851,17 @@ MARKERS: tuple[Rule, ...] = (
             # saved to`, `Adapter checkpoint of size ... saved to`) is one part of it, a start
             r"|(?<!(?i:model) )(?<!(?i:recipe) )(?<!(?i:adapter) )\b(?i:checkpoint|ckpt|snapshot)s? (?:\w{1,20}ly )?"
             r"saved (?:to|in|at) "
+            # torchtune's checkpointers: the recipe state is the last file of an intermediate checkpoint, and the final
+            # epoch's note comes after every file of the last one
+            r"|\bRecipe checkpoint of size [\d.]+ \w+ saved to |\bSaving final epoch checkpoint\.$"
+            r"|\bCommit checkpoint tmp_path: "  # dlrover's flash checkpoint: its staged directory moved into place
             # the thread or the wait a save ran in said over (Orbax's background thread, its finalize thread's waiter;
             # torchtune's wait for the previous one)
-            r"|\b[Ss]ave thread (?:done|finished)\b"
+            r"|\b(?:[Ss]ave|[Cc]ommit) thread (?:\w{1,20} ){0,2}?(?:done|finished|joined)\b"
             r"|\b(?:[Dd]one (?:with )?waiting|[Ww]aited [\d.]+ \w{1,10}) for [^\n]{0,60}?(?i:save|checkpoint|upload)"
         ),
-        ("sav", "checkpoint", "upload"),  # every completion line names a save, the checkpoint or an upload
+        # every completion line names a save, the checkpoint, an upload or a commit
+        ("sav", "checkpoint", "upload", "commit"),
     ),
     Rule(
         CHECKPOINT_START,  # the frameworks' own lines while a checkpoint is written: one of its files, a save begun
@@ -858,12 +874,15 @@ MARKERS: tuple[Rule, ...] = (
             r"|\.orbax-checkpoint-tmp\b|/checkpoint/write/|\[thread=async_save\]"  # Orbax: tmp dir, throughput, thread
             rf"|\bOptimizer stripped from {_FILE}"  # Ultralytics: the final weights rewritten without the optimizer
             r"|Pending async checkpoint saves|Checkpoint save for step \d+ started"  # NeMo
-            r"|about to save the PEFT modules|Getting full model state dict"  # llama-recipes
+            r"|about to save the PEFT modules"  # llama-recipes
+            r"|\bGetting (?:\w{1,20} ){0,2}state dict\b"  # llama-recipes', torchtune's: the states gathered to be saved
+            # one rank's file said saved: one shard of the checkpoint (verl's `Saved optim to .../optim_..._rank_0.pt`)
+            rf"|\b[Ss]aved (?:\w{{1,20}} )?to \S{{0,200}}?[_/-]rank_?\d{{1,5}}\.{_WEIGHTS_FILE}\b"
             r"|\b[Ss]taging the checkpoint\b"  # torchtitan's async save: its upload goes on after `Finished staging`
             # a save that goes on in the background once its blocking part is done (Orbax's `Finished blocking save
             # ... Continuing save`, torchtune's `Saving asynchronous checkpoint took`), a checkpoint named by its part
             r"|\b[Cc]ontinuing (?:the )?(?:save|saving|writing|upload)\b|\b[Ss]aving async\w{0,7} checkpoint\b"
-            r"|\b(?i:model|adapter|recipe|optimizer) checkpoint\b[^\n]{0,60}? saved (?:to|in|at) "
+            r"|\b(?i:model|adapter|optimizer) checkpoint\b[^\n]{0,60}? saved (?:to|in|at) "
         ),
         (
             "sav",
@@ -871,7 +890,7 @@ MARKERS: tuple[Rule, ...] = (
             "upload",
             "orbax-checkpoint-tmp",
             "optimizer stripped from",
-            "getting full model state dict",
+            "state dict",
             "staging the checkpoint",
         ),
     ),
@@ -884,7 +903,7 @@ MARKERS: tuple[Rule, ...] = (
             # `Checkpoint at step 5000 saved.`)
             r"\b(?i:checkpoint|ckpt|snapshot)(?![A-Z][a-z])\S{0,40} "
             r"(?:(?:at |for |of )?(?:step |iteration )?\w{0,30}\d )?"
-            r"(?:\w{1,20}ly |(?:saving|writing|uploading) )?"
+            r"(?:\w{1,20}ly |(?:save|saving|writing|uploading) )?"
             r"(?:saved|written|uploaded|committed|completed?|finished|created)\b"
             # one said to have been saved, however long the sentence (torchtune's `The full model checkpoint, including
             # all weights and configurations, has been saved successfully.`)
@@ -904,6 +923,11 @@ MARKERS: tuple[Rule, ...] = (
             # a model said saved, perhaps by what it is (detectron2's best checkpointer: `Saved best model as ...`)
             r"|\b(?:Saved|[Ff]inished (?:saving|writing)|Wrote|Uploaded) (?:the )?(?:\w{1,20} )?(?i:models?) "
             r"(?:to|at|in|for|as)\b"
+            # the model, its weights or its adapter said saved at a place or a time (ShivamShrirao's dreambooth
+            # `[*] Weights saved at <dir>`, TheLastBen's `Intermediary LoRA saved at epoch 3`); a weights file the
+            # object of the past verb (pytorch/examples' FSDP `--> saved <dir>/optimizer-t5-small-0.pt to disk`)
+            r"|\b(?:[Ww]eights|[Mm]odels?|LoRA|[Aa]dapters?) saved at\b"
+            rf"|\b(?:[Ss]aved|[Ww]rote|[Uu]ploaded) ['\"]?[^\s'\"]{{0,200}}?\.{_WEIGHTS_FILE}\b"
             # every file of it said saved (DeepSpeed's Nebula engine: `all files for global_step10 are saved in tier1`)
             r"|\b[Aa]ll (?:\w{1,20} )?files\b[^\n]{0,60}? (?:are|were|have been) (?:saved|written)\b"
             rf"|\b(?:Saved|[Ff]inished saving|Wrote|Uploaded) (?:\S{{1,60}} ){{0,3}}(?:to|at|in|into) "
@@ -942,7 +966,11 @@ MARKERS: tuple[Rule, ...] = (
             # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
             # StableDiffusion checkpoint to ...`)
             rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
-            r"|\b(?:[Ss]tart(?:ing|ed)?|[Ss]chedul(?:ed|ing))\b[^\n]{0,40}?\b(?i:sav(?:e|ing))\b"
+            # a save, its commit or its finalisation begun or scheduled (Orbax's `Starting commit to storage layer`,
+            # `Beginning async checkpoint finalize.`, dlrover's `Start commit checkpoint`, Megatron-LM's `takes 0.51 to
+            # schedule async ckpt`)
+            r"|\b(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning|s)?|[Ss]chedul(?:e|ed|ing))\b[^\n]{0,40}?"
+            r"\b(?i:sav(?:e|ing)|commit(?:ting)?|ckpt|finali[sz]e)\b"
             r"|\b[Ss]tart(?:ing|ed)? (?:a |the )?(?i:checkpoint)(?:ing)? (?:for|of|at)\b"  # DeepSpeed's Nebula
             # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`)
             rf"|\b(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) ['\"]?[^\s'\"]{{0,200}}?/"
@@ -953,6 +981,24 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b(?i:save|checkpoint)\b[^\n]{0,40}? is syncing\b|\b(?i:metadata|shards?)\b[^\n]{0,30}? written\b"
             # one of a checkpoint's parts said saved: its model, optimizer, scheduler, state or weights
             r"|\b(?i:model|optimizer|scheduler|state|weights)\b[^\n]{0,40}? saved (?:to|in) "
+            # a verb in capitals, perhaps behind a terminal colour code (TheLastBen's `\x1b[1;32mSAVING CHECKPOINT...`)
+            rf"|(?<![A-Z])(?:SAVING|WRITING) (?:[\w'\"-]{{1,40}} ){{0,3}}?{_SAVED}\b"
+            # a save in the present tense, or bound for the storage, the disk or memory (dlrover's flash checkpoint:
+            # `Saves the checkpoint shard 0 ... into the storage`, `ShardingSaver save checkpoint to storage`, `the
+            # agent persists checkpoint`; Orbax's `Finished committing to storage layer`)
+            rf"|\b(?:[Ss]aves|[Ww]rites|[Pp]ersists) (?:the |a )?{_SAVED}\b"
+            rf"|\b(?i:sav(?:e|es|ing)|writ(?:e|es|ing)|persist(?:s|ing)?)\b[^\n]{{0,40}}?{_SAVED}\b[^\n]{{0,40}}? "
+            r"(?:to|into|in) (?:the )?(?:shared )?(?:storage|disk|memory)\b"
+            r"|\b[Cc]ommit(?:s|ting)? to (?:the )?storage\b"
+            # a step of a save timed while it goes on (Megatron-LM: `takes 2.1 to prepare state dict for ckpt`, its
+            # fully parallel strategy's `parallel save sharding, time: 0.43`, `Apply save parallelization`, its async
+            # writer's `write(sync,parallel): 39.5`; dlrover's `execute save_to_memory in 0.53s`), a state made ready
+            # for it (fairseq's `State of TranslationTask is ready to be persisted with the checkpoint`), or saves left
+            # unfinalized and finalised now (Megatron-LM's `Unfinalized async checkpoint saves.`)
+            r"|\btakes [\d.]+\S{0,3} to (?:[\w-]{1,20} ){1,5}?(?i:ckpt|checkpoint|save)\b"
+            r"|\b(?:[Ss]ave|ckpt) (?:shard|parallel)\w{0,10}\b|\bwrite\([\w,]{1,30}\): [\d.]+"
+            r"|\bexecute (?:\w{1,30}_)?save(?:_\w{1,30})? in [\d.]+"
+            r"|\b(?:is|are) ready to be (?:persisted|saved|written)\b|\b[Uu]nfinali[sz]ed\b[^\n]{0,30}? saves?\b"
         ),
         (
             "sav",
@@ -963,6 +1009,7 @@ MARKERS: tuple[Rule, ...] = (
             "commit",
             "finali",
             "checkpoint",
+            "ckpt",
         ),
     ),
 )
@@ -1056,7 +1103,7 @@ CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "[Ss]tor[ie]",
     "[Uu]pload",
     "[Pp]ersist",
-    "[Cc]ommitt",
+    "[Cc]ommit",
     "[Ff]inali[sz]",
     "[Rr]emoving|[Dd]eleting|[Pp]runing|[Cc]leaning.up|[Rr]emoved|[Dd]eleted",
     "state.dict",
@@ -1288,7 +1335,10 @@ def _candidates(hits: tuple[str, ...]) -> _Candidates:
 
 
 def _not_a_save(message: str, low: str) -> bool:
-    """Whether a line a marker names is about loading, restoring or resuming a checkpoint, or a save still to come."""
+    """Whether a line a marker names is about loading, restoring or resuming a checkpoint, a save still to come, or a
+    save skipped while none goes on."""
+    if "skip" in low and _SKIPPED.search(message) and not _STILL_SAVING.search(message):
+        return True
     return any(hint in low for hint in _NOT_A_SAVE_HINTS) and _NOT_A_SAVE.search(message) is not None
 
 
