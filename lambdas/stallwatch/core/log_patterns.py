@@ -741,8 +741,9 @@ SURVIVES = Rule(
         # followed by the fallback it tries (mercury's `Could not find matching interface for ib0, attempting to use it
         # as domain name`)
         r"|\bDisabling (?:[\w-]{1,40} ){1,4}(?:support|features?)\b|, (?:attempting|trying) to use\b"
-        # NCCL's IB discovery skips a device it cannot open (ncclIbInit, ncclIbInitDevices)
-        r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: Unable to open device\b"
+        # NCCL's IB discovery skips a device it cannot open, or IB as a whole when it finds no IP interface
+        # (ncclIbInit, ncclIbInitDevices: sockets are tried next; Bootstrap's `no socket interface found` is fatal)
+        r"|\bCall to ibv_open_device failed\b|\bNET/IB ?: (?:Unable to open device|No IP interface found)\b"
         # or finds no library for an optional transport (ibvwrap.cc's `Failed to open libibverbs.so[.1]`: sockets
         # instead; gdrwrap.cc's `Failed to open libgdrapi.so`: no GDRCopy)
         r"|\bFailed to open lib(?:ibverbs|gdrapi)\b"
@@ -782,6 +783,7 @@ SURVIVES = Rule(
         "nonfatal",
         "ibv_open_device failed",
         "unable to open device",
+        "no ip interface found",
         "failed to open lib",
         "initiating",
         "already handled",
@@ -966,11 +968,11 @@ MARKERS: tuple[Rule, ...] = (
             # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
             # StableDiffusion checkpoint to ...`)
             rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
-            # a save, its commit or its finalisation begun or scheduled (Orbax's `Starting commit to storage layer`,
-            # `Beginning async checkpoint finalize.`, dlrover's `Start commit checkpoint`, Megatron-LM's `takes 0.51 to
-            # schedule async ckpt`)
+            # a save, its commit (never a revision's) or its finalisation begun or scheduled (Orbax's `Starting commit
+            # to storage layer`, `Beginning async checkpoint finalize.`, dlrover's `Start commit checkpoint`,
+            # Megatron-LM's `takes 0.51 to schedule async ckpt`)
             r"|\b(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning|s)?|[Ss]chedul(?:e|ed|ing))\b[^\n]{0,40}?"
-            r"\b(?i:sav(?:e|ing)|commit(?:ting)?|ckpt|finali[sz]e)\b"
+            r"\b(?i:sav(?:e|ing)|commit(?:ting)? (?:to|(?:the )?checkpoint)|ckpt|finali[sz]e)\b"
             r"|\b[Ss]tart(?:ing|ed)? (?:a |the )?(?i:checkpoint)(?:ing)? (?:for|of|at)\b"  # DeepSpeed's Nebula
             # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`)
             rf"|\b(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) ['\"]?[^\s'\"]{{0,200}}?/"
