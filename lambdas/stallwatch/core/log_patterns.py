@@ -186,6 +186,8 @@ RULES: tuple[Rule, ...] = (
             # Input/output error to EQ.`, efa's `rxr_eq_write_error`, which aborts where no EQ is bound)
             r"|libfabric:\S{1,120}:[ce]q:\S{1,120}<warn>"
             r"|\binfiniband efa_\d{1,3}: Failed"  # the EFA kernel driver
+            # the Neuron runtime finding no OFI plugin or EFA for a job across instances (nrt-troubleshoot)
+            r"|\bUnable to run multi-instance workload\b"
             # and, in its PCI frame (`efa 0000:00:06.0 efa_0: `, its ib device's once registered), the states it stops
             # in with no failure word (amzn-drivers kernel/linux/efa): an admin command with no completion (the admin
             # queue's running bit cleared: every later command fails), the closed admin queue those meet, and a probe
@@ -209,6 +211,7 @@ RULES: tuple[Rule, ...] = (
             "psm",
             ", ret=-",
             "efa 0000:",
+            "unable to run",
         ),
     ),
     Rule(
@@ -488,6 +491,9 @@ RULES: tuple[Rule, ...] = (
             r"|\bNRT_(?!SUCCESS\b)[A-Z][A-Z_]{2,40}"  # its status codes (nrt_status.h), e.g. NRT_RESOURCE
             r"|\b(?i:nrt)(?:::|_)\w{2,40}:? (?:failed|status ?= ?[1-9])|\bnrt status code [1-9]|\[NRTD:\w{1,40}\] error"
             r"|\bNEURON_HW_ERR="  # the driver's hardware error in dmesg, with the action it asks for
+            # a device's uncorrectable memory errors ending the execution (nrt-troubleshoot: `... on Neuron device: 5:1
+            # metadata: 0x2. Failing execution.`); a single one only warns that results may be off, and it goes on
+            r"|\bmemory error is detected on Neuron device: [^\n]{0,60}\bFailing execution\b"
             r"|^\s{0,8}[RT]X, connection closed by remote peer"  # the collectives: a peer rank ended
             # a NEFF whose version or features the runtime does not support: it refuses to load the model
             # (NRT_UNSUPPORTED_NEFF_VERSION; the troubleshooting page's `NEFF version mismatch supported: 1.1 ...`)
@@ -752,6 +758,13 @@ SURVIVES = Rule(
         # one is `The error is fatal (...). Cannot continue.`), and dropping a completion it had already handled (`stale
         # CQE with error ... Slot was already handled`)
         r"|\b[Ii]nitiating (?:[\w-]{1,30} )?recovery\b|\b(?:was|were) already handled\b"
+        # NCCL's proxy service thread skipping an accept that failed or dropping a local peer whose socket broke, and
+        # serving the others (proxy.cc, v2.12 to 5067397): a peer gone, e.g. a vLLM worker at exit. An operation it
+        # fails (`Error encountered progressing`, `Failed to execute operation`) fails the rank waiting on it.
+        r"|\[Service thread\] (?:Accept failed|Could not receive type)\b"
+        # a rate-limited report counting the copies it held back: its reporter goes on and logs again later (the
+        # Neuron driver's sysfs power reader, neuron_power.c: `..., skipped 3 log messages`)
+        r"|\bskipped \d{1,10} log(?:ging)? messages\b"
         # a retry by another name: tasks resubmitted (Ray's core worker recovering lost objects, logged at E), a message
         # sent again (ps-lite's resender: `Timeout to get the ACK message. Resend (retry=1)`), a group of workers
         # restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
@@ -779,6 +792,8 @@ SURVIVES = Rule(
         "warning: ",
         "ofi",
         "rescheduling",
+        "[service thread] ",
+        "skipped ",
         "non-fatal",
         "nonfatal",
         "ibv_open_device failed",
