@@ -227,8 +227,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         CONTAINER,  # libnvidia-container's CLI in err(3)'s layout, the stage that failed (src/cli/configure.c: its
         # warnx and warn, then EXIT_FAILURE; the prestart hook fails, the container does not start), whatever its text
-        re.compile(r"^\s{0,8}nvidia-container-cli: [a-z][a-z ]{0,40} (?:error|failed): "),
-        (" error: ", "failed: "),
+        # docker run's and docker create's reportError (cli/command/container/run.go): the daemon's refusal behind
+        # `docker: ` (an unknown runtime, a device driver it cannot select), then exit status 125: no container ran
+        re.compile(
+            r"^\s{0,8}nvidia-container-cli: [a-z][a-z ]{0,40} (?:error|failed): "
+            r"|^(?:[\w./-]{0,80}/)?docker: Error response from daemon: "
+        ),
+        (" error: ", "failed: ", "docker: error response"),
     ),
     Rule(
         XID,
@@ -291,6 +296,10 @@ RULES: tuple[Rule, ...] = (
             r"|^\s{0,8}(?:pure|deleted) virtual method called\s*$"
             # glog's CHECK failure, and the program counter glog's and absl's failure signal handlers dump first
             r"|\*\*\* Check failure stack trace: \*\*\*|^\s{0,8}PC: @ {1,20}(?:0x)?[0-9a-f]{1,16}\b"
+            # and the frames they dump after it (absl's examine_stack.cc `@ %*p  %9d  %s`, its `(unknown)` size; glog's
+            # utilities.cc DumpPCAndSymbol `@ %*p  %s`); absl's raw CHECK, which no level marks (raw_logging.h
+            # ABSL_RAW_CHECK: `[file : line] RAW: Check cond failed: msg`, then abort())
+            r"|^\s{0,8}@  {0,19}0x[0-9a-f]{1,16} {1,20}\S|\bRAW: Check [^\n]{1,300}? failed: "
         ),
         (
             "alloc(): ",
@@ -303,6 +312,7 @@ RULES: tuple[Rule, ...] = (
             "virtual method called",
             "check failure stack trace",
             "pc: @",
+            "@ ",
             "terminate called",
             "sigabrt",
             "signal 6",
@@ -592,14 +602,15 @@ RULES: tuple[Rule, ...] = (
             r"\bexitcode[\s:=]{1,4}-?[1-9]|ChildFailedError|^\s*\S{1,300} FAILED\s*$|Signal \d+ \(SIG[A-Z]+\) received"
             r"|failed with return code -?[1-9]|\bExitCode:?\s*-?[1-9]|(?i:exit code):?\s+\(?-?[1-9]"
             r"|\bprocess exited, code=(?:exited|killed|dumped), status=(?!0/)\d{1,3}/"  # systemd: a unit's process
-            r"|\bexit(?:ed)?(?: with)?(?: exit)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
+            r"|\bexit(?:ed)?(?: with)?(?: exit| status)? (?:code|status)[ :=]{0,3}-?[1-9]|returned non-zero exit status"
             r"|(?i:process) \d+ terminated with (?:signal|exit code)|Worker group FAILED"
             # torchelastic's agent told to stop (`Received 15 death signal`, 2.x `Received Signals.SIGTERM death
             # signal`, its exit barrier's `Got termination signal: Signals.SIGTERM`), and closing its workers
             # (SubprocessContext's `Sending process N closing signal`, MultiprocessContext's `Closing process N via
             # signal`); its record() on a failure with no error file, before it re-raises
             r"|\b(?:Received (?:\d{1,2}|(?:Signals\.)?SIG[A-Z]{2,6}) death|Got termination) signal\b"
-            r"|(?:Sending process \d+ closing|Closing process \d+ via) signal SIG[A-Z]+"
+            # torch.multiprocessing's spawn terminating the others once one failed (spawn.py ProcessContext.join)
+            r"|(?:Sending process \d+ closing|(?:Closing|Terminating) process \d+ via) signal SIG[A-Z]+"
             r"|\blocal_rank \S{1,8} FAILED with no error file\b"
             r"|^Error executing job with overrides: "  # Hydra: the job's function raised
             r"|\b(?i:exiting|exit) with a non-zero (?:status|exit code)\b"  # an application ending its own run
@@ -677,8 +688,11 @@ RULES: tuple[Rule, ...] = (
         re.compile(
             r"Traceback \(most recent call last\)|\(most recent call first\)"
             r"|The above exception was the direct cause|During handling of the above exception"
+            # a frame's source line raising an exception class, which only a traceback quotes (the legacy
+            # torch.distributed.launch's `raise subprocess.CalledProcessError(returncode=process.returncode,`)
+            r"|^\s{0,8}raise [\w.]{0,80}(?:Error|Exception)\b"
         ),
-        ("traceback", "most recent call", "above exception"),
+        ("traceback", "most recent call", "above exception", "error", "exception"),
         strict=True,
     ),
     Rule(
@@ -773,6 +787,9 @@ SURVIVES = Rule(
         # a metrics logger (the experiment tracker) that could not be set up: training goes on without it
         # (torchtitan's `ERROR - Failed to create WandB logger: ...`)
         r"|\b[Ff]ailed to (?:create|initiali[sz]e|set ?up|start) (?:the |a )?[\w-]{1,30} logger\b"
+        # SageMaker's intermediate output sync (sagemaker-training-toolkit intermediate_output.py): a file it could not
+        # copy or upload is logged at ERROR and dropped; the sync and the training go on
+        r"|\bFailed to (?:upload file to s3|copy file to the temporary directory)\b"
         r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
         rf"|{_PLUGIN_INIT}"
         # or a WARN its start-up prints before it fails (aws-ofi-nccl 1.x: the provider search, `Couldn't find any
@@ -807,6 +824,8 @@ SURVIVES = Rule(
         "restarting",
         "will restart",
         " logger",
+        "failed to upload file",
+        "failed to copy file",
         "disabling",
         ", attempting to use",
         ", trying to use",
@@ -1074,7 +1093,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[ye].peer",
     "NET/OFI",
     "efa.0000",  # the EFA kernel driver's PCI frame
-    "write.to.EQ",
+    "to.EQ",
     ":cq:",
     # CUDA, the driver, the kernel
     "illegal.memory",
@@ -1089,10 +1108,10 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "ignal.[0-9]|[dh].signal|Signal:",  # signal 9, Signal 11, received signal, death signal, Signal: Bus error
     "BACKTRACE",
     "what..:",
-    "orrupt|etected|virtual.m|PC:.@",  # glibc's and libstdc++'s aborts, the failure signal handlers' PC line
+    "orrupt|etected|virtual.m|@.+0x",  # glibc's and libstdc++'s aborts, the failure signal handlers' PC line, frames
     # the Neuron runtime, XLA's status codes
     "NRT|[Nn]rt|TDRV|MGR|NEFF|NVRM",
-    "RNAL:|VAILABLE:|_LOSS|StatusOr",  # INTERNAL:, UNAVAILABLE:, DATA_LOSS
+    "RNAL:|VAILABLE:|_LOSS|StatusOr|Non-OK",  # INTERNAL:, UNAVAILABLE:, DATA_LOSS, TF_CHECK_OK's `Non-OK-status: `
     # launchers and schedulers
     # exit code, exitcode, exit status, exited with (code), exited code, exiting now, bhist's `Exited; job ...`
     "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwnj][OoTtIi]",
@@ -1104,7 +1123,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "WTERMSIG",
     "non-zero",
     "BAD.TERM",
-    "CLEANING.UP",
+    "CLEANING",
     ".137",
     # Python
     "recent.call",
@@ -1307,10 +1326,11 @@ COVER: tuple[str, ...] = (
     "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
     # Open MPI's banner and help text, PSM, sacct's states
     "your mpi job", "--> returned", "psm", "out_of_me",
-    # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line; the Neuron runtime's components and
-    # NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`); the EFA driver's PCI frame
-    "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "tdrv", "mgr", "nvrm",
-    "neff", "efa 0000:",
+    # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line and frames; the Neuron runtime's
+    # components and NEFF, the NVIDIA driver's tag (a device runtime's refusal to start, `log_structure`); the EFA
+    # driver's PCI frame
+    "alloc(): ", "malloc", "free(): ", "chunk", "corrupt", "tcache", "virtual method", "pc: @", "@ ", "tdrv", "mgr",
+    "nvrm", "neff", "efa 0000:",
 )  # fmt: skip
 
 

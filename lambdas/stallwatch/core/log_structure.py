@@ -79,6 +79,9 @@ _JSON_MARK = re.compile(
     r'"(?:level|severity|lvl|levelname)": ?"(?i:(error|err|fatal|critical|panic|warn|warning|info|debug|trace))"'
 )
 _JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL, "panic": FATAL}
+# logrus's text formatter and logfmt (dockerd's and containerd's journal lines: `time="..." level=error msg="..."`):
+# the record's own level key, before its message.
+_LOGFMT_MARK = re.compile(r"(?:^|\s)level=(error|fatal|panic|warning|warn|info|debug|trace)\b")
 # NeMo's formatter (nemo/utils/formatters/base.py, the logging of NeMo and of NxD Training, which logs through it):
 # `[NeMo E 2024-11-05 17:42:10 module:line] `, its level's initial after the tag (C for CRITICAL).
 _NEMO_MARK = re.compile(r"\[NeMo ([DIWEC]) \d{4}-\d\d-\d\d ")
@@ -104,7 +107,12 @@ _FAILURE_WORDS = (
     "invalid", "refused", "unexpected", "cannot", "can't", "could not", "couldn't", "not found", "out of memory",
     "not retrying",  # a retry given up (Spark's TaskSetManager: `...; not retrying`, then it aborts the job)
 )  # fmt: skip
-_BOUNDED_FAILURE = re.compile(r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr)")
+# A deadlock is a death too (Horovod's stall inspector at E, `... which will cause deadlock.`, before it shuts down);
+# at an error mark (its `err` a hint), a driver that says it stops (Horovod's elastic driver, `ERROR:root:reset count 3
+# has exceeded limit 3 -> stop running`: registration.py, then driver.stop()).
+_BOUNDED_FAILURE = re.compile(
+    r"\b(?:[Kk]ill|[Dd]ied\b|[Dd]ead(?:lock)?\b|[Ll]ost\b|OOM\b|oom\b|[Ee]rr|[Ss]top(?:ping)? running\b)"
+)
 _FAILOVER = re.compile(r"fail[- ]?over")
 _BOUNDED_HINTS = ("kill", "died", "dead", "lost", "oom", "err")
 # A device's runtime or driver refusing to start, in words no failure vocabulary holds: no device of its kind (the
@@ -185,7 +193,12 @@ _RECOVERED = re.compile(
 _UNLEVELLED_FAILURE = re.compile(
     r"^\s{0,8}[^\n]{0,80}?\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
     r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
-    r"|\b(?:failed|aborted|terminated|crashed|died) because\b"
+    r"|\b(?:failed|aborted|terminated|crashed|died|shut ?down) because\b"
+    # a component said shut down with its cause (Horovod's SHUT_DOWN_ERROR status, `Horovod has been shut down. This
+    # was caused by an exception on one of the ranks ...`), a launcher ending the rest after one failed (horovodrun's
+    # gloo_run.py: `Terminating remaining workers after failure of Process 1.`)
+    r"|\b(?:has|have) been shut ?down\b|\b(?:Terminating|Killing|Stopping) (?:all )?(?:the )?(?:remaining|other) "
+    r"\w{1,30} (?:after|because|due to)\b"
     r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
     r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)[:=] ?-?[1-9]"
@@ -232,6 +245,7 @@ def level(message: str) -> str | None:
             _bracket_mark(message),
             _glog_mark(message),
             _json_mark(message),
+            _logfmt_mark(message),
             _nemo_mark(message),
             _dmlc_mark(message),
             _nccl_mark(message),
@@ -268,6 +282,13 @@ def _json_mark(message: str) -> tuple[int, str] | None:
         return None
     found = _JSON_MARK.search(message)
     return (found.start(), _JSON_LEVELS.get(found.group(1).lower(), LOW)) if found else None
+
+
+def _logfmt_mark(message: str) -> tuple[int, str] | None:
+    if "level=" not in message:
+        return None
+    found = _LOGFMT_MARK.search(message)
+    return (found.start(), _JSON_LEVELS.get(found.group(1), LOW)) if found else None
 
 
 def _nemo_mark(message: str) -> tuple[int, str] | None:
