@@ -854,17 +854,24 @@ _SAVED = (
 _CHECKPOINT_PLACE = rf"['\"]?[^\s'\"]{{0,200}}?(?:(?i:checkpoint|ckpt)|\.{_WEIGHTS_FILE}\b)"
 # Words that make a line about a checkpoint something else than a save: loading, restoring or resuming one, a save
 # (or a removal) still to come ("will be saved", Levanter's "We will delete it after saving a new checkpoint"), a save
-# skipped (dlrover's `Skip saving the checkpoint from the memory to the storage.`). A word inside a path is a
-# directory's name (Lightning's `saving model to '/content/resume/epoch=3.ckpt'`), never what the line does.
+# skipped (dlrover's `Skip saving the checkpoint from the memory to the storage.`), or said not made or stopped (vak's
+# `Not saving max-val-acc checkpoint.`, dlrover's `Stop committing the checkpoint because the training processes
+# restarted.`). A word inside a path or a file's name is part of a name (Lightning's `saving model to
+# '/content/resume/epoch=3.ckpt'`, `.../epoch=3-restored.ckpt`), never what the line does.
 _NOT_A_SAVE = re.compile(
-    r"(?<![/\\])\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b(?![/\\-])"
-    r"|\b(?i:will) (?:be )?(?:saved|written|save|write|delete[sd]?)\b"
+    r"(?<![/\\=.-])\b(?i:load(?:s|ing|ed)?|restor(?:e|es|ing|ed)|resum(?:e|es|ing|ed)|init_from_ckpt)\b"
+    r"(?![/\\=-]|\.\w)"
+    r"|\b(?i:will) (?:be )?(?:saved|written|save|write|delete[sd]?)\b|\b(?i:not) (?:saving|writing)\b"
+    r"|\b(?i:stop)(?:s|ped|ping)? (?:committing|saving|writing|persisting)\b"
 )
-_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ")
+_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ", "not ", "stop")
 # A save skipped is none (dlrover's `Skip and only rank 0 saves checkpoint in a DDP job.`), unless the line says why:
 # another one still going on (ms-swift's `Skip saving the checkpoint of step 500 because the latest checkpoint is not
-# finished.`, while dlrover's flash checkpoint persists it).
-_SKIPPED = re.compile(r"\b(?i:skip(?:s|ped|ping)?)\b[^\n]{0,30}?\b(?i:sav(?:e|es|ing))\b")
+# finished.`, while dlrover's flash checkpoint persists it). A persist or a write skipped is none either (dlrover's
+# `Skip persisting the checkpoint of step 1000 because the cached step in memory are not consistent.`).
+_SKIPPED = re.compile(
+    r"\b(?i:skip(?:s|ped|ping)?)\b[^\n]{0,30}?\b(?i:sav(?:e|es|ing)|persist(?:s|ing)?|writ(?:e|es|ing))\b"
+)
 _STILL_SAVING = re.compile(r"\b(?:is|are) (?:saving|writing)\b|\bis not (?:yet )?(?:finished|completed?|done)\b")
 MARKERS: tuple[Rule, ...] = (
     Rule(
@@ -891,6 +898,12 @@ MARKERS: tuple[Rule, ...] = (
             # epoch's note comes after every file of the last one
             r"|\bRecipe checkpoint of size [\d.]+ \w+ saved to |\bSaving final epoch checkpoint\.$"
             r"|\bCommit checkpoint tmp_path: "  # dlrover's flash checkpoint: its staged directory moved into place
+            # every rank's part said saved (dlrover's `All agents finish saving checkpoint for step 1000`; one shard's
+            # `Finish saving the checkpoint shard 0` is a part)
+            r"|\b[Aa]ll (?:\w{1,20} ){1,2}finish(?:ed)? (?:saving|writing) (?:the )?(?i:checkpoint)\b(?! shard)"
+            # the model said saved as the message's first words, printed bare: its one file is the whole save (cleanrl's
+            # `model saved to runs/.../dqn.cleanrl_model`; a logger's part of a save names its place after a prefix)
+            r"|^[Mm]odel saved (?:to|in|at) "
             # the thread or the wait a save ran in said over (Orbax's background thread, its finalize thread's waiter;
             # torchtune's wait for the previous one)
             r"|\b(?:[Ss]ave|[Cc]ommit) thread (?:\w{1,20} ){0,2}?(?:done|finished|joined)\b"
@@ -948,6 +961,10 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Ff]inished (?:\w{1,20} )?save\b"
             # a save said to have succeeded, in any tense (a small trainer's "successfully save the model to ...")
             r"|\b(?i:successfully) (?:save[ds]?|wrote|written|uploaded|committed)\b"
+            # a save said done by its bare verb behind Paddle's `name LEVEL: ` layout, or after "Already", its object
+            # the model or the checkpoint (PaddleOCR's `save model in`, `save best model is to`, PaddleClas' `Already
+            # save model in`, PaddleDetection's `Save checkpoint: <dir>`: each logged once every file of it is written)
+            r"|(?:\b[Aa]lready |\b[A-Z]{4,8}: )[Ss]ave (?:(?:best )?models? (?:is to|in)|checkpoint:) "
             # an old checkpoint's files listed as removed, the last step of a save that keeps the newest few (ESPnet's
             # `were removed: ...`, NeMo's `Removed checkpoint: ...`); a removal told as a sentence is a background
             # purge that may run while the next save is written (torchtitan's, Megatron-LM's)
@@ -1002,6 +1019,14 @@ MARKERS: tuple[Rule, ...] = (
             # a save announced by its bare verb opening the line, with what and where (kohya's `save trained model as
             # StableDiffusion checkpoint to ...`)
             rf"|^(?:[Ss]ave|SAVE) (?:[\w'\"-]{{1,40}} ){{0,5}}?(?:to|in|into|at) {_CHECKPOINT_PLACE}"
+            # or after a logger's prefix, what it saves and perhaps the form it takes (kohya's `save trained model as
+            # Diffusers to <dir>`, `save train state to <file> at epoch 3`)
+            rf"|\bsave (?:[\w-]{{1,40}} ){{0,2}}?{_SAVED} (?:as (?:[\w-]{{1,40}} ){{1,2}})?(?:to|into) "
+            # a save or a backup of the run printed bare with where it goes, a path alone (OneTrainer's `Saving
+            # workspace/run/save/...`, `Creating Backup workspace/run/backup/...`)
+            rf"|^(?:{_SAVING}|[Cc]reating (?:a )?[Bb]ackup) ['\"]?[\w.~:-]{{0,100}}[/\\][^\s'\"]{{0,200}}['\"]?\s*$"
+            # a step announced as a save's (vak's `Step 4000 is a checkpoint step.`, its save right after)
+            r"|\bis an? (?i:checkpoint|save) step\b"
             # a save, its commit (never a revision's) or its finalisation begun or scheduled (Orbax's `Starting commit
             # to storage layer`, `Beginning async checkpoint finalize.`, dlrover's `Start commit checkpoint`,
             # Megatron-LM's `takes 0.51 to schedule async ckpt`)
@@ -1028,11 +1053,16 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Cc]ommit(?:s|ting)? to (?:the )?storage\b"
             # a step of a save timed while it goes on (Megatron-LM: `takes 2.1 to prepare state dict for ckpt`, its
             # fully parallel strategy's `parallel save sharding, time: 0.43`, `Apply save parallelization`, its async
-            # writer's `write(sync,parallel): 39.5`; dlrover's `execute save_to_memory in 0.53s`), a state made ready
-            # for it (fairseq's `State of TranslationTask is ready to be persisted with the checkpoint`), or saves left
-            # unfinalized and finalised now (Megatron-LM's `Unfinalized async checkpoint saves.`)
+            # writer's `write(sync,parallel): 39.5`, `write(async) time: 12.3`, `metadata_write: 0.12`, its workers
+            # started and their results collected, one rank's share done before the finalisation; dlrover's `execute
+            # save_to_memory in 0.53s`), a state made ready for it (fairseq's `State of TranslationTask is ready to be
+            # persisted with the checkpoint`), or saves left unfinalized and finalised now (Megatron-LM's `Unfinalized
+            # async checkpoint saves.`)
             r"|\btakes [\d.]+\S{0,3} to (?:[\w-]{1,20} ){1,5}?(?i:ckpt|checkpoint|save)\b"
-            r"|\b(?:[Ss]ave|ckpt) (?:shard|parallel)\w{0,10}\b|\bwrite\([\w,]{1,30}\): [\d.]+"
+            r"|\b(?:[Ss]ave|ckpt) (?:shard|parallel)\w{0,10}\b"
+            r"|\b(?:\w{1,20}_)?write(?:\([\w,]{1,30}\))?(?: time)?: [\d.]+"
+            r"|Writer\w{0,10}: (?:main worker started|collect(?:ing|ed) worker results)"
+            r"|(?:^|[:,]) ?(?:rank:? )?\d{1,6} has completed (?:saving|writing)\b"
             r"|\bexecute (?:\w{1,30}_)?save(?:_\w{1,30})? in [\d.]+"
             r"|\b(?:is|are) ready to be (?:persisted|saved|written)\b|\b[Uu]nfinali[sz]ed\b[^\n]{0,30}? saves?\b"
         ),
@@ -1046,6 +1076,7 @@ MARKERS: tuple[Rule, ...] = (
             "finali",
             "checkpoint",
             "ckpt",
+            "backup",
         ),
     ),
 )
@@ -1133,6 +1164,7 @@ CHECKPOINT_NEEDLES: tuple[str, ...] = (
     "CHECKPOINT",
     "[Cc]kpt",
     "[Ss]napshot",
+    "[Bb]ackup",
     # the save verbs of `MARKERS`, in progress and done
     "[Ss]av[ei]",
     "[Ww]rit[it]|[Ww]rote",
@@ -1312,7 +1344,7 @@ COVER: tuple[str, ...] = (
     "sagemaker-", "return code", "137", "traceback", "backtrace", "most recent call",
     "exception", "ready now", "successfully", "state dict",
     # the verbs a save is read by (`MARKERS`)
-    "writ", "wrote", "storing", "upload", "persist", "commit", "finali", "remov", "delet", "prun", "snapshot",
+    "writ", "wrote", "storing", "upload", "persist", "commit", "finali", "remov", "delet", "prun", "snapshot", "backup",
     # the Neuron runtime and collectives, XLA's status codes, Ray, Slurm's tools, LSF, libfabric
     "nrt", "ccom", "statusor", "internal: ", "unavailable: ", "data_loss", "data loss", "died", "dead", "slurm",
     "salloc:", "sbatch:", "term_", "libfabric", "ray.train.", ", ret=-",
