@@ -1060,7 +1060,7 @@ MARKERS: tuple[Rule, ...] = (
             # async checkpoint saves.`)
             r"|\btakes [\d.]+\S{0,3} to (?:[\w-]{1,20} ){1,5}?(?i:ckpt|checkpoint|save)\b"
             r"|\b(?:[Ss]ave|ckpt) (?:shard|parallel)\w{0,10}\b"
-            r"|\b(?:\w{1,20}_)?write(?:\([\w,]{1,30}\))?(?: time)?: [\d.]+"
+            r"|\b(?:metadata_write|write\([\w,]{1,30}\)(?: time)?): [\d.]+"
             r"|Writer\w{0,10}: (?:main worker started|collect(?:ing|ed) worker results)"
             r"|(?:^|[:,]) ?(?:rank:? )?\d{1,6} has completed (?:saving|writing)\b"
             r"|\bexecute (?:\w{1,30}_)?save(?:_\w{1,30})? in [\d.]+"
