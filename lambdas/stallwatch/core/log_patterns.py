@@ -840,7 +840,8 @@ SURVIVES = Rule(
 CHECKPOINT_START = "checkpoint_start"
 CHECKPOINT_END = "checkpoint_end"
 _FILE = r"[^\s'\"]{1,300}\.[A-Za-z0-9_]{1,16}\b"  # a file: a name with an extension
-_WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz|keras)"  # the extensions weights are saved under
+# the extensions weights are saved under (llama.cpp's train examples: `save_checkpoint_lora_file: saving to x.gguf`)
+_WEIGHTS_FILE = r"(?:pt|pth|bin|safetensors|ckpt|pkl|msgpack|h5|npz|keras|gguf)"
 # A save read by its structure: a verb of a closed list (its tense says whether the save goes on or is done), what it
 # saves, and where. Saving verbs in progress; what is saved; the places a checkpoint goes. Removing old checkpoints is
 # no save of its own: frameworks do it before a save (diffusers, Accelerate, mmengine's best) or after its end, in the
@@ -863,8 +864,10 @@ _NOT_A_SAVE = re.compile(
     r"(?![/\\=-]|\.\w)"
     r"|\b(?i:will) (?:be )?(?:saved|written|save|write|delete[sd]?)\b|\b(?i:not) (?:saving|writing)\b"
     r"|\b(?i:stop)(?:s|ped|ping)? (?:committing|saving|writing|persisting)\b"
+    # a worker started that will save (dlrover's `Start a process to asynchronously save checkpoint.`, at start-up)
+    r"|\b(?i:start)(?:s|ed|ing)? an? (?:process|thread|worker) to\b"
 )
-_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ", "not ", "stop")
+_NOT_A_SAVE_HINTS = ("load", "restor", "resum", "init_from", "will ", "not ", "stop", "start")
 # A save skipped is none (dlrover's `Skip and only rank 0 saves checkpoint in a DDP job.`), unless the line says why:
 # another one still going on (ms-swift's `Skip saving the checkpoint of step 500 because the latest checkpoint is not
 # finished.`, while dlrover's flash checkpoint persists it). A persist or a write skipped is none either (dlrover's
@@ -908,9 +911,17 @@ MARKERS: tuple[Rule, ...] = (
             # torchtune's wait for the previous one)
             r"|\b(?:[Ss]ave|[Cc]ommit) thread (?:\w{1,20} ){0,2}?(?:done|finished|joined)\b"
             r"|\b(?:[Dd]one (?:with )?waiting|[Ww]aited [\d.]+ \w{1,10}) for [^\n]{0,60}?(?i:save|checkpoint|upload)"
+            # a save whose outcome the line ends on (GPT-SoVITS' `saving ckpt %s_e%s:%s`, its weights' saver returning
+            # "Success." once the file is written, the last of the epoch's save)
+            r"|\b[Ss]aving \S{1,20} \S{1,200}:Success\.$"
+            # Accelerate's save_model, a whole save: its weights' one file or its shards' index written last
+            r"|\baccelerate\.accelerator - "
+            r"(?:Model weights saved in|The model is bigger than the maximum size per checkpoint)\b"
+            # Ultralytics' and YOLOv5's final_eval strip last.pt, then best.pt: the last file of the final save
+            r"|\bOptimizer stripped from \S{0,200}?\bbest\.pt\b"
         ),
-        # every completion line names a save, the checkpoint, an upload or a commit
-        ("sav", "checkpoint", "upload", "commit"),
+        # every completion line names a save, the checkpoint, an upload, a commit or the stripped weights
+        ("sav", "checkpoint", "upload", "commit", "stripped"),
     ),
     Rule(
         CHECKPOINT_START,  # the frameworks' own lines while a checkpoint is written: one of its files, a save begun
@@ -928,6 +939,9 @@ MARKERS: tuple[Rule, ...] = (
             # one rank's file said saved: one shard of the checkpoint (verl's `Saved optim to .../optim_..._rank_0.pt`)
             rf"|\b[Ss]aved (?:\w{{1,20}} )?to \S{{0,200}}?[_/-]rank_?\d{{1,5}}\.{_WEIGHTS_FILE}\b"
             r"|\b[Ss]taging the checkpoint\b"  # torchtitan's async save: its upload goes on after `Finished staging`
+            # Transformers' and diffusers' save_pretrained, its shards' index written: the tokenizer, the optimizer and
+            # the trainer's state still to come in a Trainer's save
+            r"|\bsplit in \d{1,6} checkpoint shards\b"
             # a save that goes on in the background once its blocking part is done (Orbax's `Finished blocking save
             # ... Continuing save`, torchtune's `Saving asynchronous checkpoint took`), a checkpoint named by its part
             r"|\b[Cc]ontinuing (?:the )?(?:save|saving|writing|upload)\b|\b[Ss]aving async\w{0,7} checkpoint\b"
@@ -941,6 +955,7 @@ MARKERS: tuple[Rule, ...] = (
             "optimizer stripped from",
             "state dict",
             "staging the checkpoint",
+            "checkpoint shards",
         ),
     ),
     Rule(
@@ -1033,8 +1048,10 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b(?:[Ss]tart(?:ing|ed)?|[Bb]egin(?:ning|s)?|[Ss]chedul(?:e|ed|ing))\b[^\n]{0,40}?"
             r"\b(?i:sav(?:e|ing)|commit(?:ting)? (?:to|(?:the )?checkpoint)|ckpt|finali[sz]e)\b"
             r"|\b[Ss]tart(?:ing|ed)? (?:a |the )?(?i:checkpoint)(?:ing)? (?:for|of|at)\b"  # DeepSpeed's Nebula
-            # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`)
-            rf"|\b(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) ['\"]?[^\s'\"]{{0,200}}?/"
+            # a save announced by its bare verb, what it saves and a path (YOLOX's `Save weights to ./YOLOX_outputs/x`,
+            # perhaps behind loguru's colour code, a Windows path)
+            rf"|(?:\b|(?<=\dm))(?:Save|SAVE) (?:[\w'\"-]{{1,40}} ){{0,2}}?{_SAVED} (?:to|in|into|at) "
+            r"['\"]?[^\s'\"]{0,200}?[/\\]"
             # a save still going on, said by who waits for it, or by a part of it written (Orbax's commit, metadata)
             r"|\b[Ww]aiting for (?:the )?(?:\S{1,40} ){0,3}?(?i:save|checkpoint|upload)"
             r"|\b(?i:checkpoint|save)\w{0,10} (?:has|is) not (?:yet )?(?:finished|completed?|done)\b"
@@ -1051,6 +1068,11 @@ MARKERS: tuple[Rule, ...] = (
             rf"|\b(?i:sav(?:e|es|ing)|writ(?:e|es|ing)|persist(?:s|ing)?)\b[^\n]{{0,40}}?{_SAVED}\b[^\n]{{0,40}}? "
             r"(?:to|into|in) (?:the )?(?:shared )?(?:storage|disk|memory)\b"
             r"|\b[Cc]ommit(?:s|ting)? to (?:the )?storage\b"
+            # a saver said busy writing to the storage (dlrover's `Saver is writing to storage, waiting...`), every
+            # agent's shard done with the commit still to come (dlrover's `All agent done for step <ckpt staging dir>`),
+            # a step of a save (Accelerate's `Removed shared tensor {...} while saving.`)
+            r"|\b(?:is|are) (?:saving|writing|persisting) (?:\w{1,20} ){0,2}?(?:to|into) (?:the )?(?:storage|disk)\b"
+            r"|\b[Aa]ll \w{1,20} done for step \S{0,200}?ckpt|\bwhile (?:saving|writing)\b"
             # a step of a save timed while it goes on (Megatron-LM: `takes 2.1 to prepare state dict for ckpt`, its
             # fully parallel strategy's `parallel save sharding, time: 0.43`, `Apply save parallelization`, its async
             # writer's `write(sync,parallel): 39.5`, `write(async) time: 12.3`, `metadata_write: 0.12`, its workers
