@@ -122,8 +122,13 @@ RULES: tuple[Rule, ...] = (
     Rule(
         CUDA_OOM,  # TensorFlow's BFC allocator giving up (bfc_allocator.cc, at W: the op then fails with OOM); the
         # allocation that may fail says `with freed_by_count=N. The caller indicates that this is not a failure`
-        re.compile(r"\bAllocator \([^)\n]{1,40}\) ran out of memory trying to allocate \S{1,20} \(rounded to \d"),
-        ("ran out of memory",),
+        # and the op that could not allocate (op_kernel.cc allocate_tensor's ResourceExhausted): its message's own line,
+        # or behind its status code in a list of root errors (behind an exception's name it is that exception's)
+        re.compile(
+            r"\bAllocator \([^)\n]{1,40}\) ran out of memory trying to allocate \S{1,20} \(rounded to \d"
+            r"|(?:^\s{0,8}|:  )OOM when allocating tensor with shape\b"
+        ),
+        ("ran out of memory", "oom when allocating"),
     ),
     Rule(
         NCCL,
@@ -617,6 +622,9 @@ RULES: tuple[Rule, ...] = (
             # Megatron's rerun state machine ending a run whose result it could not validate: it exits now and asks
             # for the job to be resumed or examined (a planned exit names its iteration or time instead)
             r"|\b[Ee]xiting now\b[^\n]{0,120}?\b(?:[Rr]esume[ds]?|further examination)\b"
+            # Kaldi's run.pl closing a job's log with its exit status (`# Ended (code 1) at ...`; 0 for success), the
+            # job runner of ESPnet's recipes
+            r"|\b[Ee]nded \(code [1-9]"
             # an application's watchdog ending the run when every component of a kind stopped beating (Sample
             # Factory's runner: `Stopping training due to lack of heartbeats from <class ...RolloutWorker'>`)
             r"|\b(?:[Ss]topping|[Aa]borting|[Tt]erminating) (?:the )?(?:training|experiment|run|job) due to lack of "
@@ -632,6 +640,7 @@ RULES: tuple[Rule, ...] = (
             "terminated with",
             "error executing job",
             "lack of heartbeat",
+            "ended (code",
         ),
     ),
     Rule(
@@ -790,7 +799,18 @@ SURVIVES = Rule(
         # SageMaker's intermediate output sync (sagemaker-training-toolkit intermediate_output.py): a file it could not
         # copy or upload is logged at ERROR and dropped; the sync and the training go on
         r"|\bFailed to (?:upload file to s3|copy file to the temporary directory)\b"
-        r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] )Warning: "  # Python's warnings (UserWarning: ...), c10's "Warning:"
+        # Python's warnings (UserWarning: ...), c10's "Warning:", a tool's after its name (Kaldi's `run.pl: Warning: `)
+        r"|\b[A-Z][A-Za-z]{1,40}Warning: |(?:^|\] |: )Warning: "
+        # a default taken in place of what failed (dlrover's port sync, `exhausted 120 sync time. use default port`), a
+        # measurement of lesser accuracy (XLA's GPU timer at E: `Delay kernel timed out: measured time has sub-optimal
+        # accuracy.`, gpu_timer.cc, which returns the duration)
+        r"|\b(?:[Uu]se|[Uu]sing) (?:the )?default\b|\b(?:sub-?optimal|reduced|degraded) (?:accuracy|precision)\b"
+        # a checkpoint save that failed in a saver beside the training (dlrover's flash checkpoint saver, in the
+        # agent: `Fail to save the checkpoint shard 0 of rank 0, error: ...`, `Rank 0 save checkpoint failed for step
+        # 1000`, `Commit checkpoint timeout for step 1000`, ckpt_saver.py, each then returns and the next save is
+        # tried; a save that ends the run raises, its traceback the fatal line)
+        r"|(?i:\bfail(?:ed|s)? to (?:save|persist|commit) (?:the )?checkpoint\b"
+        r"|\b(?:save|persist|commit)\w{0,3} checkpoint (?:failed|timeout)\b|\bexception during checkpointing\b)"
         rf"|{_PLUGIN_INIT}"
         # or a WARN its start-up prints before it fails (aws-ofi-nccl 1.x: the provider search, `Couldn't find any
         # optimal provider`, `OFI call failed with RC -61`, and ofi_init's own), named by its frame, NCCL's `func:line`
@@ -833,6 +853,11 @@ SURVIVES = Rule(
         "; dropping",
         "; deferring",
         "; leaking",
+        "default",
+        "optimal ",
+        "reduced ",
+        "degraded ",
+        "checkpoint",
     ),
 )
 # Checkpoint markers: a checkpoint's start (or a line written while it is still being written: a shard, a file) and
@@ -1142,19 +1167,19 @@ FATAL_NEEDLES: tuple[str, ...] = (
     "[LM].WARN",  # NCCL WARN, CCOM WARN (and RCCL WARN)
     "atchdog",
     "lack.of",  # an application's watchdog: `due to lack of heartbeats`
-    "process.down",
+    "ess.down",
     "[ye].peer",
     "NET/OFI",
     "efa.0000",  # the EFA kernel driver's PCI frame
     "to.EQ",
     ":cq:",
     # CUDA, the driver, the kernel
-    "illegal.memory",
+    "llegal.m",
     "device-side",
     "_STATUS_[A-Z]",
-    "ut.[Oo]f.[Mm]emory",
+    "ut.[Oo]f.[Mm]emory|OOM",
     "Xid",
-    "fallen.off",
+    "llen.off",
     "oom[-_][kr]",
     "egmentation|segfault",
     "SIG[A-Z]",
@@ -1169,6 +1194,7 @@ FATAL_NEEDLES: tuple[str, ...] = (
     # exit code, exitcode, exit status, exited with (code), exited code, exiting now, bhist's `Exited; job ...`
     "[Ee][Xx][Ii][Tt].?.?.?.?[CcSsWwnj][OoTtIi]",
     "return.code",
+    "d..code",  # run.pl's `# Ended (code 1)`
     "CANCELLED",
     "nhealthy",  # ParallelCluster's unhealthy nodes set DOWN
     "srun:|salloc:|sbatch:",
@@ -1376,8 +1402,8 @@ COVER: tuple[str, ...] = (
     "crash", "panic", "not found", "not retrying",
     # libstdc++'s uncaught exception, Ultralytics' final weights
     "what()", "stripped",
-    # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit
-    "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out",
+    # storage's errno messages, a pod's eviction, the shell's signal report, a scheduler's time limit, run.pl's exit
+    "read-only", "no space left", "evicted", "the node", "core dumped", ": line ", "timed-out", "(code",
     # Open MPI's banner and help text, PSM, sacct's states
     "your mpi job", "--> returned", "psm", "out_of_me",
     # glibc's and libstdc++'s abort messages, the failure signal handlers' PC line and frames; the Neuron runtime's

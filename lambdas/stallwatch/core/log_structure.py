@@ -156,6 +156,13 @@ _COMPONENT = re.compile(
     r"|(?:^|\s)[A-Z]{2,5}: ?[a-z]\w{0,40}_\w{1,80} {2}|(?:^|\s)#{1,2} \w{1,80}\(\): "
     r"|^\[\d{9,10}\.\d{9}\] [\w.-]{1,80}:(?:rank|pid)\d{1,9}\.[\w.-]{1,80}: "
     r"|^[a-z][\w-]{1,30}: [a-z_]\w{1,80}:\d{1,6}: "
+    # a recipe's job runner in its own name (Kaldi's run.pl, queue.pl, slurm.pl, as ESPnet's recipes run them: `run.pl:
+    # job failed, log is in ...`, then exit 1), ESPnet's recipe scripts' log() frame (`(asr.sh:312:main) `: its errors
+    # are each followed by `exit 2`), Megatron's rerun state machine addressing a rank and iteration (log_failure's
+    # `Rank 3, node n, device 3, iteration #1001: `, its `Unexpected result nan on rank 3 at iteration #1001`: the run
+    # then exits to be resumed; RERUN_DISABLED's non-fatal warning names the iteration with no `#`)
+    r"|^[\w-]{1,40}\.(?:pl|sh): |\([\w.-]{1,60}\.sh:\d{1,6}:\w{1,80}\) "
+    r"|\b[Rr]ank \d{1,6}, node [\w.-]{1,80}, device \d{1,3}, iteration #\d|\bon rank \d{1,6} at iteration #\d"
 )
 # The kernel's ring buffer (dmesg's `[ 4730.850402] `, its readable `-T` date `[Mon Jan  2 10:41:37 2024] ` and its
 # `-e` forms `[Feb14 05:03] ` and `[  +0.000316] `, syslog's `kernel: `): its drivers log no level a reader keeps, and
@@ -185,15 +192,17 @@ _RECOVERED = re.compile(
 )
 # Shapes that say something failed with no level and no component: a failure report's heading (a short line ending in
 # a colon that names failures or errors: torchrun's `Failures:`, a driver's `got completion with error:` before its
-# dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or with its cause
-# (systemd's `Job for x.service failed because ...`), a job a scheduler gives up on (submitit's `Job not requeued
-# because: timed-out`), a failure pointing at a source location (`Test failure common.cu:844`), a failure with the
-# error code it returned (the Neuron runtime's `Failed to initialize devices, error:5`, Sample Factory's launcher's
-# `Failed processes: PID: 4321 code: 1`).
+# dump), a subject's terminal state as the line's last word (`Job 'raysubmit_7wN' failed`) or an exclamation
+# (bitsandbytes 0.41's `CUDA SETUP: CUDA detection failed! Possible reasons:`, before `Setup Failed!`), with its cause
+# (systemd's `Job for x.service failed because ...`) or its circumstance (bitsandbytes 0.39-0.43's raised `CUDA Setup
+# failed despite GPU being available.`), a job a scheduler gives up on (submitit's `Job not requeued because:
+# timed-out`), a failure pointing at a source location (`Test failure common.cu:844`), a failure with the error code it
+# returned (the Neuron runtime's `Failed to initialize devices, error:5`, Sample Factory's launcher's `Failed processes:
+# PID: 4321 code: 1`, bitsandbytes' `Device API failed with status 1: invalid argument`, then a throw).
 _UNLEVELLED_FAILURE = re.compile(
     r"^\s{0,8}[^\n]{0,80}?\b(?i:failures?|errors?)\b[^:\n]{0,60}:\s*$"
-    r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|aborted|crashed|died)[.!]?\s*$"
-    r"|\b(?:failed|aborted|terminated|crashed|died|shut ?down) because\b"
+    r"|(?<!\bnot )(?<!\bnever )\b(?:failed|FAILED|Failed|aborted|crashed|died)(?:[.!]?\s*$|! )"
+    r"|\b(?:failed|aborted|terminated|crashed|died|shut ?down) (?:because|despite)\b"
     # a component said shut down with its cause (Horovod's SHUT_DOWN_ERROR status, `Horovod has been shut down. This
     # was caused by an exception on one of the ranks ...`), a launcher ending the rest after one failed (horovodrun's
     # gloo_run.py: `Terminating remaining workers after failure of Process 1.`)
@@ -201,7 +210,14 @@ _UNLEVELLED_FAILURE = re.compile(
     r"\w{1,30} (?:after|because|due to)\b"
     r"|\b(?:[Jj]ob|[Tt]ask|[Ss]tep|[Ww]orker) (?:was |will )?not (?:be )?(?:requeued|restarted|resumed|retried)\b"
     r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,40}?\b[\w./-]{1,120}\.(?:c|cc|cpp|cu|h|hpp|py):\d{1,6}\b"
-    r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)[:=] ?-?[1-9]"
+    # or at `line N in file F` (bitsandbytes' CUDA_CHECK_RETURN, csrc/ops.cuh: `Error %s at line %d in file %s`, then
+    # exit(1))
+    r"|\b(?i:fail(?:ed|ure)?|error)\b[^\n]{0,120}?\bat line \d{1,6} in file \S{1,200}\.(?:c|cc|cpp|cuh?|h|hpp|py)\b"
+    r"|\b(?i:fail(?:ed|ure)?)\b[^\n]{0,120}?\b(?:error|err|status|code|rc|ret)(?:[:=] ?| )-?[1-9]"
+    # the dynamic loader's failure (dlerror), a library that could not be loaded: an optional one's probe is logged at
+    # a low level or says it falls back (bitsandbytes' `Could not load bitsandbytes native library: libcusparse.so.11:
+    # cannot open shared object file: ...`: no native library, its first call fails)
+    r"|\.so(?:\.\d{1,4}){0,4}: cannot open shared object file\b"
     r"|\b[Ww]ill now (?:abort|terminate)\b"  # a process announcing its own end (libfabric's "will now abort()")
     r"|\b(?:cannot|can't) (?:proceed|continue)\b"  # or that it cannot go on (libfabric efa's receive-window banner)
     # or ending its sentence with it (Sample Factory's runner: `Components take too long to start: ... Aborting the
@@ -221,6 +237,10 @@ _UNLEVELLED_FAILURE = re.compile(
 _HYPOTHETICAL = re.compile(
     r"\b(?:could|may|might|(?:is|are) (?:very )?likely (?:that )?[\w ]{1,40}? will) (?!not\b)"
     r"(?:\w{1,20} ){0,2}?(?:result in|cause|lead to|fail)\b[^.\n]{0,200}"
+    # or only guesses at a cause (XLA's conv autotuner at E, conv_algorithm_picker.cc: `Results mismatch between
+    # different convolution algorithms. This is likely a bug/unexpected loss of precision in cudnn.`: it marks the
+    # algorithm WRONG_RESULT and picks another)
+    r"|\b(?:is|are) (?:very |most )?likely (?:a|an) [^.\n]{1,200}"
 )
 # A driver's initialiser failing at the error level of a framework that probes platforms (XLA's stream executor,
 # cuda_driver.cc: `failed call to cuInit: CUDA_ERROR_NO_DEVICE ...`): the platform is left uninitialised and the
