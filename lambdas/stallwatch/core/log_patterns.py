@@ -808,9 +808,12 @@ SURVIVES = Rule(
         # a checkpoint save that failed in a saver beside the training (dlrover's flash checkpoint saver, in the
         # agent: `Fail to save the checkpoint shard 0 of rank 0, error: ...`, `Rank 0 save checkpoint failed for step
         # 1000`, `Commit checkpoint timeout for step 1000`, ckpt_saver.py, each then returns and the next save is
-        # tried; a save that ends the run raises, its traceback the fatal line)
-        r"|(?i:\bfail(?:ed|s)? to (?:save|persist|commit) (?:the )?checkpoint\b"
-        r"|\b(?:save|persist|commit)\w{0,3} checkpoint (?:failed|timeout)\b|\bexception during checkpointing\b)"
+        # tried; a save that ends the run raises, its traceback the fatal line; a trainer's own `Failed to save
+        # checkpoint` may be its last words, so only the saver's shard and step forms are read here, its `shared` too)
+        r"|(?i:\bfail(?:ed|s)? to (?:save|persist|commit) (?:the )?checkpoint "
+        r"(?:shar(?:d|ed) \d|[^\n]{0,40}?for step \d)"
+        r"|\b(?:save|persist|commit)\w{0,3} checkpoint (?:failed|timeout) for step\b"
+        r"|\bexception during checkpointing\b)"
         rf"|{_PLUGIN_INIT}"
         # or a WARN its start-up prints before it fails (aws-ofi-nccl 1.x: the provider search, `Couldn't find any
         # optimal provider`, `OFI call failed with RC -61`, and ofi_init's own), named by its frame, NCCL's `func:line`
