@@ -185,6 +185,15 @@ ROUNDS: tuple[Round, ...] = (
         "round, who never read or ran the rules, from sources the corpus does not hold, kept outside the repository "
         "until those rules froze; fatal lines of every family, lookalikes and save lines",
     ),
+    # Round 31 of issue 39 wrote the rules from the libraries' own source and documentation: no quotes.
+    Round(
+        39,
+        32,
+        MEASURED,
+        "a sealed batch, to measure the source round 39/31's rules blind: quoted by two quoters at once beside that "
+        "round, who never read or ran the rules, from sources the corpus does not hold, kept outside the repository "
+        "until those rules froze; fatal lines of every family, lookalikes and save lines",
+    ),
 )
 
 
