@@ -589,10 +589,14 @@ RULES: tuple[Rule, ...] = (
         RAY,  # Tune's status report: how many trials errored (its older table and its heartbeat in
         # experimental/output.py, `Trial status: 1 ERROR | 3 TERMINATED`, a Train run's `Training is in ERROR status.`:
         # a trial that is retried goes back to PENDING, so ERROR is a trial failed for good), and the experiment ending
-        # with failed trials (tune.py's TuneError and, under raise_on_failed_trial=False, its ERROR line)
+        # with failed trials (tune.py's TuneError and, under raise_on_failed_trial=False, its ERROR line); a status with
+        # trials still running or waiting is a sweep going on (`SURVIVES`). A Train run is one trial: its reporter's
+        # `Training errored after 3 iterations at ...` (TrainReporter's on_trial_error) is the run failed, where a
+        # sweep's `Trial <name> errored after ...` leaves the other trials running
         re.compile(
             r"\bNumber of errored trials: [1-9]|\b(?:Number of trials: [^(\n]{1,40}\(|Trial status: )[^)\n]{0,200}?"
             r"\b\d{1,6} ERROR\b|^Training is in ERROR status\b|(?:ERROR|Error)\b[^\n]{1,60}?\bTrials did not complete\b"
+            r"|^Training errored after \d{1,9} iterations\b"
         ),
         ("errored trials", "error"),
     ),
@@ -793,6 +797,16 @@ SURVIVES = Rule(
         # restarted after a failure (Ray Train's controller at ERROR: `Restarting training worker group after
         # encountering failures on 2 worker(s):`, its failure policy's RESTART; its TERMINATE is `RAY`'s)
         r"|(?i:\bresubmitting\b|\bresend(?:ing)?\b)|\bRestarting (?:[\w-]{1,40} ){0,4}after\b"
+        # a trial of a search said failed, by its number (Optuna's `Trial 3 failed with parameters: {...} because of the
+        # following error: ...`, 2.x's `Trial 3 failed because of ...`, 0.x-1.x's `Setting status of trial#3 as
+        # TrialState.FAIL because ...`: study/_optimize.py; hyperopt's SparkTrials, `trial task 3 failed, exception is
+        # ...`): the search records it and runs the next; an exception it re-raises (Optuna's, outside `catch`) is fatal
+        # in its own traceback
+        r"|\b[Tt]rial (?:task )?\d{1,9} failed\b|\bstatus of trial#\d{1,9} as TrialState\.FAIL\b"
+        # a sweep going on past a trial that errored: Tune's status report with trials still RUNNING, PENDING or PAUSED
+        # (progress_reporter.py's `Number of trials: 4/4 (1 ERROR, 1 PENDING, 2 RUNNING)`, experimental/output.py's
+        # `Trial status: 1 ERROR | 2 RUNNING | 1 PENDING`; its states are the trials', not a level)
+        r"|\b(?:Number of trials: [^(\n]{1,40}\(|Trial status: )[^)\n]{0,200}?\b\d{1,6} (?:RUNNING|PENDING|PAUSED)\b"
         # a metrics logger (the experiment tracker) that could not be set up: training goes on without it
         # (torchtitan's `ERROR - Failed to create WandB logger: ...`)
         r"|\b[Ff]ailed to (?:create|initiali[sz]e|set ?up|start) (?:the |a )?[\w-]{1,30} logger\b"
@@ -844,6 +858,7 @@ SURVIVES = Rule(
         "already handled",
         "resubmitting",
         "resend",
+        "trial",
         "restarting",
         "will restart",
         " logger",

@@ -73,6 +73,10 @@ _GLOG_MARK = re.compile(
     r"|C(?<=\d,\d{3} C)(?= \d{1,8} \d{1,8}\])"
 )
 _GLOG_BEFORE = frozenset(" \t[]:(")
+# Ray's raylet spilling, restoring and deleting objects (src/ray/raylet/local_object_manager.cc): a request to its IO
+# workers that failed is logged at E and the objects go back to be spilled or restored again (the pull manager retries
+# a restore; its own fatal is a RAY_CHECK, at C), so its E behind Ray's layout is a low level.
+_RAY_RETRIED = re.compile(r" (?:\([\w-]{1,40}\) )?local_object_manager\.cc:\d{1,6}: ")
 # A structured (JSON) line's level key, as zap, logrus, structlog and python-json-logger write it: the first such key
 # is the record's own (a nested event's `"severity":"warn"` comes after it).
 _JSON_MARK = re.compile(
@@ -82,10 +86,12 @@ _JSON_LEVELS = {"error": ERROR, "err": ERROR, "fatal": FATAL, "critical": FATAL,
 # logrus's text formatter and logfmt (dockerd's and containerd's journal lines: `time="..." level=error msg="..."`):
 # the record's own level key, before its message.
 _LOGFMT_MARK = re.compile(r"(?:^|\s)level=(error|fatal|panic|warning|warn|info|debug|trace)\b")
-# NeMo's formatter (nemo/utils/formatters/base.py, the logging of NeMo and of NxD Training, which logs through it):
-# `[NeMo E 2024-11-05 17:42:10 module:line] `, its level's initial after the tag (C for CRITICAL).
-_NEMO_MARK = re.compile(r"\[NeMo ([DIWEC]) \d{4}-\d\d-\d\d ")
-_NEMO_LEVELS = {"E": ERROR, "C": FATAL}
+# A level's initial before the record's date and time in brackets: NeMo's formatter (nemo/utils/formatters/base.py,
+# the logging of NeMo and of NxD Training, which logs through it), `[NeMo E 2024-11-05 17:42:10 module:line] `, and
+# Optuna's default handler (optuna/logging.py, `[%(levelname)1.1s %(asctime)s]` from v0.x on, colorlog's colour code
+# before it where its formatter adds one), `[W 2024-11-05 17:42:10,294] `: C for CRITICAL.
+_INITIAL_MARK = re.compile(r"\[(?:NeMo )?([DIWEC]) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_INITIAL_LEVELS = {"E": ERROR, "C": FATAL}
 # dmlc's light logger (include/dmlc/logging.h, ps-lite's and BytePS's servers' and vans' logging): one layout for
 # every level, `[HH:MM:SS] file:line: `; its LogMessageFatal (LOG(FATAL), CHECK) logs its own message through
 # LOG(ERROR) at dmlc/logging.h before it throws dmlc::Error, so a line in that layout at dmlc/logging.h holding a
@@ -266,7 +272,7 @@ def level(message: str) -> str | None:
             _glog_mark(message),
             _json_mark(message),
             _logfmt_mark(message),
-            _nemo_mark(message),
+            _initial_mark(message),
             _dmlc_mark(message),
             _nccl_mark(message),
         )
@@ -311,11 +317,11 @@ def _logfmt_mark(message: str) -> tuple[int, str] | None:
     return (found.start(), _JSON_LEVELS.get(found.group(1), LOW)) if found else None
 
 
-def _nemo_mark(message: str) -> tuple[int, str] | None:
-    if "[NeMo " not in message:
+def _initial_mark(message: str) -> tuple[int, str] | None:
+    if "[" not in message:
         return None
-    found = _NEMO_MARK.search(message)
-    return (found.start(), _NEMO_LEVELS.get(found.group(1), LOW)) if found else None
+    found = _INITIAL_MARK.search(message)
+    return (found.start(), _INITIAL_LEVELS.get(found.group(1), LOW)) if found else None
 
 
 def _dmlc_mark(message: str) -> tuple[int, str] | None:
@@ -336,6 +342,8 @@ def _glog_mark(message: str) -> tuple[int, str] | None:
     for found in _GLOG_MARK.finditer(message):
         start = found.start()
         if start == 0 or message[start - 1] in _GLOG_BEFORE:
+            if message[start] == "E" and _RAY_RETRIED.match(message, found.end()):
+                return start, LOW
             return start, _GLOG_LEVELS.get(message[start], LOW)
     return None
 
