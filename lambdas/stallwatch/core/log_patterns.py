@@ -259,8 +259,19 @@ RULES: tuple[Rule, ...] = (
             r"|Exception raised from \w+ at \S{0,200}?(?i:cuda)|CUDA driver error"
         ),
         ("cuda", "device-side", "launch failure", "cublas_status", "cudnn_status", "ecc error"),
+        # a CUDA error a framework caught and logs low: c10d's watchdog at INFO when the driver shuts down at exit
+        # (ProcessGroupNCCL.cpp, `main process destroyed cuda before watchdog loop exited, terminating watchdog.
+        # (Watchdog caught exception: CUDA driver error: driver shutting down`)
+        strict=True,
     ),
-    Rule(NCCL, re.compile(r"watchdog thread terminated with exception"), ("watchdog thread terminated",)),
+    Rule(
+        NCCL,
+        re.compile(r"watchdog thread terminated with exception"),
+        ("watchdog thread terminated",),
+        # torch 1.8's c10d logs it at INFO and ends the thread alone (torch/lib/c10d/ProcessGroupNCCL.cpp
+        # ncclCommWatchdog: caught, nothing rethrown); from 2.x it is LOG(ERROR), rethrown as DistBackendError
+        strict=True,
+    ),
     Rule(
         OOM_KILL,
         re.compile(
@@ -758,7 +769,7 @@ SURVIVES = Rule(
     re.compile(
         r"(?i:(?<!\bnot )\bretrying\b|\bwill retry\b|\bretry loop\b|\bskipping\b|\bignor(?:ed|ing)\b|\bfalling back\b"
         r"|\bwaiting for rescheduling\b"  # LSF's requeued job
-        r"|\bfall back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b"
+        r"|\bfall ?back to\b|\b(?:suppress|squelch)ing\b|\bnot a failure\b"  # aws-ofi-nccl's `fallback to <value>`
         r"|\b(?:going to|using|use) \S{1,120} instead\b"
         # a fallback a component takes now, in a few words (NCCL's `Cannot initialize CollNet, using point-to-point
         # network instead`), not an exception's advice (`consider using ... instead`)
@@ -1343,7 +1354,8 @@ class LinePatterns:
         return self._match(message, low, _candidates(hits)) if hits else self._user_fatal(message)
 
     def _match(self, message: str, low: str, candidates: _Candidates) -> str | None:
-        if SURVIVES.search(message, low):
+        # a line that goes on, or a platform probe's failure logged and not raised, whatever rule would name it
+        if SURVIVES.search(message, low) or log_structure.probe(message, low):
             return self._user_fatal(message)
         quiet: bool | None = None  # whether the line's level is low, looked up once if a strict rule asks
         for rule in candidates.rules:

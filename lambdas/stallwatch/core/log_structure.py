@@ -190,9 +190,11 @@ _NEURON_DRIVER_FAILURE = re.compile(r"\bneuron:[a-z]\w{1,80}: [^\n]{0,200}?\b(?i
 # `ACPI Error: Aborting method ...`: a control method given up, utxferror.c) and FW_BUG's `[Firmware Bug]: `, EDAC's
 # corrected count (`EDAC MC0: 1 CE memory read error`, edac_mc.c), AER's register dump after its heading (`error
 # status/mask=`, aer.c), APEI's tables set up (`ERST: Error Record Serialization Table (ERST) support is initialized.`)
-# and the records of a previous boot (`BERT: Error records from previous boot:`), mce's count of logged events.
+# and the records of a previous boot (`BERT: Error records from previous boot:`), mce's count of logged events. The
+# NVLink core library's reports behind its `nvidia-nvlink: ` tag (nvlink_linux.c prints every level so): a link it
+# marks failed in training is left out and the rest go on (nvlink_initialize.c); a link that stops the GPU is an Xid.
 _RECOVERED = re.compile(
-    r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\bde-register mr\b|\b[Ww]arning: "
+    r"\b(?i:correct(?:ed|able)|non-?fatal|recovered)\b|\bDEREG_MR\b|\bde-register mr\b|\b[Ww]arning: |\bnvidia-nvlink: "
     r"|\bACPI(?: BIOS)? (?:Error|Warning|Exception)\b|\[Firmware (?:Bug|Warn|Info)\]|\b\d{1,10} CE\b"
     r"|\berror status/mask=|\bis initiali[sz]ed\b|\bprevious boot\b|\bevents logged\b"
 )
@@ -248,10 +250,24 @@ _HYPOTHETICAL = re.compile(
     # algorithm WRONG_RESULT and picks another)
     r"|\b(?:is|are) (?:very |most )?likely (?:a|an) [^.\n]{1,200}"
 )
-# A driver's initialiser failing at the error level of a framework that probes platforms (XLA's stream executor,
-# cuda_driver.cc: `failed call to cuInit: CUDA_ERROR_NO_DEVICE ...`): the platform is left uninitialised and the
-# client goes on with another (JAX's and TensorFlow's CPU); its own calls' failures are what end a run.
-_PROBE = re.compile(r"\bfailed call to cu(?:Init|DriverGetVersion)\b")
+# A platform probe's failure, logged and not raised: a driver's initialiser at the error level of a framework that
+# probes platforms (XLA's stream executor, cuda_driver.cc: `failed call to cuInit: CUDA_ERROR_NO_DEVICE ...`; later
+# cuda_platform.cc's `failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: ...` and its `could not
+# retrieve CUDA device count: ...`, which counts no device), the diagnostician's report after it (cuda_diagnostics.cc's
+# `kernel version ... does not match DSO version ...`), JAX's backend initialisation (xla_bridge.py: a backend that
+# fails quietly, `Unable to initialize backend 'cuda': ...` at INFO and `CUDA backend failed to initialize: ...` at
+# WARNING, then the CPU), and fi_info's report that no provider matched (util/info.c, `fi_getinfo: -61 (...)`, the
+# whole line): the platform is left uninitialised and the client goes on with another; its own calls' failures are
+# what end a run. Raised, behind an exception's name (JAX's `RuntimeError: Unable to initialize backend ...` for a
+# platform JAX_PLATFORMS names, `XlaRuntimeError: INTERNAL: ...`), it is that exception's.
+_PROBE = re.compile(
+    r"\bfailed call to cu(?:Init|DriverGetVersion)\b|\bcould not retrieve CUDA device count\b"
+    r"|\bkernel version \S{1,40} does not match DSO version\b"
+    r"|\bUnable to initialize backend '|\b\w{1,10} backend failed to initialize\b"
+    r"|^\s{0,8}fi_getinfo: -\d{1,4}(?: \(|\s*$)"
+)
+_PROBE_HINTS = ("cuinit", "cudrivergetversion", "device count", "dso version", "backend", "fi_getinfo")
+_RAISED = re.compile(r"\b[A-Z]\w{0,60}(?:Error|Exception): ")
 # The error code a component's leading `error:` gives before its text (`EFA internal error: (4124) Unresponsive
 # receiver`): the code says what failed where the text names no failure word.
 _LEAD_CODE = re.compile(r":\s{1,4}\(-?\d{1,6}\) ")
@@ -384,7 +400,7 @@ def fatal_by_structure(message: str, low: str) -> bool:
     kernel = _KERNEL.search(message) is not None
     if kernel and _RECOVERED.search(message) is not None:
         return False
-    if mark == ERROR and _PROBE.search(message) is not None:
+    if probe(message, low):
         return False
     if framed:  # a runtime's or a driver's own frame, no level; or a refusal at the collectives' error level
         if mark == ERROR:
@@ -397,6 +413,15 @@ def fatal_by_structure(message: str, low: str) -> bool:
         and (_KERNEL_FAILURE.search(message) is not None or _NEURON_DRIVER_FAILURE.search(message) is not None)
         and _RECOVERED.search(message) is None
     )
+
+
+def probe(message: str, low: str) -> bool:
+    """Whether the line reports a platform probe's failure that was logged, not raised (`_PROBE`), at no fatal level.
+    `low` is the line lowercased."""
+    if not any(hint in low for hint in _PROBE_HINTS):
+        return False
+    found = _PROBE.search(message)
+    return found is not None and _RAISED.search(message, 0, found.start()) is None and level(message) != FATAL
 
 
 def _refused(message: str, low: str) -> bool:
