@@ -192,8 +192,8 @@ def test_round_twenty_three_is_written_from_new_sources_for_the_families_the_sea
 
 # The sealed batches of issue 39: (round, lines, sources, Neuron fatal lines) at least. Round 9 was quoted beside
 # round 8 by a quoter who never saw its rules; rounds 15 and 22 after the rules froze, round 24 beside round 23 and
-# rounds 26, 28 and 30 beside the source rounds 25, 27 and 29, by ones who never saw any (the search tool had almost
-# no Neuron thread left that the corpus did not hold).
+# rounds 26, 28, 30 and 32 beside the source rounds 25, 27, 29 and 31, by ones who never saw any (the search tool had
+# almost no Neuron thread left that the corpus did not hold).
 SEALED = [
     (9, 70, 35, 7),
     (15, 100, 50, 0),
@@ -202,6 +202,7 @@ SEALED = [
     (26, 200, 135, 0),
     (28, 240, 145, 0),
     (30, 150, 100, 0),
+    (32, 160, 100, 0),
 ]
 
 
