@@ -6,14 +6,14 @@ line costs to read, this tree's rules beside a baseline revision's.
     .venv/bin/python bench/log_lines.py --misses written     # print the lines each figure misses, in one column
     .venv/bin/python bench/log_lines.py --rules main         # the figures of an earlier revision's rules, same lines
 
-Columns (corpus/real_lines/README.md, "Two parts"): `written`, the part the rules were written from; `measured`, the
-part they were not written from, quoted with it; `fresh 39/3`, `fresh 39/5`, `fresh 39/7`, `fresh 39/9`, `fresh 39/15`,
-`fresh 39/22`, `fresh 39/24`, `fresh 39/26`, `fresh 39/28`, `fresh 39/30` and `fresh 39/32`, the measured lines quoted
-after the rules were frozen or sealed while they were written (round 39/3 before the structural rules, round 39/5 after
-them, round 39/7 after the breadth round's structure readers, round 39/9 beside round 39/8's rules, round 39/15 after
-the source rounds and rounds 39/13 and 39/14, round 39/22 after the source rounds 39/16 to 39/21, round 39/24 beside
-round 39/23's rules, round 39/26 beside the source round 39/25's, round 39/28 beside the source round 39/27's, round
-39/30 beside the source round 39/29's).
+Columns (corpus/real_lines/README.md, "Two parts"): `written`, the part the rules were written from; `measured part`,
+every line they were not written from (the issue's goals are read on it), then that part by its rounds: `measured`, the
+sources of round 39/1 its seeded hash put there; the `fresh 39/N` columns (rounds 3, 5, 7, 9, 15, 22, 24, 26, 28, 30 and
+32), the measured lines quoted after the rules were frozen or sealed while they were written (round 39/3 before the
+structural rules, round 39/5 after them, round 39/7 after the breadth round's structure readers, round 39/9 beside round
+39/8's rules, round 39/15 after the source rounds and rounds 39/13 and 39/14, round 39/22 after the source rounds 39/16
+to 39/21, round 39/24 beside round 39/23's rules, round 39/26 beside the source round 39/25's, round 39/28 beside the
+source round 39/27's, round 39/30 beside the source round 39/29's, round 39/32 beside the source round 39/31's).
 Figures per column: fatal lines recognised (`log_patterns.match` names a kind), kept by the subscription filter as
 CloudWatch Logs applies it (`localrun.moto_logs_filter`), benign lines called fatal, and checkpoint markers read right
 (`classify` gives the label's marker and no fatal kind). The cost is the median of 7 runs, in microseconds a line, for
@@ -108,6 +108,7 @@ FRESH = {
 }
 COLUMNS: dict[str, Callable[[real_lines.RealLine], bool]] = {
     "written": lambda r: r.part == real_lines.WRITTEN,
+    "measured part": lambda r: r.part == real_lines.MEASURED,
     "measured": lambda r: r.part == real_lines.MEASURED and (r.added, r.round) not in FRESH.values(),
     **{
         column: (lambda r, batch=batch: r.part == real_lines.MEASURED and (r.added, r.round) == batch)
