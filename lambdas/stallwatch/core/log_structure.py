@@ -408,10 +408,8 @@ def fatal_by_structure(message: str, low: str) -> bool:
         return mark is None and (_COMPONENT.search(message) is not None or _DRIVER_TAG.search(message) is not None)
     if mark == ERROR or _COMPONENT.search(message) is not None or _UNLEVELLED_FAILURE.search(message) is not None:
         return True
-    return (
-        kernel
-        and (_KERNEL_FAILURE.search(message) is not None or _NEURON_DRIVER_FAILURE.search(message) is not None)
-        and _RECOVERED.search(message) is None
+    return kernel and (
+        _KERNEL_FAILURE.search(message) is not None or _NEURON_DRIVER_FAILURE.search(message) is not None
     )
 
 
