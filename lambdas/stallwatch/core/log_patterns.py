@@ -1124,9 +1124,9 @@ MARKERS: tuple[Rule, ...] = (
             r"|\b[Cc]ommit(?:s|ting)? to (?:the )?storage\b"
             # a saver said busy writing to the storage (dlrover's `Saver is writing to storage, waiting...`), every
             # agent's shard done with the commit still to come (dlrover's `All agent done for step <ckpt staging dir>`),
-            # a step of a save (Accelerate's `Removed shared tensor {...} while saving.`)
+            # a step of a save said at its sentence's end (Accelerate's `Removed shared tensor {...} while saving.`)
             r"|\b(?:is|are) (?:saving|writing|persisting) (?:\w{1,20} ){0,2}?(?:to|into) (?:the )?(?:storage|disk)\b"
-            r"|\b[Aa]ll \w{1,20} done for step \S{0,200}?ckpt|\bwhile (?:saving|writing)\b"
+            r"|\b[Aa]ll \w{1,20} done for step \S{0,200}?ckpt|\bwhile saving\.(?: |$)"
             # a step of a save timed while it goes on (Megatron-LM: `takes 2.1 to prepare state dict for ckpt`, its
             # fully parallel strategy's `parallel save sharding, time: 0.43`, `Apply save parallelization`, its async
             # writer's `write(sync,parallel): 39.5`, `write(async) time: 12.3`, `metadata_write: 0.12`, its workers
