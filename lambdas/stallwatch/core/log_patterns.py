@@ -774,9 +774,6 @@ SURVIVES = Rule(
         # a fallback a component takes now, in a few words (NCCL's `Cannot initialize CollNet, using point-to-point
         # network instead`), not an exception's advice (`consider using ... instead`)
         r"|(?<![Cc]onsider )(?<![Tt]ry )\busing (?:\S{1,60} ){1,3}?\S{1,60} instead\b"
-        # torchelastic's agent restarting its failed workers while restarts are left (`Worker group FAILED. 3/3
-        # attempts left; will restart worker group`)
-        r"|\bwill restart\b"
         r"|\bnon-fatal\b|\bnonfatal\b)"  # a line that calls its own event non-fatal (NCCL's IB async events)
         # a line that says the work goes on past what it reports (libfabric efa's `Communication will continue.`), or
         # drops or defers what it cannot handle (its stale PEER_ERROR_PKT `; dropping.`, `; deferring rxe release`)
@@ -871,7 +868,6 @@ SURVIVES = Rule(
         "resend",
         "trial",
         "restarting",
-        "will restart",
         " logger",
         "failed to upload file",
         "failed to copy file",
