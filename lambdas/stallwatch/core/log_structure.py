@@ -400,7 +400,7 @@ def fatal_by_structure(message: str, low: str) -> bool:
     kernel = _KERNEL.search(message) is not None
     if kernel and _RECOVERED.search(message) is not None:
         return False
-    if probe(message, low):
+    if _probed(message, low):  # its mark is not fatal (returned above)
         return False
     if framed:  # a runtime's or a driver's own frame, no level; or a refusal at the collectives' error level
         if mark == ERROR:
@@ -416,10 +416,15 @@ def fatal_by_structure(message: str, low: str) -> bool:
 def probe(message: str, low: str) -> bool:
     """Whether the line reports a platform probe's failure that was logged, not raised (`_PROBE`), at no fatal level.
     `low` is the line lowercased."""
+    return _probed(message, low) and level(message) != FATAL
+
+
+def _probed(message: str, low: str) -> bool:
+    """Whether the line reports a platform probe's failure not behind an exception's name, whatever its level."""
     if not any(hint in low for hint in _PROBE_HINTS):
         return False
     found = _PROBE.search(message)
-    return found is not None and _RAISED.search(message, 0, found.start()) is None and level(message) != FATAL
+    return found is not None and _RAISED.search(message, 0, found.start()) is None
 
 
 def _refused(message: str, low: str) -> bool:
